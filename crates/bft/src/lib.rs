@@ -1,0 +1,1 @@
+//! bft (work in progress).

@@ -1,0 +1,1 @@
+//! named-glue (work in progress).

@@ -1,0 +1,1 @@
+//! shoup-rsa (work in progress).

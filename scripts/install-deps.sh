@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages the project builds and tests with.
+# Idempotent: packages already present are not fetched again.
+set -euo pipefail
+
+pkgs=(
+  # building the patched named from BIND's source
+  build-essential pkg-config libssl-dev libuv1-dev libcap-dev xz-utils dpkg-dev
+  # the real DNS tools the tests drive: dig, delv, nsupdate, dnssec-verify, dnssec-dsfromkey
+  bind9-dnsutils bind9-utils dnsperf openssl
+  # misc
+  ca-certificates curl python3
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
