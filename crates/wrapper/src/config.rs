@@ -1,0 +1,380 @@
+//! The replica configuration file (TOML).
+//!
+//! One file per replica. Paths are relative to the file's own directory, so a
+//! replica directory written by `sdns keygen` can be moved as a whole.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Which of the paper's threshold-signature protocols the replicas run (Section 3.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    /// Every share carries its proof; verify each, combine k valid ones.
+    Basic,
+    /// Shares without proofs; combine the first k, check the signature, fall back to proofs.
+    OptProof,
+    /// Shares without proofs; try k-subsets of up to 2t+1 shares until one verifies.
+    OptTe,
+}
+
+/// Whether reads go through the ordering (the paper's default) or are answered locally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadMode {
+    Ordered,
+    Local,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub cluster: ClusterSection,
+    pub replica: ReplicaSection,
+    #[serde(rename = "peer")]
+    pub peers: Vec<PeerSection>,
+    pub named: NamedSection,
+    #[serde(default)]
+    pub ordering: OrderingSection,
+    #[serde(default)]
+    pub signing: SigningSection,
+    #[serde(default)]
+    pub client: ClientSection,
+    #[serde(default)]
+    pub metrics: MetricsSection,
+    /// Where the file was read from; relative paths are resolved against its directory.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// The zone's apex, e.g. "example.test.".
+    pub zone: String,
+    /// n, the number of replicas.
+    pub replicas: u16,
+    /// t, the number of faulty replicas tolerated; defaults to (n-1)/3.
+    pub faults: Option<u16>,
+    #[serde(default = "default_protocol")]
+    pub protocol: Protocol,
+    #[serde(default = "default_read_mode")]
+    pub reads: ReadMode,
+    /// The cluster CA certificate (PEM) that signs every replica's certificate.
+    pub ca_cert: PathBuf,
+    /// The threshold public key (shoup-rsa format).
+    pub public_key: PathBuf,
+    /// The DNSSEC algorithm number of the zone key (8 = RSASHA256, 10 = RSASHA512).
+    #[serde(default = "default_algorithm")]
+    pub algorithm: u8,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaSection {
+    /// This replica's id, 0..n.
+    pub id: u16,
+    /// This replica's key share (must be mode 0600).
+    pub key_share: PathBuf,
+    /// This replica's TLS certificate and key (PEM), signed by the cluster CA.
+    pub cert: PathBuf,
+    pub tls_key: PathBuf,
+    /// The paper's fault injection: invert every bit of this replica's signature shares.
+    #[serde(default)]
+    pub corrupt_shares: bool,
+    /// Working directory for runtime state (named's files, the signer socket).
+    pub state_dir: PathBuf,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerSection {
+    pub id: u16,
+    /// Where this replica takes DNS from clients (UDP and TCP).
+    pub client: SocketAddr,
+    /// Where this replica takes connections from the other replicas (TLS).
+    pub peer: SocketAddr,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedSection {
+    /// Directory holding the patched BIND build (sbin/named, bin/...).
+    pub bind_dir: PathBuf,
+    /// The private loopback port named listens on.
+    pub port: u16,
+    /// The zone file named starts from (unsigned or signed).
+    pub zone_file: PathBuf,
+    /// TSIG key file(s) (BIND format) whose keys may update the zone.
+    #[serde(default)]
+    pub tsig_keys: Vec<PathBuf>,
+    /// Signature validity in seconds (sig-validity-interval, and the agreed expiration).
+    #[serde(default = "default_validity_s")]
+    pub signature_validity_s: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderingSection {
+    pub batch_max_requests: usize,
+    pub batch_delay_ms: u64,
+    pub checkpoint_interval: u64,
+    pub request_timeout_ms: u64,
+    pub view_change_timeout_ms: u64,
+    pub max_clock_skew_ms: u64,
+}
+
+impl Default for OrderingSection {
+    fn default() -> Self {
+        Self {
+            batch_max_requests: 64,
+            batch_delay_ms: 1,
+            checkpoint_interval: 64,
+            request_timeout_ms: 2000,
+            view_change_timeout_ms: 2000,
+            max_clock_skew_ms: 30_000,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SigningSection {
+    /// How long a signing request from named may wait for the other replicas.
+    pub timeout_ms: u64,
+    /// Final signatures kept to serve replicas that replay old writes.
+    pub cache_entries: usize,
+}
+
+impl Default for SigningSection {
+    fn default() -> Self {
+        Self { timeout_ms: 8000, cache_entries: 4096 }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSection {
+    /// A TCP client connection idle this long is closed.
+    pub tcp_idle_timeout_ms: u64,
+    /// At most this many client TCP connections at once.
+    pub tcp_max_connections: usize,
+    /// At most this many client requests awaiting an answer at once; more are answered SERVFAIL.
+    pub max_pending: usize,
+    /// A client request not answered in this time is dropped (the client retries).
+    pub request_timeout_ms: u64,
+}
+
+impl Default for ClientSection {
+    fn default() -> Self {
+        Self { tcp_idle_timeout_ms: 10_000, tcp_max_connections: 256, max_pending: 4096, request_timeout_ms: 15_000 }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    /// Prometheus metrics and /status on this address (HTTP); off when absent.
+    pub listen: Option<SocketAddr>,
+}
+
+fn default_protocol() -> Protocol {
+    Protocol::OptTe
+}
+fn default_read_mode() -> ReadMode {
+    ReadMode::Ordered
+}
+fn default_algorithm() -> u8 {
+    8
+}
+fn default_validity_s() -> u32 {
+    30 * 24 * 3600
+}
+
+/// A configuration problem, naming the file and the field.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config file {path}: field `{field}`: {problem}")]
+    Invalid { path: PathBuf, field: String, problem: String },
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let base = path.parent().map(Path::to_owned).unwrap_or_default();
+        Config::parse(&text, path, &base)
+    }
+
+    pub fn parse(text: &str, path: &Path, base_dir: &Path) -> Result<Config, ConfigError> {
+        let mut config: Config = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })?;
+        config.base_dir = base_dir.to_owned();
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    /// t: explicit, or the largest t with n >= 3t+1.
+    pub fn faults(&self) -> u16 {
+        self.cluster.faults.unwrap_or(self.cluster.replicas.saturating_sub(1) / 3)
+    }
+
+    pub fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            self.base_dir.join(p)
+        }
+    }
+
+    pub fn me(&self) -> &PeerSection {
+        // validate() established that exactly one peer entry has our id.
+        self.peers.iter().find(|p| p.id == self.replica.id).expect("validated: own peer entry exists")
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let bad = |field: &str, problem: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            field: field.to_owned(),
+            problem,
+        };
+        let n = self.cluster.replicas;
+        if n == 0 {
+            return Err(bad("cluster.replicas", "must be at least 1".into()));
+        }
+        let t = self.faults();
+        if u32::from(n) < 3 * u32::from(t) + 1 {
+            return Err(bad("cluster.faults", format!("{t} faults need at least {} replicas, have {n}", 3 * t + 1)));
+        }
+        if self.cluster.zone.is_empty() || hickory_proto::rr::Name::from_ascii(&self.cluster.zone).is_err() {
+            return Err(bad("cluster.zone", format!("{:?} is not a domain name", self.cluster.zone)));
+        }
+        if ![5, 7, 8, 10].contains(&self.cluster.algorithm) {
+            return Err(bad("cluster.algorithm", format!("{} is not an RSA DNSSEC algorithm (5, 7, 8, 10)", self.cluster.algorithm)));
+        }
+        if self.replica.id >= n {
+            return Err(bad("replica.id", format!("{} is not below cluster.replicas = {n}", self.replica.id)));
+        }
+        if self.peers.len() != usize::from(n) {
+            return Err(bad("peer", format!("{} [[peer]] entries for {n} replicas", self.peers.len())));
+        }
+        let ids: BTreeSet<u16> = self.peers.iter().map(|p| p.id).collect();
+        if ids.len() != self.peers.len() || ids.iter().any(|&i| i >= n) {
+            return Err(bad("peer.id", format!("ids must be 0..{} each once, got {:?}", n, self.peers.iter().map(|p| p.id).collect::<Vec<_>>())));
+        }
+        let mut addrs = BTreeSet::new();
+        for p in &self.peers {
+            for a in [p.client, p.peer] {
+                if !addrs.insert(a) {
+                    return Err(bad("peer", format!("address {a} is used twice")));
+                }
+            }
+        }
+        if self.named.port == 0 {
+            return Err(bad("named.port", "must not be 0".into()));
+        }
+        if self.named.signature_validity_s < 7200 {
+            return Err(bad("named.signature_validity_s", "must be at least 7200 (two hours)".into()));
+        }
+        let o = &self.ordering;
+        if o.batch_max_requests == 0 {
+            return Err(bad("ordering.batch_max_requests", "must be at least 1".into()));
+        }
+        if o.checkpoint_interval == 0 {
+            return Err(bad("ordering.checkpoint_interval", "must be at least 1".into()));
+        }
+        if o.view_change_timeout_ms == 0 || o.request_timeout_ms == 0 {
+            return Err(bad("ordering", "timeouts must be positive".into()));
+        }
+        if self.signing.cache_entries == 0 {
+            return Err(bad("signing.cache_entries", "must be at least 1".into()));
+        }
+        if self.client.max_pending == 0 || self.client.tcp_max_connections == 0 {
+            return Err(bad("client", "limits must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample(n: u16) -> String {
+        let mut s = format!(
+            r#"
+[cluster]
+zone = "example.test."
+replicas = {n}
+ca_cert = "ca.pem"
+public_key = "zone.pub.json"
+
+[replica]
+id = 0
+key_share = "share.json"
+cert = "replica.pem"
+tls_key = "replica.key"
+state_dir = "state"
+
+[named]
+bind_dir = "/opt/bind"
+port = 5501
+zone_file = "zone.db"
+"#
+        );
+        for i in 0..n {
+            s += &format!("\n[[peer]]\nid = {i}\nclient = \"127.0.0.1:{}\"\npeer = \"127.0.0.1:{}\"\n", 5301 + i, 5401 + i);
+        }
+        s
+    }
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("r0.toml"), Path::new("/etc/sdns"))
+    }
+
+    #[test]
+    fn sample_parses_with_defaults() {
+        let c = parse(&sample(4)).unwrap();
+        assert_eq!(c.faults(), 1);
+        assert_eq!(c.cluster.protocol, Protocol::OptTe);
+        assert_eq!(c.cluster.reads, ReadMode::Ordered);
+        assert_eq!(c.resolve(Path::new("share.json")), Path::new("/etc/sdns/share.json"));
+        assert_eq!(c.me().client.port(), 5301);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (sample(4).replace("replicas = 4", "replicas = 3"), "peer"),
+            (sample(4).replace("id = 0\nkey_share", "id = 9\nkey_share"), "replica.id"),
+            (sample(4).replace("zone = \"example.test.\"", "zone = \"\""), "cluster.zone"),
+            (sample(4).replace("replicas = 4", "replicas = 4\nfaults = 2"), "cluster.faults"),
+            (sample(4).replace("port = 5501", "port = 0"), "named.port"),
+            (sample(4).replace("127.0.0.1:5402", "127.0.0.1:5401"), "peer"),
+        ];
+        for (text, field) in cases {
+            match parse(&text) {
+                Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{text}"),
+                other => panic!("expected an error naming {field}, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_and_mistyped_fields_are_parse_errors() {
+        let e = parse(&sample(4).replace("[named]", "[named]\nbogus = 1")).unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+        let e = parse(&sample(4).replace("port = 5501", "port = \"x\"")).unwrap_err();
+        assert!(e.to_string().contains("port"), "{e}");
+        let e = parse(&sample(4).replace("[cluster]", "[cluster]\nprotocol = \"fast\"")).unwrap_err();
+        assert!(e.to_string().contains("protocol") || e.to_string().contains("fast"), "{e}");
+    }
+}
