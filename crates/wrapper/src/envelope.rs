@@ -1,0 +1,67 @@
+//! The payload of one ordered request.
+//!
+//! Every replica decodes and re-classifies the payload itself on delivery: a lying
+//! gateway cannot make a write look like a read (which only it would execute).
+
+use serde::{Deserialize, Serialize};
+
+const VERSION: u8 = 1;
+/// A DNS message over TCP is at most 65535 bytes; leave room for the envelope.
+pub const MAX_ENVELOPE_BYTES: usize = 65_535 + 64;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// A client's DNS message, byte for byte as received.
+    Dns { tcp: bool, message: Vec<u8> },
+    /// The paper's special command (Section 4.3): sign the whole zone with the
+    /// distributed key, on every replica at this point of the log.
+    SignZone,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EnvelopeError {
+    #[error("request payload of {0} bytes is over the {MAX_ENVELOPE_BYTES}-byte limit")]
+    TooLarge(usize),
+    #[error("request payload is empty")]
+    Empty,
+    #[error("request payload version {0} is not supported (want {VERSION})")]
+    Version(u8),
+    #[error("request payload does not decode: {0}")]
+    Decode(String),
+}
+
+impl Op {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![VERSION];
+        out.extend(postcard::to_allocvec(self).unwrap_or_default());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Op, EnvelopeError> {
+        if bytes.len() > MAX_ENVELOPE_BYTES {
+            return Err(EnvelopeError::TooLarge(bytes.len()));
+        }
+        let (&v, body) = bytes.split_first().ok_or(EnvelopeError::Empty)?;
+        if v != VERSION {
+            return Err(EnvelopeError::Version(v));
+        }
+        postcard::from_bytes(body).map_err(|e| EnvelopeError::Decode(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_rejects() {
+        for op in [Op::Dns { tcp: true, message: vec![1, 2, 3] }, Op::SignZone] {
+            assert_eq!(Op::decode(&op.encode()), Ok(op));
+        }
+        assert_eq!(Op::decode(&[]), Err(EnvelopeError::Empty));
+        assert_eq!(Op::decode(&[9, 0]), Err(EnvelopeError::Version(9)));
+        assert!(matches!(Op::decode(&[VERSION, 0, 1]), Err(EnvelopeError::Decode(_))));
+        assert!(matches!(Op::decode(&vec![VERSION; MAX_ENVELOPE_BYTES + 1]), Err(EnvelopeError::TooLarge(_))));
+    }
+}

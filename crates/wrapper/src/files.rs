@@ -1,0 +1,97 @@
+//! Writing the dealer's files: secrets 0600, created fresh, never logged.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use base64::Engine as _;
+
+/// Writes a secret file with mode 0600 from the start (no window where it is readable).
+pub fn write_secret(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let _ = fs::remove_file(path);
+    let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    f.write_all(contents)?;
+    f.sync_all()?;
+    // create_new honours the umask; make sure it is exactly 0600.
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+}
+
+pub fn write_public(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    fs::write(path, contents)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644))
+}
+
+/// Refuses a secret file that group or others may read: a key share must not be.
+pub fn check_secret_mode(path: &Path) -> Result<(), String> {
+    let meta = fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!("{} has mode {mode:04o}; secret files must be 0600 (chmod 600 it)", path.display()));
+    }
+    Ok(())
+}
+
+/// A TSIG key in BIND's format, usable as `nsupdate -k FILE` and includable in named.conf.
+pub struct TsigKey {
+    pub name: String,
+    pub secret_b64: String,
+}
+
+impl TsigKey {
+    pub fn generate(name: &str) -> std::io::Result<TsigKey> {
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret).map_err(|e| std::io::Error::other(format!("no OS randomness: {e}")))?;
+        Ok(TsigKey { name: name.to_owned(), secret_b64: base64::engine::general_purpose::STANDARD.encode(secret) })
+    }
+
+    pub fn to_bind(&self) -> String {
+        format!("key \"{}\" {{\n\talgorithm hmac-sha256;\n\tsecret \"{}\";\n}};\n", self.name, self.secret_b64)
+    }
+
+    /// Reads the name back from a file written by `to_bind` (named needs it for update-policy).
+    pub fn name_from_bind(text: &str) -> Option<String> {
+        let start = text.find("key \"")? + 5;
+        let end = start + text[start..].find('"')?;
+        Some(text[start..end].to_owned())
+    }
+}
+
+/// The demo zone `sdns cluster up` serves when none is given.
+pub fn demo_zone(zone: &str, replicas: u16) -> String {
+    let zone = zone.trim_end_matches('.');
+    let mut z = format!(
+        "$ORIGIN {zone}.\n$TTL 300\n@\tIN\tSOA\tns0.{zone}. hostmaster.{zone}. ( 1 3600 900 604800 300 )\n"
+    );
+    for i in 0..replicas {
+        z += &format!("@\tIN\tNS\tns{i}.{zone}.\nns{i}\tIN\tA\t127.0.0.1\n");
+    }
+    z += "@\tIN\tMX\t10 mail\nwww\tIN\tA\t192.0.2.80\nwww\tIN\tAAAA\t2001:db8::80\nmail\tIN\tA\t192.0.2.25\n";
+    z += "@\tIN\tTXT\t\"served by sdns: Byzantine-fault-tolerant, threshold-signed\"\n";
+    z
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_files_are_0600_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s");
+        write_secret(&p, b"x").unwrap();
+        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(check_secret_mode(&p).is_ok());
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o640)).unwrap();
+        let e = check_secret_mode(&p).unwrap_err();
+        assert!(e.contains("0640"), "{e}");
+    }
+
+    #[test]
+    fn tsig_key_round_trips_its_name() {
+        let k = TsigKey::generate("sdns-update").unwrap();
+        let text = k.to_bind();
+        assert_eq!(TsigKey::name_from_bind(&text).as_deref(), Some("sdns-update"));
+        assert_eq!(base64::engine::general_purpose::STANDARD.decode(&k.secret_b64).unwrap().len(), 32);
+    }
+}

@@ -1,0 +1,64 @@
+//! Messages exchanged between replicas' signers (mesh channel 1).
+
+use serde::{Deserialize, Serialize};
+
+use super::crypto::Share;
+
+/// SHA-256 over (DNSSEC algorithm, to-be-signed bytes after the time rewrite):
+/// names one signing session on every replica without revealing the data.
+pub type Digest = [u8; 32];
+
+const VERSION: u8 = 1;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum SignMessage {
+    /// The sender's signature share, with or without its proof of correctness.
+    Share { digest: Digest, share: Share },
+    /// The sender could not finish: resend your share (with proof when `proof`), or
+    /// the final signature if you have it.
+    Retry { digest: Digest, proof: bool },
+    /// An assembled signature; any valid one ends everyone's wait.
+    Final { digest: Digest, signature: Vec<u8> },
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WireError {
+    #[error("signing message is {0} bytes, over the {1}-byte limit")]
+    TooLarge(usize, usize),
+    #[error("signing message version {0} is not supported (want {VERSION})")]
+    Version(u8),
+    #[error("signing message is empty")]
+    Empty,
+    #[error("signing message does not decode: {0}")]
+    Decode(String),
+}
+
+/// Large enough for a 4096-bit share with its proof.
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024;
+
+impl SignMessage {
+    pub fn digest(&self) -> &Digest {
+        match self {
+            SignMessage::Share { digest, .. } | SignMessage::Retry { digest, .. } | SignMessage::Final { digest, .. } => digest,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![VERSION];
+        // postcard cannot fail on these plain types with an in-memory buffer.
+        out.extend(postcard::to_allocvec(self).unwrap_or_default());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<SignMessage, WireError> {
+        if bytes.len() > MAX_MESSAGE_BYTES {
+            return Err(WireError::TooLarge(bytes.len(), MAX_MESSAGE_BYTES));
+        }
+        let (&version, body) = bytes.split_first().ok_or(WireError::Empty)?;
+        if version != VERSION {
+            return Err(WireError::Version(version));
+        }
+        postcard::from_bytes(body).map_err(|e| WireError::Decode(e.to_string()))
+    }
+}
