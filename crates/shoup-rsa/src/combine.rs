@@ -7,13 +7,15 @@
 
 use std::collections::HashSet;
 
+use crypto_bigint::modular::BoxedMontyForm;
+use crypto_bigint::BoxedUint;
 use num_bigint::{BigInt, BigUint};
 use num_traits::{One, Signed};
 use serde::{Deserialize, Serialize};
 
 use crate::keys::split_sign;
 use crate::share::{check_cheap, check_structure, message_matches};
-use crate::util::to_fixed_be;
+use crate::util::{from_boxed, to_boxed, to_fixed_be};
 use crate::{CombineError, Message, PublicKey, ShareError, SignatureShare};
 
 /// An RSA signature: |N| big-endian bytes, as it goes into an RRSIG.
@@ -52,14 +54,28 @@ pub(crate) fn lagrange(indices: &[u16], j: u16, delta: &BigUint) -> BigInt {
     numerator / denominator
 }
 
-fn pow_signed(base: &BigUint, exponent: &BigInt, n: &BigUint) -> Option<BigUint> {
-    let (negative, magnitude) = split_sign(exponent);
-    let base = if negative { base.modinv(n)? } else { base.clone() };
-    Some(base.modpow(&magnitude, n))
+/// Montgomery form of a public value below N.
+fn monty(pk: &PublicKey, x: &BigUint) -> Option<BoxedMontyForm> {
+    to_boxed(x, pk.precision()).map(|b| BoxedMontyForm::new(b, &pk.params))
+}
+
+/// base^exponent for a public exponent (time depends only on the exponent's bit length).
+fn pow_public(base: &BoxedMontyForm, exponent: &BigUint) -> BoxedMontyForm {
+    let boxed = BoxedUint::from_be_slice_vartime(&exponent.to_bytes_be());
+    base.pow_bounded_exp(&boxed, exponent.bits() as u32)
+}
+
+/// Whether y^e = x, in Montgomery form.
+fn is_signature(pk: &PublicKey, y: &BoxedMontyForm, x: &BigUint) -> bool {
+    let e = BigUint::from(pk.e);
+    from_boxed(&pow_public(y, &e).retrieve()) == *x
 }
 
 /// Combines exactly these shares (k of them, distinct, cheap-checked). Fails with
 /// `Verification` when the result is not a signature on `msg`.
+///
+/// All public arithmetic runs on Montgomery forms with the key's cached parameters, and the
+/// negative exponents (of λ_j, a, b) are gathered in one denominator: one inversion in total.
 fn combine_exact(
     pk: &PublicKey,
     msg: &Message,
@@ -67,26 +83,40 @@ fn combine_exact(
 ) -> Result<Signature, CombineError> {
     let used: Vec<u16> = shares.iter().map(|s| s.index).collect();
     let failed = || CombineError::Verification { used: used.clone() };
-    let n = &pk.n;
-    let mut positive = BigUint::one();
-    let mut negative = BigUint::one();
+    let one = BoxedMontyForm::one(&pk.params);
+    // w = positive / negative.
+    let mut positive = one.clone();
+    let mut negative = one.clone();
     for share in shares {
         let lambda = lagrange(&used, share.index, &pk.delta);
-        let term = share.value.modpow(&(lambda.magnitude() << 1u32), n);
+        let value = monty(pk, &share.value).ok_or_else(failed)?;
+        let term = pow_public(&value, &(lambda.magnitude() << 1u32));
         if lambda.is_negative() {
-            negative = negative * term % n;
+            negative *= &term;
         } else {
-            positive = positive * term % n;
+            positive *= &term;
         }
     }
-    let w = positive * negative.modinv(n).ok_or_else(failed)? % n;
-    let y = pow_signed(&w, &pk.euclid_a, n).ok_or_else(failed)?
-        * pow_signed(&msg.x, &pk.euclid_b, n).ok_or_else(failed)?
-        % n;
-    if y.modpow(&BigUint::from(pk.e), n) != msg.x {
+    // y = w^a x^b = numerator / denominator.
+    let x = monty(pk, &msg.x).ok_or_else(failed)?;
+    let (a_negative, a) = split_sign(&pk.euclid_a);
+    let (b_negative, b) = split_sign(&pk.euclid_b);
+    let (mut numerator, mut denominator) = if a_negative {
+        (pow_public(&negative, &a), pow_public(&positive, &a))
+    } else {
+        (pow_public(&positive, &a), pow_public(&negative, &a))
+    };
+    if b_negative {
+        denominator *= &pow_public(&x, &b);
+    } else {
+        numerator *= &pow_public(&x, &b);
+    }
+    let inverse: Option<BoxedMontyForm> = denominator.invert_vartime().into();
+    let y = numerator * &inverse.ok_or_else(failed)?;
+    if !is_signature(pk, &y, &msg.x) {
         return Err(failed());
     }
-    Ok(Signature(to_fixed_be(&y, pk.bytes).ok_or_else(failed)?))
+    Ok(Signature(to_fixed_be(&from_boxed(&y.retrieve()), pk.bytes).ok_or_else(failed)?))
 }
 
 fn check_duplicates(shares: &[SignatureShare]) -> Result<(), CombineError> {
@@ -141,7 +171,7 @@ impl PublicKey {
             return false;
         }
         let s = BigUint::from_bytes_be(&signature.0);
-        s < self.n && s.modpow(&BigUint::from(self.e), &self.n) == msg.x
+        s < self.n && monty(self, &s).is_some_and(|y| is_signature(self, &y, &msg.x))
     }
 }
 
@@ -240,7 +270,8 @@ fn next_combination(combo: &mut [usize], m: usize) -> bool {
 }
 
 /// OPT-TE: try k-subsets (lexicographic, over the first max(2t+1, k) well-formed shares) until
-/// the combination verifies; at most C(max(2t+1, k), k) attempts. Shares carrying a proof are
+/// the combination verifies; never more than C(max(2t+1, k), k) attempts (C(2t+1, t+1) for the
+/// default threshold). Shares carrying a proof are
 /// checked first and dropped if it fails. After a success that followed a failed attempt, each
 /// remaining share is tested by one combination with k-1 shares of the successful subset, so
 /// `bad` names every faulty share received. With no failed attempt nothing more is spent.
@@ -262,6 +293,8 @@ pub fn combine_opt_te(
         _ => true,
     });
     let window = (2 * usize::from(pk.max_faults()) + 1).max(k);
+    // Hard cap, also across the restart after dropping shares outside Z_N*.
+    let max_attempts = binomial(window as u64, k as u64);
     let mut attempts: u64 = 0;
     let mut gcd_checked = false;
     'search: loop {
@@ -270,7 +303,7 @@ pub fn combine_opt_te(
             break;
         }
         let mut combo: Vec<usize> = (0..k).collect();
-        loop {
+        while attempts < max_attempts {
             let subset: Vec<&SignatureShare> = combo.iter().map(|&i| candidates[i]).collect();
             attempts += 1;
             match combine_exact(pk, msg, &subset) {
@@ -301,9 +334,10 @@ pub fn combine_opt_te(
                 Err(_) => {}
             }
             if !next_combination(&mut combo, m) {
-                break 'search;
+                break;
             }
         }
+        break;
     }
     bad.sort_unstable();
     bad.dedup();

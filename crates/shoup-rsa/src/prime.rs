@@ -15,12 +15,15 @@ use rand_core::Rng;
 
 use crate::Error;
 
-const SIEVE_LIMIT: u32 = 1 << 16;
-const WINDOW: usize = 1 << 13;
+/// Sieve by the odd primes below 2^22 (about 295,000): each doubling of ln(limit) halves the
+/// number of exponentiations per safe prime twice over, since both q and 2q+1 are sieved.
+const SIEVE_LIMIT: u32 = 1 << 22;
+const WINDOW: usize = 1 << 16;
+const WINDOWS_PER_START: u64 = 64;
 /// Miller-Rabin rounds with random bases on q (error below 2^-100 for random candidates).
 const MR_ROUNDS: usize = 24;
-/// Bound on sieve windows per prime (each window covers 2^13 candidates).
-pub(crate) const MAX_WINDOWS: u64 = 1 << 20;
+/// Bound on sieve windows per prime (each window covers 2^16 candidates).
+pub(crate) const MAX_WINDOWS: u64 = 1 << 16;
 
 /// What a prime search reports (sent from worker threads to the caller's callback).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,8 +110,18 @@ pub(crate) fn miller_rabin(n: &BigUint, rounds: usize, rng: &mut (impl Rng + ?Si
     true
 }
 
+/// x mod r for x given as big-endian u32 digits.
+fn rem_small(digits_be: &[u32], r: u32) -> u32 {
+    let r = u64::from(r);
+    digits_be.iter().fold(0u64, |rem, &d| ((rem << 32) | u64::from(d)) % r) as u32
+}
+
 /// Returns a safe prime p of exactly `bits` bits whose two top bits are set (so the product of
 /// two such primes has exactly 2*bits bits).
+///
+/// The search starts at a random q0 and walks windows of consecutive odd candidates upwards,
+/// updating each small prime's residue incrementally, and restarts from a fresh random q0
+/// every `WINDOWS_PER_START` windows.
 pub(crate) fn safe_prime(
     bits: u32,
     rng: &mut (impl Rng + ?Sized),
@@ -118,47 +131,74 @@ pub(crate) fn safe_prime(
     let primes = small_primes();
     let q_bits = bits - 1;
     let mut sieve = vec![true; WINDOW];
-    for _ in 0..MAX_WINDOWS {
+    // 2 * WINDOW mod r: the residue step from one window to the next.
+    let steps: Vec<u32> = primes.iter().map(|&r| ((2 * WINDOW as u64) % u64::from(r)) as u32).collect();
+    let mut windows: u64 = 0;
+    while windows < MAX_WINDOWS {
         // q0: q_bits bits, top two bits set, odd.
         let mut q0 = random_bits(rng, q_bits);
         q0 |= BigUint::from(3u32) << (q_bits - 2);
         q0 |= BigUint::one();
-        sieve.fill(true);
-        for &r in primes {
-            // Candidates are q0 + 2*delta; 2^-1 mod r is (r+1)/2.
-            let res = (&q0 % r).iter_u32_digits().next().unwrap_or(0) as u64;
-            let r64 = u64::from(r);
-            let inv2 = (r64 + 1) / 2;
-            let kill_q = ((r64 - res) % r64) * inv2 % r64;
-            let kill_p = (((r64 - 1) / 2 + r64 - res) % r64) * inv2 % r64;
-            for start in [kill_q, kill_p] {
-                let mut delta = start as usize;
-                while delta < WINDOW {
-                    sieve[delta] = false;
-                    delta += r as usize;
+        let digits: Vec<u32> = q0.iter_u32_digits().rev().collect();
+        let mut residues: Vec<u32> = primes.iter().map(|&r| rem_small(&digits, r)).collect();
+        for window in 0..WINDOWS_PER_START {
+            windows += 1;
+            let base = &q0 + BigUint::from(2 * WINDOW as u64 * window);
+            sieve.fill(true);
+            for (&r, &res) in primes.iter().zip(&residues) {
+                strike(&mut sieve, r, res);
+            }
+            for (res, (&r, &step)) in residues.iter_mut().zip(primes.iter().zip(&steps)) {
+                *res = ((u64::from(*res) + u64::from(step)) % u64::from(r)) as u32;
+            }
+            for delta in (0..WINDOW).filter(|&d| sieve[d]) {
+                let q = &base + BigUint::from(2 * delta as u64);
+                if q.bits() as u32 != q_bits {
+                    break;
+                }
+                if let Some(p) = test_candidate(q, rng, report) {
+                    return Ok(p);
                 }
             }
         }
-        for (delta, _) in sieve.iter().enumerate().filter(|(_, alive)| **alive) {
-            let q = &q0 + BigUint::from(2 * delta as u64);
-            if q.bits() as u32 != q_bits {
-                break;
-            }
-            if !fermat_base2(&q) {
-                report(Event::Rejected);
-                continue;
-            }
-            report(Event::QPassed);
-            let p: BigUint = (&q << 1u32) + 1u32;
-            if !fermat_base2(&p) || !miller_rabin(&q, MR_ROUNDS, rng) {
-                report(Event::Rejected);
-                continue;
-            }
-            report(Event::Found);
-            return Ok(p);
-        }
     }
     Err(Error::PrimeSearchExhausted(MAX_WINDOWS))
+}
+
+/// Strikes the offsets delta (candidate base + 2*delta) where r divides q or 2q + 1, given
+/// res = base mod r. 2^-1 mod r is (r+1)/2.
+fn strike(sieve: &mut [bool], r: u32, res: u32) {
+    let (r64, res) = (u64::from(r), u64::from(res));
+    let inv2 = (r64 + 1) / 2;
+    let kill_q = ((r64 - res) % r64) * inv2 % r64;
+    let kill_p = (((r64 - 1) / 2 + r64 - res) % r64) * inv2 % r64;
+    for start in [kill_q, kill_p] {
+        let mut delta = start as usize;
+        while delta < sieve.len() {
+            sieve[delta] = false;
+            delta += r as usize;
+        }
+    }
+}
+
+/// Fermat base 2 on q, then on p = 2q + 1, then Miller-Rabin on q.
+fn test_candidate(
+    q: BigUint,
+    rng: &mut (impl Rng + ?Sized),
+    report: &mut dyn FnMut(Event),
+) -> Option<BigUint> {
+    if !fermat_base2(&q) {
+        report(Event::Rejected);
+        return None;
+    }
+    report(Event::QPassed);
+    let p: BigUint = (&q << 1u32) + 1u32;
+    if !fermat_base2(&p) || !miller_rabin(&q, MR_ROUNDS, rng) {
+        report(Event::Rejected);
+        return None;
+    }
+    report(Event::Found);
+    Some(p)
 }
 
 #[cfg(test)]
