@@ -1,0 +1,150 @@
+//! 2048-bit benchmarks of the threshold scheme and its baselines, in one run:
+//! `cargo bench -p shoup-rsa --bench shoup`.
+//!
+//! Baselines: a plain 2048-bit modular exponentiation with num-bigint (random base, full-size
+//! exponent) and OpenSSL's RSA-2048 PKCS#1 v1.5 sign (CRT) through the openssl crate.
+
+use std::hint::black_box;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, SamplingMode};
+use num_bigint::BigUint;
+use rand_chacha::ChaCha20Rng;
+use rand_core::{Rng, SeedableRng};
+use shoup_rsa::{
+    combine_basic, combine_opt_proof, combine_opt_te, corrupt, generate, HashAlg, KeyShare,
+    Message, PublicKey, SignatureShare,
+};
+
+const BITS: u32 = 2048;
+
+fn key(players: u16) -> &'static (PublicKey, Vec<KeyShare>) {
+    static KEYS: OnceLock<[(PublicKey, Vec<KeyShare>); 2]> = OnceLock::new();
+    let keys = KEYS.get_or_init(|| {
+        let make = |n: u16, seed: u64| {
+            let mut rng = ChaCha20Rng::seed_from_u64(seed);
+            generate(BITS, n, shoup_rsa::default_threshold(n), &mut rng, &mut |_| {}).unwrap()
+        };
+        [make(4, 4), make(7, 7)]
+    });
+    if players == 4 {
+        &keys[0]
+    } else {
+        &keys[1]
+    }
+}
+
+fn message(pk: &PublicKey) -> Message {
+    pk.encode_message(HashAlg::Sha256, b"benchmark rrsig data").unwrap()
+}
+
+fn baselines(c: &mut Criterion) {
+    let (pk, _) = key(4);
+    let mut rng = ChaCha20Rng::seed_from_u64(1);
+    let mut random = |bytes: usize| {
+        let mut b = vec![0u8; bytes];
+        rng.fill_bytes(&mut b);
+        BigUint::from_bytes_be(&b)
+    };
+    let base = random(256) % pk.modulus();
+    let exponent = random(256);
+    let mut group = c.benchmark_group("baseline");
+    group.measurement_time(Duration::from_secs(4));
+    group.bench_function("num_bigint_modpow_2048", |b| {
+        b.iter(|| black_box(base.modpow(black_box(&exponent), pk.modulus())))
+    });
+    let rsa = openssl::rsa::Rsa::generate(2048).unwrap();
+    let digest_info = {
+        let mut d = vec![
+            0x30, 0x31, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02,
+            0x01, 0x05, 0x00, 0x04, 0x20,
+        ];
+        d.extend_from_slice(&[7u8; 32]);
+        d
+    };
+    let mut out = vec![0u8; 256];
+    group.bench_function("openssl_rsa2048_sign", |b| {
+        b.iter(|| {
+            rsa.private_encrypt(black_box(&digest_info), &mut out, openssl::rsa::Padding::PKCS1)
+                .unwrap()
+        })
+    });
+    group.finish();
+}
+
+fn keygen(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keygen_2048");
+    group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(20));
+    for players in [4u16, 7] {
+        let mut seed = 100u64;
+        group.bench_function(format!("n{players}"), |b| {
+            b.iter_batched(
+                || {
+                    seed += 1;
+                    ChaCha20Rng::seed_from_u64(seed)
+                },
+                |mut rng| {
+                    generate(BITS, players, shoup_rsa::default_threshold(players), &mut rng, &mut |_| {})
+                        .unwrap()
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    group.finish();
+}
+
+fn shares(c: &mut Criterion) {
+    let (pk, key_shares) = key(4);
+    let msg = message(pk);
+    let proven = key_shares[0].sign_with_proof(pk, &msg).unwrap();
+    let mut group = c.benchmark_group("share_2048_n4");
+    group.measurement_time(Duration::from_secs(4));
+    group.bench_function("sign", |b| b.iter(|| key_shares[0].sign(pk, black_box(&msg)).unwrap()));
+    group.bench_function("sign_with_proof", |b| {
+        b.iter(|| key_shares[0].sign_with_proof(pk, black_box(&msg)).unwrap())
+    });
+    group.bench_function("verify_share", |b| {
+        b.iter(|| pk.verify_share(black_box(&msg), black_box(&proven)).unwrap())
+    });
+    group.finish();
+}
+
+fn combination(c: &mut Criterion) {
+    for players in [4u16, 7] {
+        let (pk, key_shares) = key(players);
+        let msg = message(pk);
+        let k = usize::from(pk.threshold());
+        let t = usize::from(pk.max_faults());
+        let plain: Vec<SignatureShare> =
+            key_shares.iter().map(|s| s.sign(pk, &msg).unwrap()).collect();
+        let proven: Vec<SignatureShare> =
+            key_shares.iter().map(|s| s.sign_with_proof(pk, &msg).unwrap()).collect();
+        // t corrupted shares first: the worst case for OPT-TE's lexicographic search.
+        let faulty: Vec<SignatureShare> = plain[..2 * t + 1]
+            .iter()
+            .enumerate()
+            .map(|(i, s)| if i < t { corrupt(pk, s) } else { s.clone() })
+            .collect();
+        let mut group = c.benchmark_group(format!("combine_2048_n{players}"));
+        group.measurement_time(Duration::from_secs(3));
+        group.bench_function("combine_k", |b| b.iter(|| pk.combine(&msg, &plain[..k]).unwrap()));
+        group.bench_function("opt_te_0_faults", |b| {
+            b.iter(|| combine_opt_te(pk, &msg, &plain[..k]).unwrap())
+        });
+        group.bench_function(format!("opt_te_{t}_faults"), |b| {
+            b.iter(|| combine_opt_te(pk, &msg, &faulty).unwrap())
+        });
+        group.bench_function("opt_proof_0_faults", |b| {
+            b.iter(|| combine_opt_proof(pk, &msg, &plain[..k]).unwrap())
+        });
+        group.bench_function("basic_k_with_proofs", |b| {
+            b.iter(|| combine_basic(pk, &msg, &proven[..k]).unwrap())
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, baselines, shares, combination, keygen);
+criterion_main!(benches);
