@@ -46,12 +46,17 @@ pub struct Status {
     pub pending_requests: usize,
     /// Protocol violations observed per peer (index = replica id).
     pub misbehaviour: Vec<u64>,
+    /// The latest protocol violation seen: the peer and what it did.
+    pub last_misbehaviour: Option<(ReplicaId, &'static str)>,
 }
 
 /// Most checkpoint votes remembered per peer (its latest ones).
 const VOTES_PER_PEER: usize = 4;
 /// Most digests remembered per seq in the Q set.
 const PRE_PREPARED_PER_SEQ: usize = 4;
+/// View changes remembered per peer (its highest views), so a new view can still be checked
+/// after its sender moved on.
+const VIEW_CHANGES_PER_PEER: usize = 2;
 /// Most committed batches pushed to a lagging peer per status report.
 const PUSH_BURST: u64 = 16;
 /// View-change timeouts stop doubling after this many failed views.
@@ -122,7 +127,8 @@ pub struct Replica {
     clients_by_age: BTreeSet<(u64, ReplicaId, u64)>,
     next_seq: u64,
     last_proposed_time: Time,
-    view_changes: BTreeMap<ReplicaId, (ViewChange, Digest)>,
+    /// View changes by (sender, view); the latest [`VIEW_CHANGES_PER_PEER`] views per sender.
+    view_changes: BTreeMap<(ReplicaId, u64), (ViewChange, Digest)>,
     own_view_change: Option<ViewChange>,
     pending_new_view: Option<NewView>,
     current_new_view: Option<NewView>,
@@ -134,6 +140,7 @@ pub struct Replica {
     state_transfer_requested: u64,
     actions: VecDeque<Action>,
     misbehaviour: Vec<u64>,
+    last_misbehaviour: Option<(ReplicaId, &'static str)>,
 }
 
 impl Replica {
@@ -174,6 +181,7 @@ impl Replica {
             state_transfer_requested: 0,
             actions: VecDeque::new(),
             misbehaviour: vec![0; n],
+            last_misbehaviour: None,
             config,
         })
     }
@@ -198,6 +206,7 @@ impl Replica {
             stable_checkpoint: self.stable.seq,
             pending_requests: self.awaited.len(),
             misbehaviour: self.misbehaviour.clone(),
+            last_misbehaviour: self.last_misbehaviour,
         }
     }
 
@@ -242,7 +251,7 @@ impl Replica {
             return;
         }
         if message.sender() != from {
-            self.blame(from);
+            self.blame(from, "claimed sender differs from channel");
             return;
         }
         match message {
@@ -268,7 +277,10 @@ impl Replica {
         }
         if self.request_deadline.is_some_and(|deadline| deadline <= now) {
             self.request_deadline = None;
-            if !self.view_changing && !self.is_primary() {
+            if self.lagging() {
+                // f+1 peers delivered more: catch up first, the primary may be fine.
+                self.request_deadline = Some(now.plus(self.config.request_timeout));
+            } else if !self.view_changing && !self.is_primary() {
                 self.start_view_change(self.view + 1);
             }
         }
@@ -289,6 +301,10 @@ impl Replica {
         }
         if seq > self.last_delivered {
             return Err(CheckpointError::NotDelivered { seq, last_delivered: self.last_delivered });
+        }
+        if seq <= self.stable.seq {
+            // A quorum already certified this checkpoint while we caught up: nothing to add.
+            return Ok(());
         }
         let Some(time) = self.checkpoint_times.remove(&seq) else {
             return Err(CheckpointError::Stale { seq });
@@ -488,14 +504,14 @@ impl Replica {
             return;
         }
         if from != self.primary() {
-            self.blame(from);
+            self.blame(from, "pre-prepare from a backup");
             return;
         }
         let digest = proposal.digest(seq);
         if let Some(accepted) = self.slots.get(&seq).and_then(|slot| slot.accepted.as_ref()) {
             if accepted.view == view {
                 if accepted.digest != digest {
-                    self.blame(from);
+                    self.blame(from, "two pre-prepares for one seq and view");
                 }
                 return;
             }
@@ -523,8 +539,11 @@ impl Replica {
             }
         };
         let mut lower = if seq > self.last_delivered { self.last_time } else { Time(0) };
-        if let Some(time) = self.slots.range(self.last_delivered.saturating_add(1)..seq).rev().find_map(|(_, slot)| known_time(slot)) {
-            lower = lower.max(time);
+        let first_undelivered = self.last_delivered.saturating_add(1);
+        if first_undelivered < seq {
+            if let Some(time) = self.slots.range(first_undelivered..seq).rev().find_map(|(_, slot)| known_time(slot)) {
+                lower = lower.max(time);
+            }
         }
         if time <= lower {
             return false;
@@ -563,7 +582,7 @@ impl Replica {
             return;
         }
         if from == self.primary() {
-            self.blame(from);
+            self.blame(from, "prepare from the primary");
             return;
         }
         if !self.record_vote_in_slot(from, view, seq, digest, true) {
@@ -589,7 +608,7 @@ impl Replica {
         match votes.get(&from) {
             Some((old_view, old_digest)) if *old_view == view => {
                 if *old_digest != digest {
-                    self.blame(from);
+                    self.blame(from, "two prepares or commits for one seq and view");
                 }
                 false
             }
@@ -670,7 +689,7 @@ impl Replica {
         self.last_time = time;
         self.retained.insert(seq, proposal);
         let checkpoint_due = seq % self.config.checkpoint_interval == 0;
-        if checkpoint_due {
+        if checkpoint_due && seq > self.stable.seq {
             self.checkpoint_times.insert(seq, time);
         }
         if progressed {
@@ -687,7 +706,7 @@ impl Replica {
 
     fn on_checkpoint(&mut self, from: ReplicaId, claim: CheckpointClaim) {
         if claim.seq == 0 || claim.seq % self.config.checkpoint_interval != 0 {
-            self.blame(from);
+            self.blame(from, "checkpoint off the interval");
             return;
         }
         if claim.seq <= self.stable.seq {
@@ -701,7 +720,7 @@ impl Replica {
         let votes = self.checkpoint_votes.entry(from).or_default();
         if let Some(existing) = votes.iter().find(|vote| vote.seq == claim.seq) {
             if *existing != claim {
-                self.misbehaviour[usize::from(from)] += 1;
+                self.blame(from, "conflicting checkpoint");
             }
             return;
         }
@@ -850,6 +869,12 @@ impl Replica {
         self.check_state_transfer();
     }
 
+    /// At least f+1 peers (so one honest) reported delivering beyond us.
+    fn lagging(&self) -> bool {
+        let ahead = self.peer_status.values().filter(|report| report.last_delivered > self.last_delivered).count();
+        ahead > usize::from(self.config.f)
+    }
+
     fn check_state_transfer(&mut self) {
         let next = self.last_delivered + 1;
         if self.stable.seq < next || self.state_transfer_requested >= self.stable.seq {
@@ -901,7 +926,7 @@ impl Replica {
         let view_change = self.build_view_change(target);
         let digest = view_change_digest(&view_change);
         self.own_view_change = Some(view_change.clone());
-        self.view_changes.insert(self.config.id, (view_change.clone(), digest));
+        self.store_view_change(self.config.id, view_change.clone(), digest);
         self.broadcast(Message::ViewChange(view_change));
         self.after_view_change_input();
     }
@@ -923,10 +948,15 @@ impl Replica {
             sender: self.config.id,
             view,
             stable: self.stable,
-            checkpoints: self.own_checkpoints.values().copied().collect(),
+            // The highest ones matter most for choosing the new view's checkpoint; bounded.
+            checkpoints: self.own_checkpoints.values().rev().take(self.max_checkpoint_claims()).rev().copied().collect(),
             prepared,
             pre_prepared,
         }
+    }
+
+    fn max_checkpoint_claims(&self) -> usize {
+        usize::try_from(self.config.watermark_window / self.config.checkpoint_interval).unwrap_or(usize::MAX).saturating_add(1)
     }
 
     fn view_change_valid(&self, view_change: &ViewChange) -> bool {
@@ -940,7 +970,8 @@ impl Replica {
             view_change.pre_prepared.iter().all(|e| e.seq > low && e.seq <= high && e.view < view_change.view);
         view_change.view > 0
             && low % interval == 0
-            && view_change.checkpoints.len() <= usize::try_from(self.config.watermark_window / interval).unwrap_or(0) + 1
+            && view_change.checkpoints.len() <= self.max_checkpoint_claims()
+            && view_change.checkpoints.windows(2).all(|pair| pair[0].seq < pair[1].seq)
             && checkpoints_ok
             && prepared_ok
             && pre_prepared_ok
@@ -948,31 +979,44 @@ impl Replica {
 
     fn on_view_change(&mut self, from: ReplicaId, view_change: ViewChange) {
         if !self.view_change_valid(&view_change) {
-            self.blame(from);
+            self.blame(from, "malformed view change");
             return;
         }
         if view_change.view < self.view || (view_change.view == self.view && !self.view_changing) {
             return;
         }
         let digest = view_change_digest(&view_change);
-        if let Some((existing, existing_digest)) = self.view_changes.get(&from) {
-            if existing.view > view_change.view {
-                return;
+        if let Some((_, existing_digest)) = self.view_changes.get(&(from, view_change.view)) {
+            if *existing_digest != digest {
+                self.blame(from, "two view changes for one view");
             }
-            if existing.view == view_change.view {
-                if *existing_digest != digest {
-                    self.blame(from);
-                }
-                return;
+            return;
+        }
+        self.store_view_change(from, view_change, digest);
+        self.after_view_change_input();
+    }
+
+    fn store_view_change(&mut self, sender: ReplicaId, view_change: ViewChange, digest: Digest) {
+        let view = view_change.view;
+        self.view_changes.insert((sender, view), (view_change, digest));
+        let mine = self.view;
+        self.view_changes.retain(|(_, v), _| *v >= mine);
+        let views: Vec<u64> = self.view_changes.range((sender, 0)..=(sender, u64::MAX)).map(|((_, v), _)| *v).collect();
+        if views.len() > VIEW_CHANGES_PER_PEER {
+            for old in &views[..views.len() - VIEW_CHANGES_PER_PEER] {
+                self.view_changes.remove(&(sender, *old));
             }
         }
-        self.view_changes.insert(from, (view_change, digest));
-        self.after_view_change_input();
     }
 
     fn after_view_change_input(&mut self) {
         // Join: f+1 replicas ask for views above ours, so at least one honest replica does.
-        let mut higher: Vec<u64> = self.view_changes.values().map(|(vc, _)| vc.view).filter(|v| *v > self.view).collect();
+        let mut highest: BTreeMap<ReplicaId, u64> = BTreeMap::new();
+        for (sender, view) in self.view_changes.keys() {
+            let entry = highest.entry(*sender).or_insert(*view);
+            *entry = (*entry).max(*view);
+        }
+        let mut higher: Vec<u64> = highest.into_values().filter(|v| *v > self.view).collect();
         higher.sort_unstable_by(|a, b| b.cmp(a));
         if let Some(target) = higher.get(usize::from(self.config.f)).copied() {
             self.start_view_change(target);
@@ -981,8 +1025,12 @@ impl Replica {
         if !self.view_changing {
             return;
         }
-        let count = self.view_changes.values().filter(|(vc, _)| vc.view == self.view).count();
-        if count >= self.config.quorum() && self.view_change_deadline.is_none() {
+        // The timer runs once a quorum is at this view or beyond (Castro waits for a quorum at
+        // exactly this view, which can leave replicas split across two views waiting forever
+        // when a new-view cannot be checked).
+        let senders: BTreeSet<ReplicaId> =
+            self.view_changes.keys().filter(|(_, view)| *view >= self.view).map(|(sender, _)| *sender).collect();
+        if senders.len() >= self.config.quorum() && self.view_change_deadline.is_none() {
             let attempt = self.view.saturating_sub(self.last_normal_view).saturating_sub(1);
             let shift = u32::try_from(attempt).unwrap_or(MAX_BACKOFF_SHIFT).min(MAX_BACKOFF_SHIFT);
             let timeout = self.config.view_change_timeout.saturating_mul(1u32 << shift);
@@ -1009,7 +1057,7 @@ impl Replica {
             .view_changes
             .iter()
             .filter(|(_, (vc, _))| vc.view == self.view)
-            .map(|(sender, (_, digest))| (*sender, *digest))
+            .map(|((sender, _), (_, digest))| (*sender, *digest))
             .collect();
         let new_view = NewView { view: self.view, view_changes, checkpoint, proposals };
         self.broadcast(Message::NewView { sender: self.config.id, new_view: new_view.clone() });
@@ -1030,7 +1078,7 @@ impl Replica {
 
     fn on_new_view(&mut self, from: ReplicaId, new_view: NewView) {
         if !self.new_view_well_formed(&new_view) {
-            self.blame(from);
+            self.blame(from, "malformed new view");
             return;
         }
         if new_view.view < self.view || (new_view.view == self.view && !self.view_changing) {
@@ -1060,7 +1108,7 @@ impl Replica {
         }
         let mut set = Vec::with_capacity(new_view.view_changes.len());
         for (sender, digest) in &new_view.view_changes {
-            match self.view_changes.get(sender) {
+            match self.view_changes.get(&(*sender, new_view.view)) {
                 Some((vc, d)) if vc.view == new_view.view && d == digest => set.push(vc),
                 // Not (yet) held directly from its sender: wait for retransmission or relays.
                 _ => return,
@@ -1071,7 +1119,7 @@ impl Replica {
             self.install_new_view(new_view);
         } else {
             let primary = self.primary();
-            self.blame(primary);
+            self.blame(primary, "new view contradicts its view changes");
             self.pending_new_view = None;
             self.start_view_change(self.view + 1);
         }
@@ -1086,7 +1134,7 @@ impl Replica {
         self.view_change_deadline = None;
         self.pending_new_view = None;
         self.own_view_change = None;
-        self.view_changes.retain(|_, (vc, _)| vc.view > view);
+        self.view_changes.retain(|(_, v), _| *v > view);
         self.relayed_new_views.retain(|_, (_, nv)| nv.view > view);
         if new_view.checkpoint.seq > self.stable.seq {
             self.advance_stable(new_view.checkpoint);
@@ -1135,9 +1183,10 @@ impl Replica {
 
     // ----- helpers -----
 
-    fn blame(&mut self, peer: ReplicaId) {
+    fn blame(&mut self, peer: ReplicaId, reason: &'static str) {
         if let Some(count) = self.misbehaviour.get_mut(usize::from(peer)) {
             *count += 1;
+            self.last_misbehaviour = Some((peer, reason));
         }
     }
 
@@ -1165,7 +1214,7 @@ impl Replica {
 
     fn check_invariants(&self) {
         debug_assert!(self.awaited.len() <= self.config.max_pending_requests);
-        debug_assert!(self.view_changes.len() <= usize::from(self.config.n));
+        debug_assert!(self.view_changes.len() <= usize::from(self.config.n) * VIEW_CHANGES_PER_PEER);
         debug_assert!(self.relayed_new_views.len() <= usize::from(self.config.n));
         debug_assert!(self.checkpoint_votes.values().all(|votes| votes.len() <= VOTES_PER_PEER));
         debug_assert!(self.stable.seq % self.config.checkpoint_interval == 0);

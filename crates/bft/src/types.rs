@@ -288,6 +288,6 @@ pub enum CheckpointError {
     NotACheckpoint { seq: u64, interval: u64 },
     #[error("batch {seq} was not delivered yet (last delivered {last_delivered})")]
     NotDelivered { seq: u64, last_delivered: u64 },
-    #[error("checkpoint {seq} is already stable or superseded")]
+    #[error("checkpoint {seq} was already reported")]
     Stale { seq: u64 },
 }
