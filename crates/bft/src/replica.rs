@@ -60,7 +60,7 @@ const VIEW_CHANGES_PER_PEER: usize = 2;
 /// Most committed batches pushed to a lagging peer per status report.
 const PUSH_BURST: u64 = 16;
 /// View-change timeouts stop doubling after this many failed views.
-const MAX_BACKOFF_SHIFT: u32 = 10;
+const MAX_BACKOFF_SHIFT: u32 = 5;
 
 #[derive(Clone, Debug)]
 struct Accepted {
@@ -117,7 +117,10 @@ pub struct Replica {
     last_time: Time,
     stable: CheckpointClaim,
     own_checkpoints: BTreeMap<u64, CheckpointClaim>,
-    checkpoint_times: BTreeMap<u64, Time>,
+    /// Delivered checkpoint seqs awaiting the application's digest: (time, log digest).
+    checkpoint_times: BTreeMap<u64, (Time, Digest)>,
+    /// Hash chain over delivered (seq, proposal digest).
+    log_digest: Digest,
     checkpoint_votes: BTreeMap<ReplicaId, Vec<CheckpointClaim>>,
     retained: BTreeMap<u64, Proposal>,
     awaited: BTreeMap<RequestKey, Awaited>,
@@ -138,6 +141,8 @@ pub struct Replica {
     tick_deadline: Time,
     peer_status: BTreeMap<ReplicaId, StatusReport>,
     state_transfer_requested: u64,
+    /// The checkpoint the current view started from (see [`Replica::low_watermark`]).
+    view_anchor: CheckpointClaim,
     actions: VecDeque<Action>,
     misbehaviour: Vec<u64>,
     last_misbehaviour: Option<(ReplicaId, &'static str)>,
@@ -160,6 +165,7 @@ impl Replica {
             stable: CheckpointClaim::genesis(),
             own_checkpoints: BTreeMap::new(),
             checkpoint_times: BTreeMap::new(),
+            log_digest: [0; 32],
             checkpoint_votes: BTreeMap::new(),
             retained: BTreeMap::new(),
             awaited: BTreeMap::new(),
@@ -179,6 +185,7 @@ impl Replica {
             tick_deadline,
             peer_status: BTreeMap::new(),
             state_transfer_requested: 0,
+            view_anchor: CheckpointClaim::genesis(),
             actions: VecDeque::new(),
             misbehaviour: vec![0; n],
             last_misbehaviour: None,
@@ -280,7 +287,7 @@ impl Replica {
             if self.lagging() {
                 // f+1 peers delivered more: catch up first, the primary may be fine.
                 self.request_deadline = Some(now.plus(self.config.request_timeout));
-            } else if !self.view_changing && !self.is_primary() {
+            } else if !self.view_changing {
                 self.start_view_change(self.view + 1);
             }
         }
@@ -306,10 +313,10 @@ impl Replica {
             // A quorum already certified this checkpoint while we caught up: nothing to add.
             return Ok(());
         }
-        let Some(time) = self.checkpoint_times.remove(&seq) else {
+        let Some((time, log_digest)) = self.checkpoint_times.remove(&seq) else {
             return Err(CheckpointError::Stale { seq });
         };
-        let claim = CheckpointClaim { seq, time, state_digest };
+        let claim = CheckpointClaim { seq, time, log_digest, state_digest };
         self.own_checkpoints.insert(seq, claim);
         self.broadcast(Message::Checkpoint { sender: self.config.id, checkpoint: claim });
         self.record_vote(self.config.id, claim);
@@ -336,14 +343,14 @@ impl Replica {
             if !self.view_changing {
                 self.fresh.push_back(key);
             }
-        } else {
-            if !self.view_changing {
-                let primary = self.primary();
-                self.send(primary, Message::Request { sender: self.config.id, request });
-            }
-            if self.request_deadline.is_none() {
-                self.request_deadline = Some(self.now.plus(self.config.request_timeout));
-            }
+        } else if !self.view_changing {
+            let primary = self.primary();
+            self.send(primary, Message::Request { sender: self.config.id, request });
+        }
+        // The primary runs the timer too: a primary whose proposals cannot commit (its backups
+        // moved to other views) must not wait forever.
+        if self.request_deadline.is_none() && !self.view_changing {
+            self.request_deadline = Some(self.now.plus(self.config.request_timeout));
         }
     }
 
@@ -413,8 +420,14 @@ impl Replica {
         Some(since.plus(self.config.batch_delay))
     }
 
+    /// Low water mark: the stable checkpoint, or the current view's starting checkpoint when
+    /// that is later (vouched for by f+1 replicas, but not yet stable here).
+    fn low_watermark(&self) -> u64 {
+        self.stable.seq.max(self.view_anchor.seq)
+    }
+
     fn high_watermark(&self) -> u64 {
-        self.stable.seq.saturating_add(self.config.watermark_window)
+        self.low_watermark().saturating_add(self.config.watermark_window)
     }
 
     fn try_propose(&mut self) {
@@ -496,7 +509,7 @@ impl Replica {
     }
 
     fn in_window(&self, seq: u64) -> bool {
-        seq > self.stable.seq && seq <= self.high_watermark()
+        seq > self.low_watermark() && seq <= self.high_watermark()
     }
 
     fn on_pre_prepare(&mut self, from: ReplicaId, view: u64, seq: u64, proposal: Proposal) {
@@ -666,13 +679,15 @@ impl Replica {
         // Bounded: at most one window of committed slots can be waiting.
         loop {
             let seq = self.last_delivered + 1;
-            let Some((_, proposal)) = self.slots.get(&seq).and_then(|slot| slot.committed.clone()) else { return };
-            self.deliver(seq, proposal);
+            let Some((digest, proposal)) = self.slots.get(&seq).and_then(|slot| slot.committed.clone()) else { return };
+            self.deliver(seq, digest, proposal);
         }
     }
 
-    fn deliver(&mut self, seq: u64, proposal: Proposal) {
+    fn deliver(&mut self, seq: u64, digest: Digest, proposal: Proposal) {
         debug_assert_eq!(seq, self.last_delivered + 1);
+        debug_assert_eq!(digest, proposal.digest(seq));
+        self.log_digest = chain(self.log_digest, seq, &digest);
         let time = Time(proposal.time.0.max(self.last_time.0.saturating_add(1)));
         let mut requests = Vec::with_capacity(proposal.requests.len());
         let mut progressed = false;
@@ -690,12 +705,12 @@ impl Replica {
         self.retained.insert(seq, proposal);
         let checkpoint_due = seq % self.config.checkpoint_interval == 0;
         if checkpoint_due && seq > self.stable.seq {
-            self.checkpoint_times.insert(seq, time);
+            self.checkpoint_times.insert(seq, (time, self.log_digest));
         }
         if progressed {
             self.request_deadline = None;
         }
-        if self.request_deadline.is_none() && !self.awaited.is_empty() && !self.is_primary() {
+        if self.request_deadline.is_none() && !self.awaited.is_empty() && !self.view_changing {
             self.request_deadline = Some(self.now.plus(self.config.request_timeout));
         }
         self.actions.push_back(Action::Deliver(Batch { seq, view: self.view, time, requests, checkpoint_due }));
@@ -755,6 +770,7 @@ impl Replica {
         }
         self.own_checkpoints.retain(|seq, _| *seq > claim.seq);
         self.checkpoint_times.retain(|seq, _| *seq > claim.seq);
+        self.try_anchored_fetch();
         if self.next_seq <= claim.seq {
             self.next_seq = claim.seq + 1;
         }
@@ -908,6 +924,46 @@ impl Replica {
             if let Some(body) = body {
                 slot.committed = Some((digest, body));
             }
+            return;
+        }
+        self.try_anchored_fetch();
+    }
+
+    /// Accepts a run of batches fetched from one peer when, chained onto our log, they reproduce
+    /// the log digest of the stable checkpoint (certified by a quorum, or by f+1 claims in a
+    /// new view): one honest holder then suffices, which f+1 matching copies cannot promise.
+    fn try_anchored_fetch(&mut self) {
+        let start = self.last_delivered + 1;
+        let anchor = if self.stable.seq >= start { self.stable } else { self.view_anchor };
+        if anchor.seq < start || anchor.seq - self.last_delivered > self.config.watermark_window {
+            return;
+        }
+        let Some(first) = self.slots.get(&start) else { return };
+        let senders: Vec<ReplicaId> = first.fetched.keys().copied().collect();
+        for sender in senders {
+            let mut log = self.log_digest;
+            let mut complete = true;
+            for seq in start..=anchor.seq {
+                match self.slots.get(&seq).and_then(|slot| slot.fetched.get(&sender)) {
+                    Some(digest) => log = chain(log, seq, digest),
+                    None => {
+                        complete = false;
+                        break;
+                    }
+                }
+            }
+            if !complete || log != anchor.log_digest {
+                continue;
+            }
+            for seq in start..=anchor.seq {
+                let Some(slot) = self.slots.get_mut(&seq) else { return };
+                let Some(digest) = slot.fetched.get(&sender).copied() else { return };
+                let Some(body) = slot.fetched_bodies.get(&digest).cloned() else { return };
+                if slot.committed.is_none() {
+                    slot.committed = Some((digest, body));
+                }
+            }
+            return;
         }
     }
 
@@ -961,13 +1017,12 @@ impl Replica {
 
     fn view_change_valid(&self, view_change: &ViewChange) -> bool {
         let low = view_change.stable.seq;
-        let high = low.saturating_add(self.config.watermark_window);
         let interval = self.config.checkpoint_interval;
         let checkpoints_ok = view_change.checkpoints.iter().all(|c| c.seq > low && c.seq % interval == 0);
-        let prepared_ok = view_change.prepared.iter().all(|e| e.seq > low && e.seq <= high && e.view < view_change.view)
+        let prepared_ok = view_change.prepared.iter().all(|e| e.seq > low && e.view < view_change.view)
             && view_change.prepared.windows(2).all(|pair| pair[0].seq < pair[1].seq);
         let pre_prepared_ok =
-            view_change.pre_prepared.iter().all(|e| e.seq > low && e.seq <= high && e.view < view_change.view);
+            view_change.pre_prepared.iter().all(|e| e.seq > low && e.view < view_change.view);
         view_change.view > 0
             && low % interval == 0
             && view_change.checkpoints.len() <= self.max_checkpoint_claims()
@@ -1136,17 +1191,20 @@ impl Replica {
         self.own_view_change = None;
         self.view_changes.retain(|(_, v), _| *v > view);
         self.relayed_new_views.retain(|_, (_, nv)| nv.view > view);
-        if new_view.checkpoint.seq > self.stable.seq {
-            self.advance_stable(new_view.checkpoint);
+        // Do not collect garbage on the strength of a new view's checkpoint: only f+1 replicas
+        // vouch for it, possibly one honest, and the log below it may still be needed to decide
+        // later views. It moves the window and anchors fetching instead.
+        if new_view.checkpoint.seq > self.view_anchor.seq && new_view.checkpoint.seq > self.stable.seq {
+            self.view_anchor = new_view.checkpoint;
         }
         self.proposed.clear();
         let primary = self.is_primary();
-        let mut max_seq = self.stable.seq.max(self.last_delivered);
+        let mut max_seq = self.low_watermark().max(self.last_delivered);
         let mut max_time = self.last_time;
         for (seq, proposal) in &new_view.proposals {
             max_seq = max_seq.max(*seq);
             max_time = max_time.max(proposal.time);
-            if *seq <= self.stable.seq {
+            if *seq <= self.low_watermark() {
                 continue;
             }
             let digest = proposal.digest(*seq);
@@ -1164,16 +1222,16 @@ impl Replica {
     fn restart_requests(&mut self) {
         self.fresh.clear();
         self.request_deadline = None;
+        if self.awaited.is_empty() {
+            return;
+        }
+        self.request_deadline = Some(self.now.plus(self.config.request_timeout));
         if self.is_primary() {
             let mut keys: Vec<(Time, RequestKey)> = self.awaited.iter().map(|(key, a)| (a.since, *key)).collect();
             keys.sort_unstable();
             self.fresh.extend(keys.into_iter().map(|(_, key)| key));
             return;
         }
-        if self.awaited.is_empty() {
-            return;
-        }
-        self.request_deadline = Some(self.now.plus(self.config.request_timeout));
         let primary = self.primary();
         let requests: Vec<Request> = self.awaited.values().map(|a| a.request.clone()).collect();
         for request in requests {
@@ -1230,4 +1288,15 @@ impl Replica {
         debug_assert!(self.slots.get(&(self.last_delivered + 1)).is_none_or(|slot| slot.committed.is_none()));
         debug_assert!(!self.is_primary() || self.view_changing || self.next_seq > self.last_delivered.min(self.stable.seq));
     }
+}
+
+/// One link of the log hash chain.
+fn chain(log: Digest, seq: u64, digest: &Digest) -> Digest {
+    use sha2::{Digest as _, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(b"sdns-bft-log-v1");
+    hasher.update(log);
+    hasher.update(seq.to_le_bytes());
+    hasher.update(digest);
+    hasher.finalize().into()
 }

@@ -232,7 +232,9 @@ impl Config {
     pub fn limits(&self) -> Limits {
         Limits {
             max_message_bytes: self.max_message_bytes,
-            max_entries: usize::try_from(self.watermark_window).unwrap_or(usize::MAX),
+            // A replica whose log runs past its stable checkpoint by up to two windows (after a
+            // new view that started from a later checkpoint) reports that many entries.
+            max_entries: usize::try_from(self.watermark_window.saturating_mul(2)).unwrap_or(usize::MAX),
         }
     }
 }

@@ -469,17 +469,17 @@ impl Cluster {
         if !faults {
             return;
         }
-        if self.rng.chance(0.5) {
+        if self.rng.chance(0.3) {
             self.submit_one();
         }
-        if self.partition.is_none() && self.rng.chance(0.004) {
+        if self.partition.is_none() && self.rng.chance(0.005) {
             let side: Vec<bool> = (0..self.n).map(|_| self.rng.chance(0.5)).collect();
             let heal_at = self.now + self.rng.between(50_000, 600_000);
             self.partition = Some((side, heal_at));
             self.stats.partitions += 1;
             if debug() { eprintln!("{} partition {:?}", self.now, self.partition); }
         }
-        if self.rng.chance(0.004) {
+        if self.rng.chance(0.005) {
             self.crash_one();
         }
     }
@@ -560,14 +560,29 @@ impl Cluster {
             for app in &node.apps {
                 let missing: Vec<&RequestKey> = self.tracked.keys().filter(|key| !app.delivered.contains(key)).collect();
                 if !missing.is_empty() {
-                    let status = node.replicas[0].status();
+                    let statuses: Vec<String> = self
+                        .nodes
+                        .iter()
+                        .enumerate()
+                        .map(|(peer, node)| {
+                            let status = node.replicas[0].status();
+                            format!(
+                                "r{peer}{}: view {}{} delivered {} stable {}",
+                                if node.behaviour.is_some() { "(byz)" } else if node.amnesiac { "(amnesiac)" } else { "" },
+                                status.view,
+                                if status.view_changing { " changing" } else { "" },
+                                status.last_delivered,
+                                status.stable_checkpoint
+                            )
+                        })
+                        .collect();
                     return Err(Failure::Liveness(format!(
-                        "replica {id} misses {} of {} requests (first {:?}); status {:?}; state transfer needed {}",
+                        "replica {id} misses {} of {} requests (first {:?}); state transfer needed {}; {}",
                         missing.len(),
                         self.tracked.len(),
                         missing[0],
-                        status,
-                        app.state_transfer_needed
+                        app.state_transfer_needed,
+                        statuses.join("; ")
                     )));
                 }
             }

@@ -12,7 +12,7 @@ mod cluster;
 
 use cluster::{Cluster, Failure};
 
-const SAFETY_US: u64 = 2_000_000;
+const SAFETY_US: u64 = 1_500_000;
 const LIVENESS_US: u64 = 60_000_000;
 
 fn run_seed(n: u16, seed: u64) -> Result<cluster::Stats, String> {
