@@ -1,0 +1,274 @@
+//! Small deterministic scenarios: one replica alone, four replicas without faults, codec round trips.
+
+use std::collections::VecDeque;
+
+use bft::{Action, Batch, Config, Message, Replica, Request, Time};
+
+fn request(origin: u16, client: u64, number: u64) -> Request {
+    Request { origin, client, number, payload: vec![7; 10] }
+}
+
+/// Runs replicas with instant, lossless delivery; returns delivered batches per replica.
+fn run(replicas: &mut [Replica], mut now: Time, rounds: usize) -> Vec<Vec<Batch>> {
+    let mut delivered = vec![Vec::new(); replicas.len()];
+    let mut queue: VecDeque<(u16, u16, Vec<u8>)> = VecDeque::new();
+    for _ in 0..rounds {
+        for (index, replica) in replicas.iter_mut().enumerate() {
+            while let Some(action) = replica.poll_action() {
+                match action {
+                    Action::Send { to, message } => queue.push_back((index as u16, to, message.encode())),
+                    Action::Broadcast { message } => {
+                        let bytes = message.encode();
+                        for to in 0..replicas_len(index, &delivered) {
+                            if to != index {
+                                queue.push_back((index as u16, to as u16, bytes.clone()));
+                            }
+                        }
+                    }
+                    Action::Deliver(batch) => {
+                        if batch.checkpoint_due {
+                            replica.checkpoint(batch.seq, [batch.seq as u8; 32]).unwrap();
+                        }
+                        delivered[index].push(batch)
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        if queue.is_empty() {
+            now = Time(now.0 + 1000);
+            for replica in replicas.iter_mut() {
+                if replica.poll_timeout().is_some_and(|t| t <= now) {
+                    replica.handle_timeout(now);
+                }
+            }
+        }
+        while let Some((from, to, bytes)) = queue.pop_front() {
+            let limits = replicas[to as usize].config().limits();
+            let message = Message::decode(&bytes, limits).unwrap();
+            assert_eq!(message.encode(), bytes);
+            replicas[to as usize].handle_message(now, from, message);
+        }
+    }
+    delivered
+}
+
+fn replicas_len(_index: usize, delivered: &[Vec<Batch>]) -> usize {
+    delivered.len()
+}
+
+#[test]
+fn single_replica_orders_alone() {
+    let mut config = Config::new(1, 0);
+    config.checkpoint_interval = 2;
+    config.watermark_window = 4;
+    let mut replica = Replica::new(config, Time(1_000_000)).unwrap();
+    for number in 1..=10 {
+        replica.submit(Time(1_000_000 + number), request(0, 1, number)).unwrap();
+    }
+    let delivered = run(std::slice::from_mut(&mut replica), Time(1_000_100), 50);
+    let numbers: Vec<u64> = delivered[0].iter().flat_map(|b| b.requests.iter().map(|r| r.number)).collect();
+    assert_eq!(numbers, (1..=10).collect::<Vec<_>>());
+    assert!(replica.status().stable_checkpoint >= 2);
+}
+
+#[test]
+fn four_replicas_agree_without_faults() {
+    let start = Time(1_000_000);
+    let mut replicas: Vec<Replica> = (0..4).map(|id| Replica::new(Config::new(4, id), start).unwrap()).collect();
+    for number in 1..=300u64 {
+        let at = (number % 4) as usize;
+        replicas[at].submit(start, request(at as u16, 9, number)).unwrap();
+    }
+    let delivered = run(&mut replicas, start, 400);
+    for batches in &delivered {
+        assert_eq!(batches, &delivered[0]);
+    }
+    let total: usize = delivered[0].iter().map(|b| b.requests.len()).sum();
+    assert_eq!(total, 300);
+    assert!(delivered[0].windows(2).all(|w| w[0].time < w[1].time && w[0].seq + 1 == w[1].seq));
+    assert!(replicas.iter().all(|r| r.status().misbehaviour.iter().all(|c| *c == 0)));
+}
+
+#[test]
+fn duplicate_submission_is_delivered_once() {
+    let start = Time(5_000_000);
+    let mut replicas: Vec<Replica> = (0..4).map(|id| Replica::new(Config::new(4, id), start).unwrap()).collect();
+    replicas[1].submit(start, request(1, 3, 1)).unwrap();
+    let delivered = run(&mut replicas, start, 50);
+    assert_eq!(delivered[1].iter().map(|b| b.requests.len()).sum::<usize>(), 1);
+    assert_eq!(replicas[1].submit(start, request(1, 3, 1)), Err(bft::SubmitError::AlreadyDelivered));
+}
+
+#[test]
+fn claimed_sender_must_match_channel() {
+    let mut replica = Replica::new(Config::new(4, 1), Time(0)).unwrap();
+    let message = Message::Prepare { sender: 2, view: 0, seq: 1, digest: [0; 32] };
+    replica.handle_message(Time(0), 3, message);
+    assert_eq!(replica.status().misbehaviour, vec![0, 0, 0, 1]);
+}
+
+#[test]
+fn bad_configs_are_refused() {
+    let mut config = Config::new(4, 0);
+    config.f = 2;
+    assert!(Replica::new(config, Time(0)).is_err());
+    assert!(Replica::new(Config::new(4, 4), Time(0)).is_err());
+    let mut config = Config::new(4, 0);
+    config.watermark_window = 100;
+    assert!(Replica::new(config, Time(0)).is_err());
+}
+
+/// Rounds of message delays from submission to delivery at every replica, with instant links.
+fn latency_rounds(n: u16, submit_at: u16) -> usize {
+    let start = Time(1_000_000);
+    let mut replicas: Vec<Replica> = (0..n).map(|id| Replica::new(Config::new(n, id), start).unwrap()).collect();
+    replicas[usize::from(submit_at)].submit(start, request(submit_at, 1, 1)).unwrap();
+    let mut delivered = vec![false; usize::from(n)];
+    for round in 0..20 {
+        let mut queue = Vec::new();
+        for (index, replica) in replicas.iter_mut().enumerate() {
+            while let Some(action) = replica.poll_action() {
+                match action {
+                    Action::Send { to, message } => queue.push((index as u16, to, message)),
+                    Action::Broadcast { message } => {
+                        for to in (0..n).filter(|to| usize::from(*to) != index) {
+                            queue.push((index as u16, to, message.clone()));
+                        }
+                    }
+                    Action::Deliver(_) => delivered[index] = true,
+                    _ => {}
+                }
+            }
+        }
+        if delivered.iter().all(|d| *d) {
+            return round;
+        }
+        for (from, to, message) in queue {
+            replicas[usize::from(to)].handle_message(start, from, message);
+        }
+    }
+    usize::MAX
+}
+
+#[test]
+fn normal_case_takes_three_message_delays() {
+    // pre-prepare, prepare, commit; one more when a backup relays the request to the primary.
+    for n in [4, 7] {
+        assert_eq!(latency_rounds(n, 0), 3, "n={n} at the primary");
+        assert_eq!(latency_rounds(n, 1), 4, "n={n} at a backup");
+    }
+}
+
+/// Peers may send any well-formed message; none may panic the core or break its invariants
+/// (debug assertions run at the end of every step in test builds).
+#[test]
+fn random_peer_messages_never_panic() {
+    use bft::{CheckpointClaim, NewView, PrePreparedEntry, PreparedEntry, Proposal, StatusReport, ViewChange};
+    use rand_chacha::rand_core::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(77);
+    let mut small = move |bound: u64| rng.next_u64() % bound;
+    for id in 0..4u16 {
+        let mut config = Config::new(4, id);
+        config.checkpoint_interval = 4;
+        config.watermark_window = 8;
+        let mut replica = Replica::new(config, Time(1_000_000)).unwrap();
+        let mut now = 1_000_000u64;
+        for step in 0..20_000u64 {
+            now += small(50_000);
+            let from = small(4) as u16;
+            let view = small(4);
+            let seq = small(24);
+            let digest = [small(3) as u8; 32];
+            let proposal = Proposal {
+                time: Time(now + small(3) * 1000),
+                requests: (0..small(3)).map(|k| request(small(4) as u16, small(3), k + small(5))).collect(),
+            };
+            let claim = CheckpointClaim {
+                seq: small(4) * 4,
+                time: Time(small(3)),
+                log_digest: [small(2) as u8; 32],
+                state_digest: [small(2) as u8; 32],
+            };
+            let message = match small(10) {
+                0 => Message::Request { sender: from, request: request(from, small(3), small(20)) },
+                1 => Message::PrePrepare { sender: from, view, seq, proposal },
+                2 => Message::Prepare { sender: from, view, seq, digest },
+                3 => Message::Commit { sender: from, view, seq, digest },
+                4 => Message::Checkpoint { sender: from, checkpoint: claim },
+                5 => Message::ViewChange(ViewChange {
+                    sender: from,
+                    view: view + 1,
+                    stable: claim,
+                    checkpoints: vec![],
+                    prepared: vec![PreparedEntry { seq: claim.seq + 1, view, proposal }],
+                    pre_prepared: vec![PrePreparedEntry { seq: claim.seq + 1, view, digest }],
+                }),
+                6 => Message::NewView {
+                    sender: from,
+                    new_view: NewView {
+                        view: view + 1,
+                        view_changes: vec![(0, digest), (1, digest), (2, digest)],
+                        checkpoint: claim,
+                        proposals: vec![(claim.seq + 1, proposal)],
+                    },
+                },
+                7 => Message::Status(StatusReport {
+                    sender: from,
+                    view,
+                    view_changing: small(2) == 0,
+                    last_delivered: seq,
+                    stable_seq: claim.seq,
+                    oldest_retained: small(10),
+                }),
+                8 => Message::Committed { sender: from, seq, proposal },
+                _ => {
+                    replica.handle_timeout(Time(now));
+                    continue;
+                }
+            };
+            replica.handle_message(Time(now), from, message);
+            if step % 7 == 0 {
+                let _ = replica.submit(Time(now), request(id, 9, step));
+            }
+            while let Some(action) = replica.poll_action() {
+                if let Action::Deliver(batch) = action {
+                    if batch.checkpoint_due {
+                        let _ = replica.checkpoint(batch.seq, [1; 32]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn state_transfer_is_requested_when_the_log_is_gone() {
+    let mut config = Config::new(4, 3);
+    config.checkpoint_interval = 4;
+    config.watermark_window = 8;
+    let mut replica = Replica::new(config, Time(0)).unwrap();
+    let claim = bft::CheckpointClaim { seq: 40, time: Time(40), log_digest: [4; 32], state_digest: [5; 32] };
+    for peer in 0..3u16 {
+        replica.handle_message(Time(1), peer, Message::Checkpoint { sender: peer, checkpoint: claim });
+    }
+    assert_eq!(replica.status().stable_checkpoint, 40);
+    for peer in 0..2u16 {
+        let report = bft::StatusReport {
+            sender: peer,
+            view: 0,
+            view_changing: false,
+            last_delivered: 45,
+            stable_seq: 40,
+            oldest_retained: 30,
+        };
+        replica.handle_message(Time(2), peer, Message::Status(report));
+    }
+    let mut requested = Vec::new();
+    while let Some(action) = replica.poll_action() {
+        if let Action::NeedStateTransfer { last_delivered, checkpoint } = action {
+            requested.push((last_delivered, checkpoint));
+        }
+    }
+    assert_eq!(requested, vec![(0, claim)]);
+}
