@@ -1,1 +1,4 @@
 //! bft (work in progress).
+
+#[cfg(feature = "transport")]
+pub mod transport;
