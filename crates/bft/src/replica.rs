@@ -1,0 +1,1184 @@
+//! The replica state machine: events in (`submit`, `handle_message`, `handle_timeout`,
+//! `checkpoint`), actions out (`poll_action`), one timer (`poll_timeout`).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::codec::{new_view_digest, view_change_digest};
+use crate::decide::decide;
+use crate::message::{
+    CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange,
+};
+use crate::types::{
+    duration_us, Batch, CheckpointError, Config, ConfigError, Digest, Proposal, ReplicaId, Request, RequestKey,
+    SubmitError, Time, DEDUP_WINDOW,
+};
+
+/// Something the driver must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Action {
+    /// Send `message` to replica `to` (never this replica).
+    Send { to: ReplicaId, message: Message },
+    /// Send `message` to every other replica.
+    Broadcast { message: Message },
+    /// Execute this batch; batches come in strict sequence order.
+    Deliver(Batch),
+    /// The batches after `last_delivered` are garbage-collected on at least f+1 replicas: the
+    /// application must obtain the state of `checkpoint` from its peers (out of band) — the core
+    /// cannot continue delivering until then. Emitted once per checkpoint.
+    NeedStateTransfer { last_delivered: u64, checkpoint: CheckpointClaim },
+}
+
+/// A snapshot of the replica's progress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Status {
+    /// Current view (the target view while a view change is under way).
+    pub view: u64,
+    pub view_changing: bool,
+    pub primary: ReplicaId,
+    pub is_primary: bool,
+    pub last_delivered: u64,
+    /// Agreed time of the last delivered batch.
+    pub last_time: Time,
+    pub stable_checkpoint: u64,
+    /// Requests known to this replica and not yet delivered.
+    pub pending_requests: usize,
+    /// Protocol violations observed per peer (index = replica id).
+    pub misbehaviour: Vec<u64>,
+}
+
+/// Most checkpoint votes remembered per peer (its latest ones).
+const VOTES_PER_PEER: usize = 4;
+/// Most digests remembered per seq in the Q set.
+const PRE_PREPARED_PER_SEQ: usize = 4;
+/// Most committed batches pushed to a lagging peer per status report.
+const PUSH_BURST: u64 = 16;
+/// View-change timeouts stop doubling after this many failed views.
+const MAX_BACKOFF_SHIFT: u32 = 10;
+
+#[derive(Clone, Debug)]
+struct Accepted {
+    view: u64,
+    digest: Digest,
+    proposal: Proposal,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Slot {
+    /// The pre-prepare accepted in `accepted.view`.
+    accepted: Option<Accepted>,
+    /// Latest (view, digest) each replica prepared.
+    prepares: BTreeMap<ReplicaId, (u64, Digest)>,
+    /// Latest (view, digest) each replica committed.
+    commits: BTreeMap<ReplicaId, (u64, Digest)>,
+    /// Highest-view prepared certificate held.
+    prepared: Option<Accepted>,
+    /// Q set: digests accepted and the highest view each was accepted in.
+    pre_prepared: Vec<(Digest, u64)>,
+    sent_commit_view: Option<u64>,
+    /// Committed (locally or via f+1 fetched copies); never changes once set.
+    committed: Option<(Digest, Proposal)>,
+    /// Fetched copies: sender -> digest, with the bodies by digest.
+    fetched: BTreeMap<ReplicaId, Digest>,
+    fetched_bodies: BTreeMap<Digest, Proposal>,
+}
+
+#[derive(Clone, Debug)]
+struct Awaited {
+    request: Request,
+    since: Time,
+    own: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ClientRecord {
+    high: u64,
+    /// Bit i set: number `high - i` was delivered.
+    mask: u128,
+    last_seq: u64,
+}
+
+/// One PBFT replica. See the crate docs for the driving loop.
+#[derive(Debug)]
+pub struct Replica {
+    config: Config,
+    now: Time,
+    view: u64,
+    view_changing: bool,
+    last_normal_view: u64,
+    slots: BTreeMap<u64, Slot>,
+    last_delivered: u64,
+    last_time: Time,
+    stable: CheckpointClaim,
+    own_checkpoints: BTreeMap<u64, CheckpointClaim>,
+    checkpoint_times: BTreeMap<u64, Time>,
+    checkpoint_votes: BTreeMap<ReplicaId, Vec<CheckpointClaim>>,
+    retained: BTreeMap<u64, Proposal>,
+    awaited: BTreeMap<RequestKey, Awaited>,
+    fresh: VecDeque<RequestKey>,
+    proposed: BTreeSet<RequestKey>,
+    clients: BTreeMap<(ReplicaId, u64), ClientRecord>,
+    clients_by_age: BTreeSet<(u64, ReplicaId, u64)>,
+    next_seq: u64,
+    last_proposed_time: Time,
+    view_changes: BTreeMap<ReplicaId, (ViewChange, Digest)>,
+    own_view_change: Option<ViewChange>,
+    pending_new_view: Option<NewView>,
+    current_new_view: Option<NewView>,
+    relayed_new_views: BTreeMap<ReplicaId, (Digest, NewView)>,
+    request_deadline: Option<Time>,
+    view_change_deadline: Option<Time>,
+    tick_deadline: Time,
+    peer_status: BTreeMap<ReplicaId, StatusReport>,
+    state_transfer_requested: u64,
+    actions: VecDeque<Action>,
+    misbehaviour: Vec<u64>,
+}
+
+impl Replica {
+    /// A replica at view 0 with an empty log.
+    pub fn new(config: Config, now: Time) -> Result<Replica, ConfigError> {
+        config.validate()?;
+        let n = usize::from(config.n);
+        let tick_deadline = now.plus(config.retransmit_interval);
+        Ok(Replica {
+            now,
+            view: 0,
+            view_changing: false,
+            last_normal_view: 0,
+            slots: BTreeMap::new(),
+            last_delivered: 0,
+            last_time: Time(0),
+            stable: CheckpointClaim::genesis(),
+            own_checkpoints: BTreeMap::new(),
+            checkpoint_times: BTreeMap::new(),
+            checkpoint_votes: BTreeMap::new(),
+            retained: BTreeMap::new(),
+            awaited: BTreeMap::new(),
+            fresh: VecDeque::new(),
+            proposed: BTreeSet::new(),
+            clients: BTreeMap::new(),
+            clients_by_age: BTreeSet::new(),
+            next_seq: 1,
+            last_proposed_time: Time(0),
+            view_changes: BTreeMap::new(),
+            own_view_change: None,
+            pending_new_view: None,
+            current_new_view: None,
+            relayed_new_views: BTreeMap::new(),
+            request_deadline: None,
+            view_change_deadline: None,
+            tick_deadline,
+            peer_status: BTreeMap::new(),
+            state_transfer_requested: 0,
+            actions: VecDeque::new(),
+            misbehaviour: vec![0; n],
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn id(&self) -> ReplicaId {
+        self.config.id
+    }
+
+    pub fn status(&self) -> Status {
+        let primary = self.config.primary(self.view);
+        Status {
+            view: self.view,
+            view_changing: self.view_changing,
+            primary,
+            is_primary: primary == self.config.id && !self.view_changing,
+            last_delivered: self.last_delivered,
+            last_time: self.last_time,
+            stable_checkpoint: self.stable.seq,
+            pending_requests: self.awaited.len(),
+            misbehaviour: self.misbehaviour.clone(),
+        }
+    }
+
+    /// Next action for the driver. Worth polling after every other call.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When to call [`Replica::handle_timeout`] next.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let mut deadline = self.tick_deadline;
+        for candidate in [self.request_deadline, self.view_change_deadline, self.batch_deadline()].into_iter().flatten() {
+            deadline = deadline.min(candidate);
+        }
+        Some(deadline)
+    }
+
+    /// A request from a local client. Idempotent for a request already pending.
+    pub fn submit(&mut self, now: Time, request: Request) -> Result<(), SubmitError> {
+        self.now = now;
+        if request.wire_size() > self.config.batch_max_bytes {
+            return Err(SubmitError::TooLarge { size: request.wire_size(), limit: self.config.batch_max_bytes });
+        }
+        if self.is_delivered(&request.key()) {
+            return Err(SubmitError::AlreadyDelivered);
+        }
+        if self.awaited.contains_key(&request.key()) {
+            return Ok(());
+        }
+        if self.awaited.len() >= self.config.max_pending_requests {
+            return Err(SubmitError::QueueFull { pending: self.awaited.len() });
+        }
+        self.learn_request(request, true);
+        self.after_step();
+        Ok(())
+    }
+
+    /// A message from peer `from`, as authenticated by the transport.
+    pub fn handle_message(&mut self, now: Time, from: ReplicaId, message: Message) {
+        self.now = now;
+        if from >= self.config.n || from == self.config.id {
+            return;
+        }
+        if message.sender() != from {
+            self.blame(from);
+            return;
+        }
+        match message {
+            Message::Request { request, .. } => self.on_request(request),
+            Message::PrePrepare { view, seq, proposal, .. } => self.on_pre_prepare(from, view, seq, proposal),
+            Message::Prepare { view, seq, digest, .. } => self.on_prepare(from, view, seq, digest),
+            Message::Commit { view, seq, digest, .. } => self.on_commit(from, view, seq, digest),
+            Message::Checkpoint { checkpoint, .. } => self.on_checkpoint(from, checkpoint),
+            Message::ViewChange(view_change) => self.on_view_change(from, view_change),
+            Message::NewView { new_view, .. } => self.on_new_view(from, new_view),
+            Message::Status(report) => self.on_status(from, report),
+            Message::Committed { seq, proposal, .. } => self.on_committed(from, seq, proposal),
+        }
+        self.after_step();
+    }
+
+    /// Fires due timers. Safe to call at any time.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.now = now;
+        if self.tick_deadline <= now {
+            self.tick_deadline = now.plus(self.config.retransmit_interval);
+            self.tick();
+        }
+        if self.request_deadline.is_some_and(|deadline| deadline <= now) {
+            self.request_deadline = None;
+            if !self.view_changing && !self.is_primary() {
+                self.start_view_change(self.view + 1);
+            }
+        }
+        if self.view_change_deadline.is_some_and(|deadline| deadline <= now) {
+            self.view_change_deadline = None;
+            if self.view_changing {
+                self.start_view_change(self.view + 1);
+            }
+        }
+        self.after_step();
+    }
+
+    /// The application's state digest after executing batch `seq` (a checkpoint).
+    pub fn checkpoint(&mut self, seq: u64, state_digest: Digest) -> Result<(), CheckpointError> {
+        let interval = self.config.checkpoint_interval;
+        if seq == 0 || seq % interval != 0 {
+            return Err(CheckpointError::NotACheckpoint { seq, interval });
+        }
+        if seq > self.last_delivered {
+            return Err(CheckpointError::NotDelivered { seq, last_delivered: self.last_delivered });
+        }
+        let Some(time) = self.checkpoint_times.remove(&seq) else {
+            return Err(CheckpointError::Stale { seq });
+        };
+        let claim = CheckpointClaim { seq, time, state_digest };
+        self.own_checkpoints.insert(seq, claim);
+        self.broadcast(Message::Checkpoint { sender: self.config.id, checkpoint: claim });
+        self.record_vote(self.config.id, claim);
+        self.check_stable();
+        self.after_step();
+        Ok(())
+    }
+
+    // ----- requests -----
+
+    fn is_primary(&self) -> bool {
+        self.config.primary(self.view) == self.config.id
+    }
+
+    fn primary(&self) -> ReplicaId {
+        self.config.primary(self.view)
+    }
+
+    fn learn_request(&mut self, request: Request, own: bool) {
+        let key = request.key();
+        debug_assert!(!self.awaited.contains_key(&key));
+        self.awaited.insert(key, Awaited { request: request.clone(), since: self.now, own });
+        if self.is_primary() {
+            if !self.view_changing {
+                self.fresh.push_back(key);
+            }
+        } else {
+            if !self.view_changing {
+                let primary = self.primary();
+                self.send(primary, Message::Request { sender: self.config.id, request });
+            }
+            if self.request_deadline.is_none() {
+                self.request_deadline = Some(self.now.plus(self.config.request_timeout));
+            }
+        }
+    }
+
+    fn on_request(&mut self, request: Request) {
+        let key = request.key();
+        if request.wire_size() > self.config.batch_max_bytes
+            || self.is_delivered(&key)
+            || self.awaited.contains_key(&key)
+            || self.awaited.len() >= self.config.max_pending_requests
+        {
+            return;
+        }
+        self.learn_request(request, false);
+    }
+
+    fn is_delivered(&self, key: &RequestKey) -> bool {
+        match self.clients.get(&(key.origin, key.client)) {
+            None => false,
+            Some(record) if key.number > record.high => false,
+            Some(record) => {
+                let behind = record.high - key.number;
+                behind >= DEDUP_WINDOW || record.mask & (1u128 << behind) != 0
+            }
+        }
+    }
+
+    /// Marks a request delivered; returns false when it already was.
+    fn mark_delivered(&mut self, key: &RequestKey, seq: u64) -> bool {
+        if self.is_delivered(key) {
+            return false;
+        }
+        let client = (key.origin, key.client);
+        let record = match self.clients.get(&client) {
+            Some(record) => {
+                self.clients_by_age.remove(&(record.last_seq, key.origin, key.client));
+                let mut record = *record;
+                if key.number > record.high {
+                    let shift = key.number - record.high;
+                    record.mask = if shift >= 128 { 0 } else { record.mask << shift };
+                    record.high = key.number;
+                    record.mask |= 1;
+                } else {
+                    record.mask |= 1u128 << (record.high - key.number);
+                }
+                record.last_seq = seq;
+                record
+            }
+            None => ClientRecord { high: key.number, mask: 1, last_seq: seq },
+        };
+        self.clients.insert(client, record);
+        self.clients_by_age.insert((seq, key.origin, key.client));
+        while self.clients.len() > self.config.max_clients {
+            let Some((_, origin, client)) = self.clients_by_age.pop_first() else { break };
+            self.clients.remove(&(origin, client));
+        }
+        true
+    }
+
+    // ----- normal case -----
+
+    fn batch_deadline(&self) -> Option<Time> {
+        if !self.is_primary() || self.view_changing || self.next_seq > self.high_watermark() {
+            return None;
+        }
+        let key = self.fresh.iter().find(|key| self.awaited.contains_key(key) && !self.proposed.contains(key))?;
+        let since = self.awaited.get(key)?.since;
+        Some(since.plus(self.config.batch_delay))
+    }
+
+    fn high_watermark(&self) -> u64 {
+        self.stable.seq.saturating_add(self.config.watermark_window)
+    }
+
+    fn try_propose(&mut self) {
+        if !self.is_primary() || self.view_changing {
+            return;
+        }
+        // Bounded by the window: each round assigns one sequence number.
+        while self.next_seq <= self.high_watermark() {
+            while let Some(key) = self.fresh.front() {
+                if self.awaited.contains_key(key) && !self.proposed.contains(key) {
+                    break;
+                }
+                self.fresh.pop_front();
+            }
+            let Some(first) = self.fresh.front().and_then(|key| self.awaited.get(key)) else { return };
+            let waited_enough = first.since.plus(self.config.batch_delay) <= self.now;
+            let idle = self.next_seq <= self.last_delivered.saturating_add(1);
+            let (count, bytes) = self.fresh_batch_size();
+            let full = count >= self.config.batch_max_requests || bytes >= self.config.batch_max_bytes;
+            if !(full || waited_enough || idle) {
+                return;
+            }
+            self.propose_batch();
+        }
+    }
+
+    fn fresh_batch_size(&self) -> (usize, usize) {
+        let mut count = 0;
+        let mut bytes = 0;
+        for key in &self.fresh {
+            if count >= self.config.batch_max_requests || bytes >= self.config.batch_max_bytes {
+                break;
+            }
+            if let Some(awaited) = self.awaited.get(key) {
+                if !self.proposed.contains(key) {
+                    count += 1;
+                    bytes += awaited.request.wire_size();
+                }
+            }
+        }
+        (count, bytes)
+    }
+
+    fn propose_batch(&mut self) {
+        let mut requests = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(key) = self.fresh.front().copied() {
+            if requests.len() >= self.config.batch_max_requests {
+                break;
+            }
+            let Some(awaited) = self.awaited.get(&key) else {
+                self.fresh.pop_front();
+                continue;
+            };
+            if self.proposed.contains(&key) {
+                self.fresh.pop_front();
+                continue;
+            }
+            let size = awaited.request.wire_size();
+            if !requests.is_empty() && bytes + size > self.config.batch_max_bytes {
+                break;
+            }
+            bytes += size;
+            requests.push(awaited.request.clone());
+            self.proposed.insert(key);
+            self.fresh.pop_front();
+        }
+        if requests.is_empty() {
+            return;
+        }
+        let time = Time(self.now.0.max(self.last_proposed_time.0.saturating_add(1)).max(self.last_time.0.saturating_add(1)));
+        self.last_proposed_time = time;
+        let proposal = Proposal { time, requests };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let digest = proposal.digest(seq);
+        self.broadcast(Message::PrePrepare { sender: self.config.id, view: self.view, seq, proposal: proposal.clone() });
+        self.accept_pre_prepare(seq, digest, proposal);
+    }
+
+    fn in_window(&self, seq: u64) -> bool {
+        seq > self.stable.seq && seq <= self.high_watermark()
+    }
+
+    fn on_pre_prepare(&mut self, from: ReplicaId, view: u64, seq: u64, proposal: Proposal) {
+        if self.view_changing || view != self.view || !self.in_window(seq) {
+            return;
+        }
+        if from != self.primary() {
+            self.blame(from);
+            return;
+        }
+        let digest = proposal.digest(seq);
+        if let Some(accepted) = self.slots.get(&seq).and_then(|slot| slot.accepted.as_ref()) {
+            if accepted.view == view {
+                if accepted.digest != digest {
+                    self.blame(from);
+                }
+                return;
+            }
+        }
+        if proposal.is_null() || !self.time_acceptable(seq, proposal.time) {
+            return;
+        }
+        self.accept_pre_prepare(seq, digest, proposal);
+    }
+
+    /// The primary's time must be near our clock and between its neighbours' times.
+    fn time_acceptable(&self, seq: u64, time: Time) -> bool {
+        if time.distance_us(self.now) > duration_us(self.config.max_clock_skew) {
+            return false;
+        }
+        let known_time = |slot: &Slot| -> Option<Time> {
+            if let Some((_, proposal)) = &slot.committed {
+                if !proposal.is_null() {
+                    return Some(proposal.time);
+                }
+            }
+            match &slot.accepted {
+                Some(accepted) if accepted.view == self.view && !accepted.proposal.is_null() => Some(accepted.proposal.time),
+                _ => None,
+            }
+        };
+        let mut lower = if seq > self.last_delivered { self.last_time } else { Time(0) };
+        if let Some(time) = self.slots.range(self.last_delivered.saturating_add(1)..seq).rev().find_map(|(_, slot)| known_time(slot)) {
+            lower = lower.max(time);
+        }
+        if time <= lower {
+            return false;
+        }
+        let upper = self.slots.range(seq.saturating_add(1)..).find_map(|(_, slot)| known_time(slot));
+        upper.is_none_or(|upper| time < upper)
+    }
+
+    fn accept_pre_prepare(&mut self, seq: u64, digest: Digest, proposal: Proposal) {
+        let view = self.view;
+        let primary = self.is_primary();
+        for request in &proposal.requests {
+            self.proposed.insert(request.key());
+        }
+        let slot = self.slots.entry(seq).or_default();
+        match slot.pre_prepared.iter_mut().find(|(d, _)| *d == digest) {
+            Some(entry) => entry.1 = entry.1.max(view),
+            None => {
+                slot.pre_prepared.push((digest, view));
+                if slot.pre_prepared.len() > PRE_PREPARED_PER_SEQ {
+                    slot.pre_prepared.sort_by(|a, b| b.1.cmp(&a.1));
+                    slot.pre_prepared.truncate(PRE_PREPARED_PER_SEQ);
+                }
+            }
+        }
+        slot.accepted = Some(Accepted { view, digest, proposal });
+        if !primary {
+            slot.prepares.insert(self.config.id, (view, digest));
+            self.broadcast(Message::Prepare { sender: self.config.id, view, seq, digest });
+        }
+        self.check_prepared(seq);
+    }
+
+    fn on_prepare(&mut self, from: ReplicaId, view: u64, seq: u64, digest: Digest) {
+        if view != self.view || self.view_changing || !self.in_window(seq) {
+            return;
+        }
+        if from == self.primary() {
+            self.blame(from);
+            return;
+        }
+        if !self.record_vote_in_slot(from, view, seq, digest, true) {
+            return;
+        }
+        self.check_prepared(seq);
+    }
+
+    fn on_commit(&mut self, from: ReplicaId, view: u64, seq: u64, digest: Digest) {
+        if view != self.view || self.view_changing || !self.in_window(seq) {
+            return;
+        }
+        if !self.record_vote_in_slot(from, view, seq, digest, false) {
+            return;
+        }
+        self.check_committed(seq);
+    }
+
+    /// Stores a prepare or commit; a second, different one in the same view is misbehaviour.
+    fn record_vote_in_slot(&mut self, from: ReplicaId, view: u64, seq: u64, digest: Digest, prepare: bool) -> bool {
+        let slot = self.slots.entry(seq).or_default();
+        let votes = if prepare { &mut slot.prepares } else { &mut slot.commits };
+        match votes.get(&from) {
+            Some((old_view, old_digest)) if *old_view == view => {
+                if *old_digest != digest {
+                    self.blame(from);
+                }
+                false
+            }
+            Some((old_view, _)) if *old_view > view => false,
+            _ => {
+                votes.insert(from, (view, digest));
+                true
+            }
+        }
+    }
+
+    fn check_prepared(&mut self, seq: u64) {
+        let view = self.view;
+        let primary = self.primary();
+        let needed = self.config.quorum() - 1;
+        let Some(slot) = self.slots.get_mut(&seq) else { return };
+        let Some(accepted) = slot.accepted.clone() else { return };
+        if accepted.view != view {
+            return;
+        }
+        let matching = slot
+            .prepares
+            .iter()
+            .filter(|(replica, vote)| **replica != primary && **vote == (view, accepted.digest))
+            .count();
+        if matching < needed {
+            return;
+        }
+        if slot.prepared.as_ref().is_none_or(|prepared| prepared.view < view) {
+            slot.prepared = Some(accepted.clone());
+        }
+        if slot.sent_commit_view != Some(view) {
+            slot.sent_commit_view = Some(view);
+            slot.commits.insert(self.config.id, (view, accepted.digest));
+            self.broadcast(Message::Commit { sender: self.config.id, view, seq, digest: accepted.digest });
+        }
+        self.check_committed(seq);
+    }
+
+    fn check_committed(&mut self, seq: u64) {
+        let view = self.view;
+        let quorum = self.config.quorum();
+        let Some(slot) = self.slots.get_mut(&seq) else { return };
+        let Some(prepared) = slot.prepared.as_ref() else { return };
+        if prepared.view != view || slot.committed.is_some() {
+            return;
+        }
+        let matching = slot.commits.values().filter(|vote| **vote == (view, prepared.digest)).count();
+        if matching >= quorum {
+            slot.committed = Some((prepared.digest, prepared.proposal.clone()));
+        }
+    }
+
+    fn try_deliver(&mut self) {
+        // Bounded: at most one window of committed slots can be waiting.
+        loop {
+            let seq = self.last_delivered + 1;
+            let Some((_, proposal)) = self.slots.get(&seq).and_then(|slot| slot.committed.clone()) else { return };
+            self.deliver(seq, proposal);
+        }
+    }
+
+    fn deliver(&mut self, seq: u64, proposal: Proposal) {
+        debug_assert_eq!(seq, self.last_delivered + 1);
+        let time = Time(proposal.time.0.max(self.last_time.0.saturating_add(1)));
+        let mut requests = Vec::with_capacity(proposal.requests.len());
+        let mut progressed = false;
+        for request in &proposal.requests {
+            let key = request.key();
+            if self.awaited.remove(&key).is_some() {
+                progressed = true;
+            }
+            if self.mark_delivered(&key, seq) {
+                requests.push(request.clone());
+            }
+        }
+        self.last_delivered = seq;
+        self.last_time = time;
+        self.retained.insert(seq, proposal);
+        let checkpoint_due = seq % self.config.checkpoint_interval == 0;
+        if checkpoint_due {
+            self.checkpoint_times.insert(seq, time);
+        }
+        if progressed {
+            self.request_deadline = None;
+        }
+        if self.request_deadline.is_none() && !self.awaited.is_empty() && !self.is_primary() {
+            self.request_deadline = Some(self.now.plus(self.config.request_timeout));
+        }
+        self.actions.push_back(Action::Deliver(Batch { seq, view: self.view, time, requests, checkpoint_due }));
+        self.collect_garbage();
+    }
+
+    // ----- checkpoints and garbage collection -----
+
+    fn on_checkpoint(&mut self, from: ReplicaId, claim: CheckpointClaim) {
+        if claim.seq == 0 || claim.seq % self.config.checkpoint_interval != 0 {
+            self.blame(from);
+            return;
+        }
+        if claim.seq <= self.stable.seq {
+            return;
+        }
+        self.record_vote(from, claim);
+        self.check_stable();
+    }
+
+    fn record_vote(&mut self, from: ReplicaId, claim: CheckpointClaim) {
+        let votes = self.checkpoint_votes.entry(from).or_default();
+        if let Some(existing) = votes.iter().find(|vote| vote.seq == claim.seq) {
+            if *existing != claim {
+                self.misbehaviour[usize::from(from)] += 1;
+            }
+            return;
+        }
+        votes.push(claim);
+        votes.sort_by_key(|vote| vote.seq);
+        if votes.len() > VOTES_PER_PEER {
+            votes.remove(0);
+        }
+    }
+
+    fn check_stable(&mut self) {
+        let quorum = self.config.quorum();
+        let mut counts: BTreeMap<CheckpointClaim, usize> = BTreeMap::new();
+        for votes in self.checkpoint_votes.values() {
+            for vote in votes {
+                *counts.entry(*vote).or_default() += 1;
+            }
+        }
+        let best = counts.into_iter().filter(|(_, count)| *count >= quorum).map(|(claim, _)| claim).max_by_key(|c| c.seq);
+        if let Some(claim) = best {
+            if claim.seq > self.stable.seq {
+                self.advance_stable(claim);
+            }
+        }
+    }
+
+    fn advance_stable(&mut self, claim: CheckpointClaim) {
+        debug_assert!(claim.seq > self.stable.seq);
+        self.stable = claim;
+        for votes in self.checkpoint_votes.values_mut() {
+            votes.retain(|vote| vote.seq > claim.seq);
+        }
+        self.own_checkpoints.retain(|seq, _| *seq > claim.seq);
+        self.checkpoint_times.retain(|seq, _| *seq > claim.seq);
+        if self.next_seq <= claim.seq {
+            self.next_seq = claim.seq + 1;
+        }
+        self.collect_garbage();
+    }
+
+    fn collect_garbage(&mut self) {
+        let keep_above = self.stable.seq.min(self.last_delivered);
+        while self.slots.first_key_value().is_some_and(|(seq, _)| *seq <= keep_above) {
+            self.slots.pop_first();
+        }
+        let retain_above = self.stable.seq.min(self.last_delivered).saturating_sub(self.config.retained_batches);
+        while self.retained.first_key_value().is_some_and(|(seq, _)| *seq <= retain_above) {
+            self.retained.pop_first();
+        }
+    }
+
+    // ----- status, retransmission and fetching -----
+
+    fn tick(&mut self) {
+        let report = self.report();
+        self.broadcast(Message::Status(report));
+        if self.view_changing {
+            if let Some(view_change) = self.own_view_change.clone() {
+                self.broadcast(Message::ViewChange(view_change));
+            }
+        } else {
+            self.retransmit_slots();
+        }
+        if let Some(claim) = self.own_checkpoints.values().next_back().copied() {
+            self.broadcast(Message::Checkpoint { sender: self.config.id, checkpoint: claim });
+        }
+        self.retransmit_requests();
+    }
+
+    fn report(&self) -> StatusReport {
+        StatusReport {
+            sender: self.config.id,
+            view: self.view,
+            view_changing: self.view_changing,
+            last_delivered: self.last_delivered,
+            stable_seq: self.stable.seq,
+            oldest_retained: self.retained.keys().next().copied().unwrap_or(self.last_delivered + 1),
+        }
+    }
+
+    fn retransmit_slots(&mut self) {
+        let view = self.view;
+        let id = self.config.id;
+        let primary = self.is_primary();
+        let mut messages = Vec::new();
+        for (seq, slot) in self.slots.range(self.last_delivered.saturating_add(1)..) {
+            let Some(accepted) = slot.accepted.as_ref().filter(|accepted| accepted.view == view) else { continue };
+            if primary {
+                messages.push(Message::PrePrepare { sender: id, view, seq: *seq, proposal: accepted.proposal.clone() });
+            } else {
+                messages.push(Message::Prepare { sender: id, view, seq: *seq, digest: accepted.digest });
+            }
+            if slot.sent_commit_view == Some(view) {
+                messages.push(Message::Commit { sender: id, view, seq: *seq, digest: accepted.digest });
+            }
+        }
+        for message in messages {
+            self.broadcast(message);
+        }
+    }
+
+    fn retransmit_requests(&mut self) {
+        if self.is_primary() && !self.view_changing {
+            return;
+        }
+        let old = Time(self.now.0.saturating_sub(duration_us(self.config.retransmit_interval)));
+        let stale: Vec<(Request, bool)> = self
+            .awaited
+            .values()
+            .filter(|awaited| awaited.since <= old)
+            .take(self.config.batch_max_requests)
+            .map(|awaited| (awaited.request.clone(), awaited.own))
+            .collect();
+        let primary = self.primary();
+        for (request, own) in stale {
+            let message = Message::Request { sender: self.config.id, request };
+            if own {
+                self.broadcast(message);
+            } else if !self.view_changing {
+                self.send(primary, message);
+            }
+        }
+    }
+
+    fn on_status(&mut self, from: ReplicaId, report: StatusReport) {
+        if report.last_delivered < self.last_delivered {
+            let first = report.last_delivered + 1;
+            let last = self.last_delivered.min(report.last_delivered.saturating_add(PUSH_BURST));
+            let pushes: Vec<Message> = self
+                .retained
+                .range(first..=last)
+                .map(|(seq, proposal)| Message::Committed { sender: self.config.id, seq: *seq, proposal: proposal.clone() })
+                .collect();
+            for message in pushes {
+                self.send(from, message);
+            }
+        }
+        if !self.view_changing
+            && (report.view < self.view || (report.view == self.view && report.view_changing))
+        {
+            if let Some(new_view) = self.current_new_view.clone() {
+                self.send(from, Message::NewView { sender: self.config.id, new_view });
+            }
+        }
+        self.peer_status.insert(from, report);
+        self.check_state_transfer();
+    }
+
+    fn check_state_transfer(&mut self) {
+        let next = self.last_delivered + 1;
+        if self.stable.seq < next || self.state_transfer_requested >= self.stable.seq {
+            return;
+        }
+        let gone = self.peer_status.values().filter(|report| report.oldest_retained > next).count();
+        if gone > usize::from(self.config.f) {
+            self.state_transfer_requested = self.stable.seq;
+            self.actions.push_back(Action::NeedStateTransfer { last_delivered: self.last_delivered, checkpoint: self.stable });
+        }
+    }
+
+    fn on_committed(&mut self, from: ReplicaId, seq: u64, proposal: Proposal) {
+        if seq <= self.last_delivered || seq > self.last_delivered.saturating_add(self.config.watermark_window) {
+            return;
+        }
+        let digest = proposal.digest(seq);
+        let weak = usize::from(self.config.f) + 1;
+        let slot = self.slots.entry(seq).or_default();
+        if slot.committed.is_some() {
+            return;
+        }
+        slot.fetched.insert(from, digest);
+        slot.fetched_bodies.insert(digest, proposal);
+        let live: BTreeSet<Digest> = slot.fetched.values().copied().collect();
+        slot.fetched_bodies.retain(|d, _| live.contains(d));
+        if slot.fetched.values().filter(|d| **d == digest).count() >= weak {
+            let body = slot.fetched_bodies.remove(&digest);
+            slot.fetched.clear();
+            slot.fetched_bodies.clear();
+            if let Some(body) = body {
+                slot.committed = Some((digest, body));
+            }
+        }
+    }
+
+    // ----- view changes -----
+
+    fn start_view_change(&mut self, target: u64) {
+        if target <= self.view && (self.view_changing || target < self.view || target == self.view) {
+            return;
+        }
+        self.view = target;
+        self.view_changing = true;
+        self.request_deadline = None;
+        self.view_change_deadline = None;
+        self.pending_new_view = None;
+        self.fresh.clear();
+        let view_change = self.build_view_change(target);
+        let digest = view_change_digest(&view_change);
+        self.own_view_change = Some(view_change.clone());
+        self.view_changes.insert(self.config.id, (view_change.clone(), digest));
+        self.broadcast(Message::ViewChange(view_change));
+        self.after_view_change_input();
+    }
+
+    fn build_view_change(&self, view: u64) -> ViewChange {
+        let low = self.stable.seq;
+        let high = self.high_watermark();
+        let mut prepared = Vec::new();
+        let mut pre_prepared = Vec::new();
+        for (seq, slot) in self.slots.range(low.saturating_add(1)..=high) {
+            if let Some(certificate) = &slot.prepared {
+                prepared.push(PreparedEntry { seq: *seq, view: certificate.view, proposal: certificate.proposal.clone() });
+            }
+            for (digest, accepted_view) in &slot.pre_prepared {
+                pre_prepared.push(PrePreparedEntry { seq: *seq, view: *accepted_view, digest: *digest });
+            }
+        }
+        ViewChange {
+            sender: self.config.id,
+            view,
+            stable: self.stable,
+            checkpoints: self.own_checkpoints.values().copied().collect(),
+            prepared,
+            pre_prepared,
+        }
+    }
+
+    fn view_change_valid(&self, view_change: &ViewChange) -> bool {
+        let low = view_change.stable.seq;
+        let high = low.saturating_add(self.config.watermark_window);
+        let interval = self.config.checkpoint_interval;
+        let checkpoints_ok = view_change.checkpoints.iter().all(|c| c.seq > low && c.seq % interval == 0);
+        let prepared_ok = view_change.prepared.iter().all(|e| e.seq > low && e.seq <= high && e.view < view_change.view)
+            && view_change.prepared.windows(2).all(|pair| pair[0].seq < pair[1].seq);
+        let pre_prepared_ok =
+            view_change.pre_prepared.iter().all(|e| e.seq > low && e.seq <= high && e.view < view_change.view);
+        view_change.view > 0
+            && low % interval == 0
+            && view_change.checkpoints.len() <= usize::try_from(self.config.watermark_window / interval).unwrap_or(0) + 1
+            && checkpoints_ok
+            && prepared_ok
+            && pre_prepared_ok
+    }
+
+    fn on_view_change(&mut self, from: ReplicaId, view_change: ViewChange) {
+        if !self.view_change_valid(&view_change) {
+            self.blame(from);
+            return;
+        }
+        if view_change.view < self.view || (view_change.view == self.view && !self.view_changing) {
+            return;
+        }
+        let digest = view_change_digest(&view_change);
+        if let Some((existing, existing_digest)) = self.view_changes.get(&from) {
+            if existing.view > view_change.view {
+                return;
+            }
+            if existing.view == view_change.view {
+                if *existing_digest != digest {
+                    self.blame(from);
+                }
+                return;
+            }
+        }
+        self.view_changes.insert(from, (view_change, digest));
+        self.after_view_change_input();
+    }
+
+    fn after_view_change_input(&mut self) {
+        // Join: f+1 replicas ask for views above ours, so at least one honest replica does.
+        let mut higher: Vec<u64> = self.view_changes.values().map(|(vc, _)| vc.view).filter(|v| *v > self.view).collect();
+        higher.sort_unstable_by(|a, b| b.cmp(a));
+        if let Some(target) = higher.get(usize::from(self.config.f)).copied() {
+            self.start_view_change(target);
+            return;
+        }
+        if !self.view_changing {
+            return;
+        }
+        let count = self.view_changes.values().filter(|(vc, _)| vc.view == self.view).count();
+        if count >= self.config.quorum() && self.view_change_deadline.is_none() {
+            let attempt = self.view.saturating_sub(self.last_normal_view).saturating_sub(1);
+            let shift = u32::try_from(attempt).unwrap_or(MAX_BACKOFF_SHIFT).min(MAX_BACKOFF_SHIFT);
+            let timeout = self.config.view_change_timeout.saturating_mul(1u32 << shift);
+            self.view_change_deadline = Some(self.now.plus(timeout));
+        }
+        if self.is_primary() {
+            self.try_new_view();
+        } else {
+            self.try_pending_new_view();
+        }
+    }
+
+    fn view_change_set(&self) -> Vec<&ViewChange> {
+        self.view_changes.values().filter(|(vc, _)| vc.view == self.view).map(|(vc, _)| vc).collect()
+    }
+
+    fn try_new_view(&mut self) {
+        let set = self.view_change_set();
+        if !set.iter().any(|vc| vc.sender == self.config.id) {
+            return;
+        }
+        let Some((checkpoint, proposals)) = decide(&self.config, &set) else { return };
+        let view_changes = self
+            .view_changes
+            .iter()
+            .filter(|(_, (vc, _))| vc.view == self.view)
+            .map(|(sender, (_, digest))| (*sender, *digest))
+            .collect();
+        let new_view = NewView { view: self.view, view_changes, checkpoint, proposals };
+        self.broadcast(Message::NewView { sender: self.config.id, new_view: new_view.clone() });
+        self.install_new_view(new_view);
+    }
+
+    fn new_view_well_formed(&self, new_view: &NewView) -> bool {
+        let low = new_view.checkpoint.seq;
+        let high = low.saturating_add(self.config.watermark_window);
+        new_view.view > 0
+            && low % self.config.checkpoint_interval == 0
+            && new_view.view_changes.len() >= self.config.quorum()
+            && new_view.view_changes.iter().all(|(sender, _)| *sender < self.config.n)
+            && new_view.view_changes.windows(2).all(|pair| pair[0].0 < pair[1].0)
+            && new_view.proposals.iter().all(|(seq, _)| *seq > low && *seq <= high)
+            && new_view.proposals.windows(2).all(|pair| pair[0].0 < pair[1].0)
+    }
+
+    fn on_new_view(&mut self, from: ReplicaId, new_view: NewView) {
+        if !self.new_view_well_formed(&new_view) {
+            self.blame(from);
+            return;
+        }
+        if new_view.view < self.view || (new_view.view == self.view && !self.view_changing) {
+            return;
+        }
+        let digest = new_view_digest(&new_view);
+        if self.relayed_new_views.get(&from).is_none_or(|(_, old)| old.view <= new_view.view) {
+            self.relayed_new_views.insert(from, (digest, new_view.clone()));
+        }
+        let vouchers =
+            self.relayed_new_views.values().filter(|(d, nv)| *d == digest && nv.view == new_view.view).count();
+        if vouchers > usize::from(self.config.f) {
+            self.install_new_view(new_view);
+            return;
+        }
+        if from == self.config.primary(new_view.view) && new_view.view == self.view && self.view_changing {
+            self.pending_new_view = Some(new_view);
+            self.try_pending_new_view();
+        }
+    }
+
+    fn try_pending_new_view(&mut self) {
+        let Some(new_view) = self.pending_new_view.clone() else { return };
+        if new_view.view != self.view || !self.view_changing {
+            self.pending_new_view = None;
+            return;
+        }
+        let mut set = Vec::with_capacity(new_view.view_changes.len());
+        for (sender, digest) in &new_view.view_changes {
+            match self.view_changes.get(sender) {
+                Some((vc, d)) if vc.view == new_view.view && d == digest => set.push(vc),
+                // Not (yet) held directly from its sender: wait for retransmission or relays.
+                _ => return,
+            }
+        }
+        let decision = decide(&self.config, &set);
+        if decision.as_ref() == Some(&(new_view.checkpoint, new_view.proposals.clone())) {
+            self.install_new_view(new_view);
+        } else {
+            let primary = self.primary();
+            self.blame(primary);
+            self.pending_new_view = None;
+            self.start_view_change(self.view + 1);
+        }
+    }
+
+    fn install_new_view(&mut self, new_view: NewView) {
+        let view = new_view.view;
+        debug_assert!(view >= self.view);
+        self.view = view;
+        self.view_changing = false;
+        self.last_normal_view = view;
+        self.view_change_deadline = None;
+        self.pending_new_view = None;
+        self.own_view_change = None;
+        self.view_changes.retain(|_, (vc, _)| vc.view > view);
+        self.relayed_new_views.retain(|_, (_, nv)| nv.view > view);
+        if new_view.checkpoint.seq > self.stable.seq {
+            self.advance_stable(new_view.checkpoint);
+        }
+        self.proposed.clear();
+        let primary = self.is_primary();
+        let mut max_seq = self.stable.seq.max(self.last_delivered);
+        let mut max_time = self.last_time;
+        for (seq, proposal) in &new_view.proposals {
+            max_seq = max_seq.max(*seq);
+            max_time = max_time.max(proposal.time);
+            if *seq <= self.stable.seq {
+                continue;
+            }
+            let digest = proposal.digest(*seq);
+            self.accept_pre_prepare(*seq, digest, proposal.clone());
+        }
+        if primary {
+            self.next_seq = max_seq + 1;
+            self.last_proposed_time = self.last_proposed_time.max(max_time);
+        }
+        self.current_new_view = Some(new_view);
+        self.restart_requests();
+    }
+
+    /// After a view change: hand every known request to the new primary.
+    fn restart_requests(&mut self) {
+        self.fresh.clear();
+        self.request_deadline = None;
+        if self.is_primary() {
+            let mut keys: Vec<(Time, RequestKey)> = self.awaited.iter().map(|(key, a)| (a.since, *key)).collect();
+            keys.sort_unstable();
+            self.fresh.extend(keys.into_iter().map(|(_, key)| key));
+            return;
+        }
+        if self.awaited.is_empty() {
+            return;
+        }
+        self.request_deadline = Some(self.now.plus(self.config.request_timeout));
+        let primary = self.primary();
+        let requests: Vec<Request> = self.awaited.values().map(|a| a.request.clone()).collect();
+        for request in requests {
+            self.send(primary, Message::Request { sender: self.config.id, request });
+        }
+    }
+
+    // ----- helpers -----
+
+    fn blame(&mut self, peer: ReplicaId) {
+        if let Some(count) = self.misbehaviour.get_mut(usize::from(peer)) {
+            *count += 1;
+        }
+    }
+
+    fn send(&mut self, to: ReplicaId, message: Message) {
+        if to != self.config.id {
+            self.actions.push_back(Action::Send { to, message });
+        }
+    }
+
+    fn broadcast(&mut self, message: Message) {
+        if self.config.n > 1 {
+            self.actions.push_back(Action::Broadcast { message });
+        }
+    }
+
+    fn after_step(&mut self) {
+        self.try_deliver();
+        self.try_propose();
+        self.try_deliver();
+        if self.fresh.len() > self.config.max_pending_requests.saturating_mul(2) {
+            self.fresh.retain(|key| self.awaited.contains_key(key));
+        }
+        self.check_invariants();
+    }
+
+    fn check_invariants(&self) {
+        debug_assert!(self.awaited.len() <= self.config.max_pending_requests);
+        debug_assert!(self.view_changes.len() <= usize::from(self.config.n));
+        debug_assert!(self.relayed_new_views.len() <= usize::from(self.config.n));
+        debug_assert!(self.checkpoint_votes.values().all(|votes| votes.len() <= VOTES_PER_PEER));
+        debug_assert!(self.stable.seq % self.config.checkpoint_interval == 0);
+        debug_assert!(self.clients.len() <= self.config.max_clients);
+        debug_assert!(self.clients.len() == self.clients_by_age.len());
+        debug_assert!(self.last_delivered == 0 || self.last_time > Time(0));
+        debug_assert!(self.slots.keys().next().is_none_or(|seq| *seq > self.stable.seq.min(self.last_delivered)));
+        debug_assert!(self
+            .slots
+            .keys()
+            .next_back()
+            .is_none_or(|seq| *seq <= self.high_watermark().max(self.last_delivered + self.config.watermark_window)));
+        debug_assert!(self.slots.get(&(self.last_delivered + 1)).is_none_or(|slot| slot.committed.is_none()));
+        debug_assert!(!self.is_primary() || self.view_changing || self.next_seq > self.last_delivered.min(self.stable.seq));
+    }
+}

@@ -1,0 +1,293 @@
+//! Plain data types shared by the core, the codec and drivers.
+
+use std::time::Duration;
+
+use sha2::{Digest as _, Sha256};
+
+/// Index of a replica, `0..n`.
+pub type ReplicaId = u16;
+
+/// A SHA-256 digest.
+pub type Digest = [u8; 32];
+
+/// Microseconds since the Unix epoch, supplied by the driver (wall clock).
+///
+/// Used both for timers and for the agreed batch time. The core never reads a clock itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Time(pub u64);
+
+impl Time {
+    /// `self + duration`, saturating.
+    pub fn plus(self, duration: Duration) -> Time {
+        Time(self.0.saturating_add(duration_us(duration)))
+    }
+
+    /// Absolute distance between two times, in microseconds.
+    pub fn distance_us(self, other: Time) -> u64 {
+        self.0.abs_diff(other.0)
+    }
+}
+
+pub(crate) fn duration_us(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A client request. `(origin, client, number)` identifies it; retries reuse the same triple.
+///
+/// `origin` is the replica the client submitted to (the gateway). Numbers of one
+/// `(origin, client)` should increase; a request more than [`DEDUP_WINDOW`] numbers below the
+/// highest delivered number of its client is treated as already delivered.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Request {
+    pub origin: ReplicaId,
+    pub client: u64,
+    pub number: u64,
+    pub payload: Vec<u8>,
+}
+
+/// How far below a client's highest delivered number requests are still tracked individually.
+pub const DEDUP_WINDOW: u64 = 128;
+
+/// The key that deduplicates a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestKey {
+    pub origin: ReplicaId,
+    pub client: u64,
+    pub number: u64,
+}
+
+impl Request {
+    pub fn key(&self) -> RequestKey {
+        RequestKey { origin: self.origin, client: self.client, number: self.number }
+    }
+
+    /// Bytes this request takes in a batch (payload plus a fixed overhead for the header).
+    pub fn wire_size(&self) -> usize {
+        self.payload.len().saturating_add(24)
+    }
+}
+
+/// What a primary proposes for one sequence number: the agreed time and the requests.
+///
+/// A *null* proposal (no requests, time 0) fills a gap after a view change.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Proposal {
+    pub time: Time,
+    pub requests: Vec<Request>,
+}
+
+impl Proposal {
+    pub fn null() -> Proposal {
+        Proposal { time: Time(0), requests: Vec::new() }
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    /// The digest that prepares, commits and certificates refer to; it binds the sequence number.
+    pub fn digest(&self, seq: u64) -> Digest {
+        let mut bytes = Vec::with_capacity(64);
+        bytes.extend_from_slice(b"sdns-bft-proposal-v1");
+        bytes.extend_from_slice(&seq.to_le_bytes());
+        crate::codec::write_proposal(&mut bytes, self);
+        Sha256::digest(&bytes).into()
+    }
+}
+
+/// A batch delivered to the application, in strict sequence order, one per sequence number.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    /// Sequence number, starting at 1, without gaps.
+    pub seq: u64,
+    /// The view in which this replica saw the batch commit. Informational only: it can differ
+    /// between replicas (a batch fetched from peers reports the replica's current view).
+    pub view: u64,
+    /// The agreed time: the primary's proposed time, raised to the previous batch's time plus
+    /// one microsecond when needed, so times strictly increase across every delivered batch
+    /// (null batches included). Identical on every honest replica.
+    pub time: Time,
+    /// Requests not delivered before, in proposal order. Empty for a null batch.
+    pub requests: Vec<Request>,
+    /// True when `seq` is a checkpoint (`seq % checkpoint_interval == 0`): the application must
+    /// call [`crate::Replica::checkpoint`] with its state digest after executing this batch.
+    pub checkpoint_due: bool,
+}
+
+/// Static configuration of one replica. Build with [`Config::new`] and adjust fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Number of replicas.
+    pub n: u16,
+    /// Tolerated Byzantine replicas (`t` in the paper); `n >= 3f + 1`.
+    pub f: u16,
+    /// This replica.
+    pub id: ReplicaId,
+    /// A primary closes a batch at this many requests.
+    pub batch_max_requests: usize,
+    /// A primary closes a batch at this many payload bytes (a single larger request still goes).
+    pub batch_max_bytes: usize,
+    /// Longest a request waits at the primary while other batches are in flight.
+    pub batch_delay: Duration,
+    /// K: a checkpoint every K sequence numbers.
+    pub checkpoint_interval: u64,
+    /// L: sequence numbers accepted above the low water mark; a multiple of K.
+    pub watermark_window: u64,
+    /// A backup waits this long for a request it knows of to be ordered before it suspects the
+    /// primary and starts a view change.
+    pub request_timeout: Duration,
+    /// Wait for a new-view message after 2f+1 view changes; doubles per failed view.
+    pub view_change_timeout: Duration,
+    /// Largest accepted distance between a proposed batch time and this replica's clock.
+    pub max_clock_skew: Duration,
+    /// Largest encoded message accepted (the decoder refuses more before allocating).
+    pub max_message_bytes: usize,
+    /// Committed batches kept below the stable checkpoint to serve lagging replicas.
+    pub retained_batches: u64,
+    /// Bound on requests known but not yet delivered (own and relayed).
+    pub max_pending_requests: usize,
+    /// Period of status broadcasts and retransmissions (the network may lose messages).
+    pub retransmit_interval: Duration,
+    /// Bound on the number of `(origin, client)` pairs remembered for deduplication; the pair
+    /// delivered longest ago is forgotten first (deterministically, on every replica alike).
+    pub max_clients: usize,
+}
+
+impl Config {
+    /// Defaults for a cluster of `n` with the largest `f` it tolerates.
+    pub fn new(n: u16, id: ReplicaId) -> Config {
+        Config {
+            n,
+            f: n.saturating_sub(1) / 3,
+            id,
+            batch_max_requests: 512,
+            batch_max_bytes: 256 * 1024,
+            batch_delay: Duration::from_millis(2),
+            checkpoint_interval: 64,
+            watermark_window: 256,
+            request_timeout: Duration::from_secs(2),
+            view_change_timeout: Duration::from_secs(2),
+            max_clock_skew: Duration::from_secs(2),
+            max_message_bytes: 64 * 1024 * 1024,
+            retained_batches: 1024,
+            max_pending_requests: 100_000,
+            retransmit_interval: Duration::from_millis(500),
+            max_clients: 1_000_000,
+        }
+    }
+
+    /// Checks the constraints the protocol relies on.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.n == 0 {
+            return Err(ConfigError::NoReplicas);
+        }
+        if u32::from(self.n) < 3 * u32::from(self.f) + 1 {
+            return Err(ConfigError::TooFewReplicas { n: self.n, f: self.f });
+        }
+        if self.id >= self.n {
+            return Err(ConfigError::IdOutOfRange { id: self.id, n: self.n });
+        }
+        if self.checkpoint_interval == 0
+            || self.watermark_window == 0
+            || self.watermark_window % self.checkpoint_interval != 0
+        {
+            return Err(ConfigError::BadWindow {
+                checkpoint_interval: self.checkpoint_interval,
+                watermark_window: self.watermark_window,
+            });
+        }
+        if self.batch_max_requests == 0 || self.batch_max_bytes == 0 {
+            return Err(ConfigError::ZeroBound("batch_max_requests/batch_max_bytes"));
+        }
+        if self.max_pending_requests == 0 || self.max_clients == 0 {
+            return Err(ConfigError::ZeroBound("max_pending_requests/max_clients"));
+        }
+        if self.max_message_bytes < 1024 {
+            return Err(ConfigError::ZeroBound("max_message_bytes (at least 1024)"));
+        }
+        for (name, value) in [
+            ("request_timeout", self.request_timeout),
+            ("view_change_timeout", self.view_change_timeout),
+            ("retransmit_interval", self.retransmit_interval),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::ZeroBound(name));
+            }
+        }
+        Ok(())
+    }
+
+    /// Size of every quorum: any two intersect in at least f+1 replicas (2f+1 when n = 3f+1).
+    pub fn quorum(&self) -> usize {
+        (usize::from(self.n) + usize::from(self.f)) / 2 + 1
+    }
+
+    /// The primary of `view`.
+    pub fn primary(&self, view: u64) -> ReplicaId {
+        // n > 0 after validation; the remainder is < n <= u16::MAX.
+        (view % u64::from(self.n.max(1))) as ReplicaId
+    }
+
+    /// Limits the decoder enforces for this configuration.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_message_bytes: self.max_message_bytes,
+            max_entries: usize::try_from(self.watermark_window).unwrap_or(usize::MAX),
+        }
+    }
+}
+
+/// Limits enforced while decoding, before any allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest message accepted, in bytes.
+    pub max_message_bytes: usize,
+    /// Largest number of per-sequence entries in view-change and new-view messages.
+    pub max_entries: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_message_bytes: 64 * 1024 * 1024, max_entries: 4096 }
+    }
+}
+
+/// A configuration the protocol cannot run with (the caller's mistake).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("n must be at least 1")]
+    NoReplicas,
+    #[error("n = {n} replicas cannot tolerate f = {f} faults (need n >= 3f + 1)")]
+    TooFewReplicas { n: u16, f: u16 },
+    #[error("replica id {id} is not below n = {n}")]
+    IdOutOfRange { id: ReplicaId, n: u16 },
+    #[error("watermark window {watermark_window} must be a positive multiple of the checkpoint interval {checkpoint_interval}")]
+    BadWindow { checkpoint_interval: u64, watermark_window: u64 },
+    #[error("{0} must be positive")]
+    ZeroBound(&'static str),
+}
+
+/// Why [`crate::Replica::submit`] refused a request (back-pressure or the caller's mistake).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubmitError {
+    #[error("{pending} requests already pending; retry later")]
+    QueueFull { pending: usize },
+    #[error("request of {size} bytes exceeds the batch byte limit {limit}")]
+    TooLarge { size: usize, limit: usize },
+    #[error("request was already delivered")]
+    AlreadyDelivered,
+}
+
+/// Why [`crate::Replica::checkpoint`] refused a state digest (the caller's mistake).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    #[error("sequence {seq} is not a multiple of the checkpoint interval {interval}")]
+    NotACheckpoint { seq: u64, interval: u64 },
+    #[error("batch {seq} was not delivered yet (last delivered {last_delivered})")]
+    NotDelivered { seq: u64, last_delivered: u64 },
+    #[error("checkpoint {seq} is already stable or superseded")]
+    Stale { seq: u64 },
+}
