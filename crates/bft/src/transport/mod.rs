@@ -2,9 +2,11 @@
 //! TLS mesh that carries several protocols on numbered channels, and a tokio driver that runs
 //! the sans-IO [`crate::Replica`] over it.
 
+pub mod driver;
 pub mod error;
 pub mod mesh;
 pub mod pki;
 
 pub use error::{PeerError, TransportError};
+pub use driver::{spawn_replica, DriverStatus, ReplicaHandle};
 pub use mesh::{Mesh, MeshConfig, MeshSender, PeerStatus};
