@@ -3,10 +3,11 @@
 //! ```text
 //! cargo run --release -p bft --features transport --example bench_net -- \
 //!     [--transport all|tls-procs|tls|memory] [--seconds 5] [--window 256] [--payload 32] \
-//!     [--batch-max 512] [--batch-delay-us 2000]
+//!     [--batch-max 512] [--batch-delay-us 2000] [--latency-replicas 4]
 //! ```
 //! Each run has two phases with n = 4 replicas:
-//! - latency: every replica keeps one request of its own outstanding (low load); the figure is
+//! - latency: each of the first `--latency-replicas` replicas keeps one request of its own
+//!   outstanding (low load; 1 = only the primary submits); the figure is
 //!   submit-to-local-delivery time at the submitting replica, p50/p99 over all replicas;
 //! - throughput: every replica keeps `--window` requests outstanding (one per client, so the
 //!   dedup window never interferes); the figure is requests delivered per second at the
@@ -15,7 +16,8 @@
 //! Transports: `tls-procs` runs 4 processes over loopback TLS (the issue's setting), `tls`
 //! runs the 4 replicas as tasks in one process over the same TLS mesh, `memory` replaces the
 //! mesh with in-memory channels (same driver, same encode/decode): the baseline. `all` runs
-//! memory, tls and tls-procs in turn and prints each as a ratio to memory.
+//! memory, tls and tls-procs in turn and prints each as a ratio to memory. Every run ends with
+//! the mesh's own round-trip time (ping-pong between two meshes) for reading latencies.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -41,6 +43,8 @@ struct Plan {
     payload: usize,
     batch_max: usize,
     batch_delay_us: u64,
+    /// Replicas 0..latency_replicas submit during the latency phase (one request each).
+    latency_replicas: u16,
     /// Unix milliseconds at which the latency phase starts, the same for every replica.
     start_unix_ms: u64,
 }
@@ -120,7 +124,7 @@ async fn run_load(
         let active = if now_i < latency_start {
             0
         } else if now_i < latency_end {
-            1
+            usize::from(id < plan.latency_replicas)
         } else if now_i >= throughput_start {
             clients
         } else {
@@ -220,6 +224,15 @@ fn mesh_config(id: u16, addrs: &[SocketAddr], certs: &Path) -> Result<MeshConfig
     Ok(config)
 }
 
+/// Frames lost in the mesh, on stderr: losses make the protocol wait for retransmissions.
+fn report_drops(mesh: &Mesh) {
+    let status = mesh.peer_status();
+    let sent_dropped: u64 = status.iter().map(|s| s.frames_dropped).sum();
+    let received_dropped: u64 = status.iter().map(|s| s.frames_received_dropped).sum();
+    let received: u64 = status.iter().map(|s| s.frames_received).sum();
+    eprintln!("replica {}: frames received {received}, dropped at send {sent_dropped}, at receive {received_dropped}", mesh.id());
+}
+
 async fn wait_connected(mesh: &Mesh) {
     while !mesh.peer_status().iter().all(|s| s.connected) {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -261,9 +274,50 @@ async fn run_in_process(transport: &str, plan: &Plan, certs: &Path) -> Result<Su
         outcomes.push(task.await.map_err(|e| e.to_string())?);
     }
     for mesh in meshes {
+        report_drops(&mesh);
         mesh.shutdown().await;
     }
     Ok(summarize(transport, &outcomes))
+}
+
+/// Round trips of one small frame between two meshes in this process: the transport's own
+/// latency (two one-way hops), to read the ordering latency against.
+async fn mesh_ping_pong(certs: &Path, rounds: usize) -> Result<(u64, u64), String> {
+    let addrs = free_addrs(N)?;
+    let mut meshes = Vec::new();
+    for id in 0..2 {
+        let mut config = mesh_config(id, &addrs, certs)?;
+        config.peers.retain(|(peer, _)| *peer < 2);
+        meshes.push(Mesh::start(config).await.map_err(|e| e.to_string())?);
+    }
+    let mut rx0 = meshes[0].subscribe(CHANNEL_ORDERING).map_err(|e| e.to_string())?;
+    let mut rx1 = meshes[1].subscribe(CHANNEL_ORDERING).map_err(|e| e.to_string())?;
+    for mesh in &meshes {
+        wait_connected(mesh).await;
+    }
+    let echo_sender = meshes[1].sender();
+    let echo = tokio::spawn(async move {
+        while let Some((from, payload)) = rx1.recv().await {
+            if echo_sender.send(from, CHANNEL_ORDERING, payload).is_err() {
+                return;
+            }
+        }
+    });
+    let sender = meshes[0].sender();
+    let payload = bytes::Bytes::from(vec![b'x'; 32]);
+    let mut rtts = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        sender.send(1, CHANNEL_ORDERING, payload.clone()).map_err(|e| e.to_string())?;
+        rx0.recv().await.ok_or("echo stopped")?;
+        rtts.push(start.elapsed().as_micros() as u64);
+    }
+    echo.abort();
+    for mesh in meshes {
+        mesh.shutdown().await;
+    }
+    rtts.sort_unstable();
+    Ok((percentile(&rtts, 0.5), percentile(&rtts, 0.99)))
 }
 
 /// Four child processes of this binary over loopback TLS.
@@ -281,6 +335,7 @@ async fn run_processes(plan: &Plan, certs: &Path) -> Result<Summary, String> {
             .args(["--seconds", &plan.seconds.to_string(), "--window", &plan.window.to_string()])
             .args(["--payload", &plan.payload.to_string(), "--batch-max", &plan.batch_max.to_string()])
             .args(["--batch-delay-us", &plan.batch_delay_us.to_string(), "--start-unix-ms", &start.to_string()])
+            .args(["--latency-replicas", &plan.latency_replicas.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -345,6 +400,7 @@ async fn child_main(id: u16, peers: Vec<SocketAddr>, certs: PathBuf, plan: Plan)
             }
         }
     }
+    report_drops(&mesh);
     mesh.shutdown().await;
     Ok(())
 }
@@ -388,7 +444,7 @@ fn parse_cli() -> Result<Cli, String> {
         id: 0,
         peers: Vec::new(),
         certs: None,
-        plan: Plan { seconds: 5, window: 256, payload: 32, batch_max: 512, batch_delay_us: 2000, start_unix_ms: 0 },
+        plan: Plan { seconds: 5, window: 256, payload: 32, batch_max: 512, batch_delay_us: 2000, latency_replicas: N, start_unix_ms: 0 },
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -411,6 +467,7 @@ fn parse_cli() -> Result<Cli, String> {
             "--batch-max" => cli.plan.batch_max = num(&value)? as usize,
             "--batch-delay-us" => cli.plan.batch_delay_us = num(&value)?,
             "--start-unix-ms" => cli.plan.start_unix_ms = num(&value)?,
+            "--latency-replicas" => cli.plan.latency_replicas = num(&value)? as u16,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -457,7 +514,9 @@ async fn parent_main(cli: Cli) -> Result<(), String> {
         };
         summaries.push(summary);
     }
+    let (rtt_p50, rtt_p99) = mesh_ping_pong(&dir, 2000).await?;
     let _ = std::fs::remove_dir_all(&dir);
     print_table(&summaries);
+    println!("\nmesh round trip (2 one-way TLS hops, 32-byte frame, in-process): p50 {rtt_p50} us, p99 {rtt_p99} us");
     Ok(())
 }

@@ -62,6 +62,8 @@ pub struct DriverStatus {
     /// Checkpoint digests the core refused (the application's mistake).
     pub checkpoint_rejected: u64,
     pub batches_delivered: u64,
+    /// Set when the core reported that it needs the state of this checkpoint from its peers.
+    pub state_transfer_needed: Option<u64>,
 }
 
 /// The application's side of a running replica.
@@ -111,6 +113,7 @@ pub fn spawn_replica<O: Outbound>(
         submit_rejected: 0,
         checkpoint_rejected: 0,
         batches_delivered: 0,
+        state_transfer_needed: None,
     });
     let limits = replica.config().limits();
     let driver = Driver {
@@ -126,6 +129,7 @@ pub fn spawn_replica<O: Outbound>(
         submit_rejected: 0,
         checkpoint_rejected: 0,
         batches_delivered: 0,
+        state_transfer_needed: None,
     };
     let task = tokio::spawn(driver.run());
     let handle = ReplicaHandle { submit: submit_tx, checkpoint: checkpoint_tx, status: status_rx, task };
@@ -145,6 +149,7 @@ struct Driver<O: Outbound> {
     submit_rejected: u64,
     checkpoint_rejected: u64,
     batches_delivered: u64,
+    state_transfer_needed: Option<u64>,
 }
 
 enum Input {
@@ -256,6 +261,11 @@ impl<O: Outbound> Driver<O> {
                     // The application may have stopped listening; ordering goes on regardless.
                     let _ = self.deliver_tx.send(batch);
                 }
+                Action::NeedStateTransfer { last_delivered, checkpoint } => {
+                    // The core cannot resume from this yet (see the crate docs); make it loud.
+                    self.state_transfer_needed = Some(checkpoint.seq);
+                    tracing::error!(last_delivered, checkpoint = checkpoint.seq, "replica fell behind the retained log; state transfer needed");
+                }
                 #[allow(unreachable_patterns)]
                 other => tracing::trace!(?other, "action ignored by the driver"),
             }
@@ -269,6 +279,7 @@ impl<O: Outbound> Driver<O> {
             submit_rejected: self.submit_rejected,
             checkpoint_rejected: self.checkpoint_rejected,
             batches_delivered: self.batches_delivered,
+            state_transfer_needed: self.state_transfer_needed,
         });
     }
 }

@@ -25,8 +25,9 @@
 //! # Loss
 //! Each peer has a bounded send queue; when it is full the *oldest* frame is dropped and counted
 //! (newer protocol messages supersede older ones, and the protocols above retransmit). A
-//! subscriber that does not keep up loses frames too (counted) rather than stalling the other
-//! channels of that connection. Frames queued while a peer is unreachable are sent once it is
+//! subscriber whose queue is full holds up its connection's reader (flow control back to the
+//! sender) for up to one second per frame; after that the frame is dropped and counted, so a
+//! stuck subscriber cannot stall the other channels forever. Frames queued while a peer is unreachable are sent once it is
 //! back; frames in flight when a connection breaks are lost.
 
 use std::collections::{HashMap, VecDeque};
@@ -56,6 +57,8 @@ pub const CHANNEL_SIGNING: u8 = 1;
 /// Reserved: empty frames a writer sends when idle, dropped by the reader.
 pub const CHANNEL_KEEPALIVE: u8 = 255;
 
+/// How long a reader waits for a full subscriber before dropping the frame.
+const SUBSCRIBER_WAIT: Duration = Duration::from_secs(1);
 /// Length prefix size in bytes.
 const HEADER_BYTES: usize = 4;
 /// Ceiling for `max_frame_bytes`, so the length always fits the u32 prefix with the channel byte.
@@ -773,7 +776,19 @@ async fn run_reader<S: AsyncRead + AsyncWrite + Unpin>(shared: &Shared, peer: &P
         }
         peer.frames_received.fetch_add(1, Ordering::Relaxed);
         let subscriber = shared.subscribers.read().ok().and_then(|s| s.get(&channel).cloned());
-        let delivered = subscriber.is_some_and(|s| s.try_send((peer.id, payload)).is_ok());
+        let delivered = match subscriber {
+            // A busy subscriber slows this connection down (TCP flow control then reaches the
+            // sender's queue) rather than losing frames, which the protocols recover only on
+            // slow timers; a stuck one loses frames after a bound so other channels move on.
+            Some(subscriber) => match subscriber.try_send((peer.id, payload)) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(frame)) => {
+                    matches!(tokio::time::timeout(SUBSCRIBER_WAIT, subscriber.send(frame)).await, Ok(Ok(())))
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            },
+            None => false,
+        };
         if !delivered {
             peer.frames_received_dropped.fetch_add(1, Ordering::Relaxed);
         }
