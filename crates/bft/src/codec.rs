@@ -211,6 +211,7 @@ pub(crate) fn write_proposal(out: &mut Vec<u8>, proposal: &Proposal) {
 fn write_checkpoint(out: &mut Vec<u8>, checkpoint: &CheckpointClaim) {
     put_u64(out, checkpoint.seq);
     put_u64(out, checkpoint.time.0);
+    out.extend_from_slice(&checkpoint.log_digest);
     out.extend_from_slice(&checkpoint.state_digest);
 }
 
@@ -346,7 +347,12 @@ impl Reader<'_> {
     }
 
     fn checkpoint(&mut self) -> Result<CheckpointClaim, DecodeError> {
-        Ok(CheckpointClaim { seq: self.u64("seq")?, time: Time(self.u64("time")?), state_digest: self.digest()? })
+        Ok(CheckpointClaim {
+            seq: self.u64("seq")?,
+            time: Time(self.u64("time")?),
+            log_digest: self.digest()?,
+            state_digest: self.digest()?,
+        })
     }
 
     fn view_change(&mut self) -> Result<ViewChange, DecodeError> {
@@ -354,7 +360,7 @@ impl Reader<'_> {
         let view = self.u64("view")?;
         let stable = self.checkpoint()?;
         let limit = self.limits.max_entries;
-        let count = self.count("checkpoints", 34, limit)?;
+        let count = self.count("checkpoints", 66, limit)?;
         let mut checkpoints = Vec::with_capacity(count);
         for _ in 0..count {
             checkpoints.push(self.checkpoint()?);

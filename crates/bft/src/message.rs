@@ -28,18 +28,21 @@ pub enum Message {
     Committed { sender: ReplicaId, seq: u64, proposal: Proposal },
 }
 
-/// A checkpoint: application state digest and agreed time after batch `seq`.
+/// A checkpoint: agreed time, log digest and application state digest after batch `seq`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CheckpointClaim {
     pub seq: u64,
     pub time: Time,
+    /// Hash chain over every committed `(seq, proposal digest)` up to `seq`: lets a replica
+    /// check committed batches fetched from a single peer against a certified checkpoint.
+    pub log_digest: Digest,
     pub state_digest: Digest,
 }
 
 impl CheckpointClaim {
     /// The checkpoint every replica starts from.
     pub fn genesis() -> CheckpointClaim {
-        CheckpointClaim { seq: 0, time: Time(0), state_digest: [0; 32] }
+        CheckpointClaim { seq: 0, time: Time(0), log_digest: [0; 32], state_digest: [0; 32] }
     }
 }
 

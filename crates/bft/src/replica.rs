@@ -46,16 +46,21 @@ pub struct Status {
     pub pending_requests: usize,
     /// Protocol violations observed per peer (index = replica id).
     pub misbehaviour: Vec<u64>,
+    /// The latest protocol violation seen: the peer and what it did.
+    pub last_misbehaviour: Option<(ReplicaId, &'static str)>,
 }
 
 /// Most checkpoint votes remembered per peer (its latest ones).
 const VOTES_PER_PEER: usize = 4;
 /// Most digests remembered per seq in the Q set.
 const PRE_PREPARED_PER_SEQ: usize = 4;
+/// View changes remembered per peer (its highest views), so a new view can still be checked
+/// after its sender moved on.
+const VIEW_CHANGES_PER_PEER: usize = 2;
 /// Most committed batches pushed to a lagging peer per status report.
 const PUSH_BURST: u64 = 16;
 /// View-change timeouts stop doubling after this many failed views.
-const MAX_BACKOFF_SHIFT: u32 = 10;
+const MAX_BACKOFF_SHIFT: u32 = 5;
 
 #[derive(Clone, Debug)]
 struct Accepted {
@@ -112,7 +117,10 @@ pub struct Replica {
     last_time: Time,
     stable: CheckpointClaim,
     own_checkpoints: BTreeMap<u64, CheckpointClaim>,
-    checkpoint_times: BTreeMap<u64, Time>,
+    /// Delivered checkpoint seqs awaiting the application's digest: (time, log digest).
+    checkpoint_times: BTreeMap<u64, (Time, Digest)>,
+    /// Hash chain over delivered (seq, proposal digest).
+    log_digest: Digest,
     checkpoint_votes: BTreeMap<ReplicaId, Vec<CheckpointClaim>>,
     retained: BTreeMap<u64, Proposal>,
     awaited: BTreeMap<RequestKey, Awaited>,
@@ -122,7 +130,8 @@ pub struct Replica {
     clients_by_age: BTreeSet<(u64, ReplicaId, u64)>,
     next_seq: u64,
     last_proposed_time: Time,
-    view_changes: BTreeMap<ReplicaId, (ViewChange, Digest)>,
+    /// View changes by (sender, view); the latest [`VIEW_CHANGES_PER_PEER`] views per sender.
+    view_changes: BTreeMap<(ReplicaId, u64), (ViewChange, Digest)>,
     own_view_change: Option<ViewChange>,
     pending_new_view: Option<NewView>,
     current_new_view: Option<NewView>,
@@ -132,8 +141,11 @@ pub struct Replica {
     tick_deadline: Time,
     peer_status: BTreeMap<ReplicaId, StatusReport>,
     state_transfer_requested: u64,
+    /// The checkpoint the current view started from (see [`Replica::low_watermark`]).
+    view_anchor: CheckpointClaim,
     actions: VecDeque<Action>,
     misbehaviour: Vec<u64>,
+    last_misbehaviour: Option<(ReplicaId, &'static str)>,
 }
 
 impl Replica {
@@ -153,6 +165,7 @@ impl Replica {
             stable: CheckpointClaim::genesis(),
             own_checkpoints: BTreeMap::new(),
             checkpoint_times: BTreeMap::new(),
+            log_digest: [0; 32],
             checkpoint_votes: BTreeMap::new(),
             retained: BTreeMap::new(),
             awaited: BTreeMap::new(),
@@ -172,8 +185,10 @@ impl Replica {
             tick_deadline,
             peer_status: BTreeMap::new(),
             state_transfer_requested: 0,
+            view_anchor: CheckpointClaim::genesis(),
             actions: VecDeque::new(),
             misbehaviour: vec![0; n],
+            last_misbehaviour: None,
             config,
         })
     }
@@ -198,6 +213,7 @@ impl Replica {
             stable_checkpoint: self.stable.seq,
             pending_requests: self.awaited.len(),
             misbehaviour: self.misbehaviour.clone(),
+            last_misbehaviour: self.last_misbehaviour,
         }
     }
 
@@ -242,7 +258,7 @@ impl Replica {
             return;
         }
         if message.sender() != from {
-            self.blame(from);
+            self.blame(from, "claimed sender differs from channel");
             return;
         }
         match message {
@@ -268,7 +284,10 @@ impl Replica {
         }
         if self.request_deadline.is_some_and(|deadline| deadline <= now) {
             self.request_deadline = None;
-            if !self.view_changing && !self.is_primary() {
+            if self.lagging() {
+                // f+1 peers delivered more: catch up first, the primary may be fine.
+                self.request_deadline = Some(now.plus(self.config.request_timeout));
+            } else if !self.view_changing {
                 self.start_view_change(self.view + 1);
             }
         }
@@ -290,10 +309,14 @@ impl Replica {
         if seq > self.last_delivered {
             return Err(CheckpointError::NotDelivered { seq, last_delivered: self.last_delivered });
         }
-        let Some(time) = self.checkpoint_times.remove(&seq) else {
+        if seq <= self.stable.seq {
+            // A quorum already certified this checkpoint while we caught up: nothing to add.
+            return Ok(());
+        }
+        let Some((time, log_digest)) = self.checkpoint_times.remove(&seq) else {
             return Err(CheckpointError::Stale { seq });
         };
-        let claim = CheckpointClaim { seq, time, state_digest };
+        let claim = CheckpointClaim { seq, time, log_digest, state_digest };
         self.own_checkpoints.insert(seq, claim);
         self.broadcast(Message::Checkpoint { sender: self.config.id, checkpoint: claim });
         self.record_vote(self.config.id, claim);
@@ -320,14 +343,14 @@ impl Replica {
             if !self.view_changing {
                 self.fresh.push_back(key);
             }
-        } else {
-            if !self.view_changing {
-                let primary = self.primary();
-                self.send(primary, Message::Request { sender: self.config.id, request });
-            }
-            if self.request_deadline.is_none() {
-                self.request_deadline = Some(self.now.plus(self.config.request_timeout));
-            }
+        } else if !self.view_changing {
+            let primary = self.primary();
+            self.send(primary, Message::Request { sender: self.config.id, request });
+        }
+        // The primary runs the timer too: a primary whose proposals cannot commit (its backups
+        // moved to other views) must not wait forever.
+        if self.request_deadline.is_none() && !self.view_changing {
+            self.request_deadline = Some(self.now.plus(self.config.request_timeout));
         }
     }
 
@@ -397,8 +420,14 @@ impl Replica {
         Some(since.plus(self.config.batch_delay))
     }
 
+    /// Low water mark: the stable checkpoint, or the current view's starting checkpoint when
+    /// that is later (vouched for by f+1 replicas, but not yet stable here).
+    fn low_watermark(&self) -> u64 {
+        self.stable.seq.max(self.view_anchor.seq)
+    }
+
     fn high_watermark(&self) -> u64 {
-        self.stable.seq.saturating_add(self.config.watermark_window)
+        self.low_watermark().saturating_add(self.config.watermark_window)
     }
 
     fn try_propose(&mut self) {
@@ -480,7 +509,7 @@ impl Replica {
     }
 
     fn in_window(&self, seq: u64) -> bool {
-        seq > self.stable.seq && seq <= self.high_watermark()
+        seq > self.low_watermark() && seq <= self.high_watermark()
     }
 
     fn on_pre_prepare(&mut self, from: ReplicaId, view: u64, seq: u64, proposal: Proposal) {
@@ -488,14 +517,14 @@ impl Replica {
             return;
         }
         if from != self.primary() {
-            self.blame(from);
+            self.blame(from, "pre-prepare from a backup");
             return;
         }
         let digest = proposal.digest(seq);
         if let Some(accepted) = self.slots.get(&seq).and_then(|slot| slot.accepted.as_ref()) {
             if accepted.view == view {
                 if accepted.digest != digest {
-                    self.blame(from);
+                    self.blame(from, "two pre-prepares for one seq and view");
                 }
                 return;
             }
@@ -523,8 +552,11 @@ impl Replica {
             }
         };
         let mut lower = if seq > self.last_delivered { self.last_time } else { Time(0) };
-        if let Some(time) = self.slots.range(self.last_delivered.saturating_add(1)..seq).rev().find_map(|(_, slot)| known_time(slot)) {
-            lower = lower.max(time);
+        let first_undelivered = self.last_delivered.saturating_add(1);
+        if first_undelivered < seq {
+            if let Some(time) = self.slots.range(first_undelivered..seq).rev().find_map(|(_, slot)| known_time(slot)) {
+                lower = lower.max(time);
+            }
         }
         if time <= lower {
             return false;
@@ -563,7 +595,7 @@ impl Replica {
             return;
         }
         if from == self.primary() {
-            self.blame(from);
+            self.blame(from, "prepare from the primary");
             return;
         }
         if !self.record_vote_in_slot(from, view, seq, digest, true) {
@@ -589,7 +621,7 @@ impl Replica {
         match votes.get(&from) {
             Some((old_view, old_digest)) if *old_view == view => {
                 if *old_digest != digest {
-                    self.blame(from);
+                    self.blame(from, "two prepares or commits for one seq and view");
                 }
                 false
             }
@@ -647,13 +679,15 @@ impl Replica {
         // Bounded: at most one window of committed slots can be waiting.
         loop {
             let seq = self.last_delivered + 1;
-            let Some((_, proposal)) = self.slots.get(&seq).and_then(|slot| slot.committed.clone()) else { return };
-            self.deliver(seq, proposal);
+            let Some((digest, proposal)) = self.slots.get(&seq).and_then(|slot| slot.committed.clone()) else { return };
+            self.deliver(seq, digest, proposal);
         }
     }
 
-    fn deliver(&mut self, seq: u64, proposal: Proposal) {
+    fn deliver(&mut self, seq: u64, digest: Digest, proposal: Proposal) {
         debug_assert_eq!(seq, self.last_delivered + 1);
+        debug_assert_eq!(digest, proposal.digest(seq));
+        self.log_digest = chain(self.log_digest, seq, &digest);
         let time = Time(proposal.time.0.max(self.last_time.0.saturating_add(1)));
         let mut requests = Vec::with_capacity(proposal.requests.len());
         let mut progressed = false;
@@ -670,13 +704,13 @@ impl Replica {
         self.last_time = time;
         self.retained.insert(seq, proposal);
         let checkpoint_due = seq % self.config.checkpoint_interval == 0;
-        if checkpoint_due {
-            self.checkpoint_times.insert(seq, time);
+        if checkpoint_due && seq > self.stable.seq {
+            self.checkpoint_times.insert(seq, (time, self.log_digest));
         }
         if progressed {
             self.request_deadline = None;
         }
-        if self.request_deadline.is_none() && !self.awaited.is_empty() && !self.is_primary() {
+        if self.request_deadline.is_none() && !self.awaited.is_empty() && !self.view_changing {
             self.request_deadline = Some(self.now.plus(self.config.request_timeout));
         }
         self.actions.push_back(Action::Deliver(Batch { seq, view: self.view, time, requests, checkpoint_due }));
@@ -687,7 +721,7 @@ impl Replica {
 
     fn on_checkpoint(&mut self, from: ReplicaId, claim: CheckpointClaim) {
         if claim.seq == 0 || claim.seq % self.config.checkpoint_interval != 0 {
-            self.blame(from);
+            self.blame(from, "checkpoint off the interval");
             return;
         }
         if claim.seq <= self.stable.seq {
@@ -701,7 +735,7 @@ impl Replica {
         let votes = self.checkpoint_votes.entry(from).or_default();
         if let Some(existing) = votes.iter().find(|vote| vote.seq == claim.seq) {
             if *existing != claim {
-                self.misbehaviour[usize::from(from)] += 1;
+                self.blame(from, "conflicting checkpoint");
             }
             return;
         }
@@ -736,6 +770,7 @@ impl Replica {
         }
         self.own_checkpoints.retain(|seq, _| *seq > claim.seq);
         self.checkpoint_times.retain(|seq, _| *seq > claim.seq);
+        self.try_anchored_fetch();
         if self.next_seq <= claim.seq {
             self.next_seq = claim.seq + 1;
         }
@@ -850,6 +885,12 @@ impl Replica {
         self.check_state_transfer();
     }
 
+    /// At least f+1 peers (so one honest) reported delivering beyond us.
+    fn lagging(&self) -> bool {
+        let ahead = self.peer_status.values().filter(|report| report.last_delivered > self.last_delivered).count();
+        ahead > usize::from(self.config.f)
+    }
+
     fn check_state_transfer(&mut self) {
         let next = self.last_delivered + 1;
         if self.stable.seq < next || self.state_transfer_requested >= self.stable.seq {
@@ -883,6 +924,46 @@ impl Replica {
             if let Some(body) = body {
                 slot.committed = Some((digest, body));
             }
+            return;
+        }
+        self.try_anchored_fetch();
+    }
+
+    /// Accepts a run of batches fetched from one peer when, chained onto our log, they reproduce
+    /// the log digest of the stable checkpoint (certified by a quorum, or by f+1 claims in a
+    /// new view): one honest holder then suffices, which f+1 matching copies cannot promise.
+    fn try_anchored_fetch(&mut self) {
+        let start = self.last_delivered + 1;
+        let anchor = if self.stable.seq >= start { self.stable } else { self.view_anchor };
+        if anchor.seq < start || anchor.seq - self.last_delivered > self.config.watermark_window {
+            return;
+        }
+        let Some(first) = self.slots.get(&start) else { return };
+        let senders: Vec<ReplicaId> = first.fetched.keys().copied().collect();
+        for sender in senders {
+            let mut log = self.log_digest;
+            let mut complete = true;
+            for seq in start..=anchor.seq {
+                match self.slots.get(&seq).and_then(|slot| slot.fetched.get(&sender)) {
+                    Some(digest) => log = chain(log, seq, digest),
+                    None => {
+                        complete = false;
+                        break;
+                    }
+                }
+            }
+            if !complete || log != anchor.log_digest {
+                continue;
+            }
+            for seq in start..=anchor.seq {
+                let Some(slot) = self.slots.get_mut(&seq) else { return };
+                let Some(digest) = slot.fetched.get(&sender).copied() else { return };
+                let Some(body) = slot.fetched_bodies.get(&digest).cloned() else { return };
+                if slot.committed.is_none() {
+                    slot.committed = Some((digest, body));
+                }
+            }
+            return;
         }
     }
 
@@ -901,7 +982,7 @@ impl Replica {
         let view_change = self.build_view_change(target);
         let digest = view_change_digest(&view_change);
         self.own_view_change = Some(view_change.clone());
-        self.view_changes.insert(self.config.id, (view_change.clone(), digest));
+        self.store_view_change(self.config.id, view_change.clone(), digest);
         self.broadcast(Message::ViewChange(view_change));
         self.after_view_change_input();
     }
@@ -923,24 +1004,29 @@ impl Replica {
             sender: self.config.id,
             view,
             stable: self.stable,
-            checkpoints: self.own_checkpoints.values().copied().collect(),
+            // The highest ones matter most for choosing the new view's checkpoint; bounded.
+            checkpoints: self.own_checkpoints.values().rev().take(self.max_checkpoint_claims()).rev().copied().collect(),
             prepared,
             pre_prepared,
         }
     }
 
+    fn max_checkpoint_claims(&self) -> usize {
+        usize::try_from(self.config.watermark_window / self.config.checkpoint_interval).unwrap_or(usize::MAX).saturating_add(1)
+    }
+
     fn view_change_valid(&self, view_change: &ViewChange) -> bool {
         let low = view_change.stable.seq;
-        let high = low.saturating_add(self.config.watermark_window);
         let interval = self.config.checkpoint_interval;
         let checkpoints_ok = view_change.checkpoints.iter().all(|c| c.seq > low && c.seq % interval == 0);
-        let prepared_ok = view_change.prepared.iter().all(|e| e.seq > low && e.seq <= high && e.view < view_change.view)
+        let prepared_ok = view_change.prepared.iter().all(|e| e.seq > low && e.view < view_change.view)
             && view_change.prepared.windows(2).all(|pair| pair[0].seq < pair[1].seq);
         let pre_prepared_ok =
-            view_change.pre_prepared.iter().all(|e| e.seq > low && e.seq <= high && e.view < view_change.view);
+            view_change.pre_prepared.iter().all(|e| e.seq > low && e.view < view_change.view);
         view_change.view > 0
             && low % interval == 0
-            && view_change.checkpoints.len() <= usize::try_from(self.config.watermark_window / interval).unwrap_or(0) + 1
+            && view_change.checkpoints.len() <= self.max_checkpoint_claims()
+            && view_change.checkpoints.windows(2).all(|pair| pair[0].seq < pair[1].seq)
             && checkpoints_ok
             && prepared_ok
             && pre_prepared_ok
@@ -948,31 +1034,44 @@ impl Replica {
 
     fn on_view_change(&mut self, from: ReplicaId, view_change: ViewChange) {
         if !self.view_change_valid(&view_change) {
-            self.blame(from);
+            self.blame(from, "malformed view change");
             return;
         }
         if view_change.view < self.view || (view_change.view == self.view && !self.view_changing) {
             return;
         }
         let digest = view_change_digest(&view_change);
-        if let Some((existing, existing_digest)) = self.view_changes.get(&from) {
-            if existing.view > view_change.view {
-                return;
+        if let Some((_, existing_digest)) = self.view_changes.get(&(from, view_change.view)) {
+            if *existing_digest != digest {
+                self.blame(from, "two view changes for one view");
             }
-            if existing.view == view_change.view {
-                if *existing_digest != digest {
-                    self.blame(from);
-                }
-                return;
+            return;
+        }
+        self.store_view_change(from, view_change, digest);
+        self.after_view_change_input();
+    }
+
+    fn store_view_change(&mut self, sender: ReplicaId, view_change: ViewChange, digest: Digest) {
+        let view = view_change.view;
+        self.view_changes.insert((sender, view), (view_change, digest));
+        let mine = self.view;
+        self.view_changes.retain(|(_, v), _| *v >= mine);
+        let views: Vec<u64> = self.view_changes.range((sender, 0)..=(sender, u64::MAX)).map(|((_, v), _)| *v).collect();
+        if views.len() > VIEW_CHANGES_PER_PEER {
+            for old in &views[..views.len() - VIEW_CHANGES_PER_PEER] {
+                self.view_changes.remove(&(sender, *old));
             }
         }
-        self.view_changes.insert(from, (view_change, digest));
-        self.after_view_change_input();
     }
 
     fn after_view_change_input(&mut self) {
         // Join: f+1 replicas ask for views above ours, so at least one honest replica does.
-        let mut higher: Vec<u64> = self.view_changes.values().map(|(vc, _)| vc.view).filter(|v| *v > self.view).collect();
+        let mut highest: BTreeMap<ReplicaId, u64> = BTreeMap::new();
+        for (sender, view) in self.view_changes.keys() {
+            let entry = highest.entry(*sender).or_insert(*view);
+            *entry = (*entry).max(*view);
+        }
+        let mut higher: Vec<u64> = highest.into_values().filter(|v| *v > self.view).collect();
         higher.sort_unstable_by(|a, b| b.cmp(a));
         if let Some(target) = higher.get(usize::from(self.config.f)).copied() {
             self.start_view_change(target);
@@ -981,8 +1080,12 @@ impl Replica {
         if !self.view_changing {
             return;
         }
-        let count = self.view_changes.values().filter(|(vc, _)| vc.view == self.view).count();
-        if count >= self.config.quorum() && self.view_change_deadline.is_none() {
+        // The timer runs once a quorum is at this view or beyond (Castro waits for a quorum at
+        // exactly this view, which can leave replicas split across two views waiting forever
+        // when a new-view cannot be checked).
+        let senders: BTreeSet<ReplicaId> =
+            self.view_changes.keys().filter(|(_, view)| *view >= self.view).map(|(sender, _)| *sender).collect();
+        if senders.len() >= self.config.quorum() && self.view_change_deadline.is_none() {
             let attempt = self.view.saturating_sub(self.last_normal_view).saturating_sub(1);
             let shift = u32::try_from(attempt).unwrap_or(MAX_BACKOFF_SHIFT).min(MAX_BACKOFF_SHIFT);
             let timeout = self.config.view_change_timeout.saturating_mul(1u32 << shift);
@@ -1009,7 +1112,7 @@ impl Replica {
             .view_changes
             .iter()
             .filter(|(_, (vc, _))| vc.view == self.view)
-            .map(|(sender, (_, digest))| (*sender, *digest))
+            .map(|((sender, _), (_, digest))| (*sender, *digest))
             .collect();
         let new_view = NewView { view: self.view, view_changes, checkpoint, proposals };
         self.broadcast(Message::NewView { sender: self.config.id, new_view: new_view.clone() });
@@ -1030,7 +1133,7 @@ impl Replica {
 
     fn on_new_view(&mut self, from: ReplicaId, new_view: NewView) {
         if !self.new_view_well_formed(&new_view) {
-            self.blame(from);
+            self.blame(from, "malformed new view");
             return;
         }
         if new_view.view < self.view || (new_view.view == self.view && !self.view_changing) {
@@ -1060,7 +1163,7 @@ impl Replica {
         }
         let mut set = Vec::with_capacity(new_view.view_changes.len());
         for (sender, digest) in &new_view.view_changes {
-            match self.view_changes.get(sender) {
+            match self.view_changes.get(&(*sender, new_view.view)) {
                 Some((vc, d)) if vc.view == new_view.view && d == digest => set.push(vc),
                 // Not (yet) held directly from its sender: wait for retransmission or relays.
                 _ => return,
@@ -1071,7 +1174,7 @@ impl Replica {
             self.install_new_view(new_view);
         } else {
             let primary = self.primary();
-            self.blame(primary);
+            self.blame(primary, "new view contradicts its view changes");
             self.pending_new_view = None;
             self.start_view_change(self.view + 1);
         }
@@ -1086,19 +1189,22 @@ impl Replica {
         self.view_change_deadline = None;
         self.pending_new_view = None;
         self.own_view_change = None;
-        self.view_changes.retain(|_, (vc, _)| vc.view > view);
+        self.view_changes.retain(|(_, v), _| *v > view);
         self.relayed_new_views.retain(|_, (_, nv)| nv.view > view);
-        if new_view.checkpoint.seq > self.stable.seq {
-            self.advance_stable(new_view.checkpoint);
+        // Do not collect garbage on the strength of a new view's checkpoint: only f+1 replicas
+        // vouch for it, possibly one honest, and the log below it may still be needed to decide
+        // later views. It moves the window and anchors fetching instead.
+        if new_view.checkpoint.seq > self.view_anchor.seq && new_view.checkpoint.seq > self.stable.seq {
+            self.view_anchor = new_view.checkpoint;
         }
         self.proposed.clear();
         let primary = self.is_primary();
-        let mut max_seq = self.stable.seq.max(self.last_delivered);
+        let mut max_seq = self.low_watermark().max(self.last_delivered);
         let mut max_time = self.last_time;
         for (seq, proposal) in &new_view.proposals {
             max_seq = max_seq.max(*seq);
             max_time = max_time.max(proposal.time);
-            if *seq <= self.stable.seq {
+            if *seq <= self.low_watermark() {
                 continue;
             }
             let digest = proposal.digest(*seq);
@@ -1116,16 +1222,16 @@ impl Replica {
     fn restart_requests(&mut self) {
         self.fresh.clear();
         self.request_deadline = None;
+        if self.awaited.is_empty() {
+            return;
+        }
+        self.request_deadline = Some(self.now.plus(self.config.request_timeout));
         if self.is_primary() {
             let mut keys: Vec<(Time, RequestKey)> = self.awaited.iter().map(|(key, a)| (a.since, *key)).collect();
             keys.sort_unstable();
             self.fresh.extend(keys.into_iter().map(|(_, key)| key));
             return;
         }
-        if self.awaited.is_empty() {
-            return;
-        }
-        self.request_deadline = Some(self.now.plus(self.config.request_timeout));
         let primary = self.primary();
         let requests: Vec<Request> = self.awaited.values().map(|a| a.request.clone()).collect();
         for request in requests {
@@ -1135,9 +1241,10 @@ impl Replica {
 
     // ----- helpers -----
 
-    fn blame(&mut self, peer: ReplicaId) {
+    fn blame(&mut self, peer: ReplicaId, reason: &'static str) {
         if let Some(count) = self.misbehaviour.get_mut(usize::from(peer)) {
             *count += 1;
+            self.last_misbehaviour = Some((peer, reason));
         }
     }
 
@@ -1165,7 +1272,7 @@ impl Replica {
 
     fn check_invariants(&self) {
         debug_assert!(self.awaited.len() <= self.config.max_pending_requests);
-        debug_assert!(self.view_changes.len() <= usize::from(self.config.n));
+        debug_assert!(self.view_changes.len() <= usize::from(self.config.n) * VIEW_CHANGES_PER_PEER);
         debug_assert!(self.relayed_new_views.len() <= usize::from(self.config.n));
         debug_assert!(self.checkpoint_votes.values().all(|votes| votes.len() <= VOTES_PER_PEER));
         debug_assert!(self.stable.seq % self.config.checkpoint_interval == 0);
@@ -1181,4 +1288,15 @@ impl Replica {
         debug_assert!(self.slots.get(&(self.last_delivered + 1)).is_none_or(|slot| slot.committed.is_none()));
         debug_assert!(!self.is_primary() || self.view_changing || self.next_seq > self.last_delivered.min(self.stable.seq));
     }
+}
+
+/// One link of the log hash chain.
+fn chain(log: Digest, seq: u64, digest: &Digest) -> Digest {
+    use sha2::{Digest as _, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(b"sdns-bft-log-v1");
+    hasher.update(log);
+    hasher.update(seq.to_le_bytes());
+    hasher.update(digest);
+    hasher.finalize().into()
 }

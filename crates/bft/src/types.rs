@@ -232,7 +232,9 @@ impl Config {
     pub fn limits(&self) -> Limits {
         Limits {
             max_message_bytes: self.max_message_bytes,
-            max_entries: usize::try_from(self.watermark_window).unwrap_or(usize::MAX),
+            // A replica whose log runs past its stable checkpoint by up to two windows (after a
+            // new view that started from a later checkpoint) reports that many entries.
+            max_entries: usize::try_from(self.watermark_window.saturating_mul(2)).unwrap_or(usize::MAX),
         }
     }
 }
@@ -288,6 +290,6 @@ pub enum CheckpointError {
     NotACheckpoint { seq: u64, interval: u64 },
     #[error("batch {seq} was not delivered yet (last delivered {last_delivered})")]
     NotDelivered { seq: u64, last_delivered: u64 },
-    #[error("checkpoint {seq} is already stable or superseded")]
+    #[error("checkpoint {seq} was already reported")]
     Stale { seq: u64 },
 }

@@ -1,0 +1,615 @@
+//! The `Cluster` harness: virtual time, a seeded network (delay, loss, duplication, reordering,
+//! partitions), crashes and restarts, honest clients, Byzantine nodes, and the checked invariants.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::time::Duration;
+
+use bft::{Action, Batch, Config, Message, Replica, ReplicaId, Request, RequestKey, Time};
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use sha2::{Digest as _, Sha256};
+
+use crate::byzantine::{self, Behaviour, ByzantineState};
+
+/// The simulator's only source of randomness.
+pub struct SimRng(ChaCha8Rng);
+
+impl SimRng {
+    pub fn new(seed: u64) -> SimRng {
+        SimRng(ChaCha8Rng::seed_from_u64(seed))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+
+    /// Uniform in `0..bound` (bound > 0).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound.max(1)
+    }
+
+    pub fn chance(&mut self, probability: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 > 1.0 - probability
+    }
+
+    pub fn between(&mut self, low: u64, high: u64) -> u64 {
+        low + self.below(high - low + 1)
+    }
+}
+
+/// Why a run failed, classified like a VOPR report.
+#[derive(Debug)]
+#[allow(dead_code)] // read through Debug in failure reports
+pub enum Failure {
+    Safety(String),
+    Liveness(String),
+}
+
+/// One sequence of events and faults, fully determined by `seed`.
+pub struct Cluster {
+    n: u16,
+    f: u16,
+    seed: u64,
+    now: u64,
+    rng: SimRng,
+    nodes: Vec<Node>,
+    queue: BinaryHeap<Reverse<(u64, u64, ReplicaId, ReplicaId, Vec<u8>)>>,
+    order: u64,
+    loss: f64,
+    duplication: f64,
+    delays_us: Vec<u64>,
+    partition: Option<(Vec<bool>, u64)>,
+    next_script: u64,
+    client_numbers: BTreeMap<(ReplicaId, u64), u64>,
+    /// Requests accepted by honest replicas, with the request for client retries.
+    tracked: BTreeMap<RequestKey, Request>,
+    /// seq -> digest of (time, requests) first delivered by an honest replica.
+    canonical: BTreeMap<u64, [u8; 32]>,
+    trace: u64,
+    pub stats: Stats,
+    failure: Option<Failure>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    pub messages: u64,
+    pub delivered_batches: u64,
+    pub max_view: u64,
+    pub crashes: u64,
+    pub state_losses: u64,
+    pub partitions: u64,
+}
+
+struct Node {
+    replicas: Vec<Replica>,
+    apps: Vec<App>,
+    behaviour: Option<Behaviour>,
+    byzantine_state: ByzantineState,
+    up: bool,
+    /// Lost its state at least once; counts against f like a Byzantine replica.
+    amnesiac: bool,
+    restart_at: Option<(u64, bool)>,
+    clock_offset_us: u64,
+}
+
+/// The application a replica drives: a hash chain over delivered batches.
+#[derive(Default)]
+struct App {
+    digest: [u8; 32],
+    last_seq: u64,
+    last_time: Time,
+    delivered: BTreeSet<RequestKey>,
+    state_transfer_needed: bool,
+}
+
+const START_US: u64 = 1_700_000_000_000_000;
+const SCRIPT_INTERVAL_US: u64 = 2_000;
+const CLOCK_SKEW_US: u64 = 10_000;
+
+pub fn sim_config(n: u16, id: ReplicaId) -> Config {
+    let mut config = Config::new(n, id);
+    config.batch_max_requests = 8;
+    config.batch_delay = Duration::from_millis(1);
+    config.checkpoint_interval = 8;
+    config.watermark_window = 32;
+    config.request_timeout = Duration::from_millis(300);
+    config.view_change_timeout = Duration::from_millis(300);
+    config.retransmit_interval = Duration::from_millis(100);
+    config.max_clock_skew = Duration::from_millis(100);
+    config.retained_batches = 100_000;
+    config.max_pending_requests = 4096;
+    config
+}
+
+impl Cluster {
+    pub fn new(n: u16, seed: u64) -> Cluster {
+        let mut rng = SimRng::new(seed ^ (u64::from(n) << 56));
+        let f = (n - 1) / 3;
+        let byzantine_count = rng.below(u64::from(f) + 1) as usize;
+        let mut byzantine_ids = BTreeSet::new();
+        while byzantine_ids.len() < byzantine_count {
+            byzantine_ids.insert(rng.below(u64::from(n)) as ReplicaId);
+        }
+        let mut nodes = Vec::new();
+        for id in 0..n {
+            let behaviour = byzantine_ids
+                .contains(&id)
+                .then(|| byzantine::ALL[rng.below(byzantine::ALL.len() as u64) as usize]);
+            let clock_offset_us = rng.below(CLOCK_SKEW_US);
+            let now = Time(START_US + clock_offset_us);
+            let copies = if behaviour == Some(Behaviour::Twins) { 2 } else { 1 };
+            let replicas = (0..copies).map(|_| Replica::new(sim_config(n, id), now).expect("valid config")).collect();
+            nodes.push(Node {
+                replicas,
+                apps: (0..copies).map(|_| App::default()).collect(),
+                behaviour,
+                byzantine_state: ByzantineState::default(),
+                up: true,
+                amnesiac: false,
+                restart_at: None,
+                clock_offset_us,
+            });
+        }
+        let loss = [0.0, 0.01, 0.05, 0.1][rng.below(4) as usize];
+        let duplication = [0.0, 0.02, 0.05][rng.below(3) as usize];
+        let delays_us = (0..usize::from(n) * usize::from(n)).map(|_| rng.between(100, 3_000)).collect();
+        Cluster {
+            n,
+            f,
+            seed,
+            now: START_US,
+            rng,
+            nodes,
+            queue: BinaryHeap::new(),
+            order: 0,
+            loss,
+            duplication,
+            delays_us,
+            partition: None,
+            next_script: START_US,
+            client_numbers: BTreeMap::new(),
+            tracked: BTreeMap::new(),
+            canonical: BTreeMap::new(),
+            trace: 0xcbf2_9ce4_8422_2325,
+            stats: Stats::default(),
+            failure: None,
+        }
+    }
+
+    /// Describes the faulty nodes, for failure reports.
+    pub fn describe(&self) -> String {
+        let faulty: Vec<String> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(id, node)| node.behaviour.map(|b| format!("{id}:{b:?}")))
+            .collect();
+        format!("n={} seed={} byzantine=[{}] loss={} dup={}", self.n, self.seed, faulty.join(","), self.loss, self.duplication)
+    }
+
+    pub fn trace_hash(&self) -> u64 {
+        self.trace
+    }
+
+    fn mix(&mut self, values: &[u64], bytes: &[u8]) {
+        let mut hash = self.trace;
+        for value in values {
+            hash = (hash ^ value).wrapping_mul(0x0100_0000_01b3);
+        }
+        for byte in bytes {
+            hash = (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.trace = hash;
+    }
+
+    fn honest(&self, id: usize) -> bool {
+        self.nodes[id].behaviour.is_none()
+    }
+
+    /// Runs the safety phase (faults) then the liveness phase (healed network, bounded).
+    pub fn run(&mut self, safety_us: u64, liveness_us: u64) -> Result<Stats, Failure> {
+        let safety_end = self.now + safety_us;
+        self.drive(safety_end, true);
+        if let Some(failure) = self.failure.take() {
+            return Err(failure);
+        }
+        // Global stabilisation: heal, restart everyone, stop losing messages.
+        self.partition = None;
+        self.loss = 0.0;
+        self.duplication = 0.0;
+        for id in 0..self.nodes.len() {
+            if !self.nodes[id].up {
+                let lose = self.nodes[id].restart_at.is_some_and(|(_, lose)| lose);
+                self.restart(id, lose);
+            }
+        }
+        let liveness_end = self.now + liveness_us;
+        self.drive(liveness_end, false);
+        if let Some(failure) = self.failure.take() {
+            return Err(failure);
+        }
+        self.check_liveness()?;
+        self.check_blame()?;
+        Ok(self.stats.clone())
+    }
+
+    fn all_delivered(&self) -> bool {
+        self.nodes.iter().enumerate().filter(|(id, _)| self.honest(*id)).all(|(_, node)| {
+            node.apps.iter().all(|app| self.tracked.keys().all(|key| app.delivered.contains(key)))
+        })
+    }
+
+    fn drive(&mut self, end: u64, faults: bool) {
+        // Bounded: every iteration handles one event and time never moves backwards.
+        for _ in 0..20_000_000u64 {
+            if self.failure.is_some() {
+                return;
+            }
+            let next_message = self.queue.peek().map(|Reverse((at, ..))| *at);
+            let (timer_node, next_timer) = self.next_timer();
+            let next = [next_message, next_timer, Some(self.next_script)].into_iter().flatten().min().unwrap_or(end);
+            if next >= end {
+                self.now = end;
+                return;
+            }
+            self.now = self.now.max(next);
+            if next_message == Some(next) {
+                let Some(Reverse((_, _, from, to, bytes))) = self.queue.pop() else { continue };
+                self.deliver_message(from, to, bytes);
+            } else if next_timer == Some(next) {
+                if let Some(id) = timer_node {
+                    self.fire_timer(id);
+                }
+            } else {
+                self.next_script = self.now + SCRIPT_INTERVAL_US;
+                self.script(faults);
+                if !faults && self.all_delivered() {
+                    return;
+                }
+            }
+        }
+        self.failure = Some(Failure::Liveness("simulation step bound reached".into()));
+    }
+
+    fn local_time(&self, id: usize) -> Time {
+        Time(self.now + self.nodes[id].clock_offset_us)
+    }
+
+    fn next_timer(&self) -> (Option<usize>, Option<u64>) {
+        let mut best: (Option<usize>, Option<u64>) = (None, None);
+        for (id, node) in self.nodes.iter().enumerate() {
+            if !node.up {
+                continue;
+            }
+            for replica in &node.replicas {
+                if let Some(Time(local)) = replica.poll_timeout() {
+                    let global = local.saturating_sub(node.clock_offset_us).max(self.now);
+                    if best.1.is_none_or(|at| global < at) {
+                        best = (Some(id), Some(global));
+                    }
+                }
+            }
+        }
+        best
+    }
+
+    fn fire_timer(&mut self, id: usize) {
+        let now = self.local_time(id);
+        self.mix(&[self.now, id as u64, 0xfeed], &[]);
+        for copy in 0..self.nodes[id].replicas.len() {
+            self.nodes[id].replicas[copy].handle_timeout(now);
+            self.drain(id, copy);
+        }
+    }
+
+    fn deliver_message(&mut self, from: ReplicaId, to: ReplicaId, bytes: Vec<u8>) {
+        let id = usize::from(to);
+        if !self.nodes[id].up || self.cut(usize::from(from), id) {
+            return;
+        }
+        self.mix(&[self.now, u64::from(from), u64::from(to)], &bytes);
+        let now = self.local_time(id);
+        for copy in 0..self.nodes[id].replicas.len() {
+            let limits = self.nodes[id].replicas[copy].config().limits();
+            match Message::decode(&bytes, limits) {
+                Ok(message) => {
+                    if message.encode() != bytes {
+                        self.failure = Some(Failure::Safety("codec round trip changed a message".into()));
+                        return;
+                    }
+                    self.nodes[id].replicas[copy].handle_message(now, from, message);
+                }
+                Err(error) => {
+                    self.failure = Some(Failure::Safety(format!("valid message failed to decode: {error}")));
+                    return;
+                }
+            }
+            self.drain(id, copy);
+        }
+    }
+
+    fn cut(&self, a: usize, b: usize) -> bool {
+        self.partition.as_ref().is_some_and(|(side, _)| side[a] != side[b])
+    }
+
+    fn drain(&mut self, id: usize, copy: usize) {
+        // Bounded: a replica emits a finite number of actions per input.
+        for _ in 0..1_000_000 {
+            let Some(action) = self.nodes[id].replicas[copy].poll_action() else { return };
+            match action {
+                Action::Send { to, message } => self.route(id, to, message),
+                Action::Broadcast { message } => {
+                    for to in 0..self.n {
+                        if usize::from(to) != id {
+                            self.route(id, to, message.clone());
+                        }
+                    }
+                }
+                Action::Deliver(batch) => self.on_deliver(id, copy, batch),
+                Action::NeedStateTransfer { .. } => self.nodes[id].apps[copy].state_transfer_needed = true,
+                other => panic!("unknown action {other:?}"),
+            }
+        }
+        self.failure = Some(Failure::Liveness(format!("replica {id} emitted unbounded actions")));
+    }
+
+    fn route(&mut self, id: usize, to: ReplicaId, message: Message) {
+        if debug() && matches!(message, Message::ViewChange(_) | Message::NewView { .. }) {
+            eprintln!("{} r{id} -> {to}: {:?}", self.now, message);
+        }
+        let me = id as ReplicaId;
+        let outgoing = match self.nodes[id].behaviour {
+            Some(behaviour) => {
+                let mut state = std::mem::take(&mut self.nodes[id].byzantine_state);
+                let out = byzantine::rewrite(behaviour, &mut state, &mut self.rng, me, self.n, to, message);
+                self.nodes[id].byzantine_state = state;
+                out
+            }
+            None => vec![(to, message)],
+        };
+        for (to, message) in outgoing {
+            if usize::from(to) == id || to >= self.n {
+                continue;
+            }
+            self.stats.messages += 1;
+            if self.cut(id, usize::from(to)) || self.rng.chance(self.loss) {
+                continue;
+            }
+            let bytes = message.encode();
+            let copies = if self.rng.chance(self.duplication) { 2 } else { 1 };
+            for _ in 0..copies {
+                let base = self.delays_us[id * usize::from(self.n) + usize::from(to)];
+                let at = self.now + base + self.rng.below(base);
+                self.order += 1;
+                self.queue.push(Reverse((at, self.order, me, to, bytes.clone())));
+            }
+        }
+    }
+
+    fn on_deliver(&mut self, id: usize, copy: usize, batch: Batch) {
+        self.stats.delivered_batches += 1;
+        self.stats.max_view = self.stats.max_view.max(self.nodes[id].replicas[copy].status().view);
+        let mut hasher = Sha256::new();
+        hasher.update(batch.seq.to_le_bytes());
+        hasher.update(batch.time.0.to_le_bytes());
+        for request in &batch.requests {
+            hasher.update(request.origin.to_le_bytes());
+            hasher.update(request.client.to_le_bytes());
+            hasher.update(request.number.to_le_bytes());
+            hasher.update((request.payload.len() as u64).to_le_bytes());
+            hasher.update(&request.payload);
+        }
+        let digest: [u8; 32] = hasher.finalize().into();
+        if debug() {
+            let status = self.nodes[id].replicas[copy].status();
+            eprintln!("{} deliver r{id}.{copy} seq {} view {} time {} n_req {} digest {:02x}{:02x}", self.now, batch.seq, status.view, batch.time.0, batch.requests.len(), digest[0], digest[1]);
+        }
+        self.mix(&[self.now, id as u64, batch.seq], &digest);
+        let honest = self.honest(id);
+        let app = &mut self.nodes[id].apps[copy];
+        if honest {
+            if batch.seq != app.last_seq + 1 {
+                self.failure = Some(Failure::Safety(format!("replica {id} delivered seq {} after {}", batch.seq, app.last_seq)));
+                return;
+            }
+            if batch.time <= app.last_time {
+                self.failure = Some(Failure::Safety(format!("replica {id}: agreed time did not increase at seq {}", batch.seq)));
+                return;
+            }
+            for request in &batch.requests {
+                if !app.delivered.insert(request.key()) {
+                    self.failure = Some(Failure::Safety(format!("replica {id} delivered {:?} twice", request.key())));
+                    return;
+                }
+            }
+        } else {
+            app.delivered.extend(batch.requests.iter().map(Request::key));
+        }
+        app.last_seq = batch.seq;
+        app.last_time = batch.time;
+        let mut chain = Sha256::new();
+        chain.update(app.digest);
+        chain.update(digest);
+        app.digest = chain.finalize().into();
+        let state_digest = app.digest;
+        if honest {
+            match self.canonical.get(&batch.seq) {
+                Some(expected) if *expected != digest => {
+                    self.failure = Some(Failure::Safety(format!("replica {id} delivered a different batch at seq {}", batch.seq)));
+                    return;
+                }
+                Some(_) => {}
+                None => {
+                    self.canonical.insert(batch.seq, digest);
+                }
+            }
+        }
+        if batch.checkpoint_due {
+            if let Err(error) = self.nodes[id].replicas[copy].checkpoint(batch.seq, state_digest) {
+                self.failure = Some(Failure::Safety(format!("replica {id} refused its checkpoint: {error}")));
+            }
+        }
+    }
+
+    /// One tick of the script: clients submit; in the safety phase, faults come and go.
+    fn script(&mut self, faults: bool) {
+        for id in 0..self.nodes.len() {
+            if let Some((at, lose)) = self.nodes[id].restart_at {
+                if at <= self.now && faults {
+                    self.restart(id, lose);
+                }
+            }
+        }
+        if let Some((_, heal_at)) = self.partition {
+            if heal_at <= self.now {
+                self.partition = None;
+            }
+        }
+        if !faults {
+            return;
+        }
+        if self.rng.chance(0.3) {
+            self.submit_one();
+        }
+        if self.partition.is_none() && self.rng.chance(0.005) {
+            let side: Vec<bool> = (0..self.n).map(|_| self.rng.chance(0.5)).collect();
+            let heal_at = self.now + self.rng.between(50_000, 600_000);
+            self.partition = Some((side, heal_at));
+            self.stats.partitions += 1;
+            if debug() { eprintln!("{} partition {:?}", self.now, self.partition); }
+        }
+        if self.rng.chance(0.005) {
+            self.crash_one();
+        }
+    }
+
+    fn submit_one(&mut self) {
+        let id = self.rng.below(u64::from(self.n)) as usize;
+        if !self.nodes[id].up {
+            return;
+        }
+        let client = self.rng.below(3);
+        let origin = id as ReplicaId;
+        let number = {
+            let counter = self.client_numbers.entry((origin, client)).or_insert(0);
+            *counter += 1;
+            *counter
+        };
+        let payload = self.rng.next().to_le_bytes().to_vec();
+        let request = Request { origin, client, number, payload };
+        let now = self.local_time(id);
+        let copies = self.nodes[id].replicas.len();
+        let copy = self.rng.below(copies as u64) as usize;
+        let accepted = self.nodes[id].replicas[copy].submit(now, request.clone()).is_ok();
+        self.mix(&[self.now, id as u64, number, u64::from(accepted)], &[]);
+        if accepted && self.honest(id) {
+            self.tracked.insert(request.key(), request);
+        }
+        self.drain(id, copy);
+    }
+
+    fn crash_one(&mut self) {
+        let down = self.nodes.iter().filter(|node| !node.up).count();
+        if down >= 2 {
+            return;
+        }
+        let id = self.rng.below(u64::from(self.n)) as usize;
+        if !self.honest(id) || !self.nodes[id].up {
+            return;
+        }
+        // Losing state is a fault like a Byzantine one (the replica forgets what it promised):
+        // allow it only while Byzantine plus amnesiac replicas stay within f.
+        let faulty = self.nodes.iter().filter(|node| node.behaviour.is_some() || node.amnesiac).count();
+        let lose = (self.nodes[id].amnesiac || faulty < usize::from(self.f)) && self.rng.chance(0.5);
+        self.nodes[id].up = false;
+        self.nodes[id].amnesiac |= lose;
+        self.nodes[id].restart_at = Some((self.now + self.rng.between(20_000, 800_000), lose));
+        self.stats.crashes += 1;
+        if debug() { eprintln!("{} crash r{id} lose={lose}", self.now); }
+        self.mix(&[self.now, id as u64, 0xdead, u64::from(lose)], &[]);
+    }
+
+    fn restart(&mut self, id: usize, lose: bool) {
+        let node = &mut self.nodes[id];
+        node.up = true;
+        node.restart_at = None;
+        if debug() { eprintln!("{} restart r{id} lose={lose}", self.now); }
+        if !lose {
+            return;
+        }
+        self.stats.state_losses += 1;
+        node.amnesiac = true;
+        let now = Time(self.now + node.clock_offset_us);
+        node.replicas = vec![Replica::new(sim_config(self.n, id as ReplicaId), now).expect("valid config")];
+        node.apps = vec![App::default()];
+        // Clients of this gateway retry what they have not seen delivered.
+        let origin = id as ReplicaId;
+        let retries: Vec<Request> = self.tracked.values().filter(|r| r.origin == origin).cloned().collect();
+        for request in retries {
+            let _ = self.nodes[id].replicas[0].submit(now, request);
+        }
+        self.drain(id, 0);
+    }
+
+    fn check_liveness(&self) -> Result<(), Failure> {
+        for (id, node) in self.nodes.iter().enumerate() {
+            if !self.honest(id) {
+                continue;
+            }
+            for app in &node.apps {
+                let missing: Vec<&RequestKey> = self.tracked.keys().filter(|key| !app.delivered.contains(key)).collect();
+                if !missing.is_empty() {
+                    let statuses: Vec<String> = self
+                        .nodes
+                        .iter()
+                        .enumerate()
+                        .map(|(peer, node)| {
+                            let status = node.replicas[0].status();
+                            format!(
+                                "r{peer}{}: view {}{} delivered {} stable {}",
+                                if node.behaviour.is_some() { "(byz)" } else if node.amnesiac { "(amnesiac)" } else { "" },
+                                status.view,
+                                if status.view_changing { " changing" } else { "" },
+                                status.last_delivered,
+                                status.stable_checkpoint
+                            )
+                        })
+                        .collect();
+                    return Err(Failure::Liveness(format!(
+                        "replica {id} misses {} of {} requests (first {:?}); state transfer needed {}; {}",
+                        missing.len(),
+                        self.tracked.len(),
+                        missing[0],
+                        app.state_transfer_needed,
+                        statuses.join("; ")
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Honest replicas never blame a replica that stayed honest.
+    fn check_blame(&self) -> Result<(), Failure> {
+        for (id, node) in self.nodes.iter().enumerate() {
+            if !self.honest(id) {
+                continue;
+            }
+            let misbehaviour = node.replicas[0].status().misbehaviour;
+            for (peer, count) in misbehaviour.iter().enumerate() {
+                if *count > 0 && self.honest(peer) && !self.nodes[peer].amnesiac {
+                    return Err(Failure::Safety(format!(
+                        "replica {id} blamed honest replica {peer} {count} times (last: {:?})",
+                        node.replicas[0].status().last_misbehaviour
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn debug() -> bool {
+    std::env::var("BFT_DEBUG").is_ok()
+}
