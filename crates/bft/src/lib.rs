@@ -50,6 +50,11 @@
 //!   on f+1 replicas the core emits [`Action::NeedStateTransfer`]: fetching application state is
 //!   the application's business, and the core offers no way yet to resume after it (see below).
 //!
+//! # Transport (feature `transport`, off by default)
+//! [`transport`] holds the network side, kept out of the core: a cluster PKI (`transport::pki`),
+//! a mutually authenticated TLS mesh with numbered channels (`transport::mesh`), and the tokio
+//! driver that runs a [`Replica`] over it (`transport::driver`).
+//!
 //! # Known limits
 //! - A replica that loses its state (a restart without its log) forgets what it prepared and
 //!   promised; PBFT's proactive recovery, which makes that safe, is not implemented. Count such
@@ -94,3 +99,6 @@ pub use types::{
     Batch, CheckpointError, Config, ConfigError, Digest, Limits, Proposal, ReplicaId, Request, RequestKey,
     SubmitError, Time, DEDUP_WINDOW,
 };
+
+#[cfg(feature = "transport")]
+pub mod transport;

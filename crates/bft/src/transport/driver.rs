@@ -1,0 +1,327 @@
+//! The tokio driver: runs one sans-IO [`Replica`] over a network of replicas.
+//!
+//! One task owns the replica and loops: wait for the next event (a message from a peer, a
+//! request submitted locally, a checkpoint digest from the application, or the core's single
+//! timer), feed it to the core with the current wall-clock time, then flush the core's actions:
+//! `Send`/`Broadcast` are encoded with [`Message::encode`] and go out on the ordering channel,
+//! `Deliver` goes to the application's batch receiver. Nothing else lives here.
+//!
+//! Bytes from a peer that do not decode are logged and counted, never fatal. The claimed sender
+//! inside a decoded message is the core's to check against `from`, which the mesh proved.
+//!
+//! Deliveries use an unbounded channel on purpose: the core delivers at most a watermark window
+//! beyond the last checkpoint the application confirmed, so the application bounds the backlog
+//! by confirming checkpoints only for batches it has executed.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::mesh::{MeshSender, CHANNEL_ORDERING};
+use crate::{Action, Batch, Digest, Limits, Message, Replica, Request, Status, Time};
+
+/// At most this many queued inputs are fed to the core before its actions are flushed, so one
+/// busy source cannot starve the others and output is flushed in reasonably sized bursts.
+const MAX_INPUTS_PER_TURN: usize = 256;
+/// How often the published [`DriverStatus`] is refreshed at most.
+const STATUS_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Where encoded ordering messages go: the TLS mesh, or an in-memory network for baselines.
+pub trait Outbound: Send + Sync + 'static {
+    fn send(&self, to: u16, bytes: Bytes);
+    fn broadcast(&self, bytes: Bytes);
+}
+
+impl Outbound for MeshSender {
+    fn send(&self, to: u16, bytes: Bytes) {
+        if let Err(e) = MeshSender::send(self, to, CHANNEL_ORDERING, bytes) {
+            tracing::warn!(to, error = %e, "ordering message not sent");
+        }
+    }
+
+    fn broadcast(&self, bytes: Bytes) {
+        if let Err(e) = MeshSender::broadcast(self, CHANNEL_ORDERING, bytes) {
+            tracing::warn!(error = %e, "ordering broadcast not sent");
+        }
+    }
+}
+
+/// The core's status plus the driver's own counters.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct DriverStatus {
+    pub core: Status,
+    /// Messages from peers that did not decode.
+    pub decode_errors: u64,
+    /// Requests the core refused at submit (queue full, too large, duplicate).
+    pub submit_rejected: u64,
+    /// Checkpoint digests the core refused (the application's mistake).
+    pub checkpoint_rejected: u64,
+    pub batches_delivered: u64,
+    /// Set when the core reported that it needs the state of this checkpoint from its peers.
+    pub state_transfer_needed: Option<u64>,
+}
+
+/// The application's side of a running replica.
+pub struct ReplicaHandle {
+    /// Submit a request at this replica (this replica is its gateway).
+    pub submit: mpsc::Sender<Request>,
+    /// Confirm the state digest after executing a batch whose `checkpoint_due` is set.
+    pub checkpoint: mpsc::Sender<(u64, Digest)>,
+    pub status: watch::Receiver<DriverStatus>,
+    task: JoinHandle<()>,
+}
+
+impl ReplicaHandle {
+    /// Stops the driver task (the replica's state is dropped).
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for ReplicaHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Current wall-clock time as the core's [`Time`] (microseconds since the Unix epoch).
+pub fn now() -> Time {
+    let micros = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0);
+    Time(u64::try_from(micros).unwrap_or(u64::MAX))
+}
+
+/// Runs `replica` on the ordering channel of a mesh (`incoming` from
+/// [`super::Mesh::subscribe`]`(CHANNEL_ORDERING)`) and `outbound` (a [`MeshSender`]). Returns
+/// the handle and the receiver of delivered batches. Decoding uses the replica's own limits, so
+/// the mesh's `max_frame_bytes` should be at least the config's `max_message_bytes`.
+pub fn spawn_replica<O: Outbound>(
+    replica: Replica,
+    outbound: O,
+    incoming: mpsc::Receiver<(u16, Bytes)>,
+) -> (ReplicaHandle, mpsc::UnboundedReceiver<Batch>) {
+    let (submit_tx, submit_rx) = mpsc::channel(4096);
+    let (checkpoint_tx, checkpoint_rx) = mpsc::channel(64);
+    let (deliver_tx, deliver_rx) = mpsc::unbounded_channel();
+    let (status_tx, status_rx) = watch::channel(DriverStatus {
+        core: replica.status(),
+        decode_errors: 0,
+        submit_rejected: 0,
+        checkpoint_rejected: 0,
+        batches_delivered: 0,
+        state_transfer_needed: None,
+    });
+    let limits = replica.config().limits();
+    let driver = Driver {
+        replica,
+        limits,
+        outbound: Arc::new(outbound),
+        incoming,
+        submit_rx,
+        checkpoint_rx,
+        deliver_tx,
+        status_tx,
+        decode_errors: 0,
+        submit_rejected: 0,
+        checkpoint_rejected: 0,
+        batches_delivered: 0,
+        state_transfer_needed: None,
+    };
+    let task = tokio::spawn(driver.run());
+    let handle = ReplicaHandle { submit: submit_tx, checkpoint: checkpoint_tx, status: status_rx, task };
+    (handle, deliver_rx)
+}
+
+struct Driver<O: Outbound> {
+    replica: Replica,
+    limits: Limits,
+    outbound: Arc<O>,
+    incoming: mpsc::Receiver<(u16, Bytes)>,
+    submit_rx: mpsc::Receiver<Request>,
+    checkpoint_rx: mpsc::Receiver<(u64, Digest)>,
+    deliver_tx: mpsc::UnboundedSender<Batch>,
+    status_tx: watch::Sender<DriverStatus>,
+    decode_errors: u64,
+    submit_rejected: u64,
+    checkpoint_rejected: u64,
+    batches_delivered: u64,
+    state_transfer_needed: Option<u64>,
+}
+
+enum Input {
+    Message(u16, Bytes),
+    Submit(Request),
+    Checkpoint(u64, Digest),
+    Timer,
+    /// Every input source is gone: the application dropped its handle and the network is down.
+    Closed,
+}
+
+impl<O: Outbound> Driver<O> {
+    async fn run(mut self) {
+        let mut last_status = Instant::now();
+        loop {
+            self.flush();
+            if last_status.elapsed() >= STATUS_INTERVAL {
+                self.publish_status();
+                last_status = Instant::now();
+            }
+            let input = self.next_input().await;
+            if matches!(input, Input::Closed) {
+                self.publish_status();
+                return;
+            }
+            self.feed(input);
+            // Drain what is already queued before flushing, bounded per turn.
+            for _ in 0..MAX_INPUTS_PER_TURN {
+                match self.try_next_input() {
+                    Some(input) => self.feed(input),
+                    None => break,
+                }
+            }
+        }
+    }
+
+    async fn next_input(&mut self) -> Input {
+        // Wake for the core's timer, and at least every STATUS_INTERVAL to refresh the status.
+        let status_due = Instant::now() + STATUS_INTERVAL;
+        let wake = match self.replica.poll_timeout().map(deadline_instant) {
+            Some(deadline) => deadline.min(status_due),
+            None => status_due,
+        };
+        tokio::select! {
+            message = self.incoming.recv() => match message {
+                Some((from, bytes)) => Input::Message(from, bytes),
+                None => Input::Closed,
+            },
+            request = self.submit_rx.recv() => match request {
+                Some(request) => Input::Submit(request),
+                None => Input::Closed,
+            },
+            Some((seq, digest)) = self.checkpoint_rx.recv() => Input::Checkpoint(seq, digest),
+            _ = tokio::time::sleep_until(wake) => Input::Timer,
+        }
+    }
+
+    fn try_next_input(&mut self) -> Option<Input> {
+        if let Ok((from, bytes)) = self.incoming.try_recv() {
+            return Some(Input::Message(from, bytes));
+        }
+        if let Ok(request) = self.submit_rx.try_recv() {
+            return Some(Input::Submit(request));
+        }
+        if let Ok((seq, digest)) = self.checkpoint_rx.try_recv() {
+            return Some(Input::Checkpoint(seq, digest));
+        }
+        None
+    }
+
+    fn feed(&mut self, input: Input) {
+        let now = now();
+        match input {
+            Input::Message(from, bytes) => match Message::decode(&bytes, self.limits) {
+                Ok(message) => self.replica.handle_message(now, from, message),
+                Err(e) => {
+                    self.decode_errors += 1;
+                    tracing::warn!(from, len = bytes.len(), error = %e, "undecodable message from peer");
+                }
+            },
+            Input::Submit(request) => {
+                if let Err(e) = self.replica.submit(now, request) {
+                    self.submit_rejected += 1;
+                    tracing::debug!(error = %e, "request refused");
+                }
+            }
+            Input::Checkpoint(seq, digest) => {
+                if let Err(e) = self.replica.checkpoint(seq, digest) {
+                    self.checkpoint_rejected += 1;
+                    tracing::warn!(seq, error = %e, "checkpoint digest refused");
+                }
+            }
+            Input::Timer => {
+                if self.replica.poll_timeout().is_some_and(|deadline| deadline <= now) {
+                    self.replica.handle_timeout(now);
+                }
+            }
+            Input::Closed => {}
+        }
+    }
+
+    fn flush(&mut self) {
+        while let Some(action) = self.replica.poll_action() {
+            match action {
+                Action::Send { to, message } => self.outbound.send(to, Bytes::from(message.encode())),
+                Action::Broadcast { message } => self.outbound.broadcast(Bytes::from(message.encode())),
+                Action::Deliver(batch) => {
+                    self.batches_delivered += 1;
+                    // The application may have stopped listening; ordering goes on regardless.
+                    let _ = self.deliver_tx.send(batch);
+                }
+                Action::NeedStateTransfer { last_delivered, checkpoint } => {
+                    // The core cannot resume from this yet (see the crate docs); make it loud.
+                    self.state_transfer_needed = Some(checkpoint.seq);
+                    tracing::error!(last_delivered, checkpoint = checkpoint.seq, "replica fell behind the retained log; state transfer needed");
+                }
+                #[allow(unreachable_patterns)]
+                other => tracing::trace!(?other, "action ignored by the driver"),
+            }
+        }
+    }
+
+    fn publish_status(&self) {
+        self.status_tx.send_replace(DriverStatus {
+            core: self.replica.status(),
+            decode_errors: self.decode_errors,
+            submit_rejected: self.submit_rejected,
+            checkpoint_rejected: self.checkpoint_rejected,
+            batches_delivered: self.batches_delivered,
+            state_transfer_needed: self.state_transfer_needed,
+        });
+    }
+}
+
+fn deadline_instant(deadline: Time) -> Instant {
+    let now_us = now().0;
+    Instant::now() + Duration::from_micros(deadline.0.saturating_sub(now_us))
+}
+
+/// An in-memory network of `n` replicas with the same interface as the mesh's ordering channel:
+/// the baseline the TLS figures are compared with, and a harness for driver tests.
+pub fn local_network(n: u16, queue: usize) -> Vec<(LocalOutbound, mpsc::Receiver<(u16, Bytes)>)> {
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::channel(queue)).unzip();
+    let senders = Arc::new(senders);
+    receivers
+        .into_iter()
+        .enumerate()
+        .map(|(id, rx)| (LocalOutbound { id: id as u16, peers: senders.clone() }, rx))
+        .collect()
+}
+
+/// The sending side of [`local_network`]; drops (like the mesh) when a receiver is full.
+#[derive(Clone)]
+pub struct LocalOutbound {
+    id: u16,
+    peers: Arc<Vec<mpsc::Sender<(u16, Bytes)>>>,
+}
+
+impl Outbound for LocalOutbound {
+    fn send(&self, to: u16, bytes: Bytes) {
+        if let Some(peer) = self.peers.get(usize::from(to)) {
+            if to != self.id {
+                let _ = peer.try_send((self.id, bytes));
+            }
+        }
+    }
+
+    fn broadcast(&self, bytes: Bytes) {
+        for (to, peer) in self.peers.iter().enumerate() {
+            if to != usize::from(self.id) {
+                let _ = peer.try_send((self.id, bytes.clone()));
+            }
+        }
+    }
+}

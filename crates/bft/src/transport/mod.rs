@@ -1,0 +1,12 @@
+//! Replica-to-replica transport (feature `transport`): a cluster PKI, a mutually authenticated
+//! TLS mesh that carries several protocols on numbered channels, and a tokio driver that runs
+//! the sans-IO [`crate::Replica`] over it.
+
+pub mod driver;
+pub mod error;
+pub mod mesh;
+pub mod pki;
+
+pub use error::{PeerError, TransportError};
+pub use driver::{spawn_replica, DriverStatus, ReplicaHandle};
+pub use mesh::{Mesh, MeshConfig, MeshSender, PeerStatus};
