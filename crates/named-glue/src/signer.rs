@@ -250,3 +250,86 @@ fn send_reply(socket: &UnixDatagram, to: &UnixAddr, reply: &Reply) {
         tracing::warn!(error = %e, "cannot send signing reply");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    struct Recording(Mutex<Vec<SignRequest>>, Option<SignError>);
+
+    impl Signer for Arc<Recording> {
+        fn sign(&self, request: SignRequest) -> SignFuture {
+            let this = self.clone();
+            Box::pin(async move {
+                this.0.lock().unwrap().push(request);
+                match &this.1 {
+                    None => Ok(vec![0xab; 64]),
+                    Some(_) => Err(SignError::Failed("test".into())),
+                }
+            })
+        }
+    }
+
+    fn request_vector() -> Vec<u8> {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/request-ok.hex")).unwrap();
+        wire::from_hex(&text).unwrap()
+    }
+
+    async fn exchange(service_path: &Path, client_path: &Path, bytes: &[u8]) -> Reply {
+        let client = tokio::net::UnixDatagram::bind(client_path).unwrap();
+        client.send_to(bytes, service_path).await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), client.recv(&mut buf)).await.unwrap().unwrap();
+        Reply::decode(&buf[..n]).unwrap()
+    }
+
+    #[tokio::test]
+    async fn service_rewrites_times_and_replies() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sock/signer");
+        let signer = Arc::new(Recording(Mutex::new(Vec::new()), None));
+        let agreed = SignatureTimes::from_agreed(1_800_000_000, 30 * 86_400);
+        let times: TimeSource = Arc::new(move || Some(agreed));
+        let service = SigningService::bind(&path, Arc::new(signer.clone()), times, ServiceLimits::default()).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+
+        let reply = exchange(service.path(), &dir.path().join("c1"), &request_vector()).await;
+        assert_eq!(reply.id, 0x0102_0304_0506_0708);
+        assert_eq!(reply.status, Status::Ok);
+        assert_eq!((reply.inception, reply.expiration), (1_800_000_000 - 3600, 1_800_000_000 + 30 * 86_400));
+        assert_eq!(reply.signature, vec![0xab; 64]);
+        let seen = signer.0.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(wire::read_times(&seen[0].data), Some((reply.inception, reply.expiration)));
+        assert_eq!(seen[0].key_tag, 0x4d2f);
+
+        let mut garbage = request_vector();
+        garbage[4] = 7;
+        let reply = exchange(service.path(), &dir.path().join("c2"), &garbage).await;
+        assert_eq!(reply.status, Status::BadRequest);
+        assert_eq!(signer.0.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn no_agreed_time_or_signer_error_gives_error_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("signer");
+        let signer = Arc::new(Recording(Mutex::new(Vec::new()), None));
+        let none: TimeSource = Arc::new(|| None);
+        let service = SigningService::bind(&path, Arc::new(signer.clone()), none, ServiceLimits::default()).unwrap();
+        let reply = exchange(service.path(), &dir.path().join("c"), &request_vector()).await;
+        assert_eq!(reply.status, Status::Unavailable);
+        assert!(signer.0.lock().unwrap().is_empty());
+        drop(service);
+        assert!(!path.exists());
+
+        let failing = Arc::new(Recording(Mutex::new(Vec::new()), Some(SignError::Timeout)));
+        let times: TimeSource = Arc::new(|| Some(SignatureTimes { inception: 1, expiration: 2 }));
+        let service = SigningService::bind(&path, Arc::new(failing), times, ServiceLimits::default()).unwrap();
+        let reply = exchange(service.path(), &dir.path().join("d"), &request_vector()).await;
+        assert_eq!(reply.status, Status::SignerFailed);
+        assert!(reply.signature.is_empty());
+    }
+}

@@ -382,3 +382,106 @@ pub fn from_hex(text: &str) -> Option<Vec<u8>> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vector(name: &str) -> Vec<u8> {
+        let path = format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        from_hex(&text).unwrap_or_else(|| panic!("{path}: bad hex"))
+    }
+
+    #[test]
+    fn request_vector_decodes_and_reencodes() {
+        let bytes = vector("request-ok.hex");
+        let req = Request::decode(&bytes).unwrap();
+        assert_eq!(req.id, 0x0102_0304_0506_0708);
+        assert_eq!(req.algorithm, 8);
+        assert_eq!(req.key_tag, 0x4d2f);
+        assert_eq!(req.signer, Name::from_ascii("example.test.").unwrap());
+        assert_eq!(read_times(&req.data), Some((0x6579_6f80, 0x65a0_bc80)));
+        assert_eq!(req.encode().unwrap(), bytes);
+        assert_eq!(Request::peek_id(&bytes), Some(req.id));
+    }
+
+    #[test]
+    fn reply_vectors_decode_and_reencode() {
+        let bytes = vector("reply-ok.hex");
+        let reply = Reply::decode(&bytes).unwrap();
+        assert_eq!(reply.status, Status::Ok);
+        assert_eq!((reply.inception, reply.expiration), (0x6579_6f80, 0x65a0_bc80));
+        assert_eq!(reply.signature.len(), 128);
+        assert_eq!(reply.signature[1], 10);
+        assert_eq!(reply.encode().unwrap(), bytes);
+
+        let bytes = vector("reply-error.hex");
+        let reply = Reply::decode(&bytes).unwrap();
+        assert_eq!(reply, Reply::error(0x0102_0304_0506_0708, Status::SignerFailed));
+        assert_eq!(reply.encode().unwrap(), bytes);
+    }
+
+    #[test]
+    fn invalid_reply_vectors_are_rejected() {
+        let cases: [(&str, fn(&WireError) -> bool); 5] = [
+            ("reply-bad-magic.hex", |e| matches!(e, WireError::BadMagic(_))),
+            ("reply-bad-version.hex", |e| matches!(e, WireError::BadVersion(2))),
+            ("reply-short.hex", |e| matches!(e, WireError::LengthMismatch { declared: 154, actual: 126 })),
+            ("reply-long.hex", |e| matches!(e, WireError::LengthMismatch { declared: 154, actual: 155 })),
+            ("reply-short-header.hex", |e| matches!(e, WireError::Short { len: 20, need: 26 })),
+        ];
+        for (name, check) in cases {
+            let err = Reply::decode(&vector(name)).unwrap_err();
+            assert!(check(&err), "{name}: unexpected {err:?}");
+        }
+    }
+
+    #[test]
+    fn every_truncation_of_a_request_is_an_error() {
+        let bytes = vector("request-ok.hex");
+        for len in 0..bytes.len() {
+            assert!(Request::decode(&bytes[..len]).is_err(), "prefix of {len} bytes accepted");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(matches!(Request::decode(&longer), Err(WireError::LengthMismatch { .. })));
+    }
+
+    #[test]
+    fn bad_request_fields_are_named() {
+        let bytes = vector("request-ok.hex");
+        let mut bad = bytes.clone();
+        bad[4] = 9;
+        assert_eq!(Request::decode(&bad), Err(WireError::BadVersion(9)));
+        let mut bad = bytes.clone();
+        bad[16..18].copy_from_slice(&0u16.to_be_bytes());
+        assert_eq!(Request::decode(&bad), Err(WireError::BadNameLength(0)));
+        // A compression pointer instead of the signer's labels.
+        let mut bad = bytes.clone();
+        bad[18] = 0xc0;
+        assert!(matches!(Request::decode(&bad), Err(WireError::BadName(_))));
+    }
+
+    #[test]
+    fn rewrite_times_touches_only_offsets_8_to_16() {
+        let req = Request::decode(&vector("request-ok.hex")).unwrap();
+        let mut data = req.data.clone();
+        rewrite_times(&mut data, 1000, 2000).unwrap();
+        assert_eq!(read_times(&data), Some((1000, 2000)));
+        assert_eq!(&data[..8], &req.data[..8]);
+        assert_eq!(&data[16..], &req.data[16..]);
+        assert!(rewrite_times(&mut [0u8; 18], 1, 2).is_err());
+    }
+
+    #[test]
+    fn reply_encoding_checks_invariants() {
+        let mut r = Reply::error(1, Status::Unavailable);
+        r.signature = vec![1];
+        assert_eq!(r.encode(), Err(WireError::SignatureOnError));
+        let r = Reply::ok(1, 1, 2, vec![0; MAX_SIGNATURE_LEN + 1]);
+        assert!(matches!(r.encode(), Err(WireError::BadSignatureLength(_))));
+        assert_eq!(Status::from_code(200), Status::Other(200));
+        assert_eq!(Status::from_code(Status::SignerFailed.code()), Status::SignerFailed);
+    }
+}
