@@ -131,3 +131,78 @@ async fn two_replicas_end_byte_identical() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Every signer failure makes named answer SERVFAIL and leave the zone as
+/// it was; the next update succeeds once the signer is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signer_failures_leave_the_zone_unchanged() {
+    let (signer, key) = RsaSigner::generate();
+    let t0 = unix_now() as u32;
+    let mut r = Replica::start(signer, key, t0, Some(1500)).await;
+    r.times.set_agreed(t0 + 5);
+    let out = r.nsupdate(&["update add first.example.test. 300 A 192.0.2.5"]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let zone_before = r.axfr().await;
+
+    let expect_servfail = |out: &std::process::Output, what: &str| {
+        assert!(!out.status.success(), "{what}: update succeeded");
+        assert!(text(out).contains("SERVFAIL"), "{what}: {}", text(out));
+    };
+    let update = ["update add second.example.test. 300 A 192.0.2.6"];
+
+    // No socket at all.
+    r.stop_service();
+    expect_servfail(&r.nsupdate(&update).await, "no socket");
+    r.wait_log_count("send: No such file or directory", 1).await;
+    assert_eq!(r.axfr().await, zone_before, "no socket: zone changed");
+
+    // A signer that never answers: named gives up after its timeout.
+    {
+        let fake = FakeSigner::bind(&r.socket, Fake::Silent);
+        expect_servfail(&r.nsupdate(&update).await, "silent signer");
+        r.wait_log_count("timed out", 1).await;
+        assert!(*fake.requests.lock().unwrap() >= 1, "named never asked the silent signer");
+    }
+    assert_eq!(r.axfr().await, zone_before, "timeout: zone changed");
+
+    // Garbage replies: the shared invalid vectors, an error status, a
+    // signature of the wrong size, and a valid reply for another request.
+    let mut wrong_id = vector("reply-ok.hex");
+    wrong_id[15] ^= 1;
+    let garbage = [
+        ("bad magic", vector("reply-bad-magic.hex"), true, "malformed reply"),
+        ("bad version", vector("reply-bad-version.hex"), true, "malformed reply"),
+        ("short", vector("reply-short.hex"), true, "bad signature length"),
+        ("long", vector("reply-long.hex"), true, "bad signature length"),
+        ("short header", vector("reply-short-header.hex"), true, "malformed reply"),
+        ("error status", vector("reply-error.hex"), true, "signer refused"),
+        ("wrong signature size", vector("reply-ok.hex"), true, "bad signature length"),
+        ("wrong id", wrong_id, false, "reply for another request"),
+    ];
+    for (what, bytes, patch_id, logged) in garbage {
+        let fake = FakeSigner::bind(&r.socket, Fake::Reply { bytes, patch_id });
+        let seen = r.log().matches(logged).count();
+        expect_servfail(&r.nsupdate(&update).await, what);
+        r.wait_log_count(logged, seen + 1).await;
+        assert!(*fake.requests.lock().unwrap() >= 1, "{what}: named never asked");
+        // named's requests (the C encoder) decode with the Rust decoder.
+        assert!(fake.undecodable.lock().unwrap().is_empty(), "{:?}", fake.undecodable.lock().unwrap());
+        for (alg, tag, signer) in fake.seen.lock().unwrap().iter() {
+            assert_eq!((*alg, *tag, signer.as_str()), (8, r.key.key_tag(), ZONE));
+        }
+        drop(fake);
+        assert_eq!(r.axfr().await, zone_before, "{what}: zone changed");
+    }
+
+    // The signer is back: the same update now succeeds.
+    r.start_service();
+    r.times.set_agreed(t0 + 50);
+    let out = r.nsupdate(&update).await;
+    assert!(out.status.success(), "after recovery: {}\n{}", text(&out), r.log());
+    let zone_after = r.axfr().await;
+    assert!(zone_after.contains("second.example.test."), "{zone_after}");
+    let v = r.verify_zone(&zone_after);
+    assert!(v.status.success(), "{}", text(&v));
+    assert_eq!(r.named.as_ref().unwrap().starts(), 1, "named restarted during the failures");
+    r.shutdown().await;
+}

@@ -254,6 +254,18 @@ impl Replica {
             .unwrap()
     }
 
+    /// Waits (up to 5 s) until named's log holds `needle` at least `count`
+    /// times: the log reaches the file through a pipe, slightly late.
+    pub async fn wait_log_count(&self, needle: &str, count: usize) {
+        for _ in 0..50 {
+            if self.log().matches(needle).count() >= count {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("named's log does not show {needle:?} {count} times:\n{}", self.log());
+    }
+
     pub fn stop_service(&mut self) {
         self.service = None;
         assert!(!self.socket.exists());
@@ -275,4 +287,71 @@ impl Replica {
 
 pub fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// How a fake signer misbehaves.
+#[derive(Clone)]
+pub enum Fake {
+    /// Never answers.
+    Silent,
+    /// Answers with these bytes, the request id written at offset 8 when
+    /// `patch_id` is set.
+    Reply { bytes: Vec<u8>, patch_id: bool },
+}
+
+/// A misbehaving signer bound on the signing socket path.
+pub struct FakeSigner {
+    task: tokio::task::JoinHandle<()>,
+    path: PathBuf,
+    pub requests: Arc<Mutex<u32>>,
+    /// Requests that did not decode as the wire format says.
+    pub undecodable: Arc<Mutex<Vec<String>>>,
+    /// (algorithm, key tag, signer) of each decoded request.
+    pub seen: Arc<Mutex<Vec<(u8, u16, String)>>>,
+}
+
+impl FakeSigner {
+    pub fn bind(path: &Path, fake: Fake) -> FakeSigner {
+        let _ = std::fs::remove_file(path);
+        let socket = tokio::net::UnixDatagram::bind(path).unwrap();
+        let replies = std::os::unix::net::UnixDatagram::unbound().unwrap();
+        let requests = Arc::new(Mutex::new(0));
+        let counter = requests.clone();
+        let undecodable = Arc::new(Mutex::new(Vec::new()));
+        let bad = undecodable.clone();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let seen2 = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut buf = vec![0u8; 300_000];
+            loop {
+                let Ok((n, from)) = socket.recv_from(&mut buf).await else { return };
+                *counter.lock().unwrap() += 1;
+                match named_glue::wire::Request::decode(&buf[..n]) {
+                    Ok(req) => seen2.lock().unwrap().push((req.algorithm, req.key_tag, req.signer.to_ascii())),
+                    Err(e) => bad.lock().unwrap().push(e.to_string()),
+                }
+                if let Fake::Reply { bytes, patch_id } = &fake {
+                    let mut reply = bytes.clone();
+                    if *patch_id && n >= 16 && reply.len() >= 16 {
+                        reply[8..16].copy_from_slice(&buf[8..16]);
+                    }
+                    let to: std::os::unix::net::SocketAddr = from.into();
+                    let _ = replies.send_to_addr(&reply, &to);
+                }
+            }
+        });
+        FakeSigner { task, path: path.to_path_buf(), requests, undecodable, seen }
+    }
+}
+
+impl Drop for FakeSigner {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+pub fn vector(name: &str) -> Vec<u8> {
+    let path = format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"));
+    named_glue::wire::from_hex(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
