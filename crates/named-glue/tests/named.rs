@@ -91,7 +91,7 @@ async fn key_material_updates_are_refused() {
         assert!(!out.status.success(), "{case} was accepted");
         assert!(text(&out).contains("REFUSED"), "{case}: {}", text(&out));
     }
-    assert_eq!(r.axfr().await, before, "a refused update changed the zone");
+    assert_same_zone(&r.axfr().await, &before, "refused update");
     // An ordinary update still works.
     let out = r.nsupdate(&["update add ok.example.test. 300 A 192.0.2.9"]).await;
     assert!(out.status.success(), "{}", text(&out));
@@ -125,7 +125,7 @@ async fn two_replicas_end_byte_identical() {
     }
     let (za, zb) = (a.axfr().await, b.axfr().await);
     assert!(za.contains("c.example.test."), "{za}");
-    assert_eq!(za, zb, "replica zones differ");
+    assert_same_zone(&za, &zb, "replicas a and b");
     let v = a.verify_zone(&za);
     assert!(v.status.success(), "{}", text(&v));
     a.shutdown().await;
@@ -154,7 +154,7 @@ async fn signer_failures_leave_the_zone_unchanged() {
     r.stop_service();
     expect_servfail(&r.nsupdate(&update).await, "no socket");
     r.wait_log_count("send: No such file or directory", 1).await;
-    assert_eq!(r.axfr().await, zone_before, "no socket: zone changed");
+    assert_same_zone(&r.axfr().await, &zone_before, "no socket");
 
     // A signer that never answers: named gives up after its timeout.
     {
@@ -163,7 +163,7 @@ async fn signer_failures_leave_the_zone_unchanged() {
         r.wait_log_count("timed out", 1).await;
         assert!(*fake.requests.lock().unwrap() >= 1, "named never asked the silent signer");
     }
-    assert_eq!(r.axfr().await, zone_before, "timeout: zone changed");
+    assert_same_zone(&r.axfr().await, &zone_before, "timeout");
 
     // Garbage replies: the shared invalid vectors, an error status, a
     // signature of the wrong size, and a valid reply for another request.
@@ -191,7 +191,7 @@ async fn signer_failures_leave_the_zone_unchanged() {
             assert_eq!((*alg, *tag, signer.as_str()), (8, r.key.key_tag(), ZONE));
         }
         drop(fake);
-        assert_eq!(r.axfr().await, zone_before, "{what}: zone changed");
+        assert_same_zone(&r.axfr().await, &zone_before, what);
     }
 
     // The signer is back: the same update now succeeds.
@@ -205,4 +205,86 @@ async fn signer_failures_leave_the_zone_unchanged() {
     assert!(v.status.success(), "{}", text(&v));
     assert_eq!(r.named.as_ref().unwrap().starts(), 1, "named restarted during the failures");
     r.shutdown().await;
+}
+
+/// named killed behind the supervisor's back comes back by itself with its
+/// zone (file + journal); restart on demand and stop work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervisor_restarts_named() {
+    let (signer, key) = RsaSigner::generate();
+    let t0 = unix_now() as u32;
+    let mut r = Replica::start(signer, key, t0, None).await;
+    r.times.set_agreed(t0 + 1);
+    let out = r.nsupdate(&["update add kept.example.test. 300 A 192.0.2.99"]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let zone_before = r.axfr().await;
+
+    let named = r.named.as_ref().unwrap();
+    let first_pid = named.pid();
+    assert_ne!(first_pid, 0);
+    // SAFETY: kill(2) on the child we started.
+    unsafe { libc::kill(first_pid as libc::pid_t, libc::SIGKILL) };
+    // Back within the backoff plus startup.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while named.starts() < 2 || named.pid() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "named was not restarted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    named.wait_ready().await.unwrap();
+    assert_ne!(named.pid(), first_pid);
+    assert_eq!(canonical(&r.axfr().await), canonical(&zone_before), "zone lost across a crash");
+
+    named.restart().await.unwrap();
+    assert_eq!(named.starts(), 3);
+    assert_eq!(canonical(&r.axfr().await), canonical(&zone_before), "zone lost across a restart");
+
+    let last_pid = named.pid();
+    r.named.take().unwrap().stop().await;
+    // SAFETY: signal 0 only checks whether the process exists.
+    let alive = unsafe { libc::kill(last_pid as libc::pid_t, 0) } == 0;
+    assert!(!alive, "named still running after stop");
+    let _ = &mut r;
+}
+
+/// The initial signing is deterministic: same agreed time, same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_signing_is_deterministic() {
+    use named_glue::signer::{ServiceLimits, SignatureTimes, SigningService};
+    use named_glue::signzone::sign_zone_file;
+    let tools = tools();
+    let (signer, key) = RsaSigner::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let key_dir = dir.path().join("keys");
+    std::fs::create_dir(&key_dir).unwrap();
+    key.write_files(&key_dir, unix_now() - 86_400).unwrap();
+    let unsigned = dir.path().join("zone.unsigned");
+    std::fs::write(&unsigned, UNSIGNED_ZONE).unwrap();
+    let times = Times::default();
+    let socket = dir.path().join("signer.sock");
+    let _service = SigningService::bind(&socket, signer, times.source(), ServiceLimits::default()).unwrap();
+    let t0 = unix_now() as u32;
+    let mut outputs = Vec::new();
+    for (i, t) in [t0, t0, t0 + 1].into_iter().enumerate() {
+        times.set_agreed(t);
+        let signed = dir.path().join(format!("signed{i}.db"));
+        let agreed = SignatureTimes::from_agreed(t, VALIDITY_DAYS * 86_400);
+        sign_zone_file(&tools, &zone(), &unsigned, &signed, &key_dir, &key, &socket, agreed).await.unwrap();
+        outputs.push(std::fs::read(&signed).unwrap());
+        if i == 0 {
+            // Different wall-clock time for the second run.
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
+    }
+    assert_eq!(outputs[0], outputs[1], "two signings at the same agreed time differ");
+    assert_ne!(outputs[0], outputs[2], "the agreed time does not reach the signatures");
+    let text0 = String::from_utf8(outputs[0].clone()).unwrap();
+    assert!(text0.contains("RRSIG") && text0.contains("DNSKEY"), "{text0}");
+
+    // No signing socket: the tool fails instead of signing locally.
+    drop(_service);
+    let signed = dir.path().join("nosigner.db");
+    let agreed = SignatureTimes::from_agreed(t0, VALIDITY_DAYS * 86_400);
+    let err = sign_zone_file(&tools, &zone(), &unsigned, &signed, &key_dir, &key, &socket, agreed).await;
+    assert!(err.is_err(), "signed without a signer");
+    assert!(!signed.exists());
 }

@@ -355,3 +355,23 @@ pub fn vector(name: &str) -> Vec<u8> {
     let path = format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"));
     named_glue::wire::from_hex(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
+
+/// The zone's records sorted: AXFR order within a name follows named's
+/// insertion history (a journal replay after a restart reorders RRsets at a
+/// node), so replicas with different histories compare in this form.
+pub fn canonical(axfr: &str) -> Vec<String> {
+    let mut lines: Vec<String> = axfr.lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    lines.sort();
+    lines.dedup();
+    lines
+}
+
+/// Asserts equal zones, printing only the differing lines.
+pub fn assert_same_zone(a: &str, b: &str, what: &str) {
+    if a == b {
+        return;
+    }
+    let only_a: Vec<&str> = a.lines().filter(|l| !b.lines().any(|m| m == *l)).collect();
+    let only_b: Vec<&str> = b.lines().filter(|l| !a.lines().any(|m| m == *l)).collect();
+    panic!("{what}: zones differ\nonly in first: {only_a:#?}\nonly in second: {only_b:#?}\n(same lines in another order if both are empty)");
+}
