@@ -60,3 +60,15 @@ impl BindTools {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_build_names_the_build_script() {
+        let err = BindTools::new(Path::new("/nonexistent/bind9")).check().unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("patches/bind9/build.sh") && text.contains("/nonexistent/bind9/sbin/named"), "{text}");
+    }
+}

@@ -258,7 +258,7 @@ fn decode_name(bytes: &[u8]) -> Result<Name, WireError> {
     // decoder rejects them, and trailing bytes mean a wrong length.
     let mut decoder = hickory_proto::serialize::binary::BinDecoder::new(bytes);
     let name = Name::read(&mut decoder).map_err(|e| WireError::BadName(e.to_string()))?;
-    if decoder.len() != 0 {
+    if !decoder.is_empty() {
         return Err(WireError::BadName(format!("{} trailing bytes", decoder.len())));
     }
     Ok(name)
@@ -371,7 +371,7 @@ pub fn from_hex(text: &str) -> Option<Vec<u8>> {
         .flat_map(|l| l.bytes())
         .filter(|b| !b.is_ascii_whitespace())
         .collect();
-    if digits.len() % 2 != 0 {
+    if digits.len() & 1 == 1 {
         return None;
     }
     digits
@@ -424,7 +424,8 @@ mod tests {
 
     #[test]
     fn invalid_reply_vectors_are_rejected() {
-        let cases: [(&str, fn(&WireError) -> bool); 5] = [
+        type Check = fn(&WireError) -> bool;
+        let cases: [(&str, Check); 5] = [
             ("reply-bad-magic.hex", |e| matches!(e, WireError::BadMagic(_))),
             ("reply-bad-version.hex", |e| matches!(e, WireError::BadVersion(2))),
             ("reply-short.hex", |e| matches!(e, WireError::LengthMismatch { declared: 154, actual: 126 })),
