@@ -1,1 +1,51 @@
-//! shoup-rsa (work in progress).
+//! Shoup's threshold RSA signatures ("Practical Threshold Signatures", EUROCRYPT 2000) for
+//! DNSSEC, as pure computation (the only IO is in the file helpers of [`files`]).
+//!
+//! - [`generate`]: a trusted dealer makes N = pq from two safe primes (1024..=4096 bits, default
+//!   2048), e = 65537, and shares s_i of d on a degree k-1 polynomial over Z_{p'q'}, plus the
+//!   verification keys v, v_i = v^{s_i}. Safe primes are sieved and tested on two threads.
+//! - [`PublicKey::encode_message`]: PKCS#1 v1.5 encoding for DNSSEC algorithms 5/7 (SHA-1),
+//!   8 (SHA-256) and 10 (SHA-512) of the RRSIG to-be-signed bytes.
+//! - [`KeyShare::sign`] / [`KeyShare::sign_with_proof`]: x_i = x^{2Δ s_i} mod N, optionally with
+//!   Shoup's proof of correctness (deterministic nonce, see [`share`]). Exponentiations with
+//!   secret exponents run in constant time (crypto-bigint Montgomery forms); public operations
+//!   use num-bigint.
+//! - [`PublicKey::verify_share`], [`PublicKey::combine`], [`PublicKey::verify`], and the paper's
+//!   strategies [`combine_basic`], [`combine_opt_proof`], [`combine_opt_te`].
+//! - [`corrupt`]: the paper's fault injection (every bit of a share inverted).
+//! - DNSSEC output: [`PublicKey::dnskey_rdata`], [`PublicKey::key_tag`],
+//!   [`PublicKey::bind_key_file`], [`PublicKey::ds_record`].
+//! - Serde for [`PublicKey`], [`KeyShare`] (via [`files`]) and [`SignatureShare`];
+//!   [`SignatureShare::to_bytes`]/[`SignatureShare::from_bytes`] give a fixed-length wire form.
+//!
+//! Malformed input (shares, files, peers' data) yields typed errors, never panics: see
+//! [`ShareError`] (a peer's fault), [`CombineError`] and [`Error`].
+
+mod combine;
+mod dnssec;
+mod encode;
+mod error;
+pub mod files;
+mod keys;
+mod prime;
+pub mod share;
+mod util;
+
+pub use combine::{
+    binomial, check_share_structure, combine_basic, combine_opt_proof, combine_opt_te, Combined,
+    Signature,
+};
+pub use dnssec::{FLAGS_KSK, FLAGS_ZSK};
+pub use encode::{HashAlg, Message};
+pub use error::{CombineError, Error, ShareError};
+pub use files::{load_public, load_share, save_public, save_share};
+#[cfg(any(test, feature = "insecure-small-keys"))]
+pub use keys::{generate_insecure, INSECURE_MIN_MODULUS_BITS};
+pub use keys::{
+    default_threshold, generate, max_faults, stderr_progress, KeyShare, Progress, PublicKey,
+    DEFAULT_MODULUS_BITS, MAX_MODULUS_BITS, MAX_PLAYERS, MIN_MODULUS_BITS, PUBLIC_EXPONENT,
+};
+pub use share::{corrupt, ShareProof, SignatureShare};
+
+#[cfg(test)]
+mod tests;
