@@ -167,7 +167,13 @@ async fn signer_failures_leave_the_zone_unchanged() {
 
     // Garbage replies: the shared invalid vectors, an error status, a
     // signature of the wrong size, and a valid reply for another request.
-    let mut wrong_id = vector("reply-ok.hex");
+    // An ok reply whose signature is one byte longer than the key's.
+    let sig_len = r.signer.public.modulus_bytes() + 1;
+    let wrong_size = named_glue::wire::Reply::ok(0, t0, t0 + 86_400, vec![7; sig_len]).encode().unwrap();
+    // A well-formed reply (right size) carrying another request's id.
+    let mut wrong_id = named_glue::wire::Reply::ok(0x0102_0304_0506_0708, t0, t0 + 86_400, vec![7; sig_len - 1])
+        .encode()
+        .unwrap();
     wrong_id[15] ^= 1;
     let garbage = [
         ("bad magic", vector("reply-bad-magic.hex"), true, "malformed reply"),
@@ -176,7 +182,7 @@ async fn signer_failures_leave_the_zone_unchanged() {
         ("long", vector("reply-long.hex"), true, "bad signature length"),
         ("short header", vector("reply-short-header.hex"), true, "malformed reply"),
         ("error status", vector("reply-error.hex"), true, "signer refused"),
-        ("wrong signature size", vector("reply-ok.hex"), true, "bad signature length"),
+        ("wrong signature size", wrong_size, true, "bad signature length"),
         ("wrong id", wrong_id, false, "reply for another request"),
     ];
     for (what, bytes, patch_id, logged) in garbage {

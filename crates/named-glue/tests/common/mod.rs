@@ -18,9 +18,6 @@ use named_glue::signer::{
 use named_glue::signzone::sign_zone_file;
 use named_glue::supervisor::{NamedSpec, Supervisor};
 use named_glue::tools::BindTools;
-use openssl::hash::MessageDigest;
-use openssl::pkey::{PKey, Private};
-use openssl::rsa::Rsa;
 
 pub const ZONE: &str = "example.test.";
 pub const VALIDITY_DAYS: u32 = 30;
@@ -37,31 +34,61 @@ pub fn zone() -> Name {
     Name::from_ascii(ZONE).unwrap()
 }
 
-/// A single-replica signer (n = 1, k = 1): a plain RSA key, PKCS#1 v1.5
-/// with SHA-256 (algorithm 8).
+/// A single-replica signer (n = 1, k = 1): Shoup threshold RSA with one
+/// share, combined and checked exactly as the wrapper does with t+1 shares.
 pub struct RsaSigner {
-    pub key: PKey<Private>,
+    pub public: shoup_rsa::PublicKey,
+    pub share: shoup_rsa::KeyShare,
     pub key_tag: u16,
 }
 
+/// One 1024-bit key per test binary: safe-prime search is the slow part.
+static KEY: std::sync::OnceLock<(shoup_rsa::PublicKey, Vec<shoup_rsa::KeyShare>)> = std::sync::OnceLock::new();
+
 impl RsaSigner {
     pub fn generate() -> (Arc<RsaSigner>, ZoneKey) {
-        let rsa = Rsa::generate(2048).unwrap();
-        let zone_key = ZoneKey::rsa(&zone(), ALG_RSASHA256, &rsa.e().to_vec(), &rsa.n().to_vec(), 3600).unwrap();
-        let signer = Arc::new(RsaSigner { key: PKey::from_rsa(rsa).unwrap(), key_tag: zone_key.key_tag() });
-        (signer, zone_key)
+        let (public, shares) = KEY
+            .get_or_init(|| {
+                use rand_core::SeedableRng;
+                let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(0x5d45_0004);
+                shoup_rsa::generate(1024, 1, 1, &mut rng, &mut |_| {}).unwrap()
+            })
+            .clone();
+        let zone_key = ZoneKey::rsa(
+            &zone(),
+            ALG_RSASHA256,
+            &public.public_exponent().to_be_bytes(),
+            &public.modulus().to_bytes_be(),
+            3600,
+        )
+        .unwrap();
+        // The glue's DNSKEY encoding agrees with shoup-rsa's.
+        assert_eq!(zone_key.rdata(), public.dnskey_rdata(257, ALG_RSASHA256).unwrap());
+        assert_eq!(zone_key.key_tag(), public.key_tag(257, ALG_RSASHA256).unwrap());
+        let share = shares.into_iter().next().unwrap();
+        (Arc::new(RsaSigner { public, share, key_tag: zone_key.key_tag() }), zone_key)
+    }
+
+    fn sign_now(&self, request: &SignRequest) -> Result<Vec<u8>, SignError> {
+        if request.key_tag != self.key_tag {
+            return Err(SignError::UnknownKey { algorithm: request.algorithm, key_tag: request.key_tag });
+        }
+        let alg = shoup_rsa::HashAlg::from_dnssec_alg(request.algorithm)
+            .ok_or(SignError::UnknownKey { algorithm: request.algorithm, key_tag: request.key_tag })?;
+        let fail = |e: &dyn std::fmt::Display| SignError::Failed(e.to_string());
+        let message = self.public.encode_message(alg, &request.data).map_err(|e| fail(&e))?;
+        let share = self.share.sign(&self.public, &message).map_err(|e| fail(&e))?;
+        let signature = self.public.combine(&message, &[share]).map_err(|e| fail(&e))?;
+        if !self.public.verify(&message, &signature) {
+            return Err(SignError::Failed("combined signature does not verify".into()));
+        }
+        Ok(signature.into_bytes())
     }
 }
 
 impl Signer for RsaSigner {
     fn sign(&self, request: SignRequest) -> SignFuture {
-        let result = if request.algorithm != ALG_RSASHA256 || request.key_tag != self.key_tag {
-            Err(SignError::UnknownKey { algorithm: request.algorithm, key_tag: request.key_tag })
-        } else {
-            openssl::sign::Signer::new(MessageDigest::sha256(), &self.key)
-                .and_then(|mut s| s.sign_oneshot_to_vec(&request.data))
-                .map_err(|e| SignError::Failed(e.to_string()))
-        };
+        let result = self.sign_now(&request);
         Box::pin(async move { result })
     }
 }
