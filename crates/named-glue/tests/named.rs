@@ -62,10 +62,25 @@ async fn single_replica_signs_updates_through_the_socket() {
         assert_eq!(m.metadata.response_code, ResponseCode::NoError);
         assert_eq!(m.answers.len(), 1);
     }
+    // An answer over 512 bytes comes back truncated over UDP (no EDNS in
+    // the query); the forwarder fetches it again over TCP.
+    r.times.set_agreed(t0 + 30);
+    let txt: Vec<String> =
+        (0..12).map(|i| format!("update add big.example.test. 300 TXT \"{i:02}{}\"", "x".repeat(90))).collect();
+    let lines: Vec<&str> = txt.iter().map(String::as_str).collect();
+    let out = r.nsupdate(&lines).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let big = build_query(99, &"big.example.test.".parse().unwrap(), RecordType::TXT).unwrap();
+    let udp_only = named_glue::forward::Forwarder { udp_attempts: 1, ..fwd.clone() };
+    let answer = udp_only.forward_udp(&big).await.unwrap();
+    let m = Message::from_vec(&answer).unwrap();
+    assert!(!m.metadata.truncation && answer.len() > 512, "no TCP fallback: {} bytes", answer.len());
+    assert_eq!(m.answers.len(), 12);
+
     let axfr_query = build_query(7, &zone(), RecordType::AXFR).unwrap();
     let messages = fwd.axfr(&axfr_query).await.unwrap().collect().await.unwrap();
     let records: usize = messages.iter().map(|m| Message::from_vec(m).unwrap().answers.len()).sum();
-    let dig_records = after.lines().count();
+    let dig_records = r.axfr().await.lines().count();
     assert_eq!(records, dig_records, "forwarded AXFR and dig AXFR differ in size");
 
     r.shutdown().await;
@@ -224,6 +239,8 @@ async fn supervisor_restarts_named() {
     let out = r.nsupdate(&["update add kept.example.test. 300 A 192.0.2.99"]).await;
     assert!(out.status.success(), "{}", text(&out));
     let zone_before = r.axfr().await;
+    let signed_before = r.signer.signed();
+    assert!(signed_before > 0);
 
     let named = r.named.as_ref().unwrap();
     let first_pid = named.pid();
@@ -243,6 +260,11 @@ async fn supervisor_restarts_named() {
     named.restart().await.unwrap();
     assert_eq!(named.starts(), 3);
     assert_eq!(canonical(&r.axfr().await), canonical(&zone_before), "zone lost across a restart");
+
+    // named never signs on its own (no re-signing timers, no key
+    // maintenance): not at startup, not after a journal replay.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(r.signer.signed(), signed_before, "named signed without an update");
 
     let last_pid = named.pid();
     r.named.take().unwrap().stop().await;

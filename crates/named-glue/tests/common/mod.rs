@@ -40,6 +40,8 @@ pub struct RsaSigner {
     pub public: shoup_rsa::PublicKey,
     pub share: shoup_rsa::KeyShare,
     pub key_tag: u16,
+    /// Signatures made so far.
+    pub signed: std::sync::atomic::AtomicU64,
 }
 
 /// One 1024-bit key per test binary: safe-prime search is the slow part.
@@ -66,7 +68,7 @@ impl RsaSigner {
         assert_eq!(zone_key.rdata(), public.dnskey_rdata(257, ALG_RSASHA256).unwrap());
         assert_eq!(zone_key.key_tag(), public.key_tag(257, ALG_RSASHA256).unwrap());
         let share = shares.into_iter().next().unwrap();
-        (Arc::new(RsaSigner { public, share, key_tag: zone_key.key_tag() }), zone_key)
+        (Arc::new(RsaSigner { public, share, key_tag: zone_key.key_tag(), signed: Default::default() }), zone_key)
     }
 
     fn sign_now(&self, request: &SignRequest) -> Result<Vec<u8>, SignError> {
@@ -82,7 +84,12 @@ impl RsaSigner {
         if !self.public.verify(&message, &signature) {
             return Err(SignError::Failed("combined signature does not verify".into()));
         }
+        self.signed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(signature.into_bytes())
+    }
+
+    pub fn signed(&self) -> u64 {
+        self.signed.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
