@@ -1,0 +1,289 @@
+//! named.conf for one replica, with the settings that keep named
+//! deterministic (DESIGN.md section 4), and TSIG key files.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine;
+use hickory_proto::rr::Name;
+
+use crate::keys::{write_file, KeyError};
+use crate::tools::BindTools;
+
+/// Record types no update may touch: each would start named's timer-driven
+/// (re)signing, which the replicas would not do in step. The wrapper refuses
+/// them before ordering; named refuses them too through update-policy.
+pub const REFUSED_UPDATE_TYPES: &[&str] = &["DNSKEY", "CDS", "CDNSKEY", "NSEC3PARAM", "TYPE65534"];
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfError {
+    #[error("{what} {value:?} cannot be written into named.conf")]
+    Unquotable { what: &'static str, value: String },
+    #[error("sig-validity-interval of {0} days: must be 8..=3660 (re-sign equal to validity means no jitter only above 7 days)")]
+    BadValidity(u32),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error("running named-checkconf: {0}")]
+    Spawn(std::io::Error),
+    #[error("named-checkconf rejected the configuration: {0}")]
+    Rejected(String),
+}
+
+/// A TSIG key (RFC 8945) clients use to sign updates.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TsigKey {
+    /// Key name, e.g. `update-key`.
+    pub name: String,
+    /// BIND algorithm name, e.g. `hmac-sha256`.
+    pub algorithm: String,
+    pub secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for TsigKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The secret never reaches logs.
+        f.debug_struct("TsigKey")
+            .field("name", &self.name)
+            .field("algorithm", &self.algorithm)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TsigKey {
+    pub fn hmac_sha256(name: &str, secret: Vec<u8>) -> Self {
+        TsigKey { name: name.to_string(), algorithm: "hmac-sha256".to_string(), secret }
+    }
+
+    /// The `key` statement, usable in named.conf and as `nsupdate -k` file.
+    pub fn statement(&self) -> Result<String, ConfError> {
+        check_token("TSIG key name", &self.name)?;
+        check_token("TSIG algorithm", &self.algorithm)?;
+        Ok(format!(
+            "key \"{}\" {{\n\talgorithm {};\n\tsecret \"{}\";\n}};\n",
+            self.name,
+            self.algorithm,
+            base64::engine::general_purpose::STANDARD.encode(&self.secret)
+        ))
+    }
+
+    /// Writes the key statement to `path` with mode 0600 (for nsupdate -k).
+    pub fn write_key_file(&self, path: &Path) -> Result<(), ConfError> {
+        write_file(path, self.statement()?.as_bytes(), 0o600)?;
+        Ok(())
+    }
+}
+
+/// Configuration of one replica's named.
+#[derive(Debug, Clone)]
+pub struct NamedConf {
+    /// named's working directory (relative paths resolve against it).
+    pub directory: PathBuf,
+    pub listen_address: Ipv4Addr,
+    pub port: u16,
+    pub pid_file: PathBuf,
+    pub zone: Name,
+    /// The (signed) zone file named loads and dumps into.
+    pub zone_file: PathBuf,
+    pub journal: PathBuf,
+    pub key_directory: PathBuf,
+    pub tsig_keys: Vec<TsigKey>,
+    /// RRSIG validity in days; also the re-sign interval, so no jitter.
+    pub sig_validity_days: u32,
+    /// Addresses allowed to AXFR (the local wrapper).
+    pub allow_transfer: Vec<Ipv4Addr>,
+}
+
+impl NamedConf {
+    /// A configuration with every file under `directory`: zone.db,
+    /// zone.db.jnl, keys/, named.pid; listening on 127.0.0.1:`port`.
+    pub fn new(directory: &Path, port: u16, zone: &Name, tsig_keys: Vec<TsigKey>) -> Self {
+        NamedConf {
+            directory: directory.to_path_buf(),
+            listen_address: Ipv4Addr::LOCALHOST,
+            port,
+            pid_file: directory.join("named.pid"),
+            zone: zone.clone(),
+            zone_file: directory.join("zone.db"),
+            journal: directory.join("zone.db.jnl"),
+            key_directory: directory.join("keys"),
+            tsig_keys,
+            sig_validity_days: 30,
+            allow_transfer: vec![Ipv4Addr::LOCALHOST],
+        }
+    }
+
+    /// Signature validity in seconds, as the wrapper must use it.
+    pub fn sig_validity_secs(&self) -> u32 {
+        self.sig_validity_days.saturating_mul(86_400)
+    }
+
+    pub fn render(&self) -> Result<String, ConfError> {
+        if !(8..=3660).contains(&self.sig_validity_days) {
+            return Err(ConfError::BadValidity(self.sig_validity_days));
+        }
+        let dir = quoted_path("directory", &self.directory)?;
+        let pid = quoted_path("pid-file", &self.pid_file)?;
+        let zone_file = quoted_path("zone file", &self.zone_file)?;
+        let journal = quoted_path("journal", &self.journal)?;
+        let key_dir = quoted_path("key-directory", &self.key_directory)?;
+        let session_key = quoted_path("session-keyfile", &self.directory.join("session.key"))?;
+        let mut zone = self.zone.to_lowercase().to_ascii();
+        if !zone.ends_with('.') {
+            zone.push('.');
+        }
+        check_token("zone name", &zone)?;
+        let transfer: String =
+            self.allow_transfer.iter().map(|a| format!("{a}; ")).collect();
+        let mut out = String::new();
+        for key in &self.tsig_keys {
+            out.push_str(&key.statement()?);
+        }
+        out.push_str(&format!(
+            "options {{\n\
+             \tdirectory {dir};\n\
+             \tpid-file {pid};\n\
+             \tsession-keyfile {session_key};\n\
+             \tlisten-on port {port} {{ {addr}; }};\n\
+             \tlisten-on-v6 {{ none; }};\n\
+             \trecursion no;\n\
+             \tdnssec-validation no;\n\
+             \tnotify no;\n\
+             \tanswer-cookie no;\n\
+             \trrset-order {{ order none; }};\n\
+             \tallow-transfer {{ {transfer}}};\n\
+             \tversion none;\n\
+             \thostname none;\n\
+             \tserver-id none;\n\
+             }};\n\
+             controls {{ }};\n",
+            port = self.port,
+            addr = self.listen_address,
+        ));
+        out.push_str(&format!(
+            "zone \"{zone}\" {{\n\
+             \ttype primary;\n\
+             \tfile {zone_file};\n\
+             \tjournal {journal};\n\
+             \tkey-directory {key_dir};\n\
+             \tsig-validity-interval {v} {v};\n\
+             \tdnssec-update-mode no-resign;\n\
+             \tserial-update-method increment;\n\
+             \tupdate-policy {{\n{policy}\t}};\n\
+             }};\n",
+            v = self.sig_validity_days,
+            policy = self.update_policy()?,
+        ));
+        Ok(out)
+    }
+
+    fn update_policy(&self) -> Result<String, ConfError> {
+        let refused = REFUSED_UPDATE_TYPES.join(" ");
+        let mut rules = String::new();
+        // First match wins: the denials come before the grants.
+        for key in &self.tsig_keys {
+            check_token("TSIG key name", &key.name)?;
+            rules.push_str(&format!("\t\tdeny \"{}\" zonesub {refused};\n", key.name));
+        }
+        for key in &self.tsig_keys {
+            rules.push_str(&format!("\t\tgrant \"{}\" zonesub ANY;\n", key.name));
+        }
+        if rules.is_empty() {
+            // update-policy needs a rule; this one matches no signed request.
+            rules.push_str(&format!("\t\tdeny * zonesub {refused};\n"));
+        }
+        Ok(rules)
+    }
+
+    /// Writes named.conf (0600: it holds TSIG secrets).
+    pub fn write(&self, path: &Path) -> Result<(), ConfError> {
+        write_file(path, self.render()?.as_bytes(), 0o600)?;
+        Ok(())
+    }
+}
+
+/// Runs the build's named-checkconf on `conf`.
+pub fn check_conf(tools: &BindTools, conf: &Path) -> Result<(), ConfError> {
+    let out = Command::new(tools.bin("named-checkconf"))
+        .arg(conf)
+        .output()
+        .map_err(ConfError::Spawn)?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(ConfError::Rejected(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )))
+    }
+}
+
+fn check_token(what: &'static str, value: &str) -> Result<(), ConfError> {
+    let bad = value.is_empty()
+        || value.chars().any(|c| c == '"' || c == '\\' || c == ';' || c.is_control() || c.is_whitespace());
+    if bad {
+        return Err(ConfError::Unquotable { what, value: value.to_string() });
+    }
+    Ok(())
+}
+
+fn quoted_path(what: &'static str, path: &Path) -> Result<String, ConfError> {
+    let s = path.to_str().ok_or_else(|| ConfError::Unquotable {
+        what,
+        value: path.to_string_lossy().into_owned(),
+    })?;
+    if s.is_empty() || s.chars().any(|c| c == '"' || c == '\\' || c.is_control()) {
+        return Err(ConfError::Unquotable { what, value: s.to_string() });
+    }
+    Ok(format!("\"{s}\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_determinism_settings() {
+        let zone = Name::from_ascii("Example.TEST.").unwrap();
+        let conf = NamedConf::new(
+            Path::new("/tmp/r1"),
+            5353,
+            &zone,
+            vec![TsigKey::hmac_sha256("k1", vec![1; 32])],
+        );
+        let text = conf.render().unwrap();
+        for needle in [
+            "zone \"example.test.\"",
+            "sig-validity-interval 30 30;",
+            "dnssec-update-mode no-resign;",
+            "serial-update-method increment;",
+            "rrset-order { order none; };",
+            "answer-cookie no;",
+            "controls { };",
+            "notify no;",
+            "listen-on port 5353 { 127.0.0.1; };",
+            "listen-on-v6 { none; };",
+            "deny \"k1\" zonesub DNSKEY CDS CDNSKEY NSEC3PARAM TYPE65534;",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+        for absent in ["auto-dnssec", "dnssec-policy", "inline-signing"] {
+            assert!(!text.contains(absent));
+        }
+        assert!(text.find("deny \"k1\"").unwrap() < text.find("grant \"k1\"").unwrap());
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let zone = Name::from_ascii("example.test.").unwrap();
+        let mut conf = NamedConf::new(Path::new("/tmp/a\"b"), 1, &zone, vec![]);
+        assert!(matches!(conf.render(), Err(ConfError::Unquotable { .. })));
+        conf.directory = PathBuf::from("/tmp/ok");
+        conf.sig_validity_days = 7;
+        assert!(matches!(conf.render(), Err(ConfError::BadValidity(7))));
+        let key = TsigKey::hmac_sha256("bad name", vec![1]);
+        assert!(key.statement().is_err());
+    }
+}

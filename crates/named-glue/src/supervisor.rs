@@ -1,0 +1,282 @@
+//! named as a supervised child: start in the foreground (`-g`), ready check
+//! (the zone's SOA answers over UDP), log capture (file and tracing), clean
+//! stop (SIGTERM, then SIGKILL after a grace period), restart on crash with
+//! backoff, restart on demand.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hickory_proto::rr::Name;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::forward::zone_answers;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SuperviseError {
+    #[error("cannot start {path}: {source}")]
+    Spawn { path: PathBuf, source: std::io::Error },
+    #[error("named did not answer for its zone within {0:?} (see its log {1})")]
+    NotReady(Duration, PathBuf),
+    #[error("the supervisor task has ended")]
+    Gone,
+}
+
+/// How to run one named.
+#[derive(Debug, Clone)]
+pub struct NamedSpec {
+    pub named: PathBuf,
+    pub conf: PathBuf,
+    /// Where named listens (must match the configuration).
+    pub listen: SocketAddr,
+    pub zone: Name,
+    /// named's stderr is appended here.
+    pub log_file: PathBuf,
+    /// Passed to named as SDNS_SIGNER_SOCKET.
+    pub signer_socket: Option<PathBuf>,
+    /// Passed as SDNS_SIGNER_TIMEOUT_MS (named's default: 10000).
+    pub signer_timeout_ms: Option<u32>,
+    pub ready_timeout: Duration,
+    pub stop_grace: Duration,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+}
+
+impl NamedSpec {
+    pub fn new(named: PathBuf, conf: PathBuf, port: u16, zone: Name, log_file: PathBuf) -> Self {
+        NamedSpec {
+            named,
+            conf,
+            listen: SocketAddr::new(IpAddr::from([127, 0, 0, 1]), port),
+            zone,
+            log_file,
+            signer_socket: None,
+            signer_timeout_ms: None,
+            ready_timeout: Duration::from_secs(30),
+            stop_grace: Duration::from_secs(5),
+            backoff_min: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(10),
+        }
+    }
+}
+
+enum Control {
+    Restart(oneshot::Sender<()>),
+    Stop(oneshot::Sender<()>),
+}
+
+/// A running, supervised named. Dropping it kills named.
+pub struct Supervisor {
+    spec: NamedSpec,
+    control: mpsc::Sender<Control>,
+    pid: Arc<AtomicU32>,
+    starts: Arc<AtomicU64>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Supervisor {
+    /// Starts named and waits until it answers for its zone.
+    pub async fn start(spec: NamedSpec) -> Result<Self, SuperviseError> {
+        let pid = Arc::new(AtomicU32::new(0));
+        let starts = Arc::new(AtomicU64::new(0));
+        // Spawn once here so that a bad binary path is reported at once.
+        let child = spawn(&spec, &starts)?;
+        pid.store(child.id().unwrap_or(0), Ordering::SeqCst);
+        let (control, rx) = mpsc::channel(4);
+        let task = tokio::spawn(run(spec.clone(), child, rx, pid.clone(), starts.clone()));
+        let supervisor = Supervisor { spec, control, pid, starts, task: Some(task) };
+        supervisor.wait_ready().await?;
+        Ok(supervisor)
+    }
+
+    /// Waits until named answers for the zone, up to the ready timeout.
+    pub async fn wait_ready(&self) -> Result<(), SuperviseError> {
+        let deadline = tokio::time::Instant::now() + self.spec.ready_timeout;
+        let mut pause = Duration::from_millis(20);
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(true) = zone_answers(self.spec.listen, &self.spec.zone, Duration::from_millis(300)).await {
+                return Ok(());
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(300));
+        }
+        Err(SuperviseError::NotReady(self.spec.ready_timeout, self.spec.log_file.clone()))
+    }
+
+    /// Stops named (SIGTERM, SIGKILL after the grace), starts it again and
+    /// waits until it is ready.
+    pub async fn restart(&self) -> Result<(), SuperviseError> {
+        let (tx, rx) = oneshot::channel();
+        self.control.send(Control::Restart(tx)).await.map_err(|_| SuperviseError::Gone)?;
+        rx.await.map_err(|_| SuperviseError::Gone)?;
+        self.wait_ready().await
+    }
+
+    /// Stops named and the supervision.
+    pub async fn stop(mut self) {
+        let (tx, rx) = oneshot::channel();
+        if self.control.send(Control::Stop(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// The current named's process id (0 while none runs).
+    pub fn pid(&self) -> u32 {
+        self.pid.load(Ordering::SeqCst)
+    }
+
+    /// How many times named was started (1 + restarts).
+    pub fn starts(&self) -> u64 {
+        self.starts.load(Ordering::SeqCst)
+    }
+
+    pub fn spec(&self) -> &NamedSpec {
+        &self.spec
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let pid = self.pid.swap(0, Ordering::SeqCst);
+            if pid != 0 {
+                // The task may be gone without a runtime to run kill_on_drop.
+                // SAFETY: kill(2) has no memory-safety preconditions.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+fn spawn(spec: &NamedSpec, starts: &AtomicU64) -> Result<Child, SuperviseError> {
+    let mut cmd = Command::new(&spec.named);
+    cmd.arg("-g")
+        .arg("-4")
+        .args(["-n", "1"])
+        .arg("-c")
+        .arg(&spec.conf)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd.env_remove(crate::SIGNER_SOCKET_ENV);
+    if let Some(socket) = &spec.signer_socket {
+        cmd.env(crate::SIGNER_SOCKET_ENV, socket);
+    }
+    if let Some(ms) = spec.signer_timeout_ms {
+        cmd.env(crate::SIGNER_TIMEOUT_ENV, ms.to_string());
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|source| SuperviseError::Spawn { path: spec.named.clone(), source })?;
+    starts.fetch_add(1, Ordering::SeqCst);
+    if let Some(stderr) = child.stderr.take() {
+        let log_file = spec.log_file.clone();
+        tokio::spawn(async move {
+            let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(&log_file).await.ok();
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::debug!(target: "named", "{line}");
+                if let Some(f) = file.as_mut() {
+                    let _ = f.write_all(format!("{line}\n").as_bytes()).await;
+                }
+            }
+        });
+    }
+    Ok(child)
+}
+
+async fn terminate(child: &mut Child, grace: Duration) {
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        }
+        if tokio::time::timeout(grace, child.wait()).await.is_ok() {
+            return;
+        }
+        tracing::warn!(pid, "named ignored SIGTERM; killing it");
+    }
+    let _ = child.kill().await;
+}
+
+async fn run(
+    spec: NamedSpec,
+    mut child: Child,
+    mut control: mpsc::Receiver<Control>,
+    pid: Arc<AtomicU32>,
+    starts: Arc<AtomicU64>,
+) {
+    let mut backoff = spec.backoff_min;
+    loop {
+        let started = tokio::time::Instant::now();
+        let restart_ack = tokio::select! {
+            status = child.wait() => {
+                pid.store(0, Ordering::SeqCst);
+                tracing::warn!(?status, "named exited; restarting after {backoff:?}");
+                if started.elapsed() > Duration::from_secs(30) {
+                    backoff = spec.backoff_min;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    cmd = control.recv() => match cmd {
+                        Some(Control::Restart(ack)) => { let _ = ack.send(()); }
+                        Some(Control::Stop(ack)) => { let _ = ack.send(()); return; }
+                        None => return,
+                    }
+                }
+                backoff = (backoff * 2).min(spec.backoff_max);
+                None
+            }
+            cmd = control.recv() => match cmd {
+                Some(Control::Restart(ack)) => {
+                    terminate(&mut child, spec.stop_grace).await;
+                    pid.store(0, Ordering::SeqCst);
+                    backoff = spec.backoff_min;
+                    Some(ack)
+                }
+                Some(Control::Stop(ack)) => {
+                    terminate(&mut child, spec.stop_grace).await;
+                    pid.store(0, Ordering::SeqCst);
+                    let _ = ack.send(());
+                    return;
+                }
+                None => {
+                    terminate(&mut child, spec.stop_grace).await;
+                    pid.store(0, Ordering::SeqCst);
+                    return;
+                }
+            },
+        };
+        loop {
+            match spawn(&spec, &starts) {
+                Ok(new) => {
+                    child = new;
+                    pid.store(child.id().unwrap_or(0), Ordering::SeqCst);
+                    break;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot restart named; retrying after {backoff:?}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(spec.backoff_max);
+                }
+            }
+        }
+        if let Some(ack) = restart_ack {
+            let _ = ack.send(());
+        }
+    }
+}

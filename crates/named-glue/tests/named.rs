@@ -1,0 +1,318 @@
+//! Tests against the real patched named (patches/bind9/build.sh output,
+//! found through SDNS_BIND_DIR or <workspace>/target/bind9).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::rr::RecordType;
+use named_glue::forward::{build_query, Forwarder};
+use named_glue::time::unix_now;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_replica_signs_updates_through_the_socket() {
+    let (signer, key) = RsaSigner::generate();
+    let t0 = unix_now() as u32;
+    let r = Replica::start(signer, key, t0, None).await;
+
+    // The initially signed zone validates and carries the agreed times.
+    let before = r.axfr().await;
+    let v = r.verify_zone(&before);
+    assert!(v.status.success(), "dnssec-verify on the initial zone: {}", text(&v));
+    let inception = named_glue::time::format_timestamp(u64::from(t0 - 3600));
+    assert!(before.contains(&inception), "RRSIG inception {inception} missing:\n{before}");
+
+    // Adds and a delete through TSIG-signed updates.
+    r.times.set_agreed(t0 + 10);
+    let out = r.nsupdate(&["update add new.example.test. 300 A 192.0.2.77", "update add new.example.test. 300 TXT \"hello\""]).await;
+    assert!(out.status.success(), "nsupdate add: {}\n{}", text(&out), r.log());
+    r.times.set_agreed(t0 + 20);
+    let out = r.nsupdate(&["update delete www.example.test. A"]).await;
+    assert!(out.status.success(), "nsupdate delete: {}", text(&out));
+
+    let after = r.axfr().await;
+    assert!(after.contains("new.example.test.") && after.contains("192.0.2.77"), "{after}");
+    assert!(!after.contains("192.0.2.1\n"), "www A still present:\n{after}");
+    let updated_inception = named_glue::time::format_timestamp(u64::from(t0 + 20 - 3600));
+    assert!(after.contains(&updated_inception), "update RRSIGs not at the agreed time:\n{after}");
+    let v = r.verify_zone(&after);
+    assert!(v.status.success(), "dnssec-verify after updates: {}", text(&v));
+
+    // dig +dnssec gets the RRSIG; delv validates against the zone's key.
+    let out = r.dig(&["new.example.test.", "A", "+dnssec", "+norec"]).await;
+    let dig_text = text(&out);
+    assert!(dig_text.contains("RRSIG") && dig_text.contains("192.0.2.77"), "{dig_text}");
+    let out = r.delv("new.example.test.", "A");
+    assert!(text(&out).contains("fully validated"), "delv: {}", text(&out));
+    let out = r.delv("www.example.test.", "A");
+    assert!(
+        text(&out).contains("resolution failed: ncache nxrrset") || text(&out).contains("negative response, fully validated"),
+        "delv on the deleted name: {}",
+        text(&out)
+    );
+
+    // The forwarder gets the same answer over UDP and TCP, and the zone by AXFR.
+    let fwd = Forwarder::new(r.addr());
+    let query = build_query(4242, &"new.example.test.".parse().unwrap(), RecordType::A).unwrap();
+    for answer in [fwd.forward_udp(&query).await.unwrap(), fwd.forward_tcp(&query).await.unwrap()] {
+        let m = Message::from_vec(&answer).unwrap();
+        assert_eq!(m.metadata.id, 4242);
+        assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+        assert_eq!(m.answers.len(), 1);
+    }
+    // An answer over 512 bytes comes back truncated over UDP (no EDNS in
+    // the query); the forwarder fetches it again over TCP.
+    r.times.set_agreed(t0 + 30);
+    let txt: Vec<String> =
+        (0..12).map(|i| format!("update add big.example.test. 300 TXT \"{i:02}{}\"", "x".repeat(90))).collect();
+    let lines: Vec<&str> = txt.iter().map(String::as_str).collect();
+    let out = r.nsupdate(&lines).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let big = build_query(99, &"big.example.test.".parse().unwrap(), RecordType::TXT).unwrap();
+    let udp_only = named_glue::forward::Forwarder { udp_attempts: 1, ..fwd.clone() };
+    let answer = udp_only.forward_udp(&big).await.unwrap();
+    let m = Message::from_vec(&answer).unwrap();
+    assert!(!m.metadata.truncation && answer.len() > 512, "no TCP fallback: {} bytes", answer.len());
+    assert_eq!(m.answers.len(), 12);
+
+    let axfr_query = build_query(7, &zone(), RecordType::AXFR).unwrap();
+    let messages = fwd.axfr(&axfr_query).await.unwrap().collect().await.unwrap();
+    let records: usize = messages.iter().map(|m| Message::from_vec(m).unwrap().answers.len()).sum();
+    let dig_records = r.axfr().await.lines().count();
+    assert_eq!(records, dig_records, "forwarded AXFR and dig AXFR differ in size");
+
+    r.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_material_updates_are_refused() {
+    let (signer, key) = RsaSigner::generate();
+    let t0 = unix_now() as u32;
+    let r = Replica::start(signer, key.clone(), t0, None).await;
+    let before = r.axfr().await;
+    let dnskey = key.dnskey_record();
+    let dnskey_rdata = dnskey.split(" DNSKEY ").nth(1).unwrap().to_string();
+    let cases = [
+        format!("update add example.test. 3600 DNSKEY {dnskey_rdata}"),
+        format!("update add example.test. 3600 CDNSKEY {dnskey_rdata}"),
+        format!("update add example.test. 3600 CDS {} 8 2 {}", key.key_tag(), "AB".repeat(32)),
+        "update add example.test. 0 NSEC3PARAM 1 0 0 -".to_string(),
+        "update delete example.test. DNSKEY".to_string(),
+    ];
+    for case in &cases {
+        let out = r.nsupdate(&[case.as_str()]).await;
+        assert!(!out.status.success(), "{case} was accepted");
+        assert!(text(&out).contains("REFUSED"), "{case}: {}", text(&out));
+    }
+    assert_same_zone(&r.axfr().await, &before, "refused update");
+    // An ordinary update still works.
+    let out = r.nsupdate(&["update add ok.example.test. 300 A 192.0.2.9"]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    r.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_end_byte_identical() {
+    let (signer, key) = RsaSigner::generate();
+    let t0 = unix_now() as u32;
+    let a = Replica::start(signer.clone(), key.clone(), t0, None).await;
+    let updates: [&[&str]; 3] = [
+        &["update add a.example.test. 300 A 192.0.2.10", "update add b.example.test. 300 AAAA 2001:db8::1"],
+        &["update delete mail.example.test. MX"],
+        &["update add c.example.test. 600 TXT \"third\"", "update delete a.example.test. A"],
+    ];
+    for (i, u) in updates.iter().enumerate() {
+        a.times.set_agreed(t0 + 100 * (i as u32 + 1));
+        let out = a.nsupdate(u).await;
+        assert!(out.status.success(), "replica a, update {i}: {}", text(&out));
+    }
+    // Replica b gets the same updates with the same agreed times, later in
+    // wall-clock time (named's own clock differs by seconds).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let b = Replica::start(signer, key, t0, None).await;
+    for (i, u) in updates.iter().enumerate() {
+        b.times.set_agreed(t0 + 100 * (i as u32 + 1));
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let out = b.nsupdate(u).await;
+        assert!(out.status.success(), "replica b, update {i}: {}", text(&out));
+    }
+    let (za, zb) = (a.axfr().await, b.axfr().await);
+    assert!(za.contains("c.example.test."), "{za}");
+    assert_same_zone(&za, &zb, "replicas a and b");
+    let v = a.verify_zone(&za);
+    assert!(v.status.success(), "{}", text(&v));
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Every signer failure makes named answer SERVFAIL and leave the zone as
+/// it was; the next update succeeds once the signer is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signer_failures_leave_the_zone_unchanged() {
+    let (signer, key) = RsaSigner::generate();
+    let t0 = unix_now() as u32;
+    let mut r = Replica::start(signer, key, t0, Some(1500)).await;
+    r.times.set_agreed(t0 + 5);
+    let out = r.nsupdate(&["update add first.example.test. 300 A 192.0.2.5"]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let zone_before = r.axfr().await;
+
+    let expect_servfail = |out: &std::process::Output, what: &str| {
+        assert!(!out.status.success(), "{what}: update succeeded");
+        assert!(text(out).contains("SERVFAIL"), "{what}: {}", text(out));
+    };
+    let update = ["update add second.example.test. 300 A 192.0.2.6"];
+
+    // No socket at all.
+    r.stop_service();
+    expect_servfail(&r.nsupdate(&update).await, "no socket");
+    r.wait_log_count("send: No such file or directory", 1).await;
+    assert_same_zone(&r.axfr().await, &zone_before, "no socket");
+
+    // A signer that never answers: named gives up after its timeout.
+    {
+        let fake = FakeSigner::bind(&r.socket, Fake::Silent);
+        expect_servfail(&r.nsupdate(&update).await, "silent signer");
+        r.wait_log_count("timed out", 1).await;
+        assert!(*fake.requests.lock().unwrap() >= 1, "named never asked the silent signer");
+    }
+    assert_same_zone(&r.axfr().await, &zone_before, "timeout");
+
+    // Garbage replies: the shared invalid vectors, an error status, a
+    // signature of the wrong size, and a valid reply for another request.
+    // An ok reply whose signature is one byte longer than the key's.
+    let sig_len = r.signer.public.modulus_bytes() + 1;
+    let wrong_size = named_glue::wire::Reply::ok(0, t0, t0 + 86_400, vec![7; sig_len]).encode().unwrap();
+    // A well-formed reply (right size) carrying another request's id.
+    let mut wrong_id = named_glue::wire::Reply::ok(0x0102_0304_0506_0708, t0, t0 + 86_400, vec![7; sig_len - 1])
+        .encode()
+        .unwrap();
+    wrong_id[15] ^= 1;
+    let garbage = [
+        ("bad magic", vector("reply-bad-magic.hex"), true, "malformed reply"),
+        ("bad version", vector("reply-bad-version.hex"), true, "malformed reply"),
+        ("short", vector("reply-short.hex"), true, "bad signature length"),
+        ("long", vector("reply-long.hex"), true, "bad signature length"),
+        ("short header", vector("reply-short-header.hex"), true, "malformed reply"),
+        ("error status", vector("reply-error.hex"), true, "signer refused"),
+        ("wrong signature size", wrong_size, true, "bad signature length"),
+        ("wrong id", wrong_id, false, "reply for another request"),
+    ];
+    for (what, bytes, patch_id, logged) in garbage {
+        let fake = FakeSigner::bind(&r.socket, Fake::Reply { bytes, patch_id });
+        let seen = r.log().matches(logged).count();
+        expect_servfail(&r.nsupdate(&update).await, what);
+        r.wait_log_count(logged, seen + 1).await;
+        assert!(*fake.requests.lock().unwrap() >= 1, "{what}: named never asked");
+        // named's requests (the C encoder) decode with the Rust decoder.
+        assert!(fake.undecodable.lock().unwrap().is_empty(), "{:?}", fake.undecodable.lock().unwrap());
+        for (alg, tag, signer) in fake.seen.lock().unwrap().iter() {
+            assert_eq!((*alg, *tag, signer.as_str()), (8, r.key.key_tag(), ZONE));
+        }
+        drop(fake);
+        assert_same_zone(&r.axfr().await, &zone_before, what);
+    }
+
+    // The signer is back: the same update now succeeds.
+    r.start_service();
+    r.times.set_agreed(t0 + 50);
+    let out = r.nsupdate(&update).await;
+    assert!(out.status.success(), "after recovery: {}\n{}", text(&out), r.log());
+    let zone_after = r.axfr().await;
+    assert!(zone_after.contains("second.example.test."), "{zone_after}");
+    let v = r.verify_zone(&zone_after);
+    assert!(v.status.success(), "{}", text(&v));
+    assert_eq!(r.named.as_ref().unwrap().starts(), 1, "named restarted during the failures");
+    r.shutdown().await;
+}
+
+/// named killed behind the supervisor's back comes back by itself with its
+/// zone (file + journal); restart on demand and stop work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervisor_restarts_named() {
+    let (signer, key) = RsaSigner::generate();
+    let t0 = unix_now() as u32;
+    let mut r = Replica::start(signer, key, t0, None).await;
+    r.times.set_agreed(t0 + 1);
+    let out = r.nsupdate(&["update add kept.example.test. 300 A 192.0.2.99"]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let zone_before = r.axfr().await;
+    let signed_before = r.signer.signed();
+    assert!(signed_before > 0);
+
+    let named = r.named.as_ref().unwrap();
+    let first_pid = named.pid();
+    assert_ne!(first_pid, 0);
+    // SAFETY: kill(2) on the child we started.
+    unsafe { libc::kill(first_pid as libc::pid_t, libc::SIGKILL) };
+    // Back within the backoff plus startup.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while named.starts() < 2 || named.pid() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "named was not restarted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    named.wait_ready().await.unwrap();
+    assert_ne!(named.pid(), first_pid);
+    assert_eq!(canonical(&r.axfr().await), canonical(&zone_before), "zone lost across a crash");
+
+    named.restart().await.unwrap();
+    assert_eq!(named.starts(), 3);
+    assert_eq!(canonical(&r.axfr().await), canonical(&zone_before), "zone lost across a restart");
+
+    // named never signs on its own (no re-signing timers, no key
+    // maintenance): not at startup, not after a journal replay.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(r.signer.signed(), signed_before, "named signed without an update");
+
+    let last_pid = named.pid();
+    r.named.take().unwrap().stop().await;
+    // SAFETY: signal 0 only checks whether the process exists.
+    let alive = unsafe { libc::kill(last_pid as libc::pid_t, 0) } == 0;
+    assert!(!alive, "named still running after stop");
+    let _ = &mut r;
+}
+
+/// The initial signing is deterministic: same agreed time, same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_signing_is_deterministic() {
+    use named_glue::signer::{ServiceLimits, SignatureTimes, SigningService};
+    use named_glue::signzone::sign_zone_file;
+    let tools = tools();
+    let (signer, key) = RsaSigner::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let key_dir = dir.path().join("keys");
+    std::fs::create_dir(&key_dir).unwrap();
+    key.write_files(&key_dir, unix_now() - 86_400).unwrap();
+    let unsigned = dir.path().join("zone.unsigned");
+    std::fs::write(&unsigned, UNSIGNED_ZONE).unwrap();
+    let times = Times::default();
+    let socket = dir.path().join("signer.sock");
+    let _service = SigningService::bind(&socket, signer, times.source(), ServiceLimits::default()).unwrap();
+    let t0 = unix_now() as u32;
+    let mut outputs = Vec::new();
+    for (i, t) in [t0, t0, t0 + 1].into_iter().enumerate() {
+        times.set_agreed(t);
+        let signed = dir.path().join(format!("signed{i}.db"));
+        let agreed = SignatureTimes::from_agreed(t, VALIDITY_DAYS * 86_400);
+        sign_zone_file(&tools, &zone(), &unsigned, &signed, &key_dir, &key, &socket, agreed).await.unwrap();
+        outputs.push(std::fs::read(&signed).unwrap());
+        if i == 0 {
+            // Different wall-clock time for the second run.
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
+    }
+    assert_eq!(outputs[0], outputs[1], "two signings at the same agreed time differ");
+    assert_ne!(outputs[0], outputs[2], "the agreed time does not reach the signatures");
+    let text0 = String::from_utf8(outputs[0].clone()).unwrap();
+    assert!(text0.contains("RRSIG") && text0.contains("DNSKEY"), "{text0}");
+
+    // No signing socket: the tool fails instead of signing locally.
+    drop(_service);
+    let signed = dir.path().join("nosigner.db");
+    let agreed = SignatureTimes::from_agreed(t0, VALIDITY_DAYS * 86_400);
+    let err = sign_zone_file(&tools, &zone(), &unsigned, &signed, &key_dir, &key, &socket, agreed).await;
+    assert!(err.is_err(), "signed without a signer");
+    assert!(!signed.exists());
+}
