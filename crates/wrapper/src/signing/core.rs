@@ -144,7 +144,7 @@ impl SignerCore {
         }
         let message = self.keys.encode(alg, data).map_err(|reason| RequestError::Encode { alg, reason })?;
         let with_proof = self.protocol == Protocol::Basic;
-        let mine = self.keys.my_share(&message, with_proof, self.corrupt);
+        let mine = self.keys.my_share(&message, with_proof, self.corrupt).map_err(|reason| RequestError::Encode { alg, reason })?;
         let mut session = Session {
             message,
             shares: BTreeMap::new(),
@@ -156,7 +156,8 @@ impl SignerCore {
             last_ask_us: now_us,
         };
         session.shares.insert(self.id, mine.clone());
-        self.outputs.push_back(Output::Broadcast { message: SignMessage::Share { digest, share: mine } });
+        let bytes = self.keys.share_to_bytes(&mine);
+        self.outputs.push_back(Output::Broadcast { message: SignMessage::Share { digest, share: bytes } });
         self.sessions.insert(digest, session);
 
         if let Some(early) = self.take_early(&digest) {
@@ -187,7 +188,10 @@ impl SignerCore {
             return;
         }
         match message {
-            SignMessage::Share { digest, share } => self.on_share(from, digest, share),
+            SignMessage::Share { digest, share } => match self.keys.share_from_bytes(&share) {
+                Some(share) => self.on_share(from, digest, share),
+                None => self.blame(from, "undecodable share"),
+            },
             SignMessage::Final { digest, signature } => self.on_final(from, digest, signature),
             SignMessage::Retry { digest, proof } => self.on_retry(from, digest, proof),
         }
@@ -284,13 +288,14 @@ impl SignerCore {
         };
         let share = if want_proof {
             if s.my_proven.is_none() {
-                s.my_proven = Some(self.keys.my_share(&s.message, true, corrupt));
+                s.my_proven = self.keys.my_share(&s.message, true, corrupt).ok();
             }
             s.my_proven.clone()
         } else {
             s.shares.get(&id).cloned()
         };
         if let Some(share) = share {
+            let share = self.keys.share_to_bytes(&share);
             self.outputs.push_back(Output::Send { to: from, message: SignMessage::Share { digest, share } });
         }
     }
@@ -330,11 +335,12 @@ impl SignerCore {
                         // Optimism failed: ask everyone for proofs, send ours with proof.
                         s.fallback = true;
                         self.stats.fallbacks += 1;
-                        let corrupt = self.corrupt;
-                        let mine = self.keys.my_share(&s.message, true, corrupt);
-                        s.my_proven = Some(mine.clone());
-                        s.shares.insert(self.id, mine.clone());
-                        self.outputs.push_back(Output::Broadcast { message: SignMessage::Share { digest, share: mine } });
+                        if let Ok(mine) = self.keys.my_share(&s.message, true, self.corrupt) {
+                            s.my_proven = Some(mine.clone());
+                            s.shares.insert(self.id, mine.clone());
+                            let share = self.keys.share_to_bytes(&mine);
+                            self.outputs.push_back(Output::Broadcast { message: SignMessage::Share { digest, share } });
+                        }
                         self.outputs.push_back(Output::Broadcast { message: SignMessage::Retry { digest, proof: true } });
                         None
                     }

@@ -16,4 +16,5 @@ pub mod crypto;
 pub mod wire;
 
 pub use self::core::{Output, SignerCore, SignerLimits, Stats};
+pub mod service;
 pub use wire::{Digest, SignMessage};

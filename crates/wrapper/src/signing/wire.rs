@@ -2,8 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::crypto::Share;
-
 /// SHA-256 over (DNSSEC algorithm, to-be-signed bytes after the time rewrite):
 /// names one signing session on every replica without revealing the data.
 pub type Digest = [u8; 32];
@@ -13,7 +11,8 @@ const VERSION: u8 = 1;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum SignMessage {
     /// The sender's signature share, with or without its proof of correctness.
-    Share { digest: Digest, share: Share },
+    /// The share in shoup-rsa's fixed-width byte form (decoded against the public key).
+    Share { digest: Digest, share: Vec<u8> },
     /// The sender could not finish: resend your share (with proof when `proof`), or
     /// the final signature if you have it.
     Retry { digest: Digest, proof: bool },

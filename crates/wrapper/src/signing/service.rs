@@ -1,0 +1,134 @@
+//! The signing core under tokio: named's requests come in through named-glue's
+//! signing socket (as `Signer::sign`), peers' messages through mesh channel 1.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bft::transport::mesh::CHANNEL_SIGNING;
+use bft::transport::MeshSender;
+use bytes::Bytes;
+use named_glue::signer::{SignError, SignFuture, SignRequest, Signer};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn};
+
+use super::core::{Output, SignerCore};
+use super::wire::{Digest, SignMessage};
+use crate::metrics::Metrics;
+
+enum Command {
+    Sign { algorithm: u8, data: Vec<u8>, reply: oneshot::Sender<Result<Vec<u8>, SignError>> },
+}
+
+/// named-glue's `Signer`, backed by the task that runs the threshold protocol.
+pub struct ThresholdSigner {
+    commands: mpsc::Sender<Command>,
+    zone_key_tag: u16,
+}
+
+impl Signer for ThresholdSigner {
+    fn sign(&self, request: SignRequest) -> SignFuture {
+        let commands = self.commands.clone();
+        let expected_tag = self.zone_key_tag;
+        Box::pin(async move {
+            if request.key_tag != expected_tag {
+                return Err(SignError::UnknownKey { algorithm: request.algorithm, key_tag: request.key_tag });
+            }
+            let (reply, answer) = oneshot::channel();
+            commands
+                .send(Command::Sign { algorithm: request.algorithm, data: request.data, reply })
+                .await
+                .map_err(|_| SignError::ShuttingDown)?;
+            answer.await.map_err(|_| SignError::ShuttingDown)?
+        })
+    }
+}
+
+fn now_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+}
+
+/// Starts the task; returns the `Signer` to hand to named-glue's `SigningService`.
+pub fn spawn(
+    core: SignerCore,
+    zone_key_tag: u16,
+    mesh: MeshSender,
+    incoming: mpsc::Receiver<(u16, Bytes)>,
+    metrics: Arc<Metrics>,
+) -> Arc<ThresholdSigner> {
+    let (commands, rx) = mpsc::channel(1024);
+    tokio::spawn(run(core, mesh, incoming, rx, metrics));
+    Arc::new(ThresholdSigner { commands, zone_key_tag })
+}
+
+struct Waiter {
+    reply: oneshot::Sender<Result<Vec<u8>, SignError>>,
+    since: Instant,
+}
+
+async fn run(
+    mut core: SignerCore,
+    mesh: MeshSender,
+    mut incoming: mpsc::Receiver<(u16, Bytes)>,
+    mut commands: mpsc::Receiver<Command>,
+    metrics: Arc<Metrics>,
+) {
+    let mut waiters: HashMap<Digest, Vec<Waiter>> = HashMap::new();
+    let mut sweep = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let timer = core.poll_timeout().map(|t| Duration::from_micros(t.saturating_sub(now_us())));
+        tokio::select! {
+            command = commands.recv() => {
+                let Some(Command::Sign { algorithm, data, reply }) = command else { return };
+                match core.request(now_us(), algorithm, &data) {
+                    Ok(digest) => waiters.entry(digest).or_default().push(Waiter { reply, since: Instant::now() }),
+                    Err(e) => { let _ = reply.send(Err(SignError::Failed(e.to_string()))); }
+                }
+            }
+            message = incoming.recv() => {
+                let Some((from, bytes)) = message else { return };
+                match SignMessage::decode(&bytes) {
+                    Ok(m) => core.handle_message(now_us(), from, m),
+                    Err(e) => {
+                        debug!(peer = from, error = %e, "undecodable signing message");
+                        metrics.add_bad_share(from);
+                    }
+                }
+            }
+            _ = async { tokio::time::sleep(timer.unwrap_or(Duration::from_secs(3600))).await }, if timer.is_some() => {
+                core.handle_timeout(now_us());
+            }
+            _ = sweep.tick() => {
+                // named gave up on these (its own timeout); stop working on them.
+                waiters.retain(|digest, ws| {
+                    ws.retain(|w| !w.reply.is_closed());
+                    if ws.is_empty() { core.abandon(digest); false } else { true }
+                });
+            }
+        }
+        while let Some(out) = core.poll_output() {
+            match out {
+                Output::Broadcast { message } => {
+                    if let Err(e) = mesh.broadcast(CHANNEL_SIGNING, Bytes::from(message.encode())) {
+                        warn!(error = %e, "signing broadcast not sent");
+                    }
+                }
+                Output::Send { to, message } => {
+                    if let Err(e) = mesh.send(to, CHANNEL_SIGNING, Bytes::from(message.encode())) {
+                        debug!(to, error = %e, "signing message not sent");
+                    }
+                }
+                Output::Done { digest, signature } => {
+                    for w in waiters.remove(&digest).unwrap_or_default() {
+                        metrics.observe_signing_us(w.since.elapsed().as_micros() as u64);
+                        let _ = w.reply.send(Ok(signature.clone()));
+                    }
+                }
+                Output::Misbehaved { peer, what } => {
+                    warn!(peer, what, "peer misbehaved in threshold signing");
+                    metrics.add_bad_share(peer);
+                }
+            }
+        }
+    }
+}

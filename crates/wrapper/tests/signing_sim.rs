@@ -1,0 +1,327 @@
+//! Seeded, deterministic simulation of the threshold-signing protocols between
+//! replicas (BASIC, OPT-PROOF, OPT-TE) with Byzantine peers, loss and reordering.
+//!
+//! Reproduce one run: `SIGN_SEED=<seed> cargo test -p wrapper --test signing_sim`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, OnceLock};
+
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use shoup_rsa::{KeyShare, PublicKey};
+use wrapper::config::Protocol;
+use wrapper::signing::crypto::Keys;
+use wrapper::signing::{Output, SignMessage, SignerCore, SignerLimits};
+
+const ALG: u8 = 8;
+
+/// One key per (n, k), made once per test binary: key generation is the slow part.
+fn keys(n: u16) -> (Arc<PublicKey>, Vec<Arc<KeyShare>>) {
+    static CACHE: OnceLock<std::sync::Mutex<BTreeMap<u16, (Arc<PublicKey>, Vec<Arc<KeyShare>>)>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut map = cache.lock().unwrap();
+    map.entry(n)
+        .or_insert_with(|| {
+            let t = (n - 1) / 3;
+            let mut rng = ChaCha8Rng::seed_from_u64(u64::from(n));
+            let (pk, shares) = shoup_rsa::generate_insecure(512, n, t + 1, &mut rng, &mut |_| {}).unwrap();
+            (Arc::new(pk), shares.into_iter().map(Arc::new).collect())
+        })
+        .clone()
+}
+
+/// What a faulty replica does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fault {
+    Honest,
+    /// The paper's corrupted replica: every bit of its shares inverted.
+    CorruptShares,
+    /// Sends nothing at all.
+    Silent,
+    /// Sends forged final signatures and shares claiming another replica's index.
+    Forger,
+}
+
+struct Sim {
+    rng: ChaCha8Rng,
+    cores: Vec<SignerCore>,
+    faults: Vec<Fault>,
+    /// In flight: (deliver at step, from, to, message).
+    queue: Vec<(u64, u16, u16, SignMessage)>,
+    done: Vec<BTreeMap<[u8; 32], Vec<u8>>>,
+    blamed: Vec<BTreeSet<u16>>,
+    now_us: u64,
+    loss_per_mille: u32,
+}
+
+impl Sim {
+    fn new(seed: u64, n: u16, protocol: Protocol, faults: Vec<Fault>, loss_per_mille: u32) -> Sim {
+        let (pk, shares) = keys(n);
+        let t = (n - 1) / 3;
+        let cores = (0..n)
+            .map(|i| {
+                let keys = Keys::new(pk.clone(), shares[usize::from(i)].clone()).unwrap();
+                let corrupt = faults[usize::from(i)] == Fault::CorruptShares;
+                let limits = SignerLimits { retry_after_us: 50_000, ..SignerLimits::default() };
+                SignerCore::new(i, n, t, protocol, corrupt, keys, limits)
+            })
+            .collect();
+        Sim {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            cores,
+            faults,
+            queue: Vec::new(),
+            done: vec![BTreeMap::new(); usize::from(n)],
+            blamed: vec![BTreeSet::new(); usize::from(n)],
+            now_us: 0,
+            loss_per_mille,
+        }
+    }
+
+    fn n(&self) -> u16 {
+        self.cores.len() as u16
+    }
+
+    fn send(&mut self, from: u16, to: u16, message: SignMessage) {
+        if self.rng.next_u32() % 1000 < self.loss_per_mille {
+            return;
+        }
+        let delay = 1 + u64::from(self.rng.next_u32() % 20);
+        self.queue.push((self.now_us + delay * 1000, from, to, message));
+    }
+
+    fn drain(&mut self, i: u16) {
+        while let Some(out) = self.cores[usize::from(i)].poll_output() {
+            match out {
+                Output::Broadcast { message } => {
+                    for to in (0..self.n()).filter(|&j| j != i) {
+                        self.emit(i, to, message.clone());
+                    }
+                }
+                Output::Send { to, message } => self.emit(i, to, message),
+                Output::Done { digest, signature } => {
+                    let prev = self.done[usize::from(i)].insert(digest, signature.clone());
+                    assert!(prev.is_none() || prev.as_ref() == Some(&signature), "replica {i} finished a digest twice differently");
+                }
+                Output::Misbehaved { peer, .. } => {
+                    self.blamed[usize::from(i)].insert(peer);
+                }
+            }
+        }
+    }
+
+    /// Faulty replicas' traffic is rewritten here: the core stays honest, its wire does not.
+    fn emit(&mut self, from: u16, to: u16, message: SignMessage) {
+        match self.faults[usize::from(from)] {
+            Fault::Silent => {}
+            Fault::Forger => {
+                let digest = *message.digest();
+                let forged = SignMessage::Final { digest, signature: vec![0x5a; 64] };
+                self.send(from, to, forged);
+                if let SignMessage::Share { share, .. } = message {
+                    // Claim to be replica (from+1) mod n by rewriting the index bytes.
+                    let mut s = share;
+                    let other = (from + 1) % self.n() + 1;
+                    if s.len() >= 2 {
+                        s[..2].copy_from_slice(&other.to_be_bytes());
+                    }
+                    self.send(from, to, SignMessage::Share { digest, share: s });
+                }
+            }
+            Fault::Honest | Fault::CorruptShares => self.send(from, to, message),
+        }
+    }
+
+    fn run(&mut self, requests: &[Vec<u8>], max_steps: usize) {
+        // Each replica's named asks for every request, at a random moment.
+        let mut asks: Vec<(u64, u16, usize)> = Vec::new();
+        for i in 0..self.n() {
+            for r in 0..requests.len() {
+                asks.push((u64::from(self.rng.next_u32() % 40) * 1000, i, r));
+            }
+        }
+        asks.sort();
+        let mut asks = asks.into_iter().peekable();
+        for _ in 0..max_steps {
+            let next_msg = self.queue.iter().map(|q| q.0).min();
+            let next_ask = asks.peek().map(|a| a.0);
+            let next_timer = self.cores.iter().filter_map(|c| c.poll_timeout()).min();
+            let Some(next) = [next_msg, next_ask, next_timer].into_iter().flatten().min() else { break };
+            self.now_us = self.now_us.max(next);
+            if next_ask == Some(next) {
+                let (_, i, r) = asks.next().unwrap();
+                self.cores[usize::from(i)].request(self.now_us, ALG, &requests[r]).unwrap();
+                self.drain(i);
+            } else if next_msg == Some(next) {
+                // Deliver one of the due messages at random: reordering.
+                let due: Vec<usize> = (0..self.queue.len()).filter(|&k| self.queue[k].0 <= self.now_us).collect();
+                let pick = due[self.rng.next_u32() as usize % due.len()];
+                let (_, from, to, message) = self.queue.swap_remove(pick);
+                self.cores[usize::from(to)].handle_message(self.now_us, from, message);
+                self.drain(to);
+            } else {
+                for i in 0..self.n() {
+                    if self.cores[usize::from(i)].poll_timeout().is_some_and(|t| t <= self.now_us) {
+                        self.cores[usize::from(i)].handle_timeout(self.now_us);
+                        self.drain(i);
+                    }
+                }
+            }
+            let honest_done = (0..self.n())
+                .filter(|&i| self.faults[usize::from(i)] == Fault::Honest)
+                .all(|i| self.done[usize::from(i)].len() == requests.len());
+            if honest_done && asks.peek().is_none() {
+                return;
+            }
+        }
+    }
+}
+
+fn check(seed: u64, n: u16, protocol: Protocol, faults: Vec<Fault>, loss: u32) {
+    let (pk, _) = keys(n);
+    let requests: Vec<Vec<u8>> = (0..3).map(|r| format!("rrset {r} of seed {seed}").into_bytes()).collect();
+    let mut sim = Sim::new(seed, n, protocol, faults.clone(), loss);
+    sim.run(&requests, 200_000);
+    let ctx = format!("seed {seed} n {n} {protocol:?} faults {faults:?} loss {loss}‰ (SIGN_SEED={seed})");
+    for i in 0..n {
+        if faults[usize::from(i)] != Fault::Honest {
+            continue;
+        }
+        let done = &sim.done[usize::from(i)];
+        assert_eq!(done.len(), requests.len(), "honest replica {i} did not finish: {ctx}");
+        for data in &requests {
+            let digest = SignerCore::digest(ALG, data);
+            let sig = done.get(&digest).unwrap_or_else(|| panic!("no signature for a request at {i}: {ctx}"));
+            // Independent check: a standard RSA PKCS#1 v1.5 verification.
+            let msg = pk.encode_message(shoup_rsa::HashAlg::Sha256, data).unwrap();
+            assert!(pk.verify(&msg, &shoup_rsa::Signature(sig.clone())), "bad signature at {i}: {ctx}");
+        }
+        for blamed in &sim.blamed[usize::from(i)] {
+            assert_ne!(faults[usize::from(*blamed)], Fault::Honest, "honest replica {i} blamed honest {blamed}: {ctx}");
+        }
+    }
+}
+
+fn seeds(default: u64) -> Vec<u64> {
+    match std::env::var("SIGN_SEED") {
+        Ok(s) => vec![s.parse().expect("SIGN_SEED must be a number")],
+        Err(_) => (0..default).collect(),
+    }
+}
+
+fn faults_for(n: u16, kinds: &[Fault]) -> Vec<Fault> {
+    let mut f = vec![Fault::Honest; usize::from(n)];
+    for (slot, kind) in kinds.iter().enumerate() {
+        // Spread faulty replicas over the ids, 1 first (never only the lowest).
+        f[(1 + 2 * slot) % usize::from(n)] = *kind;
+    }
+    f
+}
+
+#[test]
+fn all_protocols_all_honest_with_loss() {
+    for seed in seeds(6) {
+        for n in [1u16, 4, 7] {
+            for protocol in [Protocol::Basic, Protocol::OptProof, Protocol::OptTe] {
+                check(seed, n, protocol, faults_for(n, &[]), 100);
+            }
+        }
+    }
+}
+
+#[test]
+fn corrupted_shares_up_to_t() {
+    for seed in seeds(6) {
+        for (n, kinds) in [(4u16, vec![Fault::CorruptShares]), (7, vec![Fault::CorruptShares, Fault::CorruptShares])] {
+            for protocol in [Protocol::Basic, Protocol::OptProof, Protocol::OptTe] {
+                check(seed, n, protocol, faults_for(n, &kinds), 50);
+            }
+        }
+    }
+}
+
+#[test]
+fn silent_and_forging_replicas() {
+    for seed in seeds(6) {
+        for (n, kinds) in [(4u16, vec![Fault::Silent]), (4, vec![Fault::Forger]), (7, vec![Fault::Forger, Fault::Silent])] {
+            for protocol in [Protocol::Basic, Protocol::OptProof, Protocol::OptTe] {
+                check(seed, n, protocol, faults_for(n, &kinds), 50);
+            }
+        }
+    }
+}
+
+#[test]
+fn corrupted_replicas_are_blamed_by_opt_te() {
+    // Replica 0 gets the corrupted replica 1's share before an honest one: its first
+    // 2-subset fails, the next succeeds, and the bad share is named.
+    let n = 4;
+    let faults = vec![Fault::Honest, Fault::CorruptShares, Fault::Honest, Fault::Honest];
+    let mut sim = Sim::new(7, n, Protocol::OptTe, faults, 0);
+    let data = b"blame me";
+    for i in 0..n {
+        sim.cores[usize::from(i)].request(0, ALG, data).unwrap();
+        sim.drain(i);
+    }
+    let share_from = |sim: &Sim, from: u16| {
+        sim.queue.iter().find(|q| q.1 == from && q.2 == 0 && matches!(q.3, SignMessage::Share { .. })).unwrap().3.clone()
+    };
+    let bad = share_from(&sim, 1);
+    let good = share_from(&sim, 2);
+    sim.cores[0].handle_message(1, 1, bad);
+    sim.drain(0);
+    assert!(sim.done[0].is_empty(), "own share plus a corrupted one cannot verify");
+    sim.cores[0].handle_message(2, 2, good);
+    sim.drain(0);
+    assert_eq!(sim.done[0].len(), 1, "an honest pair among three shares combines");
+    assert_eq!(sim.blamed[0], BTreeSet::from([1]), "exactly the corrupted replica is blamed");
+}
+
+#[test]
+fn no_share_for_data_not_asked_locally() {
+    // Replica 1 asks for a signature nobody else's named asked for; it must not get
+    // one, and no honest replica may send a share for it.
+    let n = 4;
+    let mut sim = Sim::new(1, n, Protocol::OptTe, vec![Fault::Honest; 4], 0);
+    let digest = sim.cores[1].request(0, ALG, b"only replica 1 wants this").unwrap();
+    sim.drain(1);
+    for step in 0..2000u64 {
+        sim.now_us += 10_000;
+        let due: Vec<_> = std::mem::take(&mut sim.queue);
+        for (_, from, to, message) in due {
+            if from != 1 && message.digest() == &digest {
+                assert!(!matches!(message, SignMessage::Share { .. } | SignMessage::Final { .. }), "replica {from} helped sign data it was not asked for (step {step})");
+            }
+            sim.cores[usize::from(to)].handle_message(sim.now_us, from, message);
+            sim.drain(to);
+        }
+        sim.cores[1].handle_timeout(sim.now_us);
+        sim.drain(1);
+    }
+    assert!(sim.done[1].is_empty(), "one replica alone obtained a signature");
+}
+
+#[test]
+fn final_signatures_are_cached_for_replays() {
+    let n = 4;
+    let mut sim = Sim::new(3, n, Protocol::OptTe, vec![Fault::Honest; 4], 0);
+    let requests = vec![b"replayed later".to_vec()];
+    sim.run(&requests, 100_000);
+    let digest = SignerCore::digest(ALG, &requests[0]);
+    let first = sim.done[2][&digest].clone();
+    sim.done[2].clear();
+    // A replay of the same write asks again: answered from the cache, no new round.
+    sim.cores[2].request(sim.now_us, ALG, &requests[0]).unwrap();
+    assert!(matches!(sim.cores[2].poll_output(), Some(Output::Done { signature, .. }) if signature == first));
+    assert!(sim.cores[2].poll_output().is_none(), "a cached signature needs no messages");
+}
+
+#[test]
+fn same_seed_same_run() {
+    let run = |seed| {
+        let mut sim = Sim::new(seed, 4, Protocol::OptProof, faults_for(4, &[Fault::CorruptShares]), 100);
+        sim.run(&[b"a".to_vec(), b"b".to_vec()], 100_000);
+        (sim.now_us, sim.done.clone(), sim.blamed.clone())
+    };
+    assert_eq!(run(11), run(11));
+}
