@@ -111,9 +111,9 @@ pub struct NamedSection {
     /// TSIG key file(s) (BIND format) whose keys may update the zone.
     #[serde(default)]
     pub tsig_keys: Vec<PathBuf>,
-    /// Signature validity in seconds (sig-validity-interval, and the agreed expiration).
-    #[serde(default = "default_validity_s")]
-    pub signature_validity_s: u32,
+    /// Signature validity in days (named's sig-validity-interval, and the agreed expiration).
+    #[serde(default = "default_validity_days")]
+    pub signature_validity_days: u32,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -190,8 +190,8 @@ fn default_read_mode() -> ReadMode {
 fn default_algorithm() -> u8 {
     8
 }
-fn default_validity_s() -> u32 {
-    30 * 24 * 3600
+fn default_validity_days() -> u32 {
+    30
 }
 
 /// A configuration problem, naming the file and the field.
@@ -281,8 +281,8 @@ impl Config {
         if self.named.port == 0 {
             return Err(bad("named.port", "must not be 0".into()));
         }
-        if self.named.signature_validity_s < 7200 {
-            return Err(bad("named.signature_validity_s", "must be at least 7200 (two hours)".into()));
+        if !(8..=3660).contains(&self.named.signature_validity_days) {
+            return Err(bad("named.signature_validity_days", format!("{} is outside 8..=3660 (named's sig-validity-interval range)", self.named.signature_validity_days)));
         }
         let o = &self.ordering;
         if o.batch_max_requests == 0 {

@@ -1,8 +1,20 @@
 //! The sdns wrapper: the paper's `Wrapper`, one per replica.
+//!
+//! A read: listener -> classify -> gateway -> ordering (bft) -> executor -> named -> client.
+//! An update: the same path, executed by every replica; while named executes it,
+//! its signing requests come through named-glue's socket to `signing`, which runs
+//! the threshold protocol with the other replicas over the mesh.
 pub mod classify;
+pub mod cluster;
 pub mod config;
 pub mod envelope;
+pub mod executor;
 pub mod files;
+pub mod gateway;
+pub mod keygen;
 pub mod listener;
 pub mod metrics;
 pub mod pending;
+pub mod run;
+pub mod signing;
+pub mod zone;

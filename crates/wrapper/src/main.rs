@@ -1,4 +1,189 @@
-fn main() {
-    eprintln!("sdns: not built yet");
-    std::process::exit(2);
+//! `sdns`: the replicated, threshold-signed DNS service.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use wrapper::config::{Config, Protocol, ReadMode};
+use wrapper::keygen::{ClusterParams, Layout};
+
+#[derive(Parser)]
+#[command(name = "sdns", version, about = "Byzantine-fault-tolerant DNS with threshold-signed DNSSEC (Cachin & Samar, DSN 2004)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The trusted dealer: threshold key, certificates, TSIG key, one directory per replica.
+    Keygen {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Run one replica.
+    Run {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// The paper's special command: sign the zone with the distributed key, ordered,
+    /// on every replica at the same point of the log.
+    SignZone {
+        /// A replica's metrics/admin address (loopback on the replica's host).
+        #[arg(long, default_value = "127.0.0.1:5601")]
+        admin: SocketAddr,
+    },
+    /// A whole cluster on this machine.
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCmd {
+    /// Deal keys if DIR is new, start every replica, sign the zone, print how to use it.
+    Up {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        #[arg(long, default_value = ".cluster")]
+        dir: PathBuf,
+    },
+    /// Stop every replica of the cluster in DIR.
+    Down {
+        #[arg(long, default_value_t = 4)]
+        replicas: u16,
+        #[arg(long, default_value = ".cluster")]
+        dir: PathBuf,
+    },
+    /// Each replica's view, last executed sequence number, checkpoint and health.
+    Status {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        #[arg(long, default_value = ".cluster")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ProtocolArg {
+    Basic,
+    OptProof,
+    OptTe,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ReadsArg {
+    Ordered,
+    Local,
+}
+
+#[derive(Args, Clone)]
+struct ClusterArgs {
+    #[arg(long, default_value = "example.test.")]
+    zone: String,
+    /// n, the number of replicas (n = 3t+1 tolerates t faulty ones).
+    #[arg(long, default_value_t = 4)]
+    replicas: u16,
+    /// k, shares needed for a signature (default t+1).
+    #[arg(long)]
+    threshold: Option<u16>,
+    #[arg(long, default_value_t = 2048)]
+    bits: u32,
+    /// DNSSEC algorithm: 8 (RSASHA256) or 10 (RSASHA512).
+    #[arg(long, default_value_t = 8)]
+    algorithm: u8,
+    #[arg(long, value_enum, default_value = "opt-te")]
+    protocol: ProtocolArg,
+    #[arg(long, value_enum, default_value = "ordered")]
+    reads: ReadsArg,
+    /// Replicas that invert every bit of their signature shares (the paper's corrupted mode).
+    #[arg(long, value_delimiter = ',')]
+    corrupt: Vec<u16>,
+    /// The zone to serve (default: a small demo zone).
+    #[arg(long)]
+    zone_file: Option<PathBuf>,
+    /// The patched BIND build (from patches/bind9/build.sh).
+    #[arg(long, env = "SDNS_BIND_DIR", default_value = "target/bind9")]
+    bind_dir: PathBuf,
+    /// One address for all replicas, or one per replica.
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1")]
+    addresses: Vec<IpAddr>,
+    #[arg(long, default_value_t = 5301)]
+    client_port: u16,
+    #[arg(long, default_value_t = 5401)]
+    peer_port: u16,
+    #[arg(long, default_value_t = 5501)]
+    named_port: u16,
+    #[arg(long, default_value_t = 5601)]
+    metrics_port: u16,
+}
+
+impl ClusterArgs {
+    fn params(&self) -> ClusterParams {
+        ClusterParams {
+            zone: if self.zone.ends_with('.') { self.zone.clone() } else { format!("{}.", self.zone) },
+            replicas: self.replicas,
+            threshold: self.threshold,
+            bits: self.bits,
+            algorithm: self.algorithm,
+            protocol: match self.protocol {
+                ProtocolArg::Basic => Protocol::Basic,
+                ProtocolArg::OptProof => Protocol::OptProof,
+                ProtocolArg::OptTe => Protocol::OptTe,
+            },
+            reads: match self.reads {
+                ReadsArg::Ordered => ReadMode::Ordered,
+                ReadsArg::Local => ReadMode::Local,
+            },
+            corrupt: self.corrupt.clone(),
+            layout: Layout {
+                addresses: self.addresses.clone(),
+                client_port: self.client_port,
+                peer_port: self.peer_port,
+                named_port: self.named_port,
+                metrics_port: self.metrics_port,
+            },
+            bind_dir: self.bind_dir.clone(),
+            zone_file: self.zone_file.clone(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SDNS_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Cmd::Keygen { cluster, out } => wrapper::keygen::keygen(&cluster.params(), &out),
+        Cmd::Run { config } => match Config::load(&config) {
+            Ok(c) => tokio::runtime::Runtime::new()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(wrapper::run::run(c))),
+            Err(e) => Err(e.into()),
+        },
+        Cmd::SignZone { admin } => wrapper::cluster::admin_post(admin, "/admin/sign-zone").map(|outcome| println!("{outcome}")),
+        Cmd::Cluster { action } => match action {
+            ClusterCmd::Up { cluster, dir } => wrapper::cluster::up(&cluster.params(), &dir),
+            ClusterCmd::Down { replicas, dir } => wrapper::cluster::down(replicas, &dir),
+            ClusterCmd::Status { cluster, dir } => match wrapper::cluster::status(&cluster.params(), &dir) {
+                Ok(true) => Ok(()),
+                Ok(false) => return ExitCode::from(1),
+                Err(e) => Err(e),
+            },
+        },
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sdns: {e:#}");
+            ExitCode::from(2)
+        }
+    }
 }

@@ -168,23 +168,41 @@ impl Metrics {
     }
 }
 
-/// Serves GET /metrics (Prometheus text) and GET /status (JSON) until the task is dropped.
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<()> {
+/// Serves GET /metrics (Prometheus text), GET /status (JSON) and, with a gateway,
+/// POST /admin/sign-zone (orders the sign-zone operation and waits for its outcome).
+/// The admin route is why this listens on loopback by default.
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, admin: Option<Arc<crate::gateway::Gateway>>) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     loop {
         let (mut stream, _) = listener.accept().await?;
         let metrics = metrics.clone();
+        let admin = admin.clone();
         tokio::spawn(async move {
-            let mut buf = [0u8; 1024];
-            let n = match tokio::time::timeout(std::time::Duration::from_secs(2), stream.read(&mut buf)).await {
-                Ok(Ok(n)) => n,
-                _ => return,
-            };
+            // Read the request head (bounded): a client may send it in several pieces.
+            let mut buf = [0u8; 2048];
+            let mut n = 0;
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+            while n < buf.len() && !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                match tokio::time::timeout_at(deadline, stream.read(&mut buf[n..])).await {
+                    Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+                    Ok(Ok(k)) => n += k,
+                }
+            }
             let request = String::from_utf8_lossy(&buf[..n]);
-            let path = request.split_whitespace().nth(1).unwrap_or("");
-            let (code, ctype, body) = match path {
-                "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
-                "/status" => ("200 OK", "application/json", serde_json::to_string(&metrics.status()).unwrap_or_default()),
+            let mut words = request.split_whitespace();
+            let method = words.next().unwrap_or("");
+            let path = words.next().unwrap_or("");
+            let (code, ctype, body) = match (method, path) {
+                ("POST", "/admin/sign-zone") => match admin {
+                    Some(gateway) => {
+                        let outcome = sign_zone(&gateway).await;
+                        let code = if outcome.starts_with("signed") { "200 OK" } else { "500 Internal Server Error" };
+                        (code, "text/plain", outcome + "\n")
+                    }
+                    None => ("404 Not Found", "text/plain", "no admin here\n".to_string()),
+                },
+                (_, "/metrics") => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
+                (_, "/status") => ("200 OK", "application/json", serde_json::to_string(&metrics.status()).unwrap_or_default()),
                 _ => ("404 Not Found", "text/plain", "try /metrics or /status\n".to_string()),
             };
             let response = format!("HTTP/1.0 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
@@ -192,6 +210,16 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<(
                 debug!(error = %e, "metrics response");
             }
         });
+    }
+}
+
+async fn sign_zone(gateway: &crate::gateway::Gateway) -> String {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    gateway.order(crate::envelope::Op::SignZone, crate::listener::ReplyTo::Tcp { writer: tx }).await;
+    match tokio::time::timeout(std::time::Duration::from_secs(600), rx.recv()).await {
+        Ok(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+        Ok(None) => "error: the request was dropped before it was ordered".into(),
+        Err(_) => "error: not ordered and executed within 600 s".into(),
     }
 }
 

@@ -13,6 +13,7 @@ use crate::listener::ReplyTo;
 pub struct PendingEntry {
     pub reply: ReplyTo,
     pub arrived: Instant,
+    deadline: Instant,
 }
 
 pub struct Pending {
@@ -26,12 +27,14 @@ impl Pending {
     }
 
     /// False when the table is full: the caller answers SERVFAIL or drops.
-    pub fn insert(&self, key: (u64, u64), reply: ReplyTo) -> bool {
+    /// The entry is swept once `ttl` has passed.
+    pub fn insert(&self, key: (u64, u64), reply: ReplyTo, ttl: Duration) -> bool {
         let Ok(mut map) = self.map.lock() else { return false };
         if map.len() >= self.max {
             return false;
         }
-        map.insert(key, PendingEntry { reply, arrived: Instant::now() });
+        let arrived = Instant::now();
+        map.insert(key, PendingEntry { reply, arrived, deadline: arrived + ttl });
         true
     }
 
@@ -43,12 +46,12 @@ impl Pending {
         self.map.lock().map(|m| m.contains_key(key)).unwrap_or(false)
     }
 
-    /// Removes entries older than `age`; returns how many.
-    pub fn sweep(&self, age: Duration) -> usize {
+    /// Removes entries past their deadline; returns how many.
+    pub fn sweep(&self) -> usize {
         let Ok(mut map) = self.map.lock() else { return 0 };
         let before = map.len();
         let now = Instant::now();
-        map.retain(|_, e| now.duration_since(e.arrived) < age);
+        map.retain(|_, e| now < e.deadline);
         before - map.len()
     }
 
@@ -72,14 +75,16 @@ mod tests {
 
     #[test]
     fn bounded_take_once_and_sweep() {
-        let p = Pending::new(2);
-        assert!(p.insert((1, 1), reply()));
-        assert!(p.insert((1, 2), reply()));
-        assert!(!p.insert((1, 3), reply()), "table is bounded");
+        let p = Pending::new(3);
+        let long = Duration::from_secs(60);
+        assert!(p.insert((1, 1), reply(), long));
+        assert!(p.insert((1, 2), reply(), long));
+        assert!(p.insert((1, 3), reply(), Duration::ZERO));
+        assert!(!p.insert((1, 4), reply(), long), "table is bounded");
         assert!(p.take(&(1, 1)).is_some());
         assert!(p.take(&(1, 1)).is_none(), "an answer goes out once");
-        assert_eq!(p.sweep(Duration::from_secs(60)), 0);
-        assert_eq!(p.sweep(Duration::ZERO), 1);
-        assert!(p.is_empty());
+        assert_eq!(p.sweep(), 1, "only the expired entry goes");
+        assert!(p.contains(&(1, 2)));
+        assert_eq!(p.len(), 1);
     }
 }

@@ -1,0 +1,227 @@
+//! `sdns cluster up|down|status`: a whole cluster on this machine, for trying and testing.
+
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::rr::{Name, RecordType};
+
+use crate::executor::query;
+use crate::keygen::{keygen, replica_dir, write_configs, ClusterParams};
+use crate::metrics::Status;
+
+fn pid_file(dir: &Path, i: u16) -> std::path::PathBuf {
+    replica_dir(dir, i).join("sdns.pid")
+}
+
+fn alive(pid: i32) -> bool {
+    // Signal 0 checks existence without touching the process.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
+    if !replica_dir(dir, 0).join("share.json").exists() {
+        keygen(p, dir)?;
+    } else {
+        eprintln!("sdns cluster: using the keys in {}", dir.display());
+    }
+    let existing = (0..p.replicas).filter(|&i| !replica_dir(dir, i).exists()).collect::<Vec<_>>();
+    if !existing.is_empty() {
+        bail!("{} holds a cluster of another size (no replica-{}); use another --dir", dir.display(), existing[0]);
+    }
+    write_configs(p, dir)?;
+    let exe = std::env::current_exe().context("locating the sdns binary")?;
+    for i in 0..p.replicas {
+        let rdir = replica_dir(dir, i);
+        if let Some(pid) = read_pid(&pid_file(dir, i)).filter(|&pid| alive(pid)) {
+            eprintln!("sdns cluster: replica {i} already running (pid {pid})");
+            continue;
+        }
+        let log = std::fs::File::create(rdir.join("sdns.log")).context("replica log file")?;
+        let child = Command::new(&exe)
+            .arg("run")
+            .arg("--config")
+            .arg(rdir.join("replica.toml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // Its own process group: a Ctrl-C in this terminal must not stop the cluster.
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting replica {i}"))?;
+        std::fs::write(pid_file(dir, i), format!("{}\n", child.id()))?;
+    }
+    let zone = Name::from_ascii(&p.zone)?;
+    for i in 0..p.replicas {
+        wait_answering(p.layout.client(i), &zone, Duration::from_secs(90))
+            .with_context(|| format!("replica {i} is not answering; see {}", replica_dir(dir, i).join("sdns.log").display()))?;
+    }
+    let marker = dir.join("signed");
+    if !marker.exists() {
+        eprintln!("sdns cluster: signing the zone with the distributed key (an ordered operation) ...");
+        let outcome = admin_post(p.layout.metrics(0), "/admin/sign-zone").context("sign-zone")?;
+        if !outcome.starts_with("signed") {
+            bail!("sign-zone: {outcome}");
+        }
+        std::fs::write(&marker, outcome.as_bytes())?;
+    }
+    for i in 0..p.replicas {
+        wait_signed(p.layout.client(i), &zone, Duration::from_secs(60)).with_context(|| format!("replica {i} does not serve the signed zone"))?;
+    }
+    print_usage(p, dir);
+    Ok(())
+}
+
+fn print_usage(p: &ClusterParams, dir: &Path) {
+    let c0 = p.layout.client(0);
+    let c1 = p.layout.client(p.replicas.min(2) - 1);
+    let zone = p.zone.trim_end_matches('.');
+    let tsig = dir.join("tsig.key");
+    let anchor = dir.join("trust-anchor.conf");
+    println!(
+        "\nsdns: {n} replicas serving {zone} (t = {t}, protocol {proto:?}).\n\n\
+         Read through any replica:\n  dig @{ip} -p {port0} www.{zone} A +dnssec\n\
+         Validate with the zone's trust anchor:\n  delv -a {anchor} @{ip} -p {port0} www.{zone} A +root={zone}\n\
+         Update through another replica (TSIG):\n  printf 'server {ip} {port1}\\nzone {zone}\\nupdate add new.{zone} 300 A 192.0.2.7\\nsend\\n' | nsupdate -k {tsig}\n\
+         Status and shutdown:\n  sdns cluster status --replicas {n} --dir {dir}\n  sdns cluster down --replicas {n} --dir {dir}\n",
+        n = p.replicas,
+        t = (p.replicas - 1) / 3,
+        proto = p.protocol,
+        ip = c0.ip(),
+        port0 = c0.port(),
+        port1 = c1.port(),
+        anchor = anchor.display(),
+        tsig = tsig.display(),
+        dir = dir.display(),
+    );
+}
+
+pub fn down(replicas: u16, dir: &Path) -> Result<()> {
+    let mut stopped = 0;
+    for i in 0..replicas {
+        let pf = pid_file(dir, i);
+        let Some(pid) = read_pid(&pf) else { continue };
+        if alive(pid) {
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while alive(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if alive(pid) {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            stopped += 1;
+        }
+        let _ = std::fs::remove_file(&pf);
+        // A named left behind by a killed wrapper.
+        let named_pid = replica_dir(dir, i).join("state/named/named.pid");
+        if let Some(pid) = read_pid(&named_pid).filter(|&p| alive(p)) {
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+    }
+    eprintln!("sdns cluster: stopped {stopped} replicas");
+    Ok(())
+}
+
+pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
+    println!("{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {}", "replica", "pid", "view", "primary", "executed", "checkpoint", "peers", "named", "health");
+    let mut all_ok = true;
+    for i in 0..p.replicas {
+        let pid = read_pid(&pid_file(dir, i)).filter(|&pid| alive(pid));
+        let status: Option<Status> = admin_get(p.layout.metrics(i), "/status").ok().and_then(|b| serde_json::from_str(&b).ok());
+        let answering = wait_answering(p.layout.client(i), &Name::from_ascii(&p.zone)?, Duration::from_millis(1500)).is_ok();
+        let health = match (pid, &status, answering) {
+            (None, _, _) => "down",
+            (Some(_), None, _) => "starting",
+            (Some(_), Some(_), false) => "not answering",
+            (Some(_), Some(_), true) => "ok",
+        };
+        all_ok &= health == "ok";
+        let s = status.unwrap_or_default();
+        println!(
+            "{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {}",
+            i,
+            pid.map(|p| p.to_string()).unwrap_or("-".into()),
+            s.view,
+            s.primary,
+            s.last_executed,
+            s.stable_checkpoint,
+            format!("{}/{}", s.peers_connected, p.replicas - 1),
+            if s.named_running { "up" } else { "-" },
+            health
+        );
+    }
+    Ok(all_ok)
+}
+
+fn exchange_udp(addr: SocketAddr, request: &[u8], timeout: Duration) -> Result<Message> {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    socket.set_read_timeout(Some(timeout))?;
+    socket.send_to(request, addr)?;
+    let mut buf = vec![0u8; 65535];
+    let (len, _) = socket.recv_from(&mut buf)?;
+    Ok(Message::from_vec(&buf[..len])?)
+}
+
+/// Until the replica answers an ordered SOA query for the zone.
+fn wait_answering(addr: SocketAddr, zone: &Name, within: Duration) -> Result<()> {
+    let deadline = Instant::now() + within;
+    let request = query(0x5d05, zone, RecordType::SOA).context("building a query")?;
+    loop {
+        match exchange_udp(addr, &request, Duration::from_millis(700)) {
+            Ok(m) if m.metadata.response_code == ResponseCode::NoError && !m.answers.is_empty() => return Ok(()),
+            _ if Instant::now() >= deadline => bail!("no SOA answer from {addr} within {within:?}"),
+            _ => std::thread::sleep(Duration::from_millis(300)),
+        }
+    }
+}
+
+/// Until the replica serves the zone's DNSKEY (the zone is signed).
+fn wait_signed(addr: SocketAddr, zone: &Name, within: Duration) -> Result<()> {
+    let deadline = Instant::now() + within;
+    let request = query(0x5d06, zone, RecordType::DNSKEY).context("building a query")?;
+    loop {
+        if let Ok(m) = exchange_udp(addr, &request, Duration::from_millis(700)) {
+            if m.answers.iter().any(|r| r.record_type() == RecordType::DNSKEY) {
+                return Ok(());
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!("no DNSKEY from {addr} within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn http(addr: SocketAddr, method: &str, path: &str, timeout: Duration) -> Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(timeout))?;
+    // One write: the server reads the request head in one go.
+    s.write_all(format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n").as_bytes())?;
+    let mut response = String::new();
+    s.read_to_string(&mut response)?;
+    let code = response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").trim().to_string();
+    Ok((code, body))
+}
+
+pub fn admin_get(addr: SocketAddr, path: &str) -> Result<String> {
+    Ok(http(addr, "GET", path, Duration::from_secs(3))?.1)
+}
+
+pub fn admin_post(addr: SocketAddr, path: &str) -> Result<String> {
+    let (code, body) = http(addr, "POST", path, Duration::from_secs(600))?;
+    if code != 200 {
+        bail!("{path} at {addr}: HTTP {code}: {body}");
+    }
+    Ok(body)
+}

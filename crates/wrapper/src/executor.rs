@@ -1,0 +1,252 @@
+//! Executes ordered batches against the local named, in order.
+//!
+//! Writes run one at a time on every replica, with the batch's agreed time set for
+//! the signing service (so every honest named signs the same bytes). Reads run only
+//! on their gateway, possibly several at once, but never across a write: a read
+//! ordered before a write must not see it, one ordered after must.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bft::{Batch, Digest, Request};
+use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{Name, RecordType};
+use named_glue::forward::Forwarder;
+use named_glue::signer::SignatureTimes;
+use sha2::{Digest as _, Sha256};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use crate::classify::{classify, Kind, Verdict};
+use crate::envelope::Op;
+use crate::listener::ReplyTo;
+use crate::metrics::Metrics;
+use crate::pending::Pending;
+use crate::zone::ZoneMaintenance;
+
+/// Reads in flight at once at this gateway.
+const MAX_READS_IN_FLIGHT: usize = 64;
+
+pub struct Executor {
+    pub id: u16,
+    pub zone: Name,
+    pub named: Forwarder,
+    pub pending: Arc<Pending>,
+    pub times: watch::Sender<Option<SignatureTimes>>,
+    pub validity_s: u32,
+    pub checkpoints: mpsc::Sender<(u64, Digest)>,
+    pub metrics: Arc<Metrics>,
+    pub maintenance: ZoneMaintenance,
+    /// Where the last executed sequence number is recorded.
+    pub executed_file: PathBuf,
+}
+
+impl Executor {
+    pub async fn run(mut self, mut batches: mpsc::UnboundedReceiver<Batch>) {
+        let mut reads = JoinSet::new();
+        let last = read_executed(&self.executed_file);
+        if last > 0 {
+            info!(replica = self.id, last, "resuming after executed batch");
+        }
+        while let Some(batch) = batches.recv().await {
+            if batch.seq <= last {
+                // Already applied to named's zone before a restart.
+                continue;
+            }
+            for request in &batch.requests {
+                self.execute(request, &batch, &mut reads).await;
+            }
+            if batch.checkpoint_due {
+                drain(&mut reads).await;
+                let digest = self.zone_digest().await;
+                let _ = self.checkpoints.send((batch.seq, digest)).await;
+            }
+            write_executed(&self.executed_file, batch.seq);
+            self.metrics.update_status(|s| s.last_executed = batch.seq);
+        }
+    }
+
+    async fn execute(&mut self, request: &Request, batch: &Batch, reads: &mut JoinSet<()>) {
+        let mine = request.origin == self.id;
+        let key = (request.client, request.number);
+        let op = match Op::decode(&request.payload) {
+            Ok(op) => op,
+            Err(e) => {
+                warn!(replica = self.id, seq = batch.seq, origin = request.origin, error = %e, "ordered request does not decode; skipped");
+                return;
+            }
+        };
+        let reply = if mine { self.pending.take(&key) } else { None };
+        if let Some(entry) = &reply {
+            self.metrics.observe_ordering_us(entry.arrived.elapsed().as_micros() as u64);
+        }
+        let reply = reply.map(|e| e.reply);
+        match op {
+            Op::Dns { tcp, message } => match classify(&message, tcp) {
+                Verdict::Order(kind) => {
+                    self.metrics.inc_request(kind);
+                    match kind {
+                        Kind::Write => {
+                            drain(reads).await;
+                            let answer = self.write(&message, batch).await;
+                            if let (Some(reply), Some(answer)) = (reply, answer) {
+                                reply.send(answer).await;
+                            }
+                        }
+                        Kind::Read | Kind::Transfer => {
+                            // Only the gateway owes an answer; the others only ordered it.
+                            let Some(reply) = reply else { return };
+                            while reads.len() >= MAX_READS_IN_FLIGHT {
+                                reads.join_next().await;
+                            }
+                            let named = self.named.clone();
+                            let metrics = self.metrics.clone();
+                            reads.spawn(async move { read(named, message, kind, tcp, reply, metrics).await });
+                        }
+                    }
+                }
+                // A gateway answers these itself; one that orders them is lying or newer.
+                Verdict::Answer(_) | Verdict::Drop(_) => {
+                    debug!(replica = self.id, seq = batch.seq, origin = request.origin, "ordered request the classifier rejects; skipped");
+                }
+            },
+            Op::SignZone => {
+                drain(reads).await;
+                let times = self.agreed_times(batch);
+                let _ = self.times.send(Some(times));
+                let result = self.maintenance.sign_zone(times).await;
+                let _ = self.times.send(None);
+                let outcome = match result {
+                    Ok(()) => {
+                        info!(replica = self.id, seq = batch.seq, "zone signed with the distributed key");
+                        format!("signed at seq {}", batch.seq)
+                    }
+                    Err(e) => {
+                        self.metrics.inc_execute_error();
+                        warn!(replica = self.id, seq = batch.seq, error = %e, "sign-zone failed; zone left as it was");
+                        format!("error: {e}")
+                    }
+                };
+                // The admin endpoint that submitted it waits for this line.
+                if let Some(reply) = reply {
+                    reply.send(outcome.into_bytes()).await;
+                }
+            }
+        }
+    }
+
+    fn agreed_times(&self, batch: &Batch) -> SignatureTimes {
+        let t = u32::try_from(batch.time.0 / 1_000_000).unwrap_or(u32::MAX);
+        SignatureTimes::from_agreed(t, self.validity_s)
+    }
+
+    /// Every replica applies the update; the answer matters only at the gateway.
+    async fn write(&mut self, message: &[u8], batch: &Batch) -> Option<Vec<u8>> {
+        let times = self.agreed_times(batch);
+        let _ = self.times.send(Some(times));
+        // TCP to named: an update must not be retried over UDP, it could apply twice.
+        let result = self.named.forward_tcp(message).await;
+        let _ = self.times.send(None);
+        match result {
+            Ok(answer) => Some(answer),
+            Err(e) => {
+                self.metrics.inc_execute_error();
+                warn!(replica = self.id, seq = batch.seq, error = %e, "named did not answer an update");
+                servfail(message)
+            }
+        }
+    }
+
+    /// A digest of the zone's content, the same on every honest replica: the records
+    /// of an AXFR, each in canonical wire form, sorted.
+    async fn zone_digest(&self) -> Digest {
+        match self.maintenance.zone_records().await {
+            Ok(mut records) => {
+                records.sort();
+                records.dedup();
+                let mut h = Sha256::new();
+                for r in &records {
+                    h.update((r.len() as u32).to_be_bytes());
+                    h.update(r);
+                }
+                h.finalize().into()
+            }
+            Err(e) => {
+                warn!(replica = self.id, error = %e, "zone digest unavailable; checkpoint will not match");
+                Sha256::digest(format!("unavailable {}", self.id)).into()
+            }
+        }
+    }
+}
+
+async fn drain(reads: &mut JoinSet<()>) {
+    while reads.join_next().await.is_some() {}
+}
+
+async fn read(named: Forwarder, message: Vec<u8>, kind: Kind, tcp: bool, reply: ReplyTo, metrics: Arc<Metrics>) {
+    match kind {
+        Kind::Transfer => match named.axfr(&message).await {
+            Ok(mut stream) => {
+                while let Some(part) = stream.next_message().await {
+                    match part {
+                        Ok(bytes) => reply.send(bytes).await,
+                        Err(e) => {
+                            debug!(error = %e, "transfer ended early");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                metrics.inc_execute_error();
+                debug!(error = %e, "transfer failed");
+                if let Some(a) = servfail(&message) {
+                    reply.send(a).await;
+                }
+            }
+        },
+        _ => {
+            let answer = if tcp { named.forward_tcp(&message).await } else { named.forward_udp(&message).await };
+            match answer {
+                Ok(a) => reply.send(a).await,
+                Err(e) => {
+                    metrics.inc_execute_error();
+                    debug!(error = %e, "read failed");
+                    if let Some(a) = servfail(&message) {
+                        reply.send(a).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// SERVFAIL for a request, keeping its id, opcode and question.
+pub fn servfail(request: &[u8]) -> Option<Vec<u8>> {
+    let m = Message::from_vec(request).ok()?;
+    let mut a = Message::error_msg(m.metadata.id, m.metadata.op_code, ResponseCode::ServFail);
+    a.metadata.message_type = MessageType::Response;
+    a.add_queries(m.queries.iter().cloned());
+    a.to_vec().ok()
+}
+
+/// A query for (name, type), for the wrapper's own use of named.
+pub fn query(id: u16, name: &Name, rtype: RecordType) -> Option<Vec<u8>> {
+    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(name.clone(), rtype));
+    m.to_vec().ok()
+}
+
+fn read_executed(path: &PathBuf) -> u64 {
+    std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}
+
+fn write_executed(path: &PathBuf, seq: u64) {
+    // Written after named applied the batch; named's journal is the durable state,
+    // this only tells a restarted wrapper where named stands.
+    let tmp = path.with_extension("tmp");
+    if std::fs::write(&tmp, format!("{seq}\n")).and_then(|_| std::fs::rename(&tmp, path)).is_err() {
+        warn!(path = %path.display(), "cannot record the executed sequence number");
+    }
+}

@@ -1,0 +1,100 @@
+//! The gateway: turns classified client requests into ordered requests.
+//!
+//! Request identity is (this replica, incarnation, number). The incarnation is fixed
+//! at start-up from the clock, so after a restart the numbers of a new incarnation are
+//! never mistaken for retries the ordering has already delivered.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bft::Request;
+use named_glue::forward::Forwarder;
+use tokio::sync::mpsc;
+use tracing::debug;
+
+use crate::classify::{classify, Kind, Verdict};
+use crate::config::ReadMode;
+use crate::envelope::Op;
+use crate::executor::servfail;
+use crate::listener::{ClientRequest, ReplyTo};
+use crate::metrics::Metrics;
+use crate::pending::Pending;
+
+pub struct Gateway {
+    pub id: u16,
+    pub incarnation: u64,
+    pub reads: ReadMode,
+    pub pending: Arc<Pending>,
+    pub submit: mpsc::Sender<Request>,
+    pub named: Forwarder,
+    pub metrics: Arc<Metrics>,
+    pub client_timeout: Duration,
+    pub next_number: AtomicU64,
+}
+
+impl Gateway {
+    pub async fn run(self: Arc<Self>, mut requests: mpsc::Receiver<ClientRequest>) {
+        let mut sweep = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                r = requests.recv() => {
+                    let Some(r) = r else { return };
+                    if self.reads == ReadMode::Local && matches!(classify(&r.bytes, r.tcp), Verdict::Order(Kind::Read)) {
+                        self.local_read(r);
+                        continue;
+                    }
+                    self.order(Op::Dns { tcp: r.tcp, message: r.bytes }, r.reply).await;
+                }
+                _ = sweep.tick() => {
+                    let n = self.pending.sweep();
+                    if n > 0 {
+                        debug!(replica = self.id, expired = n, "client requests expired before ordering");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Orders `op` with `reply` waiting for its answer. Also used by the admin path.
+    pub async fn order(&self, op: Op, reply: ReplyTo) {
+        let number = self.next_number.fetch_add(1, Ordering::Relaxed) + 1;
+        let key = (self.incarnation, number);
+        let (message, ttl) = match &op {
+            Op::Dns { message, .. } => (Some(message.clone()), self.client_timeout),
+            // Signing a whole zone takes as long as it takes; the admin caller waits.
+            Op::SignZone => (None, Duration::from_secs(600)),
+        };
+        if !self.pending.insert(key, reply.clone(), ttl) {
+            self.metrics.inc_dropped("pending_full");
+            if let Some(a) = message.as_deref().and_then(servfail) {
+                reply.send(a).await;
+            }
+            return;
+        }
+        let request = Request { origin: self.id, client: self.incarnation, number, payload: op.encode() };
+        if self.submit.send(request).await.is_err() {
+            self.pending.take(&key);
+        }
+    }
+
+    /// The paper's suggestion for rarely-updated zones: answer reads from the local
+    /// named without ordering (weaker freshness, no ordering cost).
+    fn local_read(&self, r: ClientRequest) {
+        let named = self.named.clone();
+        let metrics = self.metrics.clone();
+        metrics.inc_request(Kind::Read);
+        tokio::spawn(async move {
+            let answer = if r.tcp { named.forward_tcp(&r.bytes).await } else { named.forward_udp(&r.bytes).await };
+            match answer {
+                Ok(a) => r.reply.send(a).await,
+                Err(_) => {
+                    metrics.inc_execute_error();
+                    if let Some(a) = servfail(&r.bytes) {
+                        r.reply.send(a).await;
+                    }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,188 @@
+//! `sdns keygen`: the trusted dealer (the paper's Section 4.3).
+//!
+//! Writes, under the output directory:
+//! - `replica-<i>/`: everything replica i needs and nothing another replica's secret:
+//!   its key share and TLS key (0600), its certificate, the CA certificate, the public
+//!   key, the TSIG key named checks updates with, the initial zone, and `replica.toml`;
+//! - `tsig.key` (0600): the update key, for `nsupdate -k`;
+//! - `trust-anchor.conf` (for `delv -a`), `ds.txt` (for the parent zone), and BIND's
+//!   `K<zone>+<alg>+<tag>.key`.
+//! The CA's private key is not kept: adding a replica means a new dealing.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use bft::transport::pki::{generate_ca, issue_replica_cert};
+use hickory_proto::rr::Name;
+use rand_chacha::rand_core::SeedableRng;
+
+use crate::config::{Protocol, ReadMode};
+use crate::files::{demo_zone, write_public, write_secret, TsigKey};
+use crate::run::zone_key;
+
+/// Where each replica listens. Defaults put a whole cluster on one host.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// One address per replica, or one for all.
+    pub addresses: Vec<IpAddr>,
+    pub client_port: u16,
+    pub peer_port: u16,
+    pub named_port: u16,
+    pub metrics_port: u16,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Layout { addresses: vec![IpAddr::V4(Ipv4Addr::LOCALHOST)], client_port: 5301, peer_port: 5401, named_port: 5501, metrics_port: 5601 }
+    }
+}
+
+impl Layout {
+    /// With one shared address, replica i takes base port + i for every service.
+    fn offset(&self, i: u16) -> u16 {
+        if self.addresses.len() == 1 {
+            i
+        } else {
+            0
+        }
+    }
+    fn address(&self, i: u16) -> IpAddr {
+        self.addresses.get(usize::from(i)).copied().unwrap_or(self.addresses[0])
+    }
+    pub fn client(&self, i: u16) -> SocketAddr {
+        SocketAddr::new(self.address(i), self.client_port + self.offset(i))
+    }
+    pub fn peer(&self, i: u16) -> SocketAddr {
+        SocketAddr::new(self.address(i), self.peer_port + self.offset(i))
+    }
+    pub fn named_port(&self, i: u16) -> u16 {
+        self.named_port + self.offset(i)
+    }
+    pub fn metrics(&self, i: u16) -> SocketAddr {
+        // Metrics and the admin route stay on loopback unless the operator says otherwise.
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.metrics_port + self.offset(i))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ClusterParams {
+    pub zone: String,
+    pub replicas: u16,
+    pub threshold: Option<u16>,
+    pub bits: u32,
+    pub algorithm: u8,
+    pub protocol: Protocol,
+    pub reads: ReadMode,
+    pub corrupt: Vec<u16>,
+    pub layout: Layout,
+    pub bind_dir: PathBuf,
+    pub zone_file: Option<PathBuf>,
+}
+
+pub fn replica_dir(out: &Path, i: u16) -> PathBuf {
+    out.join(format!("replica-{i}"))
+}
+
+pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
+    let n = p.replicas;
+    if n == 0 {
+        bail!("--replicas must be at least 1");
+    }
+    if p.layout.addresses.len() != 1 && p.layout.addresses.len() != usize::from(n) {
+        bail!("--addresses: give one address, or one per replica ({n}), not {}", p.layout.addresses.len());
+    }
+    let zone = Name::from_ascii(&p.zone).with_context(|| format!("--zone {:?} is not a domain name", p.zone))?;
+    let zone_text = zone.to_ascii();
+    let t = (n - 1) / 3;
+    let k = p.threshold.unwrap_or(t + 1);
+    if k == 0 || k > n {
+        bail!("--threshold {k} must be in 1..={n}");
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+
+    eprintln!("sdns keygen: {n} replicas, threshold {k}, {}-bit modulus from two safe primes", p.bits);
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
+    let mut rng = rand_chacha::ChaCha20Rng::from_seed(seed);
+    let mut progress = shoup_rsa::stderr_progress();
+    let (public, shares) = shoup_rsa::generate(p.bits, n, k, &mut rng, &mut progress).context("threshold key generation")?;
+    eprintln!();
+
+    let key = zone_key(&zone, p.algorithm, &public)?;
+    let ca = generate_ca(&format!("sdns {zone_text}")).context("cluster CA")?;
+    let tsig = TsigKey::generate("sdns-update").context("TSIG key")?;
+    let zone_data = match &p.zone_file {
+        Some(f) => std::fs::read_to_string(f).with_context(|| format!("reading --zone-file {}", f.display()))?,
+        None => demo_zone(&zone_text, n),
+    };
+
+    // Operator-side files.
+    write_secret(&out.join("tsig.key"), tsig.to_bind().as_bytes())?;
+    write_public(&out.join("trust-anchor.conf"), key.trust_anchor().as_bytes())?;
+    let ds = public.ds_record(&zone_text, key.flags, p.algorithm).context("DS record")?;
+    write_public(&out.join("ds.txt"), format!("{ds}\n").as_bytes())?;
+    let (key_name, key_file) = public.bind_key_file(&zone_text, key.flags, p.algorithm, Some(3600)).context("BIND key file")?;
+    write_public(&out.join(key_name), key_file.as_bytes())?;
+    write_public(&out.join("zone.db"), zone_data.as_bytes())?;
+
+    for (i, share) in (0..n).zip(shares.iter()) {
+        let dir = replica_dir(out, i);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let cert = issue_replica_cert(&ca, i).with_context(|| format!("certificate for replica {i}"))?;
+        let share_path = dir.join("share.json");
+        let _ = std::fs::remove_file(&share_path);
+        shoup_rsa::save_share(&share_path, share).with_context(|| format!("writing {}", share_path.display()))?;
+        write_secret(&dir.join("tls.key"), cert.key_pem.as_bytes())?;
+        write_public(&dir.join("tls.pem"), cert.cert_pem.as_bytes())?;
+        write_public(&dir.join("ca.pem"), ca.cert_pem.as_bytes())?;
+        let pub_path = dir.join("zone.pub.json");
+        let _ = std::fs::remove_file(&pub_path);
+        shoup_rsa::save_public(&pub_path, &public).with_context(|| format!("writing {}", pub_path.display()))?;
+        write_secret(&dir.join("tsig.key"), tsig.to_bind().as_bytes())?;
+        write_public(&dir.join("zone.db"), zone_data.as_bytes())?;
+    }
+    write_configs(p, out)?;
+    eprintln!("sdns keygen: wrote {} (key tag {}, DS: {ds})", out.display(), key.key_tag());
+    Ok(())
+}
+
+/// (Re)writes every replica's `replica.toml` from the cluster parameters; keys are untouched.
+pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
+    let n = p.replicas;
+    let protocol = match p.protocol {
+        Protocol::Basic => "basic",
+        Protocol::OptProof => "opt-proof",
+        Protocol::OptTe => "opt-te",
+    };
+    let reads = match p.reads {
+        ReadMode::Ordered => "ordered",
+        ReadMode::Local => "local",
+    };
+    let bind_dir = std::path::absolute(&p.bind_dir).unwrap_or_else(|_| p.bind_dir.clone());
+    for i in 0..n {
+        let mut c = format!(
+            "# Replica {i} of {n} for {zone}. Written by sdns; paths are relative to this file.\n\
+             [cluster]\nzone = \"{zone}\"\nreplicas = {n}\nprotocol = \"{protocol}\"\nreads = \"{reads}\"\n\
+             ca_cert = \"ca.pem\"\npublic_key = \"zone.pub.json\"\nalgorithm = {alg}\n\n\
+             [replica]\nid = {i}\nkey_share = \"share.json\"\ncert = \"tls.pem\"\ntls_key = \"tls.key\"\n\
+             corrupt_shares = {corrupt}\nstate_dir = \"state\"\n\n\
+             [named]\nbind_dir = {bind:?}\nport = {named_port}\nzone_file = \"zone.db\"\ntsig_keys = [\"tsig.key\"]\n\n\
+             [metrics]\nlisten = \"{metrics}\"\n",
+            zone = p.zone,
+            alg = p.algorithm,
+            corrupt = p.corrupt.contains(&i),
+            bind = bind_dir.display().to_string(),
+            named_port = p.layout.named_port(i),
+            metrics = p.layout.metrics(i),
+        );
+        for j in 0..n {
+            c += &format!("\n[[peer]]\nid = {j}\nclient = \"{}\"\npeer = \"{}\"\n", p.layout.client(j), p.layout.peer(j));
+        }
+        let path = replica_dir(out, i).join("replica.toml");
+        // Validate what we wrote, so a bad parameter fails here and not at start-up.
+        crate::config::Config::parse(&c, &path, &replica_dir(out, i)).with_context(|| format!("generated {}", path.display()))?;
+        write_public(&path, c.as_bytes())?;
+    }
+    Ok(())
+}

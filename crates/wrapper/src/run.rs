@@ -1,0 +1,255 @@
+//! `sdns run`: one replica, all its parts wired together.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, bail, Context, Result};
+use bft::transport::driver::{now, spawn_replica};
+use bft::transport::mesh::{CHANNEL_ORDERING, CHANNEL_SIGNING};
+use bft::transport::{Mesh, MeshConfig};
+use bft::Replica;
+use hickory_proto::rr::Name;
+use named_glue::conf::{NamedConf, TsigKey};
+use named_glue::forward::Forwarder;
+use named_glue::keys::ZoneKey;
+use named_glue::signer::{watch_time_source, ServiceLimits, SigningService};
+use named_glue::supervisor::{NamedSpec, Supervisor};
+use named_glue::tools::BindTools;
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::{mpsc, watch};
+use tracing::info;
+
+use crate::config::Config;
+use crate::executor::Executor;
+use crate::files::{check_secret_mode, TsigKey as DealerTsig};
+use crate::gateway::Gateway;
+use crate::listener::{serve_tcp, serve_udp, TcpLimits};
+use crate::metrics::{self, Metrics};
+use crate::pending::Pending;
+use crate::signing::crypto::Keys;
+use crate::signing::{service, SignerCore, SignerLimits};
+use crate::zone::ZoneMaintenance;
+
+/// The zone's key as named must see it, from the threshold public key.
+pub fn zone_key(zone: &Name, algorithm: u8, public: &shoup_rsa::PublicKey) -> Result<ZoneKey> {
+    let e = public.public_exponent().to_be_bytes();
+    let first = e.iter().position(|&b| b != 0).unwrap_or(e.len() - 1);
+    ZoneKey::rsa(zone, algorithm, &e[first..], &public.modulus().to_bytes_be(), 3600).context("zone key for named")
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// Reads a TSIG key file written by `sdns keygen` (BIND's key statement).
+fn load_tsig(path: &Path) -> Result<TsigKey> {
+    use base64::Engine as _;
+    let text = read(path)?;
+    let name = DealerTsig::name_from_bind(&text).ok_or_else(|| anyhow!("{}: no `key \"NAME\"` statement", path.display()))?;
+    let secret_b64 = text
+        .split("secret \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .ok_or_else(|| anyhow!("{}: no secret", path.display()))?;
+    let secret = base64::engine::general_purpose::STANDARD
+        .decode(secret_b64)
+        .with_context(|| format!("{}: secret is not base64", path.display()))?;
+    Ok(TsigKey::hmac_sha256(&name, secret))
+}
+
+pub async fn run(config: Config) -> Result<()> {
+    let id = config.replica.id;
+    let n = config.cluster.replicas;
+    let t = config.faults();
+    let zone = Name::from_ascii(&config.cluster.zone).context("cluster.zone")?;
+    let metrics = Metrics::new(id);
+
+    // Keys: the share must be private to this replica's user.
+    let share_path = config.resolve(&config.replica.key_share);
+    check_secret_mode(&share_path).map_err(|e| anyhow!(e))?;
+    let public = Arc::new(shoup_rsa::load_public(config.resolve(&config.cluster.public_key)).context("cluster.public_key")?);
+    let share = Arc::new(shoup_rsa::load_share(&share_path).context("replica.key_share")?);
+    let keys = Keys::new(public.clone(), share).context("key share does not belong to the public key")?;
+    if public.players() != n {
+        bail!("public key is for {} replicas, config says {n}", public.players());
+    }
+    let key = zone_key(&zone, config.cluster.algorithm, &public)?;
+
+    // named's directory: configuration and key files are rewritten at every start;
+    // the zone file only on first start (afterwards named's file and journal rule).
+    let state = config.resolve(&config.replica.state_dir);
+    let named_dir = state.join("named");
+    std::fs::create_dir_all(named_dir.join("keys")).with_context(|| format!("creating {}", named_dir.display()))?;
+    let tsig = config.named.tsig_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
+    let mut conf = NamedConf::new(&named_dir, config.named.port, &zone, tsig);
+    conf.sig_validity_days = config.named.signature_validity_days;
+    let conf_path = named_dir.join("named.conf");
+    conf.write(&conf_path).context("writing named.conf")?;
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0).saturating_sub(86_400);
+    key.write_files(&conf.key_directory, created).context("writing the zone key files")?;
+    if !conf.zone_file.exists() {
+        let src = config.resolve(&config.named.zone_file);
+        std::fs::copy(&src, &conf.zone_file).with_context(|| format!("copying named.zone_file {}", src.display()))?;
+    }
+    let tools = BindTools::new(&config.resolve(&config.named.bind_dir));
+    tools.check().context("named.bind_dir")?;
+    named_glue::conf::check_conf(&tools, &conf_path).context("named-checkconf rejects the generated named.conf")?;
+
+    // The mesh to the other replicas: ordering on channel 0, signing on channel 1.
+    let me = config.me().clone();
+    let peers: Vec<(u16, SocketAddr)> = config.peers.iter().filter(|p| p.id != id).map(|p| (p.id, p.peer)).collect();
+    let mesh_config = MeshConfig::new(
+        id,
+        me.peer,
+        peers,
+        read(&config.resolve(&config.cluster.ca_cert))?,
+        read(&config.resolve(&config.replica.cert))?,
+        read(&config.resolve(&config.replica.tls_key))?,
+    );
+    let mesh = Mesh::start(mesh_config).await.context("starting the replica mesh")?;
+    let signing_rx = mesh.subscribe(CHANNEL_SIGNING).context("mesh signing channel")?;
+    let ordering_rx = mesh.subscribe(CHANNEL_ORDERING).context("mesh ordering channel")?;
+
+    // Threshold signing, and the socket named asks it on.
+    let limits = SignerLimits { finals_cache: config.signing.cache_entries, ..SignerLimits::default() };
+    let core = SignerCore::new(id, n, t, config.cluster.protocol, config.replica.corrupt_shares, keys, limits);
+    let signer = service::spawn(core, key.key_tag(), mesh.sender(), signing_rx, metrics.clone());
+    let (times_tx, times_rx) = watch::channel(None);
+    let socket_path = state.join("signer.sock");
+    let sign_timeout = Duration::from_millis(config.signing.timeout_ms);
+    let _signing_service = SigningService::bind(
+        &socket_path,
+        signer,
+        watch_time_source(times_rx),
+        ServiceLimits { sign_timeout, ..ServiceLimits::default() },
+    )
+    .context("binding the signing socket")?;
+
+    // named, supervised, asking our socket for every signature.
+    let mut spec = NamedSpec::new(tools.named(), conf_path.clone(), config.named.port, zone.clone(), named_dir.join("named.log"));
+    spec.signer_socket = Some(socket_path.clone());
+    // named must give up after the signing service does, so it gets a clean error.
+    spec.signer_timeout_ms = Some(u32::try_from(sign_timeout.as_millis() + 2000).unwrap_or(u32::MAX));
+    let supervisor = Arc::new(Supervisor::start(spec).await.context("starting named")?);
+    supervisor.wait_ready().await.context("named did not become ready")?;
+    metrics.update_status(|s| s.named_running = true);
+    let named = Forwarder::new(SocketAddr::from(([127, 0, 0, 1], config.named.port)));
+
+    // Ordering.
+    let o = &config.ordering;
+    let mut bcfg = bft::Config::new(n, id);
+    bcfg.f = t;
+    bcfg.batch_max_requests = o.batch_max_requests;
+    bcfg.batch_delay = Duration::from_millis(o.batch_delay_ms);
+    bcfg.checkpoint_interval = o.checkpoint_interval;
+    bcfg.watermark_window = o.checkpoint_interval * 4;
+    bcfg.request_timeout = Duration::from_millis(o.request_timeout_ms);
+    bcfg.view_change_timeout = Duration::from_millis(o.view_change_timeout_ms);
+    bcfg.max_clock_skew = Duration::from_millis(o.max_clock_skew_ms);
+    let replica = Replica::new(bcfg, now()).context("ordering configuration")?;
+    let (handle, batches) = spawn_replica(replica, mesh.sender(), ordering_rx);
+
+    let pending = Arc::new(Pending::new(config.client.max_pending));
+    let executor = Executor {
+        id,
+        zone: zone.clone(),
+        named: named.clone(),
+        pending: pending.clone(),
+        times: times_tx,
+        validity_s: conf.sig_validity_secs(),
+        checkpoints: handle.checkpoint.clone(),
+        metrics: metrics.clone(),
+        maintenance: ZoneMaintenance {
+            tools: tools.clone(),
+            zone: zone.clone(),
+            named: named.clone(),
+            conf: conf.clone(),
+            key: key.clone(),
+            signer_socket: socket_path.clone(),
+            supervisor: supervisor.clone(),
+        },
+        executed_file: state.join("executed.seq"),
+    };
+    tokio::spawn(executor.run(batches));
+
+    let incarnation = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
+    let gateway = Arc::new(Gateway {
+        id,
+        incarnation,
+        reads: config.cluster.reads,
+        pending,
+        submit: handle.submit.clone(),
+        named: named.clone(),
+        metrics: metrics.clone(),
+        client_timeout: Duration::from_millis(config.client.request_timeout_ms),
+        next_number: AtomicU64::new(0),
+    });
+    let (client_tx, client_rx) = mpsc::channel(config.client.max_pending);
+    tokio::spawn(gateway.clone().run(client_rx));
+
+    let udp = Arc::new(UdpSocket::bind(me.client).await.with_context(|| format!("binding UDP {}", me.client))?);
+    let tcp = TcpListener::bind(me.client).await.with_context(|| format!("binding TCP {}", me.client))?;
+    tokio::spawn(serve_udp(udp, client_tx.clone(), metrics.clone()));
+    let tcp_limits = TcpLimits { idle: Duration::from_millis(config.client.tcp_idle_timeout_ms), max_connections: config.client.tcp_max_connections };
+    tokio::spawn(serve_tcp(tcp, client_tx, tcp_limits, metrics.clone()));
+    if let Some(addr) = config.metrics.listen {
+        let m = metrics.clone();
+        let g = gateway.clone();
+        tokio::spawn(async move {
+            if let Err(e) = metrics::serve(addr, m, Some(g)).await {
+                tracing::error!(%addr, error = %e, "metrics endpoint stopped");
+            }
+        });
+    }
+
+    // Status for /status and `cluster status`.
+    let mut status = handle.status.clone();
+    let m = metrics.clone();
+    let mesh_status = Arc::new(mesh);
+    let ms = mesh_status.clone();
+    tokio::spawn(async move {
+        let mut last_view = 0;
+        loop {
+            {
+                let s = status.borrow_and_update().clone();
+                if s.core.view > last_view {
+                    m.inc_view_change();
+                    last_view = s.core.view;
+                }
+                let connected = ms.peer_status().iter().filter(|p| p.connected).count();
+                m.update_status(|st| {
+                    st.view = s.core.view;
+                    st.primary = s.core.primary;
+                    st.stable_checkpoint = s.core.stable_checkpoint;
+                    st.peers_connected = connected;
+                });
+            }
+            tokio::select! {
+                r = status.changed() => if r.is_err() { return },
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    });
+
+    info!(replica = id, client = %me.client, peer = %me.peer, named_port = config.named.port, protocol = ?config.cluster.protocol, "replica running");
+    wait_for_shutdown().await;
+    info!(replica = id, "shutting down");
+    drop(handle);
+    drop(supervisor);
+    Ok(())
+}
+
+async fn wait_for_shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
