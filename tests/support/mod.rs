@@ -1,1 +1,214 @@
-//! Shared helpers for the system tests in tests/.
+//! Shared helpers for the system tests in tests/: a real cluster of `sdns` processes
+//! with the patched named, driven by BIND's own dig, nsupdate, delv, dnssec-verify.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Cluster tests run one at a time: each starts 2n processes on a 2-core machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The sdns binary built next to this test binary (`cargo build --workspace --bins`).
+pub fn sdns_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("SDNS_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let bin = dir.join("sdns");
+    assert!(bin.is_file(), "no sdns binary at {}: run `cargo build --workspace --bins` first (scripts/test.sh does)", bin.display());
+    bin
+}
+
+/// The patched BIND build; its absence is a failure, not a skip.
+pub fn bind_dir() -> PathBuf {
+    let dir = std::env::var_os("SDNS_BIND_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target/bind9"));
+    assert!(dir.join("sbin/named").is_file(), "no patched named under {}: run patches/bind9/build.sh", dir.display());
+    dir
+}
+
+pub fn tool(name: &str) -> PathBuf {
+    bind_dir().join("bin").join(name)
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    out
+}
+
+pub fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+pub struct ClusterOpts {
+    pub replicas: u16,
+    pub protocol: &'static str,
+    pub corrupt: Vec<u16>,
+    pub reads: &'static str,
+}
+
+impl Default for ClusterOpts {
+    fn default() -> Self {
+        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered" }
+    }
+}
+
+/// A running cluster; stopped (and its processes killed) on drop, even after a failed assertion.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub n: u16,
+    base: u16,
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Cluster {
+    /// Starts a cluster with ports from `base` (client base+1.., peer base+101.., named
+    /// base+201.., metrics base+301..), deals a 1024-bit key (fast; the product default is 2048).
+    pub fn up(base: u16, opts: ClusterOpts) -> Cluster {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::Builder::new().prefix("sdns-test-").tempdir().expect("tempdir");
+        let mut cmd = Command::new(sdns_bin());
+        cmd.args(["cluster", "up", "--bits", "1024"])
+            .arg("--replicas")
+            .arg(opts.replicas.to_string())
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--bind-dir")
+            .arg(bind_dir())
+            .args(["--protocol", opts.protocol, "--reads", opts.reads])
+            .args(ports(base));
+        if !opts.corrupt.is_empty() {
+            cmd.arg("--corrupt").arg(opts.corrupt.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","));
+        }
+        let cluster = Cluster { dir, n: opts.replicas, base, _serial: serial };
+        let out = run(&mut cmd);
+        assert!(out.status.success(), "cluster up failed:\n{}\n{}", text(&out), cluster.logs());
+        cluster
+    }
+
+    pub fn client_port(&self, i: u16) -> u16 {
+        self.base + 1 + i
+    }
+
+    pub fn metrics_port(&self, i: u16) -> u16 {
+        self.base + 301 + i
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The tail of every replica's log, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        for i in 0..self.n {
+            let p = self.dir.path().join(format!("replica-{i}/sdns.log"));
+            let log = std::fs::read_to_string(&p).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            s += &format!("--- replica {i} ({})\n{}\n", p.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        }
+        s
+    }
+
+    pub fn dig(&self, i: u16, args: &[&str]) -> String {
+        let out = run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(self.client_port(i).to_string()).args(["+norec", "+time=5", "+tries=2"]).args(args));
+        text(&out)
+    }
+
+    /// `nsupdate -k` with the cluster's TSIG key against replica `i`; returns (success, output).
+    pub fn nsupdate(&self, i: u16, commands: &str) -> (bool, String) {
+        self.nsupdate_as(i, commands, true)
+    }
+
+    /// The same without any key (named's update-policy must refuse it).
+    pub fn nsupdate_unsigned(&self, i: u16, commands: &str) -> (bool, String) {
+        self.nsupdate_as(i, commands, false)
+    }
+
+    fn nsupdate_as(&self, i: u16, commands: &str, with_key: bool) -> (bool, String) {
+        use std::io::Write;
+        let mut cmd = Command::new(tool("nsupdate"));
+        if with_key {
+            cmd.arg("-k").arg(self.path("tsig.key"));
+        }
+        let mut child = cmd
+            .args(["-t", "20"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("nsupdate");
+        let script = format!("server 127.0.0.1 {}\nzone example.test\n{commands}\nsend\n", self.client_port(i));
+        child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("write nsupdate script");
+        let out = child.wait_with_output().expect("nsupdate output");
+        (out.status.success(), text(&out))
+    }
+
+    /// The zone as AXFR from replica `i`, records only (no comments).
+    pub fn axfr(&self, i: u16) -> String {
+        let out = self.dig(i, &["example.test", "AXFR", "+nocmd", "+nostats", "+nocomments"]);
+        assert!(out.contains("SOA"), "AXFR from replica {i} failed:\n{out}\n{}", self.logs());
+        out.lines().filter(|l| !l.starts_with(';') && !l.trim().is_empty()).collect::<Vec<_>>().join("\n") + "\n"
+    }
+
+    /// dnssec-verify over an AXFR (-z: the single key is a KSK that signs everything).
+    pub fn verify_zone(&self, i: u16) {
+        let zone = self.axfr(i);
+        let file = self.path(&format!("axfr-{i}.db"));
+        std::fs::write(&file, zone).expect("write axfr");
+        let out = run(Command::new(tool("dnssec-verify")).args(["-z", "-o", "example.test"]).arg(&file));
+        assert!(out.status.success() && text(&out).contains("Zone fully signed"), "dnssec-verify on replica {i}'s zone:\n{}", text(&out));
+    }
+
+    /// delv with the zone's trust anchor through replica `i`.
+    pub fn delv(&self, i: u16, name: &str, rtype: &str) -> String {
+        let out = run(Command::new(tool("delv"))
+            .arg("-a")
+            .arg(self.path("trust-anchor.conf"))
+            .arg("@127.0.0.1")
+            .arg("-p")
+            .arg(self.client_port(i).to_string())
+            .args([name, rtype, "+root=example.test"]));
+        text(&out)
+    }
+
+    /// Waits (bounded) until `check` holds on every replica; reads are ordered, so
+    /// after an update's answer every replica has applied it, but a lagging replica
+    /// may still be catching up with the ordering.
+    pub fn eventually(&self, what: &str, check: impl Fn(u16) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for i in 0..self.n {
+            while !check(i) {
+                assert!(Instant::now() < deadline, "{what}: replica {i} never got there\n{}", self.logs());
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+
+    pub fn metrics(&self, i: u16) -> String {
+        let out = run(Command::new("curl").args(["-s", "-m", "5"]).arg(format!("http://127.0.0.1:{}/metrics", self.metrics_port(i))));
+        text(&out)
+    }
+}
+
+pub fn ports(base: u16) -> Vec<String> {
+    [("--client-port", 1), ("--peer-port", 101), ("--named-port", 201), ("--metrics-port", 301)]
+        .iter()
+        .flat_map(|(flag, off)| [flag.to_string(), (base + off).to_string()])
+        .collect()
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(sdns_bin())
+            .args(["cluster", "down", "--replicas", &self.n.to_string()])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .output();
+    }
+}

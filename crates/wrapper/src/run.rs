@@ -136,7 +136,10 @@ pub async fn run(config: Config) -> Result<()> {
     let supervisor = Arc::new(Supervisor::start(spec).await.context("starting named")?);
     supervisor.wait_ready().await.context("named did not become ready")?;
     metrics.update_status(|s| s.named_running = true);
-    let named = Forwarder::new(SocketAddr::from(([127, 0, 0, 1], config.named.port)));
+    // A write may wait for several threshold signatures; give up on named only when it is
+    // truly stuck. After that the agreed times are cleared, so a late signing request of
+    // the abandoned write is refused rather than signed with another write's times.
+    let named = Forwarder { tcp_timeout: Duration::from_secs(120), ..Forwarder::new(SocketAddr::from(([127, 0, 0, 1], config.named.port))) };
 
     // Ordering.
     let o = &config.ordering;

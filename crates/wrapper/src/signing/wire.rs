@@ -61,3 +61,42 @@ impl SignMessage {
         postcard::from_bytes(body).map_err(|e| WireError::Decode(e.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_rejects() {
+        let digest = [7u8; 32];
+        for m in [
+            SignMessage::Share { digest, share: vec![0, 1, 2, 3] },
+            SignMessage::Retry { digest, proof: true },
+            SignMessage::Final { digest, signature: vec![9; 128] },
+        ] {
+            assert_eq!(SignMessage::decode(&m.encode()), Ok(m));
+        }
+        assert_eq!(SignMessage::decode(&[]), Err(WireError::Empty));
+        assert_eq!(SignMessage::decode(&[2, 0]), Err(WireError::Version(2)));
+        assert!(matches!(SignMessage::decode(&vec![VERSION; MAX_MESSAGE_BYTES + 1]), Err(WireError::TooLarge(..))));
+        // A length prefix claiming more bytes than there are.
+        assert!(matches!(SignMessage::decode(&[VERSION, 0, 0xff, 0xff, 0x03]), Err(WireError::Decode(_))));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let mut state = 0x853c49e6748fea9bu64;
+        for len in 0..2000usize {
+            let mut buf: Vec<u8> = (0..len % 300)
+                .map(|_| {
+                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    (state >> 33) as u8
+                })
+                .collect();
+            if let Some(b) = buf.first_mut() {
+                *b = VERSION; // get past the version check most of the time
+            }
+            let _ = SignMessage::decode(&buf);
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! End-to-end tests of a replicated cluster: real `sdns` processes, the patched named,
+//! and BIND's dig, nsupdate, delv and dnssec-verify as the clients.
+
+use std::net::UdpSocket;
+use std::time::Duration;
+
+use sdns_system_tests::{Cluster, ClusterOpts};
+
+fn answers(c: &Cluster, i: u16, name: &str, rtype: &str) -> String {
+    c.dig(i, &[name, rtype, "+short"]).trim().to_string()
+}
+
+/// Every replica serves the same zone, byte for byte, and it verifies.
+fn assert_converged(c: &Cluster) {
+    let reference = c.axfr(0);
+    for i in 1..c.n {
+        assert_eq!(c.axfr(i), reference, "replica {i}'s zone differs from replica 0's\n{}", c.logs());
+    }
+    c.verify_zone(0);
+}
+
+/// Adds through one replica and deletes through another; every replica follows,
+/// the zones stay identical and signed, and answers validate with the trust anchor.
+fn updates_keep_replicas_identical(c: &Cluster) {
+    for i in 0..c.n {
+        let out = c.dig(i, &["www.example.test", "A", "+dnssec"]);
+        assert!(out.contains("status: NOERROR") && out.contains("RRSIG"), "signed read through replica {i}:\n{out}");
+    }
+    let (ok, out) = c.nsupdate(1 % c.n, "update add added.example.test 300 A 192.0.2.7\nupdate add added.example.test 300 TXT \"threshold-signed\"");
+    assert!(ok, "nsupdate add through replica 1 failed:\n{out}\n{}", c.logs());
+    c.eventually("the added A record", |i| answers(c, i, "added.example.test", "A") == "192.0.2.7");
+    assert_converged(c);
+
+    let (ok, out) = c.nsupdate(2 % c.n, "update delete www.example.test A");
+    assert!(ok, "nsupdate delete through replica 2 failed:\n{out}\n{}", c.logs());
+    c.eventually("the deleted A record", |i| c.dig(i, &["www.example.test", "A"]).contains("ANSWER: 0"));
+    assert_converged(c);
+
+    for i in 0..c.n {
+        let out = c.delv(i, "added.example.test", "A");
+        assert!(out.contains("; fully validated") && out.contains("192.0.2.7"), "delv through replica {i}:\n{out}");
+    }
+}
+
+#[test]
+fn four_replicas_serve_update_and_validate() {
+    let c = Cluster::up(21000, ClusterOpts::default());
+    updates_keep_replicas_identical(&c);
+
+    // Key-changing updates are refused before they are ordered.
+    let (ok, out) = c.nsupdate(3, "update add example.test 300 DNSKEY 257 3 8 AwEAAQ==");
+    assert!(!ok && out.contains("REFUSED"), "a DNSKEY update must be refused:\n{out}");
+
+    // An update without the TSIG key is ordered, and every named refuses it.
+    let (ok, out) = c.nsupdate_unsigned(0, "update add rogue.example.test 300 A 192.0.2.66");
+    assert!(!ok && out.contains("REFUSED"), "an unsigned update must be refused:\n{out}");
+    c.eventually("no rogue record", |i| c.dig(i, &["rogue.example.test", "A"]).contains("status: NXDOMAIN"));
+
+    // The metrics endpoint counts what happened.
+    let metrics = c.metrics(1);
+    assert!(metrics.contains("sdns_requests_total{replica=\"1\",kind=\"write\"}"), "{metrics}");
+    assert!(!metrics.contains("kind=\"write\"} 0"), "replica 1 executed the writes:\n{metrics}");
+}
+
+#[test]
+fn seven_replicas_each_protocol_with_t_corrupted() {
+    for (base, protocol) in [(22000, "basic"), (23000, "opt-proof"), (24000, "opt-te")] {
+        let c = Cluster::up(base, ClusterOpts { replicas: 7, protocol, corrupt: vec![1, 4], ..Default::default() });
+        let (ok, out) = c.nsupdate(0, &format!("update add {protocol}.example.test 300 A 192.0.2.9"));
+        assert!(ok, "{protocol}: nsupdate failed:\n{out}\n{}", c.logs());
+        c.eventually("the added record", |i| answers(&c, i, &format!("{protocol}.example.test"), "A") == "192.0.2.9");
+        assert_converged(&c);
+        // Honest replicas saw the corrupted replicas' bad shares (and only theirs).
+        let m = c.metrics(0);
+        for honest in [2u16, 3, 5, 6] {
+            assert!(!m.contains(&format!("peer=\"{honest}\"")), "{protocol}: honest replica {honest} blamed:\n{m}");
+        }
+    }
+}
+
+#[test]
+fn four_replicas_with_one_corrupted_opt_proof() {
+    let c = Cluster::up(25000, ClusterOpts { protocol: "opt-proof", corrupt: vec![3], ..Default::default() });
+    updates_keep_replicas_identical(&c);
+}
+
+#[test]
+fn single_replica_cluster() {
+    let c = Cluster::up(26000, ClusterOpts { replicas: 1, ..Default::default() });
+    updates_keep_replicas_identical(&c);
+}
+
+#[test]
+fn local_read_mode_answers_and_follows_updates() {
+    let c = Cluster::up(27000, ClusterOpts { reads: "local", ..Default::default() });
+    let (ok, out) = c.nsupdate(0, "update add local.example.test 300 A 192.0.2.11");
+    assert!(ok, "{out}");
+    c.eventually("the added record, read locally", |i| answers(&c, i, "local.example.test", "A") == "192.0.2.11");
+    assert_converged(&c);
+}
+
+#[test]
+fn malformed_packets_disturb_nothing() {
+    let c = Cluster::up(28000, ClusterOpts::default());
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let target = ("127.0.0.1", c.client_port(0));
+    let mut state = 0x2545f4914f6cdd1du64;
+    for len in [0usize, 1, 11, 12, 13, 40, 512, 1400] {
+        for _ in 0..20 {
+            let buf: Vec<u8> = (0..len).map(|_| { state ^= state << 13; state ^= state >> 7; state ^= state << 17; state as u8 }).collect();
+            sock.send_to(&buf, target).unwrap();
+        }
+    }
+    // A header claiming a question that is not there gets FORMERR with the same id.
+    let mut runt = vec![0xab, 0xcd, 0x01, 0x00, 0x00, 0x01, 0, 0, 0, 0, 0, 0, 3, b'w'];
+    sock.send_to(&runt, target).unwrap();
+    let mut buf = [0u8; 512];
+    let mut formerr = false;
+    for _ in 0..50 {
+        match sock.recv_from(&mut buf) {
+            Ok((n, _)) if n >= 4 && buf[0] == 0xab && buf[1] == 0xcd => {
+                formerr = buf[3] & 0x0f == 1;
+                break;
+            }
+            Ok(_) => continue,
+            Err(_) => break,
+        }
+    }
+    assert!(formerr, "a truncated question must be answered FORMERR");
+    runt.clear();
+    // Every replica still answers and the zone is intact.
+    for i in 0..c.n {
+        assert_eq!(answers(&c, i, "mail.example.test", "A"), "192.0.2.25", "replica {i} after garbage\n{}", c.logs());
+    }
+    assert_converged(&c);
+}
