@@ -151,7 +151,7 @@ impl KeyShare {
         let c_boxed = to_boxed(&c, precision(CHALLENGE_BITS)).ok_or(Error::KeyMismatch)?;
         let z_prec = precision(pk.bits + 2 * CHALLENGE_BITS + 64);
         let product = self.secret.concatenating_mul(&c_boxed).resize_unchecked(z_prec);
-        let z = from_boxed(&product.wrapping_add(&(&r).resize_unchecked(z_prec)));
+        let z = from_boxed(&product.wrapping_add((&r).resize_unchecked(z_prec)));
         Ok(SignatureShare { index: self.index(), value, proof: Some(ShareProof { c, z }) })
     }
 
