@@ -135,7 +135,8 @@ impl KeyShare {
     pub fn sign_with_proof(&self, pk: &PublicKey, msg: &Message) -> Result<SignatureShare, Error> {
         let (value, x_monty) = self.share_value(pk, msg)?;
         let prec = pk.precision();
-        let r = self.proof_nonce(pk, msg);
+        // r reveals s_i through z; every copy is wiped on every exit path.
+        let r = Zeroizing::new(self.proof_nonce(pk, msg));
         // ṽ = x^{4Δ}: public base, public exponent.
         let four_delta = &pk.delta << 2u32;
         let v_tilde = msg.x.modpow(&four_delta, &pk.n);
@@ -151,8 +152,9 @@ impl KeyShare {
         // z = s_i c + r over the integers, in constant time (fixed widths).
         let c_boxed = to_boxed(&c, precision(CHALLENGE_BITS)).ok_or(Error::KeyMismatch)?;
         let z_prec = precision(pk.bits + 2 * CHALLENGE_BITS + 64);
-        let product = self.secret.concatenating_mul(&c_boxed).resize_unchecked(z_prec);
-        let z = from_boxed(&product.wrapping_add((&r).resize_unchecked(z_prec)));
+        let product = Zeroizing::new(self.secret.concatenating_mul(&c_boxed).resize_unchecked(z_prec));
+        let r_wide = Zeroizing::new((&*r).resize_unchecked(z_prec));
+        let z = from_boxed(&product.wrapping_add(&*r_wide));
         Ok(SignatureShare { index: self.index(), value, proof: Some(ShareProof { c, z }) })
     }
 
