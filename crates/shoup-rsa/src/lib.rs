@@ -62,5 +62,8 @@ pub use keys::{
 };
 pub use share::{corrupt, ShareProof, SignatureShare};
 
+// The versions in this crate's API (BigUint in shares, the CryptoRng trait of `generate`).
+pub use {num_bigint, rand_core};
+
 #[cfg(test)]
 mod tests;
