@@ -127,6 +127,16 @@ fn combination(c: &mut Criterion) {
             .enumerate()
             .map(|(i, s)| if i < t { corrupt(pk, s) } else { s.clone() })
             .collect();
+        // Bad shares that pass every structural check (shares of another message): each
+        // failed subset costs a full combination.
+        let other = pk.encode_message(HashAlg::Sha256, b"another message").unwrap();
+        let wrong: Vec<SignatureShare> = key_shares[..2 * t + 1]
+            .iter()
+            .enumerate()
+            .map(|(i, s)| s.sign(pk, if i < t { &other } else { &msg }).unwrap())
+            .collect();
+        let inverted_out_of_range = faulty[..t].iter().filter(|s| &s.value >= pk.modulus()).count();
+        eprintln!("n={players}: {inverted_out_of_range} of {t} inverted shares fall outside [0, N)");
         let mut group = c.benchmark_group(format!("combine_2048_n{players}"));
         group.measurement_time(Duration::from_secs(3));
         group.bench_function("combine_k", |b| b.iter(|| pk.combine(&msg, &plain[..k]).unwrap()));
@@ -135,6 +145,9 @@ fn combination(c: &mut Criterion) {
         });
         group.bench_function(format!("opt_te_{t}_faults"), |b| {
             b.iter(|| combine_opt_te(pk, &msg, &faulty).unwrap())
+        });
+        group.bench_function(format!("opt_te_{t}_wrong_in_range"), |b| {
+            b.iter(|| combine_opt_te(pk, &msg, &wrong).unwrap())
         });
         group.bench_function("opt_proof_0_faults", |b| {
             b.iter(|| combine_opt_proof(pk, &msg, &plain[..k]).unwrap())

@@ -55,12 +55,12 @@ pub(crate) fn lagrange(indices: &[u16], j: u16, delta: &BigUint) -> BigInt {
 }
 
 /// Montgomery form of a public value below N.
-fn monty(pk: &PublicKey, x: &BigUint) -> Option<BoxedMontyForm> {
+pub(crate) fn monty(pk: &PublicKey, x: &BigUint) -> Option<BoxedMontyForm> {
     to_boxed(x, pk.precision()).map(|b| BoxedMontyForm::new(b, &pk.params))
 }
 
 /// base^exponent for a public exponent (time depends only on the exponent's bit length).
-fn pow_public(base: &BoxedMontyForm, exponent: &BigUint) -> BoxedMontyForm {
+pub(crate) fn pow_public(base: &BoxedMontyForm, exponent: &BigUint) -> BoxedMontyForm {
     let boxed = BoxedUint::from_be_slice_vartime(&exponent.to_bytes_be());
     base.pow_bounded_exp(&boxed, exponent.bits() as u32)
 }

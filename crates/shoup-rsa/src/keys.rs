@@ -71,7 +71,7 @@ pub fn stderr_progress() -> impl FnMut(Progress) {
         let mark = match event {
             Progress::Candidate { .. } => {
                 rejected += 1;
-                if rejected % 32 != 0 {
+                if !rejected.is_multiple_of(32) {
                     return;
                 }
                 "."
@@ -235,7 +235,7 @@ impl PublicKey {
         vks: Vec<BigUint>,
     ) -> Result<Self, Error> {
         let bits = n.bits() as u32;
-        if bits < min_bits() || bits > MAX_MODULUS_BITS || bits % 2 != 0 {
+        if bits < min_bits() || bits > MAX_MODULUS_BITS || !bits.is_multiple_of(2) {
             return Err(Error::ModulusBits { bits, min: min_bits(), max: MAX_MODULUS_BITS });
         }
         if n.is_even() {
@@ -485,7 +485,7 @@ pub fn generate<R: CryptoRng + ?Sized>(
     rng: &mut R,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(PublicKey, Vec<KeyShare>), Error> {
-    if !(MIN_MODULUS_BITS..=MAX_MODULUS_BITS).contains(&bits) || bits % 2 != 0 {
+    if !(MIN_MODULUS_BITS..=MAX_MODULUS_BITS).contains(&bits) || !bits.is_multiple_of(2) {
         return Err(Error::ModulusBits { bits, min: MIN_MODULUS_BITS, max: MAX_MODULUS_BITS });
     }
     generate_unchecked(bits, players, threshold, rng, progress)
@@ -500,7 +500,7 @@ pub fn generate_insecure<R: CryptoRng + ?Sized>(
     rng: &mut R,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(PublicKey, Vec<KeyShare>), Error> {
-    if !(INSECURE_MIN_MODULUS_BITS..=MAX_MODULUS_BITS).contains(&bits) || bits % 2 != 0 {
+    if !(INSECURE_MIN_MODULUS_BITS..=MAX_MODULUS_BITS).contains(&bits) || !bits.is_multiple_of(2) {
         return Err(Error::ModulusBits { bits, min: INSECURE_MIN_MODULUS_BITS, max: MAX_MODULUS_BITS });
     }
     generate_unchecked(bits, players, threshold, rng, progress)

@@ -20,6 +20,21 @@
 //!
 //! Malformed input (shares, files, peers' data) yields typed errors, never panics: see
 //! [`ShareError`] (a peer's fault), [`CombineError`] and [`Error`].
+//!
+//! ```no_run
+//! use shoup_rsa::{combine_opt_te, default_threshold, generate, stderr_progress, HashAlg};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let mut rng = rand_chacha::ChaCha20Rng::from_seed([7; 32]);
+//! # use rand_core::SeedableRng;
+//! // rng: any rand_core 0.10 CryptoRng (here a seeded ChaCha20 for the example).
+//! let (pk, shares) = generate(2048, 4, default_threshold(4), &mut rng, &mut stderr_progress())?;
+//! let msg = pk.encode_message(HashAlg::Sha256, b"RRSIG to-be-signed bytes")?;
+//! let received: Vec<_> = shares[..2].iter().map(|s| s.sign(&pk, &msg)).collect::<Result<_, _>>()?;
+//! let combined = combine_opt_te(&pk, &msg, &received)?;
+//! assert!(pk.verify(&msg, &combined.signature));
+//! let (file_name, contents) = pk.bind_key_file("example.com", shoup_rsa::FLAGS_KSK, 8, None)?;
+//! # Ok(()) }
+//! ```
 
 mod combine;
 mod dnssec;
@@ -46,6 +61,9 @@ pub use keys::{
     DEFAULT_MODULUS_BITS, MAX_MODULUS_BITS, MAX_PLAYERS, MIN_MODULUS_BITS, PUBLIC_EXPONENT,
 };
 pub use share::{corrupt, ShareProof, SignatureShare};
+
+// The versions in this crate's API (BigUint in shares, the CryptoRng trait of `generate`).
+pub use {num_bigint, rand_core};
 
 #[cfg(test)]
 mod tests;

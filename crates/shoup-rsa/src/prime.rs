@@ -169,7 +169,7 @@ pub(crate) fn safe_prime(
 /// res = base mod r. 2^-1 mod r is (r+1)/2.
 fn strike(sieve: &mut [bool], r: u32, res: u32) {
     let (r64, res) = (u64::from(r), u64::from(res));
-    let inv2 = (r64 + 1) / 2;
+    let inv2 = r64.div_ceil(2);
     let kill_q = ((r64 - res) % r64) * inv2 % r64;
     let kill_p = (((r64 - 1) / 2 + r64 - res) % r64) * inv2 % r64;
     for start in [kill_q, kill_p] {

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256, Sha512};
 use zeroize::Zeroizing;
 
+use crate::combine::pow_public;
 use crate::util::{self, from_boxed, precision, to_boxed, to_fixed_be};
 use crate::{CombineError, Error, KeyShare, Message, PublicKey, ShareError};
 
@@ -134,7 +135,8 @@ impl KeyShare {
     pub fn sign_with_proof(&self, pk: &PublicKey, msg: &Message) -> Result<SignatureShare, Error> {
         let (value, x_monty) = self.share_value(pk, msg)?;
         let prec = pk.precision();
-        let r = self.proof_nonce(pk, msg);
+        // r reveals s_i through z; every copy is wiped on every exit path.
+        let r = Zeroizing::new(self.proof_nonce(pk, msg));
         // ṽ = x^{4Δ}: public base, public exponent.
         let four_delta = &pk.delta << 2u32;
         let v_tilde = msg.x.modpow(&four_delta, &pk.n);
@@ -150,8 +152,9 @@ impl KeyShare {
         // z = s_i c + r over the integers, in constant time (fixed widths).
         let c_boxed = to_boxed(&c, precision(CHALLENGE_BITS)).ok_or(Error::KeyMismatch)?;
         let z_prec = precision(pk.bits + 2 * CHALLENGE_BITS + 64);
-        let product = self.secret.concatenating_mul(&c_boxed).resize_unchecked(z_prec);
-        let z = from_boxed(&product.wrapping_add(&(&r).resize_unchecked(z_prec)));
+        let product = Zeroizing::new(self.secret.concatenating_mul(&c_boxed).resize_unchecked(z_prec));
+        let r_wide = Zeroizing::new((&*r).resize_unchecked(z_prec));
+        let z = from_boxed(&product.wrapping_add(&*r_wide));
         Ok(SignatureShare { index: self.index(), value, proof: Some(ShareProof { c, z }) })
     }
 
@@ -209,13 +212,19 @@ impl PublicKey {
             return Err(bad);
         }
         let vi = self.verification_key(share.index).ok_or(bad.clone())?;
-        let n = &self.n;
-        let v_tilde = msg.x.modpow(&(&self.delta << 2u32), n);
-        let x_tilde = (&share.value * &share.value) % n;
+        // Public arithmetic on Montgomery forms with the key's cached parameters.
+        let monty = |x: &BigUint| crate::combine::monty(self, x).ok_or(bad.clone());
+        let invert = |x: &BoxedMontyForm| -> Result<BoxedMontyForm, ShareError> {
+            Option::from(x.invert_vartime()).ok_or(bad.clone())
+        };
+        let v = monty(&self.v)?;
+        let v_tilde = pow_public(&monty(&msg.x)?, &(&self.delta << 2u32));
+        let x_tilde = monty(&share.value)?.square();
         // v' = v^z v_i^{-c}, x' = ṽ^z x̃_i^{-c}.
-        let inv = |x: &BigUint| x.modinv(n).ok_or(bad.clone());
-        let v_prime = (self.v.modpow(&proof.z, n) * inv(vi)?.modpow(&proof.c, n)) % n;
-        let x_prime = (v_tilde.modpow(&proof.z, n) * inv(&x_tilde)?.modpow(&proof.c, n)) % n;
+        let v_prime = pow_public(&v, &proof.z) * pow_public(&invert(&monty(vi)?)?, &proof.c);
+        let x_prime = pow_public(&v_tilde, &proof.z) * pow_public(&invert(&x_tilde)?, &proof.c);
+        let [v_tilde, x_tilde, v_prime, x_prime] =
+            [v_tilde, x_tilde, v_prime, x_prime].map(|m| from_boxed(&m.retrieve()));
         let c = challenge(self, [&self.v, &v_tilde, vi, &x_tilde, &v_prime, &x_prime]);
         if c != proof.c {
             return Err(bad);

@@ -31,7 +31,9 @@ fn key(players: u16, threshold: u16, seed: u64) -> (PublicKey, Vec<KeyShare>) {
     deal(p, q, players, threshold, &mut rng).expect("deal")
 }
 
-fn rsa_hash(alg: HashAlg) -> (rsa::Pkcs1v15Sign, fn(&[u8]) -> Vec<u8>) {
+type HashFn = fn(&[u8]) -> Vec<u8>;
+
+fn rsa_hash(alg: HashAlg) -> (rsa::Pkcs1v15Sign, HashFn) {
     use sha2::Digest;
     match alg {
         HashAlg::Sha1 => (rsa::Pkcs1v15Sign::new::<sha1::Sha1>(), |d| sha1::Sha1::digest(d).to_vec()),
@@ -463,7 +465,7 @@ fn share_errors_are_typed() {
     let second = shares[1].sign(&pk, &msg).unwrap();
     assert_eq!(pk.combine(&msg, &[good.clone(), good.clone()]), Err(CombineError::DuplicateIndex(1)));
     assert_eq!(combine_opt_te(&pk, &msg, &[good.clone(), good.clone()]), Err(CombineError::DuplicateIndex(1)));
-    assert_eq!(pk.combine(&msg, &[good.clone()]), Err(CombineError::NotEnoughShares { have: 1, need: 2 }));
+    assert_eq!(pk.combine(&msg, std::slice::from_ref(&good)), Err(CombineError::NotEnoughShares { have: 1, need: 2 }));
     assert_eq!(
         pk.combine(&msg, &[unknown.clone(), second.clone()]),
         Err(CombineError::InvalidShare(ShareError::UnknownIndex { index: 5, players: 4 }))
