@@ -17,14 +17,18 @@ const ALG: u8 = 8;
 
 /// One key per (n, k), made once per test binary: key generation is the slow part.
 fn keys(n: u16) -> (Arc<PublicKey>, Vec<Arc<KeyShare>>) {
-    static CACHE: OnceLock<std::sync::Mutex<BTreeMap<u16, (Arc<PublicKey>, Vec<Arc<KeyShare>>)>>> = OnceLock::new();
+    keys_k(n, (n - 1) / 3 + 1)
+}
+
+fn keys_k(n: u16, k: u16) -> (Arc<PublicKey>, Vec<Arc<KeyShare>>) {
+    type Dealt = (Arc<PublicKey>, Vec<Arc<KeyShare>>);
+    static CACHE: OnceLock<std::sync::Mutex<BTreeMap<(u16, u16), Dealt>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut map = cache.lock().unwrap();
-    map.entry(n)
+    map.entry((n, k))
         .or_insert_with(|| {
-            let t = (n - 1) / 3;
-            let mut rng = ChaCha8Rng::seed_from_u64(u64::from(n));
-            let (pk, shares) = shoup_rsa::generate_insecure(512, n, t + 1, &mut rng, &mut |_| {}).unwrap();
+            let mut rng = ChaCha8Rng::seed_from_u64(u64::from(n) << 16 | u64::from(k));
+            let (pk, shares) = shoup_rsa::generate_insecure(512, n, k, &mut rng, &mut |_| {}).unwrap();
             (Arc::new(pk), shares.into_iter().map(Arc::new).collect())
         })
         .clone()
@@ -56,7 +60,11 @@ struct Sim {
 
 impl Sim {
     fn new(seed: u64, n: u16, protocol: Protocol, faults: Vec<Fault>, loss_per_mille: u32) -> Sim {
-        let (pk, shares) = keys(n);
+        Sim::with_keys(seed, n, keys(n), protocol, faults, loss_per_mille)
+    }
+
+    fn with_keys(seed: u64, n: u16, dealt: (Arc<PublicKey>, Vec<Arc<KeyShare>>), protocol: Protocol, faults: Vec<Fault>, loss_per_mille: u32) -> Sim {
+        let (pk, shares) = dealt;
         let t = (n - 1) / 3;
         let cores = (0..n)
             .map(|i| {
@@ -324,4 +332,23 @@ fn same_seed_same_run() {
         (sim.now_us, sim.done.clone(), sim.blamed.clone())
     };
     assert_eq!(run(11), run(11));
+}
+
+#[test]
+fn threshold_above_2t_plus_1_still_signs() {
+    // A dealer may ask for more shares than t+1 (here k = n = 4): every protocol must
+    // still gather k shares, OPT-TE included.
+    for protocol in [Protocol::Basic, Protocol::OptProof, Protocol::OptTe] {
+        let dealt = keys_k(4, 4);
+        let pk = dealt.0.clone();
+        let mut sim = Sim::with_keys(5, 4, dealt, protocol, vec![Fault::Honest; 4], 0);
+        let data = b"k equals n".to_vec();
+        sim.run(std::slice::from_ref(&data), 100_000);
+        let digest = SignerCore::digest(ALG, &data);
+        for i in 0..4 {
+            let sig = sim.done[i].get(&digest).unwrap_or_else(|| panic!("{protocol:?}: replica {i} did not sign with k = n"));
+            let msg = pk.encode_message(shoup_rsa::HashAlg::Sha256, &data).unwrap();
+            assert!(pk.verify(&msg, &shoup_rsa::Signature(sig.clone())));
+        }
+    }
 }

@@ -349,12 +349,14 @@ impl SignerCore {
                 None
             }
         } else {
-            // OPT-TE: any 2t+1 shares hold t+1 good ones; try subsets of at most that many.
+            // OPT-TE: any 2t+1 shares hold t+1 good ones; try subsets of at most that many
+            // (or k, when the dealer chose a threshold above 2t+1).
+            let window = (2 * usize::from(self.t) + 1).max(k);
             let usable: Vec<Share> = s
                 .shares
                 .iter()
                 .filter(|(i, _)| !s.rejected.contains(i))
-                .take(2 * usize::from(self.t) + 1)
+                .take(window)
                 .map(|(_, sh)| sh.clone())
                 .collect();
             if usable.len() >= k && usable.len() > s.tried_with {
