@@ -24,9 +24,9 @@ jobs=${SDNS_BIND_JOBS:-2}
 say() { printf 'bind9-build: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 
+# Adding a deb-src entry needs root; without it the ISC fallback remains.
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null || die "not root and no sudo: cannot add a deb-src entry"
     sudo_cmd=(sudo -n)
 fi
 
@@ -55,6 +55,10 @@ ensure_deb_src() {
         return 0
     fi
     local added=/etc/apt/sources.list.d/sdns-deb-src.sources
+    if [ "${#sudo_cmd[@]}" -ne 0 ] && ! sudo -n true 2>/dev/null; then
+        say "no deb-src entry and no root (or password-less sudo) to add one"
+        return 1
+    fi
     say "adding deb-src entries in $added"
     local tmp
     tmp=$(mktemp)
@@ -73,14 +77,16 @@ ensure_deb_src() {
         awk '$1 == "deb" && /(debian|ubuntu)/ { $1 = "deb-src"; print }' "$l" \
             >>"$tmp.list"
     done
+    local ok=0
     if [ -s "$tmp" ]; then
-        "${sudo_cmd[@]}" install -m 0644 "$tmp" "$added"
+        "${sudo_cmd[@]}" install -m 0644 "$tmp" "$added" || ok=1
     fi
     if [ -s "$tmp.list" ]; then
-        "${sudo_cmd[@]}" install -m 0644 "$tmp.list" /etc/apt/sources.list.d/sdns-deb-src.list
+        "${sudo_cmd[@]}" install -m 0644 "$tmp.list" /etc/apt/sources.list.d/sdns-deb-src.list || ok=1
     fi
     rm -f "$tmp" "$tmp.list"
-    "${sudo_cmd[@]}" apt-get update -qq </dev/null >/dev/null || die "apt-get update failed"
+    [ "$ok" -eq 0 ] || { say "could not write the deb-src entry"; return 1; }
+    "${sudo_cmd[@]}" apt-get update -qq </dev/null >/dev/null || { say "apt-get update failed"; return 1; }
 }
 
 fetch_tarball() {

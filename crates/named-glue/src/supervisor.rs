@@ -43,6 +43,9 @@ pub struct NamedSpec {
     pub signer_socket: Option<PathBuf>,
     /// Passed as SDNS_SIGNER_TIMEOUT_MS (named's default: 10000).
     pub signer_timeout_ms: Option<u32>,
+    /// named's worker threads (`-n`). A signature wait blocks one of them,
+    /// so keep at least 2 for reads to be answered during a write.
+    pub worker_threads: u32,
     pub ready_timeout: Duration,
     pub stop_grace: Duration,
     pub backoff_min: Duration,
@@ -59,6 +62,7 @@ impl NamedSpec {
             log_file,
             signer_socket: None,
             signer_timeout_ms: None,
+            worker_threads: 2,
             ready_timeout: Duration::from_secs(30),
             stop_grace: Duration::from_secs(5),
             backoff_min: Duration::from_millis(200),
@@ -165,7 +169,8 @@ fn spawn(spec: &NamedSpec, starts: &AtomicU64) -> Result<Child, SuperviseError> 
     let mut cmd = Command::new(&spec.named);
     cmd.arg("-g")
         .arg("-4")
-        .args(["-n", "1"])
+        .arg("-n")
+        .arg(spec.worker_threads.max(1).to_string())
         .arg("-c")
         .arg(&spec.conf)
         .stdin(Stdio::null())
