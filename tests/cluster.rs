@@ -135,3 +135,60 @@ fn malformed_packets_disturb_nothing() {
     }
     assert_converged(&c);
 }
+
+#[test]
+fn stopped_replica_catches_up_and_converges() {
+    let c = Cluster::up(29000, ClusterOpts::default());
+    c.stop(3);
+    // t = 1: the other three order and sign without it.
+    for k in 0..3 {
+        let (ok, out) = c.nsupdate(k % 3, &format!("update add missed{k}.example.test 300 A 192.0.2.{}", 20 + k));
+        assert!(ok, "update {k} with replica 3 down failed:\n{out}\n{}", c.logs());
+    }
+    c.start_stopped();
+    // Replica 3 fetches the batches it missed, executes them on its named (signatures come
+    // from the others' caches of final signatures) and ends with the same zone.
+    c.eventually("replica 3 caught up", |i| answers(&c, i, "missed2.example.test", "A") == "192.0.2.22");
+    assert_converged(&c);
+    // And it takes part in new updates.
+    let (ok, out) = c.nsupdate(3, "update add after.example.test 300 A 192.0.2.30");
+    assert!(ok, "update through the restarted replica failed:\n{out}\n{}", c.logs());
+    c.eventually("the update after restart", |i| answers(&c, i, "after.example.test", "A") == "192.0.2.30");
+    assert_converged(&c);
+}
+
+/// The inception time of the RRSIG over `name`'s A RRset, as replica `i` serves it.
+fn inception(c: &Cluster, i: u16, name: &str) -> String {
+    let out = c.dig(i, &[name, "RRSIG", "+short"]);
+    // "A 8 3 300 <expiration> <inception> <tag> <signer> <signature>"
+    out.lines().find(|l| l.starts_with("A ")).and_then(|l| l.split_whitespace().nth(5)).unwrap_or_default().to_string()
+}
+
+#[test]
+fn zone_is_re_signed_before_signatures_expire() {
+    let c = Cluster::up(30000, ClusterOpts { resign_after_s: Some(15), ..Default::default() });
+    let first = inception(&c, 0, "www.example.test");
+    assert_eq!(first.len(), 14, "no RRSIG inception for www:\n{}", c.dig(0, &["www.example.test", "RRSIG"]));
+    // The re-sign is ordered once the last signing is 15 s old by the agreed time.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    for i in 0..c.n {
+        while inception(&c, i, "www.example.test") == first {
+            assert!(std::time::Instant::now() < deadline, "replica {i} never re-signed\n{}", c.logs());
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    assert!(inception(&c, 0, "www.example.test") > first, "inception moved backwards");
+    // Re-signs keep coming every 15 s; one may fall between two transfers, so compare a
+    // few times before calling the zones different.
+    let mut last = String::new();
+    for _ in 0..5 {
+        let zones: Vec<String> = (0..c.n).map(|i| c.axfr(i)).collect();
+        if zones.iter().all(|z| z == &zones[0]) {
+            c.verify_zone(0);
+            return;
+        }
+        last = zones.iter().enumerate().map(|(i, z)| format!("replica {i}: {} lines", z.lines().count())).collect::<Vec<_>>().join(", ");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    panic!("replicas' zones differ after re-signing ({last})\n{}", c.logs());
+}

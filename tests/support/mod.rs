@@ -50,11 +50,12 @@ pub struct ClusterOpts {
     pub protocol: &'static str,
     pub corrupt: Vec<u16>,
     pub reads: &'static str,
+    pub resign_after_s: Option<u64>,
 }
 
 impl Default for ClusterOpts {
     fn default() -> Self {
-        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered" }
+        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered", resign_after_s: None }
     }
 }
 
@@ -63,6 +64,8 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub n: u16,
     base: u16,
+    /// The `cluster up` arguments, to start stopped replicas again.
+    up_args: Vec<std::ffi::OsString>,
     _serial: MutexGuard<'static, ()>,
 }
 
@@ -72,23 +75,46 @@ impl Cluster {
     pub fn up(base: u16, opts: ClusterOpts) -> Cluster {
         let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let dir = tempfile::Builder::new().prefix("sdns-test-").tempdir().expect("tempdir");
-        let mut cmd = Command::new(sdns_bin());
-        cmd.args(["cluster", "up", "--bits", "1024"])
-            .arg("--replicas")
-            .arg(opts.replicas.to_string())
-            .arg("--dir")
-            .arg(dir.path())
-            .arg("--bind-dir")
-            .arg(bind_dir())
-            .args(["--protocol", opts.protocol, "--reads", opts.reads])
-            .args(ports(base));
-        if !opts.corrupt.is_empty() {
-            cmd.arg("--corrupt").arg(opts.corrupt.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","));
+        let mut args: Vec<std::ffi::OsString> = ["cluster", "up", "--bits", "1024", "--replicas"].iter().map(Into::into).collect();
+        args.push(opts.replicas.to_string().into());
+        args.push("--dir".into());
+        args.push(dir.path().into());
+        args.push("--bind-dir".into());
+        args.push(bind_dir().into());
+        for a in ["--protocol", opts.protocol, "--reads", opts.reads] {
+            args.push(a.into());
         }
-        let cluster = Cluster { dir, n: opts.replicas, base, _serial: serial };
-        let out = run(&mut cmd);
-        assert!(out.status.success(), "cluster up failed:\n{}\n{}", text(&out), cluster.logs());
+        args.extend(ports(base).into_iter().map(Into::into));
+        if let Some(r) = opts.resign_after_s {
+            args.push("--resign-after-s".into());
+            args.push(r.to_string().into());
+        }
+        if !opts.corrupt.is_empty() {
+            args.push("--corrupt".into());
+            args.push(opts.corrupt.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",").into());
+        }
+        let cluster = Cluster { dir, n: opts.replicas, base, up_args: args, _serial: serial };
+        cluster.start_stopped();
         cluster
+    }
+
+    /// Runs `cluster up` again: starts replicas that are not running, keeps the rest.
+    pub fn start_stopped(&self) {
+        let out = run(Command::new(sdns_bin()).args(&self.up_args));
+        assert!(out.status.success(), "cluster up failed:\n{}\n{}", text(&out), self.logs());
+    }
+
+    /// Stops replica `i` (its wrapper, which takes its named along) and waits until it is gone.
+    pub fn stop(&self, i: u16) {
+        let pid_file = self.dir.path().join(format!("replica-{i}/sdns.pid"));
+        let pid: i32 = std::fs::read_to_string(&pid_file).expect("pid file").trim().parse().expect("pid");
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Command::new("kill").args(["-0", &pid.to_string()]).stderr(std::process::Stdio::null()).status().map(|s| s.success()).unwrap_or(false) {
+            assert!(Instant::now() < deadline, "replica {i} (pid {pid}) did not stop");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = std::fs::remove_file(pid_file);
     }
 
     pub fn client_port(&self, i: u16) -> u16 {

@@ -117,7 +117,7 @@ pub struct NamedSection {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct OrderingSection {
     pub batch_max_requests: usize,
     pub batch_delay_ms: u64,
@@ -141,22 +141,25 @@ impl Default for OrderingSection {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct SigningSection {
     /// How long a signing request from named may wait for the other replicas.
     pub timeout_ms: u64,
     /// Final signatures kept to serve replicas that replay old writes.
     pub cache_entries: usize,
+    /// Re-sign the whole zone (an ordered operation) once the last signing is this old;
+    /// default: half the signature validity.
+    pub resign_after_s: Option<u64>,
 }
 
 impl Default for SigningSection {
     fn default() -> Self {
-        Self { timeout_ms: 8000, cache_entries: 4096 }
+        Self { timeout_ms: 8000, cache_entries: 4096, resign_after_s: None }
     }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct ClientSection {
     /// A TCP client connection idle this long is closed.
     pub tcp_idle_timeout_ms: u64,
@@ -175,7 +178,7 @@ impl Default for ClientSection {
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct MetricsSection {
     /// Prometheus metrics and /status on this address (HTTP); off when absent.
     pub listen: Option<SocketAddr>,
@@ -233,6 +236,11 @@ impl Config {
         } else {
             self.base_dir.join(p)
         }
+    }
+
+    /// How old the last signing may get before the zone is signed again.
+    pub fn resign_after_s(&self) -> u64 {
+        self.signing.resign_after_s.unwrap_or(u64::from(self.named.signature_validity_days) * 86_400 / 2)
     }
 
     pub fn me(&self) -> &PeerSection {
@@ -293,6 +301,12 @@ impl Config {
         }
         if o.view_change_timeout_ms == 0 || o.request_timeout_ms == 0 {
             return Err(bad("ordering", "timeouts must be positive".into()));
+        }
+        if let Some(r) = self.signing.resign_after_s {
+            let validity = u64::from(self.named.signature_validity_days) * 86_400;
+            if r == 0 || r >= validity {
+                return Err(bad("signing.resign_after_s", format!("{r} must be above 0 and below the signature validity ({validity} s)")));
+            }
         }
         if self.signing.cache_entries == 0 {
             return Err(bad("signing.cache_entries", "must be at least 1".into()));
@@ -358,6 +372,7 @@ zone_file = "zone.db"
             (sample(4).replace("zone = \"example.test.\"", "zone = \"\""), "cluster.zone"),
             (sample(4).replace("replicas = 4", "replicas = 4\nfaults = 2"), "cluster.faults"),
             (sample(4).replace("port = 5501", "port = 0"), "named.port"),
+            (sample(4) + "\n[signing]\nresign_after_s = 99999999\n", "signing.resign_after_s"),
             (sample(4).replace("127.0.0.1:5402", "127.0.0.1:5401"), "peer"),
         ];
         for (text, field) in cases {

@@ -16,6 +16,11 @@ pub enum Op {
     /// The paper's special command (Section 4.3): sign the whole zone with the
     /// distributed key, on every replica at this point of the log.
     SignZone,
+    /// Maintenance: sign the zone again if, by the batch's agreed time, the last signing
+    /// is at least `resign_after` old. Any replica may submit it when its own clock says
+    /// so; the decision is made on agreed values, so every replica makes the same one and
+    /// duplicates are no-ops.
+    Resign,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -56,7 +61,7 @@ mod tests {
 
     #[test]
     fn round_trip_and_rejects() {
-        for op in [Op::Dns { tcp: true, message: vec![1, 2, 3] }, Op::SignZone] {
+        for op in [Op::Dns { tcp: true, message: vec![1, 2, 3] }, Op::SignZone, Op::Resign] {
             assert_eq!(Op::decode(&op.encode()), Ok(op));
         }
         assert_eq!(Op::decode(&[]), Err(EnvelopeError::Empty));

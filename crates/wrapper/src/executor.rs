@@ -6,6 +6,7 @@
 //! ordered before a write must not see it, one ordered after must.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bft::{Batch, Digest, Request};
@@ -40,12 +41,17 @@ pub struct Executor {
     pub maintenance: ZoneMaintenance,
     /// Where the last executed sequence number is recorded.
     pub executed_file: PathBuf,
+    /// Agreed time (s) of the last successful signing of the whole zone (0: never);
+    /// replicated state, persisted beside `executed_file`, shared with the re-sign timer.
+    pub last_signed: Arc<AtomicU64>,
+    pub resign_after_s: u64,
 }
 
 impl Executor {
     pub async fn run(mut self, mut batches: mpsc::UnboundedReceiver<Batch>) {
         let mut reads = JoinSet::new();
-        let last = read_executed(&self.executed_file);
+        let last = read_number(&self.executed_file);
+        self.last_signed.store(read_number(&self.last_signed_file()), Ordering::Relaxed);
         if last > 0 {
             info!(replica = self.id, last, "resuming after executed batch");
         }
@@ -62,7 +68,7 @@ impl Executor {
                 let digest = self.zone_digest().await;
                 let _ = self.checkpoints.send((batch.seq, digest)).await;
             }
-            write_executed(&self.executed_file, batch.seq);
+            write_number(&self.executed_file, batch.seq);
             self.metrics.update_status(|s| s.last_executed = batch.seq);
         }
     }
@@ -112,28 +118,54 @@ impl Executor {
                 }
             },
             Op::SignZone => {
-                drain(reads).await;
-                let times = self.agreed_times(batch);
-                let _ = self.times.send(Some(times));
-                let result = self.maintenance.sign_zone(times).await;
-                let _ = self.times.send(None);
-                let outcome = match result {
-                    Ok(()) => {
-                        info!(replica = self.id, seq = batch.seq, "zone signed with the distributed key");
-                        format!("signed at seq {}", batch.seq)
-                    }
-                    Err(e) => {
-                        self.metrics.inc_execute_error();
-                        warn!(replica = self.id, seq = batch.seq, error = %e, "sign-zone failed; zone left as it was");
-                        format!("error: {e}")
-                    }
-                };
+                let outcome = self.sign_zone(batch, reads).await;
                 // The admin endpoint that submitted it waits for this line.
                 if let Some(reply) = reply {
                     reply.send(outcome.into_bytes()).await;
                 }
             }
+            Op::Resign => {
+                let now_s = batch.time.0 / 1_000_000;
+                let last = self.last_signed.load(Ordering::Relaxed);
+                // Decided on agreed values only: every honest replica decides alike.
+                if last != 0 && now_s >= last.saturating_add(self.resign_after_s) {
+                    let outcome = self.sign_zone(batch, reads).await;
+                    info!(replica = self.id, seq = batch.seq, outcome, "scheduled re-sign");
+                } else {
+                    debug!(replica = self.id, seq = batch.seq, "re-sign not due at the agreed time; skipped");
+                }
+                // Release the submitting timer either way.
+                if let Some(reply) = reply {
+                    reply.send(b"done".to_vec()).await;
+                }
+            }
         }
+    }
+
+    async fn sign_zone(&mut self, batch: &Batch, reads: &mut JoinSet<()>) -> String {
+        drain(reads).await;
+        let times = self.agreed_times(batch);
+        let _ = self.times.send(Some(times));
+        let result = self.maintenance.sign_zone(times).await;
+        let _ = self.times.send(None);
+        match result {
+            Ok(()) => {
+                let now_s = batch.time.0 / 1_000_000;
+                self.last_signed.store(now_s, Ordering::Relaxed);
+                write_number(&self.last_signed_file(), now_s);
+                info!(replica = self.id, seq = batch.seq, "zone signed with the distributed key");
+                format!("signed at seq {}", batch.seq)
+            }
+            Err(e) => {
+                self.metrics.inc_execute_error();
+                warn!(replica = self.id, seq = batch.seq, error = %e, "sign-zone failed; zone left as it was");
+                format!("error: {e}")
+            }
+        }
+    }
+
+    fn last_signed_file(&self) -> PathBuf {
+        self.executed_file.with_file_name("last-signed")
     }
 
     fn agreed_times(&self, batch: &Batch) -> SignatureTimes {
@@ -238,15 +270,16 @@ pub fn query(id: u16, name: &Name, rtype: RecordType) -> Option<Vec<u8>> {
     m.to_vec().ok()
 }
 
-fn read_executed(path: &PathBuf) -> u64 {
+fn read_number(path: &PathBuf) -> u64 {
     std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
 }
 
-fn write_executed(path: &PathBuf, seq: u64) {
-    // Written after named applied the batch; named's journal is the durable state,
-    // this only tells a restarted wrapper where named stands.
+/// The executed sequence number and the last signing time are written after named
+/// applied the batch; named's file and journal are the durable state, these only tell
+/// a restarted wrapper where named stands.
+fn write_number(path: &PathBuf, value: u64) {
     let tmp = path.with_extension("tmp");
-    if std::fs::write(&tmp, format!("{seq}\n")).and_then(|_| std::fs::rename(&tmp, path)).is_err() {
-        warn!(path = %path.display(), "cannot record the executed sequence number");
+    if std::fs::write(&tmp, format!("{value}\n")).and_then(|_| std::fs::rename(&tmp, path)).is_err() {
+        warn!(path = %path.display(), "cannot record {value}");
     }
 }

@@ -63,7 +63,7 @@ impl Gateway {
         let (message, ttl) = match &op {
             Op::Dns { message, .. } => (Some(message.clone()), self.client_timeout),
             // Signing a whole zone takes as long as it takes; the admin caller waits.
-            Op::SignZone => (None, Duration::from_secs(600)),
+            Op::SignZone | Op::Resign => (None, Duration::from_secs(600)),
         };
         if !self.pending.insert(key, reply.clone(), ttl) {
             self.metrics.inc_dropped("pending_full");

@@ -78,6 +78,8 @@ pub struct ClusterParams {
     pub layout: Layout,
     pub bind_dir: PathBuf,
     pub zone_file: Option<PathBuf>,
+    /// Written as `[signing] resign_after_s` when set.
+    pub resign_after_s: Option<u64>,
 }
 
 pub fn replica_dir(out: &Path, i: u16) -> PathBuf {
@@ -176,6 +178,9 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
             named_port = p.layout.named_port(i),
             metrics = p.layout.metrics(i),
         );
+        if let Some(r) = p.resign_after_s {
+            c += &format!("\n[signing]\nresign_after_s = {r}\n");
+        }
         for j in 0..n {
             c += &format!("\n[[peer]]\nid = {j}\nclient = \"{}\"\npeer = \"{}\"\n", p.layout.client(j), p.layout.peer(j));
         }

@@ -121,6 +121,9 @@ struct ClusterArgs {
     named_port: u16,
     #[arg(long, default_value_t = 5601)]
     metrics_port: u16,
+    /// Re-sign the zone once its last signing is this old (default: half the validity).
+    #[arg(long)]
+    resign_after_s: Option<u64>,
 }
 
 impl ClusterArgs {
@@ -150,6 +153,7 @@ impl ClusterArgs {
             },
             bind_dir: self.bind_dir.clone(),
             zone_file: self.zone_file.clone(),
+            resign_after_s: self.resign_after_s,
         }
     }
 }

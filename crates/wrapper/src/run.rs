@@ -156,6 +156,7 @@ pub async fn run(config: Config) -> Result<()> {
     let (handle, batches) = spawn_replica(replica, mesh.sender(), ordering_rx);
 
     let pending = Arc::new(Pending::new(config.client.max_pending));
+    let last_signed = Arc::new(AtomicU64::new(0));
     let executor = Executor {
         id,
         zone: zone.clone(),
@@ -175,6 +176,8 @@ pub async fn run(config: Config) -> Result<()> {
             supervisor: supervisor.clone(),
         },
         executed_file: state.join("executed.seq"),
+        last_signed: last_signed.clone(),
+        resign_after_s: config.resign_after_s(),
     };
     tokio::spawn(executor.run(batches));
 
@@ -190,6 +193,7 @@ pub async fn run(config: Config) -> Result<()> {
         client_timeout: Duration::from_millis(config.client.request_timeout_ms),
         next_number: AtomicU64::new(0),
     });
+    tokio::spawn(resign_timer(gateway.clone(), last_signed, config.resign_after_s()));
     let (client_tx, client_rx) = mpsc::channel(config.client.max_pending);
     tokio::spawn(gateway.clone().run(client_rx));
 
@@ -243,6 +247,23 @@ pub async fn run(config: Config) -> Result<()> {
     drop(handle);
     drop(supervisor);
     Ok(())
+}
+
+/// Submits the ordered re-sign when this replica's clock says the zone is due. Every
+/// replica does; the executor decides on agreed time, so extra submissions are no-ops.
+async fn resign_timer(gateway: Arc<Gateway>, last_signed: Arc<AtomicU64>, resign_after_s: u64) {
+    let check = Duration::from_secs((resign_after_s / 10).clamp(1, 3600));
+    loop {
+        tokio::time::sleep(check).await;
+        let last = last_signed.load(std::sync::atomic::Ordering::Relaxed);
+        let now_s = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        if last != 0 && now_s >= last.saturating_add(resign_after_s) {
+            let (tx, mut rx) = mpsc::channel(1);
+            gateway.order(crate::envelope::Op::Resign, crate::listener::ReplyTo::Tcp { writer: tx }).await;
+            // Wait for it to be ordered and executed (or expire) before checking again.
+            let _ = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
+        }
+    }
 }
 
 async fn wait_for_shutdown() {
