@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec::{self, CodecError};
+
 const VERSION: u8 = 1;
 /// A DNS message over TCP is at most 65535 bytes; leave room for the envelope.
 pub const MAX_ENVELOPE_BYTES: usize = 65_535 + 64;
@@ -23,35 +25,13 @@ pub enum Op {
     Resign,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum EnvelopeError {
-    #[error("request payload of {0} bytes is over the {MAX_ENVELOPE_BYTES}-byte limit")]
-    TooLarge(usize),
-    #[error("request payload is empty")]
-    Empty,
-    #[error("request payload version {0} is not supported (want {VERSION})")]
-    Version(u8),
-    #[error("request payload does not decode: {0}")]
-    Decode(String),
-}
-
 impl Op {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![VERSION];
-        out.extend(postcard::to_allocvec(self).unwrap_or_default());
-        out
+        codec::encode(VERSION, self)
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Op, EnvelopeError> {
-        if bytes.len() > MAX_ENVELOPE_BYTES {
-            return Err(EnvelopeError::TooLarge(bytes.len()));
-        }
-        let (&v, body) = bytes.split_first().ok_or(EnvelopeError::Empty)?;
-        if v != VERSION {
-            return Err(EnvelopeError::Version(v));
-        }
-        postcard::from_bytes(body).map_err(|e| EnvelopeError::Decode(e.to_string()))
+    pub fn decode(bytes: &[u8]) -> Result<Op, CodecError> {
+        codec::decode("request payload", VERSION, MAX_ENVELOPE_BYTES, bytes)
     }
 }
 
@@ -64,9 +44,9 @@ mod tests {
         for op in [Op::Dns { tcp: true, message: vec![1, 2, 3] }, Op::SignZone, Op::Resign] {
             assert_eq!(Op::decode(&op.encode()), Ok(op));
         }
-        assert_eq!(Op::decode(&[]), Err(EnvelopeError::Empty));
-        assert_eq!(Op::decode(&[9, 0]), Err(EnvelopeError::Version(9)));
-        assert!(matches!(Op::decode(&[VERSION, 0, 1]), Err(EnvelopeError::Decode(_))));
-        assert!(matches!(Op::decode(&vec![VERSION; MAX_ENVELOPE_BYTES + 1]), Err(EnvelopeError::TooLarge(_))));
+        assert!(matches!(Op::decode(&[]), Err(CodecError::Empty { .. })));
+        assert!(matches!(Op::decode(&[9, 0]), Err(CodecError::Version { got: 9, .. })));
+        assert!(matches!(Op::decode(&[VERSION, 0, 1]), Err(CodecError::Decode { .. })));
+        assert!(matches!(Op::decode(&vec![VERSION; MAX_ENVELOPE_BYTES + 1]), Err(CodecError::TooLarge { .. })));
     }
 }

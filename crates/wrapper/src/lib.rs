@@ -6,6 +6,7 @@
 //! the threshold protocol with the other replicas over the mesh.
 pub mod classify;
 pub mod cluster;
+pub mod codec;
 pub mod config;
 pub mod envelope;
 pub mod executor;

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec::{self, CodecError};
+
 /// SHA-256 over (DNSSEC algorithm, to-be-signed bytes after the time rewrite):
 /// names one signing session on every replica without revealing the data.
 pub type Digest = [u8; 32];
@@ -20,19 +22,6 @@ pub enum SignMessage {
     Final { digest: Digest, signature: Vec<u8> },
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum WireError {
-    #[error("signing message is {0} bytes, over the {1}-byte limit")]
-    TooLarge(usize, usize),
-    #[error("signing message version {0} is not supported (want {VERSION})")]
-    Version(u8),
-    #[error("signing message is empty")]
-    Empty,
-    #[error("signing message does not decode: {0}")]
-    Decode(String),
-}
-
 /// Large enough for a 4096-bit share with its proof.
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024;
 
@@ -44,21 +33,11 @@ impl SignMessage {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![VERSION];
-        // postcard cannot fail on these plain types with an in-memory buffer.
-        out.extend(postcard::to_allocvec(self).unwrap_or_default());
-        out
+        codec::encode(VERSION, self)
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<SignMessage, WireError> {
-        if bytes.len() > MAX_MESSAGE_BYTES {
-            return Err(WireError::TooLarge(bytes.len(), MAX_MESSAGE_BYTES));
-        }
-        let (&version, body) = bytes.split_first().ok_or(WireError::Empty)?;
-        if version != VERSION {
-            return Err(WireError::Version(version));
-        }
-        postcard::from_bytes(body).map_err(|e| WireError::Decode(e.to_string()))
+    pub fn decode(bytes: &[u8]) -> Result<SignMessage, CodecError> {
+        codec::decode("signing message", VERSION, MAX_MESSAGE_BYTES, bytes)
     }
 }
 
@@ -76,11 +55,11 @@ mod tests {
         ] {
             assert_eq!(SignMessage::decode(&m.encode()), Ok(m));
         }
-        assert_eq!(SignMessage::decode(&[]), Err(WireError::Empty));
-        assert_eq!(SignMessage::decode(&[2, 0]), Err(WireError::Version(2)));
-        assert!(matches!(SignMessage::decode(&vec![VERSION; MAX_MESSAGE_BYTES + 1]), Err(WireError::TooLarge(..))));
+        assert!(matches!(SignMessage::decode(&[]), Err(CodecError::Empty { .. })));
+        assert!(matches!(SignMessage::decode(&[2, 0]), Err(CodecError::Version { got: 2, .. })));
+        assert!(matches!(SignMessage::decode(&vec![VERSION; MAX_MESSAGE_BYTES + 1]), Err(CodecError::TooLarge { .. })));
         // A length prefix claiming more bytes than there are.
-        assert!(matches!(SignMessage::decode(&[VERSION, 0, 0xff, 0xff, 0x03]), Err(WireError::Decode(_))));
+        assert!(matches!(SignMessage::decode(&[VERSION, 0, 0xff, 0xff, 0x03]), Err(CodecError::Decode { .. })));
     }
 
     #[test]
