@@ -376,3 +376,34 @@ fn config_errors_name_the_field() {
     let shown = format!("{:?}", config(&ca, 0, addr, vec![]));
     assert!(!shown.contains("PRIVATE KEY"));
 }
+
+#[tokio::test]
+async fn keepalive_keeps_idle_links_up_and_silent_peers_are_cut() {
+    let ca = generate_ca("keepalive-test").unwrap();
+    let mut listeners = Vec::new();
+    for _ in 0..2 {
+        listeners.push(bind_local().await);
+    }
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    let mut meshes = Vec::new();
+    for (id, listener) in listeners.into_iter().enumerate() {
+        let mut cfg = config(&ca, id as u16, addrs[id], vec![(1 - id as u16, addrs[1 - id])]);
+        cfg.keepalive = Some(Duration::from_millis(250));
+        meshes.push(Mesh::start_with_listener(cfg, listener).await.unwrap());
+    }
+    let mut rx1 = meshes[1].subscribe(CHANNEL_ORDERING).unwrap();
+    meshes[0].sender().send(1, CHANNEL_ORDERING, Bytes::from_static(b"first")).unwrap();
+    assert_eq!(recv(&mut rx1).await.1, Bytes::from_static(b"first"));
+    // Idle for two silence limits (3 x 250 ms): keepalives hold the link, no reconnect.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    meshes[0].sender().send(1, CHANNEL_ORDERING, Bytes::from_static(b"second")).unwrap();
+    assert_eq!(recv(&mut rx1).await.1, Bytes::from_static(b"second"));
+    assert_eq!(meshes[0].peer_status()[0].connects, 1, "idle link was dropped despite keepalives");
+
+    // An authenticated peer that goes silent is cut after three keepalive intervals.
+    let mut silent = raw_client(&ca, &ca, 0, addrs[1], 1).await.unwrap();
+    assert!(closed_by_server(&mut silent).await, "silent connection kept open");
+    for mesh in meshes {
+        mesh.shutdown().await;
+    }
+}
