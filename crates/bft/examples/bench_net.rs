@@ -17,7 +17,8 @@
 //! runs the 4 replicas as tasks in one process over the same TLS mesh, `memory` replaces the
 //! mesh with in-memory channels (same driver, same encode/decode): the baseline. `all` runs
 //! memory, tls and tls-procs in turn and prints each as a ratio to memory. Every run ends with
-//! the mesh's own round-trip time (ping-pong between two meshes) for reading latencies.
+//! the mesh's own round-trip time (ping-pong between two meshes) and one-way frame rate (one
+//! link streaming 32-byte frames), for reading the ordering figures against.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -320,6 +321,42 @@ async fn mesh_ping_pong(certs: &Path, rounds: usize) -> Result<(u64, u64), Strin
     Ok((percentile(&rtts, 0.5), percentile(&rtts, 0.99)))
 }
 
+/// One-way streaming of small frames from one mesh to another in this process, in chunks that
+/// fit the send queue: the transport's raw frame rate, to read the ordering throughput against.
+async fn mesh_stream(certs: &Path, frames: usize) -> Result<f64, String> {
+    const CHUNK: usize = 2048;
+    let addrs = free_addrs(N)?;
+    let mut meshes = Vec::new();
+    for id in 0..2 {
+        let mut config = mesh_config(id, &addrs, certs)?;
+        config.peers.retain(|(peer, _)| *peer < 2);
+        config.queue_frames = 2 * CHUNK;
+        meshes.push(Mesh::start(config).await.map_err(|e| e.to_string())?);
+    }
+    let mut rx1 = meshes[1].subscribe(CHANNEL_ORDERING).map_err(|e| e.to_string())?;
+    for mesh in &meshes {
+        wait_connected(mesh).await;
+    }
+    let sender = meshes[0].sender();
+    let payload = bytes::Bytes::from(vec![b'x'; 32]);
+    let start = Instant::now();
+    let mut received = 0;
+    while received < frames {
+        for _ in 0..CHUNK {
+            sender.send(1, CHANNEL_ORDERING, payload.clone()).map_err(|e| e.to_string())?;
+        }
+        for _ in 0..CHUNK {
+            rx1.recv().await.ok_or("receiver stopped")?;
+            received += 1;
+        }
+    }
+    let rate = received as f64 / start.elapsed().as_secs_f64();
+    for mesh in meshes {
+        mesh.shutdown().await;
+    }
+    Ok(rate)
+}
+
 /// Four child processes of this binary over loopback TLS.
 async fn run_processes(plan: &Plan, certs: &Path) -> Result<Summary, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -515,8 +552,10 @@ async fn parent_main(cli: Cli) -> Result<(), String> {
         summaries.push(summary);
     }
     let (rtt_p50, rtt_p99) = mesh_ping_pong(&dir, 2000).await?;
-    let _ = std::fs::remove_dir_all(&dir);
     print_table(&summaries);
+    let stream_rate = mesh_stream(&dir, 400_000).await?;
+    let _ = std::fs::remove_dir_all(&dir);
     println!("\nmesh round trip (2 one-way TLS hops, 32-byte frame, in-process): p50 {rtt_p50} us, p99 {rtt_p99} us");
+    println!("mesh one-way stream (32-byte frames, one link, in-process): {stream_rate:.0} frames/s");
     Ok(())
 }
