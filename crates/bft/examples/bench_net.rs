@@ -131,10 +131,10 @@ async fn run_load(
         } else {
             0
         };
-        for client in 0..active {
-            if outstanding[client].is_none() {
+        for (client, slot) in outstanding.iter_mut().enumerate().take(active) {
+            if slot.is_none() {
                 let request = submit(client, &mut numbers);
-                outstanding[client] = Some(Instant::now());
+                *slot = Some(Instant::now());
                 if handle.submit.send(request).await.is_err() {
                     return (outcome, state);
                 }

@@ -115,9 +115,13 @@ async fn mutual_auth_delivers_on_every_link_with_proven_sender() {
             assert_eq!(status.frames_dropped, 0);
         }
     }
+    let ordering_rx = ordering.pop().unwrap();
     for mesh in meshes {
         mesh.shutdown().await;
     }
+    // Subscribers see the end of the stream once the mesh is shut down.
+    let mut ordering_rx = ordering_rx;
+    assert!(timeout(EVENTUALLY, ordering_rx.recv()).await.unwrap().is_none());
 }
 
 #[tokio::test]
@@ -369,9 +373,13 @@ fn config_errors_name_the_field() {
     let mut c = base.clone();
     c.key_pem = String::new();
     assert_eq!(field_of(c), "key_pem");
-    let mut c = base;
+    let mut c = base.clone();
     c.id = 4;
     assert_eq!(field_of(c), "cert_pem");
+    // Replica 1's key with replica 0's certificate.
+    let mut c = base;
+    c.key_pem = issue_replica_cert(&ca, 1).unwrap().key_pem;
+    assert_eq!(field_of(c), "key_pem");
     // Keys never show in Debug output.
     let shown = format!("{:?}", config(&ca, 0, addr, vec![]));
     assert!(!shown.contains("PRIVATE KEY"));

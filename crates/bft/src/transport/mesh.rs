@@ -171,6 +171,14 @@ impl MeshConfig {
         }
         parse_cert(&self.ca_cert_pem, "ca_cert_pem")?;
         parse_key(&self.key_pem)?;
+        // rustls checks that the key belongs to the certificate.
+        tls_configs(&self.ca_cert_pem, &self.cert_pem, &self.key_pem).map_err(|e| match e {
+            TransportError::Tls(reason) => TransportError::Config {
+                field: "key_pem",
+                reason: format!("unusable with cert_pem: {reason}"),
+            },
+            other => other,
+        })?;
         Ok(())
     }
 }
@@ -390,6 +398,11 @@ impl Mesh {
 
     fn signal_shutdown(&self) {
         self.shared.shutdown.send_replace(true);
+        // Close the subscribers' channels so their consumers see the end (the senders would
+        // otherwise live on in every MeshSender clone).
+        if let Ok(mut subscribers) = self.shared.subscribers.write() {
+            subscribers.clear();
+        }
         for task in &self.tasks {
             task.abort();
         }
