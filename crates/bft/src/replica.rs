@@ -59,6 +59,8 @@ const PRE_PREPARED_PER_SEQ: usize = 4;
 const VIEW_CHANGES_PER_PEER: usize = 2;
 /// Most committed batches pushed to a lagging peer per status report.
 const PUSH_BURST: u64 = 16;
+/// Most slots whose messages are retransmitted per tick.
+const RETRANSMIT_SLOTS: usize = 32;
 /// View-change timeouts stop doubling after this many failed views.
 const MAX_BACKOFF_SHIFT: u32 = 5;
 
@@ -67,6 +69,8 @@ struct Accepted {
     view: u64,
     digest: Digest,
     proposal: Proposal,
+    /// When this replica accepted it (retransmissions wait a full interval).
+    at: Time,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -582,7 +586,7 @@ impl Replica {
                 }
             }
         }
-        slot.accepted = Some(Accepted { view, digest, proposal });
+        slot.accepted = Some(Accepted { view, digest, proposal, at: self.now });
         if !primary {
             slot.prepares.insert(self.config.id, (view, digest));
             self.broadcast(Message::Prepare { sender: self.config.id, view, seq, digest });
@@ -821,9 +825,16 @@ impl Replica {
         let view = self.view;
         let id = self.config.id;
         let primary = self.is_primary();
+        let old = Time(self.now.0.saturating_sub(duration_us(self.config.retransmit_interval)));
         let mut messages = Vec::new();
-        for (seq, slot) in self.slots.range(self.last_delivered.saturating_add(1)..) {
-            let Some(accepted) = slot.accepted.as_ref().filter(|accepted| accepted.view == view) else { continue };
+        // Only slots stuck for a whole interval, and a bounded number of them per tick.
+        let stuck = self
+            .slots
+            .range(self.last_delivered.saturating_add(1)..)
+            .filter(|(_, slot)| slot.accepted.as_ref().is_some_and(|a| a.view == view))
+            .take(RETRANSMIT_SLOTS);
+        for (seq, slot) in stuck {
+            let Some(accepted) = slot.accepted.as_ref().filter(|a| a.view == view && a.at <= old) else { continue };
             if primary {
                 messages.push(Message::PrePrepare { sender: id, view, seq: *seq, proposal: accepted.proposal.clone() });
             } else {
@@ -1004,11 +1015,21 @@ impl Replica {
             sender: self.config.id,
             view,
             stable: self.stable,
-            // The highest ones matter most for choosing the new view's checkpoint; bounded.
-            checkpoints: self.own_checkpoints.values().rev().take(self.max_checkpoint_claims()).rev().copied().collect(),
+            checkpoints: self.checkpoint_claims(),
             prepared,
             pre_prepared,
         }
+    }
+
+    /// Checkpoints this replica holds above its stable one: its own, and the current view's
+    /// starting checkpoint (vouched for by f+1 replicas). The highest matter most; bounded.
+    fn checkpoint_claims(&self) -> Vec<CheckpointClaim> {
+        let mut claims: BTreeMap<u64, CheckpointClaim> = self.own_checkpoints.clone();
+        if self.view_anchor.seq > self.stable.seq {
+            claims.entry(self.view_anchor.seq).or_insert(self.view_anchor);
+        }
+        let skip = claims.len().saturating_sub(self.max_checkpoint_claims());
+        claims.into_values().skip(skip).collect()
     }
 
     fn max_checkpoint_claims(&self) -> usize {

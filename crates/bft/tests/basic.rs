@@ -118,3 +118,157 @@ fn bad_configs_are_refused() {
     config.watermark_window = 100;
     assert!(Replica::new(config, Time(0)).is_err());
 }
+
+/// Rounds of message delays from submission to delivery at every replica, with instant links.
+fn latency_rounds(n: u16, submit_at: u16) -> usize {
+    let start = Time(1_000_000);
+    let mut replicas: Vec<Replica> = (0..n).map(|id| Replica::new(Config::new(n, id), start).unwrap()).collect();
+    replicas[usize::from(submit_at)].submit(start, request(submit_at, 1, 1)).unwrap();
+    let mut delivered = vec![false; usize::from(n)];
+    for round in 0..20 {
+        let mut queue = Vec::new();
+        for (index, replica) in replicas.iter_mut().enumerate() {
+            while let Some(action) = replica.poll_action() {
+                match action {
+                    Action::Send { to, message } => queue.push((index as u16, to, message)),
+                    Action::Broadcast { message } => {
+                        for to in (0..n).filter(|to| usize::from(*to) != index) {
+                            queue.push((index as u16, to, message.clone()));
+                        }
+                    }
+                    Action::Deliver(_) => delivered[index] = true,
+                    _ => {}
+                }
+            }
+        }
+        if delivered.iter().all(|d| *d) {
+            return round;
+        }
+        for (from, to, message) in queue {
+            replicas[usize::from(to)].handle_message(start, from, message);
+        }
+    }
+    usize::MAX
+}
+
+#[test]
+fn normal_case_takes_three_message_delays() {
+    // pre-prepare, prepare, commit; one more when a backup relays the request to the primary.
+    for n in [4, 7] {
+        assert_eq!(latency_rounds(n, 0), 3, "n={n} at the primary");
+        assert_eq!(latency_rounds(n, 1), 4, "n={n} at a backup");
+    }
+}
+
+/// Peers may send any well-formed message; none may panic the core or break its invariants
+/// (debug assertions run at the end of every step in test builds).
+#[test]
+fn random_peer_messages_never_panic() {
+    use bft::{CheckpointClaim, NewView, PrePreparedEntry, PreparedEntry, Proposal, StatusReport, ViewChange};
+    use rand_chacha::rand_core::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(77);
+    let mut small = move |bound: u64| rng.next_u64() % bound;
+    for id in 0..4u16 {
+        let mut config = Config::new(4, id);
+        config.checkpoint_interval = 4;
+        config.watermark_window = 8;
+        let mut replica = Replica::new(config, Time(1_000_000)).unwrap();
+        let mut now = 1_000_000u64;
+        for step in 0..20_000u64 {
+            now += small(50_000);
+            let from = small(4) as u16;
+            let view = small(4);
+            let seq = small(24);
+            let digest = [small(3) as u8; 32];
+            let proposal = Proposal {
+                time: Time(now + small(3) * 1000),
+                requests: (0..small(3)).map(|k| request(small(4) as u16, small(3), k + small(5))).collect(),
+            };
+            let claim = CheckpointClaim {
+                seq: small(4) * 4,
+                time: Time(small(3)),
+                log_digest: [small(2) as u8; 32],
+                state_digest: [small(2) as u8; 32],
+            };
+            let message = match small(10) {
+                0 => Message::Request { sender: from, request: request(from, small(3), small(20)) },
+                1 => Message::PrePrepare { sender: from, view, seq, proposal },
+                2 => Message::Prepare { sender: from, view, seq, digest },
+                3 => Message::Commit { sender: from, view, seq, digest },
+                4 => Message::Checkpoint { sender: from, checkpoint: claim },
+                5 => Message::ViewChange(ViewChange {
+                    sender: from,
+                    view: view + 1,
+                    stable: claim,
+                    checkpoints: vec![],
+                    prepared: vec![PreparedEntry { seq: claim.seq + 1, view, proposal }],
+                    pre_prepared: vec![PrePreparedEntry { seq: claim.seq + 1, view, digest }],
+                }),
+                6 => Message::NewView {
+                    sender: from,
+                    new_view: NewView {
+                        view: view + 1,
+                        view_changes: vec![(0, digest), (1, digest), (2, digest)],
+                        checkpoint: claim,
+                        proposals: vec![(claim.seq + 1, proposal)],
+                    },
+                },
+                7 => Message::Status(StatusReport {
+                    sender: from,
+                    view,
+                    view_changing: small(2) == 0,
+                    last_delivered: seq,
+                    stable_seq: claim.seq,
+                    oldest_retained: small(10),
+                }),
+                8 => Message::Committed { sender: from, seq, proposal },
+                _ => {
+                    replica.handle_timeout(Time(now));
+                    continue;
+                }
+            };
+            replica.handle_message(Time(now), from, message);
+            if step % 7 == 0 {
+                let _ = replica.submit(Time(now), request(id, 9, step));
+            }
+            while let Some(action) = replica.poll_action() {
+                if let Action::Deliver(batch) = action {
+                    if batch.checkpoint_due {
+                        let _ = replica.checkpoint(batch.seq, [1; 32]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn state_transfer_is_requested_when_the_log_is_gone() {
+    let mut config = Config::new(4, 3);
+    config.checkpoint_interval = 4;
+    config.watermark_window = 8;
+    let mut replica = Replica::new(config, Time(0)).unwrap();
+    let claim = bft::CheckpointClaim { seq: 40, time: Time(40), log_digest: [4; 32], state_digest: [5; 32] };
+    for peer in 0..3u16 {
+        replica.handle_message(Time(1), peer, Message::Checkpoint { sender: peer, checkpoint: claim });
+    }
+    assert_eq!(replica.status().stable_checkpoint, 40);
+    for peer in 0..2u16 {
+        let report = bft::StatusReport {
+            sender: peer,
+            view: 0,
+            view_changing: false,
+            last_delivered: 45,
+            stable_seq: 40,
+            oldest_retained: 30,
+        };
+        replica.handle_message(Time(2), peer, Message::Status(report));
+    }
+    let mut requested = Vec::new();
+    while let Some(action) = replica.poll_action() {
+        if let Action::NeedStateTransfer { last_delivered, checkpoint } = action {
+            requested.push((last_delivered, checkpoint));
+        }
+    }
+    assert_eq!(requested, vec![(0, claim)]);
+}
