@@ -16,6 +16,10 @@
 //! When a peer opens a new connection, its older incoming connection is closed, so a peer holds
 //! at most one receiving connection here.
 //!
+//! Unauthenticated work is bounded: at most `4 * peers + 8` handshakes run at once, each limited
+//! by `handshake_timeout`; connections beyond that are closed at once. Someone who can reach the
+//! port can therefore delay (not forge) a reconnect by keeping those slots busy.
+//!
 //! # Framing
 //! `u32` big-endian length L, then L bytes: one channel byte and L-1 payload bytes. L-1 must not
 //! exceed `max_frame_bytes`; a larger (or empty) frame is a protocol violation that closes the
