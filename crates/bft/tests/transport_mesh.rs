@@ -396,14 +396,14 @@ async fn keepalive_keeps_idle_links_up_and_silent_peers_are_cut() {
     let mut meshes = Vec::new();
     for (id, listener) in listeners.into_iter().enumerate() {
         let mut cfg = config(&ca, id as u16, addrs[id], vec![(1 - id as u16, addrs[1 - id])]);
-        cfg.keepalive = Some(Duration::from_millis(250));
+        cfg.keepalive = Some(Duration::from_millis(500));
         meshes.push(Mesh::start_with_listener(cfg, listener).await.unwrap());
     }
     let mut rx1 = meshes[1].subscribe(CHANNEL_ORDERING).unwrap();
     meshes[0].sender().send(1, CHANNEL_ORDERING, Bytes::from_static(b"first")).unwrap();
     assert_eq!(recv(&mut rx1).await.1, Bytes::from_static(b"first"));
-    // Idle for two silence limits (3 x 250 ms): keepalives hold the link, no reconnect.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Idle for two silence limits (3 x 500 ms): keepalives hold the link, no reconnect.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
     meshes[0].sender().send(1, CHANNEL_ORDERING, Bytes::from_static(b"second")).unwrap();
     assert_eq!(recv(&mut rx1).await.1, Bytes::from_static(b"second"));
     assert_eq!(meshes[0].peer_status()[0].connects, 1, "idle link was dropped despite keepalives");
