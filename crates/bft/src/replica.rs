@@ -128,7 +128,10 @@ pub struct Replica {
     checkpoint_votes: BTreeMap<ReplicaId, Vec<CheckpointClaim>>,
     retained: BTreeMap<u64, Proposal>,
     awaited: BTreeMap<RequestKey, Awaited>,
-    fresh: VecDeque<RequestKey>,
+    /// Requests the primary has not proposed yet, in arrival order, with their sizes.
+    fresh: VecDeque<(RequestKey, usize)>,
+    /// Sum of the sizes in `fresh` (stale entries included until popped).
+    fresh_bytes: usize,
     proposed: BTreeSet<RequestKey>,
     clients: BTreeMap<(ReplicaId, u64), ClientRecord>,
     clients_by_age: BTreeSet<(u64, ReplicaId, u64)>,
@@ -174,6 +177,7 @@ impl Replica {
             retained: BTreeMap::new(),
             awaited: BTreeMap::new(),
             fresh: VecDeque::new(),
+            fresh_bytes: 0,
             proposed: BTreeSet::new(),
             clients: BTreeMap::new(),
             clients_by_age: BTreeSet::new(),
@@ -345,7 +349,7 @@ impl Replica {
         self.awaited.insert(key, Awaited { request: request.clone(), since: self.now, own });
         if self.is_primary() {
             if !self.view_changing {
-                self.fresh.push_back(key);
+                self.push_fresh(key, request.wire_size());
             }
         } else if !self.view_changing {
             let primary = self.primary();
@@ -419,7 +423,7 @@ impl Replica {
         if !self.is_primary() || self.view_changing || self.next_seq > self.high_watermark() {
             return None;
         }
-        let key = self.fresh.iter().find(|key| self.awaited.contains_key(key) && !self.proposed.contains(key))?;
+        let (key, _) = self.fresh.iter().find(|(key, _)| self.awaited.contains_key(key) && !self.proposed.contains(key))?;
         let since = self.awaited.get(key)?.since;
         Some(since.plus(self.config.batch_delay))
     }
@@ -440,16 +444,17 @@ impl Replica {
         }
         // Bounded by the window: each round assigns one sequence number.
         while self.next_seq <= self.high_watermark() {
-            while let Some(key) = self.fresh.front() {
+            while let Some((key, _)) = self.fresh.front() {
                 if self.awaited.contains_key(key) && !self.proposed.contains(key) {
                     break;
                 }
-                self.fresh.pop_front();
+                self.pop_fresh();
             }
-            let Some(first) = self.fresh.front().and_then(|key| self.awaited.get(key)) else { return };
+            let Some(first) = self.fresh.front().and_then(|(key, _)| self.awaited.get(key)) else { return };
             let waited_enough = first.since.plus(self.config.batch_delay) <= self.now;
             let idle = self.next_seq <= self.last_delivered.saturating_add(1);
-            let (count, bytes) = self.fresh_batch_size();
+            // Upper bounds (stale entries count until popped): at worst a batch goes a little early.
+            let (count, bytes) = (self.fresh.len(), self.fresh_bytes);
             let full = count >= self.config.batch_max_requests || bytes >= self.config.batch_max_bytes;
             if !(full || waited_enough || idle) {
                 return;
@@ -458,36 +463,35 @@ impl Replica {
         }
     }
 
-    fn fresh_batch_size(&self) -> (usize, usize) {
-        let mut count = 0;
-        let mut bytes = 0;
-        for key in &self.fresh {
-            if count >= self.config.batch_max_requests || bytes >= self.config.batch_max_bytes {
-                break;
-            }
-            if let Some(awaited) = self.awaited.get(key) {
-                if !self.proposed.contains(key) {
-                    count += 1;
-                    bytes += awaited.request.wire_size();
-                }
-            }
+    fn push_fresh(&mut self, key: RequestKey, size: usize) {
+        self.fresh.push_back((key, size));
+        self.fresh_bytes += size;
+    }
+
+    fn pop_fresh(&mut self) {
+        if let Some((_, size)) = self.fresh.pop_front() {
+            self.fresh_bytes -= size;
         }
-        (count, bytes)
+    }
+
+    fn clear_fresh(&mut self) {
+        self.fresh.clear();
+        self.fresh_bytes = 0;
     }
 
     fn propose_batch(&mut self) {
         let mut requests = Vec::new();
         let mut bytes = 0usize;
-        while let Some(key) = self.fresh.front().copied() {
+        while let Some((key, _)) = self.fresh.front().copied() {
             if requests.len() >= self.config.batch_max_requests {
                 break;
             }
             let Some(awaited) = self.awaited.get(&key) else {
-                self.fresh.pop_front();
+                self.pop_fresh();
                 continue;
             };
             if self.proposed.contains(&key) {
-                self.fresh.pop_front();
+                self.pop_fresh();
                 continue;
             }
             let size = awaited.request.wire_size();
@@ -497,7 +501,7 @@ impl Replica {
             bytes += size;
             requests.push(awaited.request.clone());
             self.proposed.insert(key);
-            self.fresh.pop_front();
+            self.pop_fresh();
         }
         if requests.is_empty() {
             return;
@@ -989,7 +993,7 @@ impl Replica {
         self.request_deadline = None;
         self.view_change_deadline = None;
         self.pending_new_view = None;
-        self.fresh.clear();
+        self.clear_fresh();
         let view_change = self.build_view_change(target);
         let digest = view_change_digest(&view_change);
         self.own_view_change = Some(view_change.clone());
@@ -1241,7 +1245,7 @@ impl Replica {
 
     /// After a view change: hand every known request to the new primary.
     fn restart_requests(&mut self) {
-        self.fresh.clear();
+        self.clear_fresh();
         self.request_deadline = None;
         if self.awaited.is_empty() {
             return;
@@ -1250,7 +1254,10 @@ impl Replica {
         if self.is_primary() {
             let mut keys: Vec<(Time, RequestKey)> = self.awaited.iter().map(|(key, a)| (a.since, *key)).collect();
             keys.sort_unstable();
-            self.fresh.extend(keys.into_iter().map(|(_, key)| key));
+            for (_, key) in keys {
+                let size = self.awaited.get(&key).map_or(0, |a| a.request.wire_size());
+                self.push_fresh(key, size);
+            }
             return;
         }
         let primary = self.primary();
@@ -1286,13 +1293,16 @@ impl Replica {
         self.try_propose();
         self.try_deliver();
         if self.fresh.len() > self.config.max_pending_requests.saturating_mul(2) {
-            self.fresh.retain(|key| self.awaited.contains_key(key));
+            let awaited = &self.awaited;
+            self.fresh.retain(|(key, _)| awaited.contains_key(key));
+            self.fresh_bytes = self.fresh.iter().map(|(_, size)| size).sum();
         }
         self.check_invariants();
     }
 
     fn check_invariants(&self) {
         debug_assert!(self.awaited.len() <= self.config.max_pending_requests);
+        debug_assert_eq!(self.fresh_bytes, self.fresh.iter().map(|(_, size)| size).sum::<usize>());
         debug_assert!(self.view_changes.len() <= usize::from(self.config.n) * VIEW_CHANGES_PER_PEER);
         debug_assert!(self.relayed_new_views.len() <= usize::from(self.config.n));
         debug_assert!(self.checkpoint_votes.values().all(|votes| votes.len() <= VOTES_PER_PEER));
