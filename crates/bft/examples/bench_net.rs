@@ -231,7 +231,12 @@ fn report_drops(mesh: &Mesh) {
     let sent_dropped: u64 = status.iter().map(|s| s.frames_dropped).sum();
     let received_dropped: u64 = status.iter().map(|s| s.frames_received_dropped).sum();
     let received: u64 = status.iter().map(|s| s.frames_received).sum();
-    eprintln!("replica {}: frames received {received}, dropped at send {sent_dropped}, at receive {received_dropped}", mesh.id());
+    let connects: Vec<u64> = status.iter().map(|s| s.connects).collect();
+    let errors: Vec<String> = status.iter().filter_map(|s| s.last_error.as_ref().map(|e| format!("{}: {e}", s.id))).collect();
+    eprintln!(
+        "replica {}: frames received {received}, dropped at send {sent_dropped}, at receive {received_dropped}; connects {connects:?}; errors {errors:?}",
+        mesh.id()
+    );
 }
 
 async fn wait_connected(mesh: &Mesh) {
