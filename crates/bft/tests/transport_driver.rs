@@ -151,11 +151,13 @@ async fn local_network_routes_by_sender_and_never_to_self() {
     assert!(rx1.try_recv().is_err());
 }
 
+/// One delivered batch as the tests compare it.
+type Entry = (u64, Time, Vec<RequestKey>);
+/// A running application: where to submit, what it delivered, its task.
+type App = (mpsc::Sender<Request>, mpsc::UnboundedReceiver<Entry>, tokio::task::JoinHandle<()>);
+
 /// Runs an application for one replica: confirms checkpoints, forwards what it delivered.
-fn run_app(
-    handle: ReplicaHandle,
-    mut batches: mpsc::UnboundedReceiver<Batch>,
-) -> (mpsc::Sender<Request>, mpsc::UnboundedReceiver<(u64, Time, Vec<RequestKey>)>, tokio::task::JoinHandle<()>) {
+fn run_app(handle: ReplicaHandle, mut batches: mpsc::UnboundedReceiver<Batch>) -> App {
     let submit = handle.submit.clone();
     let (tx, rx) = mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
@@ -176,7 +178,7 @@ fn run_app(
     (submit, rx, task)
 }
 
-async fn delivered_until(rx: &mut mpsc::UnboundedReceiver<(u64, Time, Vec<RequestKey>)>, log: &mut Delivered, requests: usize) {
+async fn delivered_until(rx: &mut mpsc::UnboundedReceiver<Entry>, log: &mut Delivered, requests: usize) {
     while log.iter().map(|(_, _, k)| k.len()).sum::<usize>() < requests {
         let entry = timeout(EVENTUALLY, rx.recv()).await.expect("no delivery in time").expect("app stopped");
         log.push(entry);
@@ -217,7 +219,7 @@ async fn a_restarted_replica_catches_up_over_tls() {
         apps.push(run_app(handle, batches));
     }
     let mut logs: Vec<Delivered> = vec![Vec::new(); usize::from(N)];
-    let submit = |apps: &Vec<(mpsc::Sender<Request>, _, _)>, at: usize, numbers: std::ops::RangeInclusive<u64>| {
+    let submit = |apps: &Vec<App>, at: usize, numbers: std::ops::RangeInclusive<u64>| {
         let sender = apps[at].0.clone();
         async move {
             for number in numbers {
