@@ -232,7 +232,8 @@ fn report_drops(mesh: &Mesh) {
     let received_dropped: u64 = status.iter().map(|s| s.frames_received_dropped).sum();
     let received: u64 = status.iter().map(|s| s.frames_received).sum();
     let connects: Vec<u64> = status.iter().map(|s| s.connects).collect();
-    let errors: Vec<String> = status.iter().filter_map(|s| s.last_error.as_ref().map(|e| format!("{}: {e}", s.id))).collect();
+    let errors: Vec<String> =
+        status.iter().filter_map(|s| s.last_error.as_ref().map(|e| format!("{}: {e}", s.id))).collect();
     eprintln!(
         "replica {}: frames received {received}, dropped at send {sent_dropped}, at receive {received_dropped}; connects {connects:?}; errors {errors:?}",
         mesh.id()
@@ -376,7 +377,12 @@ async fn run_processes(plan: &Plan, certs: &Path) -> Result<Summary, String> {
             .arg(certs)
             .args(["--seconds", &plan.seconds.to_string(), "--window", &plan.window.to_string()])
             .args(["--payload", &plan.payload.to_string(), "--batch-max", &plan.batch_max.to_string()])
-            .args(["--batch-delay-us", &plan.batch_delay_us.to_string(), "--start-unix-ms", &start.to_string()])
+            .args([
+                "--batch-delay-us",
+                &plan.batch_delay_us.to_string(),
+                "--start-unix-ms",
+                &start.to_string(),
+            ])
             .args(["--latency-replicas", &plan.latency_replicas.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -389,7 +395,8 @@ async fn run_processes(plan: &Plan, certs: &Path) -> Result<Summary, String> {
     for child in &mut children {
         let stdout = child.stdout.take().ok_or("child without stdout")?;
         let mut lines = BufReader::new(stdout).lines();
-        let line = lines.next_line().await.map_err(|e| e.to_string())?.ok_or("child exited without a result")?;
+        let line =
+            lines.next_line().await.map_err(|e| e.to_string())?.ok_or("child exited without a result")?;
         outcomes.push(parse_outcome(&line)?);
     }
     // Closing stdin tells the children to exit; every one has reported by now.
@@ -404,7 +411,12 @@ async fn run_processes(plan: &Plan, certs: &Path) -> Result<Summary, String> {
 
 fn format_outcome(outcome: &Outcome) -> String {
     let join = |v: &[u64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
-    format!("RESULT {} {} {}", outcome.throughput_rps, join(&outcome.latency_us), join(&outcome.loaded_latency_us))
+    format!(
+        "RESULT {} {} {}",
+        outcome.throughput_rps,
+        join(&outcome.latency_us),
+        join(&outcome.loaded_latency_us)
+    )
 }
 
 fn parse_outcome(line: &str) -> Result<Outcome, String> {
@@ -462,10 +474,18 @@ fn print_table(summaries: &[Summary]) {
     println!("| transport | low-load p50 (us) | low-load p99 (us) | samples | throughput (req/s) | loaded p50 (us) | loaded p99 (us) | throughput vs memory |");
     println!("|---|---|---|---|---|---|---|---|");
     for s in summaries {
-        let ratio = base.map(|b| format!("{:.2}", s.throughput_rps / b.throughput_rps)).unwrap_or_else(|| "-".into());
+        let ratio =
+            base.map(|b| format!("{:.2}", s.throughput_rps / b.throughput_rps)).unwrap_or_else(|| "-".into());
         println!(
             "| {} | {} | {} | {} | {:.0} | {} | {} | {} |",
-            s.transport, s.latency_p50_us, s.latency_p99_us, s.latency_samples, s.throughput_rps, s.loaded_p50_us, s.loaded_p99_us, ratio
+            s.transport,
+            s.latency_p50_us,
+            s.latency_p99_us,
+            s.latency_samples,
+            s.throughput_rps,
+            s.loaded_p50_us,
+            s.loaded_p99_us,
+            ratio
         );
     }
 }
@@ -486,7 +506,15 @@ fn parse_cli() -> Result<Cli, String> {
         id: 0,
         peers: Vec::new(),
         certs: None,
-        plan: Plan { seconds: 5, window: 256, payload: 32, batch_max: 512, batch_delay_us: 2000, latency_replicas: N, start_unix_ms: 0 },
+        plan: Plan {
+            seconds: 5,
+            window: 256,
+            payload: 32,
+            batch_max: 512,
+            batch_delay_us: 2000,
+            latency_replicas: N,
+            start_unix_ms: 0,
+        },
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -500,7 +528,10 @@ fn parse_cli() -> Result<Cli, String> {
             "--transport" => cli.transport = value,
             "--id" => cli.id = num(&value)? as u16,
             "--peers" => {
-                cli.peers = value.split(',').map(|a| a.parse().map_err(|e| format!("--peers: {e}"))).collect::<Result<_, _>>()?
+                cli.peers = value
+                    .split(',')
+                    .map(|a| a.parse().map_err(|e| format!("--peers: {e}")))
+                    .collect::<Result<_, _>>()?
             }
             "--certs" => cli.certs = Some(PathBuf::from(value)),
             "--seconds" => cli.plan.seconds = num(&value)?,
@@ -520,7 +551,10 @@ fn main() {
     let result = parse_cli().and_then(|cli| {
         if cli.child {
             // One scheduler thread per replica process: 4 processes share the 2 cores.
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
             let certs = cli.certs.clone().ok_or("--certs missing")?;
             runtime.block_on(child_main(cli.id, cli.peers.clone(), certs, cli.plan.clone()))
         } else {

@@ -91,10 +91,8 @@ async fn mutual_auth_delivers_on_every_link_with_proven_sender() {
             got.push(recv(rx).await);
         }
         got.sort();
-        let want: Vec<(u16, Bytes)> = (0..4u16)
-            .filter(|&f| f as usize != me)
-            .map(|f| (f, Bytes::from(format!("{f}->{me}"))))
-            .collect();
+        let want: Vec<(u16, Bytes)> =
+            (0..4u16).filter(|&f| f as usize != me).map(|f| (f, Bytes::from(format!("{f}->{me}")))).collect();
         assert_eq!(got, want, "replica {me} ordering channel");
     }
     for (me, rx) in signing.iter_mut().enumerate() {
@@ -130,9 +128,10 @@ async fn peer_with_certificate_from_another_ca_is_rejected() {
     let foreign = generate_ca("cluster-b").unwrap();
     let listener = bind_local().await;
     let addr = listener.local_addr().unwrap();
-    let mesh = Mesh::start_with_listener(config(&ca, 0, addr, vec![(1, "127.0.0.1:9".parse().unwrap())]), listener)
-        .await
-        .unwrap();
+    let mesh =
+        Mesh::start_with_listener(config(&ca, 0, addr, vec![(1, "127.0.0.1:9".parse().unwrap())]), listener)
+            .await
+            .unwrap();
     let mut rx = mesh.subscribe(CHANNEL_ORDERING).unwrap();
 
     // A client that trusts the right CA but holds a replica-1 certificate from the foreign CA:
@@ -207,9 +206,8 @@ async fn dialer_rejects_a_server_that_is_not_the_replica_it_dialed() {
     let addr2 = meshes[2].local_addr();
     let listener = bind_local().await;
     let addr5 = listener.local_addr().unwrap();
-    let confused = Mesh::start_with_listener(config(&ca, 5, addr5, vec![(1, addr2)]), listener)
-        .await
-        .unwrap();
+    let confused =
+        Mesh::start_with_listener(config(&ca, 5, addr5, vec![(1, addr2)]), listener).await.unwrap();
     confused.sender().send(1, CHANNEL_ORDERING, Bytes::from_static(b"hello")).unwrap();
     let error = timeout(EVENTUALLY, async {
         loop {

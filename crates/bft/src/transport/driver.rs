@@ -265,7 +265,11 @@ impl<O: Outbound> Driver<O> {
                 Action::NeedStateTransfer { last_delivered, checkpoint } => {
                     // The core cannot resume from this yet (see the crate docs); make it loud.
                     self.state_transfer_needed = Some(checkpoint.seq);
-                    tracing::error!(last_delivered, checkpoint = checkpoint.seq, "replica fell behind the retained log; state transfer needed");
+                    tracing::error!(
+                        last_delivered,
+                        checkpoint = checkpoint.seq,
+                        "replica fell behind the retained log; state transfer needed"
+                    );
                 }
                 #[allow(unreachable_patterns)]
                 other => tracing::trace!(?other, "action ignored by the driver"),

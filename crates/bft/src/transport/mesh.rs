@@ -270,16 +270,12 @@ impl Mesh {
 
     /// Starts the mesh on an already bound listener (`cfg.listen` is then ignored). Lets tests
     /// bind port 0 for every replica first and hand out the real addresses.
-    pub async fn start_with_listener(
-        cfg: MeshConfig,
-        listener: TcpListener,
-    ) -> Result<Mesh, TransportError> {
+    pub async fn start_with_listener(cfg: MeshConfig, listener: TcpListener) -> Result<Mesh, TransportError> {
         cfg.validate()?;
         let local_addr = listener
             .local_addr()
             .map_err(|source| TransportError::Io { during: "reading the listen address", source })?;
-        let (client_config, server_config) =
-            tls_configs(&cfg.ca_cert_pem, &cfg.cert_pem, &cfg.key_pem)?;
+        let (client_config, server_config) = tls_configs(&cfg.ca_cert_pem, &cfg.cert_pem, &cfg.key_pem)?;
         let (shutdown, _) = watch::channel(false);
         let peers = cfg
             .peers
@@ -314,12 +310,7 @@ impl Mesh {
         });
         let mut tasks = Vec::new();
         let acceptor = TlsAcceptor::from(server_config);
-        tasks.push(tokio::spawn(accept_loop(
-            shared.clone(),
-            listener,
-            acceptor,
-            cfg.handshake_timeout,
-        )));
+        tasks.push(tokio::spawn(accept_loop(shared.clone(), listener, acceptor, cfg.handshake_timeout)));
         let connector = TlsConnector::from(client_config);
         for peer in shared.peers.values() {
             tasks.push(tokio::spawn(dial_loop(
@@ -355,8 +346,7 @@ impl Mesh {
         if channel == CHANNEL_KEEPALIVE {
             return Err(TransportError::Config { field: "channel", reason: "255 is reserved".into() });
         }
-        let mut subscribers =
-            self.shared.subscribers.write().map_err(|_| TransportError::Shutdown)?;
+        let mut subscribers = self.shared.subscribers.write().map_err(|_| TransportError::Shutdown)?;
         if subscribers.get(&channel).is_some_and(|s| !s.is_closed()) {
             return Err(TransportError::Config {
                 field: "channel",
