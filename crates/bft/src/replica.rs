@@ -585,7 +585,7 @@ impl Replica {
             None => {
                 slot.pre_prepared.push((digest, view));
                 if slot.pre_prepared.len() > PRE_PREPARED_PER_SEQ {
-                    slot.pre_prepared.sort_by(|a, b| b.1.cmp(&a.1));
+                    slot.pre_prepared.sort_by_key(|entry| std::cmp::Reverse(entry.1));
                     slot.pre_prepared.truncate(PRE_PREPARED_PER_SEQ);
                 }
             }

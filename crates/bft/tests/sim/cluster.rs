@@ -46,6 +46,9 @@ pub enum Failure {
     Liveness(String),
 }
 
+/// A message on the wire: (arrival time, tie-break order, from, to, bytes).
+type InFlight = (u64, u64, ReplicaId, ReplicaId, Vec<u8>);
+
 /// One sequence of events and faults, fully determined by `seed`.
 pub struct Cluster {
     n: u16,
@@ -54,7 +57,7 @@ pub struct Cluster {
     now: u64,
     rng: SimRng,
     nodes: Vec<Node>,
-    queue: BinaryHeap<Reverse<(u64, u64, ReplicaId, ReplicaId, Vec<u8>)>>,
+    queue: BinaryHeap<Reverse<InFlight>>,
     order: u64,
     loss: f64,
     duplication: f64,
