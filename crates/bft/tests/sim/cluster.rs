@@ -593,8 +593,19 @@ impl Cluster {
         Ok(())
     }
 
-    /// Honest replicas never blame a replica that stayed honest.
+    /// Honest replicas never blame a replica that stayed honest, and every honest replica
+    /// blames an impersonator (half of whose messages claim another sender).
     fn check_blame(&self) -> Result<(), Failure> {
+        for (faulty, node) in self.nodes.iter().enumerate() {
+            if node.behaviour != Some(Behaviour::Impersonator) {
+                continue;
+            }
+            for (id, honest) in self.nodes.iter().enumerate() {
+                if self.honest(id) && honest.replicas[0].status().misbehaviour[faulty] == 0 {
+                    return Err(Failure::Safety(format!("replica {id} never blamed impersonator {faulty}")));
+                }
+            }
+        }
         for (id, node) in self.nodes.iter().enumerate() {
             if !self.honest(id) {
                 continue;
