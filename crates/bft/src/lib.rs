@@ -61,6 +61,9 @@
 //!   older numbers of that client look delivered.
 //! - A Byzantine replica that sends different view changes to different replicas can stall a
 //!   view that uses its message; backups then time out and move to the next view.
+//! - A new view is not decided while any view change reports a prepared entry beyond the chosen
+//!   checkpoint's window (deciding could drop a committed batch). A Byzantine replica can abuse
+//!   this with made-up far-ahead entries to stall view changes; not yet defended.
 //! - View-change timeouts double per failed view up to 32 times the configured value.
 //!
 //! # Testing

@@ -1004,7 +1004,8 @@ impl Replica {
 
     fn build_view_change(&self, view: u64) -> ViewChange {
         let low = self.stable.seq;
-        let high = self.high_watermark();
+        // Bounded like the decoder's limit (four windows); see Config::limits.
+        let high = self.high_watermark().min(low.saturating_add(self.config.watermark_window.saturating_mul(4)));
         let mut prepared = Vec::new();
         let mut pre_prepared = Vec::new();
         for (seq, slot) in self.slots.range(low.saturating_add(1)..=high) {
