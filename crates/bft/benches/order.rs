@@ -101,7 +101,7 @@ fn latency_rounds(n: u16, submit_at: usize) -> u32 {
     let origin = submit_at as ReplicaId;
     let _ = network.replicas[submit_at].submit(Time(2), Request { origin, client: 9, number: 1, payload: vec![1] });
     let mut rounds: u32 = 0;
-    while network.delivered.iter().any(|count| *count == 0) && rounds < 100 {
+    while network.delivered.contains(&0) && rounds < 100 {
         network.round(Time(3 + u64::from(rounds)));
         rounds += 1;
     }

@@ -139,6 +139,9 @@ pub struct Replica {
     last_proposed_time: Time,
     /// View changes by (sender, view); the latest [`VIEW_CHANGES_PER_PEER`] views per sender.
     view_changes: BTreeMap<(ReplicaId, u64), (ViewChange, Digest)>,
+    /// A second, different view change from the same sender for the same view (equivocation):
+    /// kept so a new view that used that version can still be checked.
+    alternate_view_changes: BTreeMap<(ReplicaId, u64), (ViewChange, Digest)>,
     own_view_change: Option<ViewChange>,
     pending_new_view: Option<NewView>,
     current_new_view: Option<NewView>,
@@ -184,6 +187,7 @@ impl Replica {
             next_seq: 1,
             last_proposed_time: Time(0),
             view_changes: BTreeMap::new(),
+            alternate_view_changes: BTreeMap::new(),
             own_view_change: None,
             pending_new_view: None,
             current_new_view: None,
@@ -585,7 +589,7 @@ impl Replica {
             None => {
                 slot.pre_prepared.push((digest, view));
                 if slot.pre_prepared.len() > PRE_PREPARED_PER_SEQ {
-                    slot.pre_prepared.sort_by(|a, b| b.1.cmp(&a.1));
+                    slot.pre_prepared.sort_by_key(|entry| std::cmp::Reverse(entry.1));
                     slot.pre_prepared.truncate(PRE_PREPARED_PER_SEQ);
                 }
             }
@@ -1004,7 +1008,8 @@ impl Replica {
 
     fn build_view_change(&self, view: u64) -> ViewChange {
         let low = self.stable.seq;
-        let high = self.high_watermark();
+        // Bounded like the decoder's limit (four windows); see Config::limits.
+        let high = self.high_watermark().min(low.saturating_add(self.config.watermark_window.saturating_mul(4)));
         let mut prepared = Vec::new();
         let mut pre_prepared = Vec::new();
         for (seq, slot) in self.slots.range(low.saturating_add(1)..=high) {
@@ -1066,9 +1071,12 @@ impl Replica {
             return;
         }
         let digest = view_change_digest(&view_change);
-        if let Some((_, existing_digest)) = self.view_changes.get(&(from, view_change.view)) {
-            if *existing_digest != digest {
+        let key = (from, view_change.view);
+        if let Some((_, existing_digest)) = self.view_changes.get(&key) {
+            if *existing_digest != digest && !self.alternate_view_changes.contains_key(&key) {
                 self.blame(from, "two view changes for one view");
+                self.alternate_view_changes.insert(key, (view_change, digest));
+                self.try_pending_new_view();
             }
             return;
         }
@@ -1089,7 +1097,13 @@ impl Replica {
         }
     }
 
+    fn after_view_change_input_bookkeeping(&mut self) {
+        let kept = &self.view_changes;
+        self.alternate_view_changes.retain(|key, _| kept.contains_key(key));
+    }
+
     fn after_view_change_input(&mut self) {
+        self.after_view_change_input_bookkeeping();
         // Join: f+1 replicas ask for views above ours, so at least one honest replica does.
         let mut highest: BTreeMap<ReplicaId, u64> = BTreeMap::new();
         for (sender, view) in self.view_changes.keys() {
@@ -1188,8 +1202,10 @@ impl Replica {
         }
         let mut set = Vec::with_capacity(new_view.view_changes.len());
         for (sender, digest) in &new_view.view_changes {
-            match self.view_changes.get(&(*sender, new_view.view)) {
-                Some((vc, d)) if vc.view == new_view.view && d == digest => set.push(vc),
+            let key = (*sender, new_view.view);
+            let held = [self.view_changes.get(&key), self.alternate_view_changes.get(&key)];
+            match held.into_iter().flatten().find(|(_, d)| d == digest) {
+                Some((vc, _)) => set.push(vc),
                 // Not (yet) held directly from its sender: wait for retransmission or relays.
                 _ => return,
             }
@@ -1215,6 +1231,7 @@ impl Replica {
         self.pending_new_view = None;
         self.own_view_change = None;
         self.view_changes.retain(|(_, v), _| *v > view);
+        self.alternate_view_changes.retain(|(_, v), _| *v > view);
         self.relayed_new_views.retain(|_, (_, nv)| nv.view > view);
         // Do not collect garbage on the strength of a new view's checkpoint: only f+1 replicas
         // vouch for it, possibly one honest, and the log below it may still be needed to decide
@@ -1305,6 +1322,7 @@ impl Replica {
         debug_assert_eq!(self.fresh_bytes, self.fresh.iter().map(|(_, size)| size).sum::<usize>());
         debug_assert!(self.view_changes.len() <= usize::from(self.config.n) * VIEW_CHANGES_PER_PEER);
         debug_assert!(self.relayed_new_views.len() <= usize::from(self.config.n));
+        debug_assert!(self.alternate_view_changes.keys().all(|key| self.view_changes.contains_key(key)));
         debug_assert!(self.checkpoint_votes.values().all(|votes| votes.len() <= VOTES_PER_PEER));
         debug_assert!(self.stable.seq % self.config.checkpoint_interval == 0);
         debug_assert!(self.clients.len() <= self.config.max_clients);
