@@ -76,15 +76,22 @@ fn order_all(network: &mut Network) {
         network.replicas[0].submit(now, request(number)).expect("room for the requests");
     }
     let mut clock = 2;
+    let mut idle = 0u32;
+    let mut rounds = 0u32;
     while network.delivered.iter().any(|count| *count < REQUESTS) {
         clock += 1;
+        rounds += 1;
         if !network.round(Time(clock)) {
+            idle += 1;
             // Idle with requests queued: let the batch delay expire.
             clock += 10_000;
             for replica in &mut network.replicas {
                 replica.handle_timeout(Time(clock));
             }
         }
+    }
+    if std::env::var("BFT_BENCH_PROBE").is_ok() {
+        eprintln!("rounds {rounds} idle {idle} delivered {:?}", network.delivered);
     }
 }
 
@@ -93,8 +100,8 @@ fn latency_rounds(n: u16, submit_at: usize) -> u32 {
     let mut network = Network::new(n);
     let origin = submit_at as ReplicaId;
     let _ = network.replicas[submit_at].submit(Time(2), Request { origin, client: 9, number: 1, payload: vec![1] });
-    let mut rounds = 0;
-    while network.delivered.iter().any(|count| *count == 0) && rounds < 100 {
+    let mut rounds: u32 = 0;
+    while network.delivered.contains(&0) && rounds < 100 {
         network.round(Time(3 + u64::from(rounds)));
         rounds += 1;
     }
@@ -103,6 +110,14 @@ fn latency_rounds(n: u16, submit_at: usize) -> u32 {
 }
 
 fn bench(c: &mut Criterion) {
+    if std::env::var("BFT_BENCH_PROBE").is_ok() {
+        for n in [1u16, 4, 7] {
+            let started = std::time::Instant::now();
+            order_all(&mut Network::new(n));
+            eprintln!("n={n}: {:?}", started.elapsed());
+        }
+        return;
+    }
     for n in [4u16, 7] {
         eprintln!(
             "n={n}: latency {} message delays when submitted at the primary, {} at a backup",

@@ -17,7 +17,8 @@
 //! runs the 4 replicas as tasks in one process over the same TLS mesh, `memory` replaces the
 //! mesh with in-memory channels (same driver, same encode/decode): the baseline. `all` runs
 //! memory, tls and tls-procs in turn and prints each as a ratio to memory. Every run ends with
-//! the mesh's own round-trip time (ping-pong between two meshes) for reading latencies.
+//! the mesh's own round-trip time (ping-pong between two meshes) and one-way frame rate (one
+//! link streaming 32-byte frames), for reading the ordering figures against.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -130,10 +131,10 @@ async fn run_load(
         } else {
             0
         };
-        for client in 0..active {
-            if outstanding[client].is_none() {
+        for (client, slot) in outstanding.iter_mut().enumerate().take(active) {
+            if slot.is_none() {
                 let request = submit(client, &mut numbers);
-                outstanding[client] = Some(Instant::now());
+                *slot = Some(Instant::now());
                 if handle.submit.send(request).await.is_err() {
                     return (outcome, state);
                 }
@@ -230,7 +231,13 @@ fn report_drops(mesh: &Mesh) {
     let sent_dropped: u64 = status.iter().map(|s| s.frames_dropped).sum();
     let received_dropped: u64 = status.iter().map(|s| s.frames_received_dropped).sum();
     let received: u64 = status.iter().map(|s| s.frames_received).sum();
-    eprintln!("replica {}: frames received {received}, dropped at send {sent_dropped}, at receive {received_dropped}", mesh.id());
+    let connects: Vec<u64> = status.iter().map(|s| s.connects).collect();
+    let errors: Vec<String> =
+        status.iter().filter_map(|s| s.last_error.as_ref().map(|e| format!("{}: {e}", s.id))).collect();
+    eprintln!(
+        "replica {}: frames received {received}, dropped at send {sent_dropped}, at receive {received_dropped}; connects {connects:?}; errors {errors:?}",
+        mesh.id()
+    );
 }
 
 async fn wait_connected(mesh: &Mesh) {
@@ -320,6 +327,42 @@ async fn mesh_ping_pong(certs: &Path, rounds: usize) -> Result<(u64, u64), Strin
     Ok((percentile(&rtts, 0.5), percentile(&rtts, 0.99)))
 }
 
+/// One-way streaming of small frames from one mesh to another in this process, in chunks that
+/// fit the send queue: the transport's raw frame rate, to read the ordering throughput against.
+async fn mesh_stream(certs: &Path, frames: usize) -> Result<f64, String> {
+    const CHUNK: usize = 2048;
+    let addrs = free_addrs(N)?;
+    let mut meshes = Vec::new();
+    for id in 0..2 {
+        let mut config = mesh_config(id, &addrs, certs)?;
+        config.peers.retain(|(peer, _)| *peer < 2);
+        config.queue_frames = 2 * CHUNK;
+        meshes.push(Mesh::start(config).await.map_err(|e| e.to_string())?);
+    }
+    let mut rx1 = meshes[1].subscribe(CHANNEL_ORDERING).map_err(|e| e.to_string())?;
+    for mesh in &meshes {
+        wait_connected(mesh).await;
+    }
+    let sender = meshes[0].sender();
+    let payload = bytes::Bytes::from(vec![b'x'; 32]);
+    let start = Instant::now();
+    let mut received = 0;
+    while received < frames {
+        for _ in 0..CHUNK {
+            sender.send(1, CHANNEL_ORDERING, payload.clone()).map_err(|e| e.to_string())?;
+        }
+        for _ in 0..CHUNK {
+            rx1.recv().await.ok_or("receiver stopped")?;
+            received += 1;
+        }
+    }
+    let rate = received as f64 / start.elapsed().as_secs_f64();
+    for mesh in meshes {
+        mesh.shutdown().await;
+    }
+    Ok(rate)
+}
+
 /// Four child processes of this binary over loopback TLS.
 async fn run_processes(plan: &Plan, certs: &Path) -> Result<Summary, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -334,7 +377,12 @@ async fn run_processes(plan: &Plan, certs: &Path) -> Result<Summary, String> {
             .arg(certs)
             .args(["--seconds", &plan.seconds.to_string(), "--window", &plan.window.to_string()])
             .args(["--payload", &plan.payload.to_string(), "--batch-max", &plan.batch_max.to_string()])
-            .args(["--batch-delay-us", &plan.batch_delay_us.to_string(), "--start-unix-ms", &start.to_string()])
+            .args([
+                "--batch-delay-us",
+                &plan.batch_delay_us.to_string(),
+                "--start-unix-ms",
+                &start.to_string(),
+            ])
             .args(["--latency-replicas", &plan.latency_replicas.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -347,7 +395,8 @@ async fn run_processes(plan: &Plan, certs: &Path) -> Result<Summary, String> {
     for child in &mut children {
         let stdout = child.stdout.take().ok_or("child without stdout")?;
         let mut lines = BufReader::new(stdout).lines();
-        let line = lines.next_line().await.map_err(|e| e.to_string())?.ok_or("child exited without a result")?;
+        let line =
+            lines.next_line().await.map_err(|e| e.to_string())?.ok_or("child exited without a result")?;
         outcomes.push(parse_outcome(&line)?);
     }
     // Closing stdin tells the children to exit; every one has reported by now.
@@ -362,7 +411,12 @@ async fn run_processes(plan: &Plan, certs: &Path) -> Result<Summary, String> {
 
 fn format_outcome(outcome: &Outcome) -> String {
     let join = |v: &[u64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
-    format!("RESULT {} {} {}", outcome.throughput_rps, join(&outcome.latency_us), join(&outcome.loaded_latency_us))
+    format!(
+        "RESULT {} {} {}",
+        outcome.throughput_rps,
+        join(&outcome.latency_us),
+        join(&outcome.loaded_latency_us)
+    )
 }
 
 fn parse_outcome(line: &str) -> Result<Outcome, String> {
@@ -420,10 +474,18 @@ fn print_table(summaries: &[Summary]) {
     println!("| transport | low-load p50 (us) | low-load p99 (us) | samples | throughput (req/s) | loaded p50 (us) | loaded p99 (us) | throughput vs memory |");
     println!("|---|---|---|---|---|---|---|---|");
     for s in summaries {
-        let ratio = base.map(|b| format!("{:.2}", s.throughput_rps / b.throughput_rps)).unwrap_or_else(|| "-".into());
+        let ratio =
+            base.map(|b| format!("{:.2}", s.throughput_rps / b.throughput_rps)).unwrap_or_else(|| "-".into());
         println!(
             "| {} | {} | {} | {} | {:.0} | {} | {} | {} |",
-            s.transport, s.latency_p50_us, s.latency_p99_us, s.latency_samples, s.throughput_rps, s.loaded_p50_us, s.loaded_p99_us, ratio
+            s.transport,
+            s.latency_p50_us,
+            s.latency_p99_us,
+            s.latency_samples,
+            s.throughput_rps,
+            s.loaded_p50_us,
+            s.loaded_p99_us,
+            ratio
         );
     }
 }
@@ -444,7 +506,15 @@ fn parse_cli() -> Result<Cli, String> {
         id: 0,
         peers: Vec::new(),
         certs: None,
-        plan: Plan { seconds: 5, window: 256, payload: 32, batch_max: 512, batch_delay_us: 2000, latency_replicas: N, start_unix_ms: 0 },
+        plan: Plan {
+            seconds: 5,
+            window: 256,
+            payload: 32,
+            batch_max: 512,
+            batch_delay_us: 2000,
+            latency_replicas: N,
+            start_unix_ms: 0,
+        },
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -458,7 +528,10 @@ fn parse_cli() -> Result<Cli, String> {
             "--transport" => cli.transport = value,
             "--id" => cli.id = num(&value)? as u16,
             "--peers" => {
-                cli.peers = value.split(',').map(|a| a.parse().map_err(|e| format!("--peers: {e}"))).collect::<Result<_, _>>()?
+                cli.peers = value
+                    .split(',')
+                    .map(|a| a.parse().map_err(|e| format!("--peers: {e}")))
+                    .collect::<Result<_, _>>()?
             }
             "--certs" => cli.certs = Some(PathBuf::from(value)),
             "--seconds" => cli.plan.seconds = num(&value)?,
@@ -478,7 +551,10 @@ fn main() {
     let result = parse_cli().and_then(|cli| {
         if cli.child {
             // One scheduler thread per replica process: 4 processes share the 2 cores.
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
             let certs = cli.certs.clone().ok_or("--certs missing")?;
             runtime.block_on(child_main(cli.id, cli.peers.clone(), certs, cli.plan.clone()))
         } else {
@@ -515,8 +591,10 @@ async fn parent_main(cli: Cli) -> Result<(), String> {
         summaries.push(summary);
     }
     let (rtt_p50, rtt_p99) = mesh_ping_pong(&dir, 2000).await?;
-    let _ = std::fs::remove_dir_all(&dir);
     print_table(&summaries);
+    let stream_rate = mesh_stream(&dir, 400_000).await?;
+    let _ = std::fs::remove_dir_all(&dir);
     println!("\nmesh round trip (2 one-way TLS hops, 32-byte frame, in-process): p50 {rtt_p50} us, p99 {rtt_p99} us");
+    println!("mesh one-way stream (32-byte frames, one link, in-process): {stream_rate:.0} frames/s");
     Ok(())
 }

@@ -64,7 +64,8 @@ fn parse_args() -> Result<Args, String> {
             "--generate" => args.generate = Some(value()?.parse().map_err(|e| format!("--generate: {e}"))?),
             "--expect" => args.expect = Some(value()?.parse().map_err(|e| format!("--expect: {e}"))?),
             "--linger-ms" => {
-                args.linger = Duration::from_millis(value()?.parse().map_err(|e| format!("--linger-ms: {e}"))?)
+                args.linger =
+                    Duration::from_millis(value()?.parse().map_err(|e| format!("--linger-ms: {e}"))?)
             }
             other => return Err(format!("unknown flag {other}")),
         }
@@ -152,7 +153,11 @@ async fn run() -> Result<(), String> {
         hasher.update(batch.time.0.to_be_bytes());
         for request in &batch.requests {
             let text = String::from_utf8_lossy(&request.payload);
-            let _ = writeln!(out, "{} {} {}:{}:{} {}", batch.seq, batch.time.0, request.origin, request.client, request.number, text);
+            let _ = writeln!(
+                out,
+                "{} {} {}:{}:{} {}",
+                batch.seq, batch.time.0, request.origin, request.client, request.number, text
+            );
             hasher.update(request.origin.to_be_bytes());
             hasher.update(request.client.to_be_bytes());
             hasher.update(request.number.to_be_bytes());

@@ -29,8 +29,12 @@ pub(crate) fn decide(config: &Config, set: &[&ViewChange]) -> Option<Decision> {
         .filter_map(|entries| entries.keys().next_back().copied())
         .filter(|seq| *seq > low)
         .max()
-        .unwrap_or(low)
-        .min(low.saturating_add(config.watermark_window));
+        .unwrap_or(low);
+    if high > low.saturating_add(config.watermark_window) {
+        // Someone prepared beyond this checkpoint's window, so a later checkpoint exists whose
+        // holders have not all reported yet: deciding now could drop a committed batch.
+        return None;
+    }
     let mut proposals = Vec::new();
     for seq in low.saturating_add(1)..=high {
         let mut candidates: BTreeSet<(u64, Digest)> = BTreeSet::new();

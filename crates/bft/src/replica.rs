@@ -59,6 +59,8 @@ const PRE_PREPARED_PER_SEQ: usize = 4;
 const VIEW_CHANGES_PER_PEER: usize = 2;
 /// Most committed batches pushed to a lagging peer per status report.
 const PUSH_BURST: u64 = 16;
+/// Most slots whose messages are retransmitted per tick.
+const RETRANSMIT_SLOTS: usize = 32;
 /// View-change timeouts stop doubling after this many failed views.
 const MAX_BACKOFF_SHIFT: u32 = 5;
 
@@ -67,6 +69,8 @@ struct Accepted {
     view: u64,
     digest: Digest,
     proposal: Proposal,
+    /// When this replica accepted it (retransmissions wait a full interval).
+    at: Time,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -124,7 +128,10 @@ pub struct Replica {
     checkpoint_votes: BTreeMap<ReplicaId, Vec<CheckpointClaim>>,
     retained: BTreeMap<u64, Proposal>,
     awaited: BTreeMap<RequestKey, Awaited>,
-    fresh: VecDeque<RequestKey>,
+    /// Requests the primary has not proposed yet, in arrival order, with their sizes.
+    fresh: VecDeque<(RequestKey, usize)>,
+    /// Sum of the sizes in `fresh` (stale entries included until popped).
+    fresh_bytes: usize,
     proposed: BTreeSet<RequestKey>,
     clients: BTreeMap<(ReplicaId, u64), ClientRecord>,
     clients_by_age: BTreeSet<(u64, ReplicaId, u64)>,
@@ -132,6 +139,9 @@ pub struct Replica {
     last_proposed_time: Time,
     /// View changes by (sender, view); the latest [`VIEW_CHANGES_PER_PEER`] views per sender.
     view_changes: BTreeMap<(ReplicaId, u64), (ViewChange, Digest)>,
+    /// A second, different view change from the same sender for the same view (equivocation):
+    /// kept so a new view that used that version can still be checked.
+    alternate_view_changes: BTreeMap<(ReplicaId, u64), (ViewChange, Digest)>,
     own_view_change: Option<ViewChange>,
     pending_new_view: Option<NewView>,
     current_new_view: Option<NewView>,
@@ -170,12 +180,14 @@ impl Replica {
             retained: BTreeMap::new(),
             awaited: BTreeMap::new(),
             fresh: VecDeque::new(),
+            fresh_bytes: 0,
             proposed: BTreeSet::new(),
             clients: BTreeMap::new(),
             clients_by_age: BTreeSet::new(),
             next_seq: 1,
             last_proposed_time: Time(0),
             view_changes: BTreeMap::new(),
+            alternate_view_changes: BTreeMap::new(),
             own_view_change: None,
             pending_new_view: None,
             current_new_view: None,
@@ -341,7 +353,7 @@ impl Replica {
         self.awaited.insert(key, Awaited { request: request.clone(), since: self.now, own });
         if self.is_primary() {
             if !self.view_changing {
-                self.fresh.push_back(key);
+                self.push_fresh(key, request.wire_size());
             }
         } else if !self.view_changing {
             let primary = self.primary();
@@ -415,7 +427,7 @@ impl Replica {
         if !self.is_primary() || self.view_changing || self.next_seq > self.high_watermark() {
             return None;
         }
-        let key = self.fresh.iter().find(|key| self.awaited.contains_key(key) && !self.proposed.contains(key))?;
+        let (key, _) = self.fresh.iter().find(|(key, _)| self.awaited.contains_key(key) && !self.proposed.contains(key))?;
         let since = self.awaited.get(key)?.since;
         Some(since.plus(self.config.batch_delay))
     }
@@ -436,16 +448,17 @@ impl Replica {
         }
         // Bounded by the window: each round assigns one sequence number.
         while self.next_seq <= self.high_watermark() {
-            while let Some(key) = self.fresh.front() {
+            while let Some((key, _)) = self.fresh.front() {
                 if self.awaited.contains_key(key) && !self.proposed.contains(key) {
                     break;
                 }
-                self.fresh.pop_front();
+                self.pop_fresh();
             }
-            let Some(first) = self.fresh.front().and_then(|key| self.awaited.get(key)) else { return };
+            let Some(first) = self.fresh.front().and_then(|(key, _)| self.awaited.get(key)) else { return };
             let waited_enough = first.since.plus(self.config.batch_delay) <= self.now;
             let idle = self.next_seq <= self.last_delivered.saturating_add(1);
-            let (count, bytes) = self.fresh_batch_size();
+            // Upper bounds (stale entries count until popped): at worst a batch goes a little early.
+            let (count, bytes) = (self.fresh.len(), self.fresh_bytes);
             let full = count >= self.config.batch_max_requests || bytes >= self.config.batch_max_bytes;
             if !(full || waited_enough || idle) {
                 return;
@@ -454,36 +467,35 @@ impl Replica {
         }
     }
 
-    fn fresh_batch_size(&self) -> (usize, usize) {
-        let mut count = 0;
-        let mut bytes = 0;
-        for key in &self.fresh {
-            if count >= self.config.batch_max_requests || bytes >= self.config.batch_max_bytes {
-                break;
-            }
-            if let Some(awaited) = self.awaited.get(key) {
-                if !self.proposed.contains(key) {
-                    count += 1;
-                    bytes += awaited.request.wire_size();
-                }
-            }
+    fn push_fresh(&mut self, key: RequestKey, size: usize) {
+        self.fresh.push_back((key, size));
+        self.fresh_bytes += size;
+    }
+
+    fn pop_fresh(&mut self) {
+        if let Some((_, size)) = self.fresh.pop_front() {
+            self.fresh_bytes -= size;
         }
-        (count, bytes)
+    }
+
+    fn clear_fresh(&mut self) {
+        self.fresh.clear();
+        self.fresh_bytes = 0;
     }
 
     fn propose_batch(&mut self) {
         let mut requests = Vec::new();
         let mut bytes = 0usize;
-        while let Some(key) = self.fresh.front().copied() {
+        while let Some((key, _)) = self.fresh.front().copied() {
             if requests.len() >= self.config.batch_max_requests {
                 break;
             }
             let Some(awaited) = self.awaited.get(&key) else {
-                self.fresh.pop_front();
+                self.pop_fresh();
                 continue;
             };
             if self.proposed.contains(&key) {
-                self.fresh.pop_front();
+                self.pop_fresh();
                 continue;
             }
             let size = awaited.request.wire_size();
@@ -493,7 +505,7 @@ impl Replica {
             bytes += size;
             requests.push(awaited.request.clone());
             self.proposed.insert(key);
-            self.fresh.pop_front();
+            self.pop_fresh();
         }
         if requests.is_empty() {
             return;
@@ -577,12 +589,12 @@ impl Replica {
             None => {
                 slot.pre_prepared.push((digest, view));
                 if slot.pre_prepared.len() > PRE_PREPARED_PER_SEQ {
-                    slot.pre_prepared.sort_by(|a, b| b.1.cmp(&a.1));
+                    slot.pre_prepared.sort_by_key(|entry| std::cmp::Reverse(entry.1));
                     slot.pre_prepared.truncate(PRE_PREPARED_PER_SEQ);
                 }
             }
         }
-        slot.accepted = Some(Accepted { view, digest, proposal });
+        slot.accepted = Some(Accepted { view, digest, proposal, at: self.now });
         if !primary {
             slot.prepares.insert(self.config.id, (view, digest));
             self.broadcast(Message::Prepare { sender: self.config.id, view, seq, digest });
@@ -821,9 +833,16 @@ impl Replica {
         let view = self.view;
         let id = self.config.id;
         let primary = self.is_primary();
+        let old = Time(self.now.0.saturating_sub(duration_us(self.config.retransmit_interval)));
         let mut messages = Vec::new();
-        for (seq, slot) in self.slots.range(self.last_delivered.saturating_add(1)..) {
-            let Some(accepted) = slot.accepted.as_ref().filter(|accepted| accepted.view == view) else { continue };
+        // Only slots stuck for a whole interval, and a bounded number of them per tick.
+        let stuck = self
+            .slots
+            .range(self.last_delivered.saturating_add(1)..)
+            .filter(|(_, slot)| slot.accepted.as_ref().is_some_and(|a| a.view == view))
+            .take(RETRANSMIT_SLOTS);
+        for (seq, slot) in stuck {
+            let Some(accepted) = slot.accepted.as_ref().filter(|a| a.view == view && a.at <= old) else { continue };
             if primary {
                 messages.push(Message::PrePrepare { sender: id, view, seq: *seq, proposal: accepted.proposal.clone() });
             } else {
@@ -978,7 +997,7 @@ impl Replica {
         self.request_deadline = None;
         self.view_change_deadline = None;
         self.pending_new_view = None;
-        self.fresh.clear();
+        self.clear_fresh();
         let view_change = self.build_view_change(target);
         let digest = view_change_digest(&view_change);
         self.own_view_change = Some(view_change.clone());
@@ -989,7 +1008,8 @@ impl Replica {
 
     fn build_view_change(&self, view: u64) -> ViewChange {
         let low = self.stable.seq;
-        let high = self.high_watermark();
+        // Bounded like the decoder's limit (four windows); see Config::limits.
+        let high = self.high_watermark().min(low.saturating_add(self.config.watermark_window.saturating_mul(4)));
         let mut prepared = Vec::new();
         let mut pre_prepared = Vec::new();
         for (seq, slot) in self.slots.range(low.saturating_add(1)..=high) {
@@ -1004,11 +1024,21 @@ impl Replica {
             sender: self.config.id,
             view,
             stable: self.stable,
-            // The highest ones matter most for choosing the new view's checkpoint; bounded.
-            checkpoints: self.own_checkpoints.values().rev().take(self.max_checkpoint_claims()).rev().copied().collect(),
+            checkpoints: self.checkpoint_claims(),
             prepared,
             pre_prepared,
         }
+    }
+
+    /// Checkpoints this replica holds above its stable one: its own, and the current view's
+    /// starting checkpoint (vouched for by f+1 replicas). The highest matter most; bounded.
+    fn checkpoint_claims(&self) -> Vec<CheckpointClaim> {
+        let mut claims: BTreeMap<u64, CheckpointClaim> = self.own_checkpoints.clone();
+        if self.view_anchor.seq > self.stable.seq {
+            claims.entry(self.view_anchor.seq).or_insert(self.view_anchor);
+        }
+        let skip = claims.len().saturating_sub(self.max_checkpoint_claims());
+        claims.into_values().skip(skip).collect()
     }
 
     fn max_checkpoint_claims(&self) -> usize {
@@ -1041,9 +1071,12 @@ impl Replica {
             return;
         }
         let digest = view_change_digest(&view_change);
-        if let Some((_, existing_digest)) = self.view_changes.get(&(from, view_change.view)) {
-            if *existing_digest != digest {
+        let key = (from, view_change.view);
+        if let Some((_, existing_digest)) = self.view_changes.get(&key) {
+            if *existing_digest != digest && !self.alternate_view_changes.contains_key(&key) {
                 self.blame(from, "two view changes for one view");
+                self.alternate_view_changes.insert(key, (view_change, digest));
+                self.try_pending_new_view();
             }
             return;
         }
@@ -1064,7 +1097,13 @@ impl Replica {
         }
     }
 
+    fn after_view_change_input_bookkeeping(&mut self) {
+        let kept = &self.view_changes;
+        self.alternate_view_changes.retain(|key, _| kept.contains_key(key));
+    }
+
     fn after_view_change_input(&mut self) {
+        self.after_view_change_input_bookkeeping();
         // Join: f+1 replicas ask for views above ours, so at least one honest replica does.
         let mut highest: BTreeMap<ReplicaId, u64> = BTreeMap::new();
         for (sender, view) in self.view_changes.keys() {
@@ -1163,8 +1202,10 @@ impl Replica {
         }
         let mut set = Vec::with_capacity(new_view.view_changes.len());
         for (sender, digest) in &new_view.view_changes {
-            match self.view_changes.get(&(*sender, new_view.view)) {
-                Some((vc, d)) if vc.view == new_view.view && d == digest => set.push(vc),
+            let key = (*sender, new_view.view);
+            let held = [self.view_changes.get(&key), self.alternate_view_changes.get(&key)];
+            match held.into_iter().flatten().find(|(_, d)| d == digest) {
+                Some((vc, _)) => set.push(vc),
                 // Not (yet) held directly from its sender: wait for retransmission or relays.
                 _ => return,
             }
@@ -1190,6 +1231,7 @@ impl Replica {
         self.pending_new_view = None;
         self.own_view_change = None;
         self.view_changes.retain(|(_, v), _| *v > view);
+        self.alternate_view_changes.retain(|(_, v), _| *v > view);
         self.relayed_new_views.retain(|_, (_, nv)| nv.view > view);
         // Do not collect garbage on the strength of a new view's checkpoint: only f+1 replicas
         // vouch for it, possibly one honest, and the log below it may still be needed to decide
@@ -1220,7 +1262,7 @@ impl Replica {
 
     /// After a view change: hand every known request to the new primary.
     fn restart_requests(&mut self) {
-        self.fresh.clear();
+        self.clear_fresh();
         self.request_deadline = None;
         if self.awaited.is_empty() {
             return;
@@ -1229,7 +1271,10 @@ impl Replica {
         if self.is_primary() {
             let mut keys: Vec<(Time, RequestKey)> = self.awaited.iter().map(|(key, a)| (a.since, *key)).collect();
             keys.sort_unstable();
-            self.fresh.extend(keys.into_iter().map(|(_, key)| key));
+            for (_, key) in keys {
+                let size = self.awaited.get(&key).map_or(0, |a| a.request.wire_size());
+                self.push_fresh(key, size);
+            }
             return;
         }
         let primary = self.primary();
@@ -1265,15 +1310,19 @@ impl Replica {
         self.try_propose();
         self.try_deliver();
         if self.fresh.len() > self.config.max_pending_requests.saturating_mul(2) {
-            self.fresh.retain(|key| self.awaited.contains_key(key));
+            let awaited = &self.awaited;
+            self.fresh.retain(|(key, _)| awaited.contains_key(key));
+            self.fresh_bytes = self.fresh.iter().map(|(_, size)| size).sum();
         }
         self.check_invariants();
     }
 
     fn check_invariants(&self) {
         debug_assert!(self.awaited.len() <= self.config.max_pending_requests);
+        debug_assert_eq!(self.fresh_bytes, self.fresh.iter().map(|(_, size)| size).sum::<usize>());
         debug_assert!(self.view_changes.len() <= usize::from(self.config.n) * VIEW_CHANGES_PER_PEER);
         debug_assert!(self.relayed_new_views.len() <= usize::from(self.config.n));
+        debug_assert!(self.alternate_view_changes.keys().all(|key| self.view_changes.contains_key(key)));
         debug_assert!(self.checkpoint_votes.values().all(|votes| votes.len() <= VOTES_PER_PEER));
         debug_assert!(self.stable.seq % self.config.checkpoint_interval == 0);
         debug_assert!(self.clients.len() <= self.config.max_clients);

@@ -232,9 +232,9 @@ impl Config {
     pub fn limits(&self) -> Limits {
         Limits {
             max_message_bytes: self.max_message_bytes,
-            // A replica whose log runs past its stable checkpoint by up to two windows (after a
-            // new view that started from a later checkpoint) reports that many entries.
-            max_entries: usize::try_from(self.watermark_window.saturating_mul(2)).unwrap_or(usize::MAX),
+            // A replica whose log runs past its stable checkpoint (after a new view that started
+            // from a later checkpoint) reports up to four windows of entries.
+            max_entries: usize::try_from(self.watermark_window.saturating_mul(4)).unwrap_or(usize::MAX),
         }
     }
 }

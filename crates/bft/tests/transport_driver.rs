@@ -25,7 +25,11 @@ type Delivered = Vec<(u64, Time, Vec<RequestKey>)>;
 
 /// Consumes deliveries like an application would: confirms checkpoints with a digest of what it
 /// executed, and stops after `total` requests.
-async fn collect(handle: ReplicaHandle, mut batches: mpsc::UnboundedReceiver<Batch>, total: u64) -> Delivered {
+async fn collect(
+    handle: ReplicaHandle,
+    mut batches: mpsc::UnboundedReceiver<Batch>,
+    total: u64,
+) -> Delivered {
     let mut delivered = Delivered::new();
     let mut count = 0;
     let mut digest = [0u8; 32];
@@ -74,7 +78,12 @@ async fn order_everywhere(setups: Vec<(ReplicaHandle, mpsc::UnboundedReceiver<Ba
         let submit = handle.submit.clone();
         tokio::spawn(async move {
             for number in 1..=PER_REPLICA {
-                let request = Request { origin: id as u16, client: 7, number, payload: format!("{id}/{number}").into_bytes() };
+                let request = Request {
+                    origin: id as u16,
+                    client: 7,
+                    number,
+                    payload: format!("{id}/{number}").into_bytes(),
+                };
                 if submit.send(request).await.is_err() {
                     return;
                 }
@@ -107,7 +116,14 @@ async fn four_replicas_over_tls_deliver_the_same_sequence() {
         let id = id as u16;
         let cert = issue_replica_cert(&ca, id).unwrap();
         let peers = (0..N).filter(|&p| p != id).map(|p| (p, addrs[usize::from(p)])).collect();
-        let mut cfg = MeshConfig::new(id, addrs[usize::from(id)], peers, ca.cert_pem.clone(), cert.cert_pem, cert.key_pem);
+        let mut cfg = MeshConfig::new(
+            id,
+            addrs[usize::from(id)],
+            peers,
+            ca.cert_pem.clone(),
+            cert.cert_pem,
+            cert.key_pem,
+        );
         cfg.max_frame_bytes = Config::new(N, id).max_message_bytes;
         let mesh = Mesh::start_with_listener(cfg, listener).await.unwrap();
         let incoming = mesh.subscribe(CHANNEL_ORDERING).unwrap();
@@ -117,7 +133,10 @@ async fn four_replicas_over_tls_deliver_the_same_sequence() {
     // Garbage from an authenticated peer is counted and ignored, not fatal.
     meshes[1].sender().send(0, CHANNEL_ORDERING, Bytes::from_static(b"\xff\x00garbage")).unwrap();
     let mut status0 = setups[0].0.status.clone();
-    timeout(EVENTUALLY, status0.wait_for(|s| s.decode_errors >= 1)).await.expect("decode error not counted").unwrap();
+    timeout(EVENTUALLY, status0.wait_for(|s| s.decode_errors >= 1))
+        .await
+        .expect("decode error not counted")
+        .unwrap();
 
     let all = order_everywhere(setups).await;
     check_agreement(&all);
@@ -149,4 +168,121 @@ async fn local_network_routes_by_sender_and_never_to_self() {
     assert_eq!(rx2.recv().await.unwrap(), (0, Bytes::from_static(b"s")));
     assert!(rx0.try_recv().is_err());
     assert!(rx1.try_recv().is_err());
+}
+
+/// One delivered batch as the tests compare it.
+type Entry = (u64, Time, Vec<RequestKey>);
+/// A running application: where to submit, what it delivered, its task.
+type App = (mpsc::Sender<Request>, mpsc::UnboundedReceiver<Entry>, tokio::task::JoinHandle<()>);
+
+/// Runs an application for one replica: confirms checkpoints, forwards what it delivered.
+fn run_app(handle: ReplicaHandle, mut batches: mpsc::UnboundedReceiver<Batch>) -> App {
+    let submit = handle.submit.clone();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let mut count = 0u64;
+        while let Some(batch) = batches.recv().await {
+            count += batch.requests.len() as u64;
+            let mut digest = [0u8; 32];
+            digest[..8].copy_from_slice(&batch.seq.to_be_bytes());
+            digest[8..16].copy_from_slice(&count.to_be_bytes());
+            if batch.checkpoint_due {
+                let _ = handle.checkpoint.send((batch.seq, digest)).await;
+            }
+            if tx.send((batch.seq, batch.time, batch.requests.iter().map(|r| r.key()).collect())).is_err() {
+                return;
+            }
+        }
+    });
+    (submit, rx, task)
+}
+
+async fn delivered_until(rx: &mut mpsc::UnboundedReceiver<Entry>, log: &mut Delivered, requests: usize) {
+    while log.iter().map(|(_, _, k)| k.len()).sum::<usize>() < requests {
+        let entry = timeout(EVENTUALLY, rx.recv()).await.expect("no delivery in time").expect("app stopped");
+        log.push(entry);
+    }
+}
+
+async fn start_replica(
+    ca: &bft::transport::pki::CaBundle,
+    id: u16,
+    addrs: &[SocketAddr],
+    listener: TcpListener,
+) -> (Mesh, ReplicaHandle, mpsc::UnboundedReceiver<Batch>) {
+    let cert = issue_replica_cert(ca, id).unwrap();
+    let peers = (0..N).filter(|&p| p != id).map(|p| (p, addrs[usize::from(p)])).collect();
+    let mut cfg =
+        MeshConfig::new(id, addrs[usize::from(id)], peers, ca.cert_pem.clone(), cert.cert_pem, cert.key_pem);
+    cfg.max_frame_bytes = Config::new(N, id).max_message_bytes;
+    cfg.backoff_min = Duration::from_millis(20);
+    cfg.backoff_max = Duration::from_millis(200);
+    let mesh = Mesh::start_with_listener(cfg, listener).await.unwrap();
+    let incoming = mesh.subscribe(CHANNEL_ORDERING).unwrap();
+    let (handle, batches) = spawn_replica(replica(id), mesh.sender(), incoming);
+    (mesh, handle, batches)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_replica_catches_up_over_tls() {
+    let ca = generate_ca("restart-driver-test").unwrap();
+    let mut listeners = Vec::new();
+    for _ in 0..N {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    let mut meshes = Vec::new();
+    let mut apps = Vec::new();
+    for (id, listener) in listeners.into_iter().enumerate() {
+        let (mesh, handle, batches) = start_replica(&ca, id as u16, &addrs, listener).await;
+        meshes.push(mesh);
+        apps.push(run_app(handle, batches));
+    }
+    let mut logs: Vec<Delivered> = vec![Vec::new(); usize::from(N)];
+    let submit = |apps: &Vec<App>, at: usize, numbers: std::ops::RangeInclusive<u64>| {
+        let sender = apps[at].0.clone();
+        async move {
+            for number in numbers {
+                let payload = vec![number as u8];
+                sender.send(Request { origin: at as u16, client: 1, number, payload }).await.unwrap();
+            }
+        }
+    };
+    submit(&apps, 0, 1..=20).await;
+    for (id, app) in apps.iter_mut().enumerate() {
+        delivered_until(&mut app.1, &mut logs[id], 20).await;
+    }
+
+    // Replica 3 crashes and loses its state; the other three keep ordering.
+    let crashed = meshes.pop().unwrap();
+    crashed.shutdown().await;
+    let (_, _, task) = apps.pop().unwrap();
+    task.abort();
+    submit(&apps, 1, 1..=20).await;
+    for (id, app) in apps.iter_mut().enumerate() {
+        delivered_until(&mut app.1, &mut logs[id], 40).await;
+    }
+
+    // It comes back on the same address with a fresh replica and catches up from its peers.
+    let listener = timeout(EVENTUALLY, async {
+        loop {
+            match TcpListener::bind(addrs[3]).await {
+                Ok(l) => return l,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let (mesh, handle, batches) = start_replica(&ca, 3, &addrs, listener).await;
+    meshes.push(mesh);
+    apps.push(run_app(handle, batches));
+    logs[3].clear();
+    delivered_until(&mut apps[3].1, &mut logs[3], 40).await;
+    for id in 0..3 {
+        assert_eq!(logs[3], logs[id], "restarted replica delivered a different sequence than replica {id}");
+    }
+    for mesh in meshes {
+        mesh.shutdown().await;
+    }
 }

@@ -91,10 +91,8 @@ async fn mutual_auth_delivers_on_every_link_with_proven_sender() {
             got.push(recv(rx).await);
         }
         got.sort();
-        let want: Vec<(u16, Bytes)> = (0..4u16)
-            .filter(|&f| f as usize != me)
-            .map(|f| (f, Bytes::from(format!("{f}->{me}"))))
-            .collect();
+        let want: Vec<(u16, Bytes)> =
+            (0..4u16).filter(|&f| f as usize != me).map(|f| (f, Bytes::from(format!("{f}->{me}")))).collect();
         assert_eq!(got, want, "replica {me} ordering channel");
     }
     for (me, rx) in signing.iter_mut().enumerate() {
@@ -115,9 +113,13 @@ async fn mutual_auth_delivers_on_every_link_with_proven_sender() {
             assert_eq!(status.frames_dropped, 0);
         }
     }
+    let ordering_rx = ordering.pop().unwrap();
     for mesh in meshes {
         mesh.shutdown().await;
     }
+    // Subscribers see the end of the stream once the mesh is shut down.
+    let mut ordering_rx = ordering_rx;
+    assert!(timeout(EVENTUALLY, ordering_rx.recv()).await.unwrap().is_none());
 }
 
 #[tokio::test]
@@ -126,9 +128,10 @@ async fn peer_with_certificate_from_another_ca_is_rejected() {
     let foreign = generate_ca("cluster-b").unwrap();
     let listener = bind_local().await;
     let addr = listener.local_addr().unwrap();
-    let mesh = Mesh::start_with_listener(config(&ca, 0, addr, vec![(1, "127.0.0.1:9".parse().unwrap())]), listener)
-        .await
-        .unwrap();
+    let mesh =
+        Mesh::start_with_listener(config(&ca, 0, addr, vec![(1, "127.0.0.1:9".parse().unwrap())]), listener)
+            .await
+            .unwrap();
     let mut rx = mesh.subscribe(CHANNEL_ORDERING).unwrap();
 
     // A client that trusts the right CA but holds a replica-1 certificate from the foreign CA:
@@ -203,9 +206,8 @@ async fn dialer_rejects_a_server_that_is_not_the_replica_it_dialed() {
     let addr2 = meshes[2].local_addr();
     let listener = bind_local().await;
     let addr5 = listener.local_addr().unwrap();
-    let confused = Mesh::start_with_listener(config(&ca, 5, addr5, vec![(1, addr2)]), listener)
-        .await
-        .unwrap();
+    let confused =
+        Mesh::start_with_listener(config(&ca, 5, addr5, vec![(1, addr2)]), listener).await.unwrap();
     confused.sender().send(1, CHANNEL_ORDERING, Bytes::from_static(b"hello")).unwrap();
     let error = timeout(EVENTUALLY, async {
         loop {
@@ -369,10 +371,45 @@ fn config_errors_name_the_field() {
     let mut c = base.clone();
     c.key_pem = String::new();
     assert_eq!(field_of(c), "key_pem");
-    let mut c = base;
+    let mut c = base.clone();
     c.id = 4;
     assert_eq!(field_of(c), "cert_pem");
+    // Replica 1's key with replica 0's certificate.
+    let mut c = base;
+    c.key_pem = issue_replica_cert(&ca, 1).unwrap().key_pem;
+    assert_eq!(field_of(c), "key_pem");
     // Keys never show in Debug output.
     let shown = format!("{:?}", config(&ca, 0, addr, vec![]));
     assert!(!shown.contains("PRIVATE KEY"));
+}
+
+#[tokio::test]
+async fn keepalive_keeps_idle_links_up_and_silent_peers_are_cut() {
+    let ca = generate_ca("keepalive-test").unwrap();
+    let mut listeners = Vec::new();
+    for _ in 0..2 {
+        listeners.push(bind_local().await);
+    }
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    let mut meshes = Vec::new();
+    for (id, listener) in listeners.into_iter().enumerate() {
+        let mut cfg = config(&ca, id as u16, addrs[id], vec![(1 - id as u16, addrs[1 - id])]);
+        cfg.keepalive = Some(Duration::from_millis(500));
+        meshes.push(Mesh::start_with_listener(cfg, listener).await.unwrap());
+    }
+    let mut rx1 = meshes[1].subscribe(CHANNEL_ORDERING).unwrap();
+    meshes[0].sender().send(1, CHANNEL_ORDERING, Bytes::from_static(b"first")).unwrap();
+    assert_eq!(recv(&mut rx1).await.1, Bytes::from_static(b"first"));
+    // Idle for two silence limits (3 x 500 ms): keepalives hold the link, no reconnect.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    meshes[0].sender().send(1, CHANNEL_ORDERING, Bytes::from_static(b"second")).unwrap();
+    assert_eq!(recv(&mut rx1).await.1, Bytes::from_static(b"second"));
+    assert_eq!(meshes[0].peer_status()[0].connects, 1, "idle link was dropped despite keepalives");
+
+    // An authenticated peer that goes silent is cut after three keepalive intervals.
+    let mut silent = raw_client(&ca, &ca, 0, addrs[1], 1).await.unwrap();
+    assert!(closed_by_server(&mut silent).await, "silent connection kept open");
+    for mesh in meshes {
+        mesh.shutdown().await;
+    }
 }

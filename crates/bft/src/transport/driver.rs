@@ -175,11 +175,13 @@ impl<O: Outbound> Driver<O> {
                 self.publish_status();
                 return;
             }
-            self.feed(input);
+            // One clock reading per turn: the inputs drained together arrived together.
+            let now = now();
+            self.feed(now, input);
             // Drain what is already queued before flushing, bounded per turn.
             for _ in 0..MAX_INPUTS_PER_TURN {
                 match self.try_next_input() {
-                    Some(input) => self.feed(input),
+                    Some(input) => self.feed(now, input),
                     None => break,
                 }
             }
@@ -220,8 +222,7 @@ impl<O: Outbound> Driver<O> {
         None
     }
 
-    fn feed(&mut self, input: Input) {
-        let now = now();
+    fn feed(&mut self, now: Time, input: Input) {
         match input {
             Input::Message(from, bytes) => match Message::decode(&bytes, self.limits) {
                 Ok(message) => self.replica.handle_message(now, from, message),
@@ -264,7 +265,11 @@ impl<O: Outbound> Driver<O> {
                 Action::NeedStateTransfer { last_delivered, checkpoint } => {
                     // The core cannot resume from this yet (see the crate docs); make it loud.
                     self.state_transfer_needed = Some(checkpoint.seq);
-                    tracing::error!(last_delivered, checkpoint = checkpoint.seq, "replica fell behind the retained log; state transfer needed");
+                    tracing::error!(
+                        last_delivered,
+                        checkpoint = checkpoint.seq,
+                        "replica fell behind the retained log; state transfer needed"
+                    );
                 }
                 #[allow(unreachable_patterns)]
                 other => tracing::trace!(?other, "action ignored by the driver"),

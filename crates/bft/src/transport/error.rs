@@ -22,7 +22,11 @@ pub enum TransportError {
     Tls(String),
     /// Local socket error (bind, accept, connect).
     #[error("I/O error during {during}: {source}")]
-    Io { during: &'static str, #[source] source: io::Error },
+    Io {
+        during: &'static str,
+        #[source]
+        source: io::Error,
+    },
     /// The caller tried to send a frame larger than the configured maximum.
     #[error("frame of {len} bytes exceeds max_frame_bytes {max}")]
     FrameTooLarge { len: usize, max: usize },

@@ -16,6 +16,10 @@
 //! When a peer opens a new connection, its older incoming connection is closed, so a peer holds
 //! at most one receiving connection here.
 //!
+//! Unauthenticated work is bounded: at most `4 * peers + 8` handshakes run at once, each limited
+//! by `handshake_timeout`; connections beyond that are closed at once. Someone who can reach the
+//! port can therefore delay (not forge) a reconnect by keeping those slots busy.
+//!
 //! # Framing
 //! `u32` big-endian length L, then L bytes: one channel byte and L-1 payload bytes. L-1 must not
 //! exceed `max_frame_bytes`; a larger (or empty) frame is a protocol violation that closes the
@@ -171,6 +175,14 @@ impl MeshConfig {
         }
         parse_cert(&self.ca_cert_pem, "ca_cert_pem")?;
         parse_key(&self.key_pem)?;
+        // rustls checks that the key belongs to the certificate.
+        tls_configs(&self.ca_cert_pem, &self.cert_pem, &self.key_pem).map_err(|e| match e {
+            TransportError::Tls(reason) => TransportError::Config {
+                field: "key_pem",
+                reason: format!("unusable with cert_pem: {reason}"),
+            },
+            other => other,
+        })?;
         Ok(())
     }
 }
@@ -258,16 +270,12 @@ impl Mesh {
 
     /// Starts the mesh on an already bound listener (`cfg.listen` is then ignored). Lets tests
     /// bind port 0 for every replica first and hand out the real addresses.
-    pub async fn start_with_listener(
-        cfg: MeshConfig,
-        listener: TcpListener,
-    ) -> Result<Mesh, TransportError> {
+    pub async fn start_with_listener(cfg: MeshConfig, listener: TcpListener) -> Result<Mesh, TransportError> {
         cfg.validate()?;
         let local_addr = listener
             .local_addr()
             .map_err(|source| TransportError::Io { during: "reading the listen address", source })?;
-        let (client_config, server_config) =
-            tls_configs(&cfg.ca_cert_pem, &cfg.cert_pem, &cfg.key_pem)?;
+        let (client_config, server_config) = tls_configs(&cfg.ca_cert_pem, &cfg.cert_pem, &cfg.key_pem)?;
         let (shutdown, _) = watch::channel(false);
         let peers = cfg
             .peers
@@ -302,12 +310,7 @@ impl Mesh {
         });
         let mut tasks = Vec::new();
         let acceptor = TlsAcceptor::from(server_config);
-        tasks.push(tokio::spawn(accept_loop(
-            shared.clone(),
-            listener,
-            acceptor,
-            cfg.handshake_timeout,
-        )));
+        tasks.push(tokio::spawn(accept_loop(shared.clone(), listener, acceptor, cfg.handshake_timeout)));
         let connector = TlsConnector::from(client_config);
         for peer in shared.peers.values() {
             tasks.push(tokio::spawn(dial_loop(
@@ -343,8 +346,7 @@ impl Mesh {
         if channel == CHANNEL_KEEPALIVE {
             return Err(TransportError::Config { field: "channel", reason: "255 is reserved".into() });
         }
-        let mut subscribers =
-            self.shared.subscribers.write().map_err(|_| TransportError::Shutdown)?;
+        let mut subscribers = self.shared.subscribers.write().map_err(|_| TransportError::Shutdown)?;
         if subscribers.get(&channel).is_some_and(|s| !s.is_closed()) {
             return Err(TransportError::Config {
                 field: "channel",
@@ -390,6 +392,11 @@ impl Mesh {
 
     fn signal_shutdown(&self) {
         self.shared.shutdown.send_replace(true);
+        // Close the subscribers' channels so their consumers see the end (the senders would
+        // otherwise live on in every MeshSender clone).
+        if let Ok(mut subscribers) = self.shared.subscribers.write() {
+            subscribers.clear();
+        }
         for task in &self.tasks {
             task.abort();
         }

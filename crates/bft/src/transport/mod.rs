@@ -7,6 +7,6 @@ pub mod error;
 pub mod mesh;
 pub mod pki;
 
-pub use error::{PeerError, TransportError};
 pub use driver::{spawn_replica, DriverStatus, ReplicaHandle};
+pub use error::{PeerError, TransportError};
 pub use mesh::{Mesh, MeshConfig, MeshSender, PeerStatus};

@@ -122,8 +122,7 @@ pub fn issue_replica_cert(ca: &CaBundle, replica_id: u16) -> Result<ReplicaCert,
     let mut params = CertificateParams::default();
     params.distinguished_name = rcgen::DistinguishedName::new();
     params.distinguished_name.push(DnType::CommonName, name.clone());
-    params.subject_alt_names =
-        vec![SanType::DnsName(name.try_into().map_err(gen_err)?)];
+    params.subject_alt_names = vec![SanType::DnsName(name.try_into().map_err(gen_err)?)];
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages =
@@ -199,8 +198,15 @@ mod tests {
         for id in [0u16, 1, 9, 10, 65535] {
             assert_eq!(parse_replica_dns_name(&replica_dns_name(id)), Some(id));
         }
-        for bad in ["replica-.sdns.invalid", "replica-01.sdns.invalid", "replica-65536.sdns.invalid",
-            "replica-1.sdns.invalid.", "replica-+1.sdns.invalid", "replica-1.other.invalid", "x"] {
+        for bad in [
+            "replica-.sdns.invalid",
+            "replica-01.sdns.invalid",
+            "replica-65536.sdns.invalid",
+            "replica-1.sdns.invalid.",
+            "replica-+1.sdns.invalid",
+            "replica-1.other.invalid",
+            "x",
+        ] {
             assert_eq!(parse_replica_dns_name(bad), None, "{bad}");
         }
     }

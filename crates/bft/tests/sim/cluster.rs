@@ -46,6 +46,9 @@ pub enum Failure {
     Liveness(String),
 }
 
+/// A message on the wire: (arrival time, tie-break order, from, to, bytes).
+type InFlight = (u64, u64, ReplicaId, ReplicaId, Vec<u8>);
+
 /// One sequence of events and faults, fully determined by `seed`.
 pub struct Cluster {
     n: u16,
@@ -54,7 +57,7 @@ pub struct Cluster {
     now: u64,
     rng: SimRng,
     nodes: Vec<Node>,
-    queue: BinaryHeap<Reverse<(u64, u64, ReplicaId, ReplicaId, Vec<u8>)>>,
+    queue: BinaryHeap<Reverse<InFlight>>,
     order: u64,
     loss: f64,
     duplication: f64,
@@ -590,8 +593,19 @@ impl Cluster {
         Ok(())
     }
 
-    /// Honest replicas never blame a replica that stayed honest.
+    /// Honest replicas never blame a replica that stayed honest, and every honest replica
+    /// blames an impersonator (half of whose messages claim another sender).
     fn check_blame(&self) -> Result<(), Failure> {
+        for (faulty, node) in self.nodes.iter().enumerate() {
+            if node.behaviour != Some(Behaviour::Impersonator) {
+                continue;
+            }
+            for (id, honest) in self.nodes.iter().enumerate() {
+                if self.honest(id) && honest.replicas[0].status().misbehaviour[faulty] == 0 {
+                    return Err(Failure::Safety(format!("replica {id} never blamed impersonator {faulty}")));
+                }
+            }
+        }
         for (id, node) in self.nodes.iter().enumerate() {
             if !self.honest(id) {
                 continue;
