@@ -64,8 +64,9 @@
 //! - A request's `origin` is not authenticated end to end: a Byzantine primary can order forged
 //!   requests under any origin (it could equally refuse to order), and forged high numbers make
 //!   older numbers of that client look delivered.
-//! - A Byzantine replica that sends different view changes to different replicas can stall a
-//!   view that uses its message; backups then time out and move to the next view.
+//! - A Byzantine replica that sends different view changes to different replicas (without
+//!   sending each version to everyone, as twins do) can stall a view that uses one of them;
+//!   backups then time out and move to the next view. Two versions per sender are kept.
 //! - A new view is not decided while any view change reports a prepared entry beyond the chosen
 //!   checkpoint's window (deciding could drop a committed batch). A Byzantine replica can abuse
 //!   this with made-up far-ahead entries to stall view changes; not yet defended.
