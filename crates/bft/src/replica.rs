@@ -298,7 +298,7 @@ impl Replica {
             self.request_deadline = None;
             if self.lagging() {
                 // f+1 peers delivered more: catch up first, the primary may be fine.
-                self.request_deadline = Some(now.plus(self.config.request_timeout));
+                self.request_deadline = Some(now.plus(self.request_timeout()));
             } else if !self.view_changing {
                 self.start_view_change(self.view + 1);
             }
@@ -362,7 +362,7 @@ impl Replica {
         // The primary runs the timer too: a primary whose proposals cannot commit (its backups
         // moved to other views) must not wait forever.
         if self.request_deadline.is_none() && !self.view_changing {
-            self.request_deadline = Some(self.now.plus(self.config.request_timeout));
+            self.request_deadline = Some(self.now.plus(self.request_timeout()));
         }
     }
 
@@ -723,7 +723,7 @@ impl Replica {
             self.request_deadline = None;
         }
         if self.request_deadline.is_none() && !self.awaited.is_empty() && !self.view_changing {
-            self.request_deadline = Some(self.now.plus(self.config.request_timeout));
+            self.request_deadline = Some(self.now.plus(self.request_timeout()));
         }
         self.actions.push_back(Action::Deliver(Batch { seq, view: self.view, time, requests, checkpoint_due }));
         self.collect_garbage();
@@ -1137,6 +1137,17 @@ impl Replica {
         }
     }
 
+    /// Backups suspect the primary after `request_timeout`; the primary gives up on its own view
+    /// only after four times that, so it does not abandon a view its backups are still
+    /// installing (it runs the timer at all so it cannot wait forever alone in a view).
+    fn request_timeout(&self) -> std::time::Duration {
+        if self.is_primary() {
+            self.config.request_timeout.saturating_mul(4)
+        } else {
+            self.config.request_timeout
+        }
+    }
+
     fn view_change_set(&self) -> Vec<&ViewChange> {
         self.view_changes.values().filter(|(vc, _)| vc.view == self.view).map(|(vc, _)| vc).collect()
     }
@@ -1267,7 +1278,7 @@ impl Replica {
         if self.awaited.is_empty() {
             return;
         }
-        self.request_deadline = Some(self.now.plus(self.config.request_timeout));
+        self.request_deadline = Some(self.now.plus(self.request_timeout()));
         if self.is_primary() {
             let mut keys: Vec<(Time, RequestKey)> = self.awaited.iter().map(|(key, a)| (a.since, *key)).collect();
             keys.sort_unstable();
