@@ -19,5 +19,5 @@ fi
 
 scripts/install-deps.sh
 patches/bind9/build.sh
-cargo build --bins
+cargo build --workspace --bins
 target/debug/sdns cluster up --replicas "$REPLICAS" --dir "$DIR" --bind-dir target/bind9

@@ -91,7 +91,7 @@ fn print_usage(p: &ClusterParams, dir: &Path) {
          Read through any replica:\n  dig @{ip} -p {port0} www.{zone} A +dnssec\n\
          Validate with the zone's trust anchor:\n  delv -a {anchor} @{ip} -p {port0} www.{zone} A +root={zone}\n\
          Update through another replica (TSIG):\n  printf 'server {ip} {port1}\\nzone {zone}\\nupdate add new.{zone} 300 A 192.0.2.7\\nsend\\n' | nsupdate -k {tsig}\n\
-         Status and shutdown:\n  sdns cluster status --replicas {n} --dir {dir}\n  sdns cluster down --replicas {n} --dir {dir}\n",
+         Status and shutdown:\n  {sdns} cluster status --replicas {n} --dir {dir}\n  {sdns} cluster down --replicas {n} --dir {dir}\n",
         n = p.replicas,
         t = (p.replicas - 1) / 3,
         proto = p.protocol,
@@ -101,7 +101,15 @@ fn print_usage(p: &ClusterParams, dir: &Path) {
         anchor = anchor.display(),
         tsig = tsig.display(),
         dir = dir.display(),
+        sdns = sdns_command(),
     );
+}
+
+/// How to call this binary again: relative to the current directory when it is below it.
+fn sdns_command() -> String {
+    let exe = std::env::current_exe().unwrap_or_else(|_| "sdns".into());
+    let cwd = std::env::current_dir().unwrap_or_default();
+    exe.strip_prefix(&cwd).map(|p| p.display().to_string()).unwrap_or_else(|_| exe.display().to_string())
 }
 
 pub fn down(replicas: u16, dir: &Path) -> Result<()> {

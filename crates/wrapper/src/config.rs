@@ -213,7 +213,9 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        let base = path.parent().map(Path::to_owned).unwrap_or_default();
+        // Absolute, because named changes into its own directory before opening files.
+        let absolute = std::path::absolute(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let base = absolute.parent().map(Path::to_owned).unwrap_or_default();
         Config::parse(&text, path, &base)
     }
 
@@ -381,6 +383,34 @@ zone_file = "zone.db"
                 other => panic!("expected an error naming {field}, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn relative_config_paths_resolve_to_absolute_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r0.toml");
+        std::fs::write(&file, sample(4)).unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        // Load through a path relative to the current directory, as `--dir .cluster` gives.
+        let rel = pathdiff(&file, &cwd);
+        let c = Config::load(&rel).unwrap();
+        assert!(c.resolve(Path::new("state")).is_absolute(), "{:?}", c.resolve(Path::new("state")));
+        assert_eq!(c.resolve(Path::new("r0.toml")).canonicalize().unwrap(), file.canonicalize().unwrap());
+    }
+
+    /// `to` relative to `from` (both absolute), with `..` as needed.
+    fn pathdiff(to: &Path, from: &Path) -> PathBuf {
+        let to: Vec<_> = to.components().collect();
+        let from: Vec<_> = from.components().collect();
+        let common = to.iter().zip(&from).take_while(|(a, b)| a == b).count();
+        let mut p = PathBuf::new();
+        for _ in common..from.len() {
+            p.push("..");
+        }
+        for c in &to[common..] {
+            p.push(c);
+        }
+        p
     }
 
     #[test]
