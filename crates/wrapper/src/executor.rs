@@ -84,10 +84,21 @@ impl Executor {
             }
         };
         let reply = if mine { self.pending.take(&key) } else { None };
-        if let Some(entry) = &reply {
-            self.metrics.observe_ordering_us(entry.arrived.elapsed().as_micros() as u64);
-        }
-        let reply = reply.map(|e| e.reply);
+        let reply = match reply {
+            Some(entry) if entry.matches(&request.payload) => {
+                self.metrics.observe_ordering_us(entry.arrived.elapsed().as_micros() as u64);
+                Some(entry.reply)
+            }
+            Some(_) => {
+                // Ordered under our identity but not what we submitted: a forged request.
+                // Every replica still executes it (the order is agreed); we only refuse to
+                // hand its answer to our client, who will retry under a new number.
+                warn!(replica = self.id, seq = batch.seq, client = request.client, number = request.number, "delivered request differs from what this gateway submitted");
+                self.metrics.inc_dropped("forged_request");
+                None
+            }
+            None => None,
+        };
         match op {
             Op::Dns { tcp, message } => match classify(&message, tcp) {
                 Verdict::Order(kind) => {

@@ -19,7 +19,7 @@ use crate::envelope::Op;
 use crate::executor::servfail;
 use crate::listener::{ClientRequest, ReplyTo};
 use crate::metrics::Metrics;
-use crate::pending::Pending;
+use crate::pending::{payload_digest, Pending};
 
 pub struct Gateway {
     pub id: u16,
@@ -65,14 +65,15 @@ impl Gateway {
             // Signing a whole zone takes as long as it takes; the admin caller waits.
             Op::SignZone | Op::Resign => (None, Duration::from_secs(600)),
         };
-        if !self.pending.insert(key, reply.clone(), ttl) {
+        let payload = op.encode();
+        if !self.pending.insert(key, reply.clone(), ttl, payload_digest(&payload)) {
             self.metrics.inc_dropped("pending_full");
             if let Some(a) = message.as_deref().and_then(servfail) {
                 reply.send(a).await;
             }
             return;
         }
-        let request = Request { origin: self.id, client: self.incarnation, number, payload: op.encode() };
+        let request = Request { origin: self.id, client: self.incarnation, number, payload };
         if self.submit.send(request).await.is_err() {
             self.pending.take(&key);
         }

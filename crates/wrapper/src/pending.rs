@@ -14,6 +14,21 @@ pub struct PendingEntry {
     pub reply: ReplyTo,
     pub arrived: Instant,
     deadline: Instant,
+    /// SHA-256 of the payload this gateway submitted: a request delivered under this
+    /// identity with other bytes was forged by a lying primary and gets no answer.
+    pub payload_digest: [u8; 32],
+}
+
+impl PendingEntry {
+    /// Whether `payload` is what this gateway submitted under the entry's identity.
+    pub fn matches(&self, payload: &[u8]) -> bool {
+        self.payload_digest == payload_digest(payload)
+    }
+}
+
+pub fn payload_digest(payload: &[u8]) -> [u8; 32] {
+    use sha2::{Digest as _, Sha256};
+    Sha256::digest(payload).into()
 }
 
 pub struct Pending {
@@ -28,13 +43,13 @@ impl Pending {
 
     /// False when the table is full: the caller answers SERVFAIL or drops.
     /// The entry is swept once `ttl` has passed.
-    pub fn insert(&self, key: (u64, u64), reply: ReplyTo, ttl: Duration) -> bool {
+    pub fn insert(&self, key: (u64, u64), reply: ReplyTo, ttl: Duration, payload_digest: [u8; 32]) -> bool {
         let Ok(mut map) = self.map.lock() else { return false };
         if map.len() >= self.max {
             return false;
         }
         let arrived = Instant::now();
-        map.insert(key, PendingEntry { reply, arrived, deadline: arrived + ttl });
+        map.insert(key, PendingEntry { reply, arrived, deadline: arrived + ttl, payload_digest });
         true
     }
 
@@ -77,14 +92,30 @@ mod tests {
     fn bounded_take_once_and_sweep() {
         let p = Pending::new(3);
         let long = Duration::from_secs(60);
-        assert!(p.insert((1, 1), reply(), long));
-        assert!(p.insert((1, 2), reply(), long));
-        assert!(p.insert((1, 3), reply(), Duration::ZERO));
-        assert!(!p.insert((1, 4), reply(), long), "table is bounded");
+        assert!(p.insert((1, 1), reply(), long, [0; 32]));
+        assert!(p.insert((1, 2), reply(), long, [0; 32]));
+        assert!(p.insert((1, 3), reply(), Duration::ZERO, [0; 32]));
+        assert!(!p.insert((1, 4), reply(), long, [0; 32]), "table is bounded");
         assert!(p.take(&(1, 1)).is_some());
         assert!(p.take(&(1, 1)).is_none(), "an answer goes out once");
         assert_eq!(p.sweep(), 1, "only the expired entry goes");
         assert!(p.contains(&(1, 2)));
         assert_eq!(p.len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod forged {
+    use super::*;
+    use tokio::sync::mpsc;
+
+    #[test]
+    fn only_the_submitted_payload_gets_the_answer() {
+        let p = Pending::new(4);
+        let reply = ReplyTo::Tcp { writer: mpsc::channel(1).0 };
+        assert!(p.insert((9, 1), reply, Duration::from_secs(60), payload_digest(b"what the client asked")));
+        let entry = p.take(&(9, 1)).unwrap();
+        assert!(entry.matches(b"what the client asked"));
+        assert!(!entry.matches(b"what a lying primary ordered instead"));
     }
 }
