@@ -163,7 +163,7 @@ start_baseline() {
   # The DNSKEY goes into the zone; one key (a KSK, -z) signs everything, as the cluster's
   # threshold key does (sdns also signs with -z).
   cat "$b/keys/$key.key" >> "$b/zone.db"
-  "$BIND_DIR/bin/dnssec-signzone" -q -z -K "$b/keys" -o "$ZONE" -f "$b/zone.signed" "$b/zone.db" \
+  "$BIND_DIR/bin/dnssec-signzone" -q -z -d "$b" -K "$b/keys" -o "$ZONE" -f "$b/zone.signed" "$b/zone.db" \
     "$b/keys/$key" > "$b/signzone.log" 2>&1 || return 1
   local keyname
   keyname=$(sed -n 's/^key "\([^"]*\)".*/\1/p' "$b/tsig.key")
