@@ -352,3 +352,26 @@ fn threshold_above_2t_plus_1_still_signs() {
         }
     }
 }
+
+#[test]
+fn early_proof_request_is_answered_when_named_asks() {
+    // OPT-PROOF: replica 0 has fallen back to proofs and asks replica 2 before replica 2's
+    // named has asked for the same data. Replica 2 must send its proven share as soon as
+    // its named asks, without waiting for replica 0's next retry.
+    let n = 4;
+    let mut sim = Sim::new(9, n, Protocol::OptProof, vec![Fault::Honest; 4], 0);
+    let data = b"asked early";
+    let digest = SignerCore::digest(ALG, data);
+    sim.cores[2].handle_message(0, 0, SignMessage::Retry { digest, proof: true });
+    sim.drain(2);
+    assert!(sim.queue.is_empty(), "nothing may be issued before replica 2's own named asks");
+    sim.cores[2].request(1, ALG, data).unwrap();
+    sim.drain(2);
+    let proven_to_0 = sim.queue.iter().any(|q| {
+        q.1 == 2 && q.2 == 0 && matches!(&q.3, SignMessage::Share { digest: d, share } if d == &digest && {
+            let pk = keys(n).0;
+            shoup_rsa::SignatureShare::from_bytes(&pk, share).map(|s| s.proof.is_some()).unwrap_or(false)
+        })
+    });
+    assert!(proven_to_0, "replica 2 did not send replica 0 its proven share at once");
+}

@@ -78,6 +78,9 @@ struct Early {
     creator: u16,
     shares: BTreeMap<u16, Share>,
     finals: Vec<(u16, Vec<u8>)>,
+    /// Peers that asked for our share with proof before our named asked to sign: they
+    /// get it as soon as it asks, rather than after their next retry.
+    proof_wanted: BTreeSet<u16>,
 }
 
 pub struct SignerCore {
@@ -171,6 +174,9 @@ impl SignerCore {
                 for (peer, share) in early.shares {
                     s.shares.entry(peer).or_insert(share);
                 }
+            }
+            for peer in early.proof_wanted {
+                self.on_retry(peer, digest, true);
             }
         }
         self.progress(digest);
@@ -283,7 +289,13 @@ impl SignerCore {
         let want_proof = proof || self.protocol == Protocol::Basic;
         let (id, corrupt) = (self.id, self.corrupt);
         let Some(s) = self.sessions.get_mut(&digest) else {
-            // Not asked by our own named (yet): we issue nothing.
+            // Not asked by our own named (yet): we issue nothing now, but remember who
+            // wants a proven share so it goes out the moment our named asks.
+            if want_proof {
+                self.stash_early(from, digest, |e| {
+                    e.proof_wanted.insert(from);
+                });
+            }
             return;
         };
         let share = if want_proof {
@@ -427,7 +439,7 @@ impl SignerCore {
             self.early_order.push_back(digest);
             *self.early_count.entry(from).or_default() += 1;
         }
-        put(self.early.entry(digest).or_insert_with(|| Early { creator: from, shares: BTreeMap::new(), finals: Vec::new() }));
+        put(self.early.entry(digest).or_insert_with(|| Early { creator: from, shares: BTreeMap::new(), finals: Vec::new(), proof_wanted: BTreeSet::new() }));
     }
 
     fn take_early(&mut self, digest: &Digest) -> Option<Early> {
