@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end benchmarks of sdns on this machine (loopback only), after the paper's Table 2
-# (Cachin & Samar, DSN 2004, Section 5) plus read throughput. See docs/BENCHMARKS-cluster.md.
+# (Cachin & Samar, DSN 2004, Section 5) plus read throughput. Figures: docs/BENCHMARKS.md (last section).
 #
 #  1. Latency: for each (n, corrupted) and protocol, start a real cluster (`sdns cluster up`,
 #     threshold-signed zone) and time, one after another, BENCH_REPS reads (plain UDP query

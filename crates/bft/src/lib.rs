@@ -86,7 +86,7 @@
 //!   (`BFT_DEBUG=1` prints deliveries, faults, view changes).
 //! - Soak: `BFT_SOAK_SEEDS=100000 cargo test --release -p bft --test sim -- soak --ignored --nocapture`.
 //! - Fuzzing the decoder: `cd crates/bft/fuzz && cargo +nightly fuzz run decode`.
-//! - Benchmark: `cargo bench -p bft --bench order` (see docs/BENCHMARKS-bft.md).
+//! - Benchmark: `cargo bench -p bft --bench order` (figures in docs/BENCHMARKS.md).
 
 // `%` keeps the code building on the workspace's declared rust-version (is_multiple_of is 1.87).
 #![allow(clippy::manual_is_multiple_of)]
