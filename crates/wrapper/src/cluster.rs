@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 
-use crate::executor::query;
+use named_glue::forward::build_query;
 use crate::keygen::{keygen, replica_dir, write_configs, ClusterParams};
 use crate::metrics::Status;
 
@@ -181,29 +181,24 @@ fn exchange_udp(addr: SocketAddr, request: &[u8], timeout: Duration) -> Result<M
 
 /// Until the replica answers an ordered SOA query for the zone.
 fn wait_answering(addr: SocketAddr, zone: &Name, within: Duration) -> Result<()> {
-    let deadline = Instant::now() + within;
-    let request = query(0x5d05, zone, RecordType::SOA).context("building a query")?;
-    loop {
-        match exchange_udp(addr, &request, Duration::from_millis(700)) {
-            Ok(m) if m.metadata.response_code == ResponseCode::NoError && !m.answers.is_empty() => return Ok(()),
-            _ if Instant::now() >= deadline => bail!("no SOA answer from {addr} within {within:?}"),
-            _ => std::thread::sleep(Duration::from_millis(300)),
-        }
-    }
+    wait_for(addr, zone, RecordType::SOA, within, |m| m.metadata.response_code == ResponseCode::NoError && !m.answers.is_empty())
 }
 
 /// Until the replica serves the zone's DNSKEY (the zone is signed).
 fn wait_signed(addr: SocketAddr, zone: &Name, within: Duration) -> Result<()> {
+    wait_for(addr, zone, RecordType::DNSKEY, within, |m| m.answers.iter().any(|r| r.record_type() == RecordType::DNSKEY))
+}
+
+/// Asks `addr` for (zone, rtype) every 300 ms until an answer satisfies `done`.
+fn wait_for(addr: SocketAddr, zone: &Name, rtype: RecordType, within: Duration, done: impl Fn(&Message) -> bool) -> Result<()> {
     let deadline = Instant::now() + within;
-    let request = query(0x5d06, zone, RecordType::DNSKEY).context("building a query")?;
+    let request = build_query(0x5d05, zone, rtype).context("building a query")?;
     loop {
-        if let Ok(m) = exchange_udp(addr, &request, Duration::from_millis(700)) {
-            if m.answers.iter().any(|r| r.record_type() == RecordType::DNSKEY) {
-                return Ok(());
-            }
+        if exchange_udp(addr, &request, Duration::from_millis(700)).is_ok_and(|m| done(&m)) {
+            return Ok(());
         }
         if Instant::now() >= deadline {
-            bail!("no DNSKEY from {addr} within {within:?}");
+            bail!("no {rtype} answer from {addr} within {within:?}");
         }
         std::thread::sleep(Duration::from_millis(300));
     }

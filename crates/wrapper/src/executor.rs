@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bft::{Batch, Digest, Request};
-use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{Name, RecordType};
+use hickory_proto::op::{Message, MessageType, ResponseCode};
+use hickory_proto::rr::Name;
 use named_glue::forward::Forwarder;
 use named_glue::signer::SignatureTimes;
 use sha2::{Digest as _, Sha256};
@@ -272,13 +272,6 @@ pub fn servfail(request: &[u8]) -> Option<Vec<u8>> {
     a.metadata.message_type = MessageType::Response;
     a.add_queries(m.queries.iter().cloned());
     a.to_vec().ok()
-}
-
-/// A query for (name, type), for the wrapper's own use of named.
-pub fn query(id: u16, name: &Name, rtype: RecordType) -> Option<Vec<u8>> {
-    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
-    m.add_query(Query::query(name.clone(), rtype));
-    m.to_vec().ok()
 }
 
 fn read_number(path: &PathBuf) -> u64 {

@@ -38,6 +38,13 @@ pub struct TsigKey {
     pub secret_b64: String,
 }
 
+// The secret must not reach a log through a stray `{:?}`.
+impl std::fmt::Debug for TsigKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TsigKey").field("name", &self.name).field("secret_b64", &"<redacted>").finish()
+    }
+}
+
 impl TsigKey {
     pub fn generate(name: &str) -> std::io::Result<TsigKey> {
         let mut secret = [0u8; 32];
@@ -49,11 +56,23 @@ impl TsigKey {
         format!("key \"{}\" {{\n\talgorithm hmac-sha256;\n\tsecret \"{}\";\n}};\n", self.name, self.secret_b64)
     }
 
-    /// Reads the name back from a file written by `to_bind` (named needs it for update-policy).
-    pub fn name_from_bind(text: &str) -> Option<String> {
-        let start = text.find("key \"")? + 5;
-        let end = start + text[start..].find('"')?;
-        Some(text[start..end].to_owned())
+    /// Reads back a key statement written by `to_bind` (named needs the name for its
+    /// update-policy and the secret to check signatures).
+    pub fn from_bind(text: &str) -> Result<TsigKey, String> {
+        let quoted_after = |marker: &str| -> Option<String> {
+            let start = text.find(marker)? + marker.len();
+            let end = start + text[start..].find('"')?;
+            Some(text[start..end].to_owned())
+        };
+        let name = quoted_after("key \"").ok_or("no `key \"NAME\"` statement")?;
+        let secret_b64 = quoted_after("secret \"").ok_or("no `secret \"...\"`")?;
+        base64::engine::general_purpose::STANDARD.decode(&secret_b64).map_err(|e| format!("secret is not base64: {e}"))?;
+        Ok(TsigKey { name, secret_b64 })
+    }
+
+    pub fn secret(&self) -> Vec<u8> {
+        // from_bind and generate only ever hold valid base64.
+        base64::engine::general_purpose::STANDARD.decode(&self.secret_b64).unwrap_or_default()
     }
 }
 
@@ -88,10 +107,14 @@ mod tests {
     }
 
     #[test]
-    fn tsig_key_round_trips_its_name() {
+    fn tsig_key_round_trips() {
         let k = TsigKey::generate("sdns-update").unwrap();
-        let text = k.to_bind();
-        assert_eq!(TsigKey::name_from_bind(&text).as_deref(), Some("sdns-update"));
-        assert_eq!(base64::engine::general_purpose::STANDARD.decode(&k.secret_b64).unwrap().len(), 32);
+        let back = TsigKey::from_bind(&k.to_bind()).unwrap();
+        assert_eq!(back.name, "sdns-update");
+        assert_eq!(back.secret(), k.secret());
+        assert_eq!(k.secret().len(), 32);
+        assert!(TsigKey::from_bind("secret \"AAAA\";").unwrap_err().contains("key"));
+        assert!(TsigKey::from_bind("key \"k\" { };").unwrap_err().contains("secret"));
+        assert!(TsigKey::from_bind("key \"k\" { secret \"**\"; };").unwrap_err().contains("base64"));
     }
 }

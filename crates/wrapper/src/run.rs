@@ -46,18 +46,8 @@ fn read(path: &Path) -> Result<String> {
 
 /// Reads a TSIG key file written by `sdns keygen` (BIND's key statement).
 fn load_tsig(path: &Path) -> Result<TsigKey> {
-    use base64::Engine as _;
-    let text = read(path)?;
-    let name = DealerTsig::name_from_bind(&text).ok_or_else(|| anyhow!("{}: no `key \"NAME\"` statement", path.display()))?;
-    let secret_b64 = text
-        .split("secret \"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .ok_or_else(|| anyhow!("{}: no secret", path.display()))?;
-    let secret = base64::engine::general_purpose::STANDARD
-        .decode(secret_b64)
-        .with_context(|| format!("{}: secret is not base64", path.display()))?;
-    Ok(TsigKey::hmac_sha256(&name, secret))
+    let key = DealerTsig::from_bind(&read(path)?).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    Ok(TsigKey::hmac_sha256(&key.name, key.secret()))
 }
 
 pub async fn run(config: Config) -> Result<()> {

@@ -8,14 +8,13 @@ use hickory_proto::op::Message;
 use hickory_proto::rr::{Name, RecordType};
 use hickory_proto::serialize::binary::BinEncodable;
 use named_glue::conf::NamedConf;
-use named_glue::forward::Forwarder;
+use named_glue::forward::{build_query, Forwarder};
 use named_glue::keys::ZoneKey;
 use named_glue::signer::SignatureTimes;
 use named_glue::signzone::sign_zone_file;
 use named_glue::supervisor::Supervisor;
 use named_glue::tools::BindTools;
 
-use crate::executor::query;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -48,7 +47,7 @@ pub struct ZoneMaintenance {
 impl ZoneMaintenance {
     /// The zone's records, each in wire form, from an AXFR of the local named.
     pub async fn zone_records(&self) -> Result<Vec<Vec<u8>>, ZoneError> {
-        let request = query(0, &self.zone, RecordType::AXFR).ok_or_else(|| ZoneError::Transfer("cannot build the query".into()))?;
+        let request = build_query(0, &self.zone, RecordType::AXFR).map_err(|e| ZoneError::Transfer(e.to_string()))?;
         let stream = self.named.axfr(&request).await.map_err(|e| ZoneError::Transfer(e.to_string()))?;
         let messages = stream.collect().await.map_err(|e| ZoneError::Transfer(e.to_string()))?;
         let mut out = Vec::new();
