@@ -485,9 +485,7 @@ pub fn generate<R: CryptoRng + ?Sized>(
     rng: &mut R,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(PublicKey, Vec<KeyShare>), Error> {
-    if !(MIN_MODULUS_BITS..=MAX_MODULUS_BITS).contains(&bits) || !bits.is_multiple_of(2) {
-        return Err(Error::ModulusBits { bits, min: MIN_MODULUS_BITS, max: MAX_MODULUS_BITS });
-    }
+    check_modulus_bits(bits, MIN_MODULUS_BITS)?;
     generate_unchecked(bits, players, threshold, rng, progress)
 }
 
@@ -500,10 +498,16 @@ pub fn generate_insecure<R: CryptoRng + ?Sized>(
     rng: &mut R,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(PublicKey, Vec<KeyShare>), Error> {
-    if !(INSECURE_MIN_MODULUS_BITS..=MAX_MODULUS_BITS).contains(&bits) || !bits.is_multiple_of(2) {
-        return Err(Error::ModulusBits { bits, min: INSECURE_MIN_MODULUS_BITS, max: MAX_MODULUS_BITS });
-    }
+    check_modulus_bits(bits, INSECURE_MIN_MODULUS_BITS)?;
     generate_unchecked(bits, players, threshold, rng, progress)
+}
+
+/// `bits` must be even and in `min..=MAX_MODULUS_BITS`.
+fn check_modulus_bits(bits: u32, min: u32) -> Result<(), Error> {
+    if !(min..=MAX_MODULUS_BITS).contains(&bits) || !bits.is_multiple_of(2) {
+        return Err(Error::ModulusBits { bits, min, max: MAX_MODULUS_BITS });
+    }
+    Ok(())
 }
 
 fn generate_unchecked<R: CryptoRng + ?Sized>(
