@@ -70,10 +70,12 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts a cluster with ports from `base` (client base+1.., peer base+101.., named
-    /// base+201.., metrics base+301..), deals a 1024-bit key (fast; the product default is 2048).
-    pub fn up(base: u16, opts: ClusterOpts) -> Cluster {
+    /// Starts a cluster on a block of free ports (client base+1.., peer base+101.., named
+    /// base+201.., metrics base+301..; see [`free_port_block`]), deals a 1024-bit key (fast;
+    /// the product default is 2048).
+    pub fn up(opts: ClusterOpts) -> Cluster {
         let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let base = free_port_block(opts.replicas);
         let dir = tempfile::Builder::new().prefix("sdns-test-").tempdir().expect("tempdir");
         let mut args: Vec<std::ffi::OsString> = ["cluster", "up", "--bits", "1024", "--replicas"].iter().map(Into::into).collect();
         args.push(opts.replicas.to_string().into());
@@ -220,6 +222,32 @@ impl Cluster {
         let out = run(Command::new("curl").args(["-s", "-m", "5"]).arg(format!("http://127.0.0.1:{}/metrics", self.metrics_port(i))));
         text(&out)
     }
+}
+
+/// A base port such that base+1..=base+n, base+101.., base+201.. and base+301.. (for n
+/// replicas) are all free on 127.0.0.1 for UDP and TCP at the time of asking, so that two test
+/// runs on one machine do not collide. The base is drawn from the process id and a counter and
+/// probed; taken blocks are skipped.
+pub fn free_port_block(n: u16) -> u16 {
+    use std::net::{TcpListener, UdpSocket};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(2_654_435_761);
+    for _ in 0..500 {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        // Bases 20000..=59600 in steps of 400: a block spans base+1..base+301+n (n < 99).
+        let base = 20_000 + (seed.wrapping_add(k.wrapping_mul(7919)) % 100) as u16 * 400;
+        let free = [1u16, 101, 201, 301].iter().all(|off| {
+            (0..n).all(|i| {
+                let port = base + off + i;
+                UdpSocket::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("127.0.0.1", port)).is_ok()
+            })
+        });
+        if free {
+            return base;
+        }
+    }
+    panic!("no free block of ports for {n} replicas on 127.0.0.1");
 }
 
 pub fn ports(base: u16) -> Vec<String> {
