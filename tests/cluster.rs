@@ -192,3 +192,28 @@ fn zone_is_re_signed_before_signatures_expire() {
     }
     panic!("replicas' zones differ after re-signing ({last})\n{}", c.logs());
 }
+
+/// `kill -9` of a replica's sdns takes its named along (named belongs to its sdns), the
+/// replica starts again the way `cluster up` starts it, with one named on its port, catches up
+/// on what it missed and converges.
+#[test]
+fn killed_replica_takes_its_named_along_and_comes_back() {
+    let c = Cluster::up(ClusterOpts::default());
+    let named_pid_file = c.path("replica-2/state/named/named.pid");
+    let named_pid: i32 = std::fs::read_to_string(&named_pid_file).expect("named.pid").trim().parse().expect("pid");
+    let alive = |pid: i32| std::process::Command::new("kill").args(["-0", &pid.to_string()]).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
+    assert!(alive(named_pid), "replica 2's named is not running");
+    c.kill9(2);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while alive(named_pid) {
+        assert!(std::time::Instant::now() < deadline, "replica 2's named (pid {named_pid}) outlived its sdns");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (ok, out) = c.nsupdate(0, "update add while-down.example.test 300 A 192.0.2.41");
+    assert!(ok, "update with replica 2 killed failed:\n{out}\n{}", c.logs());
+    c.start_stopped();
+    let new_pid: i32 = std::fs::read_to_string(&named_pid_file).expect("named.pid").trim().parse().expect("pid");
+    assert_ne!(new_pid, named_pid);
+    c.eventually("replica 2 caught up", |i| answers(&c, i, "while-down.example.test", "A") == "192.0.2.41");
+    assert_converged(&c);
+}

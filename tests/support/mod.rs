@@ -119,6 +119,19 @@ impl Cluster {
         let _ = std::fs::remove_file(pid_file);
     }
 
+    /// Kills replica `i`'s sdns with SIGKILL (no clean-up of its own) and waits until it is gone.
+    pub fn kill9(&self, i: u16) {
+        let pid_file = self.dir.path().join(format!("replica-{i}/sdns.pid"));
+        let pid: i32 = std::fs::read_to_string(&pid_file).expect("pid file").trim().parse().expect("pid");
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z ")) {
+            assert!(Instant::now() < deadline, "replica {i} (pid {pid}) did not die");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = std::fs::remove_file(pid_file);
+    }
+
     pub fn client_port(&self, i: u16) -> u16 {
         self.base + 1 + i
     }

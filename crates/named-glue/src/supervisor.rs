@@ -27,6 +27,8 @@ pub enum SuperviseError {
     NotReady(Duration, PathBuf),
     #[error("the supervisor task has ended")]
     Gone,
+    #[error("port {0} is held by another process (not a named of this replica that could be stopped); refusing to start a second named on it")]
+    PortHeld(SocketAddr),
 }
 
 /// How to run one named.
@@ -41,6 +43,9 @@ pub struct NamedSpec {
     pub log_file: PathBuf,
     /// Passed to named as SDNS_SIGNER_SOCKET.
     pub signer_socket: Option<PathBuf>,
+    /// named's pid file (from its configuration): a named left running by an earlier
+    /// supervisor of this replica is found through it and stopped before a new one starts.
+    pub pid_file: Option<PathBuf>,
     /// Passed as SDNS_SIGNER_TIMEOUT_MS (named's default: 10000).
     pub signer_timeout_ms: Option<u32>,
     /// named's worker threads (`-n`). A signature wait blocks one of them,
@@ -61,6 +66,7 @@ impl NamedSpec {
             zone,
             log_file,
             signer_socket: None,
+            pid_file: None,
             signer_timeout_ms: None,
             worker_threads: 2,
             ready_timeout: Duration::from_secs(30),
@@ -90,6 +96,7 @@ impl Supervisor {
     pub async fn start(spec: NamedSpec) -> Result<Self, SuperviseError> {
         let pid = Arc::new(AtomicU32::new(0));
         let starts = Arc::new(AtomicU64::new(0));
+        claim_port(&spec).await?;
         // Spawn once here so that a bad binary path is reported at once.
         let child = spawn(&spec, &starts)?;
         pid.store(child.id().unwrap_or(0), Ordering::SeqCst);
@@ -165,6 +172,46 @@ impl Drop for Supervisor {
     }
 }
 
+/// True when something holds `addr` for UDP. named binds with SO_REUSEPORT, so a second named
+/// would bind next to the first and share its traffic; a plain bind without it fails instead.
+fn port_held(addr: SocketAddr) -> bool {
+    matches!(std::net::UdpSocket::bind(addr), Err(e) if e.kind() == std::io::ErrorKind::AddrInUse)
+}
+
+/// The pid in `pid_file` if that process is alive and runs the named binary of `spec`.
+fn stale_named(spec: &NamedSpec) -> Option<libc::pid_t> {
+    let text = std::fs::read_to_string(spec.pid_file.as_ref()?).ok()?;
+    let pid: libc::pid_t = text.trim().parse().ok().filter(|p| *p > 1)?;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let ours = std::fs::canonicalize(&spec.named).ok()?;
+    (exe == ours).then_some(pid)
+}
+
+/// Makes sure no other named serves this replica's port before one is started: a named left
+/// behind by an earlier run of this replica (found through its pid file) is killed; anything
+/// else holding the port is an error, never a second named beside it.
+async fn claim_port(spec: &NamedSpec) -> Result<(), SuperviseError> {
+    if !port_held(spec.listen) {
+        return Ok(());
+    }
+    let Some(pid) = stale_named(spec) else {
+        return Err(SuperviseError::PortHeld(spec.listen));
+    };
+    tracing::warn!(pid, port = spec.listen.port(), "a named of an earlier run still holds the port; stopping it");
+    // SAFETY: kill(2) has no memory-safety preconditions; the pid was just checked to run named.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while port_held(spec.listen) {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(SuperviseError::PortHeld(spec.listen));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
 fn spawn(spec: &NamedSpec, starts: &AtomicU64) -> Result<Child, SuperviseError> {
     let mut cmd = Command::new(&spec.named);
     cmd.arg("-g")
@@ -183,6 +230,23 @@ fn spawn(spec: &NamedSpec, starts: &AtomicU64) -> Result<Child, SuperviseError> 
     }
     if let Some(ms) = spec.signer_timeout_ms {
         cmd.env(crate::SIGNER_TIMEOUT_ENV, ms.to_string());
+    }
+    // named belongs to this process: when it dies (even by SIGKILL) the kernel kills named
+    // too, so a restarted replica never finds its old named serving a zone nobody feeds.
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the child between fork and exec and only calls the
+    // async-signal-safe prctl(2) and getppid(2).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect.
+            if libc::getppid() as u32 != parent {
+                return Err(std::io::Error::other("parent exited while named was starting"));
+            }
+            Ok(())
+        });
     }
     let mut child = cmd
         .spawn()

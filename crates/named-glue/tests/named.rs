@@ -319,3 +319,78 @@ async fn initial_signing_is_deterministic() {
     assert!(err.is_err(), "signed without a signer");
     assert!(!signed.exists());
 }
+
+/// A named left running by an earlier run of the replica (its supervisor killed without
+/// cleaning up) is stopped before a new one starts; a port held by anything else is refused.
+/// Never two named on one port (named binds with SO_REUSEPORT, so both would serve).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervisor_never_starts_a_second_named() {
+    use named_glue::supervisor::{NamedSpec, SuperviseError, Supervisor};
+    let (signer, key) = RsaSigner::generate();
+    let t0 = unix_now() as u32;
+    let mut r = Replica::start(signer, key, t0, None).await;
+    r.named.take().unwrap().stop().await;
+    let conf = r.path().join("named.conf");
+    let pid_file = r.path().join("named.pid");
+    let _ = std::fs::remove_file(&pid_file);
+
+    // The leftover: a named started outside any supervisor, as after `kill -9` of an old sdns.
+    let mut stale = std::process::Command::new(r.tools.named())
+        .args(["-g", "-4", "-n", "1", "-c"])
+        .arg(&conf)
+        .env(named_glue::SIGNER_SOCKET_ENV, &r.socket)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the stale named");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !(named_glue::forward::zone_answers(r.addr(), &zone(), Duration::from_millis(300)).await.unwrap_or(false)
+        && std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim() == stale.id().to_string()))
+    {
+        assert!(tokio::time::Instant::now() < deadline, "the stale named did not come up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let spec = |with_pid_file: bool| {
+        let mut spec = NamedSpec::new(r.tools.named(), conf.clone(), r.port, zone(), r.path().join("named.log"));
+        spec.signer_socket = Some(r.socket.clone());
+        spec.pid_file = with_pid_file.then(|| pid_file.clone());
+        spec
+    };
+    // Without the pid file the supervisor cannot tell whose named it is: it refuses.
+    match Supervisor::start(spec(false)).await {
+        Err(SuperviseError::PortHeld(addr)) => assert_eq!(addr, r.addr()),
+        Err(e) => panic!("expected PortHeld, got {e}"),
+        Ok(_) => panic!("a second named was started beside the stale one"),
+    }
+    assert!(stale.try_wait().unwrap().is_none(), "the stale named must not be touched without proof it is ours");
+
+    // With it, the stale named is stopped and exactly one new named serves the zone.
+    let named = Supervisor::start(spec(true)).await.expect("supervisor replaces the stale named");
+    let status = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Some(status) = stale.try_wait().unwrap() {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the stale named was not stopped");
+    assert!(!status.success(), "the stale named was killed, not stopped cleanly: {status:?}");
+    assert_ne!(named.pid(), 0);
+    assert_ne!(named.pid(), stale.id());
+    assert!(r.axfr().await.contains("SOA"), "the zone is served by the new named");
+    named.stop().await;
+
+    // Anything else on the port is never replaced.
+    let squatter = std::net::UdpSocket::bind(r.addr()).expect("bind the squatter");
+    match Supervisor::start(spec(true)).await {
+        Err(SuperviseError::PortHeld(_)) => {}
+        Err(e) => panic!("expected PortHeld, got {e}"),
+        Ok(_) => panic!("named started on a port held by another process"),
+    }
+    drop(squatter);
+    let _ = &mut r;
+}

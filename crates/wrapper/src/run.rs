@@ -121,6 +121,7 @@ pub async fn run(config: Config) -> Result<()> {
     // named, supervised, asking our socket for every signature.
     let mut spec = NamedSpec::new(tools.named(), conf_path.clone(), config.named.port, zone.clone(), named_dir.join("named.log"));
     spec.signer_socket = Some(socket_path.clone());
+    spec.pid_file = Some(conf.pid_file.clone());
     // named must give up after the signing service does, so it gets a clean error.
     spec.signer_timeout_ms = Some(u32::try_from(sign_timeout.as_millis() + 2000).unwrap_or(u32::MAX));
     let supervisor = Arc::new(Supervisor::start(spec).await.context("starting named")?);
