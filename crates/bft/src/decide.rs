@@ -88,6 +88,71 @@ pub(crate) fn decide(config: &Config, set: &[&ViewChange]) -> Option<Decision> {
     Some((checkpoint, proposals))
 }
 
+/// Most `decide` evaluations one search may spend: every subset for n <= 13, a bounded prefix of
+/// them (likeliest poisoners dropped first) beyond.
+pub(crate) const MAX_SEARCH: usize = 1024;
+
+/// The new primary's search: a subset of the view changes it holds (at least a quorum, always
+/// containing `own`) whose decision is determined. A Byzantine replica can make any set that
+/// contains its view change undecidable (made-up prepared entries far ahead, or for seqs nobody
+/// else reports), so the primary tries the whole set first, then drops up to `held - quorum`
+/// others, those claiming the highest prepared seqs first. Each subset's decision is as safe as
+/// any quorum's (backups recompute it from the named subset), and once the primary holds the
+/// view changes of every honest replica (they retransmit), the honest subset is among those
+/// tried for n <= 13. Returns the indices used, increasing, and the decision.
+pub(crate) fn search(config: &Config, held: &[&ViewChange], own: usize) -> Option<(Vec<usize>, Decision)> {
+    let quorum = config.quorum();
+    if held.len() < quorum || own >= held.len() {
+        return None;
+    }
+    let all: Vec<usize> = (0..held.len()).collect();
+    let mut budget = MAX_SEARCH;
+    if let Some(decision) = decide(config, held) {
+        return Some((all, decision));
+    }
+    budget -= 1;
+    // Drop candidates, likeliest poisoners first: highest claimed prepared seq, then sender.
+    let mut candidates: Vec<usize> = all.iter().copied().filter(|i| *i != own).collect();
+    candidates.sort_by_key(|i| {
+        let top = held[*i].prepared.last().map_or(0, |e| e.seq);
+        (std::cmp::Reverse(top), held[*i].sender)
+    });
+    for drop in 1..=held.len() - quorum {
+        let mut combination: Vec<usize> = (0..drop).collect();
+        loop {
+            if budget == 0 {
+                return None;
+            }
+            budget -= 1;
+            let dropped: BTreeSet<usize> = combination.iter().map(|c| candidates[*c]).collect();
+            let kept: Vec<usize> = all.iter().copied().filter(|i| !dropped.contains(i)).collect();
+            let subset: Vec<&ViewChange> = kept.iter().map(|i| held[*i]).collect();
+            if let Some(decision) = decide(config, &subset) {
+                return Some((kept, decision));
+            }
+            if !next_combination(&mut combination, candidates.len()) {
+                break;
+            }
+        }
+    }
+    None
+}
+
+/// Advances `c` (increasing indices below `n`) to the next combination in lexicographic order.
+fn next_combination(c: &mut [usize], n: usize) -> bool {
+    let k = c.len();
+    for i in (0..k).rev() {
+        if c[i] < n - k + i {
+            c[i] += 1;
+            for j in i + 1..k {
+                c[j] = c[j - 1] + 1;
+            }
+            return true;
+        }
+    }
+    false
+}
+
 fn choose_checkpoint(set: &[&ViewChange], quorum: usize, weak: usize) -> Option<CheckpointClaim> {
     let mut claims: BTreeSet<CheckpointClaim> = BTreeSet::new();
     for m in set {

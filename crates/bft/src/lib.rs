@@ -30,12 +30,23 @@
 //!   `max_clock_skew` of its own clock and between the neighbouring batches' stamps. Delivered
 //!   times strictly increase (a stamp not above the previous delivered time is raised to it plus
 //!   one microsecond, deterministically, which also covers null batches after a view change).
-//! - Requests are deduplicated by `(origin, client, number)`; a backup relays requests to the
-//!   primary and suspects it when one is not ordered within `request_timeout`.
+//! - Requests are deduplicated by `(origin, client, number)`. Only a request's origin sends it
+//!   to other replicas (to the primary at once, to everyone after a retransmit interval); a
+//!   `Request` message whose origin is not its sender is refused and blamed. A backup suspects
+//!   the primary when a request it knows is not ordered within `request_timeout`.
+//! - Byzantine peers are bounded in what they can make a replica hold or send: another
+//!   origin's pending requests within `max_pending_bytes_per_origin`, a request within
+//!   `max_request_bytes`, every proposal within the batch limits, client records an equal share
+//!   of `max_clients` per origin, answers to status reports once per half retransmit interval
+//!   per peer and at most `PUSH_BURST` batches / four batch sizes each. [`Replica::held_bytes`]
+//!   accounts what is held and [`Replica::held_bytes_bound`] states its bound, which the
+//!   simulator checks under a flooder.
 //! - View change in the MAC variant of the paper: the transport authenticates senders but
 //!   messages carry no signatures, so a view change is trusted only for its own sender's claims
 //!   (P and Q sets, checkpoint claims) and a new-view names the view changes it used by digest;
-//!   backups recompute the decision from view changes they received directly. A replica that
+//!   backups recompute the decision from view changes they received directly. The new primary
+//!   searches the view changes it holds for a subset (a quorum at least) that decides, so one
+//!   Byzantine view change that makes every set containing it undecidable is left out. A replica that
 //!   missed a new-view accepts it once f+1 replicas relay the same one. Timeouts double per
 //!   failed view.
 //! - Checkpoints every K with a quorum of matching `(seq, time, log digest, state digest)`; the
@@ -61,28 +72,51 @@
 //!   a replica against `f` until it has caught up. A restart that keeps the `Replica` is safe.
 //! - After [`Action::NeedStateTransfer`] there is no API yet to install the transferred state
 //!   (the request deduplication table would have to travel with the application state).
-//! - A request's `origin` is not authenticated end to end: a Byzantine primary can order forged
-//!   requests under any origin (it could equally refuse to order), and forged high numbers make
-//!   older numbers of that client look delivered.
+//! - A request's `origin` is not authenticated end to end (requests carry no signatures): a
+//!   Byzantine *primary* can still order requests it made up under any origin. Safety: every
+//!   honest replica delivers the same batches, forged or not. Liveness: a made-up number more
+//!   than `max_number_jump` above the client's highest is not delivered anywhere, so one batch
+//!   cannot push a client's numbers to the end; made-up numbers within the jump make the
+//!   victim client's real requests with those numbers look delivered (the gateway sees a
+//!   different payload under its key and answers its client with an error; the client
+//!   retries under a new number). The primary can do this only while it stays primary; it
+//!   cannot stop the ordering. Relays cannot forge at all (origin must equal sender).
+//! - A Byzantine origin can send its requests to the backups but not to the primary; the
+//!   backups then time out and change views, and the next primary (which holds them) orders
+//!   them. This costs at most one view change per `request_timeout` and never stops
+//!   delivery: every view with an honest primary orders everything pending at it.
 //! - A Byzantine replica that sends different view changes to different replicas (without
 //!   sending each version to everyone, as twins do) can stall a view that uses one of them;
 //!   backups then time out and move to the next view. Two versions per sender are kept.
-//! - A new view is not decided while any view change reports a prepared entry beyond the chosen
-//!   checkpoint's window (deciding could drop a committed batch). A Byzantine replica can abuse
-//!   this with made-up far-ahead entries to stall view changes; not yet defended.
+//! - A new view is still not decided from a *set* in which a view change reports a prepared
+//!   entry beyond the chosen checkpoint's window (deciding could drop a committed batch: a
+//!   single honest holder of a later checkpoint may be the only one in the set, so "f+1 holders
+//!   back it" cannot be required without risking safety). Made-up far-ahead entries no longer
+//!   stall view changes: the new primary leaves such view changes out of the set it uses (see
+//!   above), and once it holds the view changes of all honest replicas (retransmitted every
+//!   interval) the honest subset is among those tried, so a view with an honest primary
+//!   installs. The search tries at most `MAX_SEARCH` (1024) subsets, every subset for n <= 13;
+//!   above that a poisoner is left out only if it claims the highest seqs (its far-ahead
+//!   entries make it so).
 //! - View-change timeouts double per failed view up to 32 times the configured value.
 //!
 //! # Testing
 //! - `tests/sim/`: a deterministic simulator (virtual time, seeded ChaCha RNG, per-link delays,
 //!   loss, duplication, reordering, partitions that heal, crashes with and without state loss,
 //!   honest clients, and Byzantine actors: equivocating primary, silent primary, conflicter,
-//!   impersonator, replayer, twins). Each seed runs a safety phase with faults, then a liveness
-//!   phase after stabilisation; it checks agreement per seq, delivery of every request
-//!   submitted to an honest replica, no duplicate delivery, strictly increasing agreed times,
-//!   that no honest replica is ever blamed, and (for a few seeds) that a seed replays to the
-//!   same event-trace hash. `cargo test -p bft` runs 1500 seeds for n = 4, 500 for n = 7 and 250
-//!   for n = 10 (`BFT_SEEDS=N` overrides the count per size).
-//! - Replay one seed: `BFT_SEED=<seed> BFT_N=<n> cargo test -p bft --test sim -- seed_repro --nocapture`
+//!   impersonator, replayer, twins, view-change poisoner, forged relays, peer flooder, status
+//!   spammer). Each seed runs a safety phase with faults, then a liveness phase after
+//!   stabilisation; it checks agreement per seq, delivery of every request submitted to an
+//!   honest replica, no duplicate delivery, strictly increasing agreed times, no delivered
+//!   number jump, a bounded run of views without delivery after stabilisation, that no honest
+//!   replica is ever blamed (and that forgers and impersonators are), that an honest replica's
+//!   accounted bytes stay within [`Replica::held_bytes_bound`] under a flooder, that a status
+//!   spammer gets bounded pushes, and (for a few seeds) that a seed replays to the same
+//!   event-trace hash. `cargo test -p bft` runs 1500 seeds for n = 4, 500 for n = 7 and 250
+//!   for n = 10 with behaviours drawn at random (`BFT_SEEDS=N` overrides the count per size),
+//!   and for each named actor (`actor_*`) 100 seeds for n = 4 and 33 for n = 7 with f
+//!   replicas behaving that way (`BFT_ACTOR_SEEDS=N`).
+//! - Replay one seed: `BFT_SEED=<seed> BFT_N=<n> [BFT_ACTOR=Poisoner] cargo test -p bft --test sim -- seed_repro --nocapture`
 //!   (`BFT_DEBUG=1` prints deliveries, faults, view changes).
 //! - Soak: `BFT_SOAK_SEEDS=100000 cargo test --release -p bft --test sim -- soak --ignored --nocapture`.
 //! - Fuzzing the decoder: `cd crates/bft/fuzz && cargo +nightly fuzz run decode`.
@@ -104,7 +138,7 @@ pub use message::{
 pub use replica::{Action, Replica, Status};
 pub use types::{
     Batch, CheckpointError, Config, ConfigError, Digest, Limits, Proposal, ReplicaId, Request, RequestKey,
-    SubmitError, Time, DEDUP_WINDOW,
+    SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
 };
 
 #[cfg(feature = "transport")]

@@ -4,13 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::codec::{new_view_digest, view_change_digest};
-use crate::decide::decide;
+use crate::decide::{decide, search};
 use crate::message::{
     CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange,
 };
 use crate::types::{
     duration_us, Batch, CheckpointError, Config, ConfigError, Digest, Proposal, ReplicaId, Request, RequestKey,
-    SubmitError, Time, DEDUP_WINDOW,
+    SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
 };
 
 /// Something the driver must do.
@@ -59,6 +59,9 @@ const PRE_PREPARED_PER_SEQ: usize = 4;
 const VIEW_CHANGES_PER_PEER: usize = 2;
 /// Most committed batches pushed to a lagging peer per status report.
 const PUSH_BURST: u64 = 16;
+/// Most proposal bytes pushed to a lagging peer per status report, in units of
+/// `batch_max_bytes` (at least one batch always goes).
+const PUSH_BATCHES_OF_BYTES: usize = 4;
 /// Most slots whose messages are retransmitted per tick.
 const RETRANSMIT_SLOTS: usize = 32;
 /// View-change timeouts stop doubling after this many failed views.
@@ -134,7 +137,16 @@ pub struct Replica {
     fresh_bytes: usize,
     proposed: BTreeSet<RequestKey>,
     clients: BTreeMap<(ReplicaId, u64), ClientRecord>,
-    clients_by_age: BTreeSet<(u64, ReplicaId, u64)>,
+    /// (origin, seq of last delivery, client): each origin's pairs, oldest first.
+    clients_by_age: BTreeSet<(ReplicaId, u64, u64)>,
+    /// Pairs remembered per origin.
+    clients_per_origin: BTreeMap<ReplicaId, usize>,
+    /// Own requests in `awaited`.
+    own_pending: usize,
+    /// Charged bytes of other origins' requests in `awaited`, per origin.
+    relayed_bytes: BTreeMap<ReplicaId, usize>,
+    /// When each peer was last sent batches or a new view in answer to its status.
+    last_push: BTreeMap<ReplicaId, Time>,
     next_seq: u64,
     last_proposed_time: Time,
     /// View changes by (sender, view); the latest [`VIEW_CHANGES_PER_PEER`] views per sender.
@@ -184,6 +196,10 @@ impl Replica {
             proposed: BTreeSet::new(),
             clients: BTreeMap::new(),
             clients_by_age: BTreeSet::new(),
+            clients_per_origin: BTreeMap::new(),
+            own_pending: 0,
+            relayed_bytes: BTreeMap::new(),
+            last_push: BTreeMap::new(),
             next_seq: 1,
             last_proposed_time: Time(0),
             view_changes: BTreeMap::new(),
@@ -229,6 +245,72 @@ impl Replica {
         }
     }
 
+    /// Bytes of peer- and client-supplied data this replica holds (requests, proposals in slots,
+    /// fetched and retained batches, view changes, new views), as the budgets account them:
+    /// payload bytes plus fixed per-item charges. Not the allocator's figure; the documented
+    /// bound ([`Replica::held_bytes_bound`]) is checked against it in the simulator.
+    pub fn held_bytes(&self) -> usize {
+        let mut total = 0usize;
+        for awaited in self.awaited.values() {
+            total = total.saturating_add(charge(&awaited.request));
+        }
+        for slot in self.slots.values() {
+            let proposals = slot.accepted.iter().map(|a| &a.proposal)
+                .chain(slot.prepared.iter().map(|p| &p.proposal))
+                .chain(slot.committed.iter().map(|(_, p)| p))
+                .chain(slot.fetched_bodies.values());
+            for proposal in proposals {
+                total = total.saturating_add(proposal_bytes(proposal));
+            }
+        }
+        for proposal in self.retained.values() {
+            total = total.saturating_add(proposal_bytes(proposal));
+        }
+        for (view_change, _) in self.view_changes.values().chain(self.alternate_view_changes.values()) {
+            total = total.saturating_add(view_change_bytes(view_change));
+        }
+        let new_views = self.relayed_new_views.values().map(|(_, nv)| nv)
+            .chain(self.pending_new_view.iter())
+            .chain(self.current_new_view.iter());
+        for new_view in new_views {
+            total = total.saturating_add(new_view_bytes(new_view));
+        }
+        total
+    }
+
+    /// The most [`Replica::held_bytes`] can reach with this configuration whatever peers send,
+    /// derived from the budgets (B = `batch_max_bytes` + 16 per proposal, L = window, n peers):
+    /// own requests `max_pending_requests` x (`max_request_bytes` + overhead); others' requests
+    /// (n - 1) x `max_pending_bytes_per_origin`; slots at most 2L + K, each holding an accepted,
+    /// a prepared and a committed proposal and one fetched body per peer: (3 + n) x B; retained
+    /// batches (`retained_batches` + 2L + K) x B; view changes, three per peer (two views plus
+    /// one equivocating copy), each at most 4L prepared entries of B plus its fixed parts; new
+    /// views n + 2 (relayed, pending, current), each at most L proposals of B.
+    pub fn held_bytes_bound(&self) -> usize {
+        let c = &self.config;
+        let n = usize::from(c.n);
+        let window = usize::try_from(c.watermark_window).unwrap_or(usize::MAX);
+        let interval = usize::try_from(c.checkpoint_interval).unwrap_or(usize::MAX);
+        let retained = usize::try_from(c.retained_batches).unwrap_or(usize::MAX);
+        let batch = c.batch_max_bytes.saturating_add(16);
+        let own = c.max_pending_requests.saturating_mul(c.max_request_bytes.saturating_add(REQUEST_OVERHEAD));
+        let others = n.saturating_sub(1).saturating_mul(c.max_pending_bytes_per_origin);
+        let slot_count = window.saturating_mul(2).saturating_add(interval);
+        let slots = slot_count.saturating_mul(batch.saturating_mul(3 + n));
+        let retained = retained.saturating_add(slot_count).saturating_mul(batch);
+        let entries = window.saturating_mul(4);
+        let one_view_change = VIEW_CHANGE_FIXED
+            .saturating_add(entries.saturating_mul(batch.saturating_add(ENTRY_FIXED)))
+            .saturating_add(entries.saturating_mul(PRE_PREPARED_PER_SEQ).saturating_mul(ENTRY_FIXED))
+            .saturating_add(self.max_checkpoint_claims().saturating_mul(ENTRY_FIXED));
+        let view_changes = n.saturating_mul(VIEW_CHANGES_PER_PEER + 1).saturating_mul(one_view_change);
+        let one_new_view = VIEW_CHANGE_FIXED
+            .saturating_add(n.saturating_mul(ENTRY_FIXED))
+            .saturating_add(window.saturating_mul(batch.saturating_add(ENTRY_FIXED)));
+        let new_views = n.saturating_add(2).saturating_mul(one_new_view);
+        [own, others, slots, retained, view_changes, new_views].into_iter().fold(0usize, usize::saturating_add)
+    }
+
     /// Next action for the driver. Worth polling after every other call.
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
@@ -246,8 +328,11 @@ impl Replica {
     /// A request from a local client. Idempotent for a request already pending.
     pub fn submit(&mut self, now: Time, request: Request) -> Result<(), SubmitError> {
         self.now = now;
-        if request.wire_size() > self.config.batch_max_bytes {
-            return Err(SubmitError::TooLarge { size: request.wire_size(), limit: self.config.batch_max_bytes });
+        if request.origin != self.config.id {
+            return Err(SubmitError::NotOwnOrigin { origin: request.origin, id: self.config.id });
+        }
+        if request.wire_size() > self.config.max_request_bytes {
+            return Err(SubmitError::TooLarge { size: request.wire_size(), limit: self.config.max_request_bytes });
         }
         if self.is_delivered(&request.key()) {
             return Err(SubmitError::AlreadyDelivered);
@@ -255,8 +340,8 @@ impl Replica {
         if self.awaited.contains_key(&request.key()) {
             return Ok(());
         }
-        if self.awaited.len() >= self.config.max_pending_requests {
-            return Err(SubmitError::QueueFull { pending: self.awaited.len() });
+        if self.own_pending >= self.config.max_pending_requests {
+            return Err(SubmitError::QueueFull { pending: self.own_pending });
         }
         self.learn_request(request, true);
         self.after_step();
@@ -274,7 +359,7 @@ impl Replica {
             return;
         }
         match message {
-            Message::Request { request, .. } => self.on_request(request),
+            Message::Request { request, .. } => self.on_request(from, request),
             Message::PrePrepare { view, seq, proposal, .. } => self.on_pre_prepare(from, view, seq, proposal),
             Message::Prepare { view, seq, digest, .. } => self.on_prepare(from, view, seq, digest),
             Message::Commit { view, seq, digest, .. } => self.on_commit(from, view, seq, digest),
@@ -350,12 +435,19 @@ impl Replica {
     fn learn_request(&mut self, request: Request, own: bool) {
         let key = request.key();
         debug_assert!(!self.awaited.contains_key(&key));
+        if own {
+            self.own_pending += 1;
+        } else {
+            *self.relayed_bytes.entry(key.origin).or_default() += charge(&request);
+        }
         self.awaited.insert(key, Awaited { request: request.clone(), since: self.now, own });
         if self.is_primary() {
             if !self.view_changing {
                 self.push_fresh(key, request.wire_size());
             }
-        } else if !self.view_changing {
+        } else if own && !self.view_changing {
+            // Only the origin relays its requests: a relayed request names its sender as origin,
+            // so nobody can submit (or burn the numbers of) another replica's clients.
             let primary = self.primary();
             self.send(primary, Message::Request { sender: self.config.id, request });
         }
@@ -366,16 +458,51 @@ impl Replica {
         }
     }
 
-    fn on_request(&mut self, request: Request) {
+    fn forget_request(&mut self, key: &RequestKey) -> bool {
+        let Some(awaited) = self.awaited.remove(key) else { return false };
+        if awaited.own {
+            self.own_pending -= 1;
+        } else if let Some(bytes) = self.relayed_bytes.get_mut(&key.origin) {
+            *bytes -= charge(&awaited.request);
+            if *bytes == 0 {
+                self.relayed_bytes.remove(&key.origin);
+            }
+        }
+        true
+    }
+
+    fn on_request(&mut self, from: ReplicaId, request: Request) {
+        if request.origin != from {
+            self.blame(from, "relayed a request of another origin");
+            return;
+        }
+        if request.wire_size() > self.config.max_request_bytes {
+            self.blame(from, "request larger than max_request_bytes");
+            return;
+        }
         let key = request.key();
-        if request.wire_size() > self.config.batch_max_bytes
-            || self.is_delivered(&key)
-            || self.awaited.contains_key(&key)
-            || self.awaited.len() >= self.config.max_pending_requests
-        {
+        if self.is_delivered(&key) || self.awaited.contains_key(&key) {
+            return;
+        }
+        let held = self.relayed_bytes.get(&from).copied().unwrap_or(0);
+        if held.saturating_add(charge(&request)) > self.config.max_pending_bytes_per_origin {
+            // Over this origin's budget: dropped, not blamed (an honest origin under load gets
+            // here too); it retransmits its requests every interval.
             return;
         }
         self.learn_request(request, false);
+    }
+
+    /// A request whose number jumps too far above its client's highest delivered one is not
+    /// delivered (see [`Config::max_number_jump`]).
+    fn number_jump_too_far(&self, key: &RequestKey) -> bool {
+        let high = self.clients.get(&(key.origin, key.client)).map_or(0, |record| record.high);
+        key.number > high.saturating_add(self.config.max_number_jump)
+    }
+
+    /// Clients remembered per origin: an equal share of `max_clients`.
+    fn clients_per_origin_cap(&self) -> usize {
+        (self.config.max_clients / usize::from(self.config.n.max(1))).max(1)
     }
 
     fn is_delivered(&self, key: &RequestKey) -> bool {
@@ -397,7 +524,7 @@ impl Replica {
         let client = (key.origin, key.client);
         let record = match self.clients.get(&client) {
             Some(record) => {
-                self.clients_by_age.remove(&(record.last_seq, key.origin, key.client));
+                self.clients_by_age.remove(&(key.origin, record.last_seq, key.client));
                 let mut record = *record;
                 if key.number > record.high {
                     let shift = key.number - record.high;
@@ -410,13 +537,26 @@ impl Replica {
                 record.last_seq = seq;
                 record
             }
-            None => ClientRecord { high: key.number, mask: 1, last_seq: seq },
+            None => {
+                *self.clients_per_origin.entry(key.origin).or_default() += 1;
+                ClientRecord { high: key.number, mask: 1, last_seq: seq }
+            }
         };
         self.clients.insert(client, record);
-        self.clients_by_age.insert((seq, key.origin, key.client));
-        while self.clients.len() > self.config.max_clients {
-            let Some((_, origin, client)) = self.clients_by_age.pop_first() else { break };
+        self.clients_by_age.insert((key.origin, seq, key.client));
+        let cap = self.clients_per_origin_cap();
+        // Bounded: each pass forgets one pair of this origin.
+        while self.clients_per_origin.get(&key.origin).is_some_and(|count| *count > cap) {
+            let Some((origin, oldest, client)) =
+                self.clients_by_age.range((key.origin, 0, 0)..=(key.origin, u64::MAX, u64::MAX)).next().copied()
+            else {
+                break;
+            };
+            self.clients_by_age.remove(&(origin, oldest, client));
             self.clients.remove(&(origin, client));
+            if let Some(count) = self.clients_per_origin.get_mut(&origin) {
+                *count -= 1;
+            }
         }
         true
     }
@@ -530,6 +670,10 @@ impl Replica {
         }
         if from != self.primary() {
             self.blame(from, "pre-prepare from a backup");
+            return;
+        }
+        if !self.proposal_fits(&proposal) {
+            self.blame(from, "proposal over the batch limits");
             return;
         }
         let digest = proposal.digest(seq);
@@ -705,8 +849,11 @@ impl Replica {
         let mut progressed = false;
         for request in &proposal.requests {
             let key = request.key();
-            if self.awaited.remove(&key).is_some() {
+            if self.forget_request(&key) {
                 progressed = true;
+            }
+            if self.number_jump_too_far(&key) {
+                continue;
             }
             if self.mark_delivered(&key, seq) {
                 requests.push(request.clone());
@@ -862,43 +1009,56 @@ impl Replica {
             return;
         }
         let old = Time(self.now.0.saturating_sub(duration_us(self.config.retransmit_interval)));
-        let stale: Vec<(Request, bool)> = self
+        // Own requests only, to everyone: backups then know them too and suspect a primary that
+        // does not order them. Others' requests are never relayed (their origin retransmits).
+        let stale: Vec<Request> = self
             .awaited
             .values()
-            .filter(|awaited| awaited.since <= old)
+            .filter(|awaited| awaited.own && awaited.since <= old)
             .take(self.config.batch_max_requests)
-            .map(|awaited| (awaited.request.clone(), awaited.own))
+            .map(|awaited| awaited.request.clone())
             .collect();
-        let primary = self.primary();
-        for (request, own) in stale {
-            let message = Message::Request { sender: self.config.id, request };
-            if own {
-                self.broadcast(message);
-            } else if !self.view_changing {
-                self.send(primary, message);
-            }
+        for request in stale {
+            self.broadcast(Message::Request { sender: self.config.id, request });
         }
     }
 
     fn on_status(&mut self, from: ReplicaId, report: StatusReport) {
-        if report.last_delivered < self.last_delivered {
+        // What a status report makes us send is rate-limited per peer: at most one answer per
+        // half retransmit interval (honest peers report once per interval), bounded in bytes.
+        let half = std::time::Duration::from_micros(duration_us(self.config.retransmit_interval) / 2);
+        let may_answer = self.last_push.get(&from).is_none_or(|last| last.plus(half) <= self.now);
+        let mut answered = false;
+        if may_answer && report.last_delivered < self.last_delivered {
             let first = report.last_delivered + 1;
             let last = self.last_delivered.min(report.last_delivered.saturating_add(PUSH_BURST));
-            let pushes: Vec<Message> = self
-                .retained
-                .range(first..=last)
-                .map(|(seq, proposal)| Message::Committed { sender: self.config.id, seq: *seq, proposal: proposal.clone() })
-                .collect();
+            let budget = self.config.batch_max_bytes.saturating_mul(PUSH_BATCHES_OF_BYTES);
+            let mut bytes = 0usize;
+            let mut pushes = Vec::new();
+            for (seq, proposal) in self.retained.range(first..=last) {
+                let size = proposal_bytes(proposal);
+                if !pushes.is_empty() && bytes.saturating_add(size) > budget {
+                    break;
+                }
+                bytes = bytes.saturating_add(size);
+                pushes.push(Message::Committed { sender: self.config.id, seq: *seq, proposal: proposal.clone() });
+            }
+            answered |= !pushes.is_empty();
             for message in pushes {
                 self.send(from, message);
             }
         }
-        if !self.view_changing
+        if may_answer
+            && !self.view_changing
             && (report.view < self.view || (report.view == self.view && report.view_changing))
         {
             if let Some(new_view) = self.current_new_view.clone() {
+                answered = true;
                 self.send(from, Message::NewView { sender: self.config.id, new_view });
             }
+        }
+        if answered {
+            self.last_push.insert(from, self.now);
         }
         self.peer_status.insert(from, report);
         self.check_state_transfer();
@@ -923,6 +1083,10 @@ impl Replica {
     }
 
     fn on_committed(&mut self, from: ReplicaId, seq: u64, proposal: Proposal) {
+        if !self.proposal_fits(&proposal) {
+            self.blame(from, "committed batch over the batch limits");
+            return;
+        }
         if seq <= self.last_delivered || seq > self.last_delivered.saturating_add(self.config.watermark_window) {
             return;
         }
@@ -1049,10 +1213,14 @@ impl Replica {
         let low = view_change.stable.seq;
         let interval = self.config.checkpoint_interval;
         let checkpoints_ok = view_change.checkpoints.iter().all(|c| c.seq > low && c.seq % interval == 0);
-        let prepared_ok = view_change.prepared.iter().all(|e| e.seq > low && e.view < view_change.view)
+        // Honest replicas report at most four windows above their stable checkpoint.
+        let top = low.saturating_add(self.config.watermark_window.saturating_mul(4));
+        let prepared_ok = view_change
+            .prepared
+            .iter()
+            .all(|e| e.seq > low && e.seq <= top && e.view < view_change.view && self.proposal_fits(&e.proposal))
             && view_change.prepared.windows(2).all(|pair| pair[0].seq < pair[1].seq);
-        let pre_prepared_ok =
-            view_change.pre_prepared.iter().all(|e| e.seq > low && e.view < view_change.view);
+        let pre_prepared_ok = view_change.pre_prepared.iter().all(|e| e.seq > low && e.seq <= top && e.view < view_change.view);
         view_change.view > 0
             && low % interval == 0
             && view_change.checkpoints.len() <= self.max_checkpoint_claims()
@@ -1148,22 +1316,13 @@ impl Replica {
         }
     }
 
-    fn view_change_set(&self) -> Vec<&ViewChange> {
-        self.view_changes.values().filter(|(vc, _)| vc.view == self.view).map(|(vc, _)| vc).collect()
-    }
-
     fn try_new_view(&mut self) {
-        let set = self.view_change_set();
-        if !set.iter().any(|vc| vc.sender == self.config.id) {
-            return;
-        }
-        let Some((checkpoint, proposals)) = decide(&self.config, &set) else { return };
-        let view_changes = self
-            .view_changes
-            .iter()
-            .filter(|(_, (vc, _))| vc.view == self.view)
-            .map(|((sender, _), (_, digest))| (*sender, *digest))
-            .collect();
+        let held: Vec<(&ViewChange, Digest)> =
+            self.view_changes.values().filter(|(vc, _)| vc.view == self.view).map(|(vc, d)| (vc, *d)).collect();
+        let Some(own) = held.iter().position(|(vc, _)| vc.sender == self.config.id) else { return };
+        let set: Vec<&ViewChange> = held.iter().map(|(vc, _)| *vc).collect();
+        let Some((used, (checkpoint, proposals))) = search(&self.config, &set, own) else { return };
+        let view_changes = used.iter().map(|i| (held[*i].0.sender, held[*i].1)).collect();
         let new_view = NewView { view: self.view, view_changes, checkpoint, proposals };
         self.broadcast(Message::NewView { sender: self.config.id, new_view: new_view.clone() });
         self.install_new_view(new_view);
@@ -1179,6 +1338,15 @@ impl Replica {
             && new_view.view_changes.windows(2).all(|pair| pair[0].0 < pair[1].0)
             && new_view.proposals.iter().all(|(seq, _)| *seq > low && *seq <= high)
             && new_view.proposals.windows(2).all(|pair| pair[0].0 < pair[1].0)
+            && new_view.proposals.iter().all(|(_, proposal)| self.proposal_fits(proposal))
+    }
+
+    /// Within what an honest primary proposes: a batch's count and byte limits, each request
+    /// within `max_request_bytes`. Bounds what a peer can make us hold per sequence number.
+    fn proposal_fits(&self, proposal: &Proposal) -> bool {
+        proposal.requests.len() <= self.config.batch_max_requests
+            && proposal.requests.iter().all(|r| r.wire_size() <= self.config.max_request_bytes)
+            && proposal_bytes(proposal) <= self.config.batch_max_bytes.saturating_add(16)
     }
 
     fn on_new_view(&mut self, from: ReplicaId, new_view: NewView) {
@@ -1289,7 +1457,7 @@ impl Replica {
             return;
         }
         let primary = self.primary();
-        let requests: Vec<Request> = self.awaited.values().map(|a| a.request.clone()).collect();
+        let requests: Vec<Request> = self.awaited.values().filter(|a| a.own).map(|a| a.request.clone()).collect();
         for request in requests {
             self.send(primary, Message::Request { sender: self.config.id, request });
         }
@@ -1320,7 +1488,7 @@ impl Replica {
         self.try_deliver();
         self.try_propose();
         self.try_deliver();
-        if self.fresh.len() > self.config.max_pending_requests.saturating_mul(2) {
+        if self.fresh.len() > self.awaited.len().max(self.config.max_pending_requests).saturating_mul(2) {
             let awaited = &self.awaited;
             self.fresh.retain(|(key, _)| awaited.contains_key(key));
             self.fresh_bytes = self.fresh.iter().map(|(_, size)| size).sum();
@@ -1329,7 +1497,10 @@ impl Replica {
     }
 
     fn check_invariants(&self) {
-        debug_assert!(self.awaited.len() <= self.config.max_pending_requests);
+        debug_assert!(self.own_pending <= self.config.max_pending_requests);
+        debug_assert_eq!(self.own_pending, self.awaited.values().filter(|a| a.own).count());
+        debug_assert!(self.relayed_bytes.values().all(|b| *b <= self.config.max_pending_bytes_per_origin));
+        debug_assert!(self.clients_per_origin.values().all(|c| *c <= self.clients_per_origin_cap()));
         debug_assert_eq!(self.fresh_bytes, self.fresh.iter().map(|(_, size)| size).sum::<usize>());
         debug_assert!(self.view_changes.len() <= usize::from(self.config.n) * VIEW_CHANGES_PER_PEER);
         debug_assert!(self.relayed_new_views.len() <= usize::from(self.config.n));
@@ -1348,6 +1519,38 @@ impl Replica {
         debug_assert!(self.slots.get(&(self.last_delivered + 1)).is_none_or(|slot| slot.committed.is_none()));
         debug_assert!(!self.is_primary() || self.view_changing || self.next_seq > self.last_delivered.min(self.stable.seq));
     }
+}
+
+/// Bytes a pending request is charged against its origin's budget.
+fn charge(request: &Request) -> usize {
+    request.wire_size().saturating_add(REQUEST_OVERHEAD)
+}
+
+/// Bytes a proposal occupies, as accounted by [`Replica::held_bytes`].
+fn proposal_bytes(proposal: &Proposal) -> usize {
+    proposal.requests.iter().map(Request::wire_size).fold(16usize, usize::saturating_add)
+}
+
+/// Fixed charge of a view change or new view, and of each of its entries (beyond proposals).
+const VIEW_CHANGE_FIXED: usize = 256;
+const ENTRY_FIXED: usize = 64;
+
+fn view_change_bytes(view_change: &ViewChange) -> usize {
+    let entries = view_change.checkpoints.len() + view_change.pre_prepared.len() + view_change.prepared.len();
+    view_change
+        .prepared
+        .iter()
+        .map(|e| proposal_bytes(&e.proposal))
+        .fold(VIEW_CHANGE_FIXED.saturating_add(entries.saturating_mul(ENTRY_FIXED)), usize::saturating_add)
+}
+
+fn new_view_bytes(new_view: &NewView) -> usize {
+    let entries = new_view.view_changes.len() + new_view.proposals.len();
+    new_view
+        .proposals
+        .iter()
+        .map(|(_, p)| proposal_bytes(p))
+        .fold(VIEW_CHANGE_FIXED.saturating_add(entries.saturating_mul(ENTRY_FIXED)), usize::saturating_add)
 }
 
 /// One link of the log hash chain.

@@ -48,6 +48,9 @@ pub struct Request {
 /// How far below a client's highest delivered number requests are still tracked individually.
 pub const DEDUP_WINDOW: u64 = 128;
 
+/// Bytes a pending request is charged beyond its [`Request::wire_size`] (bookkeeping).
+pub const REQUEST_OVERHEAD: usize = 128;
+
 /// The key that deduplicates a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RequestKey {
@@ -144,12 +147,26 @@ pub struct Config {
     pub max_message_bytes: usize,
     /// Committed batches kept below the stable checkpoint to serve lagging replicas.
     pub retained_batches: u64,
-    /// Bound on requests known but not yet delivered (own and relayed).
+    /// Bound on this replica's own requests (submitted by its clients) not yet delivered.
     pub max_pending_requests: usize,
+    /// Byte budget for another origin's requests held here until delivered (each counted as its
+    /// [`Request::wire_size`] plus [`REQUEST_OVERHEAD`]); requests beyond it are dropped, and the
+    /// origin retransmits. Caps what one peer can make this replica hold in pending requests.
+    pub max_pending_bytes_per_origin: usize,
+    /// Largest request accepted, as [`Request::wire_size`]: what the application can execute
+    /// (a 64 KiB DNS message plus its envelope). At most `batch_max_bytes`.
+    pub max_request_bytes: usize,
+    /// A request whose number is more than this above its client's highest delivered number (or
+    /// above this for a client with none) is not delivered (decided at delivery, so on every
+    /// replica alike): a forged huge number cannot make a client's later numbers look delivered
+    /// in one step. Gateways number their requests consecutively.
+    pub max_number_jump: u64,
     /// Period of status broadcasts and retransmissions (the network may lose messages).
     pub retransmit_interval: Duration,
-    /// Bound on the number of `(origin, client)` pairs remembered for deduplication; the pair
-    /// delivered longest ago is forgotten first (deterministically, on every replica alike).
+    /// Bound on the number of `(origin, client)` pairs remembered for deduplication, shared
+    /// equally among origins (`max_clients / n` each, at least one): when an origin exceeds its
+    /// share, its pair delivered longest ago is forgotten (deterministically, on every replica
+    /// alike), so one origin's clients can never evict another's.
     pub max_clients: usize,
 }
 
@@ -171,6 +188,9 @@ impl Config {
             max_message_bytes: 64 * 1024 * 1024,
             retained_batches: 1024,
             max_pending_requests: 100_000,
+            max_pending_bytes_per_origin: 16 * 1024 * 1024,
+            max_request_bytes: 64 * 1024 + 1024,
+            max_number_jump: 1 << 32,
             retransmit_interval: Duration::from_millis(500),
             max_clients: 1_000_000,
         }
@@ -199,8 +219,17 @@ impl Config {
         if self.batch_max_requests == 0 || self.batch_max_bytes == 0 {
             return Err(ConfigError::ZeroBound("batch_max_requests/batch_max_bytes"));
         }
-        if self.max_pending_requests == 0 || self.max_clients == 0 {
-            return Err(ConfigError::ZeroBound("max_pending_requests/max_clients"));
+        if self.max_pending_requests == 0 || self.max_clients == 0 || self.max_number_jump == 0 {
+            return Err(ConfigError::ZeroBound("max_pending_requests/max_clients/max_number_jump"));
+        }
+        if self.max_request_bytes < 24 || self.max_request_bytes > self.batch_max_bytes {
+            return Err(ConfigError::BadRequestLimit {
+                max_request_bytes: self.max_request_bytes,
+                batch_max_bytes: self.batch_max_bytes,
+            });
+        }
+        if self.max_pending_bytes_per_origin < self.max_request_bytes + REQUEST_OVERHEAD {
+            return Err(ConfigError::ZeroBound("max_pending_bytes_per_origin (at least one request)"));
         }
         if self.max_message_bytes < 1024 {
             return Err(ConfigError::ZeroBound("max_message_bytes (at least 1024)"));
@@ -268,6 +297,8 @@ pub enum ConfigError {
     BadWindow { checkpoint_interval: u64, watermark_window: u64 },
     #[error("{0} must be positive")]
     ZeroBound(&'static str),
+    #[error("max_request_bytes {max_request_bytes} must be in 24..=batch_max_bytes ({batch_max_bytes})")]
+    BadRequestLimit { max_request_bytes: usize, batch_max_bytes: usize },
 }
 
 /// Why [`crate::Replica::submit`] refused a request (back-pressure or the caller's mistake).
@@ -280,6 +311,8 @@ pub enum SubmitError {
     TooLarge { size: usize, limit: usize },
     #[error("request was already delivered")]
     AlreadyDelivered,
+    #[error("request names origin {origin}, not this replica {id}")]
+    NotOwnOrigin { origin: ReplicaId, id: ReplicaId },
 }
 
 /// Why [`crate::Replica::checkpoint`] refused a state digest (the caller's mistake).

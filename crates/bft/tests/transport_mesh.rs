@@ -339,6 +339,28 @@ async fn full_send_queue_drops_oldest_and_counts() {
     mesh.shutdown().await;
 }
 
+#[tokio::test]
+async fn send_queue_is_bounded_in_bytes() {
+    let ca = generate_ca("queue-bytes-test").unwrap();
+    let listener = bind_local().await;
+    let addr = listener.local_addr().unwrap();
+    let mut cfg = config(&ca, 0, addr, vec![(1, "127.0.0.1:9".parse().unwrap())]);
+    cfg.max_frame_bytes = 1000;
+    cfg.queue_bytes = 2500;
+    let mesh = Mesh::start_with_listener(cfg, listener).await.unwrap();
+    // Frames of 1000 bytes: only two fit in 2500 bytes, whatever the frame bound (4096).
+    for i in 0..5u8 {
+        mesh.sender().send(1, CHANNEL_ORDERING, Bytes::from(vec![i; 1000])).unwrap();
+    }
+    let status = &mesh.peer_status()[0];
+    assert_eq!((status.frames_queued, status.bytes_queued, status.frames_dropped), (2, 2000, 3));
+    // A small frame still fits beside them without dropping anything.
+    mesh.sender().send(1, CHANNEL_ORDERING, Bytes::from(vec![9; 400])).unwrap();
+    let status = &mesh.peer_status()[0];
+    assert_eq!((status.frames_queued, status.bytes_queued, status.frames_dropped), (3, 2400, 3));
+    mesh.shutdown().await;
+}
+
 #[test]
 fn config_errors_name_the_field() {
     let ca = generate_ca("config-test").unwrap();
@@ -356,6 +378,9 @@ fn config_errors_name_the_field() {
     let mut c = base.clone();
     c.queue_frames = 0;
     assert_eq!(field_of(c), "queue_frames");
+    let mut c = base.clone();
+    c.queue_bytes = c.max_frame_bytes - 1;
+    assert_eq!(field_of(c), "queue_bytes");
     let mut c = base.clone();
     c.backoff_max = Duration::from_millis(1);
     assert_eq!(field_of(c), "backoff_max");

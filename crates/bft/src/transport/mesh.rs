@@ -27,8 +27,10 @@
 //! [`CHANNEL_SIGNING`] (threshold RSA); [`CHANNEL_KEEPALIVE`] is reserved.
 //!
 //! # Loss
-//! Each peer has a bounded send queue; when it is full the *oldest* frame is dropped and counted
-//! (newer protocol messages supersede older ones, and the protocols above retransmit). A
+//! Each peer has a send queue bounded in frames and in bytes (`queue_frames`, `queue_bytes`), so a
+//! peer that stops reading costs at most `queue_bytes` of memory however large the frames are;
+//! when a bound would be exceeded the *oldest* frames are dropped and counted (newer protocol
+//! messages supersede older ones, and the protocols above retransmit). A
 //! subscriber whose queue is full holds up its connection's reader (flow control back to the
 //! sender) for up to one second per frame; after that the frame is dropped and counted, so a
 //! stuck subscriber cannot stall the other channels forever. Frames queued while a peer is unreachable are sent once it is
@@ -87,6 +89,8 @@ pub struct MeshConfig {
     pub max_frame_bytes: usize,
     /// Bound on each peer's send queue and on each subscriber's receive queue, in frames.
     pub queue_frames: usize,
+    /// Bound on the payload bytes queued for one peer (at least `max_frame_bytes`).
+    pub queue_bytes: usize,
     /// First reconnect delay; doubles per failed attempt up to `backoff_max` (with jitter).
     pub backoff_min: Duration,
     pub backoff_max: Duration,
@@ -105,13 +109,14 @@ impl std::fmt::Debug for MeshConfig {
             .field("peers", &self.peers)
             .field("max_frame_bytes", &self.max_frame_bytes)
             .field("queue_frames", &self.queue_frames)
+            .field("queue_bytes", &self.queue_bytes)
             .field("key_pem", &"<redacted>")
             .finish_non_exhaustive()
     }
 }
 
 impl MeshConfig {
-    /// A configuration with defaults: 4 MiB frames, 4096-frame queues, backoff 50 ms to 5 s,
+    /// A configuration with defaults: 4 MiB frames, 4096-frame and 64 MiB queues, backoff 50 ms to 5 s,
     /// 5 s handshake timeout, 10 s keepalive.
     pub fn new(
         id: u16,
@@ -130,6 +135,7 @@ impl MeshConfig {
             key_pem,
             max_frame_bytes: 4 * 1024 * 1024,
             queue_frames: 4096,
+            queue_bytes: 64 * 1024 * 1024,
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
@@ -145,6 +151,9 @@ impl MeshConfig {
         }
         if self.queue_frames == 0 {
             return bad("queue_frames", "must be at least 1".into());
+        }
+        if self.queue_bytes < self.max_frame_bytes {
+            return bad("queue_bytes", "must be at least max_frame_bytes".into());
         }
         if self.backoff_min.is_zero() {
             return bad("backoff_min", "must be positive".into());
@@ -201,6 +210,8 @@ pub struct PeerStatus {
     /// Frames dropped from the full send queue.
     pub frames_dropped: u64,
     pub frames_queued: usize,
+    /// Payload bytes in the send queue.
+    pub bytes_queued: usize,
     pub frames_received: u64,
     /// Received frames dropped because their channel had no subscriber or a full one.
     pub frames_received_dropped: u64,
@@ -213,7 +224,7 @@ pub struct PeerStatus {
 struct Peer {
     id: u16,
     addr: SocketAddr,
-    queue: Mutex<VecDeque<(u8, Bytes)>>,
+    queue: Mutex<SendQueue>,
     queued: Notify,
     connected: AtomicBool,
     incoming_connected: AtomicBool,
@@ -235,10 +246,18 @@ impl Peer {
     }
 }
 
+/// Frames waiting for a peer's writer, with their payload bytes counted.
+#[derive(Default)]
+struct SendQueue {
+    frames: VecDeque<(u8, Bytes)>,
+    bytes: usize,
+}
+
 struct Shared {
     id: u16,
     max_frame_bytes: usize,
     queue_frames: usize,
+    queue_bytes: usize,
     keepalive: Option<Duration>,
     peers: HashMap<u16, Arc<Peer>>,
     subscribers: RwLock<HashMap<u8, mpsc::Sender<(u16, Bytes)>>>,
@@ -284,7 +303,7 @@ impl Mesh {
                 let peer = Peer {
                     id,
                     addr,
-                    queue: Mutex::new(VecDeque::new()),
+                    queue: Mutex::new(SendQueue::default()),
                     queued: Notify::new(),
                     connected: AtomicBool::new(false),
                     incoming_connected: AtomicBool::new(false),
@@ -303,6 +322,7 @@ impl Mesh {
             id: cfg.id,
             max_frame_bytes: cfg.max_frame_bytes,
             queue_frames: cfg.queue_frames,
+            queue_bytes: cfg.queue_bytes,
             keepalive: cfg.keepalive,
             peers,
             subscribers: RwLock::new(HashMap::new()),
@@ -371,7 +391,8 @@ impl Mesh {
                 incoming_connected: p.incoming_connected.load(Ordering::Relaxed),
                 frames_sent: p.frames_sent.load(Ordering::Relaxed),
                 frames_dropped: p.frames_dropped.load(Ordering::Relaxed),
-                frames_queued: p.queue.lock().map(|q| q.len()).unwrap_or(0),
+                frames_queued: p.queue.lock().map(|q| q.frames.len()).unwrap_or(0),
+                bytes_queued: p.queue.lock().map(|q| q.bytes).unwrap_or(0),
                 frames_received: p.frames_received.load(Ordering::Relaxed),
                 frames_received_dropped: p.frames_received_dropped.load(Ordering::Relaxed),
                 connects: p.connects.load(Ordering::Relaxed),
@@ -411,7 +432,7 @@ impl Drop for Mesh {
 
 impl MeshSender {
     /// Queues `payload` for replica `to` on `channel`. Returns once queued; a full queue drops
-    /// its oldest frame (see [`PeerStatus::frames_dropped`]).
+    /// its oldest frames (see [`PeerStatus::frames_dropped`]).
     pub fn send(&self, to: u16, channel: u8, payload: Bytes) -> Result<(), TransportError> {
         self.check(channel, &payload)?;
         let peer = self.shared.peers.get(&to).ok_or(TransportError::UnknownPeer(to))?;
@@ -458,11 +479,16 @@ impl MeshSender {
 
     fn enqueue(&self, peer: &Peer, channel: u8, payload: Bytes) {
         if let Ok(mut queue) = peer.queue.lock() {
-            if queue.len() >= self.shared.queue_frames {
-                queue.pop_front();
+            // Bounded: each pass removes one frame; `check` kept the new one within queue_bytes.
+            while queue.frames.len() >= self.shared.queue_frames
+                || queue.bytes.saturating_add(payload.len()) > self.shared.queue_bytes
+            {
+                let Some((_, old)) = queue.frames.pop_front() else { break };
+                queue.bytes -= old.len();
                 peer.frames_dropped.fetch_add(1, Ordering::Relaxed);
             }
-            queue.push_back((channel, payload));
+            queue.bytes += payload.len();
+            queue.frames.push_back((channel, payload));
         }
         peer.queued.notify_one();
     }
@@ -647,7 +673,10 @@ async fn run_writer<S: AsyncRead + AsyncWrite + Unpin>(
     let keepalive = shared.keepalive.unwrap_or(Duration::from_secs(86_400));
     loop {
         let frames: Vec<(u8, Bytes)> = match peer.queue.lock() {
-            Ok(mut queue) => queue.drain(..).collect(),
+            Ok(mut queue) => {
+                queue.bytes = 0;
+                queue.frames.drain(..).collect()
+            }
             Err(_) => return Err("send queue poisoned".into()),
         };
         if !frames.is_empty() {

@@ -14,15 +14,23 @@ pub enum Behaviour {
     Impersonator,
     Replayer,
     Twins,
+    Poisoner,
+    ForgedRelays,
+    Flooder,
+    StatusSpammer,
 }
 
-pub const ALL: [Behaviour; 6] = [
+pub const ALL: [Behaviour; 10] = [
     Behaviour::Equivocator,
     Behaviour::Nuller,
     Behaviour::Conflicter,
     Behaviour::Impersonator,
     Behaviour::Replayer,
     Behaviour::Twins,
+    Behaviour::Poisoner,
+    Behaviour::ForgedRelays,
+    Behaviour::Flooder,
+    Behaviour::StatusSpammer,
 ];
 
 /// Rewrites one outgoing message addressed to `to`; returns what is really sent.
@@ -42,6 +50,10 @@ pub fn rewrite(
         Behaviour::Impersonator => impersonator::rewrite(rng, me, n, to, message),
         Behaviour::Replayer => replayer::rewrite(state, rng, n, me, to, message),
         Behaviour::Twins => vec![(to, message)],
+        Behaviour::Poisoner => poisoner::rewrite(me, n, to, message),
+        Behaviour::ForgedRelays => forged_relays::rewrite(state, rng, me, n, to, message),
+        Behaviour::Flooder => flooder::rewrite(state, rng, me, n, to, message),
+        Behaviour::StatusSpammer => status_spammer::rewrite(me, to, message),
     }
 }
 
@@ -49,6 +61,150 @@ pub fn rewrite(
 #[derive(Default)]
 pub struct ByzantineState {
     history: Vec<Message>,
+    /// Next made-up request number.
+    counter: u64,
+}
+
+/// View-change poisoner: silent as primary (no pre-prepares, no new views) and, in every view
+/// change it sends, claims a made-up request prepared far beyond its stable checkpoint's window
+/// (backed by a made-up checkpoint claim) and another at the first seq above it, so any set that
+/// contains its view change cannot decide.
+pub mod poisoner {
+    use bft::{CheckpointClaim, Message, PrePreparedEntry, PreparedEntry, Proposal, ReplicaId, Request, Time};
+
+    use crate::cluster::sim_config;
+
+    pub fn rewrite(me: ReplicaId, n: u16, to: ReplicaId, message: Message) -> Vec<(ReplicaId, Message)> {
+        match message {
+            Message::PrePrepare { .. } | Message::NewView { .. } => Vec::new(),
+            Message::ViewChange(mut vc) => {
+                let config = sim_config(n, me);
+                let (window, interval) = (config.watermark_window, config.checkpoint_interval);
+                let low = vc.stable.seq;
+                let view = vc.view - 1;
+                let fake = |seq: u64| Proposal {
+                    time: Time(1),
+                    requests: vec![Request { origin: me, client: 77, number: seq, payload: vec![0xee; 8] }],
+                };
+                // Far ahead: above any checkpoint a quorum could choose, within the 4L an honest
+                // view change may report (so it is not refused as malformed).
+                let far = low + 3 * window + 1;
+                let near = low + 1;
+                vc.prepared.retain(|e| e.seq > near && e.seq < far);
+                vc.prepared.insert(0, PreparedEntry { seq: near, view, proposal: fake(near) });
+                vc.prepared.push(PreparedEntry { seq: far, view, proposal: fake(far) });
+                for seq in [near, far] {
+                    vc.pre_prepared.push(PrePreparedEntry { seq, view, digest: fake(seq).digest(seq) });
+                }
+                let backing = (far - window) / interval * interval;
+                vc.checkpoints.retain(|c| c.seq < backing);
+                vc.checkpoints.push(CheckpointClaim { seq: backing, time: Time(2), log_digest: [0xee; 32], state_digest: [0xee; 32] });
+                let max = usize::try_from(window / interval).unwrap_or(usize::MAX) + 1;
+                let skip = vc.checkpoints.len().saturating_sub(max);
+                vc.checkpoints.drain(..skip);
+                vec![(to, Message::ViewChange(vc))]
+            }
+            other => vec![(to, other)],
+        }
+    }
+}
+
+/// Forged relays: besides its honest traffic, relays requests naming another replica as origin
+/// with huge numbers (u64::MAX and jumps), and its own requests with such numbers. Honest
+/// replicas must refuse and blame the former and never deliver the latter.
+pub mod forged_relays {
+    use bft::{Message, ReplicaId, Request};
+
+    use super::ByzantineState;
+    use crate::cluster::SimRng;
+
+    pub fn rewrite(
+        state: &mut ByzantineState,
+        rng: &mut SimRng,
+        me: ReplicaId,
+        n: u16,
+        to: ReplicaId,
+        message: Message,
+    ) -> Vec<(ReplicaId, Message)> {
+        let mut out = vec![(to, message)];
+        if rng.chance(0.3) {
+            state.counter += 1;
+            let victim = ((u64::from(me) + 1 + rng.below(u64::from(n - 1))) % u64::from(n)) as ReplicaId;
+            let number = if rng.chance(0.5) { u64::MAX } else { (1 << 40) + state.counter };
+            let client = rng.below(3);
+            let forged = Request { origin: victim, client, number, payload: vec![0xf0; 8] };
+            out.push((to, Message::Request { sender: me, request: forged }));
+            let own = Request { origin: me, client, number, payload: vec![0xf1; 8] };
+            out.push((to, Message::Request { sender: me, request: own }));
+        }
+        out
+    }
+}
+
+/// Peer flooder: with every message, also sends requests of its own at the size limit from ever
+/// new clients, committed batches at the batch limit for seqs just ahead of the receiver, and
+/// now and then an oversized request. Honest replicas must hold no more than their byte budgets.
+pub mod flooder {
+    use bft::{Message, Proposal, ReplicaId, Request, Time};
+
+    use super::ByzantineState;
+    use crate::cluster::{sim_config, SimRng};
+
+    pub fn rewrite(
+        state: &mut ByzantineState,
+        rng: &mut SimRng,
+        me: ReplicaId,
+        n: u16,
+        to: ReplicaId,
+        message: Message,
+    ) -> Vec<(ReplicaId, Message)> {
+        let config = sim_config(n, me);
+        let seq_hint = match &message {
+            Message::PrePrepare { seq, .. } | Message::Prepare { seq, .. } | Message::Commit { seq, .. } => Some(*seq),
+            Message::Status(report) => Some(report.last_delivered),
+            _ => None,
+        };
+        let mut out = vec![(to, message)];
+        for _ in 0..2 {
+            state.counter += 1;
+            let payload = vec![0xf2; config.max_request_bytes - 24];
+            let request = Request { origin: me, client: 1_000 + state.counter, number: 1, payload };
+            out.push((to, Message::Request { sender: me, request }));
+        }
+        if rng.chance(0.05) {
+            state.counter += 1;
+            let payload = vec![0xf3; config.max_request_bytes - 23];
+            let request = Request { origin: me, client: 7, number: state.counter, payload };
+            out.push((to, Message::Request { sender: me, request }));
+        }
+        if let Some(seq) = seq_hint {
+            if rng.chance(0.5) {
+                let per = config.max_request_bytes;
+                let count = (config.batch_max_bytes - 16) / per;
+                let requests = (0..count)
+                    .map(|i| Request { origin: me, client: 9, number: i as u64 + 1, payload: vec![rng.next() as u8; per - 24] })
+                    .collect();
+                let ahead = seq + 1 + rng.below(config.watermark_window);
+                out.push((to, Message::Committed { sender: me, seq: ahead, proposal: Proposal { time: Time(3), requests } }));
+            }
+        }
+        out
+    }
+}
+
+/// Status spammer: with every message, also sends status reports claiming it delivered nothing
+/// and is changing views in view 0, asking everyone to push it batches and new views.
+pub mod status_spammer {
+    use bft::{Message, ReplicaId, StatusReport};
+
+    pub fn rewrite(me: ReplicaId, to: ReplicaId, message: Message) -> Vec<(ReplicaId, Message)> {
+        let mut out = vec![(to, message)];
+        let report = StatusReport { sender: me, view: 0, view_changing: true, last_delivered: 0, stable_seq: 0, oldest_retained: 1 };
+        for _ in 0..4 {
+            out.push((to, Message::Status(report)));
+        }
+        out
+    }
 }
 
 /// Equivocating primary: sends a different pre-prepare (other time, other request order) to odd-numbered backups.

@@ -72,6 +72,8 @@ pub struct Cluster {
     trace: u64,
     pub stats: Stats,
     failure: Option<Failure>,
+    /// In the liveness phase: the highest honest view at the last honest delivery.
+    view_at_progress: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -82,6 +84,23 @@ pub struct Stats {
     pub crashes: u64,
     pub state_losses: u64,
     pub partitions: u64,
+    /// Views the honest replicas went through in the liveness phase (highest view at its end
+    /// minus highest at its start).
+    pub liveness_views: u64,
+    /// Longest run of views without any honest delivery in the liveness phase (highest honest
+    /// view at a delivery minus the highest at the previous delivery, or at its start).
+    pub views_without_delivery: u64,
+    /// Highest accounted bytes held by an honest replica (sampled while a flooder runs).
+    pub peak_held_bytes: usize,
+}
+
+/// Most views in a row the honest replicas may go through without any of them delivering,
+/// after stabilisation. Measured (`view_histogram`): after the safety phase's partitions and
+/// crashes, replicas scattered over views with backed-off timers need up to 14 views for
+/// n = 4 and 41 for n = 7 to realign, whatever the Byzantine behaviour; the bound leaves
+/// margin. A stall (the old poisoning) also fails the delivery check at the end.
+pub fn liveness_view_bound(f: u16) -> u64 {
+    std::env::var("BFT_VIEW_BOUND").ok().and_then(|v| v.parse().ok()).unwrap_or(24 * (u64::from(f) + 1))
 }
 
 struct Node {
@@ -94,6 +113,10 @@ struct Node {
     amnesiac: bool,
     restart_at: Option<(u64, bool)>,
     clock_offset_us: u64,
+    /// Fresh `Replica`s started for this node (state losses), for per-incarnation bounds.
+    incarnations: u64,
+    /// Committed batches this node pushed to a status spammer.
+    pushed_to_spammer: u64,
 }
 
 /// The application a replica drives: a hash chain over delivered batches.
@@ -109,6 +132,10 @@ struct App {
 const START_US: u64 = 1_700_000_000_000_000;
 const SCRIPT_INTERVAL_US: u64 = 2_000;
 const CLOCK_SKEW_US: u64 = 10_000;
+/// Honest clients number from 1 and never get near it; forged relays use far larger numbers.
+pub const MAX_NUMBER_JUMP: u64 = 1 << 20;
+/// Held bytes are checked every this many script ticks while a flooder runs.
+const HELD_CHECK_TICKS: u64 = 25;
 
 pub fn sim_config(n: u16, id: ReplicaId) -> Config {
     let mut config = Config::new(n, id);
@@ -122,14 +149,26 @@ pub fn sim_config(n: u16, id: ReplicaId) -> Config {
     config.max_clock_skew = Duration::from_millis(100);
     config.retained_batches = 100_000;
     config.max_pending_requests = 4096;
+    // Small budgets, so the flooder reaches them within a run.
+    config.batch_max_bytes = 16 * 1024;
+    config.max_request_bytes = 4 * 1024;
+    config.max_pending_bytes_per_origin = 64 * 1024;
+    config.max_number_jump = MAX_NUMBER_JUMP;
     config
 }
 
 impl Cluster {
     pub fn new(n: u16, seed: u64) -> Cluster {
-        let mut rng = SimRng::new(seed ^ (u64::from(n) << 56));
+        Cluster::with_behaviour(n, seed, None)
+    }
+
+    /// With `forced`, exactly f replicas (chosen by the seed) behave that way; otherwise up to f
+    /// replicas get behaviours drawn from [`byzantine::ALL`].
+    pub fn with_behaviour(n: u16, seed: u64, forced: Option<Behaviour>) -> Cluster {
+        let salt = forced.map_or(0, |b| (b as u64 + 1) << 48);
+        let mut rng = SimRng::new(seed ^ (u64::from(n) << 56) ^ salt);
         let f = (n - 1) / 3;
-        let byzantine_count = rng.below(u64::from(f) + 1) as usize;
+        let byzantine_count = if forced.is_some() { usize::from(f) } else { rng.below(u64::from(f) + 1) as usize };
         let mut byzantine_ids = BTreeSet::new();
         while byzantine_ids.len() < byzantine_count {
             byzantine_ids.insert(rng.below(u64::from(n)) as ReplicaId);
@@ -138,7 +177,7 @@ impl Cluster {
         for id in 0..n {
             let behaviour = byzantine_ids
                 .contains(&id)
-                .then(|| byzantine::ALL[rng.below(byzantine::ALL.len() as u64) as usize]);
+                .then(|| forced.unwrap_or_else(|| byzantine::ALL[rng.below(byzantine::ALL.len() as u64) as usize]));
             let clock_offset_us = rng.below(CLOCK_SKEW_US);
             let now = Time(START_US + clock_offset_us);
             let copies = if behaviour == Some(Behaviour::Twins) { 2 } else { 1 };
@@ -152,6 +191,8 @@ impl Cluster {
                 amnesiac: false,
                 restart_at: None,
                 clock_offset_us,
+                incarnations: 1,
+                pushed_to_spammer: 0,
             });
         }
         let loss = [0.0, 0.01, 0.05, 0.1][rng.below(4) as usize];
@@ -177,6 +218,7 @@ impl Cluster {
             trace: 0xcbf2_9ce4_8422_2325,
             stats: Stats::default(),
             failure: None,
+            view_at_progress: None,
         }
     }
 
@@ -227,14 +269,79 @@ impl Cluster {
                 self.restart(id, lose);
             }
         }
+        let views_before = self.honest_max_view();
+        self.view_at_progress = Some(views_before);
         let liveness_end = self.now + liveness_us;
         self.drive(liveness_end, false);
         if let Some(failure) = self.failure.take() {
             return Err(failure);
         }
         self.check_liveness()?;
+        self.stats.liveness_views = self.honest_max_view() - views_before;
+        let bound = liveness_view_bound(self.f);
+        if self.stats.views_without_delivery > bound {
+            return Err(Failure::Liveness(format!(
+                "{} view changes in a row without a delivery after stabilisation (bound {bound})",
+                self.stats.views_without_delivery
+            )));
+        }
         self.check_blame()?;
+        self.check_held_bytes()?;
+        self.check_spammer_answers()?;
         Ok(self.stats.clone())
+    }
+
+    fn honest_max_view(&self) -> u64 {
+        (0..self.nodes.len())
+            .filter(|id| self.honest(*id))
+            .flat_map(|id| self.nodes[id].replicas.iter().map(|r| r.status().view))
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn has(&self, behaviour: Behaviour) -> bool {
+        self.nodes.iter().any(|node| node.behaviour == Some(behaviour))
+    }
+
+    /// Every honest replica holds no more than its documented bound (the flooder's target).
+    fn check_held_bytes(&mut self) -> Result<(), Failure> {
+        for id in 0..self.nodes.len() {
+            if !self.honest(id) {
+                continue;
+            }
+            for replica in &self.nodes[id].replicas {
+                let (held, bound) = (replica.held_bytes(), replica.held_bytes_bound());
+                self.stats.peak_held_bytes = self.stats.peak_held_bytes.max(held);
+                if held > bound {
+                    return Err(Failure::Safety(format!("replica {id} holds {held} bytes, above its bound {bound}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A status spammer gets at most one push of at most PUSH_BURST (16) batches per half
+    /// retransmit interval from each incarnation of an honest replica.
+    fn check_spammer_answers(&self) -> Result<(), Failure> {
+        if !self.has(Behaviour::StatusSpammer) {
+            return Ok(());
+        }
+        let half_interval_us = sim_config(self.n, 0).retransmit_interval.as_micros() as u64 / 2;
+        let elapsed = self.now - START_US;
+        for (id, node) in self.nodes.iter().enumerate() {
+            if !self.honest(id) {
+                continue;
+            }
+            let spammers = self.nodes.iter().filter(|n| n.behaviour == Some(Behaviour::StatusSpammer)).count() as u64;
+            let bound = (elapsed / half_interval_us + 1 + node.incarnations) * 16 * spammers;
+            if node.pushed_to_spammer > bound {
+                return Err(Failure::Liveness(format!(
+                    "replica {id} pushed {} batches to a status spammer in {elapsed} us (bound {bound})",
+                    node.pushed_to_spammer
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn all_delivered(&self) -> bool {
@@ -358,7 +465,7 @@ impl Cluster {
     }
 
     fn route(&mut self, id: usize, to: ReplicaId, message: Message) {
-        if debug() && matches!(message, Message::ViewChange(_) | Message::NewView { .. }) {
+        if debug() && matches!(message, Message::ViewChange(_) | Message::NewView { .. } | Message::PrePrepare { .. } | Message::Request { .. }) {
             eprintln!("{} r{id} -> {to}: {:?}", self.now, message);
         }
         let me = id as ReplicaId;
@@ -374,6 +481,12 @@ impl Cluster {
         for (to, message) in outgoing {
             if usize::from(to) == id || to >= self.n {
                 continue;
+            }
+            if matches!(message, Message::Committed { .. })
+                && self.nodes[usize::from(to)].behaviour == Some(Behaviour::StatusSpammer)
+                && self.nodes[id].behaviour.is_none()
+            {
+                self.nodes[id].pushed_to_spammer += 1;
             }
             self.stats.messages += 1;
             if self.cut(id, usize::from(to)) || self.rng.chance(self.loss) {
@@ -410,6 +523,13 @@ impl Cluster {
         }
         self.mix(&[self.now, id as u64, batch.seq], &digest);
         let honest = self.honest(id);
+        if honest {
+            if let Some(before) = self.view_at_progress {
+                let view = self.honest_max_view();
+                self.stats.views_without_delivery = self.stats.views_without_delivery.max(view.saturating_sub(before));
+                self.view_at_progress = Some(view);
+            }
+        }
         let app = &mut self.nodes[id].apps[copy];
         if honest {
             if batch.seq != app.last_seq + 1 {
@@ -421,6 +541,10 @@ impl Cluster {
                 return;
             }
             for request in &batch.requests {
+                if request.number > MAX_NUMBER_JUMP {
+                    self.failure = Some(Failure::Safety(format!("replica {id} delivered a jumped number {:?}", request.key())));
+                    return;
+                }
                 if !app.delivered.insert(request.key()) {
                     self.failure = Some(Failure::Safety(format!("replica {id} delivered {:?} twice", request.key())));
                     return;
@@ -467,6 +591,12 @@ impl Cluster {
         if let Some((_, heal_at)) = self.partition {
             if heal_at <= self.now {
                 self.partition = None;
+            }
+        }
+        if self.has(Behaviour::Flooder) && (self.now / SCRIPT_INTERVAL_US) % HELD_CHECK_TICKS == 0 {
+            if let Err(failure) = self.check_held_bytes() {
+                self.failure = Some(failure);
+                return;
             }
         }
         if !faults {
@@ -543,6 +673,7 @@ impl Cluster {
         }
         self.stats.state_losses += 1;
         node.amnesiac = true;
+        node.incarnations += 1;
         let now = Time(self.now + node.clock_offset_us);
         node.replicas = vec![Replica::new(sim_config(self.n, id as ReplicaId), now).expect("valid config")];
         node.apps = vec![App::default()];
@@ -594,10 +725,11 @@ impl Cluster {
     }
 
     /// Honest replicas never blame a replica that stayed honest, and every honest replica
-    /// blames an impersonator (half of whose messages claim another sender).
+    /// blames an impersonator (half of whose messages claim another sender) and a forger of
+    /// relayed requests.
     fn check_blame(&self) -> Result<(), Failure> {
         for (faulty, node) in self.nodes.iter().enumerate() {
-            if node.behaviour != Some(Behaviour::Impersonator) {
+            if !matches!(node.behaviour, Some(Behaviour::Impersonator | Behaviour::ForgedRelays)) {
                 continue;
             }
             for (id, honest) in self.nodes.iter().enumerate() {

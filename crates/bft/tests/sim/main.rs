@@ -10,13 +10,14 @@
 mod byzantine;
 mod cluster;
 
+use byzantine::Behaviour;
 use cluster::{Cluster, Failure};
 
 const SAFETY_US: u64 = 1_500_000;
 const LIVENESS_US: u64 = 60_000_000;
 
-fn run_seed(n: u16, seed: u64) -> Result<cluster::Stats, String> {
-    let mut cluster = Cluster::new(n, seed);
+fn run_seed(n: u16, seed: u64, forced: Option<Behaviour>) -> Result<cluster::Stats, String> {
+    let mut cluster = Cluster::with_behaviour(n, seed, forced);
     let description = cluster.describe();
     cluster.run(SAFETY_US, LIVENESS_US).map_err(|failure| {
         let kind = match &failure {
@@ -24,7 +25,8 @@ fn run_seed(n: u16, seed: u64) -> Result<cluster::Stats, String> {
             Failure::Liveness(_) => "LIVENESS",
         };
         format!(
-            "{kind} failure: {failure:?}\n  {description}\n  reproduce: BFT_SEED={seed} BFT_N={n} cargo test -p bft --test sim -- seed_repro --nocapture"
+            "{kind} failure: {failure:?}\n  {description}\n  reproduce: BFT_SEED={seed} BFT_N={n}{} cargo test -p bft --test sim -- seed_repro --nocapture",
+            forced.map(|b| format!(" BFT_ACTOR={b:?}")).unwrap_or_default()
         )
     })
 }
@@ -35,6 +37,11 @@ fn env_u64(name: &str) -> Option<u64> {
 
 /// Runs seeds `first..first+count` on two threads; panics listing every failing seed.
 fn run_many(n: u16, first: u64, count: u64) {
+    run_many_with(n, first, count, None);
+}
+
+/// Like [`run_many`] with exactly f replicas behaving as `forced`.
+fn run_many_with(n: u16, first: u64, count: u64, forced: Option<Behaviour>) {
     let threads = 2u64;
     let failures: Vec<String> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
@@ -43,7 +50,7 @@ fn run_many(n: u16, first: u64, count: u64) {
                     let mut failures = Vec::new();
                     let mut seed = first + thread;
                     while seed < first + count {
-                        if let Err(report) = run_seed(n, seed) {
+                        if let Err(report) = run_seed(n, seed, forced) {
                             eprintln!("{report}");
                             failures.push(report);
                             if failures.len() >= 5 {
@@ -59,6 +66,44 @@ fn run_many(n: u16, first: u64, count: u64) {
         handles.into_iter().flat_map(|handle| handle.join().expect("simulation thread panicked")).collect()
     });
     assert!(failures.is_empty(), "{} seeds failed for n={n}:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Seeds per cluster size for each named actor (`BFT_ACTOR_SEEDS` overrides n = 4's count;
+/// n = 7 runs a third of it).
+fn run_actor(behaviour: Behaviour) {
+    let count = env_u64("BFT_ACTOR_SEEDS").unwrap_or(100);
+    run_many_with(4, 0, count, Some(behaviour));
+    run_many_with(7, 0, count / 3, Some(behaviour));
+}
+
+#[test]
+fn actor_poisoner() {
+    run_actor(Behaviour::Poisoner);
+}
+
+#[test]
+fn actor_forged_relays() {
+    run_actor(Behaviour::ForgedRelays);
+}
+
+#[test]
+fn actor_flooder() {
+    run_actor(Behaviour::Flooder);
+}
+
+#[test]
+fn actor_status_spammer() {
+    run_actor(Behaviour::StatusSpammer);
+}
+
+#[test]
+fn actor_silent_primary() {
+    run_actor(Behaviour::Nuller);
+}
+
+#[test]
+fn actor_equivocator() {
+    run_actor(Behaviour::Equivocator);
 }
 
 #[test]
@@ -80,7 +125,10 @@ fn seeds_n10() {
 fn seed_repro() {
     let Some(seed) = env_u64("BFT_SEED") else { return };
     let n = env_u64("BFT_N").unwrap_or(4) as u16;
-    let mut cluster = Cluster::new(n, seed);
+    let forced = std::env::var("BFT_ACTOR").ok().map(|name| {
+        *byzantine::ALL.iter().find(|b| format!("{b:?}") == name).expect("BFT_ACTOR names a behaviour")
+    });
+    let mut cluster = Cluster::with_behaviour(n, seed, forced);
     println!("{}", cluster.describe());
     match cluster.run(SAFETY_US, LIVENESS_US) {
         Ok(stats) => println!("ok: {stats:?} trace {:016x}", cluster.trace_hash()),
@@ -105,6 +153,27 @@ fn same_seed_same_trace() {
     let _ = one.run(SAFETY_US, LIVENESS_US);
     let _ = two.run(SAFETY_US, LIVENESS_US);
     assert_ne!(one.trace_hash(), two.trace_hash());
+}
+
+/// Prints how many views the liveness phase took, per actor (to choose the asserted bound).
+#[test]
+#[ignore = "measurement; prints a histogram"]
+fn view_histogram() {
+    let count = env_u64("BFT_ACTOR_SEEDS").unwrap_or(100);
+    for n in [4u16, 7] {
+        for behaviour in byzantine::ALL {
+            let mut histogram = std::collections::BTreeMap::new();
+            for seed in 0..count {
+                let mut cluster = Cluster::with_behaviour(n, seed, Some(behaviour));
+                let views = match cluster.run(SAFETY_US, LIVENESS_US) {
+                    Ok(stats) => stats.views_without_delivery,
+                    Err(_) => u64::MAX,
+                };
+                *histogram.entry(views).or_insert(0u32) += 1;
+            }
+            println!("n={n} {behaviour:?}: {histogram:?}");
+        }
+    }
 }
 
 #[test]
