@@ -704,3 +704,74 @@ fn read_slots_are_bounded_and_no_client_holds_the_core() {
     let good_cmds = good.handle(Event::WriteAnswered { seq: 1, index: 0, answer: answer(&update(2), ResponseCode::NoError) });
     assert_ne!(cmds, good_cmds);
 }
+
+/// Update `k` carrying a TSIG record (time signed, fudge); the MAC is not checked here.
+fn signed_update(k: u16, time_signed: u64, fudge: u16) -> Vec<u8> {
+    use hickory_proto::rr::rdata::tsig::{TsigAlgorithm, TSIG};
+    let mut m = Message::from_vec(&update(k)).unwrap();
+    let tsig = TSIG::new(TsigAlgorithm::HmacSha256, time_signed, fudge, vec![0x11; 32], k, None, Vec::new());
+    m.signature = Some(Box::new(Record::from_rdata(Name::from_ascii("tsig-key.").unwrap(), 0, tsig)));
+    m.to_vec().unwrap()
+}
+
+/// Runs batches of single writes through a core, answering each with `rcode` at once;
+/// returns (forwarded to named?, what the client got) per batch, and the final state.
+fn writes(state: ExecState, batches: &[(u64, u64, Vec<u8>)], named_answer: &dyn Fn(&[u8]) -> Vec<u8>) -> (Vec<(bool, Option<Vec<u8>>)>, ExecState) {
+    let mut core = ExecCore::new(config(0), Unchanged, state);
+    let mut seen = Vec::new();
+    for (seq, time_s, message) in batches {
+        let mut cmds = core.deliver(batch(*seq, *time_s, vec![(0, Op::Dns { tcp: true, message: message.clone() }, Some(*seq))]));
+        let mut forwarded = false;
+        let mut answer = None;
+        while let Some(c) = cmds.pop() {
+            match c {
+                Command::Write { seq, index, message, .. } => {
+                    forwarded = true;
+                    cmds.extend(core.handle(Event::WriteAnswered { seq, index, answer: named_answer(&message) }));
+                }
+                Command::Answer { bytes, .. } => answer = Some(bytes),
+                Command::Persist(_) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        seen.push((forwarded, answer));
+    }
+    (seen, core.state().clone())
+}
+
+#[test]
+fn an_identical_retransmission_within_its_tsig_window_is_executed_once() {
+    let s = START_S;
+    let update = signed_update(5, s, 300);
+    let named = |m: &[u8]| {
+        let mut a = answer(m, ResponseCode::NoError);
+        a.extend_from_slice(b"named's tsig");
+        a
+    };
+    let (seen, state) = writes(ExecState::default(), &[(1, s + 1, update.clone()), (2, s + 20, update.clone()), (3, s + 301, update.clone())], &named);
+    assert!(seen[0].0, "the first copy goes to named");
+    assert!(!seen[1].0, "the retransmission does not");
+    assert_eq!(seen[1].1, seen[0].1, "and gets the first execution's answer");
+    assert!(seen[2].0, "after the window closed it is not a retransmission any more");
+
+    // A replica that restarted (state from disk, no cached answers) decides alike and
+    // answers with the first execution's rcode.
+    let (first, state1) = writes(ExecState::default(), &[(1, s + 1, update.clone())], &named);
+    assert!(first[0].0);
+    // The remembered write is part of what checkpoints attest; its window closed by the
+    // end of the first run.
+    assert_eq!(state1.recent_writes.len(), 1);
+    assert!(state.recent_writes.is_empty());
+    let (again, _) = writes(state1, &[(2, s + 20, update.clone())], &named);
+    assert!(!again[0].0);
+    let got = Message::from_vec(again[0].1.as_ref().unwrap()).unwrap();
+    assert_eq!((got.metadata.id, got.metadata.response_code), (5, ResponseCode::NoError));
+
+    // Unsigned updates have no window: every copy is executed (named judges them).
+    let (plain, _) = writes(ExecState::default(), &[(1, s + 1, update_plain(6)), (2, s + 2, update_plain(6))], &named);
+    assert!(plain[0].0 && plain[1].0);
+}
+
+fn update_plain(k: u16) -> Vec<u8> {
+    update(k)
+}

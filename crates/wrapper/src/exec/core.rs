@@ -18,15 +18,21 @@
 //!   `sign_zone_interval_s`; the re-sign runs when, by agreed time, the last signing is
 //!   `resign_after_s` old.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use hickory_proto::op::Message;
+use hickory_proto::op::{Message, MessageType, ResponseCode};
+use hickory_proto::rr::RData;
 use named_glue::signer::SignatureTimes;
+use sha2::{Digest as _, Sha256};
 
 use crate::classify::{classify, Kind, Verdict};
 use crate::envelope::Op;
 use crate::exec::gate::{UpdateDecision, UpdateGate};
-use crate::exec::state::{code, ExecState};
+use crate::exec::state::{code, ExecState, RecentWrite};
+
+/// named's answers to recent writes kept for retransmissions (local, not replicated:
+/// only what to send, never whether to execute).
+const ANSWER_CACHE: usize = 256;
 
 /// Static parameters, the same on every replica.
 #[derive(Clone, Debug)]
@@ -104,7 +110,7 @@ enum Wait<R> {
     Barrier,
     /// All read slots are taken.
     ReadSlot,
-    Write { index: u32, request: Vec<u8>, reply: Option<R> },
+    Write { index: u32, request: Vec<u8>, reply: Option<R>, window: Option<([u8; 32], u64)> },
     /// A signing decided at this point of the log, waiting for earlier reads.
     SignPending { index: u32, reply: Option<R>, scheduled: bool },
     SignZone { index: u32, reply: Option<R>, scheduled: bool },
@@ -129,11 +135,13 @@ pub struct ExecCore<R, G> {
     running: Option<Running<R>>,
     reads: BTreeSet<u64>,
     next_read: u64,
+    answers: BTreeMap<[u8; 32], Vec<u8>>,
+    answer_order: VecDeque<[u8; 32]>,
 }
 
 impl<R, G: UpdateGate> ExecCore<R, G> {
     pub fn new(config: ExecConfig, gate: G, state: ExecState) -> Self {
-        ExecCore { config, gate, state, running: None, reads: BTreeSet::new(), next_read: 0 }
+        ExecCore { config, gate, state, running: None, reads: BTreeSet::new(), next_read: 0, answers: BTreeMap::new(), answer_order: VecDeque::new() }
     }
 
     pub fn state(&self) -> &ExecState {
@@ -185,12 +193,16 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 if run.seq != seq || !matches!(&run.wait, Some(Wait::Write { index: i, .. }) if *i == index) {
                     return out;
                 }
-                let Some(Wait::Write { request, reply, .. }) = run.wait.take() else { return out };
+                let Some(Wait::Write { request, reply, window, .. }) = run.wait.take() else { return out };
                 let outcome = match Message::from_vec(&answer) {
                     Ok(m) => u32::from(u16::from(m.metadata.response_code)),
                     Err(_) => code::UNDECODABLE_ANSWER,
                 };
                 self.state.record(seq, index, outcome);
+                if let Some((digest, expires_s)) = window {
+                    self.state.remember_write(digest, RecentWrite { expires_s, outcome });
+                    self.cache_answer(digest, answer.clone());
+                }
                 if let Some(reply) = reply {
                     out.push(Command::Answer { reply, bytes: self.gate.answer_for_client(&request, &answer) });
                 }
@@ -282,12 +294,30 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         if !self.reads.is_empty() {
                             return self.hold(index, item, Wait::Barrier);
                         }
-                        match self.gate.decide(&message, time_us / 1_000_000) {
+                        let time_s = time_us / 1_000_000;
+                        let digest: [u8; 32] = Sha256::digest(&message).into();
+                        self.state.prune_recent(time_s);
+                        if let Some(first) = self.state.recent_writes.get(&digest).copied() {
+                            // The same bytes again within their TSIG window: a client's
+                            // retransmission (or a replay). Executed once; this gets the
+                            // first execution's answer.
+                            self.state.record(seq, index, code::DUPLICATE | first.outcome);
+                            if let Some(reply) = item.reply {
+                                let bytes = match self.answers.get(&digest) {
+                                    Some(a) => a.clone(),
+                                    None => rcode_answer(&message, first.outcome),
+                                };
+                                out.push(Command::Answer { reply, bytes });
+                            }
+                            continue;
+                        }
+                        match self.gate.decide(&message, time_s) {
                             UpdateDecision::Forward(bytes) => {
                                 let times = self.times(time_us);
                                 out.push(Command::Write { seq, index, message: bytes, times });
+                                let window = tsig_window(&message).filter(|&expires| expires >= time_s).map(|expires| (digest, expires));
                                 if let Some(run) = self.running.as_mut() {
-                                    run.wait = Some(Wait::Write { index, request: message, reply: item.reply });
+                                    run.wait = Some(Wait::Write { index, request: message, reply: item.reply, window });
                                 }
                                 return;
                             }
@@ -341,6 +371,17 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         }
     }
 
+    fn cache_answer(&mut self, digest: [u8; 32], answer: Vec<u8>) {
+        if self.answers.insert(digest, answer).is_none() {
+            self.answer_order.push_back(digest);
+        }
+        while self.answer_order.len() > ANSWER_CACHE {
+            if let Some(old) = self.answer_order.pop_front() {
+                self.answers.remove(&old);
+            }
+        }
+    }
+
     /// Puts `item` back at the front and waits.
     fn hold(&mut self, index: u32, item: Item<R>, wait: Wait<R>) {
         if let Some(run) = self.running.as_mut() {
@@ -384,4 +425,28 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             Err(format!("waiting: {} of the {needed} replicas needed asked for sign-zone", s.sign_zone_requests.len()))
         }
     }
+}
+
+/// When the TSIG of `message` stops being acceptable: time signed plus fudge.
+fn tsig_window(message: &[u8]) -> Option<u64> {
+    let m = Message::from_vec(message).ok()?;
+    if let Some(tsig) = &m.signature {
+        return Some(tsig.data.time.saturating_add(u64::from(tsig.data.fudge)));
+    }
+    // Without hickory's DNSSEC feature the TSIG stays the last additional record.
+    m.additionals.iter().rev().find_map(|r| match &r.data {
+        RData::TSIG(tsig) => Some(tsig.time.saturating_add(u64::from(tsig.fudge))),
+        _ => None,
+    })
+}
+
+/// An answer carrying the request's id, opcode, question and an outcome's rcode (for a
+/// retransmission whose first answer this replica no longer holds).
+fn rcode_answer(request: &[u8], outcome: u32) -> Vec<u8> {
+    let Ok(m) = Message::from_vec(request) else { return Vec::new() };
+    let rcode = u16::try_from(outcome).ok().filter(|c| *c < 4096).map(<ResponseCode as From<u16>>::from).unwrap_or(ResponseCode::ServFail);
+    let mut a = Message::error_msg(m.metadata.id, m.metadata.op_code, rcode);
+    a.metadata.message_type = MessageType::Response;
+    a.add_queries(m.queries.iter().cloned());
+    a.to_vec().unwrap_or_default()
 }

@@ -12,7 +12,10 @@ use sha2::{Digest as _, Sha256};
 use crate::codec::{self, CodecError};
 
 const VERSION: u8 = 1;
-const MAX_STATE_BYTES: usize = 64 * 1024;
+const MAX_STATE_BYTES: usize = 256 * 1024;
+/// Recent TSIG-signed writes remembered for deduplication; beyond, the one whose window
+/// closes first is forgotten.
+pub const MAX_RECENT_WRITES: usize = 1024;
 
 /// Outcome codes folded into the outcome chain besides named's rcodes (0..=4095).
 pub mod code {
@@ -22,6 +25,18 @@ pub mod code {
     pub const ZONE_SIGNED: u32 = 0x0002_0000;
     /// A whole-zone signing ran and failed; the zone was left as it was.
     pub const ZONE_SIGN_FAILED: u32 = 0x0002_0001;
+    /// Added to the first execution's code: a byte-identical retransmission, not executed.
+    pub const DUPLICATE: u32 = 0x0004_0000;
+}
+
+/// A TSIG-signed write executed recently: a byte-identical copy ordered before its
+/// window closes is not executed again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecentWrite {
+    /// The TSIG's time signed plus its fudge (s).
+    pub expires_s: u64,
+    /// The first execution's outcome code.
+    pub outcome: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,9 +51,25 @@ pub struct ExecState {
     /// Hash chain over (seq, request index, outcome code) of every ordered write and
     /// whole-zone signing: a replica whose named answered differently differs here.
     pub outcomes: [u8; 32],
+    /// SHA-256 of the bytes of recent TSIG-signed writes, with their window and outcome.
+    pub recent_writes: BTreeMap<[u8; 32], RecentWrite>,
 }
 
 impl ExecState {
+    /// Forgets writes whose window closed by `time_s`.
+    pub fn prune_recent(&mut self, time_s: u64) {
+        self.recent_writes.retain(|_, w| w.expires_s >= time_s);
+    }
+
+    /// Remembers a write; at the bound, the one whose window closes first goes.
+    pub fn remember_write(&mut self, digest: [u8; 32], write: RecentWrite) {
+        while self.recent_writes.len() >= MAX_RECENT_WRITES {
+            let Some(first) = self.recent_writes.iter().min_by_key(|(k, w)| (w.expires_s, **k)).map(|(k, _)| *k) else { break };
+            self.recent_writes.remove(&first);
+        }
+        self.recent_writes.insert(digest, write);
+    }
+
     pub fn record(&mut self, seq: u64, index: u32, outcome: u32) {
         let mut h = Sha256::new();
         h.update(self.outcomes);
@@ -60,6 +91,12 @@ impl ExecState {
         for (origin, t) in &self.sign_zone_requests {
             h.update(origin.to_be_bytes());
             h.update(t.to_be_bytes());
+        }
+        h.update((self.recent_writes.len() as u64).to_be_bytes());
+        for (digest, w) in &self.recent_writes {
+            h.update(digest);
+            h.update(w.expires_s.to_be_bytes());
+            h.update(w.outcome.to_be_bytes());
         }
         h.finalize().into()
     }
@@ -118,6 +155,21 @@ mod tests {
         let zone = [7; 32];
         assert_ne!(a.checkpoint_digest(&zone), b.checkpoint_digest(&zone));
         assert_ne!(a.checkpoint_digest(&zone), a.checkpoint_digest(&[8; 32]));
+    }
+
+    #[test]
+    fn recent_writes_are_bounded_and_expire() {
+        let mut s = ExecState::default();
+        for i in 0..(MAX_RECENT_WRITES + 10) {
+            let mut d = [0u8; 32];
+            d[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            s.remember_write(d, RecentWrite { expires_s: 1000 + i as u64, outcome: 0 });
+        }
+        assert_eq!(s.recent_writes.len(), MAX_RECENT_WRITES);
+        assert!(s.recent_writes.values().all(|w| w.expires_s >= 1010), "the earliest windows went first");
+        s.prune_recent(1000 + MAX_RECENT_WRITES as u64);
+        assert_eq!(s.recent_writes.len(), 10);
+        assert!(s.encode().len() < MAX_STATE_BYTES);
     }
 
     #[test]
