@@ -142,3 +142,35 @@ fn sign_zone_runs_only_when_t_plus_one_replicas_ask() {
     }
     c.verify_zone(0);
 }
+
+/// A write whose named is down when it is executed waits for named to come back (the
+/// supervisor restarts it) and is then applied there too: no replica skips it.
+#[test]
+fn a_write_waits_for_a_restarting_named_and_is_not_skipped() {
+    let c = Cluster::up(ClusterOpts::default());
+    let pid_file = c.path("replica-3/state/named/named.pid");
+    let pid = std::fs::read_to_string(&pid_file).expect("named.pid of replica 3").trim().to_string();
+    // SIGSTOP: named is stuck (it holds its sockets but answers nothing) while the
+    // update is ordered and the other replicas apply it.
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let (ok, out) = c.nsupdate(0, "update add while-stuck.example.test 300 A 192.0.2.50");
+    assert!(ok, "the other three replicas apply the update:\n{out}\n{}", c.logs());
+    std::thread::sleep(Duration::from_secs(3));
+    // Then it crashes; the supervisor starts a new named, and replica 3's executor, which
+    // has been waiting, sends the write again.
+    assert!(Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
+    c.eventually("the update at every replica, the restarted named's too", |i| {
+        c.dig(i, &["while-stuck.example.test", "A", "+short"]).trim() == "192.0.2.50"
+    });
+    let reference = c.axfr(0);
+    assert_eq!(c.axfr(3), reference, "replica 3's zone differs\n{}", c.logs());
+    // Replica 3's executor did meet the dead named (and sent the write again).
+    let m = c.metrics(3);
+    let errors: u64 = m.lines().find(|l| l.starts_with("sdns_execute_errors_total")).and_then(|l| l.split_whitespace().last()).and_then(|v| v.parse().ok()).unwrap_or(0);
+    assert!(errors >= 1, "replica 3 never saw its named fail:\n{m}");
+    // And it goes on executing later writes.
+    let (ok, out) = c.nsupdate(3, "update add after-restart.example.test 300 A 192.0.2.51");
+    assert!(ok, "{out}\n{}", c.logs());
+    c.eventually("the later update", |i| c.dig(i, &["after-restart.example.test", "A", "+short"]).trim() == "192.0.2.51");
+    assert_eq!(c.axfr(3), c.axfr(0));
+}
