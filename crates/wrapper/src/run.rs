@@ -159,7 +159,13 @@ pub async fn run_with_gate(config: Config, gate: Arc<dyn UpdateGate>) -> Result<
 
     let pending = Arc::new(Pending::new(config.client.max_pending));
     let state_file = state.join("exec.state");
-    let exec_state = ExecState::load(&state_file).context("the execution state")?;
+    let mut exec_state = ExecState::load(&state_file).context("the execution state")?;
+    if !state_file.exists() {
+        // A state directory from before the execution core kept two plain numbers.
+        let number = |name: &str| std::fs::read_to_string(state.join(name)).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0);
+        exec_state.executed = number("executed.seq");
+        exec_state.last_signed_s = number("last-signed");
+    }
     let core = ExecCore::new(
         ExecConfig {
             id,

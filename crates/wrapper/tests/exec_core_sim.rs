@@ -75,6 +75,8 @@ enum Named {
     Stalls,
     /// Answers write `k` SERVFAIL without applying it (and is otherwise honest).
     Deviates(u16),
+    /// Every whole-zone signing fails here (say, a full disk), the zone left as it was.
+    SigningFails,
 }
 
 /// A fake named's zone: the writes applied (an update applied twice changes nothing,
@@ -160,6 +162,7 @@ struct Node {
     reads: BTreeMap<u64, usize>,
     write_in_flight: bool,
     signings: u32,
+    sign_seqs: Vec<u64>,
 }
 
 enum Due {
@@ -220,6 +223,7 @@ impl Sim {
                 reads: BTreeMap::new(),
                 write_in_flight: false,
                 signings: 0,
+                sign_seqs: Vec::new(),
             })
             .collect();
         let mut sim = Sim {
@@ -383,7 +387,7 @@ impl Sim {
                     let k = id_of(&message);
                     let rcode = if self.nodes[i].named == Named::Deviates(k) { ResponseCode::ServFail } else { rule_rcode(k) };
                     let delay = match self.nodes[i].named {
-                        Named::Quick | Named::Deviates(_) => 1 + self.rng.next_u64() % 5,
+                        Named::Quick | Named::Deviates(_) | Named::SigningFails => 1 + self.rng.next_u64() % 5,
                         Named::Slow => 50 + self.rng.next_u64() % 500,
                         Named::Stalls if self.rng.next_u64() % 6 == 0 => 30_000 + self.rng.next_u64() % 120_000,
                         Named::Stalls => 1 + self.rng.next_u64() % 20,
@@ -396,8 +400,13 @@ impl Sim {
                         self.fail(format!("replica {id}: a signing was issued while reads or a write run"));
                     }
                     let delay = 100 + self.rng.next_u64() % 2000;
-                    let effect = Effect::Sign { times: (times.inception, times.expiration) };
-                    self.schedule(delay, id, Due::Done { incarnation: inc, effect, event: Event::SignZoneDone { seq, result: Ok(()) } });
+                    self.nodes[i].sign_seqs.push(seq);
+                    let (effect, result) = if self.nodes[i].named == Named::SigningFails {
+                        (Effect::None, Err("dnssec-signzone: disk full".to_string()))
+                    } else {
+                        (Effect::Sign { times: (times.inception, times.expiration) }, Ok(()))
+                    };
+                    self.schedule(delay, id, Due::Done { incarnation: inc, effect, event: Event::SignZoneDone { seq, result } });
                 }
                 Command::DigestZone { seq } => {
                     let digest = Some(self.nodes[i].zone.digest());
@@ -549,6 +558,34 @@ fn a_named_that_answers_differently_is_visible_at_the_next_checkpoint() {
             }
         }
     }
+}
+
+/// A replica whose whole-zone signing fails while the others' succeed is visibly
+/// different from the first checkpoint after that signing on.
+#[test]
+fn a_failed_signing_at_one_replica_is_visible_at_the_next_checkpoint() {
+    let mut exercised = 0;
+    for seed in 0..30 {
+        let batches = 80;
+        let mut sim = Sim::new(seed, batches, [Named::Quick, Named::Slow, Named::Quick, Named::SigningFails]);
+        sim.run(false);
+        check_honest_agree(&sim, &[0, 1, 2], batches).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert!(sim.failures.is_empty(), "seed {seed}: {:?}", sim.failures);
+        // The first signing is decided alike; after it failed at replica 3, its state
+        // differs (no new last signing time), and so may its later decisions.
+        assert_eq!(sim.nodes[3].sign_seqs.first(), sim.nodes[0].sign_seqs.first(), "seed {seed}: the first signing is decided alike");
+        let Some(&first) = sim.nodes[0].sign_seqs.first() else { continue };
+        exercised += 1;
+        for (seq, d) in &sim.nodes[0].checkpoints {
+            let odd = sim.nodes[3].checkpoints.get(seq);
+            if *seq < first {
+                assert_eq!(odd, Some(d), "seed {seed}: checkpoint {seq} precedes the failed signing");
+            } else {
+                assert_ne!(odd, Some(d), "seed {seed}: checkpoint {seq} must expose the failed signing");
+            }
+        }
+    }
+    assert!(exercised >= 5, "only {exercised} seeds had a signing");
 }
 
 /// Gate that refuses every update whose id is odd (as an authentication module would
