@@ -751,9 +751,12 @@ fn signed_update(k: u16, time_signed: u64, fudge: u16) -> Vec<u8> {
     m.to_vec().unwrap()
 }
 
-/// Runs batches of single writes through a core, answering each with `rcode` at once;
-/// returns (forwarded to named?, what the client got) per batch, and the final state.
-fn writes(state: ExecState, batches: &[(u64, u64, Vec<u8>)], named_answer: &dyn Fn(&[u8]) -> Vec<u8>) -> (Vec<(bool, Option<Vec<u8>>)>, ExecState) {
+/// Per batch: whether the write went to named, and what the client got.
+type Seen = Vec<(bool, Option<Vec<u8>>)>;
+
+/// Runs batches of single writes through a core, named answering each at once; returns
+/// what happened per batch, and the final state.
+fn writes(state: ExecState, batches: &[(u64, u64, Vec<u8>)], named_answer: &dyn Fn(&[u8]) -> Vec<u8>) -> (Seen, ExecState) {
     let mut core = ExecCore::new(config(0), Unchanged, state);
     let mut seen = Vec::new();
     for (seq, time_s, message) in batches {
