@@ -810,6 +810,11 @@ fn an_identical_retransmission_within_its_tsig_window_is_executed_once() {
     // Unsigned updates have no window: every copy is executed (named judges them).
     let (plain, _) = writes(ExecState::default(), &[(1, s + 1, update_plain(6)), (2, s + 2, update_plain(6))], &named);
     assert!(plain[0].0 && plain[1].0);
+    // Nor does a TSIG claiming a time beyond its fudge in the future (named refuses it).
+    let future = signed_update(7, s + 10_000, 300);
+    let (seen, state) = writes(ExecState::default(), &[(1, s + 1, future.clone()), (2, s + 2, future)], &named);
+    assert!(seen[0].0 && seen[1].0);
+    assert!(state.recent_writes.is_empty());
 }
 
 fn update_plain(k: u16) -> Vec<u8> {

@@ -315,7 +315,11 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                             UpdateDecision::Forward(bytes) => {
                                 let times = self.times(time_us);
                                 out.push(Command::Write { seq, index, message: bytes, times });
-                                let window = tsig_window(&message).filter(|&expires| expires >= time_s).map(|expires| (digest, expires));
+                                // Only a TSIG whose time is acceptable now (within its fudge)
+                                // opens a window: a far-future time signed cannot pin an entry.
+                                let window = tsig_window(&message)
+                                    .filter(|&(signed, fudge)| signed <= time_s.saturating_add(fudge) && signed.saturating_add(fudge) >= time_s)
+                                    .map(|(signed, fudge)| (digest, signed.saturating_add(fudge)));
                                 if let Some(run) = self.running.as_mut() {
                                     run.wait = Some(Wait::Write { index, request: message, reply: item.reply, window });
                                 }
@@ -427,15 +431,15 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     }
 }
 
-/// When the TSIG of `message` stops being acceptable: time signed plus fudge.
-fn tsig_window(message: &[u8]) -> Option<u64> {
+/// The TSIG of `message`, if any: (time signed, fudge), seconds.
+fn tsig_window(message: &[u8]) -> Option<(u64, u64)> {
     let m = Message::from_vec(message).ok()?;
     if let Some(tsig) = &m.signature {
-        return Some(tsig.data.time.saturating_add(u64::from(tsig.data.fudge)));
+        return Some((tsig.data.time, u64::from(tsig.data.fudge)));
     }
     // Without hickory's DNSSEC feature the TSIG stays the last additional record.
     m.additionals.iter().rev().find_map(|r| match &r.data {
-        RData::TSIG(tsig) => Some(tsig.time.saturating_add(u64::from(tsig.fudge))),
+        RData::TSIG(tsig) => Some((tsig.time, u64::from(tsig.fudge))),
         _ => None,
     })
 }
