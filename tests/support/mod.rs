@@ -51,11 +51,13 @@ pub struct ClusterOpts {
     pub corrupt: Vec<u16>,
     pub reads: &'static str,
     pub resign_after_s: Option<u64>,
+    /// `--sign-zone-interval-s`: at most one whole-zone signing per this much agreed time.
+    pub sign_zone_interval_s: Option<u64>,
 }
 
 impl Default for ClusterOpts {
     fn default() -> Self {
-        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered", resign_after_s: None }
+        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered", resign_after_s: None, sign_zone_interval_s: None }
     }
 }
 
@@ -90,6 +92,10 @@ impl Cluster {
         if let Some(r) = opts.resign_after_s {
             args.push("--resign-after-s".into());
             args.push(r.to_string().into());
+        }
+        if let Some(s) = opts.sign_zone_interval_s {
+            args.push("--sign-zone-interval-s".into());
+            args.push(s.to_string().into());
         }
         if !opts.corrupt.is_empty() {
             args.push("--corrupt".into());
@@ -229,6 +235,22 @@ impl Cluster {
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
+    }
+
+    /// Replica `i`'s admin token file (written 0600 at start-up).
+    pub fn admin_token(&self, i: u16) -> PathBuf {
+        self.dir.path().join(format!("replica-{i}/state/admin.token"))
+    }
+
+    /// `sdns sign-zone` asking the given replicas (with their tokens); (success, output).
+    pub fn sign_zone(&self, replicas: &[u16]) -> (bool, String) {
+        let mut cmd = Command::new(sdns_bin());
+        cmd.arg("sign-zone");
+        for &i in replicas {
+            cmd.arg("--admin").arg(format!("127.0.0.1:{}", self.metrics_port(i))).arg("--token").arg(self.admin_token(i));
+        }
+        let out = run(&mut cmd);
+        (out.status.success(), text(&out))
     }
 
     pub fn metrics(&self, i: u16) -> String {

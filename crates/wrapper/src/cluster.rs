@@ -66,11 +66,10 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
     }
     let marker = dir.join("signed");
     if !marker.exists() {
-        eprintln!("sdns cluster: signing the zone with the distributed key (an ordered operation) ...");
-        let outcome = admin_post(p.layout.metrics(0), "/admin/sign-zone").context("sign-zone")?;
-        if !outcome.starts_with("signed") {
-            bail!("sign-zone: {outcome}");
-        }
+        eprintln!("sdns cluster: signing the zone with the distributed key (an ordered operation, asked by every replica) ...");
+        let admins: Vec<SocketAddr> = (0..p.replicas).map(|i| p.layout.metrics(i)).collect();
+        let tokens: Vec<std::path::PathBuf> = (0..p.replicas).map(|i| admin_token_file(dir, i)).collect();
+        let outcome = sign_zone(&admins, &tokens).context("sign-zone")?;
         std::fs::write(&marker, outcome.as_bytes())?;
     }
     for i in 0..p.replicas {
@@ -204,12 +203,13 @@ fn wait_for(addr: SocketAddr, zone: &Name, rtype: RecordType, within: Duration, 
     }
 }
 
-fn http(addr: SocketAddr, method: &str, path: &str, timeout: Duration) -> Result<(u16, String)> {
+fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, timeout: Duration) -> Result<(u16, String)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).with_context(|| format!("connecting to {addr}"))?;
     s.set_read_timeout(Some(timeout))?;
     // One write: the server reads the request head in one go.
-    s.write_all(format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n").as_bytes())?;
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    s.write_all(format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\n\r\n").as_bytes())?;
     let mut response = String::new();
     s.read_to_string(&mut response)?;
     let code = response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
@@ -218,13 +218,63 @@ fn http(addr: SocketAddr, method: &str, path: &str, timeout: Duration) -> Result
 }
 
 pub fn admin_get(addr: SocketAddr, path: &str) -> Result<String> {
-    Ok(http(addr, "GET", path, Duration::from_secs(3))?.1)
+    Ok(http(addr, "GET", path, None, Duration::from_secs(3))?.1)
 }
 
-pub fn admin_post(addr: SocketAddr, path: &str) -> Result<String> {
-    let (code, body) = http(addr, "POST", path, Duration::from_secs(600))?;
+/// A POST to a replica's admin route with its bearer token.
+pub fn admin_post(addr: SocketAddr, path: &str, token: &str) -> Result<String> {
+    let (code, body) = http(addr, "POST", path, Some(token), Duration::from_secs(600))?;
     if code != 200 {
         bail!("{path} at {addr}: HTTP {code}: {body}");
     }
     Ok(body)
+}
+
+/// Where replica `i` of a local cluster writes its admin token.
+pub fn admin_token_file(dir: &Path, i: u16) -> std::path::PathBuf {
+    replica_dir(dir, i).join("state").join(crate::metrics::ADMIN_TOKEN_FILE)
+}
+
+/// Reads an admin token file; a replica writes it as it starts, so wait a little for it.
+fn read_token(path: &Path) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match std::fs::read_to_string(path) {
+            Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
+            Ok(_) | Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            Ok(_) => bail!("{} is empty", path.display()),
+            Err(e) => return Err(e).with_context(|| format!("reading the admin token {}", path.display())),
+        }
+    }
+}
+
+/// Asks every replica in `admins` (with the token in the matching file of `tokens`) for
+/// sign-zone at once. It runs once t+1 replicas' requests were ordered; each replica's
+/// answer is printed. `Ok` with the signing's outcome when one replica reports it ran.
+pub fn sign_zone(admins: &[SocketAddr], tokens: &[std::path::PathBuf]) -> Result<String> {
+    if admins.len() != tokens.len() || admins.is_empty() {
+        bail!("give one --token file per --admin address ({} addresses, {} tokens)", admins.len(), tokens.len());
+    }
+    let tokens = tokens.iter().map(|t| read_token(t)).collect::<Result<Vec<_>>>()?;
+    let outcomes: Vec<Result<String>> = std::thread::scope(|s| {
+        let asks: Vec<_> = admins.iter().zip(&tokens).map(|(&addr, token)| s.spawn(move || admin_post(addr, "/admin/sign-zone", token))).collect();
+        asks.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the request thread panicked")))).collect()
+    });
+    let mut signed = None;
+    let mut report = String::new();
+    for (addr, outcome) in admins.iter().zip(&outcomes) {
+        let line = match outcome {
+            Ok(text) => text.clone(),
+            Err(e) => format!("error: {e:#}"),
+        };
+        if line.starts_with("signed") {
+            signed = Some(line.clone());
+        }
+        report += &format!("{addr}: {line}\n");
+    }
+    eprint!("{report}");
+    match signed {
+        Some(outcome) => Ok(outcome),
+        None => bail!("the zone was not signed:\n{report}"),
+    }
 }

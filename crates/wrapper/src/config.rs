@@ -143,18 +143,29 @@ impl Default for OrderingSection {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SigningSection {
-    /// How long a signing request from named may wait for the other replicas.
+    /// How long a signing request from named may wait for the other replicas. An ordered
+    /// write waits for its signatures rather than fail on one replica's timer, so this is
+    /// long (at most 590 s: named's own wait is capped at 600 s).
     pub timeout_ms: u64,
     /// Final signatures kept to serve replicas that replay old writes.
     pub cache_entries: usize,
     /// Re-sign the whole zone (an ordered operation) once the last signing is this old;
     /// default: half the signature validity.
     pub resign_after_s: Option<u64>,
+    /// At most one whole-zone signing (sign-zone or re-sign) per this much agreed time;
+    /// a sign-zone asked for sooner is refused.
+    pub sign_zone_interval_s: u64,
+    /// A replica's ordered sign-zone request counts toward the t+1 needed for this long
+    /// (agreed time).
+    pub sign_zone_window_s: u64,
 }
+
+/// named's signing wait is capped at 600 s by the BIND patch; the service gives up first.
+pub const MAX_SIGN_TIMEOUT_MS: u64 = 590_000;
 
 impl Default for SigningSection {
     fn default() -> Self {
-        Self { timeout_ms: 8000, cache_entries: 4096, resign_after_s: None }
+        Self { timeout_ms: MAX_SIGN_TIMEOUT_MS, cache_entries: 4096, resign_after_s: None, sign_zone_interval_s: 3600, sign_zone_window_s: 600 }
     }
 }
 
@@ -169,11 +180,22 @@ pub struct ClientSection {
     pub max_pending: usize,
     /// A client request not answered in this time is dropped (the client retries).
     pub request_timeout_ms: u64,
+    /// Requests one TCP connection may have unanswered; beyond, it is not read.
+    pub tcp_max_pipelined: usize,
+    /// A write to a TCP client that makes no progress in this time closes its connection.
+    pub tcp_write_timeout_ms: u64,
 }
 
 impl Default for ClientSection {
     fn default() -> Self {
-        Self { tcp_idle_timeout_ms: 10_000, tcp_max_connections: 256, max_pending: 4096, request_timeout_ms: 15_000 }
+        Self {
+            tcp_idle_timeout_ms: 10_000,
+            tcp_max_connections: 256,
+            max_pending: 4096,
+            request_timeout_ms: 15_000,
+            tcp_max_pipelined: 16,
+            tcp_write_timeout_ms: 5_000,
+        }
     }
 }
 
@@ -310,10 +332,16 @@ impl Config {
                 return Err(bad("signing.resign_after_s", format!("{r} must be above 0 and below the signature validity ({validity} s)")));
             }
         }
+        if self.signing.timeout_ms == 0 || self.signing.timeout_ms > MAX_SIGN_TIMEOUT_MS {
+            return Err(bad("signing.timeout_ms", format!("{} must be in 1..={MAX_SIGN_TIMEOUT_MS}", self.signing.timeout_ms)));
+        }
+        if self.signing.sign_zone_window_s == 0 {
+            return Err(bad("signing.sign_zone_window_s", "must be at least 1".into()));
+        }
         if self.signing.cache_entries == 0 {
             return Err(bad("signing.cache_entries", "must be at least 1".into()));
         }
-        if self.client.max_pending == 0 || self.client.tcp_max_connections == 0 {
+        if self.client.max_pending == 0 || self.client.tcp_max_connections == 0 || self.client.tcp_max_pipelined == 0 || self.client.tcp_write_timeout_ms == 0 {
             return Err(bad("client", "limits must be positive".into()));
         }
         Ok(())
@@ -375,6 +403,7 @@ zone_file = "zone.db"
             (sample(4).replace("replicas = 4", "replicas = 4\nfaults = 2"), "cluster.faults"),
             (sample(4).replace("port = 5501", "port = 0"), "named.port"),
             (sample(4) + "\n[signing]\nresign_after_s = 99999999\n", "signing.resign_after_s"),
+            (sample(4) + "\n[signing]\ntimeout_ms = 600001\n", "signing.timeout_ms"),
             (sample(4).replace("127.0.0.1:5402", "127.0.0.1:5401"), "peer"),
         ];
         for (text, field) in cases {

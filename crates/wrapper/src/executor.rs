@@ -1,210 +1,233 @@
-//! Executes ordered batches against the local named, in order.
+//! Performs what the execution core (`crate::exec`) decides, against the local named.
 //!
-//! Writes run one at a time on every replica, with the batch's agreed time set for
-//! the signing service (so every honest named signs the same bytes). Reads run only
-//! on their gateway, possibly several at once, but never across a write: a read
-//! ordered before a write must not see it, one ordered after must.
+//! This is the thin tokio side: it hands delivered batches (with the reply handles this
+//! gateway holds) to the core, carries out its commands, and reports their results as
+//! events. It decides nothing itself and never waits on a client: answers are handed to
+//! bounded per-connection queues that drop when full. Writes and whole-zone signings
+//! wait for named however long it takes (retrying while it restarts) rather than give up
+//! on a local timer, since giving up would make this replica differ from the others.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use bft::{Batch, Digest, Request};
+use bft::{Batch, Digest};
 use hickory_proto::op::{Message, MessageType, ResponseCode};
-use hickory_proto::rr::Name;
 use named_glue::forward::Forwarder;
 use named_glue::signer::SignatureTimes;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
-use crate::classify::{classify, Kind, Verdict};
+use crate::classify::{classify, Verdict};
 use crate::envelope::Op;
-use crate::listener::ReplyTo;
+use crate::exec::{Command, Delivered, Event, ExecCore, Item, UpdateGate};
+use crate::listener::{Delivery, ReplyTo};
 use crate::metrics::Metrics;
 use crate::pending::Pending;
-use crate::zone::ZoneMaintenance;
+use crate::zone::{ZoneError, ZoneMaintenance};
 
-/// Reads in flight at once at this gateway.
-const MAX_READS_IN_FLIGHT: usize = 64;
+/// How long the later messages of a zone transfer may wait for room in the client's
+/// queue (the transfer runs in a task of its own; the executor does not wait for it).
+const TRANSFER_SEND_WAIT: Duration = Duration::from_secs(10);
+/// Pause between attempts while named does not answer a write.
+const WRITE_RETRY_MAX: Duration = Duration::from_secs(2);
+/// Attempts at reading the zone for a checkpoint digest before reporting it unavailable.
+const DIGEST_ATTEMPTS: u32 = 10;
 
-pub struct Executor {
+pub struct Executor<G: UpdateGate> {
     pub id: u16,
-    pub zone: Name,
+    pub core: ExecCore<ReplyTo, G>,
+    /// Reads (their own timeouts: a read that fails gets SERVFAIL and changes nothing).
     pub named: Forwarder,
+    /// Writes: long per-read timeout; on failure the write is sent again once named answers.
+    pub writes: Forwarder,
     pub pending: Arc<Pending>,
     pub times: watch::Sender<Option<SignatureTimes>>,
-    pub validity_s: u32,
     pub checkpoints: mpsc::Sender<(u64, Digest)>,
     pub metrics: Arc<Metrics>,
-    pub maintenance: ZoneMaintenance,
-    /// Where the last executed sequence number is recorded.
-    pub executed_file: PathBuf,
-    /// Agreed time (s) of the last successful signing of the whole zone (0: never);
-    /// replicated state, persisted beside `executed_file`, shared with the re-sign timer.
+    pub maintenance: Arc<ZoneMaintenance>,
+    /// Where the execution state is persisted after every batch.
+    pub state_file: PathBuf,
+    /// The state's last signing time, shared with the re-sign timer.
     pub last_signed: Arc<AtomicU64>,
-    pub resign_after_s: u64,
 }
 
-impl Executor {
+impl<G: UpdateGate + 'static> Executor<G> {
     pub async fn run(mut self, mut batches: mpsc::UnboundedReceiver<Batch>) {
-        let mut reads = JoinSet::new();
-        let last = read_number(&self.executed_file);
-        self.last_signed.store(read_number(&self.last_signed_file()), Ordering::Relaxed);
-        if last > 0 {
-            info!(replica = self.id, last, "resuming after executed batch");
+        // Unbounded, but never longer than the commands in flight: at most the core's
+        // read slots plus one write, signing or digest.
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let state = self.core.state();
+        self.last_signed.store(state.last_signed_s, Ordering::Relaxed);
+        if state.executed > 0 {
+            info!(replica = self.id, last = state.executed, "resuming after executed batch");
         }
-        while let Some(batch) = batches.recv().await {
-            if batch.seq <= last {
-                // Already applied to named's zone before a restart.
-                continue;
+        loop {
+            let commands = tokio::select! {
+                biased;
+                Some(event) = events.recv() => self.core.handle(event),
+                batch = batches.recv(), if self.core.is_idle() => match batch {
+                    Some(batch) => {
+                        let delivered = self.resolve(batch);
+                        self.core.deliver(delivered)
+                    }
+                    None => return,
+                },
+            };
+            for command in commands {
+                self.perform(command, &events_tx).await;
             }
-            for request in &batch.requests {
-                self.execute(request, &batch, &mut reads).await;
-            }
-            if batch.checkpoint_due {
-                drain(&mut reads).await;
-                let digest = self.zone_digest().await;
-                let _ = self.checkpoints.send((batch.seq, digest)).await;
-            }
-            write_number(&self.executed_file, batch.seq);
-            self.metrics.update_status(|s| s.last_executed = batch.seq);
         }
     }
 
-    async fn execute(&mut self, request: &Request, batch: &Batch, reads: &mut JoinSet<()>) {
-        let mine = request.origin == self.id;
-        let key = (request.client, request.number);
-        let op = match Op::decode(&request.payload) {
-            Ok(op) => op,
-            Err(e) => {
-                warn!(replica = self.id, seq = batch.seq, origin = request.origin, error = %e, "ordered request does not decode; skipped");
-                return;
-            }
-        };
-        let reply = if mine { self.pending.take(&key) } else { None };
-        let reply = match reply {
-            Some(entry) if entry.matches(&request.payload) => {
-                self.metrics.observe_ordering_us(entry.arrived.elapsed().as_micros() as u64);
-                Some(entry.reply)
-            }
-            Some(_) => {
-                // Ordered under our identity but not what we submitted: a forged request.
-                // Every replica still executes it (the order is agreed); we only refuse to
-                // hand its answer to our client, who will retry under a new number.
-                warn!(replica = self.id, seq = batch.seq, client = request.client, number = request.number, "delivered request differs from what this gateway submitted");
-                self.metrics.inc_dropped("forged_request");
-                None
-            }
-            None => None,
-        };
-        match op {
-            Op::Dns { tcp, message } => match classify(&message, tcp) {
-                Verdict::Order(kind) => {
-                    self.metrics.inc_request(kind);
-                    match kind {
-                        Kind::Write => {
-                            drain(reads).await;
-                            let answer = self.write(&message, batch).await;
-                            if let (Some(reply), Some(answer)) = (reply, answer) {
-                                reply.send(answer).await;
-                            }
-                        }
-                        Kind::Read | Kind::Transfer => {
-                            // Only the gateway owes an answer; the others only ordered it.
-                            let Some(reply) = reply else { return };
-                            while reads.len() >= MAX_READS_IN_FLIGHT {
-                                reads.join_next().await;
-                            }
-                            let named = self.named.clone();
-                            let metrics = self.metrics.clone();
-                            reads.spawn(async move { read(named, message, kind, tcp, reply, metrics).await });
-                        }
+    /// The batch with the reply handles this gateway holds for its own requests.
+    fn resolve(&self, batch: Batch) -> Delivered<ReplyTo> {
+        let executed = self.core.state().executed;
+        let requests = batch
+            .requests
+            .into_iter()
+            .map(|request| {
+                if batch.seq <= executed {
+                    return Item { origin: request.origin, payload: request.payload, reply: None };
+                }
+                if let Ok(Op::Dns { tcp, message }) = Op::decode(&request.payload) {
+                    if let Verdict::Order(kind) = classify(&message, tcp) {
+                        self.metrics.inc_request(kind);
                     }
                 }
-                // A gateway answers these itself; one that orders them is lying or newer.
-                Verdict::Answer(_) | Verdict::Drop(_) => {
-                    debug!(replica = self.id, seq = batch.seq, origin = request.origin, "ordered request the classifier rejects; skipped");
-                }
-            },
-            Op::SignZone => {
-                let outcome = self.sign_zone(batch, reads).await;
-                // The admin endpoint that submitted it waits for this line.
-                if let Some(reply) = reply {
-                    reply.send(outcome.into_bytes()).await;
+                let mine = request.origin == self.id;
+                let entry = if mine { self.pending.take(&(request.client, request.number)) } else { None };
+                let reply = match entry {
+                    Some(entry) if entry.matches(&request.payload) => {
+                        self.metrics.observe_ordering_us(entry.arrived.elapsed().as_micros() as u64);
+                        Some(entry.reply)
+                    }
+                    Some(_) => {
+                        // Ordered under our identity but not what we submitted: a forged
+                        // request. Every replica still executes it (the order is agreed); we
+                        // only refuse to hand its answer to our client, who will retry.
+                        warn!(replica = self.id, seq = batch.seq, client = request.client, number = request.number, "delivered request differs from what this gateway submitted");
+                        self.metrics.inc_dropped("forged_request");
+                        None
+                    }
+                    None => None,
+                };
+                Item { origin: request.origin, payload: request.payload, reply }
+            })
+            .collect();
+        Delivered { seq: batch.seq, time_us: batch.time.0, checkpoint_due: batch.checkpoint_due, requests }
+    }
+
+    async fn perform(&self, command: Command<ReplyTo>, events: &mpsc::UnboundedSender<Event>) {
+        match command {
+            Command::Answer { reply, bytes } => {
+                if let Delivery::Dropped(why) = reply.try_send(bytes) {
+                    self.metrics.inc_dropped(why);
                 }
             }
-            Op::Resign => {
-                let now_s = batch.time.0 / 1_000_000;
-                let last = self.last_signed.load(Ordering::Relaxed);
-                // Decided on agreed values only: every honest replica decides alike.
-                if last != 0 && now_s >= last.saturating_add(self.resign_after_s) {
-                    let outcome = self.sign_zone(batch, reads).await;
-                    info!(replica = self.id, seq = batch.seq, outcome, "scheduled re-sign");
-                } else {
-                    debug!(replica = self.id, seq = batch.seq, "re-sign not due at the agreed time; skipped");
+            Command::Read { id, transfer, tcp, message, reply } => {
+                let (named, metrics, events) = (self.named.clone(), self.metrics.clone(), events.clone());
+                tokio::spawn(async move {
+                    if transfer {
+                        transfer_to(named, message, reply, metrics, id, events).await;
+                    } else {
+                        read(named, message, tcp, reply, &metrics).await;
+                        let _ = events.send(Event::ReadDone { id });
+                    }
+                });
+            }
+            Command::Write { seq, index, message, times } => {
+                let (named, metrics, events, tx) = (self.writes.clone(), self.metrics.clone(), events.clone(), self.times.clone());
+                let id = self.id;
+                tokio::spawn(async move {
+                    let _ = tx.send(Some(times));
+                    let answer = write(&named, &message, &metrics, id, seq).await;
+                    let _ = tx.send(None);
+                    let _ = events.send(Event::WriteAnswered { seq, index, answer });
+                });
+            }
+            Command::SignZone { seq, times } => {
+                let (maintenance, metrics, events, tx) = (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone());
+                let id = self.id;
+                tokio::spawn(async move {
+                    let _ = tx.send(Some(times));
+                    let result = sign_zone(&maintenance, times).await;
+                    let _ = tx.send(None);
+                    match &result {
+                        Ok(()) => info!(replica = id, seq, "zone signed with the distributed key"),
+                        Err(e) => {
+                            metrics.inc_execute_error();
+                            warn!(replica = id, seq, error = %e, "sign-zone failed; zone left as it was");
+                        }
+                    }
+                    let _ = events.send(Event::SignZoneDone { seq, result });
+                });
+            }
+            Command::DigestZone { seq } => {
+                let (maintenance, events) = (self.maintenance.clone(), events.clone());
+                let id = self.id;
+                tokio::spawn(async move {
+                    let digest = zone_digest(&maintenance, id).await;
+                    let _ = events.send(Event::ZoneDigest { seq, digest });
+                });
+            }
+            Command::Checkpoint { seq, digest } => {
+                let _ = self.checkpoints.send((seq, digest)).await;
+            }
+            Command::Persist(state) => {
+                if let Err(e) = state.store(&self.state_file) {
+                    // named holds the zone; a restart without this file re-executes from
+                    // the last recorded batch, which the outcome chain would then show.
+                    warn!(replica = self.id, error = %e, "cannot record the execution state");
                 }
-                // Release the submitting timer either way.
-                if let Some(reply) = reply {
-                    reply.send(b"done".to_vec()).await;
-                }
+                self.last_signed.store(state.last_signed_s, Ordering::Relaxed);
+                self.metrics.update_status(|s| s.last_executed = state.executed);
             }
         }
     }
+}
 
-    async fn sign_zone(&mut self, batch: &Batch, reads: &mut JoinSet<()>) -> String {
-        drain(reads).await;
-        let times = self.agreed_times(batch);
-        let _ = self.times.send(Some(times));
-        let result = self.maintenance.sign_zone(times).await;
-        let _ = self.times.send(None);
-        match result {
-            Ok(()) => {
-                let now_s = batch.time.0 / 1_000_000;
-                self.last_signed.store(now_s, Ordering::Relaxed);
-                write_number(&self.last_signed_file(), now_s);
-                info!(replica = self.id, seq = batch.seq, "zone signed with the distributed key");
-                format!("signed at seq {}", batch.seq)
-            }
+/// Sends an ordered write to named until named answers it. A write named never received
+/// (named restarting) is sent once it is back; one whose answer was lost is sent again,
+/// which an update's own prerequisites make safe or visibly different (its rcode goes
+/// into the outcome chain).
+async fn write(named: &Forwarder, message: &[u8], metrics: &Metrics, id: u16, seq: u64) -> Vec<u8> {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match named.forward_tcp(message).await {
+            Ok(answer) => return answer,
             Err(e) => {
-                self.metrics.inc_execute_error();
-                warn!(replica = self.id, seq = batch.seq, error = %e, "sign-zone failed; zone left as it was");
-                format!("error: {e}")
+                metrics.inc_execute_error();
+                warn!(replica = id, seq, error = %e, "named did not answer an ordered write; waiting for it and sending again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(WRITE_RETRY_MAX);
             }
         }
     }
+}
 
-    fn last_signed_file(&self) -> PathBuf {
-        self.executed_file.with_file_name("last-signed")
-    }
-
-    fn agreed_times(&self, batch: &Batch) -> SignatureTimes {
-        let t = u32::try_from(batch.time.0 / 1_000_000).unwrap_or(u32::MAX);
-        SignatureTimes::from_agreed(t, self.validity_s)
-    }
-
-    /// Every replica applies the update; the answer matters only at the gateway.
-    async fn write(&mut self, message: &[u8], batch: &Batch) -> Option<Vec<u8>> {
-        let times = self.agreed_times(batch);
-        let _ = self.times.send(Some(times));
-        // TCP to named: an update must not be retried over UDP, it could apply twice.
-        let result = self.named.forward_tcp(message).await;
-        let _ = self.times.send(None);
-        match result {
-            Ok(answer) => Some(answer),
-            Err(e) => {
-                self.metrics.inc_execute_error();
-                warn!(replica = self.id, seq = batch.seq, error = %e, "named did not answer an update");
-                servfail(message)
-            }
+/// A whole-zone signing. If named does not come back on the signed zone, wait for it:
+/// the zone file is already replaced, so the signing did happen.
+async fn sign_zone(maintenance: &ZoneMaintenance, times: SignatureTimes) -> Result<(), String> {
+    match maintenance.sign_zone(times).await {
+        Ok(()) => Ok(()),
+        Err(ZoneError::Restart(e)) => {
+            warn!(error = %e, "named is slow to come back on the signed zone; waiting");
+            while maintenance.supervisor.wait_ready().await.is_err() {}
+            Ok(())
         }
+        Err(e) => Err(e.to_string()),
     }
+}
 
-    /// A digest of the zone's content, the same on every honest replica: the records
-    /// of an AXFR, each in canonical wire form, sorted.
-    async fn zone_digest(&self) -> Digest {
-        match self.maintenance.zone_records().await {
+/// The digest of named's zone, the same on every honest replica: the records of an
+/// AXFR, each in canonical wire form, sorted.
+async fn zone_digest(maintenance: &ZoneMaintenance, id: u16) -> Option<[u8; 32]> {
+    let mut pause = Duration::from_millis(100);
+    for attempt in 1..=DIGEST_ATTEMPTS {
+        match maintenance.zone_records().await {
             Ok(mut records) => {
                 records.sort();
                 records.dedup();
@@ -213,56 +236,77 @@ impl Executor {
                     h.update((r.len() as u32).to_be_bytes());
                     h.update(r);
                 }
-                h.finalize().into()
+                return Some(h.finalize().into());
             }
             Err(e) => {
-                warn!(replica = self.id, error = %e, "zone digest unavailable; checkpoint will not match");
-                Sha256::digest(format!("unavailable {}", self.id)).into()
+                warn!(replica = id, attempt, error = %e, "zone digest unavailable; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
             }
         }
     }
+    warn!(replica = id, "zone digest unavailable; this checkpoint will not match");
+    None
 }
 
-async fn drain(reads: &mut JoinSet<()>) {
-    while reads.join_next().await.is_some() {}
+async fn read(named: Forwarder, message: Vec<u8>, tcp: bool, reply: ReplyTo, metrics: &Metrics) {
+    let answer = if tcp { named.forward_tcp(&message).await } else { named.forward_udp(&message).await };
+    let answer = match answer {
+        Ok(a) => a,
+        Err(e) => {
+            metrics.inc_execute_error();
+            debug!(error = %e, "read failed");
+            match servfail(&message) {
+                Some(a) => a,
+                None => return,
+            }
+        }
+    };
+    if let Delivery::Dropped(why) = reply.try_send(answer) {
+        metrics.inc_dropped(why);
+    }
 }
 
-async fn read(named: Forwarder, message: Vec<u8>, kind: Kind, tcp: bool, reply: ReplyTo, metrics: Arc<Metrics>) {
-    match kind {
-        Kind::Transfer => match named.axfr(&message).await {
-            Ok(mut stream) => {
-                while let Some(part) = stream.next_message().await {
-                    match part {
-                        Ok(bytes) => reply.send(bytes).await,
-                        Err(e) => {
-                            debug!(error = %e, "transfer ended early");
+/// A zone transfer: named's snapshot is taken when it starts answering, so the core may
+/// go on to later writes once the first message is in; the rest streams to the client
+/// in this task, each message waiting a bounded time for room in its queue.
+async fn transfer_to(named: Forwarder, message: Vec<u8>, reply: ReplyTo, metrics: Arc<Metrics>, id: u64, events: mpsc::UnboundedSender<Event>) {
+    let mut done = Some(events);
+    let release = |done: &mut Option<mpsc::UnboundedSender<Event>>| {
+        if let Some(events) = done.take() {
+            let _ = events.send(Event::ReadDone { id });
+        }
+    };
+    match named.axfr(&message).await {
+        Ok(mut stream) => {
+            while let Some(part) = stream.next_message().await {
+                release(&mut done);
+                match part {
+                    Ok(bytes) => {
+                        if let Delivery::Dropped(why) = reply.send_within(bytes, TRANSFER_SEND_WAIT).await {
+                            metrics.inc_dropped(why);
                             break;
                         }
                     }
-                }
-            }
-            Err(e) => {
-                metrics.inc_execute_error();
-                debug!(error = %e, "transfer failed");
-                if let Some(a) = servfail(&message) {
-                    reply.send(a).await;
-                }
-            }
-        },
-        _ => {
-            let answer = if tcp { named.forward_tcp(&message).await } else { named.forward_udp(&message).await };
-            match answer {
-                Ok(a) => reply.send(a).await,
-                Err(e) => {
-                    metrics.inc_execute_error();
-                    debug!(error = %e, "read failed");
-                    if let Some(a) = servfail(&message) {
-                        reply.send(a).await;
+                    Err(e) => {
+                        debug!(error = %e, "transfer ended early");
+                        break;
                     }
                 }
             }
         }
+        Err(e) => {
+            release(&mut done);
+            metrics.inc_execute_error();
+            debug!(error = %e, "transfer failed");
+            if let Some(a) = servfail(&message) {
+                if let Delivery::Dropped(why) = reply.try_send(a) {
+                    metrics.inc_dropped(why);
+                }
+            }
+        }
     }
+    release(&mut done);
 }
 
 /// SERVFAIL for a request, keeping its id, opcode and question.
@@ -272,18 +316,4 @@ pub fn servfail(request: &[u8]) -> Option<Vec<u8>> {
     a.metadata.message_type = MessageType::Response;
     a.add_queries(m.queries.iter().cloned());
     a.to_vec().ok()
-}
-
-fn read_number(path: &PathBuf) -> u64 {
-    std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
-}
-
-/// The executed sequence number and the last signing time are written after named
-/// applied the batch; named's file and journal are the durable state, these only tell
-/// a restarted wrapper where named stands.
-fn write_number(path: &PathBuf, value: u64) {
-    let tmp = path.with_extension("tmp");
-    if std::fs::write(&tmp, format!("{value}\n")).and_then(|_| std::fs::rename(&tmp, path)).is_err() {
-        warn!(path = %path.display(), "cannot record {value}");
-    }
 }

@@ -80,6 +80,8 @@ pub struct ClusterParams {
     pub zone_file: Option<PathBuf>,
     /// Written as `[signing] resign_after_s` when set.
     pub resign_after_s: Option<u64>,
+    /// Written as `[signing] sign_zone_interval_s` when set.
+    pub sign_zone_interval_s: Option<u64>,
 }
 
 pub fn replica_dir(out: &Path, i: u16) -> PathBuf {
@@ -178,8 +180,14 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
             named_port = p.layout.named_port(i),
             metrics = p.layout.metrics(i),
         );
+        if p.resign_after_s.is_some() || p.sign_zone_interval_s.is_some() {
+            c += "\n[signing]\n";
+        }
         if let Some(r) = p.resign_after_s {
-            c += &format!("\n[signing]\nresign_after_s = {r}\n");
+            c += &format!("resign_after_s = {r}\n");
+        }
+        if let Some(r) = p.sign_zone_interval_s {
+            c += &format!("sign_zone_interval_s = {r}\n");
         }
         for j in 0..n {
             c += &format!("\n[[peer]]\nid = {j}\nclient = \"{}\"\npeer = \"{}\"\n", p.layout.client(j), p.layout.peer(j));

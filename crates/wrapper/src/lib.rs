@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod codec;
 pub mod config;
 pub mod envelope;
+pub mod exec;
 pub mod executor;
 pub mod files;
 pub mod gateway;

@@ -10,31 +10,83 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use crate::classify::{classify, Verdict};
 use crate::metrics::Metrics;
 
-/// Where an answer for a client goes.
+/// One answer on its way to a TCP connection's writer. It holds the request's
+/// pipelining slot until it is written (or dropped), so a connection whose client does
+/// not read stops being read.
+#[derive(Debug)]
+pub struct Outgoing {
+    pub bytes: Vec<u8>,
+    _slot: Option<Arc<OwnedSemaphorePermit>>,
+}
+
+/// Where an answer for a client goes. Sending never waits for the client: a full queue
+/// or socket buffer drops the answer (the client retries).
 #[derive(Clone, Debug)]
 pub enum ReplyTo {
     Udp { socket: Arc<UdpSocket>, peer: SocketAddr },
-    /// The connection's writer task; a closed connection drops answers silently.
-    Tcp { writer: mpsc::Sender<Vec<u8>> },
+    /// The connection's writer task (bounded queue); a closed connection drops answers.
+    /// `slot` is the request's pipelining slot on that connection.
+    Tcp { writer: mpsc::Sender<Outgoing>, slot: Option<Arc<OwnedSemaphorePermit>> },
+}
+
+/// What became of an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    Sent,
+    /// Dropped, and why (a metrics label).
+    Dropped(&'static str),
 }
 
 impl ReplyTo {
-    pub async fn send(&self, answer: Vec<u8>) {
+    /// A reply channel inside this process (the admin endpoint, the re-sign timer).
+    pub fn internal() -> (ReplyTo, mpsc::Receiver<Outgoing>) {
+        let (writer, rx) = mpsc::channel(1);
+        (ReplyTo::Tcp { writer, slot: None }, rx)
+    }
+
+    /// Hands the answer over without waiting: a UDP send that would block, a full
+    /// answer queue or a closed connection drops it.
+    pub fn try_send(&self, answer: Vec<u8>) -> Delivery {
         match self {
-            ReplyTo::Udp { socket, peer } => {
-                if let Err(e) = socket.send_to(&answer, peer).await {
+            ReplyTo::Udp { socket, peer } => match socket.try_send_to(&answer, *peer) {
+                Ok(_) => Delivery::Sent,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Delivery::Dropped("udp_send_would_block"),
+                Err(e) => {
                     debug!(%peer, error = %e, "udp answer not sent");
+                    Delivery::Dropped("udp_send_error")
                 }
-            }
-            ReplyTo::Tcp { writer } => {
-                let _ = writer.send(answer).await;
-            }
+            },
+            ReplyTo::Tcp { writer, slot } => match writer.try_send(Outgoing { bytes: answer, _slot: slot.clone() }) {
+                Ok(()) => Delivery::Sent,
+                Err(mpsc::error::TrySendError::Full(_)) => Delivery::Dropped("answer_queue_full"),
+                Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Dropped("connection_closed"),
+            },
+        }
+    }
+
+    /// [`Self::try_send`] for callers that do not count drops. Never waits for the client.
+    pub async fn send(&self, answer: Vec<u8>) {
+        if let Delivery::Dropped(why) = self.try_send(answer) {
+            debug!(why, "answer dropped");
+        }
+    }
+
+    /// Waits up to `within` for room in a TCP connection's queue (the later messages of
+    /// a zone transfer, sent by a task of their own); UDP as [`Self::try_send`].
+    pub async fn send_within(&self, answer: Vec<u8>, within: Duration) -> Delivery {
+        match self {
+            ReplyTo::Udp { .. } => self.try_send(answer),
+            ReplyTo::Tcp { writer, slot } => match writer.send_timeout(Outgoing { bytes: answer, _slot: slot.clone() }, within).await {
+                Ok(()) => Delivery::Sent,
+                Err(mpsc::error::SendTimeoutError::Timeout(_)) => Delivery::Dropped("answer_queue_full"),
+                Err(mpsc::error::SendTimeoutError::Closed(_)) => Delivery::Dropped("connection_closed"),
+            },
         }
     }
 
@@ -81,7 +133,9 @@ async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, to_gateway: &mpsc::
         }
         Verdict::Answer(answer) => {
             metrics.inc_refused();
-            reply.send(answer).await;
+            if let Delivery::Dropped(why) = reply.try_send(answer) {
+                metrics.inc_dropped(why);
+            }
         }
         Verdict::Drop(why) => {
             metrics.inc_dropped(why);
@@ -92,10 +146,20 @@ async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, to_gateway: &mpsc::
 pub struct TcpLimits {
     pub idle: Duration,
     pub max_connections: usize,
+    /// Requests read from one connection and not yet answered (or dropped); at the
+    /// bound that connection is not read until answers go out.
+    pub max_pipelined: usize,
+    /// A write to a client that does not progress in this time ends its connection.
+    pub write_timeout: Duration,
 }
+
+/// Answers queued per connection before further ones are dropped (a transfer's
+/// messages wait for room instead, bounded by the write timeout).
+const ANSWER_QUEUE: usize = 64;
 
 pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientRequest>, limits: TcpLimits, metrics: Arc<Metrics>) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let limits = Arc::new(limits);
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -111,48 +175,66 @@ pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientReq
         };
         let to_gateway = to_gateway.clone();
         let metrics = metrics.clone();
-        let idle = limits.idle;
+        let limits = limits.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(e) = serve_connection(stream, to_gateway, idle, metrics).await {
-                debug!(%peer, error = %e, "tcp connection ended");
-            }
+            serve_connection(stream, to_gateway, &limits, metrics).await;
+            debug!(%peer, "tcp connection ended");
         });
     }
 }
 
 /// One TCP connection: several messages, answers in completion order (RFC 7766
-/// allows that; clients match them by message id), closed when idle.
-async fn serve_connection(stream: TcpStream, to_gateway: mpsc::Sender<ClientRequest>, idle: Duration, metrics: Arc<Metrics>) -> std::io::Result<()> {
+/// allows that; clients match them by message id), closed when idle, when a write
+/// stalls, or when the client closes.
+async fn serve_connection(stream: TcpStream, to_gateway: mpsc::Sender<ClientRequest>, limits: &TcpLimits, metrics: Arc<Metrics>) {
     let (mut reader, mut writer) = stream.into_split();
-    let (answers_tx, mut answers_rx) = mpsc::channel::<Vec<u8>>(64);
-    let write_task = tokio::spawn(async move {
+    let (answers_tx, mut answers_rx) = mpsc::channel::<Outgoing>(ANSWER_QUEUE);
+    let write_timeout = limits.write_timeout;
+    let m = metrics.clone();
+    let mut write_task = tokio::spawn(async move {
         while let Some(answer) = answers_rx.recv().await {
-            let Ok(len) = u16::try_from(answer.len()) else { continue };
-            let mut framed = Vec::with_capacity(answer.len() + 2);
+            let Ok(len) = u16::try_from(answer.bytes.len()) else { continue };
+            let mut framed = Vec::with_capacity(answer.bytes.len() + 2);
             framed.extend_from_slice(&len.to_be_bytes());
-            framed.extend_from_slice(&answer);
-            if writer.write_all(&framed).await.is_err() {
-                break;
+            framed.extend_from_slice(&answer.bytes);
+            match tokio::time::timeout(write_timeout, writer.write_all(&framed)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => break,
+                Err(_) => {
+                    m.inc_dropped("tcp_write_timeout");
+                    break;
+                }
             }
         }
     });
+    let pipelined = Arc::new(Semaphore::new(limits.max_pipelined.max(1)));
+    let mut writer_done = false;
     loop {
-        let mut len_bytes = [0u8; 2];
-        match tokio::time::timeout(idle, reader.read_exact(&mut len_bytes)).await {
-            Err(_) | Ok(Err(_)) => break, // idle, or closed
-            Ok(Ok(_)) => {}
-        }
-        let len = usize::from(u16::from_be_bytes(len_bytes));
-        let mut bytes = vec![0u8; len];
-        match tokio::time::timeout(idle, reader.read_exact(&mut bytes)).await {
-            Err(_) | Ok(Err(_)) => break,
-            Ok(Ok(_)) => {}
-        }
-        dispatch(bytes, true, ReplyTo::Tcp { writer: answers_tx.clone() }, &to_gateway, &metrics).await;
+        // A slot first: a client that does not read its answers is not read either.
+        let slot = tokio::select! {
+            s = pipelined.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => break },
+            _ = &mut write_task => { writer_done = true; break }
+        };
+        let read = async {
+            let mut len_bytes = [0u8; 2];
+            tokio::time::timeout(limits.idle, reader.read_exact(&mut len_bytes)).await.ok()?.ok()?;
+            let mut bytes = vec![0u8; usize::from(u16::from_be_bytes(len_bytes))];
+            tokio::time::timeout(limits.idle, reader.read_exact(&mut bytes)).await.ok()?.ok()?;
+            Some(bytes)
+        };
+        let bytes = tokio::select! {
+            b = read => match b { Some(b) => b, None => break }, // idle, or closed
+            _ = &mut write_task => { writer_done = true; break }
+        };
+        let reply = ReplyTo::Tcp { writer: answers_tx.clone(), slot: Some(Arc::new(slot)) };
+        dispatch(bytes, true, reply, &to_gateway, &metrics).await;
     }
     drop(answers_tx);
-    // Let answers still in flight (held by the gateway) drain, bounded by the idle time.
-    let _ = tokio::time::timeout(idle, write_task).await;
-    Ok(())
+    if !writer_done {
+        // Answers still in flight (held by the gateway) may drain, bounded by the idle time.
+        if tokio::time::timeout(limits.idle, &mut write_task).await.is_err() {
+            write_task.abort();
+        }
+    }
 }

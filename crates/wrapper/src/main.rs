@@ -30,12 +30,17 @@ enum Cmd {
         #[arg(long)]
         config: PathBuf,
     },
-    /// The paper's special command: sign the zone with the distributed key, ordered,
-    /// on every replica at the same point of the log.
+    /// The paper's special command: ask replicas to sign the zone with the distributed
+    /// key. It runs, on every replica at the same point of the log, once t+1 replicas'
+    /// requests for it were ordered. Give one --admin and --token per replica asked.
     SignZone {
         /// A replica's metrics/admin address (loopback on the replica's host).
-        #[arg(long, default_value = "127.0.0.1:5601")]
-        admin: SocketAddr,
+        #[arg(long, required = true)]
+        admin: Vec<SocketAddr>,
+        /// That replica's admin token file (`admin.token` in its state directory), in
+        /// the same order as --admin.
+        #[arg(long, required = true)]
+        token: Vec<PathBuf>,
     },
     /// A whole cluster on this machine.
     Cluster {
@@ -124,6 +129,9 @@ struct ClusterArgs {
     /// Re-sign the zone once its last signing is this old (default: half the validity).
     #[arg(long)]
     resign_after_s: Option<u64>,
+    /// At most one whole-zone signing per this many seconds of agreed time (default 3600).
+    #[arg(long)]
+    sign_zone_interval_s: Option<u64>,
 }
 
 impl ClusterArgs {
@@ -154,6 +162,7 @@ impl ClusterArgs {
             bind_dir: self.bind_dir.clone(),
             zone_file: self.zone_file.clone(),
             resign_after_s: self.resign_after_s,
+            sign_zone_interval_s: self.sign_zone_interval_s,
         }
     }
 }
@@ -167,12 +176,20 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Keygen { cluster, out } => wrapper::keygen::keygen(&cluster.params(), &out),
         Cmd::Run { config } => match Config::load(&config) {
-            Ok(c) => tokio::runtime::Runtime::new()
+            Ok(c) => {
+                // The patched dnssec-signzone that a sign-zone runs inherits this: it waits
+                // for its threshold signatures as long as named does (the patch's maximum),
+                // not 10 s. Set before the runtime starts any thread.
+                if std::env::var_os(named_glue::SIGNER_TIMEOUT_ENV).is_none() {
+                    std::env::set_var(named_glue::SIGNER_TIMEOUT_ENV, "600000");
+                }
+                tokio::runtime::Runtime::new()
                 .map_err(anyhow::Error::from)
-                .and_then(|rt| rt.block_on(wrapper::run::run(c))),
+                    .and_then(|rt| rt.block_on(wrapper::run::run(c)))
+            }
             Err(e) => Err(e.into()),
         },
-        Cmd::SignZone { admin } => wrapper::cluster::admin_post(admin, "/admin/sign-zone").map(|outcome| println!("{outcome}")),
+        Cmd::SignZone { admin, token } => wrapper::cluster::sign_zone(&admin, &token).map(|outcome| println!("{outcome}")),
         Cmd::Cluster { action } => match action {
             ClusterCmd::Up { cluster, dir } => wrapper::cluster::up(&cluster.params(), &dir),
             ClusterCmd::Down { replicas, dir } => wrapper::cluster::down(replicas, &dir),

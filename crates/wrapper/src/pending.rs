@@ -82,10 +82,9 @@ impl Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::sync::mpsc;
 
     fn reply() -> ReplyTo {
-        ReplyTo::Tcp { writer: mpsc::channel(1).0 }
+        ReplyTo::internal().0
     }
 
     #[test]
@@ -107,12 +106,11 @@ mod tests {
 #[cfg(test)]
 mod forged {
     use super::*;
-    use tokio::sync::mpsc;
 
     #[test]
     fn only_the_submitted_payload_gets_the_answer() {
         let p = Pending::new(4);
-        let reply = ReplyTo::Tcp { writer: mpsc::channel(1).0 };
+        let reply = ReplyTo::internal().0;
         assert!(p.insert((9, 1), reply, Duration::from_secs(60), payload_digest(b"what the client asked")));
         let entry = p.take(&(9, 1)).unwrap();
         assert!(entry.matches(b"what the client asked"));

@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::info;
 
 use crate::config::Config;
+use crate::exec::{ExecConfig, ExecCore, ExecState, Unchanged, UpdateGate};
 use crate::executor::Executor;
 use crate::files::{check_secret_mode, TsigKey as DealerTsig};
 use crate::gateway::Gateway;
@@ -50,7 +51,16 @@ fn load_tsig(path: &Path) -> Result<TsigKey> {
     Ok(TsigKey::hmac_sha256(&key.name, key.secret()))
 }
 
+/// Reads executing at once at this gateway.
+const MAX_READS_IN_FLIGHT: usize = 64;
+
+/// Runs a replica whose ordered writes go to named unchanged.
 pub async fn run(config: Config) -> Result<()> {
+    run_with_gate(config, Arc::new(Unchanged)).await
+}
+
+/// Runs a replica whose execution core asks `gate` about every ordered write.
+pub async fn run_with_gate(config: Config, gate: Arc<dyn UpdateGate>) -> Result<()> {
     let id = config.replica.id;
     let n = config.cluster.replicas;
     let t = config.faults();
@@ -122,15 +132,17 @@ pub async fn run(config: Config) -> Result<()> {
     let mut spec = NamedSpec::new(tools.named(), conf_path.clone(), config.named.port, zone.clone(), named_dir.join("named.log"));
     spec.signer_socket = Some(socket_path.clone());
     spec.pid_file = Some(conf.pid_file.clone());
-    // named must give up after the signing service does, so it gets a clean error.
-    spec.signer_timeout_ms = Some(u32::try_from(sign_timeout.as_millis() + 2000).unwrap_or(u32::MAX));
+    // named must give up after the signing service does, so it gets a clean error; the
+    // BIND patch caps its wait at 600 s.
+    spec.signer_timeout_ms = Some(u32::try_from((sign_timeout.as_millis() + 10_000).min(600_000)).unwrap_or(600_000));
     let supervisor = Arc::new(Supervisor::start(spec).await.context("starting named")?);
     supervisor.wait_ready().await.context("named did not become ready")?;
     metrics.update_status(|s| s.named_running = true);
-    // A write may wait for several threshold signatures; give up on named only when it is
-    // truly stuck. After that the agreed times are cleared, so a late signing request of
-    // the abandoned write is refused rather than signed with another write's times.
-    let named = Forwarder { tcp_timeout: Duration::from_secs(120), ..Forwarder::new(SocketAddr::from(([127, 0, 0, 1], config.named.port))) };
+    let named = Forwarder::new(SocketAddr::from(([127, 0, 0, 1], config.named.port)));
+    // An ordered write waits for named, which waits for its threshold signatures: no
+    // local timer decides that a write failed. The long read timeout only notices a
+    // named that lost the request (it is then sent again).
+    let writes = Forwarder { tcp_timeout: Duration::from_secs(3600), ..named.clone() };
 
     // Ordering.
     let o = &config.ordering;
@@ -147,17 +159,38 @@ pub async fn run(config: Config) -> Result<()> {
     let (handle, batches) = spawn_replica(replica, mesh.sender(), ordering_rx);
 
     let pending = Arc::new(Pending::new(config.client.max_pending));
+    let state_file = state.join("exec.state");
+    let mut exec_state = ExecState::load(&state_file).context("the execution state")?;
+    if !state_file.exists() {
+        // A state directory from before the execution core kept two plain numbers.
+        let number = |name: &str| std::fs::read_to_string(state.join(name)).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0);
+        exec_state.executed = number("executed.seq");
+        exec_state.last_signed_s = number("last-signed");
+    }
+    let core = ExecCore::new(
+        ExecConfig {
+            id,
+            faults: t,
+            validity_s: conf.sig_validity_secs(),
+            resign_after_s: config.resign_after_s(),
+            sign_zone_interval_s: config.signing.sign_zone_interval_s,
+            sign_zone_window_s: config.signing.sign_zone_window_s,
+            max_reads_in_flight: MAX_READS_IN_FLIGHT,
+        },
+        gate,
+        exec_state,
+    );
     let last_signed = Arc::new(AtomicU64::new(0));
     let executor = Executor {
         id,
-        zone: zone.clone(),
+        core,
         named: named.clone(),
+        writes,
         pending: pending.clone(),
         times: times_tx,
-        validity_s: conf.sig_validity_secs(),
         checkpoints: handle.checkpoint.clone(),
         metrics: metrics.clone(),
-        maintenance: ZoneMaintenance {
+        maintenance: Arc::new(ZoneMaintenance {
             tools: tools.clone(),
             zone: zone.clone(),
             named: named.clone(),
@@ -165,10 +198,9 @@ pub async fn run(config: Config) -> Result<()> {
             key: key.clone(),
             signer_socket: socket_path.clone(),
             supervisor: supervisor.clone(),
-        },
-        executed_file: state.join("executed.seq"),
+        }),
+        state_file,
         last_signed: last_signed.clone(),
-        resign_after_s: config.resign_after_s(),
     };
     tokio::spawn(executor.run(batches));
 
@@ -191,13 +223,19 @@ pub async fn run(config: Config) -> Result<()> {
     let udp = Arc::new(UdpSocket::bind(me.client).await.with_context(|| format!("binding UDP {}", me.client))?);
     let tcp = TcpListener::bind(me.client).await.with_context(|| format!("binding TCP {}", me.client))?;
     tokio::spawn(serve_udp(udp, client_tx.clone(), metrics.clone()));
-    let tcp_limits = TcpLimits { idle: Duration::from_millis(config.client.tcp_idle_timeout_ms), max_connections: config.client.tcp_max_connections };
+    let tcp_limits = TcpLimits {
+        idle: Duration::from_millis(config.client.tcp_idle_timeout_ms),
+        max_connections: config.client.tcp_max_connections,
+        max_pipelined: config.client.tcp_max_pipelined,
+        write_timeout: Duration::from_millis(config.client.tcp_write_timeout_ms),
+    };
     tokio::spawn(serve_tcp(tcp, client_tx, tcp_limits, metrics.clone()));
     if let Some(addr) = config.metrics.listen {
         let m = metrics.clone();
-        let g = gateway.clone();
+        let token = metrics::write_admin_token(&state.join(metrics::ADMIN_TOKEN_FILE)).context("writing the admin token")?;
+        let admin = Arc::new(metrics::Admin { gateway: gateway.clone(), token });
         tokio::spawn(async move {
-            if let Err(e) = metrics::serve(addr, m, Some(g)).await {
+            if let Err(e) = metrics::serve(addr, m, Some(admin)).await {
                 tracing::error!(%addr, error = %e, "metrics endpoint stopped");
             }
         });
@@ -249,8 +287,8 @@ async fn resign_timer(gateway: Arc<Gateway>, last_signed: Arc<AtomicU64>, resign
         let last = last_signed.load(std::sync::atomic::Ordering::Relaxed);
         let now_s = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         if last != 0 && now_s >= last.saturating_add(resign_after_s) {
-            let (tx, mut rx) = mpsc::channel(1);
-            gateway.order(crate::envelope::Op::Resign, crate::listener::ReplyTo::Tcp { writer: tx }).await;
+            let (reply, mut rx) = crate::listener::ReplyTo::internal();
+            gateway.order(crate::envelope::Op::Resign, reply).await;
             // Wait for it to be ordered and executed (or expire) before checking again.
             let _ = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
         }

@@ -1,0 +1,456 @@
+//! The execution core: ordered batches in, commands out, results back as events.
+//!
+//! No IO, no clock, no randomness: everything it decides comes from the batch (its
+//! sequence number, agreed time and requests) and the replicated [`ExecState`], so
+//! every honest replica decides alike. The tokio side (`crate::executor`) performs
+//! the commands and reports their results; it decides nothing.
+//!
+//! Rules it enforces:
+//! - writes run one at a time, in log order, on every replica; each write's outcome
+//!   (named's rcode, or the gate's refusal) is folded into the state's outcome chain;
+//! - reads run only at the gateway that owes the answer, at most `max_reads_in_flight`
+//!   at once, and never across a write or a whole-zone signing (a barrier waits for the
+//!   reads issued before it);
+//! - nothing waits on a client: answers are commands that the tokio side delivers
+//!   without blocking;
+//! - sign-zone runs once requests for it from `faults + 1` distinct replicas were
+//!   ordered (within `sign_zone_window_s` of agreed time), and at most once per
+//!   `sign_zone_interval_s`; the re-sign runs when, by agreed time, the last signing is
+//!   `resign_after_s` old.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use hickory_proto::op::{Message, MessageType, ResponseCode};
+use hickory_proto::rr::RData;
+use named_glue::signer::SignatureTimes;
+use sha2::{Digest as _, Sha256};
+
+use crate::classify::{classify, Kind, Verdict};
+use crate::envelope::Op;
+use crate::exec::gate::{UpdateDecision, UpdateGate};
+use crate::exec::state::{code, ExecState, RecentWrite};
+
+/// named's answers to recent writes kept for retransmissions (local, not replicated:
+/// only what to send, never whether to execute).
+const ANSWER_CACHE: usize = 256;
+
+/// Static parameters, the same on every replica.
+#[derive(Clone, Debug)]
+pub struct ExecConfig {
+    pub id: u16,
+    /// t: sign-zone needs requests from t+1 distinct replicas.
+    pub faults: u16,
+    /// Signature validity (s) from the agreed time.
+    pub validity_s: u32,
+    pub resign_after_s: u64,
+    /// At most one whole-zone signing per this much agreed time.
+    pub sign_zone_interval_s: u64,
+    /// A sign-zone request older than this (agreed time) no longer counts.
+    pub sign_zone_window_s: u64,
+    /// Reads executing at once at this gateway.
+    pub max_reads_in_flight: usize,
+}
+
+/// One delivered batch, with the reply handles this gateway holds for its own requests.
+#[derive(Debug)]
+pub struct Delivered<R> {
+    pub seq: u64,
+    /// Agreed time, microseconds since the epoch.
+    pub time_us: u64,
+    pub checkpoint_due: bool,
+    pub requests: Vec<Item<R>>,
+}
+
+#[derive(Debug)]
+pub struct Item<R> {
+    pub origin: u16,
+    pub payload: Vec<u8>,
+    /// Where the answer goes, if this replica is the request's gateway and still holds
+    /// the client.
+    pub reply: Option<R>,
+}
+
+/// What the tokio side must do.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Command<R> {
+    /// Ask named (a query, or a zone transfer) and send its answer to `reply`; report
+    /// [`Event::ReadDone`] once named's answer (the first message of a transfer) is in.
+    Read { id: u64, transfer: bool, tcp: bool, message: Vec<u8>, reply: R },
+    /// Forward this write to named with these agreed signature times; wait for named
+    /// however long it takes (retrying while it is down), then report
+    /// [`Event::WriteAnswered`].
+    Write { seq: u64, index: u32, message: Vec<u8>, times: SignatureTimes },
+    /// Sign the whole zone at these agreed times; report [`Event::SignZoneDone`].
+    SignZone { seq: u64, times: SignatureTimes },
+    /// Send these bytes to a client, without waiting for it.
+    Answer { reply: R, bytes: Vec<u8> },
+    /// Compute the digest of named's zone; report [`Event::ZoneDigest`].
+    DigestZone { seq: u64 },
+    /// Report this checkpoint digest to the ordering.
+    Checkpoint { seq: u64, digest: [u8; 32] },
+    /// Persist this state (the batch it names is executed).
+    Persist(ExecState),
+}
+
+/// Results of commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    ReadDone { id: u64 },
+    /// named's answer to the write (the tokio side waits until there is one).
+    WriteAnswered { seq: u64, index: u32, answer: Vec<u8> },
+    SignZoneDone { seq: u64, result: Result<(), String> },
+    /// `None`: the zone could not be read; this replica's checkpoint will not match.
+    ZoneDigest { seq: u64, digest: Option<[u8; 32]> },
+}
+
+/// Why the core's current batch is not advancing.
+#[derive(Debug)]
+enum Wait<R> {
+    /// Reads issued earlier must finish before the next item (a write or a signing).
+    Barrier,
+    /// All read slots are taken.
+    ReadSlot,
+    Write { index: u32, request: Vec<u8>, reply: Option<R>, window: Option<([u8; 32], u64)> },
+    /// A signing decided at this point of the log, waiting for earlier reads.
+    SignPending { index: u32, reply: Option<R>, scheduled: bool },
+    SignZone { index: u32, reply: Option<R>, scheduled: bool },
+    Digest,
+}
+
+#[derive(Debug)]
+struct Running<R> {
+    seq: u64,
+    time_us: u64,
+    checkpoint_due: bool,
+    items: VecDeque<(u32, Item<R>)>,
+    wait: Option<Wait<R>>,
+    digest_done: bool,
+}
+
+/// The execution core of one replica.
+pub struct ExecCore<R, G> {
+    config: ExecConfig,
+    gate: G,
+    state: ExecState,
+    running: Option<Running<R>>,
+    reads: BTreeSet<u64>,
+    next_read: u64,
+    answers: BTreeMap<[u8; 32], Vec<u8>>,
+    answer_order: VecDeque<[u8; 32]>,
+}
+
+impl<R, G: UpdateGate> ExecCore<R, G> {
+    pub fn new(config: ExecConfig, gate: G, state: ExecState) -> Self {
+        ExecCore { config, gate, state, running: None, reads: BTreeSet::new(), next_read: 0, answers: BTreeMap::new(), answer_order: VecDeque::new() }
+    }
+
+    pub fn state(&self) -> &ExecState {
+        &self.state
+    }
+
+    /// Reads issued and not yet reported done.
+    pub fn reads_in_flight(&self) -> usize {
+        self.reads.len()
+    }
+
+    /// True when the next batch may be delivered (reads of earlier batches may still run).
+    pub fn is_idle(&self) -> bool {
+        self.running.is_none()
+    }
+
+    /// Starts executing `batch`. A batch at or below the executed position (named applied
+    /// it before a restart) is skipped. Call only when [`Self::is_idle`].
+    pub fn deliver(&mut self, batch: Delivered<R>) -> Vec<Command<R>> {
+        let mut out = Vec::new();
+        if batch.seq <= self.state.executed || self.running.is_some() {
+            return out;
+        }
+        let items = batch.requests.into_iter().enumerate().map(|(i, item)| (u32::try_from(i).unwrap_or(u32::MAX), item)).collect();
+        self.running = Some(Running { seq: batch.seq, time_us: batch.time_us, checkpoint_due: batch.checkpoint_due, items, wait: None, digest_done: false });
+        self.advance(&mut out);
+        out
+    }
+
+    pub fn handle(&mut self, event: Event) -> Vec<Command<R>> {
+        let mut out = Vec::new();
+        match event {
+            Event::ReadDone { id } => {
+                if self.reads.remove(&id) {
+                    if let Some(run) = &mut self.running {
+                        let released = match run.wait {
+                            Some(Wait::ReadSlot) => true,
+                            Some(Wait::Barrier) => self.reads.is_empty(),
+                            _ => false,
+                        };
+                        if released {
+                            run.wait = None;
+                        }
+                    }
+                }
+            }
+            Event::WriteAnswered { seq, index, answer } => {
+                let Some(run) = &mut self.running else { return out };
+                if run.seq != seq || !matches!(&run.wait, Some(Wait::Write { index: i, .. }) if *i == index) {
+                    return out;
+                }
+                let Some(Wait::Write { request, reply, window, .. }) = run.wait.take() else { return out };
+                let outcome = match Message::from_vec(&answer) {
+                    Ok(m) => u32::from(u16::from(m.metadata.response_code)),
+                    Err(_) => code::UNDECODABLE_ANSWER,
+                };
+                self.state.record(seq, index, outcome);
+                if let Some((digest, expires_s)) = window {
+                    self.state.remember_write(digest, RecentWrite { expires_s, outcome });
+                    self.cache_answer(digest, answer.clone());
+                }
+                if let Some(reply) = reply {
+                    out.push(Command::Answer { reply, bytes: self.gate.answer_for_client(&request, &answer) });
+                }
+            }
+            Event::SignZoneDone { seq, result } => {
+                let Some(run) = &mut self.running else { return out };
+                if run.seq != seq || !matches!(run.wait, Some(Wait::SignZone { .. })) {
+                    return out;
+                }
+                let Some(Wait::SignZone { index, reply, scheduled }) = run.wait.take() else { return out };
+                let time_s = run.time_us / 1_000_000;
+                let text = match result {
+                    Ok(()) => {
+                        self.state.last_signed_s = time_s;
+                        self.state.record(seq, index, code::ZONE_SIGNED);
+                        format!("signed at seq {seq}")
+                    }
+                    Err(e) => {
+                        self.state.record(seq, index, code::ZONE_SIGN_FAILED);
+                        format!("error: {e}")
+                    }
+                };
+                if let Some(reply) = reply {
+                    // The re-sign timer only needs to be released.
+                    let bytes = if scheduled { b"done".to_vec() } else { text.into_bytes() };
+                    out.push(Command::Answer { reply, bytes });
+                }
+            }
+            Event::ZoneDigest { seq, digest } => {
+                let Some(run) = &mut self.running else { return out };
+                if run.seq != seq || !matches!(run.wait, Some(Wait::Digest)) {
+                    return out;
+                }
+                run.wait = None;
+                run.digest_done = true;
+                let digest = match digest {
+                    Some(zone) => self.state.checkpoint_digest(&zone),
+                    // A digest no other replica can produce: this checkpoint will not match.
+                    None => {
+                        let mut zone = [0xffu8; 32];
+                        zone[..2].copy_from_slice(&self.config.id.to_be_bytes());
+                        let mut d = self.state.checkpoint_digest(&zone);
+                        d[0] ^= 0x5a;
+                        d
+                    }
+                };
+                out.push(Command::Checkpoint { seq, digest });
+            }
+        }
+        self.advance(&mut out);
+        out
+    }
+
+    fn times(&self, time_us: u64) -> SignatureTimes {
+        let t = u32::try_from(time_us / 1_000_000).unwrap_or(u32::MAX);
+        SignatureTimes::from_agreed(t, self.config.validity_s)
+    }
+
+    /// Runs the current batch until it must wait for an event, or finishes it.
+    fn advance(&mut self, out: &mut Vec<Command<R>>) {
+        loop {
+            let Some(run) = self.running.as_mut() else { return };
+            match run.wait {
+                Some(Wait::SignPending { .. }) if self.reads.is_empty() => {
+                    let Some(Wait::SignPending { index, reply, scheduled }) = run.wait.take() else { return };
+                    let (seq, time_us) = (run.seq, run.time_us);
+                    self.start_signing(index, reply, scheduled, seq, time_us, out);
+                    return;
+                }
+                Some(_) => return,
+                None => {}
+            }
+            let Some((index, item)) = run.items.pop_front() else {
+                if run.checkpoint_due && !run.digest_done {
+                    run.wait = Some(Wait::Digest);
+                    out.push(Command::DigestZone { seq: run.seq });
+                    return;
+                }
+                self.state.executed = run.seq;
+                self.running = None;
+                out.push(Command::Persist(self.state.clone()));
+                return;
+            };
+            let (seq, time_us) = (run.seq, run.time_us);
+            let Ok(op) = Op::decode(&item.payload) else { continue };
+            match op {
+                Op::Dns { tcp, message } => match classify(&message, tcp) {
+                    Verdict::Order(Kind::Write) => {
+                        if !self.reads.is_empty() {
+                            return self.hold(index, item, Wait::Barrier);
+                        }
+                        let time_s = time_us / 1_000_000;
+                        let digest: [u8; 32] = Sha256::digest(&message).into();
+                        self.state.prune_recent(time_s);
+                        if let Some(first) = self.state.recent_writes.get(&digest).copied() {
+                            // The same bytes again within their TSIG window: a client's
+                            // retransmission (or a replay). Executed once; this gets the
+                            // first execution's answer.
+                            self.state.record(seq, index, code::DUPLICATE | first.outcome);
+                            if let Some(reply) = item.reply {
+                                let bytes = match self.answers.get(&digest) {
+                                    Some(a) => a.clone(),
+                                    None => rcode_answer(&message, first.outcome),
+                                };
+                                out.push(Command::Answer { reply, bytes });
+                            }
+                            continue;
+                        }
+                        match self.gate.decide(&message, time_s) {
+                            UpdateDecision::Forward(bytes) => {
+                                let times = self.times(time_us);
+                                out.push(Command::Write { seq, index, message: bytes, times });
+                                // Only a TSIG whose time is acceptable now (within its fudge)
+                                // opens a window: a far-future time signed cannot pin an entry.
+                                let window = tsig_window(&message)
+                                    .filter(|&(signed, fudge)| signed <= time_s.saturating_add(fudge) && signed.saturating_add(fudge) >= time_s)
+                                    .map(|(signed, fudge)| (digest, signed.saturating_add(fudge)));
+                                if let Some(run) = self.running.as_mut() {
+                                    run.wait = Some(Wait::Write { index, request: message, reply: item.reply, window });
+                                }
+                                return;
+                            }
+                            UpdateDecision::Refuse { rcode, answer } => {
+                                self.state.record(seq, index, u32::from(rcode));
+                                if let Some(reply) = item.reply {
+                                    out.push(Command::Answer { reply, bytes: answer });
+                                }
+                            }
+                        }
+                    }
+                    Verdict::Order(kind @ (Kind::Read | Kind::Transfer)) => {
+                        // Only the gateway owes an answer; the others only ordered it.
+                        if item.reply.is_none() {
+                            continue;
+                        }
+                        if self.reads.len() >= self.config.max_reads_in_flight.max(1) {
+                            return self.hold(index, item, Wait::ReadSlot);
+                        }
+                        let Some(reply) = item.reply else { continue };
+                        self.next_read += 1;
+                        let id = self.next_read;
+                        self.reads.insert(id);
+                        out.push(Command::Read { id, transfer: kind == Kind::Transfer, tcp, message, reply });
+                    }
+                    // A gateway answers these itself; one that orders them is lying or newer.
+                    Verdict::Answer(_) | Verdict::Drop(_) => {}
+                },
+                Op::SignZone => {
+                    let time_s = time_us / 1_000_000;
+                    match self.sign_zone_request(item.origin, time_s) {
+                        Ok(()) => return self.start_signing(index, item.reply, false, seq, time_us, out),
+                        Err(text) => {
+                            if let Some(reply) = item.reply {
+                                out.push(Command::Answer { reply, bytes: text.into_bytes() });
+                            }
+                        }
+                    }
+                }
+                Op::Resign => {
+                    let time_s = time_us / 1_000_000;
+                    let last = self.state.last_signed_s;
+                    if last != 0 && time_s >= last.saturating_add(self.config.resign_after_s) {
+                        return self.start_signing(index, item.reply, true, seq, time_us, out);
+                    }
+                    if let Some(reply) = item.reply {
+                        out.push(Command::Answer { reply, bytes: b"done".to_vec() });
+                    }
+                }
+            }
+        }
+    }
+
+    fn cache_answer(&mut self, digest: [u8; 32], answer: Vec<u8>) {
+        if self.answers.insert(digest, answer).is_none() {
+            self.answer_order.push_back(digest);
+        }
+        while self.answer_order.len() > ANSWER_CACHE {
+            if let Some(old) = self.answer_order.pop_front() {
+                self.answers.remove(&old);
+            }
+        }
+    }
+
+    /// Puts `item` back at the front and waits.
+    fn hold(&mut self, index: u32, item: Item<R>, wait: Wait<R>) {
+        if let Some(run) = self.running.as_mut() {
+            run.items.push_front((index, item));
+            run.wait = Some(wait);
+        }
+    }
+
+    /// A whole-zone signing decided at this point of the log; it starts once the reads
+    /// issued before it are done (the decision is not taken again).
+    fn start_signing(&mut self, index: u32, reply: Option<R>, scheduled: bool, seq: u64, time_us: u64, out: &mut Vec<Command<R>>) {
+        let times = self.times(time_us);
+        let Some(run) = self.running.as_mut() else { return };
+        if self.reads.is_empty() {
+            run.wait = Some(Wait::SignZone { index, reply, scheduled });
+            out.push(Command::SignZone { seq, times });
+        } else {
+            run.wait = Some(Wait::SignPending { index, reply, scheduled });
+        }
+    }
+
+    /// Counts an ordered sign-zone request from `origin`; `Ok` when it completes the
+    /// t+1 needed (the requests are then used up), otherwise the answer for the admin.
+    fn sign_zone_request(&mut self, origin: u16, time_s: u64) -> Result<(), String> {
+        let s = &mut self.state;
+        if s.last_signed_s != 0 && time_s < s.last_signed_s.saturating_add(self.config.sign_zone_interval_s) {
+            return Err(format!(
+                "refused: the zone was signed at agreed time {}; the next sign-zone may run from {}",
+                s.last_signed_s,
+                s.last_signed_s.saturating_add(self.config.sign_zone_interval_s)
+            ));
+        }
+        let window = self.config.sign_zone_window_s;
+        s.sign_zone_requests.retain(|_, t| t.saturating_add(window) >= time_s);
+        s.sign_zone_requests.insert(origin, time_s);
+        let needed = usize::from(self.config.faults) + 1;
+        if s.sign_zone_requests.len() >= needed {
+            s.sign_zone_requests.clear();
+            Ok(())
+        } else {
+            Err(format!("waiting: {} of the {needed} replicas needed asked for sign-zone", s.sign_zone_requests.len()))
+        }
+    }
+}
+
+/// The TSIG of `message`, if any: (time signed, fudge), seconds.
+fn tsig_window(message: &[u8]) -> Option<(u64, u64)> {
+    let m = Message::from_vec(message).ok()?;
+    if let Some(tsig) = &m.signature {
+        return Some((tsig.data.time, u64::from(tsig.data.fudge)));
+    }
+    // Without hickory's DNSSEC feature the TSIG stays the last additional record.
+    m.additionals.iter().rev().find_map(|r| match &r.data {
+        RData::TSIG(tsig) => Some((tsig.time, u64::from(tsig.fudge))),
+        _ => None,
+    })
+}
+
+/// An answer carrying the request's id, opcode, question and an outcome's rcode (for a
+/// retransmission whose first answer this replica no longer holds).
+fn rcode_answer(request: &[u8], outcome: u32) -> Vec<u8> {
+    let Ok(m) = Message::from_vec(request) else { return Vec::new() };
+    let rcode = u16::try_from(outcome).ok().filter(|c| *c < 4096).map(<ResponseCode as From<u16>>::from).unwrap_or(ResponseCode::ServFail);
+    let mut a = Message::error_msg(m.metadata.id, m.metadata.op_code, rcode);
+    a.metadata.message_type = MessageType::Response;
+    a.add_queries(m.queries.iter().cloned());
+    a.to_vec().unwrap_or_default()
+}

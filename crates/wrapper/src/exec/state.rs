@@ -1,0 +1,187 @@
+//! The execution state every honest replica holds identically after the same prefix
+//! of the log: where execution stands, the outcome of every ordered write, and what
+//! whole-zone operations were asked for and done. Persisted after every batch;
+//! checkpoints attest to it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use crate::codec::{self, CodecError};
+
+const VERSION: u8 = 1;
+const MAX_STATE_BYTES: usize = 256 * 1024;
+/// Recent TSIG-signed writes remembered for deduplication; beyond, the one whose window
+/// closes first is forgotten.
+pub const MAX_RECENT_WRITES: usize = 1024;
+
+/// Outcome codes folded into the outcome chain besides named's rcodes (0..=4095).
+pub mod code {
+    /// named's answer to a write did not decode.
+    pub const UNDECODABLE_ANSWER: u32 = 0x0001_0000;
+    /// A whole-zone signing ran and the zone was replaced.
+    pub const ZONE_SIGNED: u32 = 0x0002_0000;
+    /// A whole-zone signing ran and failed; the zone was left as it was.
+    pub const ZONE_SIGN_FAILED: u32 = 0x0002_0001;
+    /// Added to the first execution's code: a byte-identical retransmission, not executed.
+    pub const DUPLICATE: u32 = 0x0004_0000;
+}
+
+/// A TSIG-signed write executed recently: a byte-identical copy ordered before its
+/// window closes is not executed again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecentWrite {
+    /// The TSIG's time signed plus its fudge (s).
+    pub expires_s: u64,
+    /// The first execution's outcome code.
+    pub outcome: u32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecState {
+    /// The last batch executed in full (0: none).
+    pub executed: u64,
+    /// Agreed time (s) of the last successful whole-zone signing (0: never).
+    pub last_signed_s: u64,
+    /// Replicas whose sign-zone request was ordered and not yet acted on, with the
+    /// agreed time (s) of that request.
+    pub sign_zone_requests: BTreeMap<u16, u64>,
+    /// Hash chain over (seq, request index, outcome code) of every ordered write and
+    /// whole-zone signing: a replica whose named answered differently differs here.
+    pub outcomes: [u8; 32],
+    /// SHA-256 of the bytes of recent TSIG-signed writes, with their window and outcome.
+    pub recent_writes: BTreeMap<[u8; 32], RecentWrite>,
+}
+
+impl ExecState {
+    /// Forgets writes whose window closed by `time_s`.
+    pub fn prune_recent(&mut self, time_s: u64) {
+        self.recent_writes.retain(|_, w| w.expires_s >= time_s);
+    }
+
+    /// Remembers a write; at the bound, the one whose window closes first goes.
+    pub fn remember_write(&mut self, digest: [u8; 32], write: RecentWrite) {
+        while self.recent_writes.len() >= MAX_RECENT_WRITES {
+            let Some(first) = self.recent_writes.iter().min_by_key(|(k, w)| (w.expires_s, **k)).map(|(k, _)| *k) else { break };
+            self.recent_writes.remove(&first);
+        }
+        self.recent_writes.insert(digest, write);
+    }
+
+    pub fn record(&mut self, seq: u64, index: u32, outcome: u32) {
+        let mut h = Sha256::new();
+        h.update(self.outcomes);
+        h.update(seq.to_be_bytes());
+        h.update(index.to_be_bytes());
+        h.update(outcome.to_be_bytes());
+        self.outcomes = h.finalize().into();
+    }
+
+    /// What a checkpoint attests: the zone's content and this state (less the
+    /// executed position, which the checkpoint's sequence number already names).
+    pub fn checkpoint_digest(&self, zone: &[u8; 32]) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(b"sdns checkpoint v1");
+        h.update(zone);
+        h.update(self.outcomes);
+        h.update(self.last_signed_s.to_be_bytes());
+        h.update((self.sign_zone_requests.len() as u64).to_be_bytes());
+        for (origin, t) in &self.sign_zone_requests {
+            h.update(origin.to_be_bytes());
+            h.update(t.to_be_bytes());
+        }
+        h.update((self.recent_writes.len() as u64).to_be_bytes());
+        for (digest, w) in &self.recent_writes {
+            h.update(digest);
+            h.update(w.expires_s.to_be_bytes());
+            h.update(w.outcome.to_be_bytes());
+        }
+        h.finalize().into()
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        codec::encode(VERSION, self)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<ExecState, CodecError> {
+        codec::decode("execution state", VERSION, MAX_STATE_BYTES, bytes)
+    }
+
+    /// The persisted state; a missing file is the initial state.
+    pub fn load(path: &Path) -> Result<ExecState, StateError> {
+        match std::fs::read(path) {
+            Ok(bytes) => ExecState::decode(&bytes).map_err(|source| StateError::Decode { path: path.to_owned(), source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ExecState::default()),
+            Err(source) => Err(StateError::Io { path: path.to_owned(), source }),
+        }
+    }
+
+    /// Writes the state atomically (temporary file, then rename).
+    pub fn store(&self, path: &Path) -> Result<(), StateError> {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, self.encode())
+            .and_then(|_| std::fs::rename(&tmp, path))
+            .map_err(|source| StateError::Io { path: path.to_owned(), source })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    #[error("execution state {path}: {source}")]
+    Io { path: std::path::PathBuf, source: std::io::Error },
+    #[error("execution state {path}: {source}")]
+    Decode { path: std::path::PathBuf, source: CodecError },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_chain_order_matters() {
+        let mut a = ExecState { executed: 9, last_signed_s: 100, ..Default::default() };
+        a.sign_zone_requests.insert(2, 50);
+        a.record(1, 0, 0);
+        a.record(2, 0, 5);
+        assert_eq!(ExecState::decode(&a.encode()).unwrap(), a);
+        let mut b = ExecState { executed: 9, last_signed_s: 100, ..Default::default() };
+        b.sign_zone_requests.insert(2, 50);
+        b.record(2, 0, 5);
+        b.record(1, 0, 0);
+        assert_ne!(a.outcomes, b.outcomes);
+        let zone = [7; 32];
+        assert_ne!(a.checkpoint_digest(&zone), b.checkpoint_digest(&zone));
+        assert_ne!(a.checkpoint_digest(&zone), a.checkpoint_digest(&[8; 32]));
+    }
+
+    #[test]
+    fn recent_writes_are_bounded_and_expire() {
+        let mut s = ExecState::default();
+        for i in 0..(MAX_RECENT_WRITES + 10) {
+            let mut d = [0u8; 32];
+            d[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            s.remember_write(d, RecentWrite { expires_s: 1000 + i as u64, outcome: 0 });
+        }
+        assert_eq!(s.recent_writes.len(), MAX_RECENT_WRITES);
+        assert!(s.recent_writes.values().all(|w| w.expires_s >= 1010), "the earliest windows went first");
+        s.prune_recent(1000 + MAX_RECENT_WRITES as u64);
+        assert_eq!(s.recent_writes.len(), 10);
+        assert!(s.encode().len() < MAX_STATE_BYTES);
+    }
+
+    #[test]
+    fn store_and_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("exec.state");
+        assert_eq!(ExecState::load(&path).unwrap(), ExecState::default());
+        let mut s = ExecState { executed: 3, ..Default::default() };
+        s.record(3, 1, 2);
+        s.store(&path).unwrap();
+        assert_eq!(ExecState::load(&path).unwrap(), s);
+        std::fs::write(&path, b"\x01garbage").unwrap();
+        assert!(matches!(ExecState::load(&path), Err(StateError::Decode { .. })));
+    }
+}

@@ -1,0 +1,822 @@
+//! Seeded, deterministic simulation of the execution core (`wrapper::exec`) on n
+//! replicas against fake nameds that are slow, stall for minutes (a named restarting:
+//! the executor keeps sending until it answers), or answer one write differently; with
+//! wrappers that crash and resume from their persisted state, and clients whose answers
+//! are never read. Checks: honest replicas report the same checkpoint digests and end in
+//! the same state; a replica whose named answered differently is visibly different at the
+//! next checkpoint; reads see exactly the writes ordered before them; read slots are
+//! bounded; every batch executes although no client reads.
+//!
+//! Reproduce one run: `EXEC_SEED=<seed> cargo test -p wrapper --test exec_core_sim -- one_seed --nocapture`.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{rdata::A, DNSClass, Name, RData, Record, RecordType};
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use sha2::{Digest as _, Sha256};
+use wrapper::envelope::Op;
+use wrapper::exec::{Command, Delivered, Event, ExecConfig, ExecCore, ExecState, Item, Unchanged, UpdateDecision, UpdateGate};
+
+const N: u16 = 4;
+const T: u16 = 1;
+const MAX_READS: usize = 8;
+const CHECKPOINT_EVERY: u64 = 5;
+const START_S: u64 = 1_700_000_000;
+
+fn zone() -> Name {
+    Name::from_ascii("example.test.").unwrap()
+}
+
+fn query(id: u16) -> Vec<u8> {
+    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(Name::from_ascii(format!("r{id}.example.test.")).unwrap(), RecordType::A));
+    m.to_vec().unwrap()
+}
+
+/// An update whose message id is its write number `k`.
+fn update(k: u16) -> Vec<u8> {
+    let mut m = Message::new(k, MessageType::Query, OpCode::Update);
+    let mut q = Query::query(zone(), RecordType::SOA);
+    q.set_query_class(DNSClass::IN);
+    m.add_query(q);
+    let name = Name::from_ascii(format!("w{k}.example.test.")).unwrap();
+    m.add_authority(Record::from_rdata(name, 300, RData::A(A::new(192, 0, 2, (k % 250) as u8))));
+    m.to_vec().unwrap()
+}
+
+fn answer(request: &[u8], rcode: ResponseCode) -> Vec<u8> {
+    let m = Message::from_vec(request).unwrap();
+    let mut a = Message::error_msg(m.metadata.id, m.metadata.op_code, rcode);
+    a.metadata.message_type = MessageType::Response;
+    a.to_vec().unwrap()
+}
+
+fn id_of(message: &[u8]) -> u16 {
+    u16::from_be_bytes([message[0], message[1]])
+}
+
+/// What every honest named answers to write `k`: some updates fail their prerequisites.
+fn rule_rcode(k: u16) -> ResponseCode {
+    if k % 7 == 3 {
+        ResponseCode::NXRRSet
+    } else {
+        ResponseCode::NoError
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Named {
+    Quick,
+    Slow,
+    /// Now and then takes minutes to answer a write (restarting, or stuck on a signature).
+    Stalls,
+    /// Answers write `k` SERVFAIL without applying it (and is otherwise honest).
+    Deviates(u16),
+    /// Every whole-zone signing fails here (say, a full disk), the zone left as it was.
+    SigningFails,
+}
+
+/// A fake named's zone: the writes applied (an update applied twice changes nothing,
+/// as with real updates re-sent after a lost answer) and the time of the last signing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Zone {
+    applied: BTreeSet<u16>,
+    signed_at: Option<(u32, u32)>,
+}
+
+impl Zone {
+    fn digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        for k in &self.applied {
+            h.update(k.to_be_bytes());
+        }
+        if let Some((i, e)) = self.signed_at {
+            h.update(i.to_be_bytes());
+            h.update(e.to_be_bytes());
+        }
+        h.finalize().into()
+    }
+}
+
+/// One ordered request of the generated log.
+#[derive(Clone, Debug)]
+struct Logged {
+    origin: u16,
+    payload: Vec<u8>,
+    /// The gateway still holds the client (false: it gave up before ordering).
+    client_waits: bool,
+    /// For a read: how many writes named must have applied when it answers.
+    expected_applied: Option<usize>,
+}
+
+struct Log {
+    batches: Vec<(u64, Vec<Logged>)>,
+}
+
+fn generate(rng: &mut ChaCha8Rng, batches: usize) -> Log {
+    let mut out = Vec::new();
+    let (mut writes, mut reads) = (0u16, 0u16);
+    let mut applied = 0usize;
+    let mut time_us = START_S * 1_000_000;
+    for _ in 0..batches {
+        time_us += 200_000 + rng.next_u64() % 3_000_000;
+        let mut requests = Vec::new();
+        for _ in 0..rng.next_u64() % 6 {
+            let origin = (rng.next_u64() % u64::from(N)) as u16;
+            let client_waits = rng.next_u64() % 10 != 0;
+            let r = rng.next_u64() % 100;
+            let (op, expected) = if r < 55 {
+                reads += 1;
+                let tcp = rng.next_u64() % 2 == 0;
+                (Op::Dns { tcp, message: query(reads) }, Some(applied))
+            } else if r < 90 {
+                writes += 1;
+                if rule_rcode(writes) == ResponseCode::NoError {
+                    applied += 1;
+                }
+                (Op::Dns { tcp: true, message: update(writes) }, None)
+            } else if r < 97 {
+                (Op::SignZone, None)
+            } else {
+                (Op::Resign, None)
+            };
+            requests.push(Logged { origin, payload: op.encode(), client_waits, expected_applied: expected });
+        }
+        out.push((time_us, requests));
+    }
+    Log { batches: out }
+}
+
+struct Node {
+    core: ExecCore<u64, Unchanged>,
+    named: Named,
+    zone: Zone,
+    /// Index into the log of the next batch to deliver.
+    next: usize,
+    incarnation: u64,
+    persisted: ExecState,
+    checkpoints: BTreeMap<u64, [u8; 32]>,
+    reads: BTreeMap<u64, usize>,
+    write_in_flight: bool,
+    signings: u32,
+    sign_seqs: Vec<u64>,
+}
+
+enum Due {
+    /// Try to hand the node its next batch.
+    Deliver,
+    /// A command's result arrives (dropped if the node restarted since).
+    Done { incarnation: u64, effect: Effect, event: Event },
+    Crash,
+}
+
+enum Effect {
+    None,
+    Write { k: u16 },
+    Read { expected: Option<usize> },
+    Sign { times: (u32, u32) },
+}
+
+struct Sim {
+    rng: ChaCha8Rng,
+    log: Log,
+    nodes: Vec<Node>,
+    now_ms: u64,
+    queue: BinaryHeap<Reverse<(u64, u64, u16)>>,
+    dues: BTreeMap<u64, Due>,
+    next_due: u64,
+    trace: Sha256,
+    answers_dropped: u64,
+    max_reads_seen: usize,
+    failures: Vec<String>,
+    write_answers: BTreeMap<u16, BTreeSet<u16>>,
+}
+
+fn config(id: u16) -> ExecConfig {
+    ExecConfig {
+        id,
+        faults: T,
+        validity_s: 30 * 86_400,
+        resign_after_s: 120,
+        sign_zone_interval_s: 60,
+        sign_zone_window_s: 40,
+        max_reads_in_flight: MAX_READS,
+    }
+}
+
+impl Sim {
+    fn new(seed: u64, batches: usize, nameds: [Named; N as usize]) -> Sim {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let log = generate(&mut rng, batches);
+        let nodes = (0..N)
+            .map(|id| Node {
+                core: ExecCore::new(config(id), Unchanged, ExecState::default()),
+                named: nameds[usize::from(id)],
+                zone: Zone::default(),
+                next: 0,
+                incarnation: 0,
+                persisted: ExecState::default(),
+                checkpoints: BTreeMap::new(),
+                reads: BTreeMap::new(),
+                write_in_flight: false,
+                signings: 0,
+                sign_seqs: Vec::new(),
+            })
+            .collect();
+        let mut sim = Sim {
+            rng,
+            log,
+            nodes,
+            now_ms: 0,
+            queue: BinaryHeap::new(),
+            dues: BTreeMap::new(),
+            next_due: 0,
+            trace: Sha256::new(),
+            answers_dropped: 0,
+            max_reads_seen: 0,
+            failures: Vec::new(),
+            write_answers: BTreeMap::new(),
+        };
+        for id in 0..N {
+            sim.schedule(0, id, Due::Deliver);
+        }
+        sim
+    }
+
+    fn schedule(&mut self, after_ms: u64, node: u16, due: Due) {
+        self.next_due += 1;
+        self.dues.insert(self.next_due, due);
+        self.queue.push(Reverse((self.now_ms + after_ms, self.next_due, node)));
+    }
+
+    fn fail(&mut self, what: String) {
+        if self.failures.len() < 20 {
+            self.failures.push(format!("t={}ms: {what}", self.now_ms));
+        }
+    }
+
+    fn run(&mut self, crashes: bool) {
+        if crashes {
+            // An honest replica's wrapper crashes now and then, at any point of a batch.
+            for _ in 0..3 {
+                let at = self.rng.next_u64() % 400_000;
+                let node = 1 + (self.rng.next_u64() % u64::from(N - 1)) as u16;
+                self.next_due += 1;
+                self.dues.insert(self.next_due, Due::Crash);
+                self.queue.push(Reverse((at, self.next_due, node)));
+            }
+        }
+        let mut steps = 0u64;
+        while let Some(Reverse((at, key, node))) = self.queue.pop() {
+            steps += 1;
+            assert!(steps < 5_000_000, "simulation does not end");
+            self.now_ms = at;
+            let Some(due) = self.dues.remove(&key) else { continue };
+            self.step(node, due);
+        }
+    }
+
+    fn step(&mut self, id: u16, due: Due) {
+        let i = usize::from(id);
+        let commands = match due {
+            Due::Crash => {
+                let n = &mut self.nodes[i];
+                n.incarnation += 1;
+                n.core = ExecCore::new(config(id), Unchanged, n.persisted.clone());
+                n.next = usize::try_from(n.persisted.executed).unwrap();
+                n.reads.clear();
+                n.write_in_flight = false;
+                self.schedule(1, id, Due::Deliver);
+                return;
+            }
+            Due::Deliver => {
+                let n = &mut self.nodes[i];
+                if !n.core.is_idle() || n.next >= self.log.batches.len() {
+                    return;
+                }
+                let (time_us, requests) = &self.log.batches[n.next];
+                let seq = n.next as u64 + 1;
+                let fresh = n.incarnation == 0;
+                let requests = requests
+                    .iter()
+                    .enumerate()
+                    .map(|(k, r)| Item {
+                        origin: r.origin,
+                        payload: r.payload.clone(),
+                        // After a crash the gateway's clients are gone.
+                        reply: (r.origin == id && r.client_waits && fresh).then_some(seq * 100 + k as u64),
+                    })
+                    .collect();
+                n.next += 1;
+                n.core.deliver(Delivered { seq, time_us: *time_us, checkpoint_due: seq % CHECKPOINT_EVERY == 0, requests })
+            }
+            Due::Done { incarnation, effect, event } => {
+                if incarnation != self.nodes[i].incarnation {
+                    return;
+                }
+                self.apply(id, effect, &event);
+                self.nodes[i].core.handle(event)
+            }
+        };
+        self.perform(id, commands);
+        if self.nodes[i].core.is_idle() {
+            let pause = self.rng.next_u64() % 3;
+            self.schedule(pause, id, Due::Deliver);
+        }
+    }
+
+    /// What named did when it answered.
+    fn apply(&mut self, id: u16, effect: Effect, event: &Event) {
+        let i = usize::from(id);
+        match effect {
+            Effect::None => {}
+            Effect::Write { k } => {
+                self.nodes[i].write_in_flight = false;
+                let honest_answer = rule_rcode(k) == ResponseCode::NoError;
+                let deviates = self.nodes[i].named == Named::Deviates(k);
+                if honest_answer && !deviates {
+                    self.nodes[i].zone.applied.insert(k);
+                }
+            }
+            Effect::Read { expected } => {
+                let Event::ReadDone { id: read } = event else { return };
+                self.nodes[i].reads.remove(read);
+                let seen = self.nodes[i].zone.applied.len();
+                let honest = !matches!(self.nodes[i].named, Named::Deviates(_));
+                if let (Some(expected), true) = (expected, honest) {
+                    if seen != expected {
+                        self.fail(format!("replica {id}: a read saw {seen} writes, {expected} were ordered before it"));
+                    }
+                }
+            }
+            Effect::Sign { times } => {
+                self.nodes[i].zone.signed_at = Some(times);
+                self.nodes[i].signings += 1;
+            }
+        }
+    }
+
+    fn perform(&mut self, id: u16, commands: Vec<Command<u64>>) {
+        let i = usize::from(id);
+        for c in commands {
+            self.trace.update(format!("{id} {c:?}\n").as_bytes());
+            let inc = self.nodes[i].incarnation;
+            match c {
+                Command::Read { id: read, message, .. } => {
+                    if self.nodes[i].write_in_flight {
+                        self.fail(format!("replica {id}: a read was issued while a write runs"));
+                    }
+                    let expected = self.log.batches.iter().flat_map(|(_, r)| r).find(|r| matches!(Op::decode(&r.payload), Ok(Op::Dns { message: m, .. }) if m == message)).and_then(|r| r.expected_applied);
+                    self.nodes[i].reads.insert(read, 0);
+                    self.max_reads_seen = self.max_reads_seen.max(self.nodes[i].reads.len());
+                    let delay = 1 + self.rng.next_u64() % 40;
+                    self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::Read { expected }, event: Event::ReadDone { id: read } });
+                }
+                Command::Write { seq, index, message, times } => {
+                    if !self.nodes[i].reads.is_empty() {
+                        self.fail(format!("replica {id}: a write was issued with {} reads in flight", self.nodes[i].reads.len()));
+                    }
+                    if self.nodes[i].write_in_flight {
+                        self.fail(format!("replica {id}: two writes at once"));
+                    }
+                    let _ = times;
+                    self.nodes[i].write_in_flight = true;
+                    let k = id_of(&message);
+                    let rcode = if self.nodes[i].named == Named::Deviates(k) { ResponseCode::ServFail } else { rule_rcode(k) };
+                    let delay = match self.nodes[i].named {
+                        Named::Quick | Named::Deviates(_) | Named::SigningFails => 1 + self.rng.next_u64() % 5,
+                        Named::Slow => 50 + self.rng.next_u64() % 500,
+                        Named::Stalls if self.rng.next_u64() % 6 == 0 => 30_000 + self.rng.next_u64() % 120_000,
+                        Named::Stalls => 1 + self.rng.next_u64() % 20,
+                    };
+                    let event = Event::WriteAnswered { seq, index, answer: answer(&message, rcode) };
+                    self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::Write { k }, event });
+                }
+                Command::SignZone { seq, times } => {
+                    if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight {
+                        self.fail(format!("replica {id}: a signing was issued while reads or a write run"));
+                    }
+                    let delay = 100 + self.rng.next_u64() % 2000;
+                    self.nodes[i].sign_seqs.push(seq);
+                    let (effect, result) = if self.nodes[i].named == Named::SigningFails {
+                        (Effect::None, Err("dnssec-signzone: disk full".to_string()))
+                    } else {
+                        (Effect::Sign { times: (times.inception, times.expiration) }, Ok(()))
+                    };
+                    self.schedule(delay, id, Due::Done { incarnation: inc, effect, event: Event::SignZoneDone { seq, result } });
+                }
+                Command::DigestZone { seq } => {
+                    let digest = Some(self.nodes[i].zone.digest());
+                    let delay = 1 + self.rng.next_u64() % 30;
+                    self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::None, event: Event::ZoneDigest { seq, digest } });
+                }
+                Command::Answer { reply, bytes } => {
+                    // No client ever reads: the answer is simply gone. Record write rcodes.
+                    self.answers_dropped += 1;
+                    if let Ok(m) = Message::from_vec(&bytes) {
+                        if m.metadata.op_code == OpCode::Update {
+                            self.write_answers.entry(m.metadata.id).or_default().insert(u16::from(m.metadata.response_code));
+                        }
+                    }
+                    let _ = reply;
+                }
+                Command::Checkpoint { seq, digest } => {
+                    if self.nodes[i].checkpoints.insert(seq, digest).is_some_and(|d| d != digest) {
+                        self.fail(format!("replica {id}: checkpoint {seq} reported twice with different digests"));
+                    }
+                }
+                Command::Persist(state) => self.nodes[i].persisted = state,
+            }
+        }
+    }
+}
+
+fn check_honest_agree(sim: &Sim, honest: &[usize], batches: usize) -> Result<(), String> {
+    let first = &sim.nodes[honest[0]];
+    for &h in honest {
+        let n = &sim.nodes[h];
+        if n.persisted.executed != batches as u64 {
+            return Err(format!("replica {h} executed {} of {batches} batches", n.persisted.executed));
+        }
+        if n.persisted != first.persisted {
+            return Err(format!("replica {h}'s state differs from replica {}'s", honest[0]));
+        }
+        if n.zone != first.zone {
+            return Err(format!("replica {h}'s zone differs from replica {}'s", honest[0]));
+        }
+        for (seq, d) in &first.checkpoints {
+            if n.checkpoints.get(seq).is_some_and(|x| x != d) {
+                return Err(format!("replica {h}'s checkpoint {seq} differs"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_seed(seed: u64) -> Result<[u8; 32], String> {
+    let batches = 120;
+    let mut probe = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+    let slow = 1 + (probe.next_u64() % 3) as usize;
+    let mut nameds = [Named::Quick; N as usize];
+    nameds[slow] = Named::Slow;
+    nameds[1 + slow % 3] = Named::Stalls;
+    let mut sim = Sim::new(seed, batches, nameds);
+    sim.run(true);
+    if !sim.failures.is_empty() {
+        return Err(sim.failures.join("\n"));
+    }
+    let honest: Vec<usize> = (0..usize::from(N)).collect();
+    check_honest_agree(&sim, &honest, batches)?;
+    if sim.max_reads_seen > MAX_READS {
+        return Err(format!("{} reads in flight at one replica, bound {MAX_READS}", sim.max_reads_seen));
+    }
+    // Every write the clients got an answer for carries the rcode every named gave.
+    for (k, codes) in &sim.write_answers {
+        let want = u16::from(rule_rcode(*k));
+        if codes.iter().any(|c| *c != want) {
+            return Err(format!("write {k} answered {codes:?}, named's rule says {want}"));
+        }
+    }
+    if sim.nodes[0].checkpoints.len() != batches / CHECKPOINT_EVERY as usize {
+        return Err(format!("{} checkpoints, expected {}", sim.nodes[0].checkpoints.len(), batches / CHECKPOINT_EVERY as usize));
+    }
+    Ok(sim.trace.clone().finalize().into())
+}
+
+fn seeds() -> std::ops::Range<u64> {
+    match std::env::var("EXEC_SEEDS").ok().and_then(|s| s.parse().ok()) {
+        Some(n) => 0..n,
+        None => 0..200,
+    }
+}
+
+#[test]
+fn honest_replicas_agree_with_slow_stalling_named_and_crashing_wrappers() {
+    let mut failed = Vec::new();
+    for seed in seeds() {
+        if let Err(e) = run_seed(seed) {
+            failed.push(format!("seed {seed}: {e}\n  reproduce: EXEC_SEED={seed} cargo test -p wrapper --test exec_core_sim -- one_seed --nocapture"));
+        }
+    }
+    assert!(failed.is_empty(), "{} seeds failed:\n{}", failed.len(), failed.join("\n"));
+}
+
+#[test]
+fn one_seed() {
+    let Some(seed) = std::env::var("EXEC_SEED").ok().and_then(|s| s.parse().ok()) else { return };
+    match run_seed(seed) {
+        Ok(trace) => println!("seed {seed} passed, trace {}", trace.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+        Err(e) => panic!("seed {seed}: {e}"),
+    }
+}
+
+#[test]
+fn same_seed_same_trace() {
+    for seed in [3, 17, 99] {
+        assert_eq!(run_seed(seed).unwrap(), run_seed(seed).unwrap(), "seed {seed} is not reproducible");
+    }
+    assert_ne!(run_seed(3).unwrap(), run_seed(4).unwrap(), "different seeds take different paths");
+}
+
+/// A named that answers one write differently (SERVFAIL, not applied) makes its
+/// replica's next checkpoint differ from every honest replica's, and only from then on.
+#[test]
+fn a_named_that_answers_differently_is_visible_at_the_next_checkpoint() {
+    for seed in 0..20 {
+        let batches = 60;
+        // Find the write the deviating named will get wrong: the first one in the log.
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let log = generate(&mut rng, batches);
+        let (first_batch, k) = log
+            .batches
+            .iter()
+            .enumerate()
+            .find_map(|(b, (_, r))| {
+                r.iter().find_map(|x| match Op::decode(&x.payload) {
+                    Ok(Op::Dns { message, .. }) if Message::from_vec(&message).unwrap().metadata.op_code == OpCode::Update => Some((b, id_of(&message))),
+                    _ => None,
+                })
+            })
+            .expect("a write in the log");
+        if rule_rcode(k) != ResponseCode::NoError {
+            continue;
+        }
+        let mut sim = Sim::new(seed, batches, [Named::Quick, Named::Quick, Named::Slow, Named::Deviates(k)]);
+        sim.run(false);
+        check_honest_agree(&sim, &[0, 1, 2], batches).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let deviating_seq = first_batch as u64 + 1;
+        let honest = &sim.nodes[0].checkpoints;
+        let odd = &sim.nodes[3].checkpoints;
+        for (seq, d) in honest {
+            if *seq < deviating_seq {
+                assert_eq!(odd.get(seq), Some(d), "seed {seed}: checkpoint {seq} precedes the deviation");
+            } else {
+                assert_ne!(odd.get(seq), Some(d), "seed {seed}: checkpoint {seq} must expose replica 3's named");
+            }
+        }
+    }
+}
+
+/// A replica whose whole-zone signing fails while the others' succeed is visibly
+/// different from the first checkpoint after that signing on.
+#[test]
+fn a_failed_signing_at_one_replica_is_visible_at_the_next_checkpoint() {
+    let mut exercised = 0;
+    for seed in 0..30 {
+        let batches = 80;
+        let mut sim = Sim::new(seed, batches, [Named::Quick, Named::Slow, Named::Quick, Named::SigningFails]);
+        sim.run(false);
+        check_honest_agree(&sim, &[0, 1, 2], batches).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert!(sim.failures.is_empty(), "seed {seed}: {:?}", sim.failures);
+        // The first signing is decided alike; after it failed at replica 3, its state
+        // differs (no new last signing time), and so may its later decisions.
+        assert_eq!(sim.nodes[3].sign_seqs.first(), sim.nodes[0].sign_seqs.first(), "seed {seed}: the first signing is decided alike");
+        let Some(&first) = sim.nodes[0].sign_seqs.first() else { continue };
+        exercised += 1;
+        for (seq, d) in &sim.nodes[0].checkpoints {
+            let odd = sim.nodes[3].checkpoints.get(seq);
+            if *seq < first {
+                assert_eq!(odd, Some(d), "seed {seed}: checkpoint {seq} precedes the failed signing");
+            } else {
+                assert_ne!(odd, Some(d), "seed {seed}: checkpoint {seq} must expose the failed signing");
+            }
+        }
+    }
+    assert!(exercised >= 5, "only {exercised} seeds had a signing");
+}
+
+/// Gate that refuses every update whose id is odd (as an authentication module would
+/// refuse a bad signature): not forwarded, the refusal's rcode recorded everywhere.
+struct OddRefused;
+
+impl UpdateGate for OddRefused {
+    fn decide(&self, message: &[u8], _agreed_time_s: u64) -> UpdateDecision {
+        if id_of(message) % 2 == 1 {
+            UpdateDecision::Refuse { rcode: u16::from(ResponseCode::NotAuth), answer: answer(message, ResponseCode::NotAuth) }
+        } else {
+            UpdateDecision::Forward(message.to_vec())
+        }
+    }
+    fn answer_for_client(&self, _request: &[u8], named_answer: &[u8]) -> Vec<u8> {
+        let mut a = named_answer.to_vec();
+        a.push(0xaa);
+        a
+    }
+}
+
+fn batch(seq: u64, time_s: u64, requests: Vec<(u16, Op, Option<u64>)>) -> Delivered<u64> {
+    Delivered {
+        seq,
+        time_us: time_s * 1_000_000,
+        checkpoint_due: false,
+        requests: requests.into_iter().map(|(origin, op, reply)| Item { origin, payload: op.encode(), reply }).collect(),
+    }
+}
+
+#[test]
+fn the_gate_decides_what_reaches_named_and_what_the_client_gets() {
+    let mut core = ExecCore::new(config(0), OddRefused, ExecState::default());
+    let mut refused = ExecState::default();
+    let cmds = core.deliver(batch(1, START_S, vec![(0, Op::Dns { tcp: true, message: update(1) }, Some(7)), (1, Op::Dns { tcp: true, message: update(2) }, None)]));
+    // Update 1 is refused without reaching named; its client gets the gate's answer.
+    assert_eq!(cmds[0], Command::Answer { reply: 7, bytes: answer(&update(1), ResponseCode::NotAuth) });
+    refused.record(1, 0, u32::from(u16::from(ResponseCode::NotAuth)));
+    let Command::Write { seq: 1, index: 1, .. } = &cmds[1] else { panic!("update 2 goes to named: {cmds:?}") };
+    assert_eq!(cmds.len(), 2, "nothing else before named answers: {cmds:?}");
+    let cmds = core.handle(Event::WriteAnswered { seq: 1, index: 1, answer: answer(&update(2), ResponseCode::NoError) });
+    refused.record(1, 1, 0);
+    refused.executed = 1;
+    assert_eq!(cmds, vec![Command::Persist(refused)]);
+}
+
+#[test]
+fn answers_go_to_the_gateway_only_and_through_the_gate() {
+    let mut core = ExecCore::new(config(2), OddRefused, ExecState::default());
+    let cmds = core.deliver(batch(1, START_S, vec![(2, Op::Dns { tcp: false, message: update(4) }, Some(9))]));
+    assert!(matches!(cmds[..], [Command::Write { .. }]), "{cmds:?}");
+    let named = answer(&update(4), ResponseCode::NoError);
+    let cmds = core.handle(Event::WriteAnswered { seq: 1, index: 0, answer: named.clone() });
+    let mut want = named;
+    want.push(0xaa);
+    assert_eq!(cmds[0], Command::Answer { reply: 9, bytes: want });
+    // A read ordered by another gateway is not executed here.
+    let cmds = core.deliver(batch(2, START_S + 1, vec![(1, Op::Dns { tcp: false, message: query(5) }, None)]));
+    assert!(matches!(cmds[..], [Command::Persist(_)]), "{cmds:?}");
+}
+
+/// Drives one core through a sequence of sign-zone/resign requests, with every command
+/// completed at once; returns how many signings ran and the admins' answers.
+fn signings(requests: &[(u64, u16, Op)]) -> (usize, Vec<String>) {
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    let mut ran = 0;
+    let mut texts = Vec::new();
+    for (seq, (time_s, origin, op)) in requests.iter().enumerate() {
+        let seq = seq as u64 + 1;
+        let mut cmds = core.deliver(batch(seq, *time_s, vec![(*origin, op.clone(), Some(seq))]));
+        while let Some(c) = cmds.pop() {
+            match c {
+                Command::SignZone { seq, .. } => {
+                    ran += 1;
+                    cmds.extend(core.handle(Event::SignZoneDone { seq, result: Ok(()) }));
+                }
+                Command::Answer { bytes, .. } => texts.push(String::from_utf8(bytes).unwrap()),
+                Command::Persist(_) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(core.is_idle());
+    }
+    (ran, texts)
+}
+
+#[test]
+fn sign_zone_needs_t_plus_one_replicas_and_is_rate_limited() {
+    let s = START_S;
+    // One replica asking, however often, does not sign.
+    let (ran, texts) = signings(&[(s, 3, Op::SignZone), (s + 1, 3, Op::SignZone), (s + 2, 3, Op::SignZone)]);
+    assert_eq!(ran, 0, "{texts:?}");
+    assert!(texts.iter().all(|t| t.starts_with("waiting: 1 of the 2")), "{texts:?}");
+    // Two distinct replicas (t+1 = 2) do, once.
+    let (ran, texts) = signings(&[(s, 3, Op::SignZone), (s + 1, 1, Op::SignZone)]);
+    assert_eq!(ran, 1, "{texts:?}");
+    assert_eq!(texts.last().map(String::as_str), Some("signed at seq 2"));
+    // Requests used up by a signing do not count again; within the interval more are refused.
+    let (ran, texts) = signings(&[(s, 3, Op::SignZone), (s + 1, 1, Op::SignZone), (s + 2, 0, Op::SignZone), (s + 3, 2, Op::SignZone)]);
+    assert_eq!(ran, 1, "{texts:?}");
+    assert!(texts[2].starts_with("refused") && texts[3].starts_with("refused"), "{texts:?}");
+    // After the interval (60 s here), two new requests sign again.
+    let (ran, _) = signings(&[(s, 3, Op::SignZone), (s + 1, 1, Op::SignZone), (s + 61, 0, Op::SignZone), (s + 62, 2, Op::SignZone)]);
+    assert_eq!(ran, 2);
+    // A request older than the window (40 s) no longer counts.
+    let (ran, texts) = signings(&[(s, 3, Op::SignZone), (s + 41, 1, Op::SignZone)]);
+    assert_eq!(ran, 0, "{texts:?}");
+    // The re-sign runs only when the last signing is resign_after_s (120 s) old by agreed time.
+    let (ran, _) = signings(&[(s, 3, Op::Resign), (s, 3, Op::SignZone), (s + 1, 1, Op::SignZone), (s + 100, 2, Op::Resign), (s + 121, 2, Op::Resign)]);
+    assert_eq!(ran, 2, "never-signed zone: no re-sign; then one sign-zone and one re-sign at +120 s");
+}
+
+#[test]
+fn a_write_waits_for_reads_ordered_before_it_and_reads_after_wait_for_it() {
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    let cmds = core.deliver(batch(
+        1,
+        START_S,
+        vec![
+            (0, Op::Dns { tcp: false, message: query(1) }, Some(1)),
+            (0, Op::Dns { tcp: true, message: update(2) }, None),
+            (0, Op::Dns { tcp: false, message: query(3) }, Some(3)),
+        ],
+    ));
+    assert!(matches!(cmds[..], [Command::Read { id: 1, .. }]), "only the first read before the write: {cmds:?}");
+    assert_eq!(core.reads_in_flight(), 1);
+    let cmds = core.handle(Event::ReadDone { id: 1 });
+    assert!(matches!(cmds[..], [Command::Write { .. }]), "{cmds:?}");
+    let cmds = core.handle(Event::WriteAnswered { seq: 1, index: 1, answer: answer(&update(2), ResponseCode::NoError) });
+    assert!(matches!(cmds[..], [Command::Read { id: 2, .. }, Command::Persist(_)]), "{cmds:?}");
+    // The next batch may start while that read runs.
+    assert!(core.is_idle());
+    // Stale or foreign events change nothing.
+    assert!(core.handle(Event::WriteAnswered { seq: 1, index: 1, answer: vec![] }).is_empty());
+    assert!(core.handle(Event::ReadDone { id: 99 }).is_empty());
+}
+
+#[test]
+fn read_slots_are_bounded_and_no_client_holds_the_core() {
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    let requests = (0..(MAX_READS as u16 + 3)).map(|k| (0, Op::Dns { tcp: true, message: query(k) }, Some(u64::from(k)))).collect();
+    let cmds = core.deliver(batch(1, START_S, requests));
+    assert_eq!(cmds.len(), MAX_READS, "{cmds:?}");
+    assert!(!core.is_idle());
+    let cmds = core.handle(Event::ReadDone { id: 1 });
+    assert!(matches!(cmds[..], [Command::Read { .. }]), "one slot freed, one read issued: {cmds:?}");
+    // An undecodable named answer is recorded as such, not as success.
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    let _ = core.deliver(batch(1, START_S, vec![(1, Op::Dns { tcp: true, message: update(2) }, None)]));
+    let cmds = core.handle(Event::WriteAnswered { seq: 1, index: 0, answer: vec![1, 2, 3] });
+    let mut good = ExecCore::new(config(0), Unchanged, ExecState::default());
+    let _ = good.deliver(batch(1, START_S, vec![(1, Op::Dns { tcp: true, message: update(2) }, None)]));
+    let good_cmds = good.handle(Event::WriteAnswered { seq: 1, index: 0, answer: answer(&update(2), ResponseCode::NoError) });
+    assert_ne!(cmds, good_cmds);
+}
+
+/// Update `k` carrying a TSIG record (time signed, fudge); the MAC is not checked here.
+fn signed_update(k: u16, time_signed: u64, fudge: u16) -> Vec<u8> {
+    use hickory_proto::rr::rdata::tsig::{TsigAlgorithm, TSIG};
+    let mut m = Message::from_vec(&update(k)).unwrap();
+    let tsig = TSIG::new(TsigAlgorithm::HmacSha256, time_signed, fudge, vec![0x11; 32], k, None, Vec::new());
+    m.signature = Some(Box::new(Record::from_rdata(Name::from_ascii("tsig-key.").unwrap(), 0, tsig)));
+    m.to_vec().unwrap()
+}
+
+/// Per batch: whether the write went to named, and what the client got.
+type Seen = Vec<(bool, Option<Vec<u8>>)>;
+
+/// Runs batches of single writes through a core, named answering each at once; returns
+/// what happened per batch, and the final state.
+fn writes(state: ExecState, batches: &[(u64, u64, Vec<u8>)], named_answer: &dyn Fn(&[u8]) -> Vec<u8>) -> (Seen, ExecState) {
+    let mut core = ExecCore::new(config(0), Unchanged, state);
+    let mut seen = Vec::new();
+    for (seq, time_s, message) in batches {
+        let mut cmds = core.deliver(batch(*seq, *time_s, vec![(0, Op::Dns { tcp: true, message: message.clone() }, Some(*seq))]));
+        let mut forwarded = false;
+        let mut answer = None;
+        while let Some(c) = cmds.pop() {
+            match c {
+                Command::Write { seq, index, message, .. } => {
+                    forwarded = true;
+                    cmds.extend(core.handle(Event::WriteAnswered { seq, index, answer: named_answer(&message) }));
+                }
+                Command::Answer { bytes, .. } => answer = Some(bytes),
+                Command::Persist(_) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        seen.push((forwarded, answer));
+    }
+    (seen, core.state().clone())
+}
+
+#[test]
+fn an_identical_retransmission_within_its_tsig_window_is_executed_once() {
+    let s = START_S;
+    let update = signed_update(5, s, 300);
+    let named = |m: &[u8]| {
+        let mut a = answer(m, ResponseCode::NoError);
+        a.extend_from_slice(b"named's tsig");
+        a
+    };
+    let (seen, state) = writes(ExecState::default(), &[(1, s + 1, update.clone()), (2, s + 20, update.clone()), (3, s + 301, update.clone())], &named);
+    assert!(seen[0].0, "the first copy goes to named");
+    assert!(!seen[1].0, "the retransmission does not");
+    assert_eq!(seen[1].1, seen[0].1, "and gets the first execution's answer");
+    assert!(seen[2].0, "after the window closed it is not a retransmission any more");
+
+    // A replica that restarted (state from disk, no cached answers) decides alike and
+    // answers with the first execution's rcode.
+    let (first, state1) = writes(ExecState::default(), &[(1, s + 1, update.clone())], &named);
+    assert!(first[0].0);
+    // The remembered write is part of what checkpoints attest; its window closed by the
+    // end of the first run.
+    assert_eq!(state1.recent_writes.len(), 1);
+    assert!(state.recent_writes.is_empty());
+    let (again, _) = writes(state1, &[(2, s + 20, update.clone())], &named);
+    assert!(!again[0].0);
+    let got = Message::from_vec(again[0].1.as_ref().unwrap()).unwrap();
+    assert_eq!((got.metadata.id, got.metadata.response_code), (5, ResponseCode::NoError));
+
+    // Unsigned updates have no window: every copy is executed (named judges them).
+    let (plain, _) = writes(ExecState::default(), &[(1, s + 1, update_plain(6)), (2, s + 2, update_plain(6))], &named);
+    assert!(plain[0].0 && plain[1].0);
+    // Nor does a TSIG claiming a time beyond its fudge in the future (named refuses it).
+    let future = signed_update(7, s + 10_000, 300);
+    let (seen, state) = writes(ExecState::default(), &[(1, s + 1, future.clone()), (2, s + 2, future)], &named);
+    assert!(seen[0].0 && seen[1].0);
+    assert!(state.recent_writes.is_empty());
+}
+
+fn update_plain(k: u16) -> Vec<u8> {
+    update(k)
+}
