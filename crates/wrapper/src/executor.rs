@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bft::{Batch, Digest, Request};
-use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::Name;
 use named_glue::forward::Forwarder;
 use named_glue::signer::SignatureTimes;
@@ -229,26 +228,7 @@ async fn drain(reads: &mut JoinSet<()>) {
 
 async fn read(named: Forwarder, message: Vec<u8>, kind: Kind, tcp: bool, reply: ReplyTo, metrics: Arc<Metrics>) {
     match kind {
-        Kind::Transfer => match named.axfr(&message).await {
-            Ok(mut stream) => {
-                while let Some(part) = stream.next_message().await {
-                    match part {
-                        Ok(bytes) => reply.send(bytes).await,
-                        Err(e) => {
-                            debug!(error = %e, "transfer ended early");
-                            break;
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                metrics.inc_execute_error();
-                debug!(error = %e, "transfer failed");
-                if let Some(a) = servfail(&message) {
-                    reply.send(a).await;
-                }
-            }
-        },
+        Kind::Transfer => crate::transfer::relay(&named, message, reply, metrics).await,
         _ => {
             let answer = if tcp { named.forward_tcp(&message).await } else { named.forward_udp(&message).await };
             match answer {
@@ -265,13 +245,9 @@ async fn read(named: Forwarder, message: Vec<u8>, kind: Kind, tcp: bool, reply: 
     }
 }
 
-/// SERVFAIL for a request, keeping its id, opcode and question.
+/// The SERVFAIL named would give for a request (id, opcode, question, OPT kept).
 pub fn servfail(request: &[u8]) -> Option<Vec<u8>> {
-    let m = Message::from_vec(request).ok()?;
-    let mut a = Message::error_msg(m.metadata.id, m.metadata.op_code, ResponseCode::ServFail);
-    a.metadata.message_type = MessageType::Response;
-    a.add_queries(m.queries.iter().cloned());
-    a.to_vec().ok()
+    crate::answer::error_answer(request, crate::answer::RCODE_SERVFAIL)
 }
 
 fn read_number(path: &PathBuf) -> u64 {

@@ -13,6 +13,8 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{mpsc, Semaphore};
 use tracing::{debug, warn};
 
+use crate::access::AccessSection;
+use crate::answer::{error_answer, RCODE_REFUSED};
 use crate::classify::{classify, Verdict};
 use crate::metrics::Metrics;
 
@@ -54,7 +56,7 @@ pub struct ClientRequest {
 /// Largest DNS message over UDP we accept (EDNS allows up to 65535).
 const UDP_MAX: usize = 65_535;
 
-pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRequest>, metrics: Arc<Metrics>) {
+pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRequest>, metrics: Arc<Metrics>, access: Arc<AccessSection>) {
     let mut buf = vec![0u8; UDP_MAX];
     loop {
         let (len, peer) = match socket.recv_from(&mut buf).await {
@@ -67,12 +69,20 @@ pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRe
         };
         let bytes = buf[..len].to_vec();
         let reply = ReplyTo::Udp { socket: socket.clone(), peer };
-        dispatch(bytes, false, reply, &to_gateway, &metrics).await;
+        dispatch(bytes, false, reply, peer, &access, &to_gateway, &metrics).await;
     }
 }
 
-async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, to_gateway: &mpsc::Sender<ClientRequest>, metrics: &Metrics) {
+async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, peer: SocketAddr, access: &AccessSection, to_gateway: &mpsc::Sender<ClientRequest>, metrics: &Metrics) {
     match classify(&bytes, tcp) {
+        Verdict::Order(kind) if !access.allows(peer.ip(), kind) => {
+            // named would see only the wrapper's address; the wrapper answers as named
+            // answers a client its ACL does not allow.
+            metrics.inc_refused();
+            if let Some(answer) = error_answer(&bytes, RCODE_REFUSED) {
+                reply.send(answer).await;
+            }
+        }
         Verdict::Order(_) => {
             // The gateway's queue is bounded; when full the client's retry will do.
             if to_gateway.try_send(ClientRequest { bytes, tcp, reply }).is_err() {
@@ -94,7 +104,7 @@ pub struct TcpLimits {
     pub max_connections: usize,
 }
 
-pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientRequest>, limits: TcpLimits, metrics: Arc<Metrics>) {
+pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientRequest>, limits: TcpLimits, metrics: Arc<Metrics>, access: Arc<AccessSection>) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -112,9 +122,10 @@ pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientReq
         let to_gateway = to_gateway.clone();
         let metrics = metrics.clone();
         let idle = limits.idle;
+        let access = access.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(e) = serve_connection(stream, to_gateway, idle, metrics).await {
+            if let Err(e) = serve_connection(stream, peer, to_gateway, idle, metrics, access).await {
                 debug!(%peer, error = %e, "tcp connection ended");
             }
         });
@@ -123,7 +134,7 @@ pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientReq
 
 /// One TCP connection: several messages, answers in completion order (RFC 7766
 /// allows that; clients match them by message id), closed when idle.
-async fn serve_connection(stream: TcpStream, to_gateway: mpsc::Sender<ClientRequest>, idle: Duration, metrics: Arc<Metrics>) -> std::io::Result<()> {
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, to_gateway: mpsc::Sender<ClientRequest>, idle: Duration, metrics: Arc<Metrics>, access: Arc<AccessSection>) -> std::io::Result<()> {
     let (mut reader, mut writer) = stream.into_split();
     let (answers_tx, mut answers_rx) = mpsc::channel::<Vec<u8>>(64);
     let write_task = tokio::spawn(async move {
@@ -149,7 +160,7 @@ async fn serve_connection(stream: TcpStream, to_gateway: mpsc::Sender<ClientRequ
             Err(_) | Ok(Err(_)) => break,
             Ok(Ok(_)) => {}
         }
-        dispatch(bytes, true, ReplyTo::Tcp { writer: answers_tx.clone() }, &to_gateway, &metrics).await;
+        dispatch(bytes, true, ReplyTo::Tcp { writer: answers_tx.clone() }, peer, &access, &to_gateway, &metrics).await;
     }
     drop(answers_tx);
     // Let answers still in flight (held by the gateway) drain, bounded by the idle time.

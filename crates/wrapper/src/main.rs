@@ -53,10 +53,11 @@ enum ClusterCmd {
         #[arg(long, default_value = ".cluster")]
         dir: PathBuf,
     },
-    /// Stop every replica of the cluster in DIR.
+    /// Stop every replica of the cluster in DIR (found by its pid files; the other
+    /// cluster flags are accepted, so the same flags work for up, status and down).
     Down {
-        #[arg(long, default_value_t = 4)]
-        replicas: u16,
+        #[command(flatten)]
+        cluster: ClusterArgs,
         #[arg(long, default_value = ".cluster")]
         dir: PathBuf,
     },
@@ -175,7 +176,7 @@ fn main() -> ExitCode {
         Cmd::SignZone { admin } => wrapper::cluster::admin_post(admin, "/admin/sign-zone").map(|outcome| println!("{outcome}")),
         Cmd::Cluster { action } => match action {
             ClusterCmd::Up { cluster, dir } => wrapper::cluster::up(&cluster.params(), &dir),
-            ClusterCmd::Down { replicas, dir } => wrapper::cluster::down(replicas, &dir),
+            ClusterCmd::Down { cluster, dir } => wrapper::cluster::down(cluster.replicas, &dir),
             ClusterCmd::Status { cluster, dir } => match wrapper::cluster::status(&cluster.params(), &dir) {
                 Ok(true) => Ok(()),
                 Ok(false) => return ExitCode::from(1),
