@@ -71,15 +71,19 @@ mod tests {
         m.add_query(Query::query(Name::from_str("Www.Example.test.").unwrap(), RecordType::AAAA));
         let mut edns = Edns::new();
         edns.set_max_payload(4096);
-        edns.enable_dnssec();
+        edns.set_dnssec_ok(true);
         m.set_edns(edns);
-        let a = error_answer(&m.to_vec().unwrap(), RCODE_REFUSED).unwrap();
+        let req = m.to_vec().unwrap();
+        let a = error_answer(&req, RCODE_REFUSED).unwrap();
         let r = Message::from_vec(&a).unwrap();
         assert_eq!(r.metadata.id, 0xbeef);
         assert_eq!(r.metadata.message_type, MessageType::Response);
         assert_eq!(r.metadata.response_code, ResponseCode::Refused);
         assert!(r.metadata.recursion_desired && !r.metadata.authoritative);
-        assert_eq!(r.queries[0].name().to_ascii(), "Www.Example.test.");
+        assert_eq!(r.queries[0].query_type(), RecordType::AAAA);
+        // The question's bytes as the client wrote them.
+        let question = 12..12 + "www.example.test.".len() + 1 + 4;
+        assert_eq!(a[question.clone()], req[question]);
         let e = r.edns.expect("OPT echoed");
         assert_eq!(e.max_payload(), NAMED_EDNS_UDP_SIZE);
         assert!(e.flags().dnssec_ok);
