@@ -543,7 +543,8 @@ fn exchange(addr: SocketAddr, p: &Probe, wait: Duration) -> Vec<Vec<u8>> {
     }
 }
 
-fn record_difference(diffs: &mut BTreeMap<String, String>, label: &str, replica: &[Vec<u8>], named: &[Vec<u8>]) {
+fn record_difference(diffs: &mut BTreeMap<String, String>, seen: &mut BTreeMap<String, Vec<Vec<u8>>>, label: &str, replica: &[Vec<u8>], named: &[Vec<u8>]) {
+    seen.insert(label.to_string(), replica.to_vec());
     let r: Vec<Vec<u8>> = replica.iter().map(|a| normalized(a)).collect();
     let n: Vec<Vec<u8>> = named.iter().map(|a| normalized(a)).collect();
     if r != n {
@@ -559,6 +560,7 @@ fn replica_answers_as_its_named() {
     let named = SocketAddr::from(([127, 0, 0, 1], named_port(&c)));
     let key = load_key(&c);
     let mut diffs = BTreeMap::new();
+    let mut seen = BTreeMap::new();
     let mut labels = Vec::new();
 
     // The zone's DNSKEY rdata, for the update the policy must refuse.
@@ -570,7 +572,7 @@ fn replica_answers_as_its_named() {
     for p in write_probes(&key, &dnskey_rdata) {
         let r = exchange(replica, &p, Duration::from_secs(10));
         let n = exchange(named, &p, Duration::from_secs(3));
-        record_difference(&mut diffs, &p.label, &r, &n);
+        record_difference(&mut diffs, &mut seen, &p.label, &r, &n);
         labels.push(p.label);
     }
     // Key material untouched by the refused updates.
@@ -584,11 +586,11 @@ fn replica_answers_as_its_named() {
     let from_named = udp_all(named, &udp, Duration::from_secs(2));
     let from_replica = udp_all(replica, &udp, Duration::from_secs(8));
     for ((p, r), n) in udp.iter().zip(&from_replica).zip(&from_named) {
-        record_difference(&mut diffs, &p.label, &r.iter().cloned().collect::<Vec<_>>(), &n.iter().cloned().collect::<Vec<_>>());
+        record_difference(&mut diffs, &mut seen, &p.label, &r.iter().cloned().collect::<Vec<_>>(), &n.iter().cloned().collect::<Vec<_>>());
         labels.push(p.label.clone());
     }
     for p in tcp_probes {
-        record_difference(&mut diffs, &p.label, &tcp(replica, &p.bytes), &tcp(named, &p.bytes));
+        record_difference(&mut diffs, &mut seen, &p.label, &tcp(replica, &p.bytes), &tcp(named, &p.bytes));
         labels.push(p.label.clone());
     }
 
@@ -598,9 +600,33 @@ fn replica_answers_as_its_named() {
     for p in transfer_probes(serial) {
         let r = exchange(replica, &p, Duration::from_secs(6));
         let n = exchange(named, &p, Duration::from_secs(3));
-        record_difference(&mut diffs, &p.label, &r, &n);
+        record_difference(&mut diffs, &mut seen, &p.label, &r, &n);
         labels.push(p.label);
     }
+
+    // The corpus exercises what it claims: most probes are answered, with the
+    // replies named gives to each kind.
+    let rcode = |label: &str| -> Option<(u8, bool, usize)> {
+        let a = seen.get(label)?.first()?;
+        let m = RawMessage::parse(a).ok()?;
+        Some((m.header.rcode(), m.header.truncated(), m.answers.len()))
+    };
+    let answered = seen.values().filter(|v| !v.is_empty()).count();
+    println!("{} probes, {answered} answered, {} differences", labels.len(), diffs.len());
+    assert!(answered * 10 >= labels.len() * 8, "only {answered} of {} probes answered", labels.len());
+    assert_eq!(rcode("odd NAPTR"), Some((0, false, 2)), "the odd NAPTR and its RRSIG");
+    assert_eq!(rcode("update: add the odd NAPTR"), Some((0, false, 0)));
+    assert_eq!(rcode("update: name in use fails").map(|r| r.0), Some(3), "NXDOMAIN");
+    assert_eq!(rcode("update: DNSKEY add refused by policy").map(|r| r.0), Some(5), "REFUSED");
+    assert_eq!(rcode("update: bad MAC").map(|r| r.0), Some(9), "NOTAUTH");
+    assert!(rcode("big TXT no EDNS").is_some_and(|r| r.1), "named's truncation over UDP");
+    assert!(rcode("big TXT over TCP no EDNS").is_some_and(|r| !r.1 && r.2 == 12), "whole over TCP");
+    assert!(seen["IXFR over TCP from current+0"].len() == 1, "up-to-date IXFR: one message");
+    assert!(seen["AXFR over TCP"].len() >= 1 && rcode("AXFR over TCP").is_some_and(|r| r.0 == 0 && r.2 > 10));
+    let signed = |label: &str| seen.get(label).and_then(|v| v.first()).and_then(|a| RawMessage::parse(a).ok()).is_some_and(|m| m.tsig().is_some());
+    assert!(rcode("TSIG good type 1").is_some_and(|r| r.0 == 0 && r.2 == 1) && signed("TSIG good type 1"), "a signed query answered and signed");
+    assert_eq!(rcode("TSIG bad MAC type 1").map(|r| r.0), Some(9), "NOTAUTH (BADSIG)");
+    assert!(seen["a response"].is_empty() && seen["eleven bytes"].is_empty(), "never answered");
 
     let mut unique = labels.clone();
     unique.sort();
