@@ -628,6 +628,17 @@ fn replica_answers_as_its_named() {
     assert_eq!(rcode("TSIG bad MAC type 1").map(|r| r.0), Some(9), "NOTAUTH (BADSIG)");
     assert!(seen["a response"].is_empty() && seen["eleven bytes"].is_empty(), "never answered");
 
+    // The answers the wrapper makes itself have named's shape: its REFUSED to a
+    // client an address ACL does not allow equals named's REFUSED to a query it
+    // refuses (a name outside its zone), id and all, with and without EDNS and DO.
+    for (k, e) in [None, Some(EdnsOpts { size: 4096, version: 0, dnssec_ok: true }), Some(EdnsOpts { size: 1232, version: 0, dnssec_ok: false })].into_iter().enumerate() {
+        let mut q = query(0x7700 + k as u16, "www.other.test.", 1, 1, e);
+        q[2] |= 0x01; // RD, which named echoes
+        let from_named = udp_one(named, &q, Duration::from_secs(3)).expect("named refuses out-of-zone queries");
+        assert_eq!(RawMessage::parse(&from_named).expect("parses").header.rcode(), 5);
+        assert_eq!(wrapper::answer::error_answer(&q, wrapper::answer::RCODE_REFUSED).as_deref(), Some(&from_named[..]), "wrapper's REFUSED vs named's, EDNS {k}");
+    }
+
     let mut unique = labels.clone();
     unique.sort();
     unique.dedup();

@@ -7,10 +7,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 
-use named_glue::forward::build_query;
 use crate::keygen::{keygen, replica_dir, write_configs, ClusterParams};
 use crate::metrics::Status;
 
@@ -219,7 +218,14 @@ fn wait_signed(addr: SocketAddr, zone: &Name, within: Duration) -> Result<()> {
 /// Asks `addr` for (zone, rtype) every 300 ms until an answer satisfies `done`.
 fn wait_for(addr: SocketAddr, zone: &Name, rtype: RecordType, within: Duration, done: impl Fn(&Message) -> bool) -> Result<()> {
     let deadline = Instant::now() + within;
-    let request = build_query(0x5d05, zone, rtype).context("building a query")?;
+    // EDNS with room for a large DNSKEY RRset: replicas answer UDP as named does,
+    // truncated to the size the query advertises (512 without EDNS).
+    let mut query = Message::new(0x5d05, MessageType::Query, OpCode::Query);
+    query.add_query(Query::query(zone.clone(), rtype));
+    let mut edns = Edns::new();
+    edns.set_max_payload(4096);
+    query.set_edns(edns);
+    let request = query.to_vec().context("building a query")?;
     loop {
         if exchange_udp(addr, &request, Duration::from_millis(700)).is_ok_and(|m| done(&m)) {
             return Ok(());
