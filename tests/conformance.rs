@@ -267,6 +267,26 @@ fn tcp(addr: SocketAddr, bytes: &[u8]) -> Vec<Vec<u8>> {
     out
 }
 
+/// A TCP exchange of one message from a given local (loopback) address.
+fn tcp_from(local: [u8; 4], addr: SocketAddr, bytes: &[u8]) -> Vec<Vec<u8>> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("socket");
+    socket.bind(&SocketAddr::from((local, 0)).into()).expect("bind the source address");
+    socket.connect_timeout(&addr.into(), Duration::from_secs(3)).expect("connect");
+    let mut s: TcpStream = socket.into();
+    s.set_read_timeout(Some(Duration::from_secs(6))).expect("timeout");
+    let mut framed = (bytes.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(bytes);
+    s.write_all(&framed).expect("send");
+    let mut len = [0u8; 2];
+    if s.read_exact(&mut len).is_err() {
+        return vec![];
+    }
+    let mut msg = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    s.read_exact(&mut msg).expect("message");
+    vec![msg]
+}
+
 /// An answer with the id and a TSIG's time, MAC and other data zeroed.
 fn normalized(answer: &[u8]) -> Vec<u8> {
     let mut a = answer.to_vec();
@@ -638,6 +658,22 @@ fn replica_answers_as_its_named() {
         assert_eq!(RawMessage::parse(&from_named).expect("parses").header.rcode(), 5);
         assert_eq!(wrapper::answer::error_answer(&q, wrapper::answer::RCODE_REFUSED).as_deref(), Some(&from_named[..]), "wrapper's REFUSED vs named's, EDNS {k}");
     }
+
+    // Address ACLs: the cluster's config lets 127.0.0.1 transfer, not 127.0.0.2 (which
+    // named, seeing only the wrapper, could not tell apart); queries are open to both.
+    let axfr = query(0x7801, ZONE, TYPE_AXFR, 1, None);
+    let refused = tcp_from([127, 0, 0, 2], replica, &axfr);
+    assert_eq!(refused.len(), 1, "one REFUSED for a transfer from an address not allowed");
+    assert_eq!(Some(&refused[0]), wrapper::answer::error_answer(&axfr, wrapper::answer::RCODE_REFUSED).as_ref());
+    let allowed = tcp(replica, &axfr);
+    assert!(allowed.len() >= 1 && RawMessage::parse(&allowed[0]).is_ok_and(|m| m.header.rcode() == 0 && m.answers.len() > 10), "AXFR from 127.0.0.1");
+    let q = query(0x7802, "www.example.test.", 1, 1, None);
+    let s = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    s.send_to(&q, replica).expect("send");
+    let mut buf = [0u8; 4096];
+    let n = s.recv(&mut buf).expect("a query from 127.0.0.2 is answered");
+    assert_eq!(normalized(&buf[..n]), normalized(&udp_one(named, &q, Duration::from_secs(3)).expect("named answers")));
 
     let mut unique = labels.clone();
     unique.sort();
