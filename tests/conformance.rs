@@ -675,6 +675,16 @@ fn replica_answers_as_its_named() {
     let n = s.recv(&mut buf).expect("a query from 127.0.0.2 is answered");
     assert_eq!(normalized(&buf[..n]), normalized(&udp_one(named, &q, Duration::from_secs(3)).expect("named answers")));
 
+    // The status line `cluster up` prints, run as printed, reports this cluster (on
+    // its custom ports), not one on the default ports.
+    let usage = c.start_stopped();
+    let status_line = usage.lines().map(str::trim).find(|l| l.contains(" cluster status ")).expect("a status line").to_string();
+    assert!(status_line.contains(&format!("--client-port {}", c.client_port(0))), "{status_line}");
+    let words: Vec<&str> = status_line.split_whitespace().collect();
+    let out = std::process::Command::new(sdns_system_tests::sdns_bin()).args(&words[1..]).output().expect("cluster status");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && report.lines().nth(1).is_some_and(|l| l.trim_end().ends_with("ok")), "{status_line}\n{report}");
+
     let mut unique = labels.clone();
     unique.sort();
     unique.dedup();
