@@ -139,13 +139,26 @@ fn malformed_packets_disturb_nothing() {
     // byte 0xff), then more updates than one checkpoint interval (64): transfers and
     // checkpoint digests read records as wire bytes, so checkpoints keep becoming
     // stable and every replica keeps answering.
-    let (ok, out) = c.nsupdate(0, "update add odd.example.test 300 NAPTR \\# 9 0064000a01ff000000");
+    // With it, records whose rdata names named compresses in a transfer (MX, MINFO,
+    // PTR, RP), which the digest reads decompressed.
+    let (ok, out) = c.nsupdate(
+        0,
+        "update add odd.example.test 300 NAPTR \\# 9 0064000a01ff000000\n\
+         update add mx.example.test 300 MX 10 mail.example.test\n\
+         update add mx.example.test 300 MINFO www.example.test mail.example.test\n\
+         update add ptr.example.test 300 PTR www.example.test\n\
+         update add rp.example.test 300 RP mail.example.test www.example.test",
+    );
     assert!(ok, "adding the odd NAPTR failed:\n{out}\n{}", c.logs());
     let many: Vec<String> = (0..70).map(|k| format!("update add n{k}.example.test 300 A 192.0.2.{}", k + 1)).collect();
     let (ok, out) = c.nsupdate(1, &many.join("\nsend\n"));
     assert!(ok, "70 updates failed:\n{out}\n{}", c.logs());
     c.eventually("the last of 70 updates", |i| answers(&c, i, "n69.example.test", "A") == "192.0.2.70");
     c.eventually("a stable checkpoint past the odd record", |i| stable_checkpoint(&c, i) >= 64);
+    for i in 0..c.n {
+        let log = std::fs::read_to_string(c.path(&format!("replica-{i}/sdns.log"))).unwrap_or_default();
+        assert!(!log.contains("zone digest unavailable"), "replica {i} could not digest its zone:\n{}", c.logs());
+    }
     for i in 0..c.n {
         let naptr = c.dig(i, &["odd.example.test", "NAPTR"]);
         assert!(naptr.contains("status: NOERROR") && naptr.contains("ANSWER: 1"), "replica {i}: odd NAPTR\n{naptr}");

@@ -522,6 +522,18 @@ fn write_probes(key: &Key, dnskey_rdata: &[u8]) -> Vec<Probe> {
     let signed = |u: Vec<u8>| sign(&u, key, Tamper::None);
     // The odd NAPTR (named accepts what a full decoder rejects), and big TXTs for truncation.
     p.push(probe("update: add the odd NAPTR", signed(update(0xa001, ZONE, &[], &[rr("odd.example.test.", 35, 1, 300, &[0x00, 0x64, 0x00, 0x0a, 0x01, 0xff, 0, 0, 0])])), false));
+    // Records of types whose rdata names named compresses (MX, MINFO, PTR, SOA-like)
+    // and of types it must not compress (SRV, RP, NAPTR), for the transfers below.
+    let typed = vec![
+        rr("typed.example.test.", 15, 1, 300, &[&[0u8, 10][..], &wire_name("mail.example.test.")].concat()),
+        rr("typed.example.test.", 14, 1, 300, &[wire_name("www.example.test."), wire_name("mail.example.test.")].concat()),
+        rr("typed.example.test.", 33, 1, 300, &[&[0u8, 1, 0, 2, 0, 53][..], &wire_name("www.example.test.")].concat()),
+        rr("typed.example.test.", 17, 1, 300, &[wire_name("mail.example.test."), wire_name("www.example.test.")].concat()),
+        rr("typed.example.test.", 35, 1, 300, &[&[0u8, 1, 0, 2, 1, b'S', 0, 0][..], &wire_name("www.example.test.")].concat()),
+        rr("typed.example.test.", 257, 1, 300, &[0, 5, b'i', b's', b's', b'u', b'e', b'c', b'a', b'.', b't', b'e', b's', b't']),
+        rr("ptr.example.test.", 12, 1, 300, &wire_name("WWW.Example.test.")),
+    ];
+    p.push(probe("update: add typed records", signed(update(0xa017, ZONE, &[], &typed)), false));
     let bigs: Vec<Vec<u8>> = (0..12).map(|i| txt("big.example.test.", &format!("{i:02}{}", "x".repeat(90)))).collect();
     p.push(probe("update: add big TXTs over TCP", signed(update(0xa002, ZONE, &[], &bigs)), true));
     // Prerequisites (RFC 2136 2.4), failing and holding.
@@ -636,6 +648,7 @@ fn replica_answers_as_its_named() {
     assert!(answered * 10 >= labels.len() * 8, "only {answered} of {} probes answered", labels.len());
     assert_eq!(rcode("odd NAPTR"), Some((0, false, 2)), "the odd NAPTR and its RRSIG");
     assert_eq!(rcode("update: add the odd NAPTR"), Some((0, false, 0)));
+    assert_eq!(rcode("update: add typed records"), Some((0, false, 0)));
     assert_eq!(rcode("update: name in use fails").map(|r| r.0), Some(3), "NXDOMAIN");
     assert_eq!(rcode("update: DNSKEY add refused by policy").map(|r| r.0), Some(5), "REFUSED");
     assert_eq!(rcode("update: bad MAC").map(|r| r.0), Some(9), "NOTAUTH");
