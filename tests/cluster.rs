@@ -134,6 +134,54 @@ fn malformed_packets_disturb_nothing() {
         assert_eq!(answers(&c, i, "mail.example.test", "A"), "192.0.2.25", "replica {i} after garbage\n{}", c.logs());
     }
     assert_converged(&c);
+
+    // A record named accepts but a full DNS decoder rejects (a NAPTR whose flag is the
+    // byte 0xff), then more updates than one checkpoint interval (64): transfers and
+    // checkpoint digests read records as wire bytes, so checkpoints keep becoming
+    // stable and every replica keeps answering.
+    // With it, records whose rdata names named compresses in a transfer (MX, MINFO,
+    // PTR, RP), which the digest reads decompressed.
+    let (ok, out) = c.nsupdate(
+        0,
+        "update add odd.example.test 300 NAPTR \\# 9 0064000a01ff000000\n\
+         update add mx.example.test 300 MX 10 mail.example.test\n\
+         update add mx.example.test 300 MINFO www.example.test mail.example.test\n\
+         update add ptr.example.test 300 PTR www.example.test\n\
+         update add rp.example.test 300 RP mail.example.test www.example.test",
+    );
+    assert!(ok, "adding the odd NAPTR failed:\n{out}\n{}", c.logs());
+    let many: Vec<String> = (0..70).map(|k| format!("update add n{k}.example.test 300 A 192.0.2.{}", k + 1)).collect();
+    let (ok, out) = c.nsupdate(1, &many.join("\nsend\n"));
+    assert!(ok, "70 updates failed:\n{out}\n{}", c.logs());
+    c.eventually("the last of 70 updates", |i| answers(&c, i, "n69.example.test", "A") == "192.0.2.70");
+    c.eventually("a stable checkpoint past the odd record", |i| stable_checkpoint(&c, i) >= 64);
+    for i in 0..c.n {
+        let log = std::fs::read_to_string(c.path(&format!("replica-{i}/sdns.log"))).unwrap_or_default();
+        assert!(!log.contains("zone digest unavailable"), "replica {i} could not digest its zone:\n{}", c.logs());
+    }
+    for i in 0..c.n {
+        let naptr = c.dig(i, &["odd.example.test", "NAPTR"]);
+        assert!(naptr.contains("status: NOERROR") && naptr.contains("ANSWER: 1"), "replica {i}: odd NAPTR\n{naptr}");
+    }
+    assert_converged(&c);
+    assert!(c.axfr(2).contains("odd.example.test."), "the AXFR carries the odd NAPTR");
+
+    // An IXFR at the current serial is answered by the SOA alone and ends there
+    // (RFC 1995): dig gets its one message, and the replica goes on with writes.
+    let serial = c.dig(3, &["example.test", "SOA", "+short"]).split_whitespace().nth(2).unwrap_or_default().to_string();
+    assert!(serial.parse::<u32>().is_ok(), "no serial: {serial:?}");
+    let ixfr = c.dig(3, &["example.test", &format!("IXFR={serial}"), "+nocmd", "+nostats", "+nocomments"]);
+    let records: Vec<&str> = ixfr.lines().filter(|l| !l.starts_with(';') && !l.trim().is_empty()).collect();
+    assert!(records.len() == 1 && records[0].contains("SOA"), "IXFR at the current serial:\n{ixfr}");
+    let (ok, out) = c.nsupdate(3, "update add after-ixfr.example.test 300 A 192.0.2.99");
+    assert!(ok, "update after an IXFR:\n{out}\n{}", c.logs());
+}
+
+/// Replica `i`'s stable checkpoint, from its /status.
+fn stable_checkpoint(c: &Cluster, i: u16) -> u64 {
+    let out = std::process::Command::new("curl").args(["-s", "-m", "5"]).arg(format!("http://127.0.0.1:{}/status", c.metrics_port(i))).output();
+    let body = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    body.split("\"stable_checkpoint\":").nth(1).and_then(|r| r.split(|ch: char| !ch.is_ascii_digit()).next()).and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 #[test]

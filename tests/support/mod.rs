@@ -102,14 +102,16 @@ impl Cluster {
             args.push(opts.corrupt.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",").into());
         }
         let cluster = Cluster { dir, n: opts.replicas, base, up_args: args, _serial: serial };
-        cluster.start_stopped();
+        let _usage = cluster.start_stopped();
         cluster
     }
 
     /// Runs `cluster up` again: starts replicas that are not running, keeps the rest.
-    pub fn start_stopped(&self) {
+    /// Returns what it printed on stdout (how to use the cluster).
+    pub fn start_stopped(&self) -> String {
         let out = run(Command::new(sdns_bin()).args(&self.up_args));
         assert!(out.status.success(), "cluster up failed:\n{}\n{}", text(&out), self.logs());
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Stops replica `i` (its wrapper, which takes its named along) and waits until it is gone.

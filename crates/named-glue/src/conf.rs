@@ -91,8 +91,6 @@ pub struct NamedConf {
     pub tsig_keys: Vec<TsigKey>,
     /// RRSIG validity in days; also the re-sign interval, so no jitter.
     pub sig_validity_days: u32,
-    /// Addresses allowed to AXFR (the local wrapper).
-    pub allow_transfer: Vec<Ipv4Addr>,
 }
 
 impl NamedConf {
@@ -110,7 +108,6 @@ impl NamedConf {
             key_directory: directory.join("keys"),
             tsig_keys,
             sig_validity_days: 30,
-            allow_transfer: vec![Ipv4Addr::LOCALHOST],
         }
     }
 
@@ -134,8 +131,6 @@ impl NamedConf {
             zone.push('.');
         }
         check_token("zone name", &zone)?;
-        let transfer: String =
-            self.allow_transfer.iter().map(|a| format!("{a}; ")).collect();
         let mut out = String::new();
         for key in &self.tsig_keys {
             out.push_str(&key.statement()?);
@@ -152,7 +147,11 @@ impl NamedConf {
              \tnotify no;\n\
              \tanswer-cookie no;\n\
              \trrset-order {{ order none; }};\n\
-             \tallow-transfer {{ {transfer}}};\n\
+             \t// Every client reaches named through the sdns wrapper, so named sees\n\
+             \t// them all as the loopback address: client-address ACLs here would\n\
+             \t// mean nothing. The wrapper enforces them ([access] in replica.toml).\n\
+             \tallow-query {{ any; }};\n\
+             \tallow-transfer {{ any; }};\n\
              \tversion none;\n\
              \thostname none;\n\
              \tserver-id none;\n\

@@ -1,13 +1,18 @@
-//! Forwarding DNS messages to the local named, over UDP (falling back to
-//! TCP when the answer is truncated) or TCP, and zone transfers as a stream
-//! of messages. DNS bytes are read with hickory-proto only; the one thing
-//! done by hand is the 2-byte TCP length prefix.
+//! Forwarding DNS messages to the local named, over UDP or TCP, and zone
+//! transfers as a stream of messages. The client's bytes go to named
+//! unchanged and named's answer comes back as it is: over UDP that includes
+//! named's truncation to the size the client advertised (TC set), which the
+//! client resolves by asking again over TCP itself. Transfer messages are
+//! relayed byte for byte and walked with [`crate::rrwire`], so a record that
+//! a full decoder rejects cannot break a transfer.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use hickory_proto::op::{Header, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
+
+use crate::rrwire::{RawMessage, RawRecord, TYPE_IXFR};
 use hickory_proto::serialize::binary::BinDecodable;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
@@ -46,6 +51,8 @@ pub struct Forwarder {
     pub udp_attempts: u32,
     /// Wait for each TCP read or write.
     pub tcp_timeout: Duration,
+    /// Deadline for a whole zone transfer, however fast named trickles it.
+    pub transfer_timeout: Duration,
 }
 
 fn header_of(bytes: &[u8]) -> Result<Header, String> {
@@ -60,11 +67,11 @@ impl Forwarder {
             udp_timeout: Duration::from_millis(1500),
             udp_attempts: 3,
             tcp_timeout: Duration::from_secs(10),
+            transfer_timeout: Duration::from_secs(60),
         }
     }
 
-    /// Forwards over UDP and returns named's answer; an answer with TC set
-    /// is fetched again over TCP.
+    /// Forwards over UDP and returns named's answer as it is (TC included).
     pub async fn forward_udp(&self, request: &[u8]) -> Result<Vec<u8>, ForwardError> {
         let id = header_of(request).map_err(ForwardError::BadRequest)?.id;
         let bind: SocketAddr = if self.addr.is_ipv4() {
@@ -91,9 +98,6 @@ impl Forwarder {
                 let answer = buf.get(..n).unwrap_or_default();
                 match header_of(answer) {
                     Ok(h) if h.id == id && h.message_type == MessageType::Response => {
-                        if h.truncation {
-                            return self.forward_tcp(request).await;
-                        }
                         return Ok(answer.to_vec());
                     }
                     // A late answer to an earlier attempt has the same id;
@@ -126,29 +130,118 @@ impl Forwarder {
         }
     }
 
-    /// Starts a zone transfer (the request is an AXFR query) and returns the
-    /// answer messages as a stream.
+    /// Starts a zone transfer (the request is an AXFR or IXFR query) and
+    /// returns the answer messages as a stream, which ends where the protocol
+    /// says (see [`TransferEnd`]) or at the transfer's deadline.
     pub async fn axfr(&self, request: &[u8]) -> Result<AxfrStream, ForwardError> {
-        let header = header_of(request).map_err(ForwardError::BadRequest)?;
-        let mut stream = self.connect().await?;
-        write_framed(&mut stream, request, self.tcp_timeout).await?;
+        let deadline = tokio::time::Instant::now() + self.transfer_timeout;
+        let parsed = RawMessage::parse(request).map_err(|e| ForwardError::BadRequest(e.to_string()))?;
+        let end = TransferEnd::for_request(&parsed);
+        let mut stream = tokio::time::timeout_at(deadline, self.connect())
+            .await
+            .map_err(|_| ForwardError::Timeout(self.transfer_timeout))??;
+        write_framed(&mut stream, request, self.tcp_timeout.min(self.transfer_timeout)).await?;
         Ok(AxfrStream {
             stream,
-            id: header.id,
+            id: parsed.header.id,
             timeout: self.tcp_timeout,
-            soa_seen: 0,
+            deadline,
+            total: self.transfer_timeout,
+            end,
             messages: 0,
             done: false,
         })
     }
 }
 
-/// The messages of one zone transfer, ending after the closing SOA.
+/// Where a transfer's answer stream ends (RFC 5936 for AXFR, RFC 1995 for IXFR),
+/// fed the answer records in order.
+#[derive(Debug, Clone)]
+pub struct TransferEnd {
+    /// The IXFR request's serial (from its authority SOA); `None` for AXFR.
+    ixfr_serial: Option<u32>,
+    /// The first record's serial: the server's current version.
+    first: Option<u32>,
+    /// Records seen so far.
+    records: u64,
+    /// IXFR framing: SOAs seen after the first (odd ones open a deletion part).
+    incremental_soas: Option<u64>,
+    finished: bool,
+}
+
+impl TransferEnd {
+    pub fn for_request(request: &RawMessage) -> Self {
+        let ixfr = request.questions.first().is_some_and(|q| q.qtype == TYPE_IXFR);
+        let ixfr_serial = if ixfr { request.authorities.iter().find_map(|r| r.soa_serial()) } else { None };
+        TransferEnd { ixfr_serial, first: None, records: 0, incremental_soas: None, finished: false }
+    }
+
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Takes one answer message; `Err` when it cannot belong to the transfer.
+    pub fn message(&mut self, m: &RawMessage) -> Result<(), String> {
+        if m.header.rcode() != 0 || m.answers.is_empty() {
+            // An error (REFUSED, NOTAUTH, ...) or an empty answer is the whole reply.
+            self.finished = true;
+            return Ok(());
+        }
+        let first_message = self.records == 0;
+        for r in &m.answers {
+            if self.finished {
+                return Err("records after the transfer's closing SOA".into());
+            }
+            self.record(r)?;
+        }
+        // RFC 1995 section 4: an IXFR answered by one SOA alone means the client is
+        // up to date (or the server has nothing newer).
+        if first_message && m.answers.len() == 1 && self.ixfr_serial.is_some() {
+            self.finished = true;
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, r: &RawRecord) -> Result<(), String> {
+        self.records += 1;
+        let serial = r.soa_serial();
+        let Some(current) = self.first else {
+            self.first = Some(serial.ok_or("a transfer must open with the zone's SOA")?);
+            return Ok(());
+        };
+        if self.records == 2 {
+            // The second record tells the framing: an SOA with the client's serial
+            // opens the first deletion part of an incremental transfer; anything
+            // else is an AXFR-style answer, which the next SOA ends.
+            if serial.is_some() && serial == self.ixfr_serial && serial != Some(current) {
+                self.incremental_soas = Some(1);
+                return Ok(());
+            }
+        }
+        match (self.incremental_soas.as_mut(), serial) {
+            (_, None) => {}
+            (None, Some(_)) => self.finished = true,
+            (Some(n), Some(s)) => {
+                *n += 1;
+                // Odd positions open a deletion part; the current serial there ends it.
+                if *n % 2 == 1 && s == current {
+                    self.finished = true;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The messages of one zone transfer, relayed as named sent them, ending where
+/// the transfer protocol says or at the deadline for the whole transfer.
 pub struct AxfrStream {
     stream: TcpStream,
     id: u16,
     timeout: Duration,
-    soa_seen: u32,
+    deadline: tokio::time::Instant,
+    total: Duration,
+    end: TransferEnd,
     messages: u32,
     done: bool,
 }
@@ -170,22 +263,17 @@ impl AxfrStream {
         if self.messages >= MAX_AXFR_MESSAGES {
             return Err(ForwardError::TransferTooLong(MAX_AXFR_MESSAGES));
         }
-        let bytes = read_framed(&mut self.stream, self.timeout).await?.ok_or(ForwardError::Closed)?;
+        let bytes = tokio::time::timeout_at(self.deadline, read_framed(&mut self.stream, self.timeout))
+            .await
+            .map_err(|_| ForwardError::Timeout(self.total))??
+            .ok_or(ForwardError::Closed)?;
         self.messages += 1;
-        let message = Message::from_vec(&bytes).map_err(|e| ForwardError::BadAnswer(e.to_string()))?;
-        if message.metadata.id != self.id {
-            return Err(ForwardError::BadAnswer(format!(
-                "transfer message id {} for request {}",
-                message.metadata.id, self.id
-            )));
+        let message = RawMessage::parse(&bytes).map_err(|e| ForwardError::BadAnswer(e.to_string()))?;
+        if message.header.id != self.id {
+            return Err(ForwardError::BadAnswer(format!("transfer message id {} for request {}", message.header.id, self.id)));
         }
-        if message.metadata.response_code != ResponseCode::NoError {
-            self.done = true;
-        }
-        self.soa_seen += message.answers.iter().filter(|r| r.record_type() == RecordType::SOA).count() as u32;
-        // The transfer opens and closes with the SOA; a one-message answer
-        // without records (e.g. refused) also ends it.
-        if self.soa_seen >= 2 || message.answers.is_empty() {
+        self.end.message(&message).map_err(ForwardError::BadAnswer)?;
+        if self.end.finished() {
             self.done = true;
         }
         Ok(bytes)
@@ -246,10 +334,78 @@ pub fn build_query(id: u16, name: &Name, rtype: RecordType) -> Result<Vec<u8>, F
 pub async fn zone_answers(addr: SocketAddr, zone: &Name, timeout: Duration) -> Result<bool, ForwardError> {
     let id = (crate::time::unix_now() as u16) ^ (std::process::id() as u16);
     let query = build_query(id, zone, RecordType::SOA)?;
-    let forwarder = Forwarder { addr, udp_timeout: timeout, udp_attempts: 1, tcp_timeout: timeout };
+    let forwarder = Forwarder { addr, udp_timeout: timeout, udp_attempts: 1, tcp_timeout: timeout, transfer_timeout: timeout };
     let answer = forwarder.forward_udp(&query).await?;
     let message = Message::from_vec(&answer).map_err(|e| ForwardError::BadAnswer(e.to_string()))?;
     Ok(message.metadata.response_code == ResponseCode::NoError
         && message.metadata.authoritative
         && message.answers.iter().any(|r| r.record_type() == RecordType::SOA))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rrwire::{RawHeader, RawQuestion, TYPE_AXFR, TYPE_SOA};
+
+    fn soa(serial: u32) -> RawRecord {
+        let mut rdata = vec![0, 0];
+        rdata.extend_from_slice(&serial.to_be_bytes());
+        rdata.extend_from_slice(&[0u8; 16]);
+        RawRecord { owner: vec![0], rtype: TYPE_SOA, class: 1, ttl: 0, rdata, span: 0..0 }
+    }
+
+    fn a() -> RawRecord {
+        RawRecord { owner: vec![0], rtype: 1, class: 1, ttl: 0, rdata: vec![192, 0, 2, 1], span: 0..0 }
+    }
+
+    fn msg(rcode: u16, qtype: u16, answers: Vec<RawRecord>, authorities: Vec<RawRecord>) -> RawMessage {
+        RawMessage {
+            header: RawHeader { id: 1, flags: rcode, qdcount: 1, ancount: answers.len() as u16, nscount: 0, arcount: 0 },
+            questions: vec![RawQuestion { name: vec![0], qtype, qclass: 1, span: 0..0 }],
+            answers,
+            authorities,
+            additionals: Vec::new(),
+        }
+    }
+
+    /// Feeds `messages` (answer sections) and says after which message the transfer ended.
+    fn ends_after(request: &RawMessage, messages: Vec<Vec<RawRecord>>) -> Option<usize> {
+        let mut end = TransferEnd::for_request(request);
+        for (i, answers) in messages.into_iter().enumerate() {
+            end.message(&msg(0, TYPE_AXFR, answers, vec![])).unwrap();
+            if end.finished() {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn axfr_ends_at_the_second_soa_across_messages() {
+        let req = msg(0, TYPE_AXFR, vec![], vec![]);
+        assert_eq!(ends_after(&req, vec![vec![soa(5), a()], vec![a()], vec![a(), soa(5)]]), Some(2));
+        assert_eq!(ends_after(&req, vec![vec![soa(5)], vec![a()]]), None, "an AXFR may open with the SOA alone");
+        assert_eq!(ends_after(&req, vec![vec![soa(5), soa(5)]]), Some(0), "a zone of just its SOA");
+    }
+
+    #[test]
+    fn ixfr_up_to_date_incremental_and_axfr_style() {
+        let req = msg(0, TYPE_IXFR, vec![], vec![soa(7)]);
+        // Up to date: the SOA alone, one message.
+        assert_eq!(ends_after(&req, vec![vec![soa(7)]]), Some(0));
+        // Incremental 7 -> 8 -> 9: SOA9, SOA7 dels SOA8 adds, SOA8 dels SOA9 adds, SOA9.
+        let inc = vec![vec![soa(9), soa(7), a(), soa(8), a()], vec![soa(8), a(), soa(9)], vec![a(), soa(9)]];
+        assert_eq!(ends_after(&req, inc), Some(2));
+        // The SOA of the current serial in an addition part does not end it early.
+        assert_eq!(ends_after(&req, vec![vec![soa(9), soa(7), soa(8), soa(8), soa(9)], vec![soa(9)]]), Some(1));
+        // AXFR-style fallback: the next SOA ends it.
+        assert_eq!(ends_after(&req, vec![vec![soa(9), a(), a()], vec![a(), soa(9)]]), Some(1));
+        // An error answer is the whole reply.
+        let mut end = TransferEnd::for_request(&req);
+        end.message(&msg(5, TYPE_IXFR, vec![], vec![])).unwrap();
+        assert!(end.finished());
+        // A transfer must open with the SOA.
+        let mut end = TransferEnd::for_request(&req);
+        assert!(end.message(&msg(0, TYPE_IXFR, vec![a()], vec![])).is_err());
+    }
 }

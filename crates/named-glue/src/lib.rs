@@ -22,6 +22,8 @@
 //! - [`supervisor`]: named as a supervised child ([`supervisor::Supervisor`]).
 //! - [`forward`]: forwarding a DNS message to named over UDP/TCP and zone
 //!   transfers as message streams ([`forward::Forwarder`]).
+//! - [`rrwire`]: DNS messages walked as wire bytes (transfers, digests,
+//!   the classifier), independent of what a full decoder accepts.
 //! - [`tools`]: where the build's binaries are ([`tools::BindTools`]).
 //!
 //! Determinism: every replica's named must sign the same bytes. The agreed
@@ -48,6 +50,7 @@
 pub mod conf;
 pub mod forward;
 pub mod keys;
+pub mod rrwire;
 pub mod signer;
 pub mod signzone;
 pub mod supervisor;

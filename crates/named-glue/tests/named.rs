@@ -62,8 +62,8 @@ async fn single_replica_signs_updates_through_the_socket() {
         assert_eq!(m.metadata.response_code, ResponseCode::NoError);
         assert_eq!(m.answers.len(), 1);
     }
-    // An answer over 512 bytes comes back truncated over UDP (no EDNS in
-    // the query); the forwarder fetches it again over TCP.
+    // An answer over 512 bytes comes back over UDP as named truncated it (no EDNS
+    // in the query: TC set, at most 512 bytes); the client asks again over TCP.
     r.times.set_agreed(t0 + 30);
     let txt: Vec<String> =
         (0..12).map(|i| format!("update add big.example.test. 300 TXT \"{i:02}{}\"", "x".repeat(90))).collect();
@@ -74,14 +74,33 @@ async fn single_replica_signs_updates_through_the_socket() {
     let udp_only = named_glue::forward::Forwarder { udp_attempts: 1, ..fwd.clone() };
     let answer = udp_only.forward_udp(&big).await.unwrap();
     let m = Message::from_vec(&answer).unwrap();
-    assert!(!m.metadata.truncation && answer.len() > 512, "no TCP fallback: {} bytes", answer.len());
-    assert_eq!(m.answers.len(), 12);
+    assert!(m.metadata.truncation && answer.len() <= 512, "named's truncation kept: {} bytes, TC {}", answer.len(), m.metadata.truncation);
+    let whole = Message::from_vec(&fwd.forward_tcp(&big).await.unwrap()).unwrap();
+    assert_eq!(whole.answers.len(), 12);
 
     let axfr_query = build_query(7, &zone(), RecordType::AXFR).unwrap();
     let messages = fwd.axfr(&axfr_query).await.unwrap().collect().await.unwrap();
     let records: usize = messages.iter().map(|m| Message::from_vec(m).unwrap().answers.len()).sum();
     let dig_records = r.axfr().await.lines().count();
     assert_eq!(records, dig_records, "forwarded AXFR and dig AXFR differ in size");
+
+    // An IXFR at the current serial is answered with the SOA alone, and the stream
+    // ends there (RFC 1995), in one round trip rather than at named's idle timeout.
+    let soa = messages[0].clone();
+    let serial = named_glue::rrwire::RawMessage::parse(&soa).unwrap().answers[0].soa_serial().unwrap();
+    let ixfr = ixfr_query(8, serial);
+    // (named keeps the connection open: a stream waiting for more would fail here
+    // with a timeout instead of ending.)
+    let answers = fwd.axfr(&ixfr).await.unwrap().collect().await.unwrap();
+    assert_eq!(answers.len(), 1, "one message for an up-to-date IXFR");
+    // From an older serial: the incremental framing, ending at the closing SOA.
+    let answers = fwd.axfr(&ixfr_query(9, serial - 1)).await.unwrap().collect().await.unwrap();
+    let soas = answers
+        .iter()
+        .flat_map(|m| named_glue::rrwire::RawMessage::parse(m).unwrap().answers)
+        .filter(|r| r.rtype == named_glue::rrwire::TYPE_SOA)
+        .count();
+    assert!(soas >= 4, "an incremental transfer has at least four SOAs, got {soas}");
 
     r.shutdown().await;
 }
@@ -393,4 +412,13 @@ async fn supervisor_never_starts_a_second_named() {
     }
     drop(squatter);
     let _ = &mut r;
+/// An IXFR query for the test zone from `serial` (the client's SOA in the authority section).
+fn ixfr_query(id: u16, serial: u32) -> Vec<u8> {
+    use hickory_proto::op::{MessageType, OpCode, Query};
+    use hickory_proto::rr::{rdata::SOA, RData, Record};
+    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(zone(), RecordType::IXFR));
+    let soa = SOA::new(zone(), zone(), serial, 0, 0, 0, 0);
+    m.add_authority(Record::from_rdata(zone(), 0, RData::SOA(soa)));
+    m.to_vec().unwrap()
 }

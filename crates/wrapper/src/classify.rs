@@ -2,18 +2,24 @@
 //!
 //! The wrapper does not interpret requests beyond this: every message that passes is
 //! ordered and handed to named byte for byte (TSIG-signed updates stay verifiable by
-//! named). Parsing uses hickory-proto only.
+//! named). The message is only walked (`named_glue::rrwire`), never fully decoded:
+//! where the classifier cannot tell, named decides, so a replica answers whatever
+//! its named would answer for the same bytes. A query that does not parse goes to
+//! named as a read (named answers FORMERR, or stays silent, as it does directly);
+//! an UPDATE is always ordered as a write, parsed or not, so every named answers it
+//! alike. Updates of the zone's key material (DNSKEY, CDS, CDNSKEY, NSEC3PARAM,
+//! BIND's private type 65534, and "delete everything" at the apex) are refused by
+//! named's own update-policy, which named-glue writes with those denials: named
+//! signs that REFUSED with the request's TSIG key, as any other answer.
 
-use hickory_proto::op::{Header, Message, MessageType, OpCode, ResponseCode};
-use hickory_proto::rr::{Name, RecordType};
-use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
+use named_glue::rrwire::{RawHeader, RawMessage, TYPE_AXFR, TYPE_IXFR};
 
 /// What the executor must do with an ordered request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// Changes nothing: only the replica that owes the answer executes it.
     Read,
-    /// A zone transfer (AXFR/IXFR): a read whose answer may be many messages (TCP only).
+    /// A zone transfer (AXFR/IXFR over TCP): a read whose answer may be many messages.
     Transfer,
     /// A dynamic update: every replica executes it.
     Write,
@@ -24,97 +30,45 @@ pub enum Kind {
 pub enum Verdict {
     /// Order it and execute it as this kind.
     Order(Kind),
-    /// Answer at once with these bytes, without ordering (REFUSED, FORMERR).
+    /// Answer at once with these bytes, without ordering.
     Answer(Vec<u8>),
-    /// Ignore silently (responses, runts): answering could feed a reflection loop.
+    /// Ignore silently (responses, runts), as named does: answering could feed a
+    /// reflection loop.
     Drop(&'static str),
 }
 
-/// Record types an update must not touch: changing them would make named start
-/// timer-driven signing that no ordering controls (../shared/DESIGN.md section 4).
-/// Keys change only through the dealer.
-const FORBIDDEN_UPDATE_TYPES: [RecordType; 4] =
-    [RecordType::DNSKEY, RecordType::CDS, RecordType::CDNSKEY, RecordType::NSEC3PARAM];
-/// BIND's private signing-state type.
-const BIND_PRIVATE_TYPE: u16 = 65534;
+const OPCODE_UPDATE: u8 = 5;
+const OPCODE_QUERY: u8 = 0;
 
 pub fn classify(bytes: &[u8], transport_is_tcp: bool) -> Verdict {
-    let header = match Header::read(&mut BinDecoder::new(bytes)) {
-        Ok(h) => h,
-        Err(_) => return Verdict::Drop("shorter than a DNS header"),
+    let Ok(header) = RawHeader::parse(bytes) else {
+        return Verdict::Drop("shorter than a DNS header");
     };
-    if header.metadata.message_type == MessageType::Response {
+    if header.is_response() {
         return Verdict::Drop("a response, not a request");
     }
-    let message = match Message::from_vec(bytes) {
-        Ok(m) => m,
-        Err(_) => return Verdict::Answer(error_answer(&header, None, ResponseCode::FormErr)),
-    };
-    match message.metadata.op_code {
-        OpCode::Update => classify_update(&header, &message),
-        OpCode::Query => {
-            let transfer = message
-                .queries
-                .iter()
-                .any(|q| matches!(q.query_type(), RecordType::AXFR | RecordType::IXFR));
-            if transfer && !transport_is_tcp {
-                // RFC 5936: AXFR over UDP is not a thing; IXFR over UDP named answers
-                // with a single SOA, which is a plain read.
-                if message.queries.iter().any(|q| q.query_type() == RecordType::AXFR) {
-                    return Verdict::Answer(error_answer(&header, Some(&message), ResponseCode::FormErr));
-                }
-                return Verdict::Order(Kind::Read);
-            }
+    match header.opcode() {
+        OPCODE_UPDATE => Verdict::Order(Kind::Write),
+        OPCODE_QUERY if transport_is_tcp => {
+            // Only a question named can read makes a transfer; anything else it
+            // answers in one message.
+            let transfer = RawMessage::parse(bytes)
+                .is_ok_and(|m| m.questions.iter().any(|q| q.qtype == TYPE_AXFR || q.qtype == TYPE_IXFR));
             Verdict::Order(if transfer { Kind::Transfer } else { Kind::Read })
         }
-        // NOTIFY, STATUS and unknown opcodes cannot change a primary's zone; named
-        // answers them (NOTIMP, or an ignored NOTIFY) on the gateway alone.
+        // Over UDP named answers AXFR and IXFR in one datagram (an error, or the
+        // single SOA of RFC 1995), so they are plain reads. NOTIFY, STATUS and unknown
+        // opcodes cannot change a primary's zone; named answers them (NOTIMP, or an
+        // ignored NOTIFY) on the gateway alone.
         _ => Verdict::Order(Kind::Read),
     }
-}
-
-fn classify_update(header: &Header, message: &Message) -> Verdict {
-    // RFC 2136: the zone section holds exactly one zone.
-    let Some(zone) = message.queries.first().map(|q| q.name().clone()) else {
-        return Verdict::Answer(error_answer(header, Some(message), ResponseCode::FormErr));
-    };
-    for record in &message.authorities {
-        let rtype = record.record_type();
-        let forbidden = FORBIDDEN_UPDATE_TYPES.contains(&rtype)
-            || u16::from(rtype) == BIND_PRIVATE_TYPE
-            // "delete all RRsets at a name" at the apex would take DNSKEY with it.
-            || (rtype == RecordType::ANY && is_apex(&record.name, &zone));
-        if forbidden {
-            return Verdict::Answer(error_answer(header, Some(message), ResponseCode::Refused));
-        }
-    }
-    Verdict::Order(Kind::Write)
-}
-
-fn is_apex(name: &Name, zone: &Name) -> bool {
-    name.to_lowercase() == zone.to_lowercase()
-}
-
-/// An answer carrying only the request's id, opcode and (when it parsed) question.
-fn error_answer(header: &Header, message: Option<&Message>, code: ResponseCode) -> Vec<u8> {
-    let meta = &header.metadata;
-    let mut answer = Message::error_msg(meta.id, meta.op_code, code);
-    answer.metadata.recursion_desired = meta.recursion_desired;
-    if let Some(m) = message {
-        answer.add_queries(m.queries.iter().cloned());
-    }
-    // Encoding a header plus at most the request's own question cannot fail; if it
-    // ever did, fall back to the bare header, which is always encodable.
-    answer.to_vec().unwrap_or_else(|_| {
-        Message::error_msg(meta.id, meta.op_code, code).to_vec().unwrap_or_default()
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hickory_proto::op::Query;
-    use hickory_proto::rr::{rdata::A, DNSClass, RData, Record, RecordSet};
+    use hickory_proto::op::{Message, MessageType, OpCode, Query};
+    use hickory_proto::rr::{rdata::A, DNSClass, Name, RData, Record, RecordSet, RecordType};
     use std::str::FromStr;
 
     fn zone() -> Name {
@@ -136,63 +90,56 @@ mod tests {
         m.to_vec().unwrap()
     }
 
-    fn rcode_of(bytes: &[u8]) -> (u16, ResponseCode) {
-        let m = Message::from_vec(bytes).unwrap();
-        assert_eq!(m.metadata.message_type, MessageType::Response);
-        (m.metadata.id, m.metadata.response_code)
-    }
-
     #[test]
     fn queries_are_reads_and_transfers_need_tcp() {
         assert_eq!(classify(&query("www.example.test.", RecordType::A), false), Verdict::Order(Kind::Read));
         assert_eq!(classify(&query("example.test.", RecordType::AXFR), true), Verdict::Order(Kind::Transfer));
-        match classify(&query("example.test.", RecordType::AXFR), false) {
-            Verdict::Answer(a) => assert_eq!(rcode_of(&a), (0x1234, ResponseCode::FormErr)),
-            v => panic!("AXFR over UDP must be answered FORMERR, got {v:?}"),
-        }
+        assert_eq!(classify(&query("example.test.", RecordType::IXFR), true), Verdict::Order(Kind::Transfer));
+        // Over UDP named answers them in one datagram.
+        assert_eq!(classify(&query("example.test.", RecordType::AXFR), false), Verdict::Order(Kind::Read));
+        assert_eq!(classify(&query("example.test.", RecordType::IXFR), false), Verdict::Order(Kind::Read));
     }
 
     #[test]
-    fn plain_updates_are_writes() {
+    fn updates_are_writes_and_named_judges_them() {
         let mut rrset = RecordSet::new(Name::from_str("host.example.test.").unwrap(), RecordType::A, 300);
         rrset.add_rdata(RData::A(A::new(192, 0, 2, 1)));
         let m = hickory_proto::op::update_message::create(rrset, zone(), false);
         assert_eq!(classify(&m.to_vec().unwrap(), false), Verdict::Order(Kind::Write));
+        // Key material: named's update-policy refuses it, every replica alike.
+        let r = Record::update0(zone(), 0, RecordType::DNSKEY);
+        assert_eq!(classify(&update_with(r), true), Verdict::Order(Kind::Write));
+        // An UPDATE that does not even parse is still a write: every named answers it.
+        let mut bytes = update_with(Record::update0(zone(), 0, RecordType::A));
+        bytes.truncate(20);
+        assert_eq!(classify(&bytes, false), Verdict::Order(Kind::Write));
     }
 
     #[test]
-    fn key_changing_updates_are_refused_before_ordering() {
-        for rtype in [RecordType::DNSKEY, RecordType::CDS, RecordType::CDNSKEY, RecordType::NSEC3PARAM, RecordType::Unknown(65534)] {
-            let r = Record::update0(zone(), 0, rtype);
-            match classify(&update_with(r), false) {
-                Verdict::Answer(a) => assert_eq!(rcode_of(&a), (0x4321, ResponseCode::Refused), "{rtype}"),
-                v => panic!("update of {rtype} must be refused, got {v:?}"),
-            }
-        }
-        let mut apex_any = Record::update0(zone(), 0, RecordType::ANY);
-        apex_any.dns_class = DNSClass::ANY;
-        assert!(matches!(classify(&update_with(apex_any), false), Verdict::Answer(_)));
-        let mut other_any = Record::update0(Name::from_str("h.example.test.").unwrap(), 0, RecordType::ANY);
-        other_any.dns_class = DNSClass::ANY;
-        assert_eq!(classify(&update_with(other_any), false), Verdict::Order(Kind::Write));
+    fn what_a_decoder_rejects_goes_to_named() {
+        // A NAPTR with a 0xff flag byte (named accepts it) in an update and a query's
+        // additional section; a SIG record; a truncated question.
+        let mut up = update_with(Record::update0(zone(), 0, RecordType::A));
+        up[11] = 1; // arcount 1
+        up.extend_from_slice(&[0, 0, 35, 0, 1, 0, 0, 0, 60, 0, 9, 0x00, 0x64, 0x00, 0x0a, 0x01, 0xff, 0, 0, 0]);
+        assert_eq!(classify(&up, true), Verdict::Order(Kind::Write));
+        let mut q = query("www.example.test.", RecordType::NAPTR);
+        q[11] = 1;
+        q.extend_from_slice(&[0, 0, 24, 0, 1, 0, 0, 0, 0, 0, 0]); // SIG with empty rdata
+        assert_eq!(classify(&q, false), Verdict::Order(Kind::Read));
+        let mut runt_q = query("a.example.test.", RecordType::A);
+        runt_q.truncate(14);
+        assert_eq!(classify(&runt_q, false), Verdict::Order(Kind::Read));
+        assert_eq!(classify(&runt_q, true), Verdict::Order(Kind::Read));
     }
 
     #[test]
-    fn garbage_never_panics_and_gets_formerr_or_drop() {
+    fn garbage_never_panics_and_responses_and_runts_are_dropped() {
         assert!(matches!(classify(&[], false), Verdict::Drop(_)));
         assert!(matches!(classify(&[0u8; 5], false), Verdict::Drop(_)));
-        // A header claiming one question that is not there.
-        let mut bytes = query("a.example.test.", RecordType::A);
-        bytes.truncate(14);
-        match classify(&bytes, false) {
-            Verdict::Answer(a) => assert_eq!(rcode_of(&a), (0x1234, ResponseCode::FormErr)),
-            v => panic!("truncated question must give FORMERR, got {v:?}"),
-        }
-        // Responses are dropped, never answered.
         let mut resp = Message::from_vec(&query("a.example.test.", RecordType::A)).unwrap();
         resp.metadata.message_type = MessageType::Response;
         assert!(matches!(classify(&resp.to_vec().unwrap(), false), Verdict::Drop(_)));
-        // Random bytes: no panic whatever they are.
         let mut state = 0x9e3779b97f4a7c15u64;
         for len in 0..600 {
             let buf: Vec<u8> = (0..len).map(|_| { state ^= state << 13; state ^= state >> 7; state ^= state << 17; state as u8 }).collect();

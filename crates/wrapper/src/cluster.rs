@@ -7,10 +7,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 
-use named_glue::forward::build_query;
 use crate::keygen::{keygen, replica_dir, write_configs, ClusterParams};
 use crate::metrics::Status;
 
@@ -90,7 +89,7 @@ fn print_usage(p: &ClusterParams, dir: &Path) {
          Read through any replica:\n  dig @{ip} -p {port0} www.{zone} A +dnssec\n\
          Validate with the zone's trust anchor:\n  delv -a {anchor} @{ip} -p {port0} www.{zone} A +root={zone}\n\
          Update through another replica (TSIG):\n  printf 'server {ip} {port1}\\nzone {zone}\\nupdate add new.{zone} 300 A 192.0.2.7\\nsend\\n' | nsupdate -k {tsig}\n\
-         Status and shutdown:\n  {sdns} cluster status --replicas {n} --dir {dir}\n  {sdns} cluster down --replicas {n} --dir {dir}\n",
+         Status and shutdown:\n  {sdns} cluster status --replicas {n} --dir {dir}{flags}\n  {sdns} cluster down --replicas {n} --dir {dir}{flags}\n",
         n = p.replicas,
         t = (p.replicas - 1) / 3,
         proto = p.protocol,
@@ -101,7 +100,34 @@ fn print_usage(p: &ClusterParams, dir: &Path) {
         tsig = tsig.display(),
         dir = dir.display(),
         sdns = sdns_command(),
+        flags = locating_flags(p),
     );
+}
+
+/// The flags that say where this cluster listens, where they differ from the
+/// defaults: `cluster status` (and `down`) run with them find this cluster and not
+/// another one on the default ports.
+fn locating_flags(p: &ClusterParams) -> String {
+    let d = crate::keygen::Layout::default();
+    let l = &p.layout;
+    let mut out = String::new();
+    if p.zone.trim_end_matches('.') != "example.test" {
+        out += &format!(" --zone {}", p.zone);
+    }
+    if l.addresses != d.addresses {
+        out += &format!(" --addresses {}", l.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(","));
+    }
+    for (flag, port, default) in [
+        ("--client-port", l.client_port, d.client_port),
+        ("--peer-port", l.peer_port, d.peer_port),
+        ("--named-port", l.named_port, d.named_port),
+        ("--metrics-port", l.metrics_port, d.metrics_port),
+    ] {
+        if port != default {
+            out += &format!(" {flag} {port}");
+        }
+    }
+    out
 }
 
 /// How to call this binary again: relative to the current directory when it is below it.
@@ -191,7 +217,14 @@ fn wait_signed(addr: SocketAddr, zone: &Name, within: Duration) -> Result<()> {
 /// Asks `addr` for (zone, rtype) every 300 ms until an answer satisfies `done`.
 fn wait_for(addr: SocketAddr, zone: &Name, rtype: RecordType, within: Duration, done: impl Fn(&Message) -> bool) -> Result<()> {
     let deadline = Instant::now() + within;
-    let request = build_query(0x5d05, zone, rtype).context("building a query")?;
+    // EDNS with room for a large DNSKEY RRset: replicas answer UDP as named does,
+    // truncated to the size the query advertises (512 without EDNS).
+    let mut query = Message::new(0x5d05, MessageType::Query, OpCode::Query);
+    query.add_query(Query::query(zone.clone(), rtype));
+    let mut edns = Edns::new();
+    edns.set_max_payload(4096);
+    query.set_edns(edns);
+    let request = query.to_vec().context("building a query")?;
     loop {
         if exchange_udp(addr, &request, Duration::from_millis(700)).is_ok_and(|m| done(&m)) {
             return Ok(());
@@ -276,5 +309,36 @@ pub fn sign_zone(admins: &[SocketAddr], tokens: &[std::path::PathBuf]) -> Result
     match signed {
         Some(outcome) => Ok(outcome),
         None => bail!("the zone was not signed:\n{report}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Protocol, ReadMode};
+    use crate::keygen::Layout;
+
+    fn params(layout: Layout, zone: &str) -> ClusterParams {
+        ClusterParams {
+            zone: zone.into(),
+            replicas: 4,
+            threshold: None,
+            bits: 1024,
+            algorithm: 8,
+            protocol: Protocol::OptTe,
+            reads: ReadMode::Ordered,
+            corrupt: Vec::new(),
+            layout,
+            bind_dir: "target/bind9".into(),
+            zone_file: None,
+            resign_after_s: None,
+        }
+    }
+
+    #[test]
+    fn printed_commands_keep_the_flags_that_locate_the_cluster() {
+        assert_eq!(locating_flags(&params(Layout::default(), "example.test.")), "");
+        let custom = Layout { client_port: 20001, metrics_port: 20301, ..Layout::default() };
+        assert_eq!(locating_flags(&params(custom, "other.test.")), " --zone other.test. --client-port 20001 --metrics-port 20301");
     }
 }

@@ -45,6 +45,9 @@ pub struct Config {
     pub client: ClientSection,
     #[serde(default)]
     pub metrics: MetricsSection,
+    /// Client-address ACLs (named sees every client as the loopback address).
+    #[serde(default)]
+    pub access: crate::access::AccessSection,
     /// Where the file was read from; relative paths are resolved against its directory.
     #[serde(skip)]
     pub base_dir: PathBuf,

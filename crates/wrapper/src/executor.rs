@@ -13,8 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bft::{Batch, Digest};
-use hickory_proto::op::{Message, MessageType, ResponseCode};
-use named_glue::forward::Forwarder;
+use named_glue::forward::{ForwardError, Forwarder};
 use named_glue::signer::SignatureTimes;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::{mpsc, watch};
@@ -30,7 +29,6 @@ use crate::zone::{ZoneError, ZoneMaintenance};
 
 /// How long the later messages of a zone transfer may wait for room in the client's
 /// queue (the transfer runs in a task of its own; the executor does not wait for it).
-const TRANSFER_SEND_WAIT: Duration = Duration::from_secs(10);
 /// Pause between attempts while named does not answer a write.
 const WRITE_RETRY_MAX: Duration = Duration::from_secs(2);
 /// Attempts at reading the zone for a checkpoint digest before reporting it unavailable.
@@ -253,6 +251,12 @@ async fn read(named: Forwarder, message: Vec<u8>, tcp: bool, reply: ReplyTo, met
     let answer = if tcp { named.forward_tcp(&message).await } else { named.forward_udp(&message).await };
     let answer = match answer {
         Ok(a) => a,
+        // named on loopback did not answer: it chose silence for these bytes (as for some
+        // malformed requests), so the client gets silence too.
+        Err(ForwardError::Timeout(_)) => {
+            debug!("named left a read unanswered");
+            return;
+        }
         Err(e) => {
             metrics.inc_execute_error();
             debug!(error = %e, "read failed");
@@ -268,52 +272,14 @@ async fn read(named: Forwarder, message: Vec<u8>, tcp: bool, reply: ReplyTo, met
 }
 
 /// A zone transfer: named's snapshot is taken when it starts answering, so the core may
-/// go on to later writes once the first message is in; the rest streams to the client
-/// in this task, each message waiting a bounded time for room in its queue.
+/// go on to later writes once the first message is in (`crate::transfer::relay` returns
+/// then); the rest streams to the client in a task of its own.
 async fn transfer_to(named: Forwarder, message: Vec<u8>, reply: ReplyTo, metrics: Arc<Metrics>, id: u64, events: mpsc::UnboundedSender<Event>) {
-    let mut done = Some(events);
-    let release = |done: &mut Option<mpsc::UnboundedSender<Event>>| {
-        if let Some(events) = done.take() {
-            let _ = events.send(Event::ReadDone { id });
-        }
-    };
-    match named.axfr(&message).await {
-        Ok(mut stream) => {
-            while let Some(part) = stream.next_message().await {
-                release(&mut done);
-                match part {
-                    Ok(bytes) => {
-                        if let Delivery::Dropped(why) = reply.send_within(bytes, TRANSFER_SEND_WAIT).await {
-                            metrics.inc_dropped(why);
-                            break;
-                        }
-                    }
-                    Err(e) => {
-                        debug!(error = %e, "transfer ended early");
-                        break;
-                    }
-                }
-            }
-        }
-        Err(e) => {
-            release(&mut done);
-            metrics.inc_execute_error();
-            debug!(error = %e, "transfer failed");
-            if let Some(a) = servfail(&message) {
-                if let Delivery::Dropped(why) = reply.try_send(a) {
-                    metrics.inc_dropped(why);
-                }
-            }
-        }
-    }
-    release(&mut done);
+    crate::transfer::relay(&named, message, reply, metrics).await;
+    let _ = events.send(Event::ReadDone { id });
 }
 
-/// SERVFAIL for a request, keeping its id, opcode and question.
+/// The SERVFAIL named would give for a request (id, opcode, question, OPT kept).
 pub fn servfail(request: &[u8]) -> Option<Vec<u8>> {
-    let m = Message::from_vec(request).ok()?;
-    let mut a = Message::error_msg(m.metadata.id, m.metadata.op_code, ResponseCode::ServFail);
-    a.metadata.message_type = MessageType::Response;
-    a.add_queries(m.queries.iter().cloned());
-    a.to_vec().ok()
+    crate::answer::error_answer(request, crate::answer::RCODE_SERVFAIL)
 }

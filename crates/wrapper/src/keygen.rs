@@ -172,7 +172,17 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
              [replica]\nid = {i}\nkey_share = \"share.json\"\ncert = \"tls.pem\"\ntls_key = \"tls.key\"\n\
              corrupt_shares = {corrupt}\nstate_dir = \"state\"\n\n\
              [named]\nbind_dir = {bind:?}\nport = {named_port}\nzone_file = \"zone.db\"\ntsig_keys = [\"tsig.key\"]\n\n\
-             [metrics]\nlisten = \"{metrics}\"\n",
+             [metrics]\nlisten = \"{metrics}\"\n\n\
+             # Client-address ACLs, enforced by the wrapper: named sees every client as\n\
+             # 127.0.0.1, so it cannot. REFUSED, as named would answer, to the others.\n\
+             [access]\nallow_query = [\"0.0.0.0/0\", \"::/0\"]\nallow_transfer = [{transfer}]\n",
+            transfer = if p.layout.addresses.iter().all(|a| a.is_loopback()) {
+                // A cluster on this machine only: clients on this machine's own
+                // address may transfer (other loopback addresses may not, as a test needs).
+                "\"127.0.0.1\", \"::1\""
+            } else {
+                ""
+            },
             zone = p.zone,
             alg = p.algorithm,
             corrupt = p.corrupt.contains(&i),

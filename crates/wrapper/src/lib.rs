@@ -4,6 +4,8 @@
 //! An update: the same path, executed by every replica; while named executes it,
 //! its signing requests come through named-glue's socket to `signing`, which runs
 //! the threshold protocol with the other replicas over the mesh.
+pub mod access;
+pub mod answer;
 pub mod classify;
 pub mod cluster;
 pub mod codec;
@@ -19,4 +21,5 @@ pub mod metrics;
 pub mod pending;
 pub mod run;
 pub mod signing;
+pub mod transfer;
 pub mod zone;

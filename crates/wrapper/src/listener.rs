@@ -13,6 +13,8 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
+use crate::access::AccessSection;
+use crate::answer::{error_answer, RCODE_REFUSED};
 use crate::classify::{classify, Verdict};
 use crate::metrics::Metrics;
 
@@ -106,7 +108,7 @@ pub struct ClientRequest {
 /// Largest DNS message over UDP we accept (EDNS allows up to 65535).
 const UDP_MAX: usize = 65_535;
 
-pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRequest>, metrics: Arc<Metrics>) {
+pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRequest>, metrics: Arc<Metrics>, access: Arc<AccessSection>) {
     let mut buf = vec![0u8; UDP_MAX];
     loop {
         let (len, peer) = match socket.recv_from(&mut buf).await {
@@ -119,12 +121,22 @@ pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRe
         };
         let bytes = buf[..len].to_vec();
         let reply = ReplyTo::Udp { socket: socket.clone(), peer };
-        dispatch(bytes, false, reply, &to_gateway, &metrics).await;
+        dispatch(bytes, false, reply, peer, &access, &to_gateway, &metrics).await;
     }
 }
 
-async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, to_gateway: &mpsc::Sender<ClientRequest>, metrics: &Metrics) {
+async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, peer: SocketAddr, access: &AccessSection, to_gateway: &mpsc::Sender<ClientRequest>, metrics: &Metrics) {
     match classify(&bytes, tcp) {
+        Verdict::Order(kind) if !access.allows(peer.ip(), kind) => {
+            // named would see only the wrapper's address; the wrapper answers as named
+            // answers a client its ACL does not allow.
+            metrics.inc_refused();
+            if let Some(answer) = error_answer(&bytes, RCODE_REFUSED) {
+                if let Delivery::Dropped(why) = reply.try_send(answer) {
+                    metrics.inc_dropped(why);
+                }
+            }
+        }
         Verdict::Order(_) => {
             // The gateway's queue is bounded; when full the client's retry will do.
             if to_gateway.try_send(ClientRequest { bytes, tcp, reply }).is_err() {
@@ -157,7 +169,7 @@ pub struct TcpLimits {
 /// messages wait for room instead, bounded by the write timeout).
 const ANSWER_QUEUE: usize = 64;
 
-pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientRequest>, limits: TcpLimits, metrics: Arc<Metrics>) {
+pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientRequest>, limits: TcpLimits, metrics: Arc<Metrics>, access: Arc<AccessSection>) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let limits = Arc::new(limits);
     loop {
@@ -176,9 +188,10 @@ pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientReq
         let to_gateway = to_gateway.clone();
         let metrics = metrics.clone();
         let limits = limits.clone();
+        let access = access.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            serve_connection(stream, to_gateway, &limits, metrics).await;
+            serve_connection(stream, peer, to_gateway, &limits, metrics, access).await;
             debug!(%peer, "tcp connection ended");
         });
     }
@@ -187,7 +200,7 @@ pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientReq
 /// One TCP connection: several messages, answers in completion order (RFC 7766
 /// allows that; clients match them by message id), closed when idle, when a write
 /// stalls, or when the client closes.
-async fn serve_connection(stream: TcpStream, to_gateway: mpsc::Sender<ClientRequest>, limits: &TcpLimits, metrics: Arc<Metrics>) {
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, to_gateway: mpsc::Sender<ClientRequest>, limits: &TcpLimits, metrics: Arc<Metrics>, access: Arc<AccessSection>) {
     let (mut reader, mut writer) = stream.into_split();
     let (answers_tx, mut answers_rx) = mpsc::channel::<Outgoing>(ANSWER_QUEUE);
     let write_timeout = limits.write_timeout;
@@ -228,7 +241,7 @@ async fn serve_connection(stream: TcpStream, to_gateway: mpsc::Sender<ClientRequ
             _ = &mut write_task => { writer_done = true; break }
         };
         let reply = ReplyTo::Tcp { writer: answers_tx.clone(), slot: Some(Arc::new(slot)) };
-        dispatch(bytes, true, reply, &to_gateway, &metrics).await;
+        dispatch(bytes, true, reply, peer, &access, &to_gateway, &metrics).await;
     }
     drop(answers_tx);
     if !writer_done {

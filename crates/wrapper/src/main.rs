@@ -58,10 +58,11 @@ enum ClusterCmd {
         #[arg(long, default_value = ".cluster")]
         dir: PathBuf,
     },
-    /// Stop every replica of the cluster in DIR.
+    /// Stop every replica of the cluster in DIR (found by its pid files; the other
+    /// cluster flags are accepted, so the same flags work for up, status and down).
     Down {
-        #[arg(long, default_value_t = 4)]
-        replicas: u16,
+        #[command(flatten)]
+        cluster: ClusterArgs,
         #[arg(long, default_value = ".cluster")]
         dir: PathBuf,
     },
@@ -192,7 +193,7 @@ fn main() -> ExitCode {
         Cmd::SignZone { admin, token } => wrapper::cluster::sign_zone(&admin, &token).map(|outcome| println!("{outcome}")),
         Cmd::Cluster { action } => match action {
             ClusterCmd::Up { cluster, dir } => wrapper::cluster::up(&cluster.params(), &dir),
-            ClusterCmd::Down { replicas, dir } => wrapper::cluster::down(replicas, &dir),
+            ClusterCmd::Down { cluster, dir } => wrapper::cluster::down(cluster.replicas, &dir),
             ClusterCmd::Status { cluster, dir } => match wrapper::cluster::status(&cluster.params(), &dir) {
                 Ok(true) => Ok(()),
                 Ok(false) => return ExitCode::from(1),

@@ -222,14 +222,15 @@ pub async fn run_with_gate(config: Config, gate: Arc<dyn UpdateGate>) -> Result<
 
     let udp = Arc::new(UdpSocket::bind(me.client).await.with_context(|| format!("binding UDP {}", me.client))?);
     let tcp = TcpListener::bind(me.client).await.with_context(|| format!("binding TCP {}", me.client))?;
-    tokio::spawn(serve_udp(udp, client_tx.clone(), metrics.clone()));
+    let access = Arc::new(config.access.clone());
+    tokio::spawn(serve_udp(udp, client_tx.clone(), metrics.clone(), access.clone()));
     let tcp_limits = TcpLimits {
         idle: Duration::from_millis(config.client.tcp_idle_timeout_ms),
         max_connections: config.client.tcp_max_connections,
         max_pipelined: config.client.tcp_max_pipelined,
         write_timeout: Duration::from_millis(config.client.tcp_write_timeout_ms),
     };
-    tokio::spawn(serve_tcp(tcp, client_tx, tcp_limits, metrics.clone()));
+    tokio::spawn(serve_tcp(tcp, client_tx, tcp_limits, metrics.clone(), access));
     if let Some(addr) = config.metrics.listen {
         let m = metrics.clone();
         let token = metrics::write_admin_token(&state.join(metrics::ADMIN_TOKEN_FILE)).context("writing the admin token")?;

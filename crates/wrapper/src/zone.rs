@@ -4,12 +4,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use hickory_proto::op::Message;
 use hickory_proto::rr::{Name, RecordType};
-use hickory_proto::serialize::binary::BinEncodable;
 use named_glue::conf::NamedConf;
 use named_glue::forward::{build_query, Forwarder};
 use named_glue::keys::ZoneKey;
+use named_glue::rrwire::RawMessage;
 use named_glue::signer::SignatureTimes;
 use named_glue::signzone::sign_zone_file;
 use named_glue::supervisor::Supervisor;
@@ -45,17 +44,21 @@ pub struct ZoneMaintenance {
 }
 
 impl ZoneMaintenance {
-    /// The zone's records, each in wire form, from an AXFR of the local named.
+    /// The zone's records, each in canonical wire form (owner and the names of
+    /// compressible rdata decompressed and lowercased, every other rdata as named
+    /// sent it), from an AXFR of the local named. Read with `rrwire`, so a record
+    /// named accepts but a full decoder rejects still counts.
     pub async fn zone_records(&self) -> Result<Vec<Vec<u8>>, ZoneError> {
         let request = build_query(0, &self.zone, RecordType::AXFR).map_err(|e| ZoneError::Transfer(e.to_string()))?;
         let stream = self.named.axfr(&request).await.map_err(|e| ZoneError::Transfer(e.to_string()))?;
         let messages = stream.collect().await.map_err(|e| ZoneError::Transfer(e.to_string()))?;
         let mut out = Vec::new();
         for bytes in messages {
-            let m = Message::from_vec(&bytes).map_err(|e| ZoneError::Transfer(e.to_string()))?;
-            for r in m.answers {
-                out.push(r.to_bytes().map_err(|e| ZoneError::Transfer(e.to_string()))?);
+            let m = RawMessage::parse(&bytes).map_err(|e| ZoneError::Transfer(e.to_string()))?;
+            if m.header.rcode() != 0 {
+                return Err(ZoneError::Transfer(format!("named answered the AXFR with rcode {}", m.header.rcode())));
             }
+            out.extend(m.answers.iter().map(|r| r.to_wire()));
         }
         Ok(out)
     }
