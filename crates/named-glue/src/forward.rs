@@ -409,3 +409,44 @@ mod tests {
         assert!(end.message(&msg(0, TYPE_IXFR, vec![a()], vec![])).is_err());
     }
 }
+
+#[cfg(test)]
+mod deadline {
+    use super::*;
+    use std::time::Duration;
+
+    /// A server that sends a transfer's first message and then nothing (keeping the
+    /// connection open) cannot hold a transfer past its deadline.
+    #[tokio::test]
+    async fn a_stalled_transfer_ends_at_its_deadline() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let request = read_framed(&mut s, Duration::from_secs(5)).await.unwrap().unwrap();
+            // The SOA alone: an AXFR waits for more.
+            let mut answer = request[..2].to_vec();
+            answer.extend_from_slice(&[0x84, 0x00, 0, 0, 0, 1, 0, 0, 0, 0]);
+            answer.extend_from_slice(&[0, 0, 6, 0, 1, 0, 0, 0, 0, 0, 22, 0, 0, 0, 0, 0, 7]);
+            answer.extend_from_slice(&[0u8; 16]);
+            write_framed(&mut s, &answer, Duration::from_secs(5)).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(s);
+        });
+        let fwd = Forwarder {
+            tcp_timeout: Duration::from_secs(60),
+            transfer_timeout: Duration::from_millis(300),
+            ..Forwarder::new(addr)
+        };
+        let request = build_query(77, &Name::from_ascii("example.test.").unwrap(), RecordType::AXFR).unwrap();
+        let mut stream = fwd.axfr(&request).await.unwrap();
+        assert!(stream.next_message().await.unwrap().is_ok(), "the first message is relayed");
+        match stream.next_message().await {
+            // The whole-transfer deadline, not the 60 s per-read wait, ended it.
+            Some(Err(ForwardError::Timeout(d))) => assert_eq!(d, Duration::from_millis(300)),
+            other => panic!("expected the transfer deadline, got {other:?}"),
+        }
+        assert!(stream.next_message().await.is_none());
+        server.abort();
+    }
+}
