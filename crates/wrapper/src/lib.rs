@@ -18,4 +18,6 @@ pub mod metrics;
 pub mod pending;
 pub mod run;
 pub mod signing;
+pub mod voting;
+pub mod voting_read;
 pub mod zone;
