@@ -112,6 +112,9 @@ pub struct StubArgs {
     /// Where to take DNS queries (UDP and TCP).
     #[arg(long, default_value = "127.0.0.1:53")]
     pub listen: SocketAddr,
+    /// Skip the unordered voting read; every query is an ordered read.
+    #[arg(long)]
+    pub ordered: bool,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -209,11 +212,16 @@ fn update_inner(a: UpdateArgs) -> Result<ExitCode> {
 }
 
 /// `add NAME TTL TYPE RDATA...` or `delete NAME [TYPE [RDATA...]]`, as nsupdate's `update`
-/// lines; relative names are taken relative to the zone.
+/// lines; names are absolute (as in nsupdate) and must be in the zone.
 fn build_update(words: &[String], zone: &Name) -> Result<Message> {
     let name_of = |s: &str| -> Result<Name> {
-        let n = Name::from_str(s).with_context(|| format!("bad name {s}"))?;
-        Ok(if n.is_fqdn() { n } else { n.append_domain(zone)? })
+        // As in nsupdate, names are absolute whether or not they end in a dot.
+        let mut n = Name::from_str(s).with_context(|| format!("bad name {s}"))?;
+        n.set_fqdn(true);
+        if !zone.zone_of(&n) {
+            bail!("{n} is not in zone {zone}");
+        }
+        Ok(n)
     };
     let type_of = |s: &str| RecordType::from_str(&s.to_ascii_uppercase()).map_err(|e| anyhow!("bad type {s}: {e}"));
     let rdata_of = |t: RecordType, words: &[String]| RData::try_from_str(t, &words.join(" ")).map_err(|e| anyhow!("bad {t} data {:?}: {e}", words.join(" ")));
@@ -251,6 +259,7 @@ pub fn stub(a: StubArgs) -> ExitCode {
         let mut options = a.replicas.options();
         // An application waits for the stub: answer as soon as a quorum is in.
         options.linger = Duration::ZERO;
+        options.voting_reads = !a.ordered;
         let client = Arc::new(VotingClient::new(replicas, options));
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
         rt.block_on(vote::stub::serve(a.listen, client)).with_context(|| format!("serving on {}", a.listen))
@@ -272,16 +281,16 @@ mod tests {
     #[test]
     fn update_commands_build_rfc2136_messages() {
         let zone = Name::from_str("example.test.").unwrap();
-        let add = build_update(&words("add new 300 A 192.0.2.7"), &zone).unwrap();
+        let add = build_update(&words("add new.example.test 300 A 192.0.2.7"), &zone).unwrap();
         assert_eq!(add.queries[0].name(), &zone);
         assert_eq!(add.authorities.len(), 1);
         assert_eq!(add.authorities[0].name, Name::from_str("new.example.test.").unwrap());
         assert_eq!(add.authorities[0].to_string().split_whitespace().last(), Some("192.0.2.7"));
         let del = build_update(&words("delete www.example.test. A"), &zone).unwrap();
         assert_eq!((del.authorities[0].record_type(), del.authorities[0].dns_class), (RecordType::A, DNSClass::ANY));
-        let txt = build_update(&words("add t 60 TXT \"two words\""), &zone).unwrap();
+        let txt = build_update(&words("add t.example.test. 60 TXT \"two words\""), &zone).unwrap();
         assert_eq!(txt.authorities[0].record_type(), RecordType::TXT);
-        for bad in ["add x 300 A", "add x ttl A 1.2.3.4", "add x 300 A not-an-address", "remove x", "delete"] {
+        for bad in ["add new 300 A 192.0.2.7", "add new.other.test 300 A 192.0.2.7", "add x 300 A", "add x ttl A 1.2.3.4", "add x 300 A not-an-address", "remove x", "delete"] {
             assert!(build_update(&words(bad), &zone).is_err(), "{bad}");
         }
     }
