@@ -315,3 +315,107 @@ impl VotingClient {
         Ok(Round { kind, quorum, decision, results, answer })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_proto::rr::rdata::A;
+    use hickory_proto::rr::{RData, Record};
+    use std::net::Ipv4Addr;
+    use std::str::FromStr;
+    use std::sync::Arc;
+    use tokio::net::UdpSocket;
+
+    /// How a fake replica answers a query: `None` is silence.
+    type Behaviour = Arc<dyn Fn(&Message) -> Option<Ipv4Addr> + Send + Sync>;
+
+    /// A UDP DNS server on loopback that answers every A query with the address `behave` picks.
+    async fn fake_replica(behave: Behaviour) -> SocketAddr {
+        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            loop {
+                let Ok((n, peer)) = socket.recv_from(&mut buf).await else { return };
+                let Ok(query) = Message::from_vec(&buf[..n]) else { continue };
+                let Some(ip) = behave(&query) else { continue };
+                let mut answer = Message::new(query.metadata.id, MessageType::Response, OpCode::Query);
+                answer.metadata.authoritative = true;
+                answer.add_queries(query.queries.iter().cloned());
+                answer.add_answer(Record::from_rdata(query.queries[0].name().clone(), 300, RData::A(A(ip))));
+                let _ = socket.send_to(&answer.to_vec().unwrap(), peer).await;
+            }
+        });
+        addr
+    }
+
+    const TRUTH: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 80);
+    const OLD: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 79);
+    const LIE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 66);
+
+    fn behaviour(f: impl Fn(&Message) -> Option<Ipv4Addr> + Send + Sync + 'static) -> Behaviour {
+        Arc::new(f)
+    }
+
+    async fn client(behaviours: Vec<Behaviour>) -> VotingClient {
+        let mut addrs = Vec::new();
+        for b in behaviours {
+            addrs.push(fake_replica(b).await);
+        }
+        let timeouts = Timeouts { udp_attempt: Duration::from_millis(150), udp_attempts: 2, tcp: Duration::from_millis(300) };
+        VotingClient::new(Replicas::new(addrs, None).unwrap(), Options { timeouts, round: Duration::from_secs(2), linger: Duration::from_millis(200), voting_reads: true })
+    }
+
+    fn answered(o: &Outcome) -> Vec<Ipv4Addr> {
+        o.answer().map_or_else(Vec::new, |m| m.answers.iter().filter_map(|r| if let RData::A(A(ip)) = r.data { Some(ip) } else { None }).collect())
+    }
+
+    async fn read(c: &VotingClient) -> Outcome {
+        c.read(&Name::from_str("www.example.test").unwrap(), RecordType::A, false).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_liar_is_outvoted_and_named_in_the_first_round() {
+        let honest = || behaviour(|_| Some(TRUTH));
+        let c = client(vec![honest(), honest(), honest(), behaviour(|_| Some(LIE))]).await;
+        let o = read(&c).await;
+        assert_eq!((o.verdict(), answered(&o)), (Verdict::Accepted, vec![TRUTH]));
+        assert_eq!(o.rounds.len(), 1, "the voting read sufficed");
+        assert_eq!(o.rounds[0].kind, RoundKind::VotingRead);
+        assert_eq!((o.disagreed(), o.silent()), (vec![3], vec![]));
+    }
+
+    /// Replica 1 lags (its current state is old) and replica 2 drops voting reads: no 2t + 1
+    /// matching voting answers, so the client asks again with an ordered read, which every
+    /// replica answers after ordering (here: all with the current data).
+    #[tokio::test]
+    async fn without_a_voting_quorum_the_read_is_ordered() {
+        let c = client(vec![
+            behaviour(|_| Some(TRUTH)),
+            behaviour(|q| Some(if crate::is_voting_read(q) { OLD } else { TRUTH })),
+            behaviour(|q| if crate::is_voting_read(q) { None } else { Some(TRUTH) }),
+            behaviour(|_| Some(TRUTH)),
+        ])
+        .await;
+        let o = read(&c).await;
+        assert_eq!((o.verdict(), answered(&o)), (Verdict::Accepted, vec![TRUTH]));
+        let kinds: Vec<RoundKind> = o.rounds.iter().map(|r| r.kind).collect();
+        assert_eq!(kinds, vec![RoundKind::VotingRead, RoundKind::OrderedRead]);
+        assert!(!matches!(o.rounds[0].decision, Decision::Accept { .. }));
+        assert_eq!((o.disagreed(), o.silent()), (vec![], vec![]), "the ordered round decides the report");
+    }
+
+    #[tokio::test]
+    async fn more_than_t_faulty_is_no_quorum_and_silence_is_a_timeout() {
+        let c = client(vec![behaviour(|_| Some(TRUTH)), behaviour(|_| Some(TRUTH)), behaviour(|_| Some(LIE)), behaviour(|_| Some(LIE))]).await;
+        let o = read(&c).await;
+        assert_eq!((o.verdict(), answered(&o)), (Verdict::NoQuorum, vec![]));
+        let c = client(vec![behaviour(|_| Some(TRUTH)), behaviour(|_| Some(TRUTH)), behaviour(|_| None), behaviour(|_| None)]).await;
+        let o = read(&c).await;
+        assert_eq!((o.verdict(), o.silent()), (Verdict::Timeout, vec![2, 3]));
+        // One silent replica only: still an answer (G2).
+        let c = client(vec![behaviour(|_| Some(TRUTH)), behaviour(|_| None), behaviour(|_| Some(TRUTH)), behaviour(|_| Some(TRUTH))]).await;
+        let o = read(&c).await;
+        assert_eq!((o.verdict(), answered(&o), o.silent()), (Verdict::Accepted, vec![TRUTH], vec![1]));
+    }
+}
