@@ -116,6 +116,18 @@ impl Silent {
     }
 }
 
+/// A loopback port free for both UDP and TCP at the time of asking.
+fn free_udp_and_tcp_port() -> SocketAddr {
+    for _ in 0..100 {
+        let Ok(udp) = UdpSocket::bind("127.0.0.1:0") else { continue };
+        let Ok(addr) = udp.local_addr() else { continue };
+        if TcpListener::bind(addr).is_ok() {
+            return addr;
+        }
+    }
+    panic!("no free loopback port for the stub");
+}
+
 fn replica(c: &Cluster, i: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], c.client_port(i)))
 }
@@ -193,7 +205,7 @@ fn voting_client_outvotes_liars_survives_silence_and_sees_its_updates() {
     let (code, out) = query(&[honest[0], honest[1], silent.addr, silent2.addr], &["www.example.test", "A"]);
     assert_eq!(code, Some(4), "two silent replicas: expected exit 4 (timeout):\n{out}");
 
-    // Updates: t+1 acknowledgements, even with a silent replica; afterwards no voting read
+    // Updates: n - t matching acknowledgements, even with a silent replica; afterwards no voting read
     // returns the old data.
     let (code, out) = update(&c, &with_silent, "add voted.example.test 300 A 192.0.2.77");
     assert_eq!(code, Some(0), "sdns update failed:\n{out}\n{}", c.logs());
@@ -213,13 +225,13 @@ fn voting_client_outvotes_liars_survives_silence_and_sees_its_updates() {
     assert!(text(&out).contains("REFUSED"), "{}", text(&out));
 
     // The stub: dig against it gets the truth while replica 3 lies, over UDP and TCP.
-    let port = UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).expect("a free port").port();
-    let stub_addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let _stub = Stub(
+    let stub_addr = free_udp_and_tcp_port();
+    let stub_log = c.path("stub.log");
+    let mut stub = Stub(
         Command::new(sdns_bin())
             .args(["stub", "--listen", &stub_addr.to_string(), "--replicas", &list(&with_liar)])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&stub_log).expect("stub log"))
             .spawn()
             .expect("sdns stub"),
     );
@@ -229,7 +241,9 @@ fn voting_client_outvotes_liars_survives_silence_and_sees_its_updates() {
         if out.trim() == "192.0.2.25" {
             break;
         }
-        assert!(Instant::now() < deadline, "the stub never answered:\n{out}");
+        let exited = stub.0.try_wait().ok().flatten();
+        let log = std::fs::read_to_string(&stub_log).unwrap_or_default();
+        assert!(exited.is_none() && Instant::now() < deadline, "the stub never answered ({exited:?}):\n{out}\n{log}");
         thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(dig_at(liar.addr, &["mail.example.test", "A", "+short"]).trim(), LIE.to_string());

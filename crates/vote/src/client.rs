@@ -196,7 +196,8 @@ impl VotingClient {
     }
 
     /// Sends `update` (an RFC 2136 message; its id is replaced) to every replica over TCP,
-    /// TSIG-signed with `key` if given, and accepts the result t + 1 replicas report.
+    /// TSIG-signed with `key` if given, and accepts the result n - t replicas report (enough
+    /// that every later voting read sees it; see the crate docs).
     ///
     /// Each replica orders the copy it received, so the update is executed once per copy; the
     /// first applies it and the others find it applied. Plain additions and deletions give the

@@ -22,7 +22,7 @@
 //! | --- | --- | --- |
 //! | voting read (unordered, [`VOTING_READ_OPTION`]) | 2t + 1 | PBFT's read-only optimisation: each replica answers from its current state, which may lag; 2t + 1 matching answers include t + 1 honest replicas, so any quorum of 2t + 1 that saw a completed write intersects it |
 //! | ordered read (the fallback) | n - t | every honest replica answers after ordering; a replica in `reads = "local"` mode does not order, and the client cannot tell, so it asks for all the honest ones |
-//! | update | t + 1 | every replica executes every ordered update; one honest among t + 1 vouches for the result |
+//! | update | n - t | t + 1 would do to trust the result (one of them is honest), but a later voting read accepts 2t + 1 answers from replicas' current states; with n - t acknowledgements every such read quorum shares an honest replica with them (n - t + 2t + 1 > n + t), so no voting read after a successful update returns the old data. PBFT's read-only optimisation asks the same of writes |
 pub mod canon;
 pub mod client;
 pub mod net;
@@ -105,9 +105,9 @@ impl Replicas {
         self.n() - self.faults
     }
 
-    /// Matching acknowledgements needed to report an update's result.
+    /// Matching acknowledgements needed to report an update's result (see the table above).
     pub fn update_quorum(&self) -> usize {
-        self.faults + 1
+        self.n() - self.faults
     }
 }
 
@@ -136,11 +136,11 @@ mod tests {
     fn quorums_follow_n_and_t() {
         let addrs = |n: usize| (0..n).map(|i| std::net::SocketAddr::from(([127, 0, 0, 1], 5300 + i as u16))).collect::<Vec<_>>();
         let r = Replicas::new(addrs(4), None).unwrap();
-        assert_eq!((r.faults, r.voting_read_quorum(), r.ordered_read_quorum(), r.update_quorum()), (1, 3, 3, 2));
+        assert_eq!((r.faults, r.voting_read_quorum(), r.ordered_read_quorum(), r.update_quorum()), (1, 3, 3, 3));
         let r = Replicas::new(addrs(7), None).unwrap();
-        assert_eq!((r.faults, r.voting_read_quorum(), r.ordered_read_quorum(), r.update_quorum()), (2, 5, 5, 3));
+        assert_eq!((r.faults, r.voting_read_quorum(), r.ordered_read_quorum(), r.update_quorum()), (2, 5, 5, 5));
         let r = Replicas::new(addrs(5), None).unwrap();
-        assert_eq!((r.faults, r.voting_read_quorum(), r.ordered_read_quorum()), (1, 3, 4));
+        assert_eq!((r.faults, r.voting_read_quorum(), r.ordered_read_quorum(), r.update_quorum()), (1, 3, 4, 4));
         let r = Replicas::new(addrs(1), None).unwrap();
         assert_eq!((r.faults, r.voting_read_quorum(), r.ordered_read_quorum(), r.update_quorum()), (0, 1, 1, 1));
         assert!(matches!(Replicas::new(addrs(4), Some(2)), Err(ReplicasError::TooManyFaults { n: 4, t: 2 })));

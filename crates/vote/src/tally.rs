@@ -2,7 +2,7 @@
 //!
 //! Each replica has one vote, its first reply. An answer is accepted once `quorum` replicas gave
 //! it and no other answer can still reach `quorum` (with quorums above n/2 that is at once; the
-//! small update quorum t + 1 could otherwise accept one of two results honest replicas both gave).
+//! a quorum of t + 1 could otherwise accept one of two results that honest replicas both gave).
 
 use std::collections::BTreeMap;
 
@@ -21,7 +21,8 @@ pub enum Decision<K> {
     Accept { answer: K, supporters: Vec<usize> },
     /// Not decided yet: more replies could change the outcome.
     Wait,
-    /// At least `quorum` replicas answered but their answers disagree.
+    /// Enough replicas answered (or still may) but their answers disagree: none can reach
+    /// `quorum` any more.
     NoQuorum,
     /// Fewer than `quorum` replicas answered at all.
     TooFewAnswers,
@@ -85,8 +86,9 @@ impl<K: Ord + Clone> Tally<K> {
         let second = groups.get(1).map_or(0, |g| g.1.len());
         let outstanding = if closed { 0 } else { self.outstanding() };
         if best >= self.quorum && second + outstanding < self.quorum {
-            let (answer, supporters) = groups.into_iter().next().map(|(k, s)| (k.clone(), s)).unwrap_or_else(|| unreachable!("best >= quorum >= 1"));
-            return Decision::Accept { answer, supporters };
+            if let Some((answer, supporters)) = groups.first() {
+                return Decision::Accept { answer: (*answer).clone(), supporters: supporters.clone() };
+            }
         }
         if outstanding > 0 && best + outstanding >= self.quorum {
             return Decision::Wait;
@@ -147,7 +149,7 @@ mod tests {
 
     #[test]
     fn small_quorum_waits_until_the_other_result_cannot_win() {
-        // Update quorum t + 1 = 2 of 4: two NOERROR, one other result, one pending.
+        // A quorum of t + 1 = 2 of 4: two NOERROR, one other result, one pending.
         let t = tally(4, 2, &[(0, Answer(0)), (1, Answer(0)), (2, Answer(5))]);
         assert_eq!(t.decide(false), Decision::Wait);
         assert_eq!(t.decide(true), Decision::Accept { answer: 0, supporters: vec![0, 1] });

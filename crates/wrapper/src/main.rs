@@ -40,7 +40,7 @@ enum Cmd {
     /// Ask every replica and print the answer a quorum gave (the voting client). Exit status:
     /// 0 accepted, 2 bad arguments, 3 no quorum, 4 timeout.
     Query(wrapper::voting::QueryArgs),
-    /// Send one RFC 2136 update to every replica; report the result t+1 of them agree on.
+    /// Send one RFC 2136 update to every replica; report the result n-t of them agree on.
     /// Exit status: 0 applied, 1 agreed failure (e.g. REFUSED), 2 bad arguments, 3 no quorum, 4 timeout.
     Update(wrapper::voting::UpdateArgs),
     /// A stub resolver for local applications that answers every query by voting.
