@@ -75,7 +75,7 @@ impl<K: Ord + Clone> Tally<K> {
             }
         }
         let mut groups: Vec<(&K, Vec<usize>)> = groups.into_iter().collect();
-        groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()));
+        groups.sort_by_key(|g| std::cmp::Reverse(g.1.len()));
         groups
     }
 
