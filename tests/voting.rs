@@ -187,6 +187,10 @@ fn voting_client_outvotes_liars_survives_silence_and_sees_its_updates() {
     let (code, out) = query(&with_liar, &["mail.example.test", "A", "+dnssec"]);
     assert!(code == Some(0) && out.contains("RRSIG") && out.contains("192.0.2.25"), "{out}");
 
+    // The replica set from a replica's config file instead of --replicas.
+    let out = run(Command::new(sdns_bin()).args(["query", "--config"]).arg(c.path("replica-0/replica.toml")).args(["mail.example.test", "A", "+short"]));
+    assert_eq!((out.status.code(), text(&out).trim()), (Some(0), "192.0.2.25"), "query --config");
+
     // A silent replica in replica 2's place: still an answer (G2).
     let with_silent = [honest[0], honest[1], silent.addr, honest[3]];
     let (code, out) = query(&with_silent, &["www.example.test", "A", "+short"]);
