@@ -19,7 +19,8 @@ SECONDS_EACH=${1:-10}
 SDNS=${SDNS_BIN:-$ROOT/target/debug/sdns}
 BIND=${SDNS_BIND_DIR:-$ROOT/target/bind9}
 WORK=$(mktemp -d /tmp/sdns-bench-voting-XXXXXX)
-BASE=${BENCH_BASE:-47000}
+# Ports BASE+1.. (clients), +51/+52 (stubs), +101.. (peers), +201.. (named), +301.. (metrics).
+BASE=${BENCH_BASE:-$((20000 + ($$ % 100) * 400))}
 STUBS=()
 
 cleanup() {
