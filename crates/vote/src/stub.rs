@@ -201,3 +201,82 @@ pub async fn answer(client: &VotingClient, bytes: &[u8], tcp: bool) -> Option<Ve
     }
     Some(bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::Options;
+    use crate::net::Timeouts;
+    use crate::Replicas;
+    use hickory_proto::op::Query;
+    use hickory_proto::rr::rdata::A;
+    use hickory_proto::rr::{Name, RData, Record, RecordType};
+    use std::str::FromStr;
+
+    /// A replica that answers every query with `count` A records.
+    async fn replica(count: u8) -> SocketAddr {
+        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            loop {
+                let Ok((n, peer)) = socket.recv_from(&mut buf).await else { return };
+                let Ok(q) = Message::from_vec(&buf[..n]) else { continue };
+                let mut a = Message::new(q.metadata.id, MessageType::Response, OpCode::Query);
+                a.metadata.authoritative = true;
+                a.add_queries(q.queries.iter().cloned());
+                for i in 0..count {
+                    a.add_answer(Record::from_rdata(q.queries[0].name().clone(), 300, RData::A(A::new(192, 0, 2, i))));
+                }
+                let _ = socket.send_to(&a.to_vec().unwrap(), peer).await;
+            }
+        });
+        addr
+    }
+
+    async fn client(count: u8) -> VotingClient {
+        let mut addrs = Vec::new();
+        for _ in 0..4 {
+            addrs.push(replica(count).await);
+        }
+        let timeouts = Timeouts { udp_attempt: Duration::from_millis(200), udp_attempts: 2, tcp: Duration::from_millis(300) };
+        VotingClient::new(Replicas::new(addrs, None).unwrap(), Options { timeouts, round: Duration::from_secs(2), linger: Duration::ZERO, voting_reads: true })
+    }
+
+    fn query(id: u16, edns: bool) -> Vec<u8> {
+        let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+        m.add_query(Query::query(Name::from_str("big.example.test.").unwrap(), RecordType::A));
+        if edns {
+            let mut e = Edns::new();
+            e.set_max_payload(4096);
+            m.set_edns(e);
+        }
+        m.to_vec().unwrap()
+    }
+
+    #[tokio::test]
+    async fn answers_carry_the_clients_id_and_are_truncated_to_fit() {
+        let c = client(60).await;
+        // 60 A records do not fit 512 bytes: TC without records, and the client retries on TCP.
+        let a = Message::from_vec(&answer(&c, &query(0x5151, false), false).await.unwrap()).unwrap();
+        assert_eq!((a.metadata.id, a.metadata.truncation, a.answers.len()), (0x5151, true, 0));
+        let a = Message::from_vec(&answer(&c, &query(0x5152, false), true).await.unwrap()).unwrap();
+        assert_eq!((a.metadata.id, a.metadata.truncation, a.answers.len()), (0x5152, false, 60));
+        // With EDNS the client takes the whole answer over UDP.
+        let a = Message::from_vec(&answer(&c, &query(0x5153, true), false).await.unwrap()).unwrap();
+        assert_eq!((a.metadata.truncation, a.answers.len(), a.metadata.authoritative), (false, 60, true));
+    }
+
+    #[tokio::test]
+    async fn garbage_and_responses_get_no_vote() {
+        let c = client(1).await;
+        assert!(answer(&c, &[1, 2, 3], false).await.is_none(), "a runt is dropped");
+        let mut response = Message::from_vec(&query(7, false)).unwrap();
+        response.metadata.message_type = MessageType::Response;
+        assert!(answer(&c, &response.to_vec().unwrap(), false).await.is_none(), "responses are never answered");
+        let mut two = Message::from_vec(&query(8, false)).unwrap();
+        two.add_query(Query::query(Name::from_str("b.example.test.").unwrap(), RecordType::A));
+        let a = Message::from_vec(&answer(&c, &two.to_vec().unwrap(), false).await.unwrap()).unwrap();
+        assert_eq!(a.metadata.response_code, ResponseCode::FormErr);
+    }
+}
