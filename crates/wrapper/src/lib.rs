@@ -22,4 +22,6 @@ pub mod pending;
 pub mod run;
 pub mod signing;
 pub mod transfer;
+pub mod voting;
+pub mod voting_read;
 pub mod zone;

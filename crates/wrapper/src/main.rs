@@ -42,6 +42,14 @@ enum Cmd {
         #[arg(long, required = true)]
         token: Vec<PathBuf>,
     },
+    /// Ask every replica and print the answer a quorum gave (the voting client). Exit status:
+    /// 0 accepted, 2 bad arguments, 3 no quorum, 4 timeout.
+    Query(wrapper::voting::QueryArgs),
+    /// Send one RFC 2136 update to every replica; report the result n-t of them agree on.
+    /// Exit status: 0 applied, 1 agreed failure (e.g. REFUSED), 2 bad arguments, 3 no quorum, 4 timeout.
+    Update(wrapper::voting::UpdateArgs),
+    /// A stub resolver for local applications that answers every query by voting.
+    Stub(wrapper::voting::StubArgs),
     /// A whole cluster on this machine.
     Cluster {
         #[command(subcommand)]
@@ -175,6 +183,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
+        Cmd::Query(args) => return wrapper::voting::query(args),
+        Cmd::Update(args) => return wrapper::voting::update(args),
+        Cmd::Stub(args) => return wrapper::voting::stub(args),
         Cmd::Keygen { cluster, out } => wrapper::keygen::keygen(&cluster.params(), &out),
         Cmd::Run { config } => match Config::load(&config) {
             Ok(c) => {

@@ -1,0 +1,422 @@
+//! The voting client: every question goes to every replica; an answer is accepted only when a
+//! quorum of them gave it (see the crate docs for the quorums).
+//!
+//! A read is first sent as a voting read (marked with [`crate::VOTING_READ_OPTION`]): replicas
+//! answer it at once from their current state, and 2t + 1 matching answers accept it (PBFT's
+//! read-only optimisation). Without such a quorum (a write in progress, a lagging or lying
+//! replica) it is sent again as a plain query, which every replica orders before answering, and
+//! n - t matching answers accept it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, RecordType};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::canon::{canonical, merge_agreeing, Canonical};
+use crate::net::{ask_tcp, ask_udp, random_id, AskError, Timeouts};
+use crate::tally::{Decision, Tally, Vote};
+use crate::tsig::TsigKey;
+use crate::Replicas;
+
+/// The UDP payload size the client offers (fits common paths without fragmentation).
+pub const EDNS_PAYLOAD: u16 = 1232;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    pub timeouts: Timeouts,
+    /// Bound on one round (all replicas asked once, with their retries).
+    pub round: Duration,
+    /// After a quorum is reached, how long to keep listening for the remaining replicas (to
+    /// report them as agreeing or not). Zero answers at once.
+    pub linger: Duration,
+    /// Try the unordered voting read first.
+    pub voting_reads: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { timeouts: Timeouts::default(), round: Duration::from_secs(5), linger: Duration::from_millis(300), voting_reads: true }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoundKind {
+    /// Unordered, answered from each replica's current state.
+    VotingRead,
+    /// Ordered by every replica before it answers.
+    OrderedRead,
+    Update,
+}
+
+impl std::fmt::Display for RoundKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RoundKind::VotingRead => "voting read",
+            RoundKind::OrderedRead => "ordered read",
+            RoundKind::Update => "update",
+        })
+    }
+}
+
+/// What one replica did in a round.
+#[derive(Clone, Debug)]
+pub enum ReplicaResult {
+    /// Gave the accepted answer.
+    Agreed,
+    /// Answered something else (the answer, for the report).
+    Disagreed(Box<Message>),
+    /// No usable answer (the reason).
+    Failed(String),
+    /// Had not answered when the round ended.
+    Silent,
+}
+
+/// One round: the question sent once to every replica.
+#[derive(Clone, Debug)]
+pub struct Round {
+    pub kind: RoundKind,
+    pub quorum: usize,
+    pub decision: Decision<Canonical>,
+    /// Per replica, in replica order.
+    pub results: Vec<ReplicaResult>,
+    /// The accepted answer (TTLs lowered to the smallest among its supporters).
+    pub answer: Option<Message>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Accepted,
+    /// Enough replicas answered but no answer had a quorum.
+    NoQuorum,
+    /// Too few replicas answered in time.
+    Timeout,
+}
+
+/// All rounds a request took; the last one decides.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub replicas: Vec<SocketAddr>,
+    pub faults: usize,
+    pub rounds: Vec<Round>,
+}
+
+impl Outcome {
+    pub fn last(&self) -> Option<&Round> {
+        self.rounds.last()
+    }
+
+    pub fn verdict(&self) -> Verdict {
+        match self.last().map(|r| &r.decision) {
+            Some(Decision::Accept { .. }) => Verdict::Accepted,
+            Some(Decision::NoQuorum) => Verdict::NoQuorum,
+            _ => Verdict::Timeout,
+        }
+    }
+
+    pub fn answer(&self) -> Option<&Message> {
+        self.last().and_then(|r| r.answer.as_ref())
+    }
+
+    /// Replicas that answered something other than the accepted answer, in the last round.
+    pub fn disagreed(&self) -> Vec<usize> {
+        self.indices(|r| matches!(r, ReplicaResult::Disagreed(_)))
+    }
+
+    /// Replicas without a usable answer in the last round.
+    pub fn silent(&self) -> Vec<usize> {
+        self.indices(|r| matches!(r, ReplicaResult::Silent | ReplicaResult::Failed(_)))
+    }
+
+    fn indices(&self, f: impl Fn(&ReplicaResult) -> bool) -> Vec<usize> {
+        self.last().map_or_else(Vec::new, |r| r.results.iter().enumerate().filter(|(_, x)| f(x)).map(|(i, _)| i).collect())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    #[error("cannot build the request: {0}")]
+    Build(String),
+}
+
+pub struct VotingClient {
+    pub replicas: Replicas,
+    pub options: Options,
+}
+
+/// A query for (name, type), optionally with DO and the voting-read mark.
+pub fn build_query(id: u16, name: &Name, rtype: RecordType, dnssec: bool, voting: bool) -> Message {
+    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+    // On the wire every name is absolute; answers are matched against this question.
+    let mut name = name.clone();
+    name.set_fqdn(true);
+    m.add_query(Query::query(name, rtype));
+    let mut edns = Edns::new();
+    edns.set_max_payload(EDNS_PAYLOAD);
+    edns.set_dnssec_ok(dnssec);
+    m.set_edns(edns);
+    if voting {
+        crate::mark_voting_read(&mut m);
+    }
+    m
+}
+
+impl VotingClient {
+    pub fn new(replicas: Replicas, options: Options) -> VotingClient {
+        VotingClient { replicas, options }
+    }
+
+    /// Reads (name, type): a voting read, then if needed an ordered read.
+    pub async fn read(&self, name: &Name, rtype: RecordType, dnssec: bool) -> Result<Outcome, ClientError> {
+        let mut rounds = Vec::new();
+        if self.options.voting_reads {
+            let round = self
+                .round(RoundKind::VotingRead, self.replicas.voting_read_quorum(), false, |id| {
+                    let m = build_query(id, name, rtype, dnssec, true);
+                    m.to_vec().map(|b| (m, b)).map_err(|e| ClientError::Build(e.to_string()))
+                })
+                .await?;
+            let accepted = matches!(round.decision, Decision::Accept { .. });
+            rounds.push(round);
+            if accepted {
+                return Ok(self.outcome(rounds));
+            }
+        }
+        let round = self
+            .round(RoundKind::OrderedRead, self.replicas.ordered_read_quorum(), false, |id| {
+                let m = build_query(id, name, rtype, dnssec, false);
+                m.to_vec().map(|b| (m, b)).map_err(|e| ClientError::Build(e.to_string()))
+            })
+            .await?;
+        rounds.push(round);
+        Ok(self.outcome(rounds))
+    }
+
+    /// Sends `update` (an RFC 2136 message; its id is replaced) to every replica over TCP,
+    /// TSIG-signed with `key` if given, and accepts the result n - t replicas report (enough
+    /// that every later voting read sees it; see the crate docs).
+    ///
+    /// Each replica orders the copy it received, so the update is executed once per copy; the
+    /// first applies it and the others find it applied. Plain additions and deletions give the
+    /// same result every time; an update with prerequisites (RFC 2136 section 2.4) can fail on
+    /// the later copies, and the tally then reports the results as they are.
+    pub async fn update(&self, update: &Message, key: Option<&TsigKey>) -> Result<Outcome, ClientError> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let round = self
+            .round(RoundKind::Update, self.replicas.update_quorum(), true, |id| {
+                let mut m = update.clone();
+                m.metadata.id = id;
+                m.signature = None;
+                let bytes = match key {
+                    Some(k) => k.sign(&mut m, now).map_err(|e| ClientError::Build(e.to_string()))?,
+                    None => m.to_vec().map_err(|e| ClientError::Build(e.to_string()))?,
+                };
+                Ok((m, bytes))
+            })
+            .await?;
+        Ok(self.outcome(vec![round]))
+    }
+
+    fn outcome(&self, rounds: Vec<Round>) -> Outcome {
+        Outcome { replicas: self.replicas.addrs.clone(), faults: self.replicas.faults, rounds }
+    }
+
+    /// Asks every replica once (each with its own id) and tallies until decided, the round's
+    /// bound passes, or (after a quorum) the linger time passes.
+    async fn round(
+        &self,
+        kind: RoundKind,
+        quorum: usize,
+        tcp_only: bool,
+        build: impl Fn(u16) -> Result<(Message, Vec<u8>), ClientError>,
+    ) -> Result<Round, ClientError> {
+        let n = self.replicas.n();
+        let (tx, mut rx) = mpsc::channel::<(usize, Result<Message, AskError>)>(n.max(1));
+        // Dropping the set when the round ends aborts whatever is still asking.
+        let mut asking = JoinSet::new();
+        for (i, addr) in self.replicas.addrs.iter().copied().enumerate() {
+            let (expect, bytes) = build(random_id())?;
+            let tx = tx.clone();
+            let t = self.options.timeouts;
+            asking.spawn(async move {
+                let r = if tcp_only { ask_tcp(addr, &bytes, &expect, t).await } else { ask_udp(addr, &bytes, &expect, t).await };
+                let _ = tx.send((i, r)).await;
+            });
+        }
+        drop(tx);
+        let mut tally: Tally<Canonical> = Tally::new(n, quorum);
+        let mut messages: Vec<Option<Result<Message, String>>> = vec![None; n];
+        let deadline = tokio::time::Instant::now() + self.options.round;
+        let mut linger_until = None;
+        let mut early = None;
+        loop {
+            match tally.decide(false) {
+                Decision::Accept { .. } => {
+                    if tally.all_voted() {
+                        break;
+                    }
+                    let now = tokio::time::Instant::now();
+                    linger_until.get_or_insert(now + self.options.linger);
+                }
+                Decision::Wait => {}
+                d => {
+                    early = Some(d);
+                    break;
+                }
+            }
+            let until = linger_until.map_or(deadline, |l: tokio::time::Instant| l.min(deadline));
+            match tokio::time::timeout_at(until, rx.recv()).await {
+                Ok(Some((i, result))) => {
+                    let vote = match &result {
+                        Ok(m) => match canonical(m) {
+                            Ok(c) => Vote::Answer(c),
+                            Err(e) => Vote::Failed(e.to_string()),
+                        },
+                        Err(e) => Vote::Failed(e.to_string()),
+                    };
+                    tally.record(i, vote);
+                    if let Some(slot @ None) = messages.get_mut(i) {
+                        *slot = Some(result.map_err(|e| e.to_string()));
+                    }
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let decision = early.unwrap_or_else(|| tally.decide(true));
+        let accepted = match &decision {
+            Decision::Accept { answer, .. } => Some(answer.clone()),
+            _ => None,
+        };
+        let mut results = Vec::with_capacity(n);
+        for (i, m) in messages.iter().enumerate() {
+            results.push(match (m, tally.vote(i)) {
+                (None, _) => ReplicaResult::Silent,
+                (Some(Err(e)), _) => ReplicaResult::Failed(e.clone()),
+                (Some(Ok(_)), Some(Vote::Failed(e))) => ReplicaResult::Failed(e.clone()),
+                (Some(Ok(m)), Some(Vote::Answer(c))) => {
+                    if accepted.as_ref() == Some(c) {
+                        ReplicaResult::Agreed
+                    } else {
+                        ReplicaResult::Disagreed(Box::new(m.clone()))
+                    }
+                }
+                (Some(Ok(_)), None) => ReplicaResult::Silent,
+            });
+        }
+        let answer = match &decision {
+            Decision::Accept { supporters, .. } => {
+                let agreeing: Vec<&Message> = supporters.iter().filter_map(|i| messages.get(*i)).filter_map(|m| m.as_ref()?.as_ref().ok()).collect();
+                merge_agreeing(&agreeing)
+            }
+            _ => None,
+        };
+        Ok(Round { kind, quorum, decision, results, answer })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_proto::rr::rdata::A;
+    use hickory_proto::rr::{RData, Record};
+    use std::net::Ipv4Addr;
+    use std::str::FromStr;
+    use std::sync::Arc;
+    use tokio::net::UdpSocket;
+
+    /// How a fake replica answers a query: `None` is silence.
+    type Behaviour = Arc<dyn Fn(&Message) -> Option<Ipv4Addr> + Send + Sync>;
+
+    /// A UDP DNS server on loopback that answers every A query with the address `behave` picks.
+    async fn fake_replica(behave: Behaviour) -> SocketAddr {
+        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            loop {
+                let Ok((n, peer)) = socket.recv_from(&mut buf).await else { return };
+                let Ok(query) = Message::from_vec(&buf[..n]) else { continue };
+                let Some(ip) = behave(&query) else { continue };
+                let mut answer = Message::new(query.metadata.id, MessageType::Response, OpCode::Query);
+                answer.metadata.authoritative = true;
+                answer.add_queries(query.queries.iter().cloned());
+                answer.add_answer(Record::from_rdata(query.queries[0].name().clone(), 300, RData::A(A(ip))));
+                let _ = socket.send_to(&answer.to_vec().unwrap(), peer).await;
+            }
+        });
+        addr
+    }
+
+    const TRUTH: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 80);
+    const OLD: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 79);
+    const LIE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 66);
+
+    fn behaviour(f: impl Fn(&Message) -> Option<Ipv4Addr> + Send + Sync + 'static) -> Behaviour {
+        Arc::new(f)
+    }
+
+    async fn client(behaviours: Vec<Behaviour>) -> VotingClient {
+        let mut addrs = Vec::new();
+        for b in behaviours {
+            addrs.push(fake_replica(b).await);
+        }
+        let timeouts = Timeouts { udp_attempt: Duration::from_millis(150), udp_attempts: 2, tcp: Duration::from_millis(300) };
+        VotingClient::new(Replicas::new(addrs, None).unwrap(), Options { timeouts, round: Duration::from_secs(2), linger: Duration::from_millis(200), voting_reads: true })
+    }
+
+    fn answered(o: &Outcome) -> Vec<Ipv4Addr> {
+        o.answer().map_or_else(Vec::new, |m| m.answers.iter().filter_map(|r| if let RData::A(A(ip)) = r.data { Some(ip) } else { None }).collect())
+    }
+
+    async fn read(c: &VotingClient) -> Outcome {
+        c.read(&Name::from_str("www.example.test").unwrap(), RecordType::A, false).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_liar_is_outvoted_and_named_in_the_first_round() {
+        let honest = || behaviour(|_| Some(TRUTH));
+        let c = client(vec![honest(), honest(), honest(), behaviour(|_| Some(LIE))]).await;
+        let o = read(&c).await;
+        assert_eq!((o.verdict(), answered(&o)), (Verdict::Accepted, vec![TRUTH]));
+        assert_eq!(o.rounds.len(), 1, "the voting read sufficed");
+        assert_eq!(o.rounds[0].kind, RoundKind::VotingRead);
+        assert_eq!((o.disagreed(), o.silent()), (vec![3], vec![]));
+    }
+
+    /// Replica 1 lags (its current state is old) and replica 2 drops voting reads: no 2t + 1
+    /// matching voting answers, so the client asks again with an ordered read, which every
+    /// replica answers after ordering (here: all with the current data).
+    #[tokio::test]
+    async fn without_a_voting_quorum_the_read_is_ordered() {
+        let c = client(vec![
+            behaviour(|_| Some(TRUTH)),
+            behaviour(|q| Some(if crate::is_voting_read(q) { OLD } else { TRUTH })),
+            behaviour(|q| if crate::is_voting_read(q) { None } else { Some(TRUTH) }),
+            behaviour(|_| Some(TRUTH)),
+        ])
+        .await;
+        let o = read(&c).await;
+        assert_eq!((o.verdict(), answered(&o)), (Verdict::Accepted, vec![TRUTH]));
+        let kinds: Vec<RoundKind> = o.rounds.iter().map(|r| r.kind).collect();
+        assert_eq!(kinds, vec![RoundKind::VotingRead, RoundKind::OrderedRead]);
+        assert!(!matches!(o.rounds[0].decision, Decision::Accept { .. }));
+        assert_eq!((o.disagreed(), o.silent()), (vec![], vec![]), "the ordered round decides the report");
+    }
+
+    #[tokio::test]
+    async fn more_than_t_faulty_is_no_quorum_and_silence_is_a_timeout() {
+        let c = client(vec![behaviour(|_| Some(TRUTH)), behaviour(|_| Some(TRUTH)), behaviour(|_| Some(LIE)), behaviour(|_| Some(LIE))]).await;
+        let o = read(&c).await;
+        assert_eq!((o.verdict(), answered(&o)), (Verdict::NoQuorum, vec![]));
+        let c = client(vec![behaviour(|_| Some(TRUTH)), behaviour(|_| Some(TRUTH)), behaviour(|_| None), behaviour(|_| None)]).await;
+        let o = read(&c).await;
+        assert_eq!((o.verdict(), o.silent()), (Verdict::Timeout, vec![2, 3]));
+        // One silent replica only: still an answer (G2).
+        let c = client(vec![behaviour(|_| Some(TRUTH)), behaviour(|_| None), behaviour(|_| Some(TRUTH)), behaviour(|_| Some(TRUTH))]).await;
+        let o = read(&c).await;
+        assert_eq!((o.verdict(), answered(&o), o.silent()), (Verdict::Accepted, vec![TRUTH], vec![1]));
+    }
+}

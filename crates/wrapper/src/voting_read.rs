@@ -1,0 +1,99 @@
+//! The replica's half of PBFT's read-only optimisation for voting clients.
+//!
+//! A voting client (`sdns query`, `sdns stub`, or any program using the `vote` crate) marks a
+//! read with an EDNS option from the local/experimental range (`vote::VOTING_READ_OPTION`, with
+//! the payload `vote::VOTING_READ_TAG`) and sends it to every replica. Such a read is answered at
+//! once from this replica's named, without ordering: the client accepts it only if 2t + 1
+//! replicas answered the same, and asks again with an ordered read otherwise. Unmodified clients
+//! never send the option, so their reads keep the ordered path; named ignores the option.
+//!
+//! Only plain queries qualify (no transfers, updates or other opcodes): they change nothing, so
+//! answering one without ordering cannot make replicas diverge. Answers in flight are bounded;
+//! beyond the bound a voting read is dropped (the client retries or falls back), never queued.
+
+use hickory_proto::op::{Header, Message, MessageType, OpCode};
+use hickory_proto::rr::RecordType;
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
+use named_glue::forward::Forwarder;
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+
+use crate::classify::Kind;
+use crate::executor::servfail;
+use crate::listener::ClientRequest;
+use crate::metrics::Metrics;
+
+/// Voting reads being answered at once, per replica process.
+const MAX_IN_FLIGHT: usize = 128;
+static IN_FLIGHT: Semaphore = Semaphore::const_new(MAX_IN_FLIGHT);
+
+/// Called by the gateway for every client request before it is ordered. A voting read is
+/// answered here from the local named and `None` is returned; anything else comes back to be
+/// handled as before.
+pub fn answer_unordered(named: &Forwarder, metrics: &Arc<Metrics>, request: ClientRequest) -> Option<ClientRequest> {
+    if !is_voting_read(&request.bytes) {
+        return Some(request);
+    }
+    let Ok(permit) = IN_FLIGHT.try_acquire() else {
+        metrics.inc_dropped("voting_reads_full");
+        return None;
+    };
+    metrics.inc_request(Kind::Read);
+    let (named, metrics) = (named.clone(), metrics.clone());
+    tokio::spawn(async move {
+        let _permit = permit;
+        let r = request;
+        let answer = if r.tcp { named.forward_tcp(&r.bytes).await } else { named.forward_udp(&r.bytes).await };
+        match answer {
+            Ok(a) => r.reply.send(a).await,
+            Err(_) => {
+                metrics.inc_execute_error();
+                if let Some(a) = servfail(&r.bytes) {
+                    r.reply.send(a).await;
+                }
+            }
+        }
+    });
+    None
+}
+
+/// A plain query carrying the voting-read option. Cheap checks on the header first: most
+/// requests have no additional record and are not parsed again.
+fn is_voting_read(bytes: &[u8]) -> bool {
+    let Ok(header) = Header::read(&mut BinDecoder::new(bytes)) else { return false };
+    if header.metadata.message_type != MessageType::Query || header.metadata.op_code != OpCode::Query || header.counts.additionals == 0 {
+        return false;
+    }
+    let Ok(message) = Message::from_vec(bytes) else { return false };
+    vote::is_voting_read(&message)
+        && !message.queries.is_empty()
+        && message.queries.iter().all(|q| !matches!(q.query_type(), RecordType::AXFR | RecordType::IXFR))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_proto::rr::Name;
+    use std::str::FromStr;
+
+    fn query(rtype: RecordType, voting: bool) -> Vec<u8> {
+        vote::client::build_query(9, &Name::from_str("www.example.test.").unwrap(), rtype, false, voting).to_vec().unwrap()
+    }
+
+    #[test]
+    fn only_marked_plain_queries_skip_ordering() {
+        assert!(is_voting_read(&query(RecordType::A, true)));
+        assert!(!is_voting_read(&query(RecordType::A, false)));
+        assert!(!is_voting_read(&query(RecordType::AXFR, true)));
+        assert!(!is_voting_read(&query(RecordType::IXFR, true)));
+        let mut update = Message::from_vec(&query(RecordType::SOA, true)).unwrap();
+        update.metadata.op_code = OpCode::Update;
+        assert!(!is_voting_read(&update.to_vec().unwrap()));
+        let mut response = Message::from_vec(&query(RecordType::A, true)).unwrap();
+        response.metadata.message_type = MessageType::Response;
+        assert!(!is_voting_read(&response.to_vec().unwrap()));
+        for len in 0..40 {
+            assert!(!is_voting_read(&vec![0xffu8; len]));
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! The voting client against a real cluster: `sdns query`, `sdns update` and `sdns stub`
+//! with a lying replica, a silent replica, and more than t faulty ones.
+//!
+//! The faulty replicas are stand-ins at their own addresses: a liar that relays each query to
+//! a real replica and rewrites every A record in the answer, and a silent socket that never
+//! answers. The voting client is given the stand-in's address in the replica's place.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::Message;
+use hickory_proto::rr::rdata::A;
+use hickory_proto::rr::RData;
+use sdns_system_tests::{run, sdns_bin, text, tool, Cluster, ClusterOpts};
+
+const LIE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 66);
+
+/// A fake replica: relays every query to `upstream` over UDP and rewrites each A record of the
+/// answer to [`LIE`] (UDP and TCP). Stops when dropped.
+struct Liar {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+fn relay_and_lie(query: &[u8], upstream: SocketAddr) -> Option<Vec<u8>> {
+    let sock = UdpSocket::bind("127.0.0.1:0").ok()?;
+    sock.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    sock.send_to(query, upstream).ok()?;
+    let mut buf = vec![0u8; 65_535];
+    let (n, _) = sock.recv_from(&mut buf).ok()?;
+    let mut answer = Message::from_vec(&buf[..n]).ok()?;
+    for r in answer.answers.iter_mut() {
+        if matches!(r.data, RData::A(_)) {
+            r.data = RData::A(A(LIE));
+        }
+    }
+    answer.to_vec().ok()
+}
+
+impl Liar {
+    fn start(upstream: SocketAddr) -> Liar {
+        let udp = UdpSocket::bind("127.0.0.1:0").expect("liar udp");
+        let addr = udp.local_addr().expect("liar addr");
+        let tcp = TcpListener::bind(addr).expect("liar tcp");
+        udp.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
+        tcp.set_nonblocking(true).expect("nonblocking");
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        thread::spawn(move || {
+            let mut buf = vec![0u8; 65_535];
+            while !s.load(Ordering::Relaxed) {
+                if let Ok((n, peer)) = udp.recv_from(&mut buf) {
+                    let query = buf[..n].to_vec();
+                    let udp = udp.try_clone().expect("clone");
+                    thread::spawn(move || {
+                        if let Some(a) = relay_and_lie(&query, upstream) {
+                            let _ = udp.send_to(&a, peer);
+                        }
+                    });
+                }
+            }
+        });
+        let s = stop.clone();
+        thread::spawn(move || {
+            use std::io::{Read, Write};
+            while !s.load(Ordering::Relaxed) {
+                let Ok((mut conn, _)) = tcp.accept() else {
+                    thread::sleep(Duration::from_millis(50));
+                    continue;
+                };
+                thread::spawn(move || {
+                    let _ = conn.set_nonblocking(false);
+                    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                    let mut len = [0u8; 2];
+                    if conn.read_exact(&mut len).is_err() {
+                        return;
+                    }
+                    let mut query = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                    if conn.read_exact(&mut query).is_err() {
+                        return;
+                    }
+                    if let Some(a) = relay_and_lie(&query, upstream) {
+                        let _ = conn.write_all(&(a.len() as u16).to_be_bytes());
+                        let _ = conn.write_all(&a);
+                    }
+                });
+            }
+        });
+        Liar { addr, stop }
+    }
+}
+
+impl Drop for Liar {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A replica that never answers: its sockets are bound, nobody reads them.
+struct Silent {
+    addr: SocketAddr,
+    _udp: UdpSocket,
+    _tcp: TcpListener,
+}
+
+impl Silent {
+    fn start() -> Silent {
+        let udp = UdpSocket::bind("127.0.0.1:0").expect("silent udp");
+        let addr = udp.local_addr().expect("addr");
+        let tcp = TcpListener::bind(addr).expect("silent tcp");
+        Silent { addr, _udp: udp, _tcp: tcp }
+    }
+}
+
+/// A loopback port free for both UDP and TCP at the time of asking.
+fn free_udp_and_tcp_port() -> SocketAddr {
+    for _ in 0..100 {
+        let Ok(udp) = UdpSocket::bind("127.0.0.1:0") else { continue };
+        let Ok(addr) = udp.local_addr() else { continue };
+        if TcpListener::bind(addr).is_ok() {
+            return addr;
+        }
+    }
+    panic!("no free loopback port for the stub");
+}
+
+fn replica(c: &Cluster, i: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], c.client_port(i)))
+}
+
+fn list(addrs: &[SocketAddr]) -> String {
+    addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// `sdns query` with short timeouts (silent replicas cost a few of them).
+fn query(addrs: &[SocketAddr], args: &[&str]) -> (Option<i32>, String) {
+    let out = run(Command::new(sdns_bin()).args(["query", "--timeout-ms", "400", "--tries", "2", "--replicas", &list(addrs)]).args(args));
+    (out.status.code(), text(&out))
+}
+
+fn update(c: &Cluster, addrs: &[SocketAddr], command: &str) -> (Option<i32>, String) {
+    let out = run(Command::new(sdns_bin())
+        .args(["update", "--timeout-ms", "1000", "--zone", "example.test", "-k"])
+        .arg(c.path("tsig.key"))
+        .args(["--replicas", &list(addrs)])
+        .args(command.split_whitespace()));
+    (out.status.code(), text(&out))
+}
+
+fn dig_at(addr: SocketAddr, args: &[&str]) -> String {
+    let out = run(Command::new(tool("dig")).arg(format!("@{}", addr.ip())).arg("-p").arg(addr.port().to_string()).args(["+norec", "+time=3", "+tries=2"]).args(args));
+    text(&out)
+}
+
+struct Stub(Child);
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn voting_client_outvotes_liars_survives_silence_and_sees_its_updates() {
+    let c = Cluster::up(ClusterOpts::default());
+    let honest: Vec<SocketAddr> = (0..c.n).map(|i| replica(&c, i)).collect();
+    let liar = Liar::start(replica(&c, 3));
+    let silent = Silent::start();
+
+    // A liar in replica 3's place: dig against it shows the lie...
+    let lie = dig_at(liar.addr, &["www.example.test", "A", "+short"]);
+    assert_eq!(lie.trim(), LIE.to_string(), "dig through the fake replica:\n{lie}");
+    // ...the voting client returns the truth and names the liar (G1).
+    let with_liar = [honest[0], honest[1], honest[2], liar.addr];
+    let (code, out) = query(&with_liar, &["www.example.test", "A"]);
+    assert_eq!(code, Some(0), "{out}\n{}", c.logs());
+    assert!(out.contains("192.0.2.80") && !out.contains(&format!("A\t{LIE}")), "accepted the wrong answer:\n{out}");
+    assert!(out.contains(&format!("DISAGREED: replica 3 ({})", liar.addr)) && out.contains(&LIE.to_string()), "the liar is not named:\n{out}");
+    // Answered by the unordered voting read: 2t+1 = 3 replicas agreed without ordering.
+    assert!(out.contains("voting read: 4 of 4 replicas answered") && !out.contains("ordered read"), "{out}");
+    // +dnssec: RRSIGs are compared as data and the signed answer is accepted.
+    let (code, out) = query(&with_liar, &["mail.example.test", "A", "+dnssec"]);
+    assert!(code == Some(0) && out.contains("RRSIG") && out.contains("192.0.2.25"), "{out}");
+
+    // The replica set from a replica's config file instead of --replicas.
+    let out = run(Command::new(sdns_bin()).args(["query", "--config"]).arg(c.path("replica-0/replica.toml")).args(["mail.example.test", "A", "+short"]));
+    assert_eq!((out.status.code(), text(&out).trim()), (Some(0), "192.0.2.25"), "query --config");
+
+    // A silent replica in replica 2's place: still an answer (G2).
+    let with_silent = [honest[0], honest[1], silent.addr, honest[3]];
+    let (code, out) = query(&with_silent, &["www.example.test", "A", "+short"]);
+    assert_eq!((code, out.trim()), (Some(0), "192.0.2.80"), "with a silent replica");
+
+    // More than t faulty: two liars (agreeing on the same lie) against two honest replicas, or
+    // a liar and a silent replica. No quorum, no guess, and a distinct exit status.
+    let liar2 = Liar::start(replica(&c, 2));
+    for (what, set) in [("two liars", [honest[0], honest[1], liar2.addr, liar.addr]), ("a liar and a silent replica", [honest[0], honest[1], silent.addr, liar.addr])] {
+        let (code, out) = query(&set, &["www.example.test", "A"]);
+        assert_eq!(code, Some(3), "{what}: expected exit 3 (no quorum):\n{out}");
+        assert!(out.contains("NO QUORUM") && !out.contains("ANSWER SECTION"), "{what}:\n{out}");
+    }
+    // Two silent replicas: too few answers, exit 4.
+    let silent2 = Silent::start();
+    let (code, out) = query(&[honest[0], honest[1], silent.addr, silent2.addr], &["www.example.test", "A"]);
+    assert_eq!(code, Some(4), "two silent replicas: expected exit 4 (timeout):\n{out}");
+
+    // Updates: n - t matching acknowledgements, even with a silent replica; afterwards no voting read
+    // returns the old data.
+    let (code, out) = update(&c, &with_silent, "add voted.example.test 300 A 192.0.2.77");
+    assert_eq!(code, Some(0), "sdns update failed:\n{out}\n{}", c.logs());
+    for _ in 0..5 {
+        let (code, out) = query(&honest, &["voted.example.test", "A", "+short"]);
+        assert_eq!((code, out.trim()), (Some(0), "192.0.2.77"), "a voting read after the update");
+    }
+    let (code, out) = update(&c, &honest, "delete www.example.test A");
+    assert_eq!(code, Some(0), "sdns update (delete) failed:\n{out}\n{}", c.logs());
+    for _ in 0..5 {
+        let (code, out) = query(&honest, &["www.example.test", "A"]);
+        assert!(code == Some(0) && out.contains("ANSWER: 0") && !out.contains("192.0.2.80"), "old data after the delete:\n{out}");
+    }
+    // Without the key every named refuses, and the replicas agree on that (exit 1).
+    let out = run(Command::new(sdns_bin()).args(["update", "--zone", "example.test", "--replicas", &list(&honest), "add", "rogue.example.test", "300", "A", "192.0.2.66"]));
+    assert_eq!(out.status.code(), Some(1), "an unsigned update must be refused:\n{}", text(&out));
+    assert!(text(&out).contains("REFUSED"), "{}", text(&out));
+
+    // The stub: dig against it gets the truth while replica 3 lies, over UDP and TCP.
+    let stub_addr = free_udp_and_tcp_port();
+    let stub_log = c.path("stub.log");
+    let mut stub = Stub(
+        Command::new(sdns_bin())
+            .args(["stub", "--listen", &stub_addr.to_string(), "--replicas", &list(&with_liar)])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stub_log).expect("stub log"))
+            .spawn()
+            .expect("sdns stub"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = dig_at(stub_addr, &["mail.example.test", "A", "+short"]);
+        if out.trim() == "192.0.2.25" {
+            break;
+        }
+        let exited = stub.0.try_wait().ok().flatten();
+        let log = std::fs::read_to_string(&stub_log).unwrap_or_default();
+        assert!(exited.is_none() && Instant::now() < deadline, "the stub never answered ({exited:?}):\n{out}\n{log}");
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(dig_at(liar.addr, &["mail.example.test", "A", "+short"]).trim(), LIE.to_string());
+    let out = dig_at(stub_addr, &["voted.example.test", "A", "+tcp"]);
+    assert!(out.contains("status: NOERROR") && out.contains("192.0.2.77") && !out.contains(&LIE.to_string()), "stub over TCP:\n{out}");
+    let out = dig_at(stub_addr, &["nothere.example.test", "A"]);
+    assert!(out.contains("status: NXDOMAIN"), "stub passes the agreed NXDOMAIN on:\n{out}");
+}
