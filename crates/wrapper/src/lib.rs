@@ -4,6 +4,7 @@
 //! An update: the same path, executed by every replica; while named executes it,
 //! its signing requests come through named-glue's socket to `signing`, which runs
 //! the threshold protocol with the other replicas over the mesh.
+pub mod auth;
 pub mod classify;
 pub mod cluster;
 pub mod codec;
