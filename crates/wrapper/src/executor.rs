@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
+use crate::auth::{UpdateDecision, UpdateGate};
 use crate::classify::{classify, Kind, Verdict};
 use crate::envelope::Op;
 use crate::listener::ReplyTo;
@@ -45,6 +46,8 @@ pub struct Executor {
     /// replicated state, persisted beside `executed_file`, shared with the re-sign timer.
     pub last_signed: Arc<AtomicU64>,
     pub resign_after_s: u64,
+    /// Authenticates every ordered update against the batch's agreed time.
+    pub gate: Arc<dyn UpdateGate>,
 }
 
 impl Executor {
@@ -186,13 +189,21 @@ impl Executor {
 
     /// Every replica applies the update; the answer matters only at the gateway.
     async fn write(&mut self, message: &[u8], batch: &Batch) -> Option<Vec<u8>> {
+        // Authenticated against the agreed time: every honest replica decides alike.
+        let forward = match self.gate.decide(message, batch.time.0 / 1_000_000) {
+            UpdateDecision::Forward(bytes) => bytes,
+            UpdateDecision::Refuse { rcode, answer } => {
+                debug!(replica = self.id, seq = batch.seq, rcode, "update refused at the agreed time");
+                return Some(answer);
+            }
+        };
         let times = self.agreed_times(batch);
         let _ = self.times.send(Some(times));
         // TCP to named: an update must not be retried over UDP, it could apply twice.
-        let result = self.named.forward_tcp(message).await;
+        let result = self.named.forward_tcp(&forward).await;
         let _ = self.times.send(None);
         match result {
-            Ok(answer) => Some(answer),
+            Ok(answer) => Some(self.gate.answer_for_client(message, &answer)),
             Err(e) => {
                 self.metrics.inc_execute_error();
                 warn!(replica = self.id, seq = batch.seq, error = %e, "named did not answer an update");

@@ -13,13 +13,16 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{mpsc, Semaphore};
 use tracing::{debug, warn};
 
-use crate::classify::{classify, Verdict};
+use crate::auth::rrl::Limiter;
+use crate::auth::ClientFilters;
+use crate::classify::{classify, precheck, Verdict};
 use crate::metrics::Metrics;
 
 /// Where an answer for a client goes.
 #[derive(Clone, Debug)]
 pub enum ReplyTo {
-    Udp { socket: Arc<UdpSocket>, peer: SocketAddr },
+    /// `rrl`: response rate limiting for this socket's answers, when configured.
+    Udp { socket: Arc<UdpSocket>, peer: SocketAddr, rrl: Option<Arc<Limiter>> },
     /// The connection's writer task; a closed connection drops answers silently.
     Tcp { writer: mpsc::Sender<Vec<u8>> },
 }
@@ -27,7 +30,14 @@ pub enum ReplyTo {
 impl ReplyTo {
     pub async fn send(&self, answer: Vec<u8>) {
         match self {
-            ReplyTo::Udp { socket, peer } => {
+            ReplyTo::Udp { socket, peer, rrl } => {
+                let answer = match rrl {
+                    Some(limiter) => match limiter.filter(peer.ip(), answer) {
+                        Some(a) => a,
+                        None => return, // rate-limited: dropped
+                    },
+                    None => answer,
+                };
                 if let Err(e) = socket.send_to(&answer, peer).await {
                     debug!(%peer, error = %e, "udp answer not sent");
                 }
@@ -54,7 +64,7 @@ pub struct ClientRequest {
 /// Largest DNS message over UDP we accept (EDNS allows up to 65535).
 const UDP_MAX: usize = 65_535;
 
-pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRequest>, metrics: Arc<Metrics>) {
+pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRequest>, metrics: Arc<Metrics>, filters: Arc<ClientFilters>) {
     let mut buf = vec![0u8; UDP_MAX];
     loop {
         let (len, peer) = match socket.recv_from(&mut buf).await {
@@ -66,13 +76,13 @@ pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRe
             }
         };
         let bytes = buf[..len].to_vec();
-        let reply = ReplyTo::Udp { socket: socket.clone(), peer };
-        dispatch(bytes, false, reply, &to_gateway, &metrics).await;
+        let reply = ReplyTo::Udp { socket: socket.clone(), peer, rrl: filters.rrl.clone() };
+        dispatch(bytes, false, reply, &to_gateway, &metrics, &filters).await;
     }
 }
 
-async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, to_gateway: &mpsc::Sender<ClientRequest>, metrics: &Metrics) {
-    match classify(&bytes, tcp) {
+async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, to_gateway: &mpsc::Sender<ClientRequest>, metrics: &Metrics, filters: &ClientFilters) {
+    match precheck(classify(&bytes, tcp), &bytes, filters.auth.as_deref()) {
         Verdict::Order(_) => {
             // The gateway's queue is bounded; when full the client's retry will do.
             if to_gateway.try_send(ClientRequest { bytes, tcp, reply }).is_err() {
@@ -94,7 +104,7 @@ pub struct TcpLimits {
     pub max_connections: usize,
 }
 
-pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientRequest>, limits: TcpLimits, metrics: Arc<Metrics>) {
+pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientRequest>, limits: TcpLimits, metrics: Arc<Metrics>, filters: Arc<ClientFilters>) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -111,10 +121,11 @@ pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientReq
         };
         let to_gateway = to_gateway.clone();
         let metrics = metrics.clone();
+        let filters = filters.clone();
         let idle = limits.idle;
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(e) = serve_connection(stream, to_gateway, idle, metrics).await {
+            if let Err(e) = serve_connection(stream, to_gateway, idle, metrics, filters).await {
                 debug!(%peer, error = %e, "tcp connection ended");
             }
         });
@@ -123,7 +134,7 @@ pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientReq
 
 /// One TCP connection: several messages, answers in completion order (RFC 7766
 /// allows that; clients match them by message id), closed when idle.
-async fn serve_connection(stream: TcpStream, to_gateway: mpsc::Sender<ClientRequest>, idle: Duration, metrics: Arc<Metrics>) -> std::io::Result<()> {
+async fn serve_connection(stream: TcpStream, to_gateway: mpsc::Sender<ClientRequest>, idle: Duration, metrics: Arc<Metrics>, filters: Arc<ClientFilters>) -> std::io::Result<()> {
     let (mut reader, mut writer) = stream.into_split();
     let (answers_tx, mut answers_rx) = mpsc::channel::<Vec<u8>>(64);
     let write_task = tokio::spawn(async move {
@@ -149,7 +160,7 @@ async fn serve_connection(stream: TcpStream, to_gateway: mpsc::Sender<ClientRequ
             Err(_) | Ok(Err(_)) => break,
             Ok(Ok(_)) => {}
         }
-        dispatch(bytes, true, ReplyTo::Tcp { writer: answers_tx.clone() }, &to_gateway, &metrics).await;
+        dispatch(bytes, true, ReplyTo::Tcp { writer: answers_tx.clone() }, &to_gateway, &metrics, &filters).await;
     }
     drop(answers_tx);
     // Let answers still in flight (held by the gateway) drain, bounded by the idle time.

@@ -124,6 +124,20 @@ struct ClusterArgs {
     /// Re-sign the zone once its last signing is this old (default: half the validity).
     #[arg(long)]
     resign_after_s: Option<u64>,
+    /// What authorizes updates: tsig (a shared key every replica holds), sig0 (a KEY
+    /// pair whose private half only the operator has), or both.
+    #[arg(long, value_enum, default_value = "tsig")]
+    update_auth: UpdateAuthArg,
+    /// Replicas that order updates without checking them first (fault injection, tests).
+    #[arg(long, value_delimiter = ',')]
+    skip_precheck: Vec<u16>,
+}
+
+#[derive(ValueEnum, Clone, Copy)]
+enum UpdateAuthArg {
+    Tsig,
+    Sig0,
+    Both,
 }
 
 impl ClusterArgs {
@@ -154,6 +168,12 @@ impl ClusterArgs {
             bind_dir: self.bind_dir.clone(),
             zone_file: self.zone_file.clone(),
             resign_after_s: self.resign_after_s,
+            update_auth: match self.update_auth {
+                UpdateAuthArg::Tsig => wrapper::auth::Mode::Tsig,
+                UpdateAuthArg::Sig0 => wrapper::auth::Mode::Sig0,
+                UpdateAuthArg::Both => wrapper::auth::Mode::Both,
+            },
+            skip_precheck: self.skip_precheck.clone(),
         }
     }
 }

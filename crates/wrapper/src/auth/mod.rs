@@ -281,6 +281,21 @@ impl Authenticator {
     }
 }
 
+/// Whether a query asks for AXFR or IXFR (its first question's type).
+pub fn is_transfer_query(msg: &[u8]) -> bool {
+    let Ok((_, end)) = wire::read_name(msg, wire::HEADER_LEN) else { return false };
+    wire::u16_at(msg, 2).is_some_and(|f| f & 0x7800 == 0)
+        && wire::u16_at(msg, 4).unwrap_or(0) > 0
+        && matches!(wire::u16_at(msg, end), Some(251 | 252))
+}
+
+/// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
+#[derive(Default)]
+pub struct ClientFilters {
+    pub auth: Option<std::sync::Arc<Authenticator>>,
+    pub rrl: Option<std::sync::Arc<rrl::Limiter>>,
+}
+
 fn answer_of(o: Outcome) -> Vec<u8> {
     match o {
         Outcome::Refuse { answer, .. } => answer,

@@ -190,6 +190,12 @@ pub struct Limiter {
     start: Instant,
 }
 
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter").finish_non_exhaustive()
+    }
+}
+
 impl Limiter {
     pub fn new(config: RrlConfig) -> Option<Limiter> {
         let rrl = Rrl::new(config);
