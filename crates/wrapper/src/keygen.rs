@@ -250,3 +250,47 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(update_auth: Mode) -> ClusterParams {
+        ClusterParams {
+            zone: "example.test.".into(),
+            replicas: 4,
+            threshold: None,
+            bits: 1024,
+            algorithm: 8,
+            protocol: Protocol::OptTe,
+            reads: ReadMode::Ordered,
+            corrupt: Vec::new(),
+            layout: Layout::default(),
+            bind_dir: PathBuf::from("/opt/bind"),
+            zone_file: None,
+            resign_after_s: None,
+            update_auth,
+            skip_precheck: vec![2],
+        }
+    }
+
+    #[test]
+    fn configs_carry_the_update_authentication() {
+        for mode in [Mode::Tsig, Mode::Sig0, Mode::Both] {
+            let out = tempfile::tempdir().unwrap();
+            for i in 0..4 {
+                std::fs::create_dir_all(replica_dir(out.path(), i)).unwrap();
+            }
+            write_configs(&params(mode), out.path()).unwrap();
+            for i in 0..4 {
+                let c = crate::config::Config::load(&replica_dir(out.path(), i).join("replica.toml")).unwrap();
+                assert_eq!(c.auth.mode, mode);
+                assert_eq!(c.auth.transfer_keys, vec![PathBuf::from("transfer.key")]);
+                assert_eq!(c.named.tsig_keys, vec![PathBuf::from("tsig.key")]);
+                assert_eq!(c.auth.sig0_keys.is_empty(), mode == Mode::Tsig);
+                assert_eq!(c.auth.skip_precheck, i == 2);
+            }
+        }
+        assert_eq!(sig0_signer("example.test."), "sdns-update.example.test.");
+    }
+}
