@@ -1,7 +1,8 @@
 //! Against what BIND's own tools sent and answered: testdata/auth holds requests from
 //! the BIND build's nsupdate (TSIG keys from tsig-keygen, SIG(0) KEYs from
 //! `dnssec-keygen -T KEY -n USER`) and the answers of its named 9.18.49, captured by
-//! a UDP relay between the two ("Q hex" / "R hex" lines after "# key file").
+//! a UDP relay between the two ("Q hex" / "R hex" lines after "# key file"); the
+//! "badtime" request was signed by a script 1000 s in the past, sent to the same named.
 
 use super::*;
 use crate::files::TsigKey as FileKey;
@@ -110,6 +111,17 @@ fn badtime_is_answered_signed_with_the_agreed_time() {
     assert_eq!(again, answer);
     // The same bytes for the same agreed time, whatever the replica's clock.
     assert_eq!(a.decide(&q, agreed), auth(Mode::Tsig).decide(&q, agreed));
+}
+
+/// The "badtime" capture: a request signed 1000 s in the past (by a script, with the
+/// ukey secret) and named's answer, which carries named's clock in its other data.
+#[test]
+fn badtime_answer_is_byte_identical_to_named_s() {
+    let a = auth(Mode::Tsig);
+    let (q, r) = capture("tsig-hmac-sha256.txt", "badtime");
+    let r = r.unwrap();
+    let named_time = tsig_of(&r).other.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+    assert_eq!(a.decide(&q, named_time), UpdateDecision::Refuse { rcode: RCODE_NOTAUTH, answer: r });
 }
 
 #[test]
