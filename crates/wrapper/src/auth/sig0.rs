@@ -60,6 +60,10 @@ impl Sig0Key {
         let flags = u16::try_from(num(1, "flags")?).map_err(|_| KeyFileError::Bad("flags".into()))?;
         let protocol = u8::try_from(num(2, "protocol")?).map_err(|_| KeyFileError::Bad("protocol".into()))?;
         let algorithm = u8::try_from(num(3, "algorithm")?).map_err(|_| KeyFileError::Bad("algorithm".into()))?;
+        // RFC 2535 3.1.2: the "no authentication" bit (and "no key") forbid this use.
+        if flags & 0x8000 != 0 {
+            return Err(KeyFileError::Bad(format!("flags {flags} forbid authentication")));
+        }
         let b64: String = words.get(at + 4..).unwrap_or_default().concat();
         let public_key = base64::engine::general_purpose::STANDARD
             .decode(b64.as_bytes())

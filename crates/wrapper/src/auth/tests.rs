@@ -63,6 +63,10 @@ fn key_tags_match_dnssec_keygen() {
     let tags: Vec<(u8, u16)> = sig0_keys().iter().map(|k| (k.algorithm, k.tag)).collect();
     assert_eq!(tags, vec![(13, 64761), (15, 62289), (8, 38849)]);
     assert_eq!(sig0_keys()[0].name, "sig0-ecdsap256sha256.example.test.");
+    let text = file("Ksig0-ed25519.example.test.+015+62289.key");
+    assert!(matches!(Sig0Key::from_key_file(&text.replace("KEY 0 3 15", "KEY 32768 3 15")), Err(sig0::KeyFileError::Bad(_))));
+    assert!(matches!(Sig0Key::from_key_file(&text.replace("KEY 0 3 15", "KEY 0 3 5")), Err(sig0::KeyFileError::Algorithm(5))));
+    assert_eq!(Sig0Key::from_key_file("; nothing here\n"), Err(sig0::KeyFileError::NoKeyRecord));
 }
 
 #[test]
