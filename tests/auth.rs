@@ -112,6 +112,7 @@ fn edge_of_window_tsig_updates_apply_everywhere_or_nowhere() {
     let c = Cluster::up(ClusterOpts::default());
     let file = wrapper::files::TsigKey::from_bind(&std::fs::read_to_string(c.path("tsig.key")).unwrap()).unwrap();
     let key = tsig::Key::new(&file.name, tsig::Algorithm::from_name(&file.algorithm).unwrap(), &file.secret()).unwrap();
+    let ordered_before = writes_executed(&c, 0);
     let mut outcomes = Vec::new();
     for round in 0..30u32 {
         // Aim 1..=8 ms before the next second: about an ordering's latency.
@@ -138,7 +139,13 @@ fn edge_of_window_tsig_updates_apply_everywhere_or_nowhere() {
     }
     let applied = outcomes.iter().filter(|(_, rcode)| *rcode == 0).count();
     let refused = outcomes.iter().filter(|(_, rcode)| *rcode == 9).count();
-    eprintln!("edge-of-window: {applied} applied, {refused} refused (BADTIME) of {}", outcomes.len());
+    // Refused before ordering (the local clock, a filter) or at execution (the agreed time).
+    let ordered = writes_executed(&c, 0) - ordered_before;
+    eprintln!(
+        "edge-of-window: {applied} applied, {refused} refused (BADTIME) of {}; {ordered} ordered, so {} refused at execution",
+        outcomes.len(),
+        ordered.saturating_sub(applied as u64)
+    );
     assert_eq!(applied + refused, outcomes.len(), "only NOERROR or NOTAUTH expected: {outcomes:?}");
     let reference = c.axfr(0);
     for i in 1..c.n {
