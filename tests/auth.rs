@@ -157,3 +157,40 @@ fn edge_of_window_tsig_updates_apply_everywhere_or_nowhere() {
     }
     c.verify_zone(0);
 }
+
+/// With response rate limiting on, a burst of identical UDP queries from one client gets
+/// about the rate in full answers, every second limited one truncated (TC) and the rest
+/// dropped; the same client over TCP is not limited.
+#[test]
+fn udp_answers_are_rate_limited_per_client() {
+    let c = Cluster::up(ClusterOpts { replicas: 1, rrl: 5, ..ClusterOpts::default() });
+    let mut q = vec![0x77, 0x00, 0x00, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    q.extend_from_slice(&wire::name_to_wire("www.example.test.").unwrap());
+    q.extend_from_slice(&[0, 1, 0, 1]);
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    for i in 0..60u16 {
+        q[..2].copy_from_slice(&i.to_be_bytes());
+        sock.send_to(&q, ("127.0.0.1", c.client_port(0))).unwrap();
+    }
+    let (mut full, mut truncated) = (0, 0);
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = sock.recv(&mut buf) {
+        if buf[2] & 0x02 != 0 {
+            assert_eq!(&buf[6..12], &[0; 6], "a slipped answer carries no records");
+            truncated += 1;
+        } else if n > 12 {
+            full += 1;
+        }
+    }
+    eprintln!("rrl: {full} full, {truncated} truncated of 60");
+    // 5 per second of credit; the burst is answered within a few seconds.
+    assert!((5..=25).contains(&full), "{full} full answers");
+    assert!(truncated >= 10, "{truncated} truncated answers");
+    assert!(full + truncated < 60, "some limited answers must be dropped");
+    // TCP is never limited.
+    for _ in 0..10 {
+        let out = c.dig(0, &["+tcp", "www.example.test", "A"]);
+        assert!(out.contains("status: NOERROR") && out.contains("192.0.2.80"), "{out}");
+    }
+}

@@ -55,11 +55,13 @@ pub struct ClusterOpts {
     pub update_auth: &'static str,
     /// Replicas that order updates unchecked (`--skip-precheck`).
     pub skip_precheck: Vec<u16>,
+    /// `--rrl-responses-per-second` (0: off).
+    pub rrl: u32,
 }
 
 impl Default for ClusterOpts {
     fn default() -> Self {
-        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered", resign_after_s: None, update_auth: "tsig", skip_precheck: Vec::new() }
+        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered", resign_after_s: None, update_auth: "tsig", skip_precheck: Vec::new(), rrl: 0 }
     }
 }
 
@@ -98,6 +100,10 @@ impl Cluster {
         if !opts.corrupt.is_empty() {
             args.push("--corrupt".into());
             args.push(opts.corrupt.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",").into());
+        }
+        if opts.rrl > 0 {
+            args.push("--rrl-responses-per-second".into());
+            args.push(opts.rrl.to_string().into());
         }
         if !opts.skip_precheck.is_empty() {
             args.push("--skip-precheck".into());

@@ -90,6 +90,8 @@ pub struct ClusterParams {
     pub update_auth: Mode,
     /// Replicas that order updates without the pre-ordering check (fault injection).
     pub skip_precheck: Vec<u16>,
+    /// `[rrl] responses_per_second` (0: off).
+    pub rrl_responses_per_second: u32,
 }
 
 /// The SIG(0) signer's name: a USER key under the zone.
@@ -240,6 +242,9 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         if p.skip_precheck.contains(&i) {
             c += "skip_precheck = true\n";
         }
+        if p.rrl_responses_per_second > 0 {
+            c += &format!("\n[rrl]\nresponses_per_second = {}\n", p.rrl_responses_per_second);
+        }
         for j in 0..n {
             c += &format!("\n[[peer]]\nid = {j}\nclient = \"{}\"\npeer = \"{}\"\n", p.layout.client(j), p.layout.peer(j));
         }
@@ -271,6 +276,7 @@ mod tests {
             resign_after_s: None,
             update_auth,
             skip_precheck: vec![2],
+            rrl_responses_per_second: 7,
         }
     }
 
@@ -289,6 +295,7 @@ mod tests {
                 assert_eq!(c.named.tsig_keys, vec![PathBuf::from("tsig.key")]);
                 assert_eq!(c.auth.sig0_keys.is_empty(), mode == Mode::Tsig);
                 assert_eq!(c.auth.skip_precheck, i == 2);
+                assert_eq!((c.rrl.responses_per_second, c.rrl.slip), (7, 2));
             }
         }
         assert_eq!(sig0_signer("example.test."), "sdns-update.example.test.");

@@ -131,6 +131,10 @@ struct ClusterArgs {
     /// Replicas that order updates without checking them first (fault injection, tests).
     #[arg(long, value_delimiter = ',')]
     skip_precheck: Vec<u16>,
+    /// Rate-limit UDP answers to this many per second per client prefix and answer
+    /// (BIND's RRL; 0: off).
+    #[arg(long, default_value_t = 0)]
+    rrl_responses_per_second: u32,
 }
 
 #[derive(ValueEnum, Clone, Copy)]
@@ -174,6 +178,7 @@ impl ClusterArgs {
                 UpdateAuthArg::Both => wrapper::auth::Mode::Both,
             },
             skip_precheck: self.skip_precheck.clone(),
+            rrl_responses_per_second: self.rrl_responses_per_second,
         }
     }
 }
