@@ -51,7 +51,7 @@ fn four_replicas_serve_update_and_validate() {
     let (ok, out) = c.nsupdate(3, "update add example.test 300 DNSKEY 257 3 8 AwEAAQ==");
     assert!(!ok && out.contains("REFUSED"), "a DNSKEY update must be refused:\n{out}");
 
-    // An update without the TSIG key is ordered, and every named refuses it.
+    // An update without the TSIG key is answered REFUSED, as named would, without ordering.
     let (ok, out) = c.nsupdate_unsigned(0, "update add rogue.example.test 300 A 192.0.2.66");
     assert!(!ok && out.contains("REFUSED"), "an unsigned update must be refused:\n{out}");
     c.eventually("no rogue record", |i| c.dig(i, &["rogue.example.test", "A"]).contains("status: NXDOMAIN"));

@@ -53,11 +53,17 @@ pub struct ClusterOpts {
     pub resign_after_s: Option<u64>,
     /// `--sign-zone-interval-s`: at most one whole-zone signing per this much agreed time.
     pub sign_zone_interval_s: Option<u64>,
+    /// `--update-auth`: tsig, sig0 or both.
+    pub update_auth: &'static str,
+    /// Replicas that order updates unchecked (`--skip-precheck`).
+    pub skip_precheck: Vec<u16>,
+    /// `--rrl-responses-per-second` (0: off).
+    pub rrl: u32,
 }
 
 impl Default for ClusterOpts {
     fn default() -> Self {
-        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered", resign_after_s: None, sign_zone_interval_s: None }
+        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered", resign_after_s: None, sign_zone_interval_s: None, update_auth: "tsig", skip_precheck: Vec::new(), rrl: 0 }
     }
 }
 
@@ -85,7 +91,7 @@ impl Cluster {
         args.push(dir.path().into());
         args.push("--bind-dir".into());
         args.push(bind_dir().into());
-        for a in ["--protocol", opts.protocol, "--reads", opts.reads] {
+        for a in ["--protocol", opts.protocol, "--reads", opts.reads, "--update-auth", opts.update_auth] {
             args.push(a.into());
         }
         args.extend(ports(base).into_iter().map(Into::into));
@@ -100,6 +106,14 @@ impl Cluster {
         if !opts.corrupt.is_empty() {
             args.push("--corrupt".into());
             args.push(opts.corrupt.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",").into());
+        }
+        if opts.rrl > 0 {
+            args.push("--rrl-responses-per-second".into());
+            args.push(opts.rrl.to_string().into());
+        }
+        if !opts.skip_precheck.is_empty() {
+            args.push("--skip-precheck".into());
+            args.push(opts.skip_precheck.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",").into());
         }
         let cluster = Cluster { dir, n: opts.replicas, base, up_args: args, _serial: serial };
         let _usage = cluster.start_stopped();
@@ -180,10 +194,15 @@ impl Cluster {
     }
 
     fn nsupdate_as(&self, i: u16, commands: &str, with_key: bool) -> (bool, String) {
+        self.nsupdate_key(i, commands, with_key.then(|| self.path("tsig.key")).as_deref())
+    }
+
+    /// `nsupdate -k KEY` (a TSIG key file or a SIG(0) `.private`), or unsigned.
+    pub fn nsupdate_key(&self, i: u16, commands: &str, key: Option<&std::path::Path>) -> (bool, String) {
         use std::io::Write;
         let mut cmd = Command::new(tool("nsupdate"));
-        if with_key {
-            cmd.arg("-k").arg(self.path("tsig.key"));
+        if let Some(key) = key {
+            cmd.arg("-k").arg(key);
         }
         let mut child = cmd
             .args(["-t", "20"])
@@ -198,11 +217,18 @@ impl Cluster {
         (out.status.success(), text(&out))
     }
 
-    /// The zone as AXFR from replica `i`, records only (no comments).
+    /// The zone as AXFR from replica `i` with the transfer key, records only (no
+    /// comments, no TSIG).
     pub fn axfr(&self, i: u16) -> String {
-        let out = self.dig(i, &["example.test", "AXFR", "+nocmd", "+nostats", "+nocomments"]);
+        let key = self.path("transfer.key");
+        let key = key.to_str().expect("utf-8 temp path");
+        let out = self.dig(i, &["-k", key, "example.test", "AXFR", "+nocmd", "+nostats", "+nocomments"]);
         assert!(out.contains("SOA"), "AXFR from replica {i} failed:\n{out}\n{}", self.logs());
-        out.lines().filter(|l| !l.starts_with(';') && !l.trim().is_empty()).collect::<Vec<_>>().join("\n") + "\n"
+        out.lines()
+            .filter(|l| !l.starts_with(';') && !l.trim().is_empty() && !l.split_whitespace().nth(3).is_some_and(|t| t == "TSIG"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n"
     }
 
     /// dnssec-verify over an AXFR (-z: the single key is a KSK that signs everything).

@@ -88,7 +88,11 @@ pub struct NamedConf {
     pub zone_file: PathBuf,
     pub journal: PathBuf,
     pub key_directory: PathBuf,
+    /// Keys update-policy grants (with sdns: the replica-local keys the wrapper
+    /// re-signs authenticated updates with, one per client identity).
     pub tsig_keys: Vec<TsigKey>,
+    /// Keys named knows only to check and sign zone transfers; never granted updates.
+    pub transfer_keys: Vec<TsigKey>,
     /// RRSIG validity in days; also the re-sign interval, so no jitter.
     pub sig_validity_days: u32,
 }
@@ -107,6 +111,7 @@ impl NamedConf {
             journal: directory.join("zone.db.jnl"),
             key_directory: directory.join("keys"),
             tsig_keys,
+            transfer_keys: Vec::new(),
             sig_validity_days: 30,
         }
     }
@@ -132,7 +137,7 @@ impl NamedConf {
         }
         check_token("zone name", &zone)?;
         let mut out = String::new();
-        for key in &self.tsig_keys {
+        for key in self.tsig_keys.iter().chain(&self.transfer_keys) {
             out.push_str(&key.statement()?);
         }
         out.push_str(&format!(
@@ -272,6 +277,17 @@ mod tests {
             assert!(!text.contains(absent));
         }
         assert!(text.find("deny \"k1\"").unwrap() < text.find("grant \"k1\"").unwrap());
+    }
+
+    #[test]
+    fn transfer_keys_are_known_but_never_granted() {
+        let zone = Name::from_ascii("example.test.").unwrap();
+        let mut conf = NamedConf::new(Path::new("/tmp/r1"), 5353, &zone, vec![TsigKey::hmac_sha256("tsig-0.sdns-local", vec![1; 32])]);
+        conf.transfer_keys = vec![TsigKey { name: "xfr".into(), algorithm: "hmac-sha512".into(), secret: vec![2; 64] }];
+        let text = conf.render().unwrap();
+        assert!(text.contains("key \"xfr\" {\n\talgorithm hmac-sha512;"), "{text}");
+        assert!(text.contains("grant \"tsig-0.sdns-local\" zonesub ANY;"), "{text}");
+        assert!(!text.contains("grant \"xfr\"") && !text.contains("deny \"xfr\""), "{text}");
     }
 
     #[test]

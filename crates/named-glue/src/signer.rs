@@ -128,12 +128,15 @@ impl SigningService {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        let socket = tokio::net::UnixDatagram::bind(path)?;
+        let bound = UnixDatagram::bind(path)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-        // Replies go to named's abstract autobind addresses, which only
-        // std's send_to_addr can name; a non-blocking unbound socket sends.
-        let replies = UnixDatagram::unbound()?;
-        replies.set_nonblocking(true)?;
+        bound.set_nonblocking(true)?;
+        // Replies leave from the bound socket itself: named connects to this
+        // path and accepts datagrams only from it. They go to named's abstract
+        // autobind addresses, which only std's send_to_addr can name, so a
+        // (non-blocking) std handle of the same socket sends them.
+        let replies = bound.try_clone()?;
+        let socket = tokio::net::UnixDatagram::from_std(bound)?;
         let task = tokio::spawn(serve(socket, Arc::new(replies), signer, times, limits));
         Ok(SigningService { path: path.to_path_buf(), task })
     }
@@ -280,7 +283,9 @@ mod tests {
         let client = tokio::net::UnixDatagram::bind(client_path).unwrap();
         client.send_to(bytes, service_path).await.unwrap();
         let mut buf = vec![0u8; 4096];
-        let n = tokio::time::timeout(Duration::from_secs(5), client.recv(&mut buf)).await.unwrap().unwrap();
+        let (n, from) = tokio::time::timeout(Duration::from_secs(5), client.recv_from(&mut buf)).await.unwrap().unwrap();
+        // Replies come from the service's own bound socket: named accepts no other.
+        assert_eq!(from.as_pathname(), Some(service_path));
         Reply::decode(&buf[..n]).unwrap()
     }
 

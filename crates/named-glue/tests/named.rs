@@ -187,7 +187,7 @@ async fn signer_failures_leave_the_zone_unchanged() {
     // No socket at all.
     r.stop_service();
     expect_servfail(&r.nsupdate(&update).await, "no socket");
-    r.wait_log_count("send: No such file or directory", 1).await;
+    r.wait_log_count("connect: No such file or directory", 1).await;
     assert_same_zone(&r.axfr().await, &zone_before, "no socket");
 
     // A signer that never answers: named gives up after its timeout.
@@ -234,6 +234,18 @@ async fn signer_failures_leave_the_zone_unchanged() {
         assert_same_zone(&r.axfr().await, &zone_before, what);
     }
 
+    // A well-formed reply with the right id, but from another socket than the
+    // signer's: named never takes it and times out.
+    {
+        let good = named_glue::wire::Reply::ok(0, t0, t0 + 86_400, vec![7; sig_len - 1]).encode().unwrap();
+        let fake = FakeSigner::bind(&r.socket, Fake::Spoofed(good));
+        let seen = r.log().matches("timed out").count();
+        expect_servfail(&r.nsupdate(&update).await, "spoofed reply");
+        r.wait_log_count("timed out", seen + 1).await;
+        assert!(*fake.requests.lock().unwrap() >= 1, "spoofed: named never asked");
+    }
+    assert_same_zone(&r.axfr().await, &zone_before, "spoofed reply");
+
     // The signer is back: the same update now succeeds.
     r.start_service();
     r.times.set_agreed(t0 + 50);
@@ -247,6 +259,21 @@ async fn signer_failures_leave_the_zone_unchanged() {
     // The journal holds exactly the successful updates.
     r.named.as_ref().unwrap().restart().await.unwrap();
     assert_eq!(canonical(&r.axfr().await), canonical(&zone_after), "zone changed across a restart");
+
+    // A reply for another request, then the one for this request: named reads on
+    // until its own arrives (the signature bytes are not checked by named).
+    r.stop_service();
+    {
+        let good = named_glue::wire::Reply::ok(0, t0, t0 + 86_400, vec![7; sig_len - 1]).encode().unwrap();
+        let mut stray = good.clone();
+        stray[8..16].copy_from_slice(&[0xee; 8]);
+        let _fake = FakeSigner::bind(&r.socket, Fake::Replies(vec![(stray, false), (vector("reply-bad-magic.hex"), true), (good, true)]));
+        let seen = r.log().matches("ignoring a reply for another request").count();
+        let out = r.nsupdate(&["update add third.example.test. 300 A 192.0.2.7"]).await;
+        assert!(out.status.success(), "the right reply after a stray one: {}\n{}", text(&out), r.log());
+        r.wait_log_count("ignoring a reply for another request", seen + 1).await;
+        assert!(r.log().contains("ignoring a malformed reply"));
+    }
     r.shutdown().await;
 }
 

@@ -64,6 +64,25 @@ pub fn classify(bytes: &[u8], transport_is_tcp: bool) -> Verdict {
     }
 }
 
+/// The pre-ordering authentication filter (crate::auth), against the local clock: an
+/// update that cannot pass, or a transfer without a transfer key, is answered here as
+/// named would answer it, without being ordered. Execution re-checks every ordered
+/// update against the batch's agreed time, and that check decides.
+pub fn precheck(verdict: Verdict, bytes: &[u8], auth: Option<&crate::auth::Authenticator>) -> Verdict {
+    let Some(auth) = auth else { return verdict };
+    let transfer = match verdict {
+        Verdict::Order(Kind::Write) => false,
+        Verdict::Order(Kind::Transfer) => true,
+        Verdict::Order(Kind::Read) if crate::auth::is_transfer_query(bytes) => true,
+        _ => return verdict,
+    };
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    match auth.precheck(bytes, transfer, now_s) {
+        Some(answer) => Verdict::Answer(answer),
+        None => verdict,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,11 +84,24 @@ fn print_usage(p: &ClusterParams, dir: &Path) {
     let zone = p.zone.trim_end_matches('.');
     let tsig = dir.join("tsig.key");
     let anchor = dir.join("trust-anchor.conf");
+    let transfer = dir.join("transfer.key");
+    let sig0 = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|f| f.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("Ksdns-update.") && n.ends_with(".private")));
+    // In sig0 mode only the SIG(0) key authorizes updates; the shared TSIG key does not.
+    let (how, key) = match (p.update_auth, &sig0) {
+        (crate::auth::Mode::Tsig, _) | (_, None) => ("TSIG, a key every replica holds", tsig.clone()),
+        (_, Some(k)) => ("SIG(0), a key no replica holds", k.clone()),
+    };
     println!(
         "\nsdns: {n} replicas serving {zone} (t = {t}, protocol {proto:?}).\n\n\
          Read through any replica:\n  dig @{ip} -p {port0} www.{zone} A +dnssec\n\
          Validate with the zone's trust anchor:\n  delv -a {anchor} @{ip} -p {port0} www.{zone} A +root={zone}\n\
-         Update through another replica (TSIG):\n  printf 'server {ip} {port1}\\nzone {zone}\\nupdate add new.{zone} 300 A 192.0.2.7\\nsend\\n' | nsupdate -k {tsig}\n\
+         Update through another replica ({how}):\n  printf 'server {ip} {port1}\\nzone {zone}\\nupdate add new.{zone} 300 A 192.0.2.7\\nsend\\n' | nsupdate -k {key}\n\
+         Transfer the zone (needs the transfer key):\n  dig -k {transfer} @{ip} -p {port0} {zone} AXFR\n\
          Status and shutdown:\n  {sdns} cluster status --replicas {n} --dir {dir}{flags}\n  {sdns} cluster down --replicas {n} --dir {dir}{flags}\n",
         n = p.replicas,
         t = (p.replicas - 1) / 3,
@@ -97,7 +110,8 @@ fn print_usage(p: &ClusterParams, dir: &Path) {
         port0 = c0.port(),
         port1 = c1.port(),
         anchor = anchor.display(),
-        tsig = tsig.display(),
+        key = key.display(),
+        transfer = transfer.display(),
         dir = dir.display(),
         sdns = sdns_command(),
         flags = locating_flags(p),

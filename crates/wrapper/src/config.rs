@@ -48,6 +48,10 @@ pub struct Config {
     /// Client-address ACLs (named sees every client as the loopback address).
     #[serde(default)]
     pub access: crate::access::AccessSection,
+    #[serde(default)]
+    pub auth: AuthSection,
+    #[serde(default)]
+    pub rrl: crate::auth::rrl::RrlConfig,
     /// Where the file was read from; relative paths are resolved against its directory.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -209,6 +213,22 @@ pub struct MetricsSection {
     pub listen: Option<SocketAddr>,
 }
 
+/// Who may update the zone and transfer it (see README, "Update authentication").
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSection {
+    /// `tsig` (the keys in `named.tsig_keys`: every replica holds their secret),
+    /// `sig0` (the public KEYs in `sig0_keys`: no replica can sign), or `both`.
+    pub mode: crate::auth::Mode,
+    /// SIG(0) public key files as `dnssec-keygen -T KEY -n USER` writes them (`K<name>.+<alg>+<tag>.key`).
+    pub sig0_keys: Vec<PathBuf>,
+    /// TSIG key files that allow zone transfers (AXFR/IXFR); without one, transfers are refused.
+    pub transfer_keys: Vec<PathBuf>,
+    /// Fault injection for tests: order updates and transfers without the pre-ordering
+    /// check, as a corrupted replica could.
+    pub skip_precheck: bool,
+}
+
 fn default_protocol() -> Protocol {
     Protocol::OptTe
 }
@@ -344,6 +364,14 @@ impl Config {
         if self.signing.cache_entries == 0 {
             return Err(bad("signing.cache_entries", "must be at least 1".into()));
         }
+        let a = &self.auth;
+        if a.mode != crate::auth::Mode::Tsig && a.sig0_keys.is_empty() {
+            return Err(bad("auth.sig0_keys", format!("mode \"{}\" needs at least one SIG(0) key file", a.mode.as_str())));
+        }
+        if a.mode != crate::auth::Mode::Sig0 && self.named.tsig_keys.is_empty() {
+            return Err(bad("named.tsig_keys", format!("auth.mode \"{}\" needs at least one TSIG key file", a.mode.as_str())));
+        }
+        self.rrl.validate().map_err(|e| bad("rrl", e))?;
         if self.client.max_pending == 0 || self.client.tcp_max_connections == 0 || self.client.tcp_max_pipelined == 0 || self.client.tcp_write_timeout_ms == 0 {
             return Err(bad("client", "limits must be positive".into()));
         }
@@ -375,6 +403,7 @@ state_dir = "state"
 bind_dir = "/opt/bind"
 port = 5501
 zone_file = "zone.db"
+tsig_keys = ["tsig.key"]
 "#
         );
         for i in 0..n {
@@ -395,6 +424,11 @@ zone_file = "zone.db"
         assert_eq!(c.cluster.reads, ReadMode::Ordered);
         assert_eq!(c.resolve(Path::new("share.json")), Path::new("/etc/sdns/share.json"));
         assert_eq!(c.me().client.port(), 5301);
+        assert_eq!(c.auth.mode, crate::auth::Mode::Tsig);
+        assert!(c.auth.transfer_keys.is_empty() && !c.auth.skip_precheck);
+        assert_eq!(c.rrl.responses_per_second, 0);
+        let both = parse(&(sample(4) + "\n[auth]\nmode = \"both\"\nsig0_keys = [\"K.key\"]\n[rrl]\nresponses_per_second = 20\n")).unwrap();
+        assert_eq!((both.auth.mode, both.rrl.responses_per_second, both.rrl.slip), (crate::auth::Mode::Both, 20, 2));
     }
 
     #[test]
@@ -408,6 +442,8 @@ zone_file = "zone.db"
             (sample(4) + "\n[signing]\nresign_after_s = 99999999\n", "signing.resign_after_s"),
             (sample(4) + "\n[signing]\ntimeout_ms = 600001\n", "signing.timeout_ms"),
             (sample(4).replace("127.0.0.1:5402", "127.0.0.1:5401"), "peer"),
+            (sample(4) + "\n[auth]\nmode = \"sig0\"\n", "auth.sig0_keys"),
+            (sample(4) + "\n[rrl]\nresponses_per_second = 5\nwindow_s = 0\n", "rrl"),
         ];
         for (text, field) in cases {
             match parse(&text) {

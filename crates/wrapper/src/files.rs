@@ -35,13 +35,15 @@ pub fn check_secret_mode(path: &Path) -> Result<(), String> {
 /// A TSIG key in BIND's format, usable as `nsupdate -k FILE` and includable in named.conf.
 pub struct TsigKey {
     pub name: String,
+    /// BIND's algorithm name, e.g. `hmac-sha256`.
+    pub algorithm: String,
     pub secret_b64: String,
 }
 
 // The secret must not reach a log through a stray `{:?}`.
 impl std::fmt::Debug for TsigKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TsigKey").field("name", &self.name).field("secret_b64", &"<redacted>").finish()
+        f.debug_struct("TsigKey").field("name", &self.name).field("algorithm", &self.algorithm).field("secret_b64", &"<redacted>").finish()
     }
 }
 
@@ -49,11 +51,11 @@ impl TsigKey {
     pub fn generate(name: &str) -> std::io::Result<TsigKey> {
         let mut secret = [0u8; 32];
         getrandom::fill(&mut secret).map_err(|e| std::io::Error::other(format!("no OS randomness: {e}")))?;
-        Ok(TsigKey { name: name.to_owned(), secret_b64: base64::engine::general_purpose::STANDARD.encode(secret) })
+        Ok(TsigKey { name: name.to_owned(), algorithm: "hmac-sha256".to_owned(), secret_b64: base64::engine::general_purpose::STANDARD.encode(secret) })
     }
 
     pub fn to_bind(&self) -> String {
-        format!("key \"{}\" {{\n\talgorithm hmac-sha256;\n\tsecret \"{}\";\n}};\n", self.name, self.secret_b64)
+        format!("key \"{}\" {{\n\talgorithm {};\n\tsecret \"{}\";\n}};\n", self.name, self.algorithm, self.secret_b64)
     }
 
     /// Reads back a key statement written by `to_bind` (named needs the name for its
@@ -67,7 +69,16 @@ impl TsigKey {
         let name = quoted_after("key \"").ok_or("no `key \"NAME\"` statement")?;
         let secret_b64 = quoted_after("secret \"").ok_or("no `secret \"...\"`")?;
         base64::engine::general_purpose::STANDARD.decode(&secret_b64).map_err(|e| format!("secret is not base64: {e}"))?;
-        Ok(TsigKey { name, secret_b64 })
+        // `algorithm NAME;` (tsig-keygen always writes it); hmac-sha256 when absent.
+        let algorithm = text
+            .find("algorithm")
+            .map(|at| text[at + "algorithm".len()..].split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| "hmac-sha256".to_owned());
+        if algorithm.chars().any(|c| !(c.is_ascii_alphanumeric() || c == '-')) {
+            return Err(format!("algorithm {algorithm:?} is not a TSIG algorithm name"));
+        }
+        Ok(TsigKey { name, algorithm, secret_b64 })
     }
 
     pub fn secret(&self) -> Vec<u8> {
@@ -111,6 +122,9 @@ mod tests {
         let k = TsigKey::generate("sdns-update").unwrap();
         let back = TsigKey::from_bind(&k.to_bind()).unwrap();
         assert_eq!(back.name, "sdns-update");
+        assert_eq!(back.algorithm, "hmac-sha256");
+        let sha512 = TsigKey::from_bind("key \"k\" {\n\talgorithm hmac-sha512;\n\tsecret \"AAAA\";\n};\n").unwrap();
+        assert_eq!(sha512.algorithm, "hmac-sha512");
         assert_eq!(back.secret(), k.secret());
         assert_eq!(k.secret().len(), 32);
         assert!(TsigKey::from_bind("secret \"AAAA\";").unwrap_err().contains("key"));

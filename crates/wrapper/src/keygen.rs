@@ -4,7 +4,12 @@
 //! - `replica-<i>/`: everything replica i needs and nothing another replica's secret:
 //!   its key share and TLS key (0600), its certificate, the CA certificate, the public
 //!   key, the TSIG key named checks updates with, the initial zone, and `replica.toml`;
-//! - `tsig.key` (0600): the update key, for `nsupdate -k`;
+//! - `tsig.key` (0600): the shared TSIG key, for `nsupdate -k` (it authorizes updates
+//!   in the `tsig` and `both` update-authentication modes; every replica holds it);
+//! - `transfer.key` (0600): the TSIG key zone transfers need (`dig -k transfer.key AXFR`);
+//! - with `--update-auth sig0|both`: `K<sdns-update.zone>.+013+<tag>.key/.private`, the
+//!   SIG(0) key pair from the BIND build's dnssec-keygen, for `nsupdate -k ....private`.
+//!   The private half stays here (0600); replicas get the public KEY as `sig0.key`;
 //! - `trust-anchor.conf` (for `delv -a`), `ds.txt` (for the parent zone), and BIND's
 //!   `K<zone>+<alg>+<tag>.key`.
 //! The CA's private key is not kept: adding a replica means a new dealing.
@@ -17,6 +22,7 @@ use bft::transport::pki::{generate_ca, issue_replica_cert};
 use hickory_proto::rr::Name;
 use rand_chacha::rand_core::SeedableRng;
 
+use crate::auth::Mode;
 use crate::config::{Protocol, ReadMode};
 use crate::files::{demo_zone, write_public, write_secret, TsigKey};
 use crate::run::zone_key;
@@ -82,6 +88,41 @@ pub struct ClusterParams {
     pub resign_after_s: Option<u64>,
     /// Written as `[signing] sign_zone_interval_s` when set.
     pub sign_zone_interval_s: Option<u64>,
+    /// Which signatures authorize updates (`[auth] mode`).
+    pub update_auth: Mode,
+    /// Replicas that order updates without the pre-ordering check (fault injection).
+    pub skip_precheck: Vec<u16>,
+    /// `[rrl] responses_per_second` (0: off).
+    pub rrl_responses_per_second: u32,
+}
+
+/// The SIG(0) signer's name: a USER key under the zone.
+pub fn sig0_signer(zone: &str) -> String {
+    format!("sdns-update.{}.", zone.trim_end_matches('.'))
+}
+
+/// Makes the SIG(0) key pair with the BIND build's dnssec-keygen in `out` (the
+/// operator's directory); returns the `.key` file's path. The `.private` is 0600.
+fn sig0_keygen(bind_dir: &Path, zone: &str, out: &Path) -> Result<PathBuf> {
+    let tools = named_glue::tools::BindTools::new(&std::path::absolute(bind_dir).unwrap_or_else(|_| bind_dir.to_owned()));
+    let output = std::process::Command::new(tools.bin("dnssec-keygen"))
+        .arg("-K")
+        .arg(out)
+        .args(["-q", "-T", "KEY", "-a", "ECDSAP256SHA256", "-n", "USER"])
+        .arg(sig0_signer(zone))
+        .output()
+        .with_context(|| format!("running {}", tools.bin("dnssec-keygen").display()))?;
+    if !output.status.success() {
+        bail!("dnssec-keygen failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let stem = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    if stem.is_empty() || stem.contains('/') {
+        bail!("dnssec-keygen printed no key name");
+    }
+    let private = out.join(format!("{stem}.private"));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).with_context(|| format!("chmod {}", private.display()))?;
+    Ok(out.join(format!("{stem}.key")))
 }
 
 pub fn replica_dir(out: &Path, i: u16) -> PathBuf {
@@ -116,6 +157,14 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
     let key = zone_key(&zone, p.algorithm, &public)?;
     let ca = generate_ca(&format!("sdns {zone_text}")).context("cluster CA")?;
     let tsig = TsigKey::generate("sdns-update").context("TSIG key")?;
+    let transfer = TsigKey::generate("sdns-transfer").context("transfer TSIG key")?;
+    let sig0 = match p.update_auth {
+        Mode::Tsig => None,
+        Mode::Sig0 | Mode::Both => {
+            let key = sig0_keygen(&p.bind_dir, &zone_text, out)?;
+            Some(std::fs::read(&key).with_context(|| format!("reading {}", key.display()))?)
+        }
+    };
     let zone_data = match &p.zone_file {
         Some(f) => std::fs::read_to_string(f).with_context(|| format!("reading --zone-file {}", f.display()))?,
         None => demo_zone(&zone_text, n),
@@ -123,6 +172,7 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
 
     // Operator-side files.
     write_secret(&out.join("tsig.key"), tsig.to_bind().as_bytes())?;
+    write_secret(&out.join("transfer.key"), transfer.to_bind().as_bytes())?;
     write_public(&out.join("trust-anchor.conf"), key.trust_anchor().as_bytes())?;
     let ds = public.ds_record(&zone_text, key.flags, p.algorithm).context("DS record")?;
     write_public(&out.join("ds.txt"), format!("{ds}\n").as_bytes())?;
@@ -144,6 +194,10 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
         let _ = std::fs::remove_file(&pub_path);
         shoup_rsa::save_public(&pub_path, &public).with_context(|| format!("writing {}", pub_path.display()))?;
         write_secret(&dir.join("tsig.key"), tsig.to_bind().as_bytes())?;
+        write_secret(&dir.join("transfer.key"), transfer.to_bind().as_bytes())?;
+        if let Some(public) = &sig0 {
+            write_public(&dir.join("sig0.key"), public)?;
+        }
         write_public(&dir.join("zone.db"), zone_data.as_bytes())?;
     }
     write_configs(p, out)?;
@@ -199,6 +253,16 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         if let Some(r) = p.sign_zone_interval_s {
             c += &format!("sign_zone_interval_s = {r}\n");
         }
+        c += &format!("\n[auth]\nmode = \"{}\"\ntransfer_keys = [\"transfer.key\"]\n", p.update_auth.as_str());
+        if p.update_auth != Mode::Tsig {
+            c += "sig0_keys = [\"sig0.key\"]\n";
+        }
+        if p.skip_precheck.contains(&i) {
+            c += "skip_precheck = true\n";
+        }
+        if p.rrl_responses_per_second > 0 {
+            c += &format!("\n[rrl]\nresponses_per_second = {}\n", p.rrl_responses_per_second);
+        }
         for j in 0..n {
             c += &format!("\n[[peer]]\nid = {j}\nclient = \"{}\"\npeer = \"{}\"\n", p.layout.client(j), p.layout.peer(j));
         }
@@ -208,4 +272,50 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         write_public(&path, c.as_bytes())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(update_auth: Mode) -> ClusterParams {
+        ClusterParams {
+            zone: "example.test.".into(),
+            replicas: 4,
+            threshold: None,
+            bits: 1024,
+            algorithm: 8,
+            protocol: Protocol::OptTe,
+            reads: ReadMode::Ordered,
+            corrupt: Vec::new(),
+            layout: Layout::default(),
+            bind_dir: PathBuf::from("/opt/bind"),
+            zone_file: None,
+            resign_after_s: None,
+            update_auth,
+            skip_precheck: vec![2],
+            rrl_responses_per_second: 7,
+        }
+    }
+
+    #[test]
+    fn configs_carry_the_update_authentication() {
+        for mode in [Mode::Tsig, Mode::Sig0, Mode::Both] {
+            let out = tempfile::tempdir().unwrap();
+            for i in 0..4 {
+                std::fs::create_dir_all(replica_dir(out.path(), i)).unwrap();
+            }
+            write_configs(&params(mode), out.path()).unwrap();
+            for i in 0..4 {
+                let c = crate::config::Config::load(&replica_dir(out.path(), i).join("replica.toml")).unwrap();
+                assert_eq!(c.auth.mode, mode);
+                assert_eq!(c.auth.transfer_keys, vec![PathBuf::from("transfer.key")]);
+                assert_eq!(c.named.tsig_keys, vec![PathBuf::from("tsig.key")]);
+                assert_eq!(c.auth.sig0_keys.is_empty(), mode == Mode::Tsig);
+                assert_eq!(c.auth.skip_precheck, i == 2);
+                assert_eq!((c.rrl.responses_per_second, c.rrl.slip), (7, 2));
+            }
+        }
+        assert_eq!(sig0_signer("example.test."), "sdns-update.example.test.");
+    }
 }

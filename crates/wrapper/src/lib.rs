@@ -6,6 +6,7 @@
 //! the threshold protocol with the other replicas over the mesh.
 pub mod access;
 pub mod answer;
+pub mod auth;
 pub mod classify;
 pub mod cluster;
 pub mod codec;

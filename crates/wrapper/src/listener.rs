@@ -15,7 +15,9 @@ use tracing::{debug, warn};
 
 use crate::access::AccessSection;
 use crate::answer::{error_answer, RCODE_REFUSED};
-use crate::classify::{classify, Verdict};
+use crate::auth::rrl::Limiter;
+use crate::auth::ClientFilters;
+use crate::classify::{classify, precheck, Kind, Verdict};
 use crate::metrics::Metrics;
 
 /// One answer on its way to a TCP connection's writer. It holds the request's
@@ -31,7 +33,8 @@ pub struct Outgoing {
 /// or socket buffer drops the answer (the client retries).
 #[derive(Clone, Debug)]
 pub enum ReplyTo {
-    Udp { socket: Arc<UdpSocket>, peer: SocketAddr },
+    /// `rrl`: response rate limiting for this socket's answers, when configured.
+    Udp { socket: Arc<UdpSocket>, peer: SocketAddr, rrl: Option<Arc<Limiter>> },
     /// The connection's writer task (bounded queue); a closed connection drops answers.
     /// `slot` is the request's pipelining slot on that connection.
     Tcp { writer: mpsc::Sender<Outgoing>, slot: Option<Arc<OwnedSemaphorePermit>> },
@@ -56,13 +59,17 @@ impl ReplyTo {
     /// answer queue or a closed connection drops it.
     pub fn try_send(&self, answer: Vec<u8>) -> Delivery {
         match self {
-            ReplyTo::Udp { socket, peer } => match socket.try_send_to(&answer, *peer) {
-                Ok(_) => Delivery::Sent,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Delivery::Dropped("udp_send_would_block"),
-                Err(e) => {
-                    debug!(%peer, error = %e, "udp answer not sent");
-                    Delivery::Dropped("udp_send_error")
-                }
+            ReplyTo::Udp { socket, peer, rrl } => match rrl.as_ref().map_or(Some(answer), |limiter| limiter.filter(peer.ip(), answer)) {
+                // Rate-limited (BIND's RRL): dropped, or a truncated "slip" answer sent instead.
+                None => Delivery::Dropped("rate_limited"),
+                Some(answer) => match socket.try_send_to(&answer, *peer) {
+                    Ok(_) => Delivery::Sent,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Delivery::Dropped("udp_send_would_block"),
+                    Err(e) => {
+                        debug!(%peer, error = %e, "udp answer not sent");
+                        Delivery::Dropped("udp_send_error")
+                    }
+                },
             },
             ReplyTo::Tcp { writer, slot } => match writer.try_send(Outgoing { bytes: answer, _slot: slot.clone() }) {
                 Ok(()) => Delivery::Sent,
@@ -108,7 +115,7 @@ pub struct ClientRequest {
 /// Largest DNS message over UDP we accept (EDNS allows up to 65535).
 const UDP_MAX: usize = 65_535;
 
-pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRequest>, metrics: Arc<Metrics>, access: Arc<AccessSection>) {
+pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRequest>, metrics: Arc<Metrics>, access: Arc<AccessSection>, filters: Arc<ClientFilters>) {
     let mut buf = vec![0u8; UDP_MAX];
     loop {
         let (len, peer) = match socket.recv_from(&mut buf).await {
@@ -120,14 +127,29 @@ pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRe
             }
         };
         let bytes = buf[..len].to_vec();
-        let reply = ReplyTo::Udp { socket: socket.clone(), peer };
-        dispatch(bytes, false, reply, peer, &access, &to_gateway, &metrics).await;
+        let reply = ReplyTo::Udp { socket: socket.clone(), peer, rrl: filters.rrl.clone() };
+        dispatch(bytes, false, reply, peer, &access, &filters, &to_gateway, &metrics).await;
     }
 }
 
-async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, peer: SocketAddr, access: &AccessSection, to_gateway: &mpsc::Sender<ClientRequest>, metrics: &Metrics) {
-    match classify(&bytes, tcp) {
-        Verdict::Order(kind) if !access.allows(peer.ip(), kind) => {
+async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, peer: SocketAddr, access: &AccessSection, filters: &ClientFilters, to_gateway: &mpsc::Sender<ClientRequest>, metrics: &Metrics) {
+    let verdict = classify(&bytes, tcp);
+    // A transfer is allowed by address OR by a transfer key, as in BIND's allow-transfer list;
+    // the key check (and the update-signature check) answers as named would.
+    let transfer = matches!(verdict, Verdict::Order(Kind::Transfer));
+    let by_address = match verdict {
+        Verdict::Order(kind) => access.allows(peer.ip(), kind),
+        _ => true,
+    };
+    let verdict = if transfer && by_address { verdict } else { precheck(verdict, &bytes, filters.auth.as_deref()) };
+    let refused_by_address = match verdict {
+        // Without a key check configured, a transfer the address ACL refuses stays refused.
+        Verdict::Order(Kind::Transfer) => !by_address && filters.auth.is_none(),
+        Verdict::Order(_) => !by_address,
+        _ => false,
+    };
+    match verdict {
+        Verdict::Order(_) if refused_by_address => {
             // named would see only the wrapper's address; the wrapper answers as named
             // answers a client its ACL does not allow.
             metrics.inc_refused();
@@ -169,7 +191,7 @@ pub struct TcpLimits {
 /// messages wait for room instead, bounded by the write timeout).
 const ANSWER_QUEUE: usize = 64;
 
-pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientRequest>, limits: TcpLimits, metrics: Arc<Metrics>, access: Arc<AccessSection>) {
+pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientRequest>, limits: TcpLimits, metrics: Arc<Metrics>, access: Arc<AccessSection>, filters: Arc<ClientFilters>) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let limits = Arc::new(limits);
     loop {
@@ -189,9 +211,10 @@ pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientReq
         let metrics = metrics.clone();
         let limits = limits.clone();
         let access = access.clone();
+        let filters = filters.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            serve_connection(stream, peer, to_gateway, &limits, metrics, access).await;
+            serve_connection(stream, peer, to_gateway, &limits, metrics, access, filters).await;
             debug!(%peer, "tcp connection ended");
         });
     }
@@ -200,7 +223,7 @@ pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientReq
 /// One TCP connection: several messages, answers in completion order (RFC 7766
 /// allows that; clients match them by message id), closed when idle, when a write
 /// stalls, or when the client closes.
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, to_gateway: mpsc::Sender<ClientRequest>, limits: &TcpLimits, metrics: Arc<Metrics>, access: Arc<AccessSection>) {
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, to_gateway: mpsc::Sender<ClientRequest>, limits: &TcpLimits, metrics: Arc<Metrics>, access: Arc<AccessSection>, filters: Arc<ClientFilters>) {
     let (mut reader, mut writer) = stream.into_split();
     let (answers_tx, mut answers_rx) = mpsc::channel::<Outgoing>(ANSWER_QUEUE);
     let write_timeout = limits.write_timeout;
@@ -241,7 +264,7 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, to_gateway: mpsc:
             _ = &mut write_task => { writer_done = true; break }
         };
         let reply = ReplyTo::Tcp { writer: answers_tx.clone(), slot: Some(Arc::new(slot)) };
-        dispatch(bytes, true, reply, peer, &access, &to_gateway, &metrics).await;
+        dispatch(bytes, true, reply, peer, &access, &filters, &to_gateway, &metrics).await;
     }
     drop(answers_tx);
     if !writer_done {

@@ -141,6 +141,24 @@ struct ClusterArgs {
     /// At most one whole-zone signing per this many seconds of agreed time (default 3600).
     #[arg(long)]
     sign_zone_interval_s: Option<u64>,
+    /// What authorizes updates: tsig (a shared key every replica holds), sig0 (a KEY
+    /// pair whose private half only the operator has), or both.
+    #[arg(long, value_enum, default_value = "tsig")]
+    update_auth: UpdateAuthArg,
+    /// Replicas that order updates without checking them first (fault injection, tests).
+    #[arg(long, value_delimiter = ',')]
+    skip_precheck: Vec<u16>,
+    /// Rate-limit UDP answers to this many per second per client prefix and answer
+    /// (BIND's RRL; 0: off).
+    #[arg(long, default_value_t = 0)]
+    rrl_responses_per_second: u32,
+}
+
+#[derive(ValueEnum, Clone, Copy)]
+enum UpdateAuthArg {
+    Tsig,
+    Sig0,
+    Both,
 }
 
 impl ClusterArgs {
@@ -172,6 +190,13 @@ impl ClusterArgs {
             zone_file: self.zone_file.clone(),
             resign_after_s: self.resign_after_s,
             sign_zone_interval_s: self.sign_zone_interval_s,
+            update_auth: match self.update_auth {
+                UpdateAuthArg::Tsig => wrapper::auth::Mode::Tsig,
+                UpdateAuthArg::Sig0 => wrapper::auth::Mode::Sig0,
+                UpdateAuthArg::Both => wrapper::auth::Mode::Both,
+            },
+            skip_precheck: self.skip_precheck.clone(),
+            rrl_responses_per_second: self.rrl_responses_per_second,
         }
     }
 }

@@ -22,8 +22,11 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{mpsc, watch};
 use tracing::info;
 
+use crate::auth::rrl::Limiter;
+use crate::auth::sig0::Sig0Key;
+use crate::auth::{tsig, Authenticator, ClientFilters, TsigSecret};
 use crate::config::Config;
-use crate::exec::{ExecConfig, ExecCore, ExecState, Unchanged, UpdateGate};
+use crate::exec::{ExecConfig, ExecCore, ExecState, UpdateGate};
 use crate::executor::Executor;
 use crate::files::{check_secret_mode, TsigKey as DealerTsig};
 use crate::gateway::Gateway;
@@ -45,22 +48,40 @@ fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
-/// Reads a TSIG key file written by `sdns keygen` (BIND's key statement).
-fn load_tsig(path: &Path) -> Result<TsigKey> {
+/// Reads a TSIG key file (BIND's key statement, as `sdns keygen` or tsig-keygen write it).
+fn load_tsig(path: &Path) -> Result<TsigSecret> {
     let key = DealerTsig::from_bind(&read(path)?).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    Ok(TsigKey::hmac_sha256(&key.name, key.secret()))
+    let algorithm = tsig::Algorithm::from_name(&key.algorithm)
+        .ok_or_else(|| anyhow!("{}: TSIG algorithm {} is not supported (hmac-sha1/256/384/512 are)", path.display(), key.algorithm))?;
+    Ok(TsigSecret { name: key.name.clone(), algorithm, secret: key.secret() })
+}
+
+/// The update authenticator from `[auth]` and `named.tsig_keys`, and the keys named
+/// must know: the local keys it grants updates to, and the transfer keys.
+fn authenticator(config: &Config) -> Result<(Authenticator, Vec<TsigKey>, Vec<TsigKey>)> {
+    let updates = config.named.tsig_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
+    let transfers = config.auth.transfer_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
+    let sig0 = config
+        .auth
+        .sig0_keys
+        .iter()
+        .map(|p| {
+            let path = config.resolve(p);
+            Sig0Key::from_key_file(&read(&path)?).map_err(|e| anyhow!("auth.sig0_keys: {}: {e}", path.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let auth = Authenticator::new(config.auth.mode, &updates, &transfers, sig0).context("update authentication")?;
+    let (local, transfer) = auth.named_keys(&transfers);
+    let conf_key = |k: crate::auth::NamedKey| TsigKey { name: k.name, algorithm: k.algorithm.to_string(), secret: k.secret };
+    Ok((auth, local.into_iter().map(conf_key).collect(), transfer.into_iter().map(conf_key).collect()))
 }
 
 /// Reads executing at once at this gateway.
 const MAX_READS_IN_FLIGHT: usize = 64;
 
-/// Runs a replica whose ordered writes go to named unchanged.
+/// Runs one replica; its execution core asks the update authenticator about every
+/// ordered write.
 pub async fn run(config: Config) -> Result<()> {
-    run_with_gate(config, Arc::new(Unchanged)).await
-}
-
-/// Runs a replica whose execution core asks `gate` about every ordered write.
-pub async fn run_with_gate(config: Config, gate: Arc<dyn UpdateGate>) -> Result<()> {
     let id = config.replica.id;
     let n = config.cluster.replicas;
     let t = config.faults();
@@ -83,8 +104,14 @@ pub async fn run_with_gate(config: Config, gate: Arc<dyn UpdateGate>) -> Result<
     let state = config.resolve(&config.replica.state_dir);
     let named_dir = state.join("named");
     std::fs::create_dir_all(named_dir.join("keys")).with_context(|| format!("creating {}", named_dir.display()))?;
-    let tsig = config.named.tsig_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
-    let mut conf = NamedConf::new(&named_dir, config.named.port, &zone, tsig);
+    // named trusts only this replica's local keys for updates (fresh secrets each start).
+    let (auth, local_keys, transfer_keys) = authenticator(&config)?;
+    let auth = Arc::new(auth);
+    for line in auth.describe() {
+        info!(replica = id, mode = auth.mode().as_str(), "update identity: {line}");
+    }
+    let mut conf = NamedConf::new(&named_dir, config.named.port, &zone, local_keys);
+    conf.transfer_keys = transfer_keys;
     conf.sig_validity_days = config.named.signature_validity_days;
     let conf_path = named_dir.join("named.conf");
     conf.write(&conf_path).context("writing named.conf")?;
@@ -177,7 +204,7 @@ pub async fn run_with_gate(config: Config, gate: Arc<dyn UpdateGate>) -> Result<
             sign_zone_window_s: config.signing.sign_zone_window_s,
             max_reads_in_flight: MAX_READS_IN_FLIGHT,
         },
-        gate,
+        auth.clone() as Arc<dyn UpdateGate>,
         exec_state,
     );
     let last_signed = Arc::new(AtomicU64::new(0));
@@ -223,14 +250,19 @@ pub async fn run_with_gate(config: Config, gate: Arc<dyn UpdateGate>) -> Result<
     let udp = Arc::new(UdpSocket::bind(me.client).await.with_context(|| format!("binding UDP {}", me.client))?);
     let tcp = TcpListener::bind(me.client).await.with_context(|| format!("binding TCP {}", me.client))?;
     let access = Arc::new(config.access.clone());
-    tokio::spawn(serve_udp(udp, client_tx.clone(), metrics.clone(), access.clone()));
+    let filters = Arc::new(ClientFilters {
+        // The fault-injection switch leaves this replica ordering whatever it gets.
+        auth: (!config.auth.skip_precheck).then(|| auth.clone()),
+        rrl: Limiter::new(config.rrl.clone()).map(Arc::new),
+    });
+    tokio::spawn(serve_udp(udp, client_tx.clone(), metrics.clone(), access.clone(), filters.clone()));
     let tcp_limits = TcpLimits {
         idle: Duration::from_millis(config.client.tcp_idle_timeout_ms),
         max_connections: config.client.tcp_max_connections,
         max_pipelined: config.client.tcp_max_pipelined,
         write_timeout: Duration::from_millis(config.client.tcp_write_timeout_ms),
     };
-    tokio::spawn(serve_tcp(tcp, client_tx, tcp_limits, metrics.clone(), access));
+    tokio::spawn(serve_tcp(tcp, client_tx, tcp_limits, metrics.clone(), access, filters));
     if let Some(addr) = config.metrics.listen {
         let m = metrics.clone();
         let token = metrics::write_admin_token(&state.join(metrics::ADMIN_TOKEN_FILE)).context("writing the admin token")?;

@@ -331,6 +331,11 @@ pub enum Fake {
     /// Answers with these bytes, the request id written at offset 8 when
     /// `patch_id` is set.
     Reply { bytes: Vec<u8>, patch_id: bool },
+    /// Answers with each of these in turn (bytes, patch_id), from its bound socket.
+    Replies(Vec<(Vec<u8>, bool)>),
+    /// Answers with these bytes (the id patched) from another, unbound socket, as
+    /// any local process could: named must not take it.
+    Spoofed(Vec<u8>),
 }
 
 /// A misbehaving signer bound on the signing socket path.
@@ -347,8 +352,13 @@ pub struct FakeSigner {
 impl FakeSigner {
     pub fn bind(path: &Path, fake: Fake) -> FakeSigner {
         let _ = std::fs::remove_file(path);
-        let socket = tokio::net::UnixDatagram::bind(path).unwrap();
-        let replies = std::os::unix::net::UnixDatagram::unbound().unwrap();
+        // Like the real signing service, reply from the bound socket: named accepts
+        // datagrams from the signer's path only.
+        let bound = std::os::unix::net::UnixDatagram::bind(path).unwrap();
+        bound.set_nonblocking(true).unwrap();
+        let replies = bound.try_clone().unwrap();
+        let socket = tokio::net::UnixDatagram::from_std(bound).unwrap();
+        let stranger = std::os::unix::net::UnixDatagram::unbound().unwrap();
         let requests = Arc::new(Mutex::new(0));
         let counter = requests.clone();
         let undecodable = Arc::new(Mutex::new(Vec::new()));
@@ -364,13 +374,28 @@ impl FakeSigner {
                     Ok(req) => seen2.lock().unwrap().push((req.algorithm, req.key_tag, req.signer.to_ascii())),
                     Err(e) => bad.lock().unwrap().push(e.to_string()),
                 }
-                if let Fake::Reply { bytes, patch_id } = &fake {
+                let to: std::os::unix::net::SocketAddr = from.into();
+                let patched = |bytes: &Vec<u8>, patch_id: bool| {
                     let mut reply = bytes.clone();
-                    if *patch_id && n >= 16 && reply.len() >= 16 {
+                    if patch_id && n >= 16 && reply.len() >= 16 {
                         reply[8..16].copy_from_slice(&buf[8..16]);
                     }
-                    let to: std::os::unix::net::SocketAddr = from.into();
-                    let _ = replies.send_to_addr(&reply, &to);
+                    reply
+                };
+                match &fake {
+                    Fake::Silent => {}
+                    Fake::Reply { bytes, patch_id } => {
+                        let _ = replies.send_to_addr(&patched(bytes, *patch_id), &to);
+                    }
+                    Fake::Replies(list) => {
+                        for (bytes, patch_id) in list {
+                            let _ = replies.send_to_addr(&patched(bytes, *patch_id), &to);
+                        }
+                    }
+                    Fake::Spoofed(bytes) => {
+                        // The kernel refuses this (named's socket is connected to the signer).
+                        let _ = stranger.send_to_addr(&patched(bytes, true), &to);
+                    }
                 }
             }
         });

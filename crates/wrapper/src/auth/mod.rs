@@ -1,0 +1,370 @@
+//! Update authentication the replicas decide from the log alone.
+//!
+//! Every ordered update is authenticated here, by every replica, against the batch's
+//! agreed time: TSIG (RFC 8945) with the configured keys, or SIG(0) (RFC 2931) with the
+//! configured public KEYs. One that passes goes to named re-signed with a replica-local
+//! TSIG key standing for the same identity (a per-replica secret made at start-up that
+//! never leaves the replica), signed with the local clock so named's own time check
+//! cannot disagree; named.conf grants each local key exactly what its identity may do.
+//! One that fails gets the answer named would give, built from the request and the
+//! agreed time only, so it is the same on every honest replica.
+//!
+//! Before ordering, the same check runs against the local clock as a filter only
+//! ([`Authenticator::precheck`]); zone transfers are allowed only with a transfer key.
+
+pub mod rrl;
+pub mod sig0;
+pub mod tsig;
+pub mod wire;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use self::sig0::Sig0Key;
+use self::wire::{Layout, TYPE_TSIG};
+
+// The execution core owns the question (crate::exec::gate); this module answers it.
+pub use crate::exec::gate::{UpdateDecision, UpdateGate};
+
+/// Which signatures may authorize an update.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Shared TSIG keys: every replica holds the secret, so one corrupted replica can
+    /// order validly signed updates.
+    #[default]
+    Tsig,
+    /// SIG(0) KEYs: replicas hold only public keys; none can forge an update.
+    Sig0,
+    /// Either.
+    Both,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Tsig => "tsig",
+            Mode::Sig0 => "sig0",
+            Mode::Both => "both",
+        }
+    }
+}
+
+pub const RCODE_FORMERR: u16 = 1;
+pub const RCODE_REFUSED: u16 = 5;
+pub const RCODE_NOTAUTH: u16 = 9;
+
+/// A key named.conf must hold: a local key (granted updates) or a transfer key.
+#[derive(Clone)]
+pub struct NamedKey {
+    pub name: String,
+    pub algorithm: &'static str,
+    pub secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for NamedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamedKey").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// A TSIG key as configured: name, algorithm and secret.
+#[derive(Clone)]
+pub struct TsigSecret {
+    pub name: String,
+    pub algorithm: tsig::Algorithm,
+    pub secret: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthError {
+    #[error("TSIG key name {0:?} is not a domain name")]
+    BadKeyName(String),
+    #[error("no OS randomness for the local keys: {0}")]
+    Random(String),
+}
+
+/// An identity that may update: its local key for named.
+struct Identity {
+    local: tsig::Key,
+    local_secret: Vec<u8>,
+}
+
+/// How a request authenticated (or why not), before anything is signed.
+enum Outcome {
+    /// Passed as this identity (index into `identities`); `body` is the request
+    /// without its signature record.
+    Pass { identity: usize, body: Vec<u8> },
+    Refuse { rcode: u16, answer: Vec<u8> },
+}
+
+pub struct Authenticator {
+    mode: Mode,
+    /// Keys that may update (TSIG identities 0..n), then transfer-only keys.
+    tsig: Vec<tsig::Key>,
+    update_tsig: usize,
+    sig0: Vec<Sig0Key>,
+    /// TSIG identities first (same order as `tsig[..update_tsig]`), then SIG(0) ones.
+    identities: Vec<Identity>,
+    /// Names of the keys that allow AXFR/IXFR.
+    transfer: Vec<Vec<u8>>,
+    /// Time source for signing towards named (the local clock).
+    clock: fn() -> u64,
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl Authenticator {
+    /// `update_keys` authorize updates in tsig/both modes; `transfer_keys` allow
+    /// transfers (a key may be in both); `sig0_keys` authorize updates in sig0/both.
+    pub fn new(mode: Mode, update_keys: &[TsigSecret], transfer_keys: &[TsigSecret], sig0_keys: Vec<Sig0Key>) -> Result<Self, AuthError> {
+        let to_key = |k: &TsigSecret| tsig::Key::new(&k.name, k.algorithm, &k.secret).ok_or_else(|| AuthError::BadKeyName(k.name.clone()));
+        let mut keys = update_keys.iter().map(to_key).collect::<Result<Vec<_>, _>>()?;
+        let update_tsig = keys.len();
+        let mut transfer = Vec::new();
+        for k in transfer_keys {
+            let key = to_key(k)?;
+            transfer.push(key.name_wire.clone());
+            if !keys.iter().any(|x| x.name_wire == key.name_wire) {
+                keys.push(key);
+            }
+        }
+        let tsig_ids = if mode == Mode::Sig0 { 0 } else { update_tsig };
+        let sig0 = if mode == Mode::Tsig { Vec::new() } else { sig0_keys };
+        let mut identities = Vec::new();
+        for (kind, i) in (0..tsig_ids).map(|i| ("tsig", i)).chain((0..sig0.len()).map(|i| ("sig0", i))) {
+            let mut secret = vec![0u8; 32];
+            getrandom::fill(&mut secret).map_err(|e| AuthError::Random(e.to_string()))?;
+            let name = format!("{kind}-{i}.sdns-local.");
+            let local = tsig::Key::new(&name, tsig::Algorithm::HmacSha256, &secret).ok_or(AuthError::BadKeyName(name))?;
+            identities.push(Identity { local, local_secret: secret });
+        }
+        Ok(Authenticator { mode, tsig: keys, update_tsig: tsig_ids, sig0, identities, transfer, clock: unix_now })
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The local keys named.conf grants updates to (one per identity), and the
+    /// transfer keys named must know to sign transfers (never granted updates).
+    pub fn named_keys(&self, transfer_keys: &[TsigSecret]) -> (Vec<NamedKey>, Vec<NamedKey>) {
+        let local = self
+            .identities
+            .iter()
+            .map(|i| NamedKey { name: i.local.name.clone(), algorithm: "hmac-sha256", secret: i.local_secret.clone() })
+            .collect();
+        let transfer = transfer_keys
+            .iter()
+            .map(|k| NamedKey { name: k.name.trim_end_matches('.').to_ascii_lowercase(), algorithm: k.algorithm.name(), secret: k.secret.clone() })
+            .collect();
+        (local, transfer)
+    }
+
+    /// Who each local key stands for, for the log at start-up.
+    pub fn describe(&self) -> Vec<String> {
+        let tsig = self.tsig[..self.update_tsig].iter().map(|k| format!("TSIG {}", k.name));
+        let sig0 = self.sig0.iter().map(|k| format!("SIG(0) {} alg {} tag {}", k.name, k.algorithm, k.tag));
+        tsig.chain(sig0).zip(&self.identities).map(|(who, id)| format!("{who} -> {}", id.local.name)).collect()
+    }
+
+    fn authenticate(&self, msg: &[u8], now_s: u64) -> Outcome {
+        let layout = match wire::layout(msg) {
+            Ok(l) => l,
+            Err(_) => return Outcome::Refuse { rcode: RCODE_FORMERR, answer: header_only(msg, RCODE_FORMERR) },
+        };
+        let Some(rec) = layout.signature.clone() else {
+            // Unsigned: named's update-policy matches no rule.
+            return refuse_plain(msg, &layout, RCODE_REFUSED);
+        };
+        if rec.rtype == TYPE_TSIG {
+            let t = match tsig::Tsig::parse(msg, &rec) {
+                Ok(t) => t,
+                Err(_) => return refuse_plain(msg, &layout, RCODE_FORMERR),
+            };
+            let Some(index) = self.tsig.iter().position(|k| k.name_wire == t.key_name) else {
+                return tsig_error(msg, &layout, &t, tsig::BADKEY, now_s);
+            };
+            let key = &self.tsig[index];
+            match tsig::verify(msg, &rec, &t, key, now_s) {
+                Ok(()) => {}
+                Err(tsig::Failure::FormErr) => return refuse_plain(msg, &layout, RCODE_FORMERR),
+                Err(tsig::Failure::BadKey) => return tsig_error(msg, &layout, &t, tsig::BADKEY, now_s),
+                Err(tsig::Failure::BadSig) => return tsig_error(msg, &layout, &t, tsig::BADSIG, now_s),
+                Err(tsig::Failure::BadTrunc) => return tsig_error(msg, &layout, &t, tsig::BADTRUNC, now_s),
+                Err(tsig::Failure::BadTime) => {
+                    // RFC 8945 5.2.3: signed, the request's time, our time in other data.
+                    let other = now_s.to_be_bytes()[2..].to_vec();
+                    let answer = tsig::sign(&answer_header(msg, &layout, RCODE_NOTAUTH), key, t.time_signed, tsig::ANSWER_FUDGE, tsig::BADTIME, other, Some(&t.mac));
+                    return Outcome::Refuse { rcode: RCODE_NOTAUTH, answer };
+                }
+            }
+            if index >= self.update_tsig {
+                // A key named knows but update-policy does not grant: REFUSED, signed.
+                let answer = tsig::sign(&answer_header(msg, &layout, RCODE_REFUSED), key, now_s, tsig::ANSWER_FUDGE, 0, Vec::new(), Some(&t.mac));
+                return Outcome::Refuse { rcode: RCODE_REFUSED, answer };
+            }
+            return Outcome::Pass { identity: index, body: tsig::strip(msg, rec.start, layout.id) };
+        }
+        // SIG(0). Any failure is REFUSED: what named (9.18.28 on, which treats SIG(0)
+        // requests as unsigned) answers them, and the update-policy outcome of an
+        // unverifiable signer in older versions.
+        match sig0::verify(msg, &rec, &self.sig0, now_s) {
+            Ok(key) => {
+                let index = self.sig0.iter().position(|k| k == key).unwrap_or(0);
+                Outcome::Pass { identity: self.update_tsig + index, body: tsig::strip(msg, rec.start, layout.id) }
+            }
+            Err(_) => refuse_plain(msg, &layout, RCODE_REFUSED),
+        }
+    }
+
+    /// Before ordering, against the local clock: the answer for an update that cannot
+    /// succeed, or for a transfer without a valid transfer key. `None`: order it.
+    pub fn precheck(&self, msg: &[u8], is_transfer: bool, now_s: u64) -> Option<Vec<u8>> {
+        if is_transfer {
+            return self.check_transfer(msg, now_s);
+        }
+        match self.authenticate(msg, now_s) {
+            Outcome::Pass { .. } => None,
+            Outcome::Refuse { answer, .. } => Some(answer),
+        }
+    }
+
+    /// AXFR/IXFR only with a TSIG key configured for transfers. named checks the
+    /// MAC and signs the answer itself (a transfer is executed by one replica only).
+    fn check_transfer(&self, msg: &[u8], now_s: u64) -> Option<Vec<u8>> {
+        let layout = match wire::layout(msg) {
+            Ok(l) => l,
+            Err(_) => return Some(header_only(msg, RCODE_FORMERR)),
+        };
+        let Some(rec) = layout.signature.clone().filter(|r| r.rtype == TYPE_TSIG) else {
+            return Some(answer_of(refuse_plain(msg, &layout, RCODE_REFUSED)));
+        };
+        let Ok(t) = tsig::Tsig::parse(msg, &rec) else {
+            return Some(answer_of(refuse_plain(msg, &layout, RCODE_FORMERR)));
+        };
+        let Some(key) = self.tsig.iter().find(|k| k.name_wire == t.key_name) else {
+            return Some(answer_of(tsig_error(msg, &layout, &t, tsig::BADKEY, now_s)));
+        };
+        if let Err(e) = tsig::verify(msg, &rec, &t, key, now_s) {
+            let code = match e {
+                tsig::Failure::BadSig => tsig::BADSIG,
+                tsig::Failure::BadTime => tsig::BADTIME,
+                tsig::Failure::BadTrunc => tsig::BADTRUNC,
+                _ => tsig::BADKEY,
+            };
+            return Some(answer_of(tsig_error(msg, &layout, &t, code, now_s)));
+        }
+        if !self.transfer.contains(&t.key_name) {
+            let answer = tsig::sign(&answer_header(msg, &layout, RCODE_REFUSED), key, now_s, tsig::ANSWER_FUDGE, 0, Vec::new(), Some(&t.mac));
+            return Some(answer);
+        }
+        None
+    }
+}
+
+/// Whether a query asks for AXFR or IXFR (its first question's type).
+pub fn is_transfer_query(msg: &[u8]) -> bool {
+    let Ok((_, end)) = wire::read_name(msg, wire::HEADER_LEN) else { return false };
+    wire::u16_at(msg, 2).is_some_and(|f| f & 0x7800 == 0)
+        && wire::u16_at(msg, 4).unwrap_or(0) > 0
+        && matches!(wire::u16_at(msg, end), Some(251 | 252))
+}
+
+/// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
+#[derive(Default)]
+pub struct ClientFilters {
+    pub auth: Option<std::sync::Arc<Authenticator>>,
+    pub rrl: Option<std::sync::Arc<rrl::Limiter>>,
+}
+
+fn answer_of(o: Outcome) -> Vec<u8> {
+    match o {
+        Outcome::Refuse { answer, .. } => answer,
+        Outcome::Pass { body, .. } => body,
+    }
+}
+
+impl UpdateGate for Authenticator {
+    fn decide(&self, message: &[u8], agreed_time_s: u64) -> UpdateDecision {
+        match self.authenticate(message, agreed_time_s) {
+            Outcome::Refuse { rcode, answer } => UpdateDecision::Refuse { rcode, answer },
+            Outcome::Pass { identity, body } => {
+                // The identity index always comes from `identities`' own ranges.
+                let local = &self.identities[identity].local;
+                UpdateDecision::Forward(tsig::sign(&body, local, (self.clock)(), tsig::ANSWER_FUDGE, 0, Vec::new(), None))
+            }
+        }
+    }
+
+    fn answer_for_client(&self, request: &[u8], named_answer: &[u8]) -> Vec<u8> {
+        // named's answer, without the local key's TSIG.
+        let (answer, named_time) = match wire::layout(named_answer) {
+            Ok(Layout { signature: Some(rec), id, .. }) if rec.rtype == TYPE_TSIG => {
+                let time = tsig::Tsig::parse(named_answer, &rec).map(|t| t.time_signed).ok();
+                (tsig::strip(named_answer, rec.start, id), time)
+            }
+            _ => (named_answer.to_vec(), None),
+        };
+        // A TSIG request gets the answer signed with its key over its MAC; a SIG(0)
+        // request an unsigned one (named never signs those answers either).
+        let Ok(Layout { signature: Some(rec), .. }) = wire::layout(request) else { return answer };
+        if rec.rtype != TYPE_TSIG {
+            return answer;
+        }
+        let Ok(t) = tsig::Tsig::parse(request, &rec) else { return answer };
+        let Some(key) = self.tsig.iter().find(|k| k.name_wire == t.key_name) else { return answer };
+        let time = named_time.unwrap_or_else(self.clock);
+        tsig::sign(&answer, key, time, tsig::ANSWER_FUDGE, 0, Vec::new(), Some(&t.mac))
+    }
+}
+
+/// The answer's header and zone section: the request's id, opcode, RD and CD; QR set.
+fn answer_header(msg: &[u8], layout: &Layout, rcode: u16) -> Vec<u8> {
+    let flags = 0x8000 | (layout.flags & (0x7800 | 0x0100 | 0x0010)) | (rcode & 0xf);
+    let mut out = Vec::with_capacity(layout.question_end);
+    out.extend_from_slice(&layout.id.to_be_bytes());
+    out.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(&layout.qdcount.to_be_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    // Copied at the same offset, so compression pointers inside still hold.
+    out.extend_from_slice(msg.get(wire::HEADER_LEN..layout.question_end).unwrap_or_default());
+    out
+}
+
+/// An answer for a message too broken to walk: its id and opcode only.
+fn header_only(msg: &[u8], rcode: u16) -> Vec<u8> {
+    let id = wire::u16_at(msg, 0).unwrap_or(0);
+    let flags = 0x8000 | (wire::u16_at(msg, 2).unwrap_or(0) & 0x7800) | rcode;
+    let mut out = id.to_be_bytes().to_vec();
+    out.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(&[0; 8]);
+    out
+}
+
+fn refuse_plain(msg: &[u8], layout: &Layout, rcode: u16) -> Outcome {
+    Outcome::Refuse { rcode, answer: answer_header(msg, layout, rcode) }
+}
+
+/// NOTAUTH with an unsigned TSIG carrying `error` (RFC 8945 5.3.2), as named sends
+/// for BADKEY, BADSIG and BADTRUNC.
+fn tsig_error(msg: &[u8], layout: &Layout, t: &tsig::Tsig, error: u16, now_s: u64) -> Outcome {
+    let reply = tsig::Tsig {
+        key_name: t.key_name.clone(),
+        algorithm: t.algorithm.clone(),
+        time_signed: now_s & 0xffff_ffff_ffff,
+        fudge: tsig::ANSWER_FUDGE,
+        mac: Vec::new(),
+        original_id: t.original_id,
+        error,
+        other: Vec::new(),
+    };
+    Outcome::Refuse { rcode: RCODE_NOTAUTH, answer: tsig::append(&answer_header(msg, layout, RCODE_NOTAUTH), &reply) }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,262 @@
+//! Against what BIND's own tools sent and answered: testdata/auth holds requests from
+//! the BIND build's nsupdate (TSIG keys from tsig-keygen, SIG(0) KEYs from
+//! `dnssec-keygen -T KEY -n USER`) and the answers of its named 9.18.49, captured by
+//! a UDP relay between the two ("Q hex" / "R hex" lines after "# key file"); the
+//! "badtime" request was signed by a script 1000 s in the past, sent to the same named.
+
+use super::*;
+use crate::files::TsigKey as FileKey;
+
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/auth");
+
+fn file(name: &str) -> String {
+    std::fs::read_to_string(format!("{DATA}/{name}")).unwrap()
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+/// (request, named's answer) captured for the key file `label`.
+fn capture(capture: &str, label: &str) -> (Vec<u8>, Option<Vec<u8>>) {
+    let text = file(capture);
+    let mut lines = text.lines().skip_while(|l| *l != format!("# {label}")).skip(1);
+    let q = lines.next().and_then(|l| l.strip_prefix("Q ")).map(hex).expect("request line");
+    let r = lines.next().and_then(|l| l.strip_prefix("R ")).filter(|r| *r != "none").map(hex);
+    (q, r)
+}
+
+fn secret(name: &str) -> TsigSecret {
+    let k = FileKey::from_bind(&file(name)).unwrap();
+    TsigSecret { name: k.name.clone(), algorithm: tsig::Algorithm::from_name(&k.algorithm).unwrap(), secret: k.secret() }
+}
+
+fn sig0_keys() -> Vec<Sig0Key> {
+    ["Ksig0-ecdsap256sha256.example.test.+013+64761.key", "Ksig0-ed25519.example.test.+015+62289.key", "Ksig0-rsasha256.example.test.+008+38849.key"]
+        .iter()
+        .map(|f| Sig0Key::from_key_file(&file(f)).unwrap())
+        .collect()
+}
+
+fn fixed_clock() -> u64 {
+    1_800_000_000
+}
+
+fn auth(mode: Mode) -> Authenticator {
+    let updates = [secret("ukey.key"), secret("k512.key"), secret("k1.key")];
+    let mut a = Authenticator::new(mode, &updates, &[], sig0_keys()).unwrap();
+    a.clock = fixed_clock;
+    a
+}
+
+fn tsig_of(msg: &[u8]) -> tsig::Tsig {
+    let l = wire::layout(msg).unwrap();
+    tsig::Tsig::parse(msg, &l.signature.unwrap()).unwrap()
+}
+
+fn rcode(msg: &[u8]) -> u16 {
+    u16::from(msg[3] & 0xf)
+}
+
+#[test]
+fn key_tags_match_dnssec_keygen() {
+    let tags: Vec<(u8, u16)> = sig0_keys().iter().map(|k| (k.algorithm, k.tag)).collect();
+    assert_eq!(tags, vec![(13, 64761), (15, 62289), (8, 38849)]);
+    assert_eq!(sig0_keys()[0].name, "sig0-ecdsap256sha256.example.test.");
+    let text = file("Ksig0-ed25519.example.test.+015+62289.key");
+    assert!(matches!(Sig0Key::from_key_file(&text.replace("KEY 0 3 15", "KEY 32768 3 15")), Err(sig0::KeyFileError::Bad(_))));
+    assert!(matches!(Sig0Key::from_key_file(&text.replace("KEY 0 3 15", "KEY 0 3 5")), Err(sig0::KeyFileError::Algorithm(5))));
+    assert_eq!(Sig0Key::from_key_file("; nothing here\n"), Err(sig0::KeyFileError::NoKeyRecord));
+}
+
+#[test]
+fn tsig_update_passes_and_goes_to_named_under_the_local_key() {
+    let a = auth(Mode::Tsig);
+    let (q, r) = capture("tsig-hmac-sha256.txt", "ukey.key");
+    let t = tsig_of(&q);
+    let UpdateDecision::Forward(fwd) = a.decide(&q, t.time_signed) else { panic!("a valid update must pass") };
+    // The forwarded request is the client's minus its TSIG, plus one from the local key
+    // at the local clock, verifiable with that key only.
+    let l = wire::layout(&fwd).unwrap();
+    let rec = l.signature.unwrap();
+    let ft = tsig::Tsig::parse(&fwd, &rec).unwrap();
+    assert_eq!(wire::wire_to_text(&ft.key_name), "tsig-0.sdns-local.");
+    assert_eq!(ft.time_signed, fixed_clock());
+    assert_eq!(tsig::verify(&fwd, &rec, &ft, &a.identities[0].local, fixed_clock()), Ok(()));
+    let client_key = &a.tsig[0];
+    assert_eq!(tsig::verify(&fwd, &rec, &ft, client_key, fixed_clock()), Err(tsig::Failure::BadSig));
+    let qrec = wire::layout(&q).unwrap().signature.unwrap();
+    assert_eq!(tsig::strip(&fwd, rec.start, ft.original_id), tsig::strip(&q, qrec.start, t.original_id));
+    // Re-signing named's answer for the client reproduces named's own signed answer.
+    let r = r.unwrap();
+    assert_eq!(a.answer_for_client(&q, &r), r);
+    // Within the fudge either side, still fine; one second beyond, BADTIME.
+    for dt in [-300i64, 300] {
+        assert!(matches!(a.decide(&q, t.time_signed.saturating_add_signed(dt)), UpdateDecision::Forward(_)), "{dt}");
+    }
+}
+
+#[test]
+fn badtime_is_answered_signed_with_the_agreed_time() {
+    let a = auth(Mode::Tsig);
+    let (q, _) = capture("tsig-hmac-sha256.txt", "ukey.key");
+    let t = tsig_of(&q);
+    let agreed = t.time_signed + 301;
+    let UpdateDecision::Refuse { rcode: code, answer } = a.decide(&q, agreed) else { panic!("late update must be refused") };
+    assert_eq!((code, rcode(&answer)), (RCODE_NOTAUTH, RCODE_NOTAUTH));
+    let at = tsig_of(&answer);
+    assert_eq!(at.error, tsig::BADTIME);
+    assert_eq!(at.time_signed, t.time_signed);
+    assert_eq!(at.other, agreed.to_be_bytes()[2..].to_vec());
+    // Signed with the client's key over the request MAC (RFC 8945 4.3.1).
+    let l = wire::layout(&answer).unwrap();
+    let unsigned = tsig::strip(&answer, l.signature.unwrap().start, l.id);
+    let again = tsig::sign(&unsigned, &a.tsig[0], at.time_signed, at.fudge, at.error, at.other.clone(), Some(&t.mac));
+    assert_eq!(again, answer);
+    // The same bytes for the same agreed time, whatever the replica's clock.
+    assert_eq!(a.decide(&q, agreed), auth(Mode::Tsig).decide(&q, agreed));
+}
+
+/// The "badtime" capture: a request signed 1000 s in the past (by a script, with the
+/// ukey secret) and named's answer, which carries named's clock in its other data.
+#[test]
+fn badtime_answer_is_byte_identical_to_named_s() {
+    let a = auth(Mode::Tsig);
+    let (q, r) = capture("tsig-hmac-sha256.txt", "badtime");
+    let r = r.unwrap();
+    let named_time = tsig_of(&r).other.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+    assert_eq!(a.decide(&q, named_time), UpdateDecision::Refuse { rcode: RCODE_NOTAUTH, answer: r });
+}
+
+#[test]
+fn bad_and_missing_signatures_get_named_s_exact_answer() {
+    let a = auth(Mode::Tsig);
+    for label in ["wrong.key", "other.key", "none"] {
+        let (q, r) = capture("tsig-hmac-sha256.txt", label);
+        let r = r.unwrap();
+        // named stamped its answers in the second it got them, the request's second.
+        let now = if label == "none" { fixed_clock() } else { tsig_of(&q).time_signed };
+        match a.decide(&q, now) {
+            UpdateDecision::Refuse { rcode: code, answer } => {
+                assert_eq!(answer, r, "{label}");
+                assert_eq!(code, u16::from(r[3] & 0xf), "{label}");
+            }
+            d => panic!("{label}: {d:?}"),
+        }
+        assert_eq!(a.precheck(&q, false, now), Some(r), "{label}");
+    }
+}
+
+#[test]
+fn other_tsig_algorithms_verify() {
+    let a = auth(Mode::Both);
+    for label in ["k512.key", "k1.key"] {
+        let (q, _) = capture("sig0-and-tsig-algs.txt", label);
+        let t = tsig_of(&q);
+        assert!(matches!(a.decide(&q, t.time_signed), UpdateDecision::Forward(_)), "{label}");
+    }
+}
+
+fn sig0_window(q: &[u8]) -> (u64, u64) {
+    let rec = wire::layout(q).unwrap().signature.unwrap();
+    let w = |o| u64::from(wire::u32_at(q, rec.rdata + o).unwrap());
+    (w(12), w(8))
+}
+
+#[test]
+fn sig0_updates_verify_within_their_window_only() {
+    let a = auth(Mode::Sig0);
+    let labels = [
+        "Ksig0-ecdsap256sha256.example.test.+013+64761.private",
+        "Ksig0-ed25519.example.test.+015+62289.private",
+        "Ksig0-rsasha256.example.test.+008+38849.private",
+    ];
+    for (i, label) in labels.iter().enumerate() {
+        let (q, r) = capture("sig0-and-tsig-algs.txt", label);
+        let (inception, expiration) = sig0_window(&q);
+        for now in [inception, inception + 300, expiration] {
+            let UpdateDecision::Forward(fwd) = a.decide(&q, now) else { panic!("{label} at {now}") };
+            let ft = tsig_of(&fwd);
+            // SIG(0) identities come after the (here absent) TSIG ones.
+            assert_eq!(wire::wire_to_text(&ft.key_name), format!("sig0-{i}.sdns-local."));
+        }
+        // named 9.18.49 answers every SIG(0) update REFUSED; so does the gate when it fails.
+        let named = r.unwrap();
+        for now in [inception - 1, expiration + 1] {
+            assert_eq!(a.decide(&q, now), UpdateDecision::Refuse { rcode: RCODE_REFUSED, answer: named.clone() }, "{label} at {now}");
+        }
+        let mut tampered = q.clone();
+        let at = q.len() / 2; // inside the update section or the signature
+        tampered[at] ^= 1;
+        assert!(matches!(a.decide(&tampered, inception + 300), UpdateDecision::Refuse { rcode: RCODE_REFUSED, .. }), "{label}");
+        // SIG(0) answers go back unsigned.
+        let answer = a.answer_for_client(&q, &named);
+        assert_eq!(answer, named);
+        // In TSIG mode SIG(0) is not an identity at all.
+        assert!(matches!(auth(Mode::Tsig).decide(&q, inception + 300), UpdateDecision::Refuse { rcode: RCODE_REFUSED, .. }));
+    }
+}
+
+#[test]
+fn in_sig0_mode_a_valid_shared_tsig_update_is_refused() {
+    let a = auth(Mode::Sig0);
+    let (q, _) = capture("tsig-hmac-sha256.txt", "ukey.key");
+    let t = tsig_of(&q);
+    let UpdateDecision::Refuse { rcode: code, answer } = a.decide(&q, t.time_signed) else { panic!("must be refused") };
+    assert_eq!((code, rcode(&answer)), (RCODE_REFUSED, RCODE_REFUSED));
+    // Signed with the key, as named answers a known key that update-policy does not grant.
+    assert_eq!(tsig_of(&answer).error, 0);
+    assert_eq!(tsig_of(&answer).mac.len(), 32);
+}
+
+#[test]
+fn transfers_need_a_transfer_key() {
+    let update = secret("ukey.key");
+    let transfer = secret("k512.key");
+    let mut a = Authenticator::new(Mode::Tsig, std::slice::from_ref(&update), std::slice::from_ref(&transfer), vec![]).unwrap();
+    a.clock = fixed_clock;
+    let axfr = |key: Option<&tsig::Key>| {
+        let mut m = vec![0xab, 0xcd, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        m.extend_from_slice(&wire::name_to_wire("example.test.").unwrap());
+        m.extend_from_slice(&[0, 252, 0, 1]);
+        match key {
+            Some(k) => tsig::sign(&m, k, fixed_clock(), 300, 0, vec![], None),
+            None => m,
+        }
+    };
+    let tk = tsig::Key::new(&transfer.name, transfer.algorithm, &transfer.secret).unwrap();
+    let uk = tsig::Key::new(&update.name, update.algorithm, &update.secret).unwrap();
+    assert_eq!(a.precheck(&axfr(Some(&tk)), true, fixed_clock()), None);
+    let unsigned = a.precheck(&axfr(None), true, fixed_clock()).unwrap();
+    assert_eq!(rcode(&unsigned), RCODE_REFUSED);
+    // The update key is valid but not a transfer key.
+    let wrong = a.precheck(&axfr(Some(&uk)), true, fixed_clock()).unwrap();
+    assert_eq!(rcode(&wrong), RCODE_REFUSED);
+    let late = a.precheck(&axfr(Some(&tk)), true, fixed_clock() + 400).unwrap();
+    assert_eq!((rcode(&late), tsig_of(&late).error), (RCODE_NOTAUTH, tsig::BADTIME));
+    // Transfer keys never authorize updates.
+    let mut upd = vec![0x11, 0x22, 0x28, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    upd.extend_from_slice(&wire::name_to_wire("example.test.").unwrap());
+    upd.extend_from_slice(&[0, 6, 0, 1]);
+    let signed = tsig::sign(&upd, &tk, fixed_clock(), 300, 0, vec![], None);
+    assert!(matches!(a.decide(&signed, fixed_clock()), UpdateDecision::Refuse { rcode: RCODE_REFUSED, .. }));
+    let (local, named_transfer) = a.named_keys(std::slice::from_ref(&transfer));
+    assert_eq!(local.len(), 1);
+    assert_eq!(named_transfer[0].name, "k512");
+}
+
+#[test]
+fn garbage_never_panics() {
+    let a = auth(Mode::Both);
+    let (q, _) = capture("sig0-and-tsig-algs.txt", "Ksig0-ed25519.example.test.+015+62289.private");
+    for cut in 0..q.len() {
+        let _ = a.decide(&q[..cut], 0);
+        let _ = a.precheck(&q[..cut], cut % 2 == 0, 0);
+        let _ = a.answer_for_client(&q[..cut], &q[..cut / 2]);
+    }
+    let mut state = 0x243f6a8885a308d3u64;
+    for len in 0..400 {
+        let buf: Vec<u8> = (0..len).map(|_| { state ^= state << 13; state ^= state >> 7; state ^= state << 17; state as u8 }).collect();
+        let _ = a.decide(&buf, 1);
+    }
+}
