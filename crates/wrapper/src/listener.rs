@@ -59,7 +59,10 @@ impl ReplyTo {
     /// answer queue or a closed connection drops it.
     pub fn try_send(&self, answer: Vec<u8>) -> Delivery {
         match self {
-            ReplyTo::Udp { socket, peer, rrl } => match rrl.as_ref().map_or(Some(answer), |limiter| limiter.filter(peer.ip(), answer)) {
+            ReplyTo::Udp { socket, peer, rrl } => match match rrl {
+                Some(limiter) => limiter.filter(peer.ip(), answer),
+                None => Some(answer),
+            } {
                 // Rate-limited (BIND's RRL): dropped, or a truncated "slip" answer sent instead.
                 None => Delivery::Dropped("rate_limited"),
                 Some(answer) => match socket.try_send_to(&answer, *peer) {
