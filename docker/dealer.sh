@@ -13,6 +13,9 @@ zone=${SDNS_ZONE:-example.test.}
 bits=${SDNS_BITS:-2048}
 uid=${SDNS_OPERATOR_UID:-0}
 gid=${SDNS_OPERATOR_GID:-0}
+# The paper's fault injection, for benchmarks and tests: these replicas invert every bit of
+# their signature shares (comma-separated ids; empty: none).
+corrupt=${SDNS_CORRUPT:-}
 
 dealt=0
 i=0
@@ -34,7 +37,7 @@ fi
 
 sdns keygen --zone "$zone" --replicas "$n" --bits "$bits" --addresses "$addresses" \
     --client-port 53 --peer-port 5400 --named-port 5501 --metrics-port 5601 \
-    --bind-dir /opt/bind9 --out /deal
+    --bind-dir /opt/bind9 ${corrupt:+--corrupt "$corrupt"} --out /deal
 
 i=0
 while [ "$i" -lt "$n" ]; do

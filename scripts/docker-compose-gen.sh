@@ -6,7 +6,7 @@
 #
 # Works with docker-compose v1 (1.29) and the v2 plugin. Everything a second cluster on the
 # same engine must change is a variable: SDNS_NET (the /24 prefix), SDNS_PORT_<i> (the
-# published client ports), SDNS_OPERATOR_DIR, SDNS_BITS, SDNS_IMAGE.
+# published client ports), SDNS_OPERATOR_DIR, SDNS_BITS, SDNS_CORRUPT, SDNS_IMAGE.
 set -euo pipefail
 
 n=${1:?usage: docker-compose-gen.sh N}
@@ -37,9 +37,10 @@ x-replica: &replica
   read_only: true
   tmpfs: ["/tmp"]
   stop_grace_period: 15s
+  # Each check is an ordered read: it costs one PBFT batch, so not too often.
   healthcheck:
     test: ["CMD", "sdns-healthcheck"]
-    interval: 5s
+    interval: 10s
     timeout: 5s
     retries: 3
     start_period: 120s
@@ -55,6 +56,7 @@ services:
       SDNS_REPLICAS: "$n"
       SDNS_NET: \${SDNS_NET:-172.28.53}
       SDNS_BITS: \${SDNS_BITS:-2048}
+      SDNS_CORRUPT: \${SDNS_CORRUPT:-}
       SDNS_OPERATOR_UID: \${SDNS_OPERATOR_UID:-0}
       SDNS_OPERATOR_GID: \${SDNS_OPERATOR_GID:-0}
     tmpfs: ["/deal:mode=0700"]

