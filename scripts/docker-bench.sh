@@ -10,8 +10,9 @@
 # ratio (×) is the Docker p50 over the loopback p50.
 #
 # Environment: BENCH_REPS [30], BENCH_BITS [2048], BENCH_CONFIGS ["0 1,4"] (corrupted ids per
-# configuration, "0" meaning none), SDNS_BIND_DIR [target/bind9]. Ports: 127.0.0.1:34301..
-# (Docker) and 34401.. (loopback). Builds the image first (scripts/docker-cluster.sh build).
+# configuration, "0" meaning none), SDNS_BIND_DIR [target/bind9], SDNS_PREBUILT (see
+# docker-cluster.sh). Ports: 127.0.0.1:61301.. (Docker) and 61401.. (loopback), above the
+# ephemeral range and the system tests' ports. Builds the image first (docker-cluster.sh build).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -21,7 +22,7 @@ configs=${BENCH_CONFIGS:-"0 1,4"}
 bind_dir=${SDNS_BIND_DIR:-$root/target/bind9}
 work=$(mktemp -d /tmp/sdns-docker-bench.XXXXXX)
 export SDNS_COMPOSE_PROJECT=sdnsbench SDNS_NET=172.28.54 SDNS_OPERATOR_DIR=$work/operator SDNS_BITS=$bits
-for i in 0 1 2 3 4 5 6; do export "SDNS_PORT_$i=$((34301 + i))"; done
+for i in 0 1 2 3 4 5 6; do export "SDNS_PORT_$i=$((61301 + i))"; done
 loop_dir=$work/loopback
 
 cleanup() {
@@ -89,17 +90,17 @@ for c in $configs; do
         | python3 -c 'import sys,datetime as d; a,b=sys.stdin.read().split(); f=lambda s: d.datetime.fromisoformat(s[:26].rstrip("Z")); print(f"{(f(b)-f(a)).total_seconds():.0f}")')
     total_s=$(((t1 - t0) / 1000000000))
     sleep 3
-    dr=$(reads 34301)
-    du=$(updates 34301 "$SDNS_OPERATOR_DIR/tsig.key" d)
+    dr=$(reads 61301)
+    du=$(updates 61301 "$SDNS_OPERATOR_DIR/tsig.key" d)
     scripts/docker-cluster.sh down >/dev/null 2>&1
     # Loopback, same binary and parameters.
     rm -rf "$loop_dir"
     target/debug/sdns cluster up --replicas 7 --bits "$bits" --dir "$loop_dir" --bind-dir "$bind_dir" \
-        --client-port 34401 --peer-port 34501 --named-port 34601 --metrics-port 34701 \
+        --client-port 61401 --peer-port 61501 --named-port 61601 --metrics-port 61701 \
         ${corrupt:+--corrupt "$corrupt"} >/dev/null 2>"$work/loop.log" || { tail -20 "$work/loop.log" >&2; exit 1; }
     sleep 3
-    lr=$(reads 34401)
-    lu=$(updates 34401 "$loop_dir/tsig.key" l)
+    lr=$(reads 61401)
+    lu=$(updates 61401 "$loop_dir/tsig.key" l)
     target/debug/sdns cluster down --replicas 7 --dir "$loop_dir" >/dev/null 2>&1
     ratio() { awk -v a="${1%% *}" -v b="${2%% *}" 'BEGIN { printf "%.2f", a / b }'; }
     echo "| (7, $ncorrupt) | $deal_s s | $((total_s - deal_s)) s (total $total_s s) | ${dr/ / \/ } ms (×$(ratio "$dr" "$lr")) | ${lr/ / \/ } ms | ${du/ / \/ } ms (×$(ratio "$du" "$lu")) | ${lu/ / \/ } ms |"
