@@ -245,7 +245,7 @@ impl DockerCluster {
                 if ok {
                     acked.push(name);
                 }
-                std::thread::sleep(Duration::from_millis(400));
+                std::thread::sleep(stream_pause());
             }
             acked
         })
@@ -263,12 +263,13 @@ impl DockerCluster {
                 k += 1;
                 let Some(i) = pick(&down, k, ports.len()) else { std::thread::sleep(Duration::from_millis(200)); continue };
                 let out = dig(ports[usize::from(i)], &["mail.example.test", "A", "+short", "+time=4", "+tries=3"]);
-                if out.trim() == "192.0.2.25" {
+                // dig retries a lost datagram itself (+tries), as any resolver does.
+                if out.lines().any(|l| l.trim() == "192.0.2.25") {
                     answered += 1;
                 } else if !down.lock().unwrap().contains(&i) {
                     failures.push(format!("replica-{i}: {}", out.trim()));
                 }
-                std::thread::sleep(Duration::from_millis(500));
+                std::thread::sleep(stream_pause());
             }
             (answered, failures)
         })
@@ -279,6 +280,12 @@ impl Drop for DockerCluster {
     fn drop(&mut self) {
         let _ = self.script(&["down"]);
     }
+}
+
+/// The pause between two requests of a stream: 400 ms, or SDNS_DOCKER_STREAM_PAUSE_MS.
+fn stream_pause() -> Duration {
+    let ms = std::env::var("SDNS_DOCKER_STREAM_PAUSE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
+    Duration::from_millis(ms)
 }
 
 /// The k-th replica in turn that is not down.
@@ -372,22 +379,7 @@ fn seven_replicas_in_docker_survive_kills_partitions_and_restarts() {
     let out = c.delv(6, "via4.example.test");
     assert!(out.contains("; fully validated") && out.contains("192.0.2.44"), "delv through replica-6:\n{out}");
 
-    // t = 2: kill one replica, then a second (the primary of view 0), while updates stream.
-    let updates = c.updates("kill");
-    sleep_s(3);
-    c.kill(3);
-    sleep_s(4);
-    c.kill(0);
-    sleep_s(8);
-    c.start(3);
-    c.start(0);
-    sleep_s(3);
-    let acked = updates.finish();
-    assert!(acked.len() >= 10, "only {} updates acknowledged around the kills\n{}", acked.len(), c.logs());
-    let zone = c.converged("after two kills and restarts");
-    assert_all_present(&zone, &acked, "kills");
-    eprintln!("docker: {} updates acknowledged across two kills; zones identical", acked.len());
-
+    kills(&c);
     partition(&c, 5);
     // The rolling restart comes last: a restarted replica's ordering starts again from
     // sequence 0 and fetches every batch from its peers, which keep only the last ~1024 below
@@ -410,18 +402,39 @@ fn seven_replicas_in_docker_survive_kills_partitions_and_restarts() {
     assert!(!c.operator.path().join("tsig.key").exists(), "down leaves the operator's key files behind");
 }
 
-/// Ignored: fails today, and the fault is in sdns, not in this test. The same partition
-/// converges on a fresh cluster and after the two kills above (the main test), but after a
-/// rolling restart (eight view changes) the reconnected replica did not catch up: its
-/// /status showed view 8 while the others were in view 7, last_executed 296 -> 300 in 20 s
-/// with its peers at 504, and "signing timed out" every 8 s in its log.
-/// Run: `cargo test --test docker -- --ignored partition_after`.
+/// Ignored (2.5 minutes more in CI): the same faults in another order, kills, rolling
+/// restart, then the partition. In its first run (inside the main test, 2026-11-22, streams
+/// pausing 100-150 ms) the reconnected replica did not catch up: its /status showed view 8
+/// while the others were in view 7, last_executed 296 -> 300 in 20 s with its peers at 504,
+/// and "signing timed out" every 8 s in its log; a fault in sdns's catch-up, not in this
+/// test. Two later runs with 400 ms pauses converged. To try to reproduce it:
+/// `SDNS_DOCKER_STREAM_PAUSE_MS=100 cargo test --test docker -- --ignored partition_after`.
 #[test]
-#[ignore = "sdns defect: after a rolling restart, a partitioned replica does not catch up (doc comment)"]
+#[ignore = "longer variant; reproduces a catch-up failure seen once (doc comment)"]
 fn seven_replicas_in_docker_partition_after_rolling_restart() {
     let c = DockerCluster::up(7);
+    kills(&c);
     rolling_restart(&c);
     partition(&c, 5);
+}
+
+/// t = 2: one replica killed, then a second (the primary of view 0), while updates stream;
+/// both started again: no acknowledged update lost, the zones converge.
+fn kills(c: &DockerCluster) {
+    let updates = c.updates("kill");
+    sleep_s(3);
+    c.kill(3);
+    sleep_s(4);
+    c.kill(0);
+    sleep_s(8);
+    c.start(3);
+    c.start(0);
+    sleep_s(3);
+    let acked = updates.finish();
+    assert!(acked.len() >= 10, "only {} updates acknowledged around the kills\n{}", acked.len(), c.logs());
+    let zone = c.converged("after two kills and restarts");
+    assert_all_present(&zone, &acked, "kills");
+    eprintln!("docker: {} updates acknowledged across two kills; zones identical", acked.len());
 }
 
 /// Replica `i` cut off from the network during updates, then reconnected: it converges.
