@@ -10,7 +10,14 @@ pkgs=(
   bind9-dnsutils bind9-utils dnsperf openssl
   # misc
   ca-certificates curl python3
+  # the Docker cluster (scripts/docker-cluster.sh): a bookworm base image without a registry
+  debootstrap
 )
+# The Docker engine and compose tool, unless the machine has them (from Debian or elsewhere).
+command -v docker >/dev/null 2>&1 || pkgs+=(docker.io)
+if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1; then
+  pkgs+=(docker-compose)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -11,4 +11,7 @@ if [ -x patches/bind9/build.sh ]; then
 fi
 # The system tests start the sdns binary; build it first so they find it.
 cargo build --workspace --bins
+# The Docker tests (tests/docker.rs) run the replica image: build it from what was just built
+# (the base image once, with debootstrap where no registry is reachable; a no-op when unchanged).
+SDNS_PREBUILT=1 scripts/docker-cluster.sh build
 cargo test --workspace --no-fail-fast
