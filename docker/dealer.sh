@@ -50,9 +50,10 @@ while [ "$i" -lt "$n" ]; do
     i=$((i + 1))
 done
 
-for f in /deal/tsig.key /deal/trust-anchor.conf /deal/ds.txt /deal/K*.key /deal/zone.db; do
+for f in /deal/tsig.key /deal/transfer.key /deal/trust-anchor.conf /deal/ds.txt /deal/K*.key /deal/zone.db; do
     cp "$f" /operator/
     chown "$uid:$gid" "/operator/$(basename "$f")"
 done
-chmod 0600 /operator/tsig.key
+# The update key, and the key zone transfers need (named sees no client addresses).
+chmod 0600 /operator/tsig.key /operator/transfer.key
 echo "dealer: dealt $n shares (threshold key, TLS, TSIG); operator files in the operator directory"

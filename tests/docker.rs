@@ -138,7 +138,9 @@ impl DockerCluster {
 
     /// The zone as AXFR through replica `i`'s published port, records only; None if it fails.
     fn axfr(&self, i: u16) -> Option<String> {
-        let out = self.dig(i, &["example.test", "AXFR", "+nocmd", "+nostats", "+nocomments"]);
+        let key = self.operator.path().join("transfer.key");
+        let key = key.to_string_lossy();
+        let out = self.dig(i, &["-k", &key, "example.test", "AXFR", "+nocmd", "+nostats", "+nocomments"]);
         let records: Vec<&str> = out.lines().filter(|l| !l.starts_with(';') && !l.trim().is_empty()).collect();
         (records.iter().filter(|l| l.contains("\tSOA\t")).count() == 2).then(|| records.join("\n") + "\n")
     }
