@@ -62,6 +62,8 @@ const PUSH_BURST: u64 = 16;
 /// Most proposal bytes pushed to a lagging peer per status report, in units of
 /// `batch_max_bytes` (at least one batch always goes).
 const PUSH_BATCHES_OF_BYTES: usize = 4;
+/// A primary looks this many batches' worth of queued requests ahead to share a batch fairly.
+const FAIR_SCAN: usize = 4;
 /// Most slots whose messages are retransmitted per tick.
 const RETRANSMIT_SLOTS: usize = 32;
 /// View-change timeouts stop doubling after this many failed views.
@@ -624,27 +626,45 @@ impl Replica {
     }
 
     fn propose_batch(&mut self) {
+        // Fair among origins (Aardvark's lesson): within the first entries of the queue, each
+        // origin with a request there gets an equal share of the batch's bytes and count (at
+        // least one request), so one origin flooding large requests cannot crowd out the
+        // others' clients. Entries left over stay queued, in order, for the next batch.
+        let scan = self.config.batch_max_requests.saturating_mul(FAIR_SCAN);
+        let eligible = |key: &RequestKey| self.awaited.contains_key(key) && !self.proposed.contains(key);
+        let origins: BTreeSet<ReplicaId> =
+            self.fresh.iter().take(scan).filter(|(key, _)| eligible(key)).map(|(key, _)| key.origin).collect();
+        let shares = origins.len().max(1);
+        let byte_share = (self.config.batch_max_bytes / shares).max(1);
+        let count_share = (self.config.batch_max_requests / shares).max(1);
+        let mut taken: BTreeMap<ReplicaId, (usize, usize)> = BTreeMap::new();
         let mut requests = Vec::new();
         let mut bytes = 0usize;
-        while let Some((key, _)) = self.fresh.front().copied() {
+        let mut chosen = Vec::new();
+        for (key, _) in self.fresh.iter().take(scan) {
             if requests.len() >= self.config.batch_max_requests {
                 break;
             }
-            let Some(awaited) = self.awaited.get(&key) else {
-                self.pop_fresh();
-                continue;
-            };
-            if self.proposed.contains(&key) {
-                self.pop_fresh();
-                continue;
-            }
+            let Some(awaited) = self.awaited.get(key).filter(|_| !self.proposed.contains(key)) else { continue };
             let size = awaited.request.wire_size();
             if !requests.is_empty() && bytes + size > self.config.batch_max_bytes {
                 break;
             }
+            let (origin_bytes, origin_count) = taken.entry(key.origin).or_default();
+            if *origin_count > 0 && (*origin_bytes + size > byte_share || *origin_count >= count_share) {
+                continue;
+            }
+            *origin_bytes += size;
+            *origin_count += 1;
             bytes += size;
             requests.push(awaited.request.clone());
-            self.proposed.insert(key);
+            chosen.push(*key);
+        }
+        self.proposed.extend(chosen);
+        while let Some((key, _)) = self.fresh.front() {
+            if self.awaited.contains_key(key) && !self.proposed.contains(key) {
+                break;
+            }
             self.pop_fresh();
         }
         if requests.is_empty() {

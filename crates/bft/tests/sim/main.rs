@@ -176,6 +176,25 @@ fn view_histogram() {
     }
 }
 
+/// Prints the highest accounted bytes an honest replica held under the flooder, against the
+/// documented bound (for docs/BENCHMARKS.md).
+#[test]
+#[ignore = "measurement; prints figures"]
+fn flooder_memory() {
+    let count = env_u64("BFT_ACTOR_SEEDS").unwrap_or(100);
+    for n in [4u16, 7] {
+        let mut peak = 0;
+        for seed in 0..count {
+            let mut cluster = Cluster::with_behaviour(n, seed, Some(Behaviour::Flooder));
+            let stats = cluster.run(SAFETY_US, LIVENESS_US).expect("flooder seed passes");
+            peak = peak.max(stats.peak_held_bytes);
+        }
+        let sim_bound = bft::Replica::new(cluster::sim_config(n, 0), bft::Time(1)).unwrap().held_bytes_bound();
+        let default_bound = bft::Replica::new(bft::Config::new(n, 0), bft::Time(1)).unwrap().held_bytes_bound();
+        println!("n={n}: peak held {peak} bytes over {count} flooder seeds; bound {sim_bound} (simulator config), {default_bound} (default config)");
+    }
+}
+
 #[test]
 #[ignore = "long soak; set BFT_SOAK_SEEDS"]
 fn soak() {
