@@ -37,6 +37,8 @@
 //! # Ok(()) }
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod combine;
 mod dnssec;
 mod encode;

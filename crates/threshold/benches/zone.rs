@@ -1,4 +1,4 @@
-//! Signing many RRsets at once with 2048-bit keys: n = 4 signer cores in one process, every
+//! Signing a batch of RRsets at once with 2048-bit keys: n = 4 signer cores in one process, every
 //! replica asked to sign the same batch (as every replica's named is while a zone is signed),
 //! messages passed in memory, and the cores' jobs (shares, combinations) run on a pool of
 //! `workers` threads. The same batch on 1 and on 2 workers, in one run:
@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::hint::black_box;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, SamplingMode};
 use rand_chacha::rand_core::SeedableRng;
@@ -20,7 +20,7 @@ use threshold::{Job, Keys, Limits, Output, Protocol, SignMessage, SignerCore};
 
 const N: u16 = 4;
 const ALG: u8 = 8;
-const RRSETS: usize = 32;
+const RRSETS: usize = 16;
 
 fn keys() -> &'static Vec<Keys> {
     static KEYS: OnceLock<Vec<Keys>> = OnceLock::new();
@@ -55,8 +55,9 @@ fn run_jobs(jobs: Vec<(usize, Job)>, workers: usize) -> Vec<(usize, threshold::J
     })
 }
 
-/// Every replica signs every request; returns the number of signatures made.
-fn sign_batch(mut cores: Vec<SignerCore>, requests: &[Vec<u8>], workers: usize) -> usize {
+/// Every replica signs every request; returns the number of signatures made. `in_jobs` adds
+/// up the wall time spent running jobs (the part a worker pool spreads over cores).
+fn sign_batch(mut cores: Vec<SignerCore>, requests: &[Vec<u8>], workers: usize, in_jobs: &mut Duration) -> usize {
     for core in cores.iter_mut() {
         for data in requests {
             core.request(0, ALG, data).unwrap();
@@ -86,14 +87,40 @@ fn sign_batch(mut cores: Vec<SignerCore>, requests: &[Vec<u8>], workers: usize) 
         while let Some((from, to, message)) = messages.pop_front() {
             cores[to].handle_message(0, from as u16, message);
         }
-        for (i, done) in run_jobs(jobs, workers) {
+        let start = Instant::now();
+        let results = run_jobs(jobs, workers);
+        *in_jobs += start.elapsed();
+        for (i, done) in results {
             cores[i].job_done(done);
         }
     }
 }
 
+/// One untimed pass on one thread: how much of the wall time is jobs, and the speed-up that
+/// leaves for a pool of w workers (Amdahl), printed for docs/BENCHMARKS.md. Needed because
+/// this shared machine's CPU share does not grow with a process's thread count.
+fn parallel_fraction(protocol: Protocol) {
+    let requests: Vec<Vec<u8>> = (0..RRSETS).map(|r| format!("profile rrset {r}").into_bytes()).collect();
+    let mut in_jobs = Duration::ZERO;
+    let start = Instant::now();
+    sign_batch(cores(protocol), &requests, 1, &mut in_jobs);
+    let total = start.elapsed();
+    let p = in_jobs.as_secs_f64() / total.as_secs_f64();
+    let bound = |w: f64| 1.0 / ((1.0 - p) + p / w);
+    eprintln!(
+        "{protocol:?}: {RRSETS} RRsets x {N} replicas in {total:?}, jobs {in_jobs:?} ({:.1}%): Amdahl speed-up 2 cores {:.2}x, 4 cores {:.2}x, 16 cores {:.2}x",
+        100.0 * p,
+        bound(2.0),
+        bound(4.0),
+        bound(16.0)
+    );
+}
+
 fn zone(c: &mut Criterion) {
     keys();
+    for protocol in [Protocol::OptTe, Protocol::Basic] {
+        parallel_fraction(protocol);
+    }
     for protocol in [Protocol::OptTe, Protocol::Basic] {
         let mut group = c.benchmark_group(format!("sign_{RRSETS}_rrsets_n4_{protocol:?}"));
         group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(20));
@@ -108,7 +135,8 @@ fn zone(c: &mut Criterion) {
                         (cores(protocol), requests)
                     },
                     |(cores, requests)| {
-                        let signed = sign_batch(cores, &requests, workers);
+                        let mut in_jobs = Duration::ZERO;
+                        let signed = sign_batch(cores, &requests, workers, &mut in_jobs);
                         assert_eq!(signed, RRSETS * usize::from(N));
                         black_box(signed)
                     },

@@ -22,6 +22,8 @@
 //! learn only a digest and shares, so t corrupted replicas can never obtain a signature on data
 //! the honest replicas did not themselves ask for.
 
+#![forbid(unsafe_code)]
+
 mod core;
 mod keys;
 mod message;
