@@ -3,6 +3,11 @@
 //!
 //! Baselines: a plain 2048-bit modular exponentiation with num-bigint (random base, full-size
 //! exponent) and OpenSSL's RSA-2048 PKCS#1 v1.5 sign (CRT) through the openssl crate.
+//!
+//! `modexp_2048` measures the candidate backends for a secret 2048-bit exponent side by side on
+//! the key's modulus: crypto-bigint's constant-time `pow` on a boxed and on a fixed-size
+//! (`U2048`) Montgomery form with precomputed parameters, OpenSSL's `BN_mod_exp_mont_consttime`
+//! (the reference the share bars are set against) and OpenSSL's variable-time `BN_mod_exp`.
 
 use std::hint::black_box;
 use std::sync::OnceLock;
@@ -69,6 +74,56 @@ fn baselines(c: &mut Criterion) {
             rsa.private_encrypt(black_box(&digest_info), &mut out, openssl::rsa::Padding::PKCS1)
                 .unwrap()
         })
+    });
+    group.finish();
+}
+
+fn modexp(c: &mut Criterion) {
+    use crypto_bigint::modular::{BoxedMontyForm, BoxedMontyParams, FixedMontyForm, FixedMontyParams};
+    use crypto_bigint::{BoxedUint, Odd, U2048};
+    use openssl::bn::{BigNum, BigNumContext};
+    let (pk, _) = key(4);
+    let mut rng = ChaCha20Rng::seed_from_u64(2);
+    let mut random = |bytes: usize| {
+        let mut b = vec![0u8; bytes];
+        rng.fill_bytes(&mut b);
+        BigUint::from_bytes_be(&b)
+    };
+    let base = random(256) % pk.modulus();
+    // Like a key share: just below N/4.
+    let exponent = random(256) >> 2u32;
+    let pad = |x: &BigUint| {
+        let b = x.to_bytes_be();
+        let mut out = vec![0u8; 256 - b.len()];
+        out.extend(b);
+        out
+    };
+    let (n_bytes, base_bytes, exp_bytes) = (pad(pk.modulus()), pad(&base), pad(&exponent));
+    let mut group = c.benchmark_group("modexp_2048");
+    group.measurement_time(Duration::from_secs(4));
+
+    let odd = |bytes: &[u8]| Odd::new(BoxedUint::from_be_slice(bytes, 2048).unwrap()).unwrap();
+    let params = BoxedMontyParams::new_vartime(odd(&n_bytes));
+    let b = BoxedMontyForm::new(BoxedUint::from_be_slice(&base_bytes, 2048).unwrap(), &params);
+    let e = BoxedUint::from_be_slice(&exp_bytes, 2048).unwrap();
+    group.bench_function("crypto_bigint_boxed_consttime", |bench| bench.iter(|| black_box(&b).pow(black_box(&e))));
+
+    let fixed_params = FixedMontyParams::new_vartime(Odd::new(U2048::from_be_slice(&n_bytes)).unwrap());
+    let fb = FixedMontyForm::new(&U2048::from_be_slice(&base_bytes), &fixed_params);
+    let fe = U2048::from_be_slice(&exp_bytes);
+    group.bench_function("crypto_bigint_u2048_consttime", |bench| bench.iter(|| black_box(&fb).pow(black_box(&fe))));
+
+    let mut ctx = BigNumContext::new().unwrap();
+    let on = BigNum::from_slice(&n_bytes).unwrap();
+    let ob = BigNum::from_slice(&base_bytes).unwrap();
+    let mut oe = BigNum::from_slice(&exp_bytes).unwrap();
+    let mut out = BigNum::new().unwrap();
+    group.bench_function("openssl_vartime", |bench| {
+        bench.iter(|| out.mod_exp(black_box(&ob), black_box(&oe), &on, &mut ctx).unwrap())
+    });
+    oe.set_const_time();
+    group.bench_function("openssl_consttime", |bench| {
+        bench.iter(|| out.mod_exp(black_box(&ob), black_box(&oe), &on, &mut ctx).unwrap())
     });
     group.finish();
 }
@@ -159,5 +214,5 @@ fn combination(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, baselines, shares, combination, keygen);
+criterion_group!(benches, baselines, modexp, shares, combination, keygen);
 criterion_main!(benches);

@@ -86,4 +86,7 @@ pub enum Error {
     Corrupt { path: PathBuf, reason: String },
     #[error("invalid key data: {0}")]
     InvalidKey(String),
+    /// The big-number backend (OpenSSL) failed, e.g. out of memory.
+    #[error("big-number backend: {0}")]
+    Backend(String),
 }

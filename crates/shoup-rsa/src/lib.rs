@@ -8,8 +8,9 @@
 //!   8 (SHA-256) and 10 (SHA-512) of the RRSIG to-be-signed bytes.
 //! - [`KeyShare::sign`] / [`KeyShare::sign_with_proof`]: x_i = x^{2Δ s_i} mod N, optionally with
 //!   Shoup's proof of correctness (deterministic nonce, see [`share`]). Exponentiations with
-//!   secret exponents run in constant time (crypto-bigint Montgomery forms); public operations
-//!   use num-bigint.
+//!   secret exponents run in constant time (OpenSSL's `BN_mod_exp_mont_consttime`, and a
+//!   fixed-base table of v scanned with masks); public operations use OpenSSL's modexp and
+//!   crypto-bigint Montgomery forms.
 //! - [`PublicKey::verify_share`], [`PublicKey::combine`], [`PublicKey::verify`], and the paper's
 //!   strategies [`combine_basic`], [`combine_opt_proof`], [`combine_opt_te`].
 //! - [`corrupt`]: the paper's fault injection (every bit of a share inverted).
@@ -36,10 +37,13 @@
 //! # Ok(()) }
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod combine;
 mod dnssec;
 mod encode;
 mod error;
+mod exp;
 pub mod files;
 mod keys;
 mod prime;

@@ -9,7 +9,6 @@
 //! and is reproducible. Distinct messages give independent r; the same message gives the same
 //! proof, which reveals nothing new.
 
-use crypto_bigint::modular::BoxedMontyForm;
 use crypto_bigint::{BoxedUint, ConcatenatingMul, Resize};
 use num_bigint::BigUint;
 use num_integer::Integer;
@@ -18,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256, Sha512};
 use zeroize::Zeroizing;
 
-use crate::combine::pow_public;
+use crate::exp;
 use crate::util::{self, from_boxed, precision, to_boxed, to_fixed_be};
 use crate::{CombineError, Error, KeyShare, Message, PublicKey, ShareError};
 
@@ -43,6 +42,11 @@ pub struct SignatureShare {
     #[serde(with = "util::serde_hex")]
     pub value: BigUint,
     pub proof: Option<ShareProof>,
+}
+
+/// Longest exponent of v: the nonce r (at its limb-rounded precision) or a proof's z field.
+pub(crate) fn v_exponent_bits(pk: &PublicKey) -> u32 {
+    (8 * proof_z_bytes(pk) as u32).max(precision(pk.bits + 2 * CHALLENGE_BITS))
 }
 
 fn proof_z_bytes(pk: &PublicKey) -> usize {
@@ -127,26 +131,22 @@ fn challenge(pk: &PublicKey, values: [&BigUint; 6]) -> BigUint {
 impl KeyShare {
     /// The signature share x_i = x^{2Δ s_i} mod N, without proof.
     pub fn sign(&self, pk: &PublicKey, msg: &Message) -> Result<SignatureShare, Error> {
-        let (value, _) = self.share_value(pk, msg)?;
+        let value = self.share_value(pk, msg)?;
         Ok(SignatureShare { index: self.index(), value, proof: None })
     }
 
     /// The signature share with Shoup's proof of correctness (deterministic, see module docs).
     pub fn sign_with_proof(&self, pk: &PublicKey, msg: &Message) -> Result<SignatureShare, Error> {
-        let (value, x_monty) = self.share_value(pk, msg)?;
-        let prec = pk.precision();
+        let value = self.share_value(pk, msg)?;
         // r reveals s_i through z; every copy is wiped on every exit path.
         let r = Zeroizing::new(self.proof_nonce(pk, msg));
         // ṽ = x^{4Δ}: public base, public exponent.
-        let four_delta = &pk.delta << 2u32;
-        let v_tilde = msg.x.modpow(&four_delta, &pk.n);
+        let v_tilde = exp::pow_public(&msg.x, &(&pk.delta << 2u32), &pk.n)?;
         let x_tilde = (&value * &value) % &pk.n;
-        let to_monty = |x: &BigUint| {
-            to_boxed(x, prec).map(|b| BoxedMontyForm::new(b, &pk.params)).ok_or(Error::KeyMismatch)
-        };
-        let v_prime = from_boxed(&to_monty(&pk.v)?.pow(&r).retrieve());
-        let x_prime = from_boxed(&to_monty(&v_tilde)?.pow(&r).retrieve());
-        drop(x_monty);
+        // v' = v^r from the key's table, x' = ṽ^r: both constant time in r.
+        let table = pk.v_table().ok_or(Error::KeyMismatch)?;
+        let v_prime = exp::retrieve(&table.pow_secret(&r).ok_or(Error::KeyMismatch)?);
+        let x_prime = exp::pow_secret(&v_tilde, &r, &pk.n)?;
         let vi = pk.verification_key(self.index()).ok_or(Error::KeyMismatch)?;
         let c = challenge(pk, [&pk.v, &v_tilde, vi, &x_tilde, &v_prime, &x_prime]);
         // z = s_i c + r over the integers, in constant time (fixed widths).
@@ -158,20 +158,15 @@ impl KeyShare {
         Ok(SignatureShare { index: self.index(), value, proof: Some(ShareProof { c, z }) })
     }
 
-    /// x_i and the Montgomery form of x; constant time in s_i.
-    fn share_value(&self, pk: &PublicKey, msg: &Message) -> Result<(BigUint, BoxedMontyForm), Error> {
+    /// x_i, constant time in s_i.
+    fn share_value(&self, pk: &PublicKey, msg: &Message) -> Result<BigUint, Error> {
         self.check_key(pk)?;
         if msg.fingerprint != pk.fingerprint {
             return Err(Error::KeyMismatch);
         }
-        let prec = pk.precision();
-        let x = BoxedMontyForm::new(to_boxed(&msg.x, prec).ok_or(Error::KeyMismatch)?, &pk.params);
         // (x^{s_i})^{2Δ}: the secret exponent first, then the public one.
-        let two_delta = &pk.delta << 1u32;
-        let two_delta_boxed = BoxedUint::from_be_slice_vartime(&two_delta.to_bytes_be());
-        let xs = x.pow(&self.secret);
-        let xi = xs.pow_bounded_exp(&two_delta_boxed, two_delta.bits() as u32);
-        Ok((from_boxed(&xi.retrieve()), x))
+        let xs = exp::pow_secret(&msg.x, &self.secret, &pk.n)?;
+        exp::pow_public(&xs, &(&pk.delta << 1u32), &pk.n)
     }
 
     /// r < 2^{|N| + 512}, derived from s_i and the message (see module docs).
@@ -212,19 +207,18 @@ impl PublicKey {
             return Err(bad);
         }
         let vi = self.verification_key(share.index).ok_or(bad.clone())?;
-        // Public arithmetic on Montgomery forms with the key's cached parameters.
-        let monty = |x: &BigUint| crate::combine::monty(self, x).ok_or(bad.clone());
-        let invert = |x: &BoxedMontyForm| -> Result<BoxedMontyForm, ShareError> {
-            Option::from(x.invert_vartime()).ok_or(bad.clone())
-        };
-        let v = monty(&self.v)?;
-        let v_tilde = pow_public(&monty(&msg.x)?, &(&self.delta << 2u32));
-        let x_tilde = monty(&share.value)?.square();
-        // v' = v^z v_i^{-c}, x' = ṽ^z x̃_i^{-c}.
-        let v_prime = pow_public(&v, &proof.z) * pow_public(&invert(&monty(vi)?)?, &proof.c);
-        let x_prime = pow_public(&v_tilde, &proof.z) * pow_public(&invert(&x_tilde)?, &proof.c);
-        let [v_tilde, x_tilde, v_prime, x_prime] =
-            [v_tilde, x_tilde, v_prime, x_prime].map(|m| from_boxed(&m.retrieve()));
+        // Public data only: variable-time arithmetic. v' = v^z v_i^{-c}, x' = ṽ^z x̃_i^{-c},
+        // with v^z from the key's table and one inversion for both negative powers.
+        let n = &self.n;
+        let pow = |b: &BigUint, e: &BigUint| exp::pow_public(b, e, n).map_err(|_| bad.clone());
+        let v_tilde = pow(&msg.x, &(&self.delta << 2u32))?;
+        let x_tilde = (&share.value * &share.value) % n;
+        let vi_c = pow(vi, &proof.c)?;
+        let xt_c = pow(&x_tilde, &proof.c)?;
+        let inverse = (&vi_c * &xt_c % n).modinv(n).ok_or(bad.clone())?;
+        let v_z = self.v_table().and_then(|t| t.pow_public(&proof.z)).ok_or(bad.clone())?;
+        let v_prime = exp::retrieve(&v_z) * &xt_c % n * &inverse % n;
+        let x_prime = pow(&v_tilde, &proof.z)? * &vi_c % n * &inverse % n;
         let c = challenge(self, [&self.v, &v_tilde, vi, &x_tilde, &v_prime, &x_prime]);
         if c != proof.c {
             return Err(bad);

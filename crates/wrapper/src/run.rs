@@ -33,8 +33,7 @@ use crate::gateway::Gateway;
 use crate::listener::{serve_tcp, serve_udp, TcpLimits};
 use crate::metrics::{self, Metrics};
 use crate::pending::Pending;
-use crate::signing::crypto::Keys;
-use crate::signing::{service, SignerCore, SignerLimits};
+use crate::signing::{service, Keys, SignerCore, SignerLimits};
 use crate::zone::ZoneMaintenance;
 
 /// The zone's key as named must see it, from the threshold public key.
@@ -142,7 +141,7 @@ pub async fn run(config: Config) -> Result<()> {
 
     // Threshold signing, and the socket named asks it on.
     let limits = SignerLimits { finals_cache: config.signing.cache_entries, ..SignerLimits::default() };
-    let core = SignerCore::new(id, n, t, config.cluster.protocol, config.replica.corrupt_shares, keys, limits);
+    let core = SignerCore::new(id, n, config.cluster.protocol.into(), config.replica.corrupt_shares, keys, limits);
     let signer = service::spawn(core, key.key_tag(), mesh.sender(), signing_rx, metrics.clone());
     let (times_tx, times_rx) = watch::channel(None);
     let socket_path = state.join("signer.sock");

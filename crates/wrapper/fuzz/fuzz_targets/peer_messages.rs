@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use wrapper::envelope::Op;
-use wrapper::signing::SignMessage;
+use wrapper::signing::{SignMessage, WireFormat};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(m) = SignMessage::decode(data) {

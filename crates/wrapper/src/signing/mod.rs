@@ -1,20 +1,19 @@
-//! Threshold signing between replicas: the paper's BASIC, OPT-PROOF and OPT-TE
-//! protocols (Sections 3.3 and 3.5) as a sans-IO state machine.
-//!
-//! Inputs: a signing request from the local named (`request`), a message from a
-//! peer (`handle_message`), time passing (`handle_timeout`). Outputs: messages to
-//! send and finished signatures (`poll_output`). No sockets, no clock, no tasks:
-//! the same core runs under tokio (service.rs) and in the seeded simulator
-//! (tests/signing_sim.rs).
-//!
-//! Safety rule: a replica issues its share only for data its own named asked it to
-//! sign. Peers learn only a digest and shares, so t corrupted replicas can never
-//! obtain a signature on data the honest replicas did not themselves ask for.
+//! Threshold signing between replicas, carried over the mesh. The protocols (BASIC, OPT-PROOF,
+//! OPT-TE) and their sans-IO state machine live in the `threshold` crate; this module is its
+//! tokio driver (`service`) and the byte framing of its messages on mesh channel 1 (`wire`).
 
-mod core;
-pub mod crypto;
+pub mod service;
 pub mod wire;
 
-pub use self::core::{Output, SignerCore, SignerLimits, Stats};
-pub mod service;
-pub use wire::{Digest, SignMessage};
+pub use threshold::{Digest, Keys, Limits as SignerLimits, SignMessage, SignerCore};
+pub use wire::WireFormat;
+
+impl From<crate::config::Protocol> for threshold::Protocol {
+    fn from(p: crate::config::Protocol) -> Self {
+        match p {
+            crate::config::Protocol::Basic => threshold::Protocol::Basic,
+            crate::config::Protocol::OptProof => threshold::Protocol::OptProof,
+            crate::config::Protocol::OptTe => threshold::Protocol::OptTe,
+        }
+    }
+}

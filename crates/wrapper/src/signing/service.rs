@@ -1,5 +1,10 @@
 //! The signing core under tokio: named's requests come in through named-glue's
 //! signing socket (as `Signer::sign`), peers' messages through mesh channel 1.
+//!
+//! The core's jobs (this replica's shares, combinations with their proof checks) run on the
+//! blocking thread pool, at most `workers` at once (one per core by default), so the shares of
+//! different signing sessions are computed in parallel and the loop never waits on one.
+//! Outstanding jobs are bounded by the core's session limit (at most three per session).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,11 +14,12 @@ use bft::transport::mesh::CHANNEL_SIGNING;
 use bft::transport::MeshSender;
 use bytes::Bytes;
 use named_glue::signer::{SignError, SignFuture, SignRequest, Signer};
-use tokio::sync::{mpsc, oneshot};
+use threshold::{JobDone, Output, SignerCore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tracing::{debug, warn};
 
-use super::core::{Output, SignerCore};
-use super::wire::{Digest, SignMessage};
+use super::wire::{SignMessage, WireFormat};
+use super::Digest;
 use crate::metrics::Metrics;
 
 enum Command {
@@ -48,6 +54,11 @@ fn now_us() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
 }
 
+/// Share computations and combinations running at once: one per core.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Starts the task; returns the `Signer` to hand to named-glue's `SigningService`.
 pub fn spawn(
     core: SignerCore,
@@ -57,7 +68,7 @@ pub fn spawn(
     metrics: Arc<Metrics>,
 ) -> Arc<ThresholdSigner> {
     let (commands, rx) = mpsc::channel(1024);
-    tokio::spawn(run(core, mesh, incoming, rx, metrics));
+    tokio::spawn(run(core, mesh, incoming, rx, metrics, default_workers()));
     Arc::new(ThresholdSigner { commands, zone_key_tag })
 }
 
@@ -72,8 +83,12 @@ async fn run(
     mut incoming: mpsc::Receiver<(u16, Bytes)>,
     mut commands: mpsc::Receiver<Command>,
     metrics: Arc<Metrics>,
+    workers: usize,
 ) {
     let mut waiters: HashMap<Digest, Vec<Waiter>> = HashMap::new();
+    let permits = Arc::new(Semaphore::new(workers.max(1)));
+    // Finished jobs; a job's task waits for room here, the loop never does.
+    let (done_tx, mut done_rx) = mpsc::channel::<JobDone>(1024);
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
     loop {
         let timer = core.poll_timeout().map(|t| Duration::from_micros(t.saturating_sub(now_us())));
@@ -93,6 +108,12 @@ async fn run(
                         debug!(peer = from, error = %e, "undecodable signing message");
                         metrics.add_bad_share(from);
                     }
+                }
+            }
+            done = done_rx.recv() => {
+                // done_tx lives in this function, so the channel never closes.
+                if let Some(done) = done {
+                    core.job_done(done);
                 }
             }
             _ = async { tokio::time::sleep(timer.unwrap_or(Duration::from_secs(3600))).await }, if timer.is_some() => {
@@ -127,6 +148,24 @@ async fn run(
                 Output::Misbehaved { peer, what } => {
                     warn!(peer, what, "peer misbehaved in threshold signing");
                     metrics.add_bad_share(peer);
+                }
+                Output::Compute(job) => {
+                    let (permits, done_tx) = (permits.clone(), done_tx.clone());
+                    tokio::spawn(async move {
+                        let Ok(_permit) = permits.acquire_owned().await else { return };
+                        match tokio::task::spawn_blocking(move || job.run()).await {
+                            Ok(done) => {
+                                let _ = done_tx.send(done).await;
+                            }
+                            Err(e) => warn!(error = %e, "signing job panicked"),
+                        }
+                    });
+                }
+                Output::Failed { digest, reason } => {
+                    warn!(reason, "this replica's signature share could not be computed");
+                    for w in waiters.remove(&digest).unwrap_or_default() {
+                        let _ = w.reply.send(Err(SignError::Failed(reason.clone())));
+                    }
                 }
             }
         }

@@ -1,42 +1,27 @@
-//! Messages exchanged between replicas' signers (mesh channel 1).
+//! The byte form of the signers' messages on mesh channel 1: the wrapper's codec framing
+//! (version byte, postcard, size limit) around `threshold::SignMessage`.
 
-use serde::{Deserialize, Serialize};
+pub use threshold::SignMessage;
 
 use crate::codec::{self, CodecError};
 
-/// SHA-256 over (DNSSEC algorithm, to-be-signed bytes after the time rewrite):
-/// names one signing session on every replica without revealing the data.
-pub type Digest = [u8; 32];
-
 const VERSION: u8 = 1;
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum SignMessage {
-    /// The sender's signature share, with or without its proof of correctness.
-    /// The share in shoup-rsa's fixed-width byte form (decoded against the public key).
-    Share { digest: Digest, share: Vec<u8> },
-    /// The sender could not finish: resend your share (with proof when `proof`), or
-    /// the final signature if you have it.
-    Retry { digest: Digest, proof: bool },
-    /// An assembled signature; any valid one ends everyone's wait.
-    Final { digest: Digest, signature: Vec<u8> },
-}
 
 /// Large enough for a 4096-bit share with its proof.
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024;
 
-impl SignMessage {
-    pub fn digest(&self) -> &Digest {
-        match self {
-            SignMessage::Share { digest, .. } | SignMessage::Retry { digest, .. } | SignMessage::Final { digest, .. } => digest,
-        }
-    }
+/// Encoding and decoding of a signing message for the mesh.
+pub trait WireFormat: Sized {
+    fn encode(&self) -> Vec<u8>;
+    fn decode(bytes: &[u8]) -> Result<Self, CodecError>;
+}
 
-    pub fn encode(&self) -> Vec<u8> {
+impl WireFormat for SignMessage {
+    fn encode(&self) -> Vec<u8> {
         codec::encode(VERSION, self)
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<SignMessage, CodecError> {
+    fn decode(bytes: &[u8]) -> Result<SignMessage, CodecError> {
         codec::decode("signing message", VERSION, MAX_MESSAGE_BYTES, bytes)
     }
 }

@@ -1,7 +1,10 @@
 //! Seeded, deterministic simulation of the threshold-signing protocols between
 //! replicas (BASIC, OPT-PROOF, OPT-TE) with Byzantine peers, loss and reordering.
 //!
-//! Reproduce one run: `SIGN_SEED=<seed> cargo test -p wrapper --test signing_sim`.
+//! Share computations (`Output::Compute`) finish after a seeded random delay in `run`, so they
+//! complete out of order as on a worker pool; the hand-driven tests run them at once.
+//!
+//! Reproduce one run: `SIGN_SEED=<seed> cargo test -p threshold --test signing_sim`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
@@ -9,9 +12,7 @@ use std::sync::{Arc, OnceLock};
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use shoup_rsa::{KeyShare, PublicKey};
-use wrapper::config::Protocol;
-use wrapper::signing::crypto::Keys;
-use wrapper::signing::{Output, SignMessage, SignerCore, SignerLimits};
+use threshold::{Keys, Limits, Output, Protocol, Job, SignMessage, SignerCore};
 
 const ALG: u8 = 8;
 
@@ -56,6 +57,8 @@ struct Sim {
     blamed: Vec<BTreeSet<u16>>,
     now_us: u64,
     loss_per_mille: u32,
+    /// Share computations in flight: (finish at, replica, job); `None` runs them at once.
+    jobs: Option<Vec<(u64, u16, Job)>>,
 }
 
 impl Sim {
@@ -65,13 +68,12 @@ impl Sim {
 
     fn with_keys(seed: u64, n: u16, dealt: (Arc<PublicKey>, Vec<Arc<KeyShare>>), protocol: Protocol, faults: Vec<Fault>, loss_per_mille: u32) -> Sim {
         let (pk, shares) = dealt;
-        let t = (n - 1) / 3;
         let cores = (0..n)
             .map(|i| {
                 let keys = Keys::new(pk.clone(), shares[usize::from(i)].clone()).unwrap();
                 let corrupt = faults[usize::from(i)] == Fault::CorruptShares;
-                let limits = SignerLimits { retry_after_us: 50_000, ..SignerLimits::default() };
-                SignerCore::new(i, n, t, protocol, corrupt, keys, limits)
+                let limits = Limits { retry_after_us: 50_000, ..Limits::default() };
+                SignerCore::new(i, n, protocol, corrupt, keys, limits)
             })
             .collect();
         Sim {
@@ -83,6 +85,7 @@ impl Sim {
             blamed: vec![BTreeSet::new(); usize::from(n)],
             now_us: 0,
             loss_per_mille,
+            jobs: None,
         }
     }
 
@@ -114,6 +117,14 @@ impl Sim {
                 Output::Misbehaved { peer, .. } => {
                     self.blamed[usize::from(i)].insert(peer);
                 }
+                Output::Compute(job) => match &mut self.jobs {
+                    Some(jobs) => {
+                        let delay = 1 + u64::from(self.rng.next_u32() % 10);
+                        jobs.push((self.now_us + delay * 1000, i, job));
+                    }
+                    None => self.cores[usize::from(i)].job_done(job.run()),
+                },
+                Output::Failed { reason, .. } => panic!("replica {i} could not compute its share: {reason}"),
             }
         }
     }
@@ -141,6 +152,7 @@ impl Sim {
     }
 
     fn run(&mut self, requests: &[Vec<u8>], max_steps: usize) {
+        self.jobs.get_or_insert_with(Vec::new);
         // Each replica's named asks for every request, at a random moment.
         let mut asks: Vec<(u64, u16, usize)> = Vec::new();
         for i in 0..self.n() {
@@ -154,9 +166,16 @@ impl Sim {
             let next_msg = self.queue.iter().map(|q| q.0).min();
             let next_ask = asks.peek().map(|a| a.0);
             let next_timer = self.cores.iter().filter_map(|c| c.poll_timeout()).min();
-            let Some(next) = [next_msg, next_ask, next_timer].into_iter().flatten().min() else { break };
+            let next_job = self.jobs.iter().flatten().map(|j| j.0).min();
+            let Some(next) = [next_msg, next_ask, next_timer, next_job].into_iter().flatten().min() else { break };
             self.now_us = self.now_us.max(next);
-            if next_ask == Some(next) {
+            if next_job == Some(next) {
+                let jobs = self.jobs.as_mut().expect("set above");
+                let pick = (0..jobs.len()).find(|&k| jobs[k].0 <= self.now_us).expect("one is due");
+                let (_, i, job) = jobs.swap_remove(pick);
+                self.cores[usize::from(i)].job_done(job.run());
+                self.drain(i);
+            } else if next_ask == Some(next) {
                 let (_, i, r) = asks.next().unwrap();
                 self.cores[usize::from(i)].request(self.now_us, ALG, &requests[r]).unwrap();
                 self.drain(i);
@@ -374,4 +393,35 @@ fn early_proof_request_is_answered_when_named_asks() {
         })
     });
     assert!(proven_to_0, "replica 2 did not send replica 0 its proven share at once");
+}
+
+#[test]
+fn shares_of_different_sessions_are_asked_for_at_once() {
+    // What lets a driver use every core: the core hands out one share job per session
+    // without waiting for any of them, and takes their results in any order.
+    let n = 4;
+    let (pk, shares) = keys(n);
+    let mut core = SignerCore::new(0, n, Protocol::OptTe, false, Keys::new(pk, shares[0].clone()).unwrap(), Limits::default());
+    let requests: Vec<Vec<u8>> = (0..5).map(|r| format!("rrset {r}").into_bytes()).collect();
+    for data in &requests {
+        core.request(0, ALG, data).unwrap();
+    }
+    let mut jobs = Vec::new();
+    while let Some(out) = core.poll_output() {
+        match out {
+            Output::Compute(job) => jobs.push(job),
+            other => panic!("nothing but share jobs before a share exists: {other:?}"),
+        }
+    }
+    assert_eq!(jobs.len(), requests.len(), "one share job per session, all at once");
+    assert!(jobs.iter().all(|j| j.is_share()));
+    // Finish them in reverse order: each session broadcasts its own share.
+    for job in jobs.into_iter().rev() {
+        let digest = job.digest;
+        core.job_done(job.run());
+        let sent = std::iter::from_fn(|| core.poll_output()).any(|out| {
+            matches!(out, Output::Broadcast { message: SignMessage::Share { digest: d, .. } } if d == digest)
+        });
+        assert!(sent, "a finished share is broadcast for its own session");
+    }
 }
