@@ -146,15 +146,10 @@ impl Network {
     }
 
     fn apply(&mut self, index: usize, action: Action) {
-        {
-            match action {
-                Action::Deliver(batch) => {
-                    self.delivered[index] += batch.requests.iter().filter(|r| r.origin == self.origin).count() as u64;
-                    if batch.checkpoint_due {
-                        let _ = self.replicas[index].checkpoint(batch.seq, [1; 32]);
-                    }
-                }
-                _ => {}
+        if let Action::Deliver(batch) = action {
+            self.delivered[index] += batch.requests.iter().filter(|r| r.origin == self.origin).count() as u64;
+            if batch.checkpoint_due {
+                let _ = self.replicas[index].checkpoint(batch.seq, [1; 32]);
             }
         }
     }

@@ -38,7 +38,9 @@
 //!   origin's pending requests within `max_pending_bytes_per_origin`, a request within
 //!   `max_request_bytes`, every proposal within the batch limits, client records an equal share
 //!   of `max_clients` per origin, answers to status reports once per half retransmit interval
-//!   per peer and at most `PUSH_BURST` batches / four batch sizes each. [`Replica::held_bytes`]
+//!   per peer and at most `PUSH_BURST` batches / four batch sizes each. A primary shares each
+//!   batch's bytes and count equally among the origins queued at its head, so one origin's
+//!   large requests cannot crowd out the others'. [`Replica::held_bytes`]
 //!   accounts what is held and [`Replica::held_bytes_bound`] states its bound, which the
 //!   simulator checks under a flooder.
 //! - View change in the MAC variant of the paper: the transport authenticates senders but

@@ -593,7 +593,10 @@ impl Cluster {
                 self.partition = None;
             }
         }
-        if self.has(Behaviour::Flooder) && (self.now / SCRIPT_INTERVAL_US) % HELD_CHECK_TICKS == 0 {
+        // `%` keeps the workspace's declared rust-version (is_multiple_of is 1.87).
+        #[allow(clippy::manual_is_multiple_of)]
+        let due = (self.now / SCRIPT_INTERVAL_US) % HELD_CHECK_TICKS == 0;
+        if self.has(Behaviour::Flooder) && due {
             if let Err(failure) = self.check_held_bytes() {
                 self.failure = Some(failure);
                 return;
