@@ -439,6 +439,8 @@ async fn supervisor_never_starts_a_second_named() {
     }
     drop(squatter);
     let _ = &mut r;
+}
+
 /// An IXFR query for the test zone from `serial` (the client's SOA in the authority section).
 fn ixfr_query(id: u16, serial: u32) -> Vec<u8> {
     use hickory_proto::op::{MessageType, OpCode, Query};

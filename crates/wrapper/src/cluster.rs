@@ -346,6 +346,10 @@ mod tests {
             bind_dir: "target/bind9".into(),
             zone_file: None,
             resign_after_s: None,
+            sign_zone_interval_s: None,
+            update_auth: crate::auth::Mode::Tsig,
+            skip_precheck: Vec::new(),
+            rrl_responses_per_second: 0,
         }
     }
 

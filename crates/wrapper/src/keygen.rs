@@ -292,6 +292,7 @@ mod tests {
             bind_dir: PathBuf::from("/opt/bind"),
             zone_file: None,
             resign_after_s: None,
+            sign_zone_interval_s: None,
             update_auth,
             skip_precheck: vec![2],
             rrl_responses_per_second: 7,
