@@ -1,5 +1,5 @@
 //! named.conf for one replica, with the settings that keep named
-//! deterministic (DESIGN.md section 4), and TSIG key files.
+//! deterministic (docs/DETERMINISM.md), and TSIG key files.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
