@@ -126,6 +126,7 @@
 
 // `%` keeps the code building on the workspace's declared rust-version (is_multiple_of is 1.87).
 #![allow(clippy::manual_is_multiple_of)]
+#![forbid(unsafe_code)]
 
 mod codec;
 mod decide;

@@ -23,6 +23,8 @@
 //! | voting read (unordered, [`VOTING_READ_OPTION`]) | 2t + 1 | PBFT's read-only optimisation: each replica answers from its current state, which may lag; 2t + 1 matching answers include t + 1 honest replicas, so any quorum of 2t + 1 that saw a completed write intersects it |
 //! | ordered read (the fallback) | n - t | every honest replica answers after ordering; a replica in `reads = "local"` mode does not order, and the client cannot tell, so it asks for all the honest ones |
 //! | update | n - t | t + 1 would do to trust the result (one of them is honest), but a later voting read accepts 2t + 1 answers from replicas' current states; with n - t acknowledgements every such read quorum shares an honest replica with them (n - t + 2t + 1 > n + t), so no voting read after a successful update returns the old data. PBFT's read-only optimisation asks the same of writes |
+#![forbid(unsafe_code)]
+
 pub mod canon;
 pub mod client;
 pub mod net;

@@ -19,6 +19,7 @@ fn pid_file(dir: &Path, i: u16) -> std::path::PathBuf {
 
 fn alive(pid: i32) -> bool {
     // Signal 0 checks existence without touching the process.
+    // SAFETY: kill(2) has no memory-safety preconditions.
     unsafe { libc::kill(pid, 0) == 0 }
 }
 
@@ -157,12 +158,14 @@ pub fn down(replicas: u16, dir: &Path) -> Result<()> {
         let pf = pid_file(dir, i);
         let Some(pid) = read_pid(&pf) else { continue };
         if alive(pid) {
+            // SAFETY: kill(2) has no memory-safety preconditions; pid is this cluster's replica.
             unsafe { libc::kill(pid, libc::SIGTERM) };
             let deadline = Instant::now() + Duration::from_secs(10);
             while alive(pid) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(100));
             }
             if alive(pid) {
+                // SAFETY: as above.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
             stopped += 1;
@@ -171,6 +174,7 @@ pub fn down(replicas: u16, dir: &Path) -> Result<()> {
         // A named left behind by a killed wrapper.
         let named_pid = replica_dir(dir, i).join("state/named/named.pid");
         if let Some(pid) = read_pid(&named_pid).filter(|&p| alive(p)) {
+            // SAFETY: kill(2) has no memory-safety preconditions; pid is this cluster's replica.
             unsafe { libc::kill(pid, libc::SIGTERM) };
         }
     }
