@@ -65,12 +65,17 @@ fn sig0_zone_refuses_the_shared_tsig_key_even_when_ordered() {
     }
     c.verify_zone(1);
 
-    // Transfers: refused without the transfer key, and with the update key.
-    let plain = c.dig(2, &["example.test", "AXFR"]);
+    // Transfers from an address the [access] ACL does not list (the local cluster lists
+    // 127.0.0.1 only): refused without the transfer key and with the update key, served
+    // with the transfer key (allowed by address OR by key, as BIND's allow-transfer lists).
+    let plain = c.dig(2, &["-b", "127.0.0.2", "example.test", "AXFR"]);
     assert!(plain.contains("Transfer failed") && !plain.contains("SOA\t"), "AXFR without a key must be refused:\n{plain}");
     let tsig = c.path("tsig.key");
-    let wrong = c.dig(2, &["-k", tsig.to_str().unwrap(), "example.test", "AXFR"]);
+    let wrong = c.dig(2, &["-b", "127.0.0.2", "-k", tsig.to_str().unwrap(), "example.test", "AXFR"]);
     assert!(wrong.contains("Transfer failed"), "AXFR with the update key must be refused:\n{wrong}");
+    let transfer = c.path("transfer.key");
+    let keyed = c.dig(2, &["-b", "127.0.0.2", "-k", transfer.to_str().unwrap(), "example.test", "AXFR"]);
+    assert!(!keyed.contains("Transfer failed") && keyed.matches("\tSOA\t").count() == 2, "AXFR with the transfer key must be served:\n{keyed}");
 }
 
 /// An update with a MAC made with the wrong secret gets NOTAUTH(BADSIG) before ordering.
