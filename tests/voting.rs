@@ -43,9 +43,14 @@ fn relay_and_lie(query: &[u8], upstream: SocketAddr) -> Option<Vec<u8>> {
 
 impl Liar {
     fn start(upstream: SocketAddr) -> Liar {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("liar udp");
-        let addr = udp.local_addr().expect("liar addr");
-        let tcp = TcpListener::bind(addr).expect("liar tcp");
+        // The kernel's free UDP port may be taken for TCP: try a few.
+        let (udp, addr, tcp) = (0..100)
+            .find_map(|_| {
+                let udp = UdpSocket::bind("127.0.0.1:0").expect("liar udp");
+                let addr = udp.local_addr().expect("liar addr");
+                TcpListener::bind(addr).ok().map(|tcp| (udp, addr, tcp))
+            })
+            .expect("a loopback port free for both UDP and TCP");
         udp.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
         tcp.set_nonblocking(true).expect("nonblocking");
         let stop = Arc::new(AtomicBool::new(false));
@@ -109,10 +114,15 @@ struct Silent {
 
 impl Silent {
     fn start() -> Silent {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("silent udp");
-        let addr = udp.local_addr().expect("addr");
-        let tcp = TcpListener::bind(addr).expect("silent tcp");
-        Silent { addr, _udp: udp, _tcp: tcp }
+        // The kernel's free UDP port may be taken for TCP: try a few.
+        for _ in 0..100 {
+            let udp = UdpSocket::bind("127.0.0.1:0").expect("silent udp");
+            let addr = udp.local_addr().expect("addr");
+            if let Ok(tcp) = TcpListener::bind(addr) {
+                return Silent { addr, _udp: udp, _tcp: tcp };
+            }
+        }
+        panic!("no loopback port free for both UDP and TCP")
     }
 }
 

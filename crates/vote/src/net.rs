@@ -168,9 +168,17 @@ mod tests {
     /// follows to TCP; one that never answers times out within the configured bound.
     #[tokio::test]
     async fn truncation_falls_back_to_tcp_and_silence_times_out() {
-        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let addr = udp.local_addr().unwrap();
-        let tcp = tokio::net::TcpListener::bind(addr).await.unwrap();
+        // The kernel's free UDP port may be taken for TCP: try a few.
+        let mut pair = None;
+        for _ in 0..100 {
+            let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            let addr = udp.local_addr().unwrap();
+            if let Ok(tcp) = tokio::net::TcpListener::bind(addr).await {
+                pair = Some((udp, addr, tcp));
+                break;
+            }
+        }
+        let (udp, addr, tcp) = pair.expect("a loopback port free for both UDP and TCP");
         tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];
             let (n, peer) = udp.recv_from(&mut buf).await.unwrap();

@@ -70,7 +70,12 @@ fn authenticator(config: &Config) -> Result<(Authenticator, Vec<TsigKey>, Vec<Ts
         })
         .collect::<Result<Vec<_>>>()?;
     let auth = Authenticator::new(config.auth.mode, &updates, &transfers, sig0).context("update authentication")?;
-    let (local, transfer) = auth.named_keys(&transfers);
+    // named knows the clients' update keys and the transfer keys but grants them nothing: it
+    // verifies and signs TSIG on reads and transfers, which it answers itself; updates reach
+    // it only re-signed with a local key.
+    let mut known = transfers.clone();
+    known.extend(updates.iter().filter(|u| !transfers.iter().any(|t| t.name.eq_ignore_ascii_case(&u.name))).cloned());
+    let (local, transfer) = auth.named_keys(&known);
     let conf_key = |k: crate::auth::NamedKey| TsigKey { name: k.name, algorithm: k.algorithm.to_string(), secret: k.secret };
     Ok((auth, local.into_iter().map(conf_key).collect(), transfer.into_iter().map(conf_key).collect()))
 }
