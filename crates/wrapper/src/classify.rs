@@ -73,7 +73,6 @@ pub fn precheck(verdict: Verdict, bytes: &[u8], auth: Option<&crate::auth::Authe
     let transfer = match verdict {
         Verdict::Order(Kind::Write) => false,
         Verdict::Order(Kind::Transfer) => true,
-        Verdict::Order(Kind::Read) if crate::auth::is_transfer_query(bytes) => true,
         _ => return verdict,
     };
     let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);

@@ -225,6 +225,10 @@ impl Authenticator {
     /// Before ordering, against the local clock: the answer for an update that cannot
     /// succeed, or for a transfer without a valid transfer key. `None`: order it.
     pub fn precheck(&self, msg: &[u8], is_transfer: bool, now_s: u64) -> Option<Vec<u8>> {
+        if !is_transfer && wire::layout(msg).is_err() {
+            // Unreadable updates are ordered and left to named (see `decide`).
+            return None;
+        }
         if is_transfer {
             return self.check_transfer(msg, now_s);
         }
@@ -267,14 +271,6 @@ impl Authenticator {
     }
 }
 
-/// Whether a query asks for AXFR or IXFR (its first question's type).
-pub fn is_transfer_query(msg: &[u8]) -> bool {
-    let Ok((_, end)) = wire::read_name(msg, wire::HEADER_LEN) else { return false };
-    wire::u16_at(msg, 2).is_some_and(|f| f & 0x7800 == 0)
-        && wire::u16_at(msg, 4).unwrap_or(0) > 0
-        && matches!(wire::u16_at(msg, end), Some(251 | 252))
-}
-
 /// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
 #[derive(Default)]
 pub struct ClientFilters {
@@ -291,6 +287,11 @@ fn answer_of(o: Outcome) -> Vec<u8> {
 
 impl UpdateGate for Authenticator {
     fn decide(&self, message: &[u8], agreed_time_s: u64) -> UpdateDecision {
+        if wire::layout(message).is_err() {
+            // Not a readable message: named decides (it can only refuse it as malformed, and
+            // grants no update to a request without the local key), answering as named does.
+            return UpdateDecision::Forward(message.to_vec());
+        }
         match self.authenticate(message, agreed_time_s) {
             Outcome::Refuse { rcode, answer } => UpdateDecision::Refuse { rcode, answer },
             Outcome::Pass { identity, body } => {
@@ -308,7 +309,8 @@ impl UpdateGate for Authenticator {
                 let time = tsig::Tsig::parse(named_answer, &rec).map(|t| t.time_signed).ok();
                 (tsig::strip(named_answer, rec.start, id), time)
             }
-            _ => (named_answer.to_vec(), None),
+            // named did not sign its answer (a FORMERR, say): neither does the wrapper.
+            _ => return named_answer.to_vec(),
         };
         // A TSIG request gets the answer signed with its key over its MAC; a SIG(0)
         // request an unsigned one (named never signs those answers either).
@@ -338,6 +340,10 @@ fn answer_header(msg: &[u8], layout: &Layout, rcode: u16) -> Vec<u8> {
 
 /// An answer for a message too broken to walk: its id and opcode only.
 fn header_only(msg: &[u8], rcode: u16) -> Vec<u8> {
+    // named's own shape for a message it cannot read (the question kept when it parses).
+    if let Some(answer) = u8::try_from(rcode).ok().and_then(|r| crate::answer::error_answer(msg, r)) {
+        return answer;
+    }
     let id = wire::u16_at(msg, 0).unwrap_or(0);
     let flags = 0x8000 | (wire::u16_at(msg, 2).unwrap_or(0) & 0x7800) | rcode;
     let mut out = id.to_be_bytes().to_vec();
