@@ -50,7 +50,7 @@
 pub mod conf;
 pub mod forward;
 pub mod keys;
-pub mod rrwire;
+pub use dnswire::rrwire;
 pub mod signer;
 pub mod signzone;
 pub mod supervisor;

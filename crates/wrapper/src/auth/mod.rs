@@ -14,8 +14,8 @@
 
 pub mod rrl;
 pub mod sig0;
-pub mod tsig;
 pub mod wire;
+pub use dnswire::tsig;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -27,6 +27,8 @@ pub enum WireError {
     Trailing(usize),
     #[error("too many records")]
     TooManyRecords,
+    #[error("{0} signature records; at most one, and it must be the last record")]
+    MisplacedSignature(usize),
 }
 
 /// The fixed header.
@@ -240,7 +242,8 @@ fn skip_plain_name(data: &[u8], mut pos: usize) -> Option<usize> {
     None
 }
 
-fn lowercase_name(name: &mut [u8]) {
+/// Lower-cases the ASCII letters of an uncompressed wire name.
+pub fn lowercase_name(name: &mut [u8]) {
     // Label length bytes are below 64, never in 'A'..='Z' (65..=90).
     let mut i = 0;
     while i < name.len() {

@@ -8,7 +8,8 @@
 
 use ring::hmac;
 
-use super::wire::{self, RecordAt, WireError, CLASS_ANY, TYPE_TSIG};
+use crate::layout::{self as wire, RecordAt, CLASS_ANY, TYPE_TSIG};
+use crate::rrwire::WireError;
 
 /// TSIG error codes (RFC 8945 section 3 / IANA).
 pub const BADSIG: u16 = 16;
@@ -113,26 +114,26 @@ pub struct Tsig {
 impl Tsig {
     pub fn parse(msg: &[u8], rec: &RecordAt) -> Result<Tsig, WireError> {
         if rec.rtype != TYPE_TSIG {
-            return Err(WireError::Truncated("a TSIG record"));
+            return Err(WireError::Short("a TSIG record"));
         }
         let end = rec.rdata + rec.rdlen;
-        let rd = msg.get(..end).ok_or(WireError::Truncated("TSIG rdata"))?;
+        let rd = msg.get(..end).ok_or(WireError::Short("TSIG rdata"))?;
         let (algorithm, mut p) = wire::read_name(rd, rec.rdata)?;
-        let t = rd.get(p..p + 10).ok_or(WireError::Truncated("TSIG rdata"))?;
+        let t = rd.get(p..p + 10).ok_or(WireError::Short("TSIG rdata"))?;
         let time_signed = t[..6].iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
         let fudge = u16::from_be_bytes([t[6], t[7]]);
         let mac_len = usize::from(u16::from_be_bytes([t[8], t[9]]));
         p += 10;
-        let mac = rd.get(p..p + mac_len).ok_or(WireError::Truncated("the TSIG MAC"))?.to_vec();
+        let mac = rd.get(p..p + mac_len).ok_or(WireError::Short("the TSIG MAC"))?.to_vec();
         p += mac_len;
-        let t = rd.get(p..p + 6).ok_or(WireError::Truncated("TSIG rdata"))?;
+        let t = rd.get(p..p + 6).ok_or(WireError::Short("TSIG rdata"))?;
         let original_id = u16::from_be_bytes([t[0], t[1]]);
         let error = u16::from_be_bytes([t[2], t[3]]);
         let other_len = usize::from(u16::from_be_bytes([t[4], t[5]]));
         p += 6;
-        let other = rd.get(p..p + other_len).ok_or(WireError::Truncated("TSIG other data"))?.to_vec();
+        let other = rd.get(p..p + other_len).ok_or(WireError::Short("TSIG other data"))?.to_vec();
         if p + other_len != end {
-            return Err(WireError::Truncated("TSIG rdata (length mismatch)"));
+            return Err(WireError::Short("TSIG rdata (length mismatch)"));
         }
         Ok(Tsig { key_name: rec.owner.clone(), algorithm, time_signed, fudge, mac, original_id, error, other })
     }
@@ -247,6 +248,11 @@ pub enum Failure {
 
 /// Checks a request's TSIG with `key` (the caller found it by name) at time `now_s`.
 pub fn verify(msg: &[u8], rec: &RecordAt, tsig: &Tsig, key: &Key, now_s: u64) -> Result<(), Failure> {
+    // The class is not among the signed variables (they say ANY): any other class is a
+    // malformed TSIG, as BIND's parser has it, not one that happens to verify.
+    if rec.class != CLASS_ANY {
+        return Err(Failure::FormErr);
+    }
     if tsig.algorithm != key.algorithm.wire_name() {
         return Err(Failure::BadKey);
     }
