@@ -16,7 +16,7 @@ cargo build --bins -p wrapper
 log="$(mktemp -t sdns-faults.XXXXXX)"
 scenarios=(
   sigstopped_replica_catches_up_at_the_live_rate
-  sigstop_for_a_minute_under_load
+  sigstop_for_a_minute
   kill9_backup_mid_stream
   kill9_primary_mid_stream
   kill9_named_mid_stream
