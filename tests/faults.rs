@@ -331,7 +331,7 @@ fn kill9_and_restart(victim: u16, what: &str) {
 }
 
 #[test]
-#[ignore = "long: scripts/faults.sh"]
+#[ignore = "long: scripts/faults.sh; fails until crash-safe restart (branch restart) and state transfer (branch statexfer): under reads the restarted backup never answers again"]
 fn kill9_backup_mid_stream() {
     kill9_and_restart(2, "kill9-backup");
 }
