@@ -8,6 +8,8 @@ pkgs=(
   build-essential pkg-config libssl-dev libuv1-dev libcap-dev xz-utils dpkg-dev
   # the real DNS tools the tests drive: dig, delv, nsupdate, dnssec-verify, dnssec-dsfromkey
   bind9-dnsutils bind9-utils dnsperf openssl
+  # the fault scenarios' skewed clock (tests/faults.rs): LD_PRELOAD libfaketime for one replica
+  faketime
   # misc
   ca-certificates curl python3
   # the Docker cluster (scripts/docker-cluster.sh): a bookworm base image without a registry

@@ -123,7 +123,13 @@ impl Cluster {
     /// Runs `cluster up` again: starts replicas that are not running, keeps the rest.
     /// Returns what it printed on stdout (how to use the cluster).
     pub fn start_stopped(&self) -> String {
-        let out = run(Command::new(sdns_bin()).args(&self.up_args));
+        self.start_stopped_env(&[])
+    }
+
+    /// The same with extra environment for the replicas it starts (a fault scenario's
+    /// LD_PRELOAD, say): they inherit it, and so do their named.
+    pub fn start_stopped_env(&self, env: &[(&str, &str)]) -> String {
+        let out = run(Command::new(sdns_bin()).args(&self.up_args).envs(env.iter().copied()));
         assert!(out.status.success(), "cluster up failed:\n{}\n{}", text(&out), self.logs());
         String::from_utf8_lossy(&out.stdout).into_owned()
     }

@@ -38,11 +38,16 @@ pub struct Limits {
     pub finals_cache: usize,
     /// A session without a signature re-asks its peers after this long (µs).
     pub retry_after_us: u64,
+    /// A share for a signature finished at least this long ago (µs) is answered with the
+    /// finished signature: its sender evidently missed the broadcast one (it was stopped, or
+    /// is replaying old writes). Sooner, the broadcast is still on its way and an answer would
+    /// only double the traffic of every signing.
+    pub late_share_after_us: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_sessions: 4096, early_digests: 4096, early_per_peer: 1024, finals_cache: 4096, retry_after_us: 500_000 }
+        Self { max_sessions: 4096, early_digests: 4096, early_per_peer: 1024, finals_cache: 4096, retry_after_us: 500_000, late_share_after_us: 100_000 }
     }
 }
 
@@ -131,6 +136,8 @@ pub struct Stats {
     pub fallbacks: u64,
     pub bad_shares_by_peer: BTreeMap<u16, u64>,
     pub early_dropped: u64,
+    /// Late shares answered with the finished signature (a peer catching up).
+    pub late_answered: u64,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -185,10 +192,18 @@ pub struct SignerCore {
     early: HashMap<Digest, Early>,
     early_order: VecDeque<Digest>,
     early_count: HashMap<u16, usize>,
-    finals: HashMap<Digest, Vec<u8>>,
+    finals: HashMap<Digest, FinalSig>,
     finals_order: VecDeque<Digest>,
     outputs: VecDeque<Output>,
     stats: Stats,
+    /// The latest time any input carried: when a combination job finishes (an input without
+    /// a time) the signature counts as finished then. Only inputs move it, so runs replay.
+    now_us: u64,
+}
+
+struct FinalSig {
+    signature: Vec<u8>,
+    finished_us: u64,
 }
 
 impl SignerCore {
@@ -210,6 +225,7 @@ impl SignerCore {
             finals_order: VecDeque::new(),
             outputs: VecDeque::new(),
             stats: Stats::default(),
+            now_us: 0,
         }
     }
 
@@ -223,10 +239,11 @@ impl SignerCore {
     /// The local named asks for a signature on `data` (already carrying the agreed
     /// times). Returns the session's digest; the result comes as `Output::Done`.
     pub fn request(&mut self, now_us: u64, alg: u8, data: &[u8]) -> Result<Digest, RequestError> {
+        self.tick(now_us);
         let digest = Self::digest(alg, data);
-        if let Some(sig) = self.finals.get(&digest) {
+        if let Some(f) = self.finals.get(&digest) {
             self.stats.from_cache += 1;
-            self.outputs.push_back(Output::Done { digest, signature: sig.clone() });
+            self.outputs.push_back(Output::Done { digest, signature: f.signature.clone() });
             return Ok(digest);
         }
         if self.sessions.contains_key(&digest) {
@@ -250,16 +267,28 @@ impl SignerCore {
             proof_waiters: BTreeSet::new(),
             last_ask_us: now_us,
         };
-        self.compute(digest, &session.message, with_proof);
         self.sessions.insert(digest, session);
 
-        if let Some(early) = self.take_early(&digest) {
-            for (peer, signature) in early.finals {
-                self.on_final(peer, digest, signature);
+        let early = self.take_early(&digest);
+        // A replica catching up often holds the finished signature already (peers broadcast
+        // it while this one was behind): checked against the public key, it spares the share.
+        if let Some(early) = &early {
+            for (peer, signature) in &early.finals {
+                self.on_final(*peer, digest, signature.clone());
                 if !self.sessions.contains_key(&digest) {
+                    // Those who asked for our share get the signature itself.
+                    for &peer in &early.proof_wanted {
+                        self.on_retry(peer, digest, true);
+                    }
                     return Ok(digest);
                 }
             }
+        }
+        if let Some(s) = self.sessions.get(&digest) {
+            let message = s.message.clone();
+            self.compute(digest, &message, with_proof);
+        }
+        if let Some(early) = early {
             if let Some(s) = self.sessions.get_mut(&digest) {
                 for (peer, share) in early.shares {
                     s.shares.entry(peer).or_insert(share);
@@ -322,10 +351,11 @@ impl SignerCore {
     }
 
     /// `from` is the peer proven by the authenticated link, never a field of the message.
-    pub fn handle_message(&mut self, _now_us: u64, from: u16, message: SignMessage) {
+    pub fn handle_message(&mut self, now_us: u64, from: u16, message: SignMessage) {
         if from >= self.n || from == self.id {
             return;
         }
+        self.tick(now_us);
         match message {
             SignMessage::Share { digest, share } => match self.keys.share_from_bytes(&share) {
                 Some(share) => self.on_share(from, digest, share),
@@ -337,6 +367,7 @@ impl SignerCore {
     }
 
     pub fn handle_timeout(&mut self, now_us: u64) {
+        self.tick(now_us);
         let mut asks = Vec::new();
         for (digest, s) in self.sessions.iter_mut() {
             if now_us.saturating_sub(s.last_ask_us) >= self.limits.retry_after_us {
@@ -366,6 +397,10 @@ impl SignerCore {
         self.sessions.len()
     }
 
+    fn tick(&mut self, now_us: u64) {
+        self.now_us = self.now_us.max(now_us);
+    }
+
     fn compute(&mut self, digest: Digest, message: &Message, proof: bool) {
         let work = Work::Share { keys: self.keys.clone(), message: message.clone(), proof, corrupt: self.corrupt };
         self.outputs.push_back(Output::Compute(Job { digest, work }));
@@ -391,7 +426,15 @@ impl SignerCore {
             self.blame(from, "share with another replica's index");
             return;
         }
-        if self.finals.contains_key(&digest) {
+        if let Some(f) = self.finals.get(&digest) {
+            // The sender still works on a signature finished here a while ago: end its wait
+            // now rather than at its next retry. It checks the signature against the public
+            // key, and one share earns one answer, so this amplifies nothing.
+            if self.now_us.saturating_sub(f.finished_us) >= self.limits.late_share_after_us {
+                self.stats.late_answered += 1;
+                let message = SignMessage::Final { digest, signature: f.signature.clone() };
+                self.outputs.push_back(Output::Send { to: from, message });
+            }
             return;
         }
         let Some(s) = self.sessions.get_mut(&digest) else {
@@ -434,8 +477,9 @@ impl SignerCore {
     }
 
     fn on_retry(&mut self, from: u16, digest: Digest, proof: bool) {
-        if let Some(sig) = self.finals.get(&digest) {
-            self.outputs.push_back(Output::Send { to: from, message: SignMessage::Final { digest, signature: sig.clone() } });
+        if let Some(f) = self.finals.get(&digest) {
+            let message = SignMessage::Final { digest, signature: f.signature.clone() };
+            self.outputs.push_back(Output::Send { to: from, message });
             return;
         }
         let want_proof = proof || self.protocol == Protocol::Basic;
@@ -584,7 +628,8 @@ impl SignerCore {
     }
 
     fn remember_final(&mut self, digest: Digest, signature: Vec<u8>) {
-        if self.finals.insert(digest, signature).is_none() {
+        let entry = FinalSig { signature, finished_us: self.now_us };
+        if self.finals.insert(digest, entry).is_none() {
             self.finals_order.push_back(digest);
         }
         while self.finals_order.len() > self.limits.finals_cache {

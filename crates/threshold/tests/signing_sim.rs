@@ -59,6 +59,11 @@ struct Sim {
     loss_per_mille: u32,
     /// Share computations in flight: (finish at, replica, job); `None` runs them at once.
     jobs: Option<Vec<(u64, u16, Job)>>,
+    /// Replicas that are stopped: whatever is sent to them is lost.
+    down: BTreeSet<u16>,
+    /// Retry messages each replica sent, and share jobs each one was asked to run.
+    retries_sent: Vec<u64>,
+    share_jobs: Vec<u64>,
 }
 
 impl Sim {
@@ -86,6 +91,9 @@ impl Sim {
             now_us: 0,
             loss_per_mille,
             jobs: None,
+            down: BTreeSet::new(),
+            retries_sent: vec![0; usize::from(n)],
+            share_jobs: vec![0; usize::from(n)],
         }
     }
 
@@ -94,7 +102,10 @@ impl Sim {
     }
 
     fn send(&mut self, from: u16, to: u16, message: SignMessage) {
-        if self.rng.next_u32() % 1000 < self.loss_per_mille {
+        if matches!(message, SignMessage::Retry { .. }) {
+            self.retries_sent[usize::from(from)] += 1;
+        }
+        if self.rng.next_u32() % 1000 < self.loss_per_mille || self.down.contains(&to) {
             return;
         }
         let delay = 1 + u64::from(self.rng.next_u32() % 20);
@@ -117,13 +128,18 @@ impl Sim {
                 Output::Misbehaved { peer, .. } => {
                     self.blamed[usize::from(i)].insert(peer);
                 }
-                Output::Compute(job) => match &mut self.jobs {
-                    Some(jobs) => {
-                        let delay = 1 + u64::from(self.rng.next_u32() % 10);
-                        jobs.push((self.now_us + delay * 1000, i, job));
+                Output::Compute(job) => {
+                    if job.is_share() {
+                        self.share_jobs[usize::from(i)] += 1;
                     }
-                    None => self.cores[usize::from(i)].job_done(job.run()),
-                },
+                    match &mut self.jobs {
+                        Some(jobs) => {
+                            let delay = 1 + u64::from(self.rng.next_u32() % 10);
+                            jobs.push((self.now_us + delay * 1000, i, job));
+                        }
+                        None => self.cores[usize::from(i)].job_done(job.run()),
+                    }
+                }
                 Output::Failed { reason, .. } => panic!("replica {i} could not compute its share: {reason}"),
             }
         }
@@ -152,12 +168,17 @@ impl Sim {
     }
 
     fn run(&mut self, requests: &[Vec<u8>], max_steps: usize) {
+        let all: Vec<u16> = (0..self.n()).collect();
+        self.run_askers(requests, &all, max_steps);
+    }
+
+    /// Only the named of `askers` ask (each for every request, at a random moment from now).
+    fn run_askers(&mut self, requests: &[Vec<u8>], askers: &[u16], max_steps: usize) {
         self.jobs.get_or_insert_with(Vec::new);
-        // Each replica's named asks for every request, at a random moment.
         let mut asks: Vec<(u64, u16, usize)> = Vec::new();
-        for i in 0..self.n() {
+        for &i in askers {
             for r in 0..requests.len() {
-                asks.push((u64::from(self.rng.next_u32() % 40) * 1000, i, r));
+                asks.push((self.now_us + u64::from(self.rng.next_u32() % 40) * 1000, i, r));
             }
         }
         asks.sort();
@@ -194,7 +215,9 @@ impl Sim {
                     }
                 }
             }
-            let honest_done = (0..self.n())
+            let honest_done = askers
+                .iter()
+                .copied()
                 .filter(|&i| self.faults[usize::from(i)] == Fault::Honest)
                 .all(|i| self.done[usize::from(i)].len() == requests.len());
             if honest_done && asks.peek().is_none() {
@@ -423,5 +446,100 @@ fn shares_of_different_sessions_are_asked_for_at_once() {
             matches!(out, Output::Broadcast { message: SignMessage::Share { digest: d, .. } } if d == digest)
         });
         assert!(sent, "a finished share is broadcast for its own session");
+    }
+}
+
+/// Replicas 0..3 sign while replica 3 is stopped (everything sent to it is lost); replica 3's
+/// named asks for the same signatures seconds later, as when it replays the writes it missed.
+/// Returns the simulation after replica 3 finished, and when it started asking.
+fn late_joiner(seed: u64, protocol: Protocol, faults: Vec<Fault>) -> (Sim, u64, Vec<Vec<u8>>) {
+    let n = 4;
+    let late = 3u16;
+    let requests: Vec<Vec<u8>> = (0..5).map(|r| format!("missed write {r} of seed {seed}").into_bytes()).collect();
+    let mut sim = Sim::new(seed, n, protocol, faults, 0);
+    // Retries far beyond anything the test waits for: finishing cannot be their doing.
+    for (i, core) in sim.cores.iter_mut().enumerate() {
+        let keys = keys(n);
+        let k = Keys::new(keys.0.clone(), keys.1[i].clone()).unwrap();
+        let corrupt = sim.faults[i] == Fault::CorruptShares;
+        *core = SignerCore::new(i as u16, n, protocol, corrupt, k, Limits { retry_after_us: 60_000_000, ..Limits::default() });
+    }
+    sim.down.insert(late);
+    let live: Vec<u16> = (0..n).filter(|&i| i != late).collect();
+    sim.run_askers(&requests, &live, 100_000);
+    for &i in &live {
+        if sim.faults[usize::from(i)] == Fault::Honest {
+            assert_eq!(sim.done[usize::from(i)].len(), requests.len(), "live replica {i} did not finish (seed {seed})");
+        }
+    }
+    assert!(sim.queue.iter().all(|q| q.2 != late), "nothing reaches a stopped replica");
+    sim.now_us += 5_000_000;
+    sim.down.clear();
+    let start = sim.now_us;
+    sim.run_askers(&requests, &[late], 100_000);
+    (sim, start, requests)
+}
+
+#[test]
+fn late_replica_gets_finished_signatures_without_retrying() {
+    for seed in seeds(4) {
+        for protocol in [Protocol::Basic, Protocol::OptProof, Protocol::OptTe] {
+            for faults in [faults_for(4, &[]), vec![Fault::Honest, Fault::Forger, Fault::Honest, Fault::Honest]] {
+                let ctx = format!("seed {seed} {protocol:?} {faults:?}");
+                let (sim, start, requests) = late_joiner(seed, protocol, faults.clone());
+                let (pk, _) = keys(4);
+                let done = &sim.done[3];
+                assert_eq!(done.len(), requests.len(), "the late replica did not finish: {ctx}");
+                for data in &requests {
+                    let msg = pk.encode_message(shoup_rsa::HashAlg::Sha256, data).unwrap();
+                    let sig = &done[&SignerCore::digest(ALG, data)];
+                    assert!(pk.verify(&msg, &shoup_rsa::Signature(sig.clone())), "bad signature taken: {ctx}");
+                }
+                // Asks spread over 40 ms, a share job of at most 10 ms, two hops of at most
+                // 20 ms: well under a second, where the first retry would be a minute away.
+                assert!(sim.now_us - start < 200_000, "took {} µs: {ctx}", sim.now_us - start);
+                assert_eq!(sim.retries_sent[3], 0, "the late replica had to retry: {ctx}");
+                assert!(sim.cores[0].stats().late_answered > 0, "replica 0 never answered a late share: {ctx}");
+                if faults[1] == Fault::Forger {
+                    assert!(sim.blamed[3].iter().all(|&b| b == 1), "only the forger is blamed: {ctx}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn finished_signature_received_while_behind_spares_the_share() {
+    // Replica 3 is running but its named has not asked yet (it is replaying older writes):
+    // the final signatures broadcast meanwhile are kept, and when its named asks it is done
+    // at once, with no share computed and nothing sent.
+    let n = 4;
+    let mut sim = Sim::new(21, n, Protocol::OptTe, vec![Fault::Honest; 4], 0);
+    let requests = vec![b"applied elsewhere first".to_vec()];
+    sim.run_askers(&requests, &[0, 1, 2], 100_000);
+    // Deliver what is still in flight (shares and finals to replica 3).
+    while !sim.queue.is_empty() {
+        let (_, from, to, message) = sim.queue.remove(0);
+        sim.cores[usize::from(to)].handle_message(sim.now_us, from, message);
+        sim.drain(to);
+    }
+    assert!(sim.done[3].is_empty());
+    assert_eq!(sim.share_jobs[3], 0, "no share before the local named asks");
+    sim.cores[3].request(sim.now_us, ALG, &requests[0]).unwrap();
+    sim.drain(3);
+    assert_eq!(sim.done[3].len(), 1, "the kept final signature ends the session");
+    assert_eq!(sim.share_jobs[3], 0, "no share computed for a signature already held");
+    assert!(sim.queue.is_empty(), "nothing sent for a signature already held");
+}
+
+#[test]
+fn shares_arriving_just_after_finishing_are_not_answered() {
+    // In a live cluster the last shares arrive while everyone's broadcast final is on the
+    // wire: answering each with the final again would only double the traffic.
+    for seed in seeds(4) {
+        let mut sim = Sim::new(seed, 4, Protocol::OptTe, vec![Fault::Honest; 4], 0);
+        sim.run(&[b"live".to_vec(), b"traffic".to_vec()], 100_000);
+        let answered: u64 = sim.cores.iter().map(|c| c.stats().late_answered).sum();
+        assert_eq!(answered, 0, "seed {seed}: live shares answered with finals");
     }
 }

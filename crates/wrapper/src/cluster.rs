@@ -185,15 +185,20 @@ pub fn down(replicas: u16, dir: &Path) -> Result<()> {
 pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
     println!("{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {}", "replica", "pid", "view", "primary", "executed", "checkpoint", "peers", "named", "health");
     let mut all_ok = true;
-    for i in 0..p.replicas {
-        let pid = read_pid(&pid_file(dir, i)).filter(|&pid| alive(pid));
-        let status: Option<Status> = admin_get(p.layout.metrics(i), "/status").ok().and_then(|b| serde_json::from_str(&b).ok());
+    let rows: Vec<(Option<i32>, Option<Status>)> = (0..p.replicas)
+        .map(|i| {
+            let pid = read_pid(&pid_file(dir, i)).filter(|&pid| alive(pid));
+            (pid, admin_get(p.layout.metrics(i), "/status").ok().and_then(|b| serde_json::from_str(&b).ok()))
+        })
+        .collect();
+    for (i, (pid, status)) in (0..p.replicas).zip(rows.iter().cloned()) {
         let answering = wait_answering(p.layout.client(i), &Name::from_ascii(&p.zone)?, Duration::from_millis(1500)).is_ok();
+        let others_stable = rows.iter().enumerate().filter(|(j, _)| *j != usize::from(i)).filter_map(|(_, (_, s))| s.as_ref().map(|s| s.stable_checkpoint)).max().unwrap_or(0);
         let health = match (pid, &status, answering) {
-            (None, _, _) => "down",
-            (Some(_), None, _) => "starting",
-            (Some(_), Some(_), false) => "not answering",
-            (Some(_), Some(_), true) => "ok",
+            (None, _, _) => "down".to_string(),
+            (Some(_), None, _) => "starting".to_string(),
+            (Some(_), Some(_), false) => "not answering".to_string(),
+            (Some(_), Some(s), true) => s.disagreement(others_stable).unwrap_or_else(|| "ok".to_string()),
         };
         all_ok &= health == "ok";
         let s = status.unwrap_or_default();

@@ -62,6 +62,19 @@ pub struct Status {
     pub peers_connected: usize,
 }
 
+impl Status {
+    /// Why this replica is not in agreement with the cluster, from what it knows itself
+    /// (`None`: nothing says so). `others_stable`: the highest stable checkpoint another
+    /// replica reports, when the caller has it (`sdns cluster status` does).
+    pub fn disagreement(&self, others_stable: u64) -> Option<String> {
+        // A stable checkpoint is certified by 2t+1 replicas: whoever has not executed that
+        // far is behind by at least a checkpoint interval, not merely sampled a moment early.
+        let certified = self.stable_checkpoint.max(others_stable);
+        (self.last_executed < certified)
+            .then(|| format!("catching up: executed batch {} is below the certified checkpoint {certified}", self.last_executed))
+    }
+}
+
 pub struct Metrics {
     pub id: u16,
     requests: [AtomicU64; 3], // read, transfer, write
@@ -164,6 +177,8 @@ impl Metrics {
         let s = self.status();
         let _ = writeln!(out, "# HELP sdns_view Current PBFT view.\n# TYPE sdns_view gauge\nsdns_view{{replica=\"{id}\"}} {}", s.view);
         let _ = writeln!(out, "# HELP sdns_last_executed_seq Last ordered batch executed.\n# TYPE sdns_last_executed_seq gauge\nsdns_last_executed_seq{{replica=\"{id}\"}} {}", s.last_executed);
+        let _ = writeln!(out, "# HELP sdns_stable_checkpoint_seq Latest checkpoint 2t+1 replicas certified.\n# TYPE sdns_stable_checkpoint_seq gauge\nsdns_stable_checkpoint_seq{{replica=\"{id}\"}} {}", s.stable_checkpoint);
+        let _ = writeln!(out, "# HELP sdns_catching_up 1 while this replica has not executed up to the certified checkpoint.\n# TYPE sdns_catching_up gauge\nsdns_catching_up{{replica=\"{id}\"}} {}", u8::from(s.disagreement(0).is_some()));
         out
     }
 }
@@ -276,6 +291,22 @@ async fn sign_zone(gateway: &crate::gateway::Gateway) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn behind_the_certified_checkpoint_is_catching_up() {
+        let s = Status { last_executed: 130, stable_checkpoint: 128, ..Default::default() };
+        assert_eq!(s.disagreement(0), None);
+        assert_eq!(s.disagreement(128), None);
+        let reason = s.disagreement(256).expect("behind another replica's certified checkpoint");
+        assert!(reason.contains("catching up") && reason.contains("256"), "{reason}");
+        let own = Status { last_executed: 100, stable_checkpoint: 128, ..Default::default() };
+        assert!(own.disagreement(0).is_some(), "its own stable checkpoint is ahead of it");
+        let m = Metrics::new(2);
+        m.update_status(|st| *st = own.clone());
+        assert!(m.render().contains("sdns_catching_up{replica=\"2\"} 1"));
+        m.update_status(|st| st.last_executed = 128);
+        assert!(m.render().contains("sdns_catching_up{replica=\"2\"} 0"));
+    }
 
     #[test]
     fn histogram_buckets_are_cumulative_and_render() {

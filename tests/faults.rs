@@ -1,0 +1,451 @@
+//! Fault injection against a real cluster: named scenarios, each run under load (nsupdate
+//! streams, and dnsperf reads where the scenario allows), each followed by the same
+//! invariants:
+//!
+//! - every update a client got NOERROR for is in the zone of every live honest replica;
+//! - the live honest replicas' zones hold the same records, byte for byte (AXFR, sorted: a
+//!   restarted named may list an RRset's records in another order), and pass dnssec-verify;
+//! - the service is back: an update through each live replica is acknowledged.
+//!
+//! Short scenarios run with the other system tests; the long ones are `#[ignore]`d and run by
+//! `scripts/faults.sh` (results and dates in docs/RELIABILITY.md). Scenarios that need work on
+//! other branches (crash-safe restart, state transfer) are here, ignored, with the reason.
+
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sdns_system_tests::{tool, Cluster, ClusterOpts};
+
+/// Replica `i`'s sdns pid.
+fn sdns_pid(c: &Cluster, i: u16) -> i32 {
+    let s = std::fs::read_to_string(c.path(&format!("replica-{i}/sdns.pid"))).expect("sdns.pid");
+    s.trim().parse().expect("pid")
+}
+
+fn signal(pid: i32, sig: &str) {
+    let ok = Command::new("kill").args([sig, &pid.to_string()]).status().is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid} failed");
+}
+
+/// A field of replica `i`'s /status (0 when it does not answer).
+fn status_field(c: &Cluster, i: u16, field: &str) -> u64 {
+    let out = Command::new("curl").args(["-s", "-m", "2"]).arg(format!("http://127.0.0.1:{}/status", c.metrics_port(i))).output();
+    let body = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    body.split(&format!("\"{field}\":")).nth(1).and_then(|r| r.split(|ch: char| !ch.is_ascii_digit()).next()).and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// One acknowledged update: the name it added, and how long the client waited.
+#[derive(Clone, Debug)]
+struct Ack {
+    name: String,
+    sent: Instant,
+    latency: Duration,
+}
+
+/// Client load on a cluster: `streams` threads each sending one update after the other
+/// (each to the next replica in turn, skipping those in `avoid`), optionally dnsperf reads.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acks: Arc<Mutex<Vec<Ack>>>,
+    failures: Arc<Mutex<Vec<String>>>,
+    threads: Vec<JoinHandle<()>>,
+    dnsperf: Option<Child>,
+}
+
+impl Load {
+    fn start(c: &Cluster, tag: &str, streams: u16, avoid: &[u16], reads_qps: u32) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acks = Arc::new(Mutex::new(Vec::new()));
+        let failures = Arc::new(Mutex::new(Vec::new()));
+        let targets: Vec<u16> = (0..c.n).filter(|i| !avoid.contains(i)).collect();
+        let key = c.path("tsig.key");
+        let ports: Vec<u16> = targets.iter().map(|&i| c.client_port(i)).collect();
+        let mut threads = Vec::new();
+        for s in 0..streams {
+            let (stop, acks, failures, key, ports) = (stop.clone(), acks.clone(), failures.clone(), key.clone(), ports.clone());
+            let tag = format!("{tag}-s{s}");
+            threads.push(std::thread::spawn(move || {
+                let mut k = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let name = format!("{tag}-{k}.example.test");
+                    let port = ports[(k + usize::from(s)) % ports.len()];
+                    let sent = Instant::now();
+                    let (ok, out) = nsupdate(&key, port, &format!("update add {name} 300 A 192.0.2.{}", k % 250 + 1));
+                    if ok {
+                        acks.lock().unwrap().push(Ack { name, sent, latency: sent.elapsed() });
+                    } else {
+                        failures.lock().unwrap().push(format!("{name} via port {port}: {}", out.lines().last().unwrap_or("")));
+                    }
+                    k += 1;
+                }
+            }));
+        }
+        let dnsperf = (reads_qps > 0).then(|| {
+            let queries = c.path(&format!("dnsperf-{tag}.txt"));
+            std::fs::write(&queries, "www.example.test A\nexample.test SOA\nnope.example.test A\n").expect("query file");
+            let port = c.client_port(targets[0]);
+            Command::new("dnsperf")
+                .args(["-s", "127.0.0.1", "-p", &port.to_string(), "-l", "3600", "-Q", &reads_qps.to_string(), "-q", "20", "-d"])
+                .arg(&queries)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("dnsperf")
+        });
+        Load { stop, acks, failures, threads, dnsperf }
+    }
+
+    fn acked(&self) -> usize {
+        self.acks.lock().unwrap().len()
+    }
+
+    /// Stops the load and returns what was acknowledged.
+    fn finish(mut self) -> (Vec<Ack>, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        if let Some(mut d) = self.dnsperf.take() {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        let acks = std::mem::take(&mut *self.acks.lock().unwrap());
+        let failures = std::mem::take(&mut *self.failures.lock().unwrap());
+        (acks, failures)
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(d) = self.dnsperf.as_mut() {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+    }
+}
+
+/// nsupdate with a 10 s timeout and no retries of its own (a retransmission is a second
+/// request; the streams want one request per update).
+fn nsupdate(key: &std::path::Path, port: u16, commands: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new(tool("nsupdate"))
+        .arg("-k")
+        .arg(key)
+        .args(["-t", "10", "-u", "10", "-r", "0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nsupdate");
+    let script = format!("server 127.0.0.1 {port}\nzone example.test\n{commands}\nsend\n");
+    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("nsupdate script");
+    let out = child.wait_with_output().expect("nsupdate output");
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// The invariants every scenario ends with, over the replicas in `live`.
+fn check_invariants(c: &Cluster, live: &[u16], acks: &[Ack], what: &str) {
+    check_invariants_serving(c, live, live, acks, what, None)
+}
+
+const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The environment that runs a process two hours ahead.
+fn two_hours_ahead() -> [(&'static str, &'static str); 3] {
+    [("LD_PRELOAD", FAKETIME_LIB), ("FAKETIME", "+2h"), ("FAKETIME_DONT_FAKE_MONOTONIC", "1")]
+}
+
+/// Replica `i`'s zone by AXFR; for the replica whose clock is skewed, dig runs with the same
+/// clock, since named checks the transfer key's TSIG time against its own.
+fn axfr(c: &Cluster, i: u16, skewed: Option<u16>) -> String {
+    if skewed != Some(i) {
+        return c.axfr(i);
+    }
+    let out = Command::new(tool("dig"))
+        .envs(two_hours_ahead())
+        .arg("@127.0.0.1")
+        .arg("-p")
+        .arg(c.client_port(i).to_string())
+        .args(["+norec", "+time=5", "+tries=2", "-k"])
+        .arg(c.path("transfer.key"))
+        .args(["example.test", "AXFR", "+nocmd", "+nostats", "+nocomments"])
+        .output()
+        .expect("dig");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("SOA"), "AXFR from the skewed replica {i} failed:\n{text}{}", String::from_utf8_lossy(&out.stderr));
+    text.lines()
+        .filter(|l| !l.starts_with(';') && !l.trim().is_empty() && !l.split_whitespace().nth(3).is_some_and(|t| t == "TSIG"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+/// The same, where only the replicas in `serving` are expected to take client updates.
+fn check_invariants_serving(c: &Cluster, live: &[u16], serving: &[u16], acks: &[Ack], what: &str, skewed: Option<u16>) {
+    // Service back: an update through each serving replica is acknowledged (bounded wait: a
+    // view change or a catch-up may still be finishing).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for &i in serving {
+        loop {
+            let (ok, out) = nsupdate(&c.path("tsig.key"), c.client_port(i), &format!("update add back-{what}-{i}.example.test 300 A 192.0.2.99"));
+            if ok {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{what}: no update through replica {i} within 60 s:\n{out}\n{}", c.logs());
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    // Identical zones: the replicas may still be applying the last batches; compare a few times.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let zone = loop {
+        // Records sorted: after a restart named may send an RRset's records in another order
+        // (same records, same signatures), which is not a difference in the zone.
+        let zones: Vec<String> = live
+            .iter()
+            .map(|&i| {
+                let mut lines: Vec<String> = axfr(c, i, skewed).lines().map(str::to_string).collect();
+                lines.sort();
+                lines.join("\n")
+            })
+            .collect();
+        if zones.iter().all(|z| z == &zones[0]) {
+            break zones[0].clone();
+        }
+        let sizes: Vec<String> = live.iter().zip(&zones).map(|(i, z)| format!("replica {i}: {} lines", z.lines().count())).collect();
+        // The records only some replicas have, for the failure message.
+        let differing: Vec<String> = live
+            .iter()
+            .zip(&zones)
+            .skip(1)
+            .filter(|(_, z)| *z != &zones[0])
+            .flat_map(|(i, z)| {
+                let (a, b): (BTreeSet<&str>, BTreeSet<&str>) = (zones[0].lines().collect(), z.lines().collect());
+                let only0: Vec<String> = a.difference(&b).take(3).map(|l| format!("only replica {}: {l}", live[0])).collect();
+                let only_i: Vec<String> = b.difference(&a).take(3).map(|l| format!("only replica {i}: {l}")).collect();
+                only0.into_iter().chain(only_i).collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(Instant::now() < deadline, "{what}: live replicas' zones differ ({})\n{}\n{}", sizes.join(", "), differing.join("\n"), c.logs());
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    let owners: BTreeSet<&str> = zone.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    let missing: Vec<&str> = acks.iter().map(|a| a.name.as_str()).filter(|n| !owners.contains(format!("{n}.").as_str())).collect();
+    assert!(missing.is_empty(), "{what}: {} of {} acknowledged updates missing, e.g. {:?}\n{}", missing.len(), acks.len(), &missing[..missing.len().min(5)], c.logs());
+    c.verify_zone(live[0]);
+}
+
+/// Quantiles of update latency, and the longest time without an acknowledgement.
+fn latency_summary(acks: &[Ack]) -> String {
+    if acks.is_empty() {
+        return "no updates acknowledged".into();
+    }
+    let mut l: Vec<u128> = acks.iter().map(|a| a.latency.as_millis()).collect();
+    l.sort_unstable();
+    let q = |p: f64| l[((l.len() - 1) as f64 * p).round() as usize];
+    let mut done: Vec<Instant> = acks.iter().map(|a| a.sent + a.latency).collect();
+    done.sort();
+    let gap = done.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
+    format!("{} updates; latency ms p50 {} p90 {} p99 {} max {}; longest gap between acks {} ms", l.len(), q(0.5), q(0.9), q(0.99), q(1.0), gap.as_millis())
+}
+
+fn report(scenario: &str, line: &str) {
+    // The runner (scripts/faults.sh) collects these lines for docs/RELIABILITY.md.
+    eprintln!("FAULTS {scenario}: {line}");
+}
+
+/// SIGSTOP replica 3 for `stop_for` while updates stream through the others, SIGCONT it,
+/// and time its catch-up against the live cluster's rate: (updates missed, live updates/s,
+/// catch-up seconds).
+fn stopped_replica_catches_up(stop_for: Duration, streams: u16, reads_qps: u32) -> (usize, f64, f64) {
+    let c = Cluster::up(ClusterOpts::default());
+    let late = 3;
+    let load = Load::start(&c, "stop", streams, &[late], reads_qps);
+    std::thread::sleep(Duration::from_secs(3));
+    let pid = sdns_pid(&c, late);
+    let named_pid: i32 = std::fs::read_to_string(c.path(&format!("replica-{late}/state/named/named.pid"))).expect("named.pid").trim().parse().expect("pid");
+    let before = load.acked();
+    signal(pid, "-STOP");
+    signal(named_pid, "-STOP");
+    let stopped_at = Instant::now();
+    std::thread::sleep(stop_for);
+    let missed = load.acked() - before;
+    let live_rate = missed as f64 / stopped_at.elapsed().as_secs_f64();
+    let target = status_field(&c, 0, "last_executed");
+    signal(named_pid, "-CONT");
+    signal(pid, "-CONT");
+    let resumed = Instant::now();
+    let deadline = resumed + stop_for * 4 + Duration::from_secs(60);
+    while status_field(&c, late, "last_executed") < target {
+        assert!(Instant::now() < deadline, "replica {late} did not reach batch {target} within {:?}\n{}", deadline - resumed, c.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let catch_up = resumed.elapsed().as_secs_f64();
+    let (acks, failures) = load.finish();
+    report("sigstop", &format!("stopped {:?}: {missed} updates missed at {live_rate:.1}/s live; caught up to batch {target} in {catch_up:.1} s ({:.1} updates/s, {:.2}x the live rate); {}; {} client failures", stop_for, missed as f64 / catch_up, (missed as f64 / catch_up) / live_rate, latency_summary(&acks), failures.len()));
+    check_invariants(&c, &[0, 1, 2, 3], &acks, "sigstop");
+    (missed, live_rate, catch_up)
+}
+
+/// A short stop: runs with the other system tests.
+#[test]
+fn sigstopped_replica_catches_up_at_the_live_rate() {
+    let (missed, live_rate, catch_up) = stopped_replica_catches_up(Duration::from_secs(15), 2, 0);
+    assert!(missed > 0, "no updates were made while replica 3 was stopped");
+    // The bar is "at least as fast as the live cluster"; allow for the slack of a loaded
+    // machine, but not for the half-second retry per signature that catch-up used to pay.
+    let catch_up_rate = missed as f64 / catch_up;
+    assert!(catch_up_rate >= live_rate * 0.5, "catch-up {catch_up_rate:.1} updates/s against {live_rate:.1}/s live");
+}
+
+#[test]
+#[ignore = "long: scripts/faults.sh"]
+fn sigstop_for_a_minute() {
+    stopped_replica_catches_up(Duration::from_secs(60), 3, 0);
+}
+
+#[test]
+#[ignore = "needs state transfer (branch statexfer): ordered reads at 20 q/s fill the retained log (1024 batches below the stable checkpoint) within a minute, and the stopped replica logs 'fell behind the retained log'"]
+fn sigstop_for_a_minute_under_read_load() {
+    stopped_replica_catches_up(Duration::from_secs(60), 3, 20);
+}
+
+/// kill -9 of replica `victim`'s sdns mid-stream (its named goes with it), then started again.
+fn kill9_and_restart(victim: u16, what: &str) {
+    let c = Cluster::up(ClusterOpts::default());
+    let load = Load::start(&c, what, 3, &[victim], 20);
+    std::thread::sleep(Duration::from_secs(5));
+    let killed_at = Instant::now();
+    c.kill9(victim);
+    std::thread::sleep(Duration::from_secs(10));
+    c.start_stopped();
+    std::thread::sleep(Duration::from_secs(5));
+    let (acks, failures) = load.finish();
+    let after: Vec<Ack> = acks.iter().filter(|a| a.sent + a.latency >= killed_at).cloned().collect();
+    report(what, &format!("all: {}; after the kill: {}; {} client failures", latency_summary(&acks), latency_summary(&after), failures.len()));
+    check_invariants(&c, &[0, 1, 2, 3], &acks, what);
+}
+
+#[test]
+#[ignore = "long: scripts/faults.sh; fails until crash-safe restart (branch restart) and state transfer (branch statexfer): under reads the restarted backup never answers again"]
+fn kill9_backup_mid_stream() {
+    kill9_and_restart(2, "kill9-backup");
+}
+
+/// The update stall after the primary dies is the longest gap between acknowledgements.
+#[test]
+#[ignore = "long: scripts/faults.sh"]
+fn kill9_primary_mid_stream() {
+    kill9_and_restart(0, "kill9-primary");
+}
+
+#[test]
+#[ignore = "long: scripts/faults.sh"]
+fn kill9_named_mid_stream() {
+    let c = Cluster::up(ClusterOpts::default());
+    let load = Load::start(&c, "kill9-named", 3, &[], 20);
+    std::thread::sleep(Duration::from_secs(5));
+    let named_pid: i32 = std::fs::read_to_string(c.path("replica-1/state/named/named.pid")).expect("named.pid").trim().parse().expect("pid");
+    signal(named_pid, "-KILL");
+    std::thread::sleep(Duration::from_secs(15));
+    let (acks, failures) = load.finish();
+    report("kill9-named", &format!("{}; {} client failures", latency_summary(&acks), failures.len()));
+    check_invariants(&c, &[0, 1, 2, 3], &acks, "kill9-named");
+}
+
+/// Two of four stopped: nothing can be ordered; resumed, the cluster serves again.
+#[test]
+#[ignore = "long: scripts/faults.sh"]
+fn more_than_t_down_then_back() {
+    let c = Cluster::up(ClusterOpts::default());
+    let load = Load::start(&c, "over-t", 2, &[2, 3], 0);
+    std::thread::sleep(Duration::from_secs(3));
+    let pids = [sdns_pid(&c, 2), sdns_pid(&c, 3)];
+    for p in pids {
+        signal(p, "-STOP");
+    }
+    std::thread::sleep(Duration::from_secs(20));
+    for p in pids {
+        signal(p, "-CONT");
+    }
+    std::thread::sleep(Duration::from_secs(20));
+    let (acks, failures) = load.finish();
+    report("over-t", &format!("{}; {} client failures (expected while 2 of 4 were stopped)", latency_summary(&acks), failures.len()));
+    check_invariants(&c, &[0, 1, 2, 3], &acks, "over-t");
+}
+
+/// Replica 3 (its sdns and its named) runs with its clock two hours ahead (libfaketime). The
+/// ordering accepts a primary's time only within max_clock_skew of a backup's own clock, so
+/// this replica cannot vouch for batch times; what must hold is that nothing its named
+/// checks against that clock makes it refuse what the others applied.
+#[test]
+#[ignore = "long: scripts/faults.sh (needs libfaketime: scripts/install-deps.sh)"]
+fn skewed_clock_replica() {
+    assert!(std::path::Path::new(FAKETIME_LIB).is_file(), "no {FAKETIME_LIB}: install the faketime package");
+    let c = Cluster::up(ClusterOpts::default());
+    c.stop(3);
+    // `cluster up` starts only replica 3 again; it and the named it starts inherit the clock.
+    c.start_stopped_env(&two_hours_ahead());
+    let load = Load::start(&c, "skew", 2, &[3], 0);
+    std::thread::sleep(Duration::from_secs(20));
+    let (acks, failures) = load.finish();
+    report("skewed-clock", &format!("{}; {} client failures", latency_summary(&acks), failures.len()));
+    // Its own pre-ordering check refuses clients' TSIG times as 2 h old (BADTIME, nothing
+    // ordered): a filter, which decides nothing for the others. It must still apply what
+    // the others applied.
+    let (ok, out) = nsupdate(&c.path("tsig.key"), c.client_port(3), "update add via-skewed.example.test 300 A 192.0.2.98");
+    report("skewed-clock", &format!("an update sent through the skewed replica: {}", if ok { "acknowledged".to_string() } else { out.lines().last().unwrap_or("").to_string() }));
+    check_invariants_serving(&c, &[0, 1, 2, 3], &[0, 1, 2], &acks, "skewed-clock", Some(3));
+}
+
+#[test]
+#[ignore = "needs crash-safe restart (branch restart): the ordering restarts at 0 while the executor skips to its executed batch"]
+fn full_cluster_restart() {
+    let c = Cluster::up(ClusterOpts::default());
+    let load = Load::start(&c, "restart", 2, &[], 20);
+    std::thread::sleep(Duration::from_secs(10));
+    let (acks, _) = load.finish();
+    for i in 0..c.n {
+        c.stop(i);
+    }
+    c.start_stopped();
+    check_invariants(&c, &[0, 1, 2, 3], &acks, "full-restart");
+}
+
+#[test]
+#[ignore = "needs state transfer (branch statexfer): a replica restored from an old copy of its directory"]
+fn restored_from_an_old_copy() {
+    let c = Cluster::up(ClusterOpts::default());
+    let load = Load::start(&c, "old-copy", 2, &[], 0);
+    std::thread::sleep(Duration::from_secs(5));
+    c.stop(3);
+    let copy = c.path("replica-3-copy");
+    assert!(Command::new("cp").arg("-a").arg(c.path("replica-3")).arg(&copy).status().unwrap().success());
+    c.start_stopped();
+    std::thread::sleep(Duration::from_secs(20));
+    c.stop(3);
+    let _ = std::fs::remove_dir_all(c.path("replica-3"));
+    std::fs::rename(&copy, c.path("replica-3")).expect("restore the old copy");
+    c.start_stopped();
+    std::thread::sleep(Duration::from_secs(10));
+    let (acks, _) = load.finish();
+    check_invariants(&c, &[0, 1, 2, 3], &acks, "old-copy");
+}
+
+#[test]
+#[ignore = "needs state transfer (branch statexfer): a replica whose state directory was deleted"]
+fn state_directory_deleted() {
+    let c = Cluster::up(ClusterOpts::default());
+    let load = Load::start(&c, "no-state", 2, &[], 0);
+    std::thread::sleep(Duration::from_secs(10));
+    c.stop(3);
+    std::fs::remove_dir_all(c.path("replica-3/state")).expect("delete the state directory");
+    c.start_stopped();
+    std::thread::sleep(Duration::from_secs(10));
+    let (acks, _) = load.finish();
+    check_invariants(&c, &[0, 1, 2, 3], &acks, "no-state");
+}
