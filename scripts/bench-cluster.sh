@@ -11,6 +11,11 @@
 #  2. Throughput: dnsperf through replica 0 of a 4-replica opt-te cluster, ordered reads and
 #     `--reads local`, against dnsperf straight at that replica's named in the same run.
 #  3. A markdown report (report.md) and the raw numbers (results.jsonl) in BENCH_OUT.
+#  BENCH_PART=reads runs only the read-path benchmark instead (issue 12; docs/BENCHMARKS.md,
+#  "Reads"): for each zone size, a 4-replica opt-te cluster whose zone has that many extra
+#  hosts (A, AAAA, MX, PTR), per read mode: dnsperf -D with the operator query mix at several
+#  -q values, alternating sdns replica 0 and its own named, then unloaded latency percentiles
+#  (sequential UDP probes) of both. Report: reads.md next to results.jsonl.
 #
 # A configuration that fails (cluster does not come up, probe times out) is reported with the
 # tail of its replica logs and the script goes on with the next one. Every process it starts is
@@ -23,6 +28,9 @@
 #   BENCH_BITS [2048]          modulus size of the threshold key and of the baseline key
 #   BENCH_THROUGHPUT [1]       0 skips part 2
 #   BENCH_DNSPERF_SECONDS [10] BENCH_DNSPERF_CLIENTS [4] BENCH_DNSPERF_OUTSTANDING [20]
+#   BENCH_PART [all]           reads: only the read-path benchmark
+#   BENCH_READS_NAMES ["1000 10000"] BENCH_READS_Q ["10 50 200"] BENCH_READS_MODES ["ordered local"]
+#   BENCH_READS_PROBES [2000]  sequential probes for the unloaded percentiles
 #   BENCH_BUDGET_SECONDS [1500] no new configuration starts after this much run time
 #   BENCH_SETTLE_SECONDS [3]   pause between `cluster up` and the first probe
 #   BENCH_KEYS [target/bench-keys]  dealt key directories, one per n, reused across runs
@@ -312,7 +320,85 @@ throughput() {
   rm -rf "$dir"
 }
 
+# --- read path (issue 12) ------------------------------------------------------------------------
+reads_part() {
+  local n=4 dealt names mode q
+  dealt=$(deal $n) || { fail reads "keygen for n=4 failed"; return; }
+  for names in ${BENCH_READS_NAMES:-1000 10000}; do
+    local dir=$WORK/reads-$names queries=$WORK/mix-$names.txt
+    rm -rf "$dir"; cp -a "$dealt" "$dir"
+    for ((i = 0; i < n; i++)); do python3 "$HERE/measure.py" bigzone "$ZONE" "$names" >> "$dir/replica-$i/zone.db"; done
+    python3 "$HERE/measure.py" mixfile "$ZONE" "$names" > "$queries"
+    for mode in ${BENCH_READS_MODES:-ordered local}; do
+      over_budget && { fail "reads-$names-$mode" "skipped: time budget of ${BUDGET}s used up"; continue; }
+      ports || return
+      local tag=reads-$names-$mode t0=$SECONDS
+      log "== reads: $names names, $mode reads (the first start signs the zone)"
+      if ! up "$dir" $n opt-te "" --reads "$mode" > "$OUT/logs/$tag.up.log" 2>&1; then
+        fail "$tag" "cluster up failed: $(tail -n 3 "$OUT/logs/$tag.up.log" | tr '\n' ' ')" "$dir" $n
+        save_logs "$tag" "$dir" $n; down; continue
+      fi
+      log "$tag: up in $((SECONDS - t0)) s"
+      sleep "$SETTLE"
+      for q in ${BENCH_READS_Q:-10 50 200}; do
+        for target in sdns named; do
+          local port=$CLIENT; [ $target = named ] && port=$NAMED
+          timeout $((DP_SECONDS + 60)) dnsperf -s 127.0.0.1 -p "$port" -d "$queries" -l "$DP_SECONDS" \
+            -c "$DP_CLIENTS" -q "$q" -t 5 -D > "$OUT/logs/$tag-q$q-$target.dnsperf.txt" 2>&1
+          local out
+          out=$(python3 "$HERE/measure.py" dnsperf "$OUT/logs/$tag-q$q-$target.dnsperf.txt" \
+            --meta "$(meta kind=reads names="$names" reads="$mode" q="$q" target=$target)")
+          echo "$out" >> "$RESULTS"; log "dnsperf $tag q$q $target: $out"
+        done
+      done
+      for target in sdns named; do
+        local port=$CLIENT; [ $target = named ] && port=$NAMED
+        local out
+        out=$(timeout "$MEASURE_TIMEOUT" python3 "$HERE/measure.py" probe "$queries" --port "$port" \
+          --count "${BENCH_READS_PROBES:-2000}" --meta "$(meta kind=reads-probe names="$names" reads="$mode" target=$target)")
+        echo "$out" >> "$RESULTS"; log "probe $tag $target: $out"
+      done
+      curl -s -m 3 "http://127.0.0.1:$METRICS/metrics" > "$OUT/logs/$tag.metrics.txt" 2>/dev/null
+      down; save_logs "$tag" "$dir" $n
+    done
+    rm -rf "$dir"
+  done
+  python3 - "$RESULTS" > "$OUT/reads.md" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+tp = {(r["names"], r["reads"], r["q"], r["target"]): r for r in rows if r.get("kind") == "reads"}
+pr = {(r["names"], r["reads"], r["target"]): r for r in rows if r.get("kind") == "reads-probe"}
+print("| names | reads | -q | sdns q/s | named q/s | ratio | sdns avg ms | named avg ms | lost sdns/named |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for (names, mode, q, target), s in sorted(tp.items()):
+    if target != "sdns":
+        continue
+    d = tp.get((names, mode, q, "named"), {})
+    ratio = s["qps"] / d["qps"] if s.get("qps") and d.get("qps") else float("nan")
+    ms = lambda r: "%.3f" % (r["avg_latency_s"] * 1000) if r.get("avg_latency_s") is not None else "-"
+    print(f"| {names} | {mode} | {q} | {s.get('qps') or 0:.0f} | {d.get('qps') or 0:.0f} | {ratio:.2f} | {ms(s)} | {ms(d)} | {s.get('lost')}/{d.get('lost')} |")
+print()
+print("| names | reads | sdns p50 / p90 / p99 ms | named p50 / p90 / p99 ms | added p50 ms | answered sdns/named |")
+print("| --- | --- | --- | --- | --- | --- |")
+for (names, mode, target), s in sorted(pr.items()):
+    if target != "sdns":
+        continue
+    d = pr.get((names, mode, "named"), {})
+    trio = lambda r: " / ".join("%.3f" % r[k] if r.get(k) is not None else "-" for k in ("p50_ms", "p90_ms", "p99_ms"))
+    added = "%.3f" % (s["p50_ms"] - d["p50_ms"]) if s.get("p50_ms") is not None and d.get("p50_ms") is not None else "-"
+    print(f"| {names} | {mode} | {trio(s)} | {trio(d)} | {added} | {s.get('answered')}/{d.get('answered')} of {s.get('probes')} |")
+PY
+  cat "$OUT/reads.md"
+}
+
 # --- main -----------------------------------------------------------------------------------------
+if [ "${BENCH_PART:-all}" = reads ]; then
+  reads_part
+  log "done in $(( $(date +%s) - START )) s; raw numbers $RESULTS; report $OUT/reads.md"
+  if [ -s "$FAILURES" ]; then grep '^===' "$FAILURES" >&2; exit 2; fi
+  exit 0
+fi
+
 if dealt1=$(deal 1) && start_baseline "$dealt1"; then
   measure_baseline base-before
 else

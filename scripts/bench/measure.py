@@ -156,6 +156,70 @@ def queryfile(zone):
         print(f"{name + '.' if name else ''}{zone} {rtype}")
 
 
+TYPES = {"A": 1, "NS": 2, "SOA": 6, "PTR": 12, "MX": 15, "TXT": 16, "AAAA": 28}
+
+
+def bigzone(zone, names):
+    """Records appended to the demo zone: `names` hosts with A, AAAA and MX, and a PTR each
+    under ptr.<zone> (forward names, so the zone's own key signs them)."""
+    zone = zone.strip(".")
+    for i in range(names):
+        print(f"h{i}.{zone}. 300 IN A 10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
+        print(f"h{i}.{zone}. 300 IN AAAA 2001:db8::{i:x}")
+        print(f"h{i}.{zone}. 300 IN MX 10 mail.{zone}.")
+        print(f"{i}.ptr.{zone}. 300 IN PTR h{i}.{zone}.")
+
+
+def mixfile(zone, names, count, seed):
+    """dnsperf input with an operator's query mix (issue 12): A 60%, PTR 17%, AAAA 15%, MX 7%,
+    1% names that do not exist; names uniform over the zone (the worst case for a cache)."""
+    zone = zone.strip(".")
+    rng = random.Random(seed)
+    for _ in range(count):
+        i, r = rng.randrange(names), rng.random()
+        if r < 0.60:
+            print(f"h{i}.{zone} A")
+        elif r < 0.77:
+            print(f"{i}.ptr.{zone} PTR")
+        elif r < 0.92:
+            print(f"h{i}.{zone} AAAA")
+        elif r < 0.99:
+            print(f"h{i}.{zone} MX")
+        else:
+            print(f"nx{i}.{zone} A")
+
+
+def probe(args):
+    """Unloaded latency: the query file's first `count` queries one after another over UDP
+    (EDNS 4096 with the DO bit, as dnsperf -D sends them); percentiles in ms."""
+    queries = [line.split() for line in open(args.file, encoding="utf-8") if line.strip()][: args.count]
+    samples, errors = [], 0
+    for qname, qtype in queries:
+        qid = random.randrange(65536)
+        msg = struct.pack(">HHHHHH", qid, 0, 1, 0, 0, 1)
+        msg += encode_name(qname) + struct.pack(">HH", TYPES[qtype], 1)
+        msg += b"\0" + struct.pack(">HHIH", 41, 4096, 0x8000, 0)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(args.timeout)
+            s.connect((args.host, args.port))
+            try:
+                t0 = time.perf_counter()
+                s.send(msg)
+                while True:
+                    data = s.recv(65535)
+                    if len(data) >= 12 and struct.unpack(">H", data[:2])[0] == qid:
+                        break
+                samples.append(time.perf_counter() - t0)
+            except OSError:
+                errors += 1
+    samples.sort()
+    pct = lambda p: round(samples[min(len(samples) - 1, int(p / 100 * len(samples)))] * 1000, 4) if samples else None
+    out = {"probes": len(queries), "answered": len(samples), "errors": errors,
+           "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99), "max_ms": pct(100)}
+    out.update(json.loads(args.meta))
+    print(json.dumps(out))
+
+
 def main():
     import argparse
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -173,6 +237,21 @@ def main():
     dp = sub.add_parser("dnsperf")
     dp.add_argument("file")
     dp.add_argument("--meta", default="{}")
+    bz = sub.add_parser("bigzone")
+    bz.add_argument("zone")
+    bz.add_argument("names", type=int)
+    mf = sub.add_parser("mixfile")
+    mf.add_argument("zone")
+    mf.add_argument("names", type=int)
+    mf.add_argument("--count", type=int, default=100000)
+    mf.add_argument("--seed", type=int, default=12)
+    pr = sub.add_parser("probe")
+    pr.add_argument("file")
+    pr.add_argument("--host", default="127.0.0.1")
+    pr.add_argument("--port", type=int, required=True)
+    pr.add_argument("--count", type=int, default=2000)
+    pr.add_argument("--timeout", type=float, default=5.0)
+    pr.add_argument("--meta", default="{}")
     qf = sub.add_parser("queryfile")
     qf.add_argument("zone")
     args = ap.parse_args()
@@ -180,6 +259,12 @@ def main():
         latency(args)
     elif args.cmd == "dnsperf":
         parse_dnsperf(args.file, args.meta)
+    elif args.cmd == "bigzone":
+        bigzone(args.zone, args.names)
+    elif args.cmd == "mixfile":
+        mixfile(args.zone, args.names, args.count, args.seed)
+    elif args.cmd == "probe":
+        probe(args)
     else:
         queryfile(args.zone)
 

@@ -41,6 +41,33 @@ pub enum ForwardError {
     TransferTooLong(u32),
 }
 
+/// Connected UDP sockets to named with no query outstanding, each with its receive
+/// buffer, reused across queries: a socket per query costs socket, bind, connect,
+/// close and two epoll registrations, a fresh 64 KiB buffer besides. Clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct UdpPool(std::sync::Arc<std::sync::Mutex<Vec<(UdpSocket, Vec<u8>)>>>);
+
+/// Idle sockets kept at most (more may be open while queries are in flight).
+const UDP_POOL_MAX: usize = 64;
+
+impl UdpPool {
+    fn take(&self) -> Option<(UdpSocket, Vec<u8>)> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    fn put(&self, socket: UdpSocket, buf: Vec<u8>) {
+        let mut idle = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < UDP_POOL_MAX {
+            idle.push((socket, buf));
+        }
+    }
+
+    /// Idle sockets now.
+    pub fn idle(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
 /// Forwards messages to one named.
 #[derive(Debug, Clone)]
 pub struct Forwarder {
@@ -53,6 +80,7 @@ pub struct Forwarder {
     pub tcp_timeout: Duration,
     /// Deadline for a whole zone transfer, however fast named trickles it.
     pub transfer_timeout: Duration,
+    pub udp_pool: UdpPool,
 }
 
 fn header_of(bytes: &[u8]) -> Result<Header, String> {
@@ -68,21 +96,18 @@ impl Forwarder {
             udp_attempts: 3,
             tcp_timeout: Duration::from_secs(10),
             transfer_timeout: Duration::from_secs(60),
+            udp_pool: UdpPool::default(),
         }
     }
 
     /// Forwards over UDP and returns named's answer as it is (TC included).
     pub async fn forward_udp(&self, request: &[u8]) -> Result<Vec<u8>, ForwardError> {
         let id = header_of(request).map_err(ForwardError::BadRequest)?.id;
-        let bind: SocketAddr = if self.addr.is_ipv4() {
-            SocketAddr::from(([127, 0, 0, 1], 0))
-        } else {
-            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 0))
+        let (socket, mut buf) = match self.udp_pool.take() {
+            Some(pooled) => pooled,
+            None => (self.udp_socket().await?, vec![0u8; MAX_UDP]),
         };
-        let socket = UdpSocket::bind(bind).await?;
-        socket.connect(self.addr).await?;
-        let mut buf = vec![0u8; MAX_UDP];
-        for _ in 0..self.udp_attempts.max(1) {
+        for attempt in 0..self.udp_attempts.max(1) {
             socket.send(request).await?;
             let deadline = tokio::time::Instant::now() + self.udp_timeout;
             loop {
@@ -98,7 +123,14 @@ impl Forwarder {
                 let answer = buf.get(..n).unwrap_or_default();
                 match header_of(answer) {
                     Ok(h) if h.id == id && h.message_type == MessageType::Response => {
-                        return Ok(answer.to_vec());
+                        let answer = answer.to_vec();
+                        // Answered at the first attempt: nothing more can arrive for this
+                        // query, so the socket is clean for the next. After a resend a
+                        // late answer could still come; that socket is closed instead.
+                        if attempt == 0 {
+                            self.udp_pool.put(socket, buf);
+                        }
+                        return Ok(answer);
                     }
                     // A late answer to an earlier attempt has the same id;
                     // anything else is noise.
@@ -107,6 +139,17 @@ impl Forwarder {
             }
         }
         Err(ForwardError::Timeout(self.udp_timeout * self.udp_attempts.max(1)))
+    }
+
+    async fn udp_socket(&self) -> Result<UdpSocket, ForwardError> {
+        let bind: SocketAddr = if self.addr.is_ipv4() {
+            SocketAddr::from(([127, 0, 0, 1], 0))
+        } else {
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 0))
+        };
+        let socket = UdpSocket::bind(bind).await?;
+        socket.connect(self.addr).await?;
+        Ok(socket)
     }
 
     async fn connect(&self) -> Result<TcpStream, ForwardError> {
@@ -334,7 +377,7 @@ pub fn build_query(id: u16, name: &Name, rtype: RecordType) -> Result<Vec<u8>, F
 pub async fn zone_answers(addr: SocketAddr, zone: &Name, timeout: Duration) -> Result<bool, ForwardError> {
     let id = (crate::time::unix_now() as u16) ^ (std::process::id() as u16);
     let query = build_query(id, zone, RecordType::SOA)?;
-    let forwarder = Forwarder { addr, udp_timeout: timeout, udp_attempts: 1, tcp_timeout: timeout, transfer_timeout: timeout };
+    let forwarder = Forwarder { udp_timeout: timeout, udp_attempts: 1, tcp_timeout: timeout, transfer_timeout: timeout, ..Forwarder::new(addr) };
     let answer = forwarder.forward_udp(&query).await?;
     let message = Message::from_vec(&answer).map_err(|e| ForwardError::BadAnswer(e.to_string()))?;
     Ok(message.metadata.response_code == ResponseCode::NoError
@@ -448,5 +491,51 @@ mod deadline {
         }
         assert!(stream.next_message().await.is_none());
         server.abort();
+    }
+}
+
+#[cfg(test)]
+mod pool {
+    use super::*;
+
+    /// Answers every query with itself marked as a response, `skip` times staying silent first.
+    async fn echo(server: UdpSocket, skip: usize) -> Vec<SocketAddr> {
+        let mut buf = [0u8; 512];
+        let mut from = Vec::new();
+        let mut seen = 0;
+        while let Ok(Ok((n, peer))) = tokio::time::timeout(Duration::from_millis(800), server.recv_from(&mut buf)).await {
+            from.push(peer);
+            seen += 1;
+            if seen <= skip {
+                continue;
+            }
+            buf[2] |= 0x80;
+            server.send_to(&buf[..n], peer).await.unwrap();
+        }
+        from
+    }
+
+    fn query(id: u16) -> Vec<u8> {
+        build_query(id, &Name::from_ascii("example.test.").unwrap(), RecordType::SOA).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_socket_answered_at_once_is_reused_one_after_a_resend_is_not() {
+        let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let fwd = Forwarder { udp_timeout: Duration::from_millis(150), ..Forwarder::new(server.local_addr().unwrap()) };
+        let seen = tokio::spawn(echo(server, 1));
+        // First query: its first attempt goes unanswered, the second is answered.
+        assert_eq!(&fwd.forward_udp(&query(1)).await.unwrap()[..2], &[0, 1]);
+        assert_eq!(fwd.udp_pool.idle(), 0, "a socket that resent may still get a late answer");
+        for id in 2..5 {
+            assert_eq!(&fwd.forward_udp(&query(id)).await.unwrap()[..2], &id.to_be_bytes());
+            assert_eq!(fwd.udp_pool.idle(), 1);
+        }
+        let from = seen.await.unwrap();
+        // Attempts 1-2 of the first query from one socket, the next three from another, reused.
+        assert_eq!(from.len(), 5);
+        assert_eq!(from[0], from[1]);
+        assert_ne!(from[1], from[2]);
+        assert!(from[2..].iter().all(|p| *p == from[2]));
     }
 }

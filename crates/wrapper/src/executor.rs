@@ -9,15 +9,15 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bft::{Batch, Digest};
-use named_glue::forward::{ForwardError, Forwarder};
+use named_glue::forward::Forwarder;
 use named_glue::signer::SignatureTimes;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::{mpsc, watch};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::classify::{classify, Verdict};
 use crate::envelope::Op;
@@ -25,6 +25,7 @@ use crate::exec::{Command, Delivered, Event, ExecCore, Item, UpdateGate};
 use crate::listener::{Delivery, ReplyTo};
 use crate::metrics::Metrics;
 use crate::pending::Pending;
+use crate::read::{Lookup, ReadCache};
 use crate::zone::{ZoneError, ZoneMaintenance};
 
 /// How long the later messages of a zone transfer may wait for room in the client's
@@ -50,6 +51,10 @@ pub struct Executor<G: UpdateGate> {
     pub state_file: PathBuf,
     /// The state's last signing time, shared with the re-sign timer.
     pub last_signed: Arc<AtomicU64>,
+    /// named's answers to reads, emptied around every write and signing (`crate::read_cache`).
+    pub cache: Arc<ReadCache>,
+    /// The last zone digest and the cache epoch it was computed at.
+    pub last_digest: Arc<Mutex<Option<(u64, [u8; 32])>>>,
 }
 
 impl<G: UpdateGate + 'static> Executor<G> {
@@ -126,12 +131,25 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 }
             }
             Command::Read { id, transfer, tcp, message, reply } => {
-                let (named, metrics, events) = (self.named.clone(), self.metrics.clone(), events.clone());
+                let fill = match transfer {
+                    true => None,
+                    false => match self.cache.lookup(&message, tcp) {
+                        // Answered here: no task, no round trip to named.
+                        Lookup::Hit(answer) => {
+                            self.metrics.inc_read_cache(true);
+                            crate::read::deliver(&reply, answer, &self.metrics);
+                            let _ = events.send(Event::ReadDone { id });
+                            return;
+                        }
+                        Lookup::Miss(fill) => fill,
+                    },
+                };
+                let (named, metrics, events, cache) = (self.named.clone(), self.metrics.clone(), events.clone(), self.cache.clone());
                 tokio::spawn(async move {
                     if transfer {
                         transfer_to(named, message, reply, metrics, id, events).await;
                     } else {
-                        read(named, message, tcp, reply, &metrics).await;
+                        crate::read::forward_read(&named, &cache, fill, &message, tcp, &reply, &metrics).await;
                         let _ = events.send(Event::ReadDone { id });
                     }
                 });
@@ -139,9 +157,12 @@ impl<G: UpdateGate + 'static> Executor<G> {
             Command::Write { seq, index, message, times } => {
                 let (named, metrics, events, tx) = (self.writes.clone(), self.metrics.clone(), events.clone(), self.times.clone());
                 let id = self.id;
+                // Begun before named can apply the write; ended once it answered.
+                let change = self.cache.begin_change();
                 tokio::spawn(async move {
                     let _ = tx.send(Some(times));
                     let answer = write(&named, &message, &metrics, id, seq).await;
+                    drop(change);
                     let _ = tx.send(None);
                     let _ = events.send(Event::WriteAnswered { seq, index, answer });
                 });
@@ -149,9 +170,11 @@ impl<G: UpdateGate + 'static> Executor<G> {
             Command::SignZone { seq, times } => {
                 let (maintenance, metrics, events, tx) = (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone());
                 let id = self.id;
+                let change = self.cache.begin_change();
                 tokio::spawn(async move {
                     let _ = tx.send(Some(times));
                     let result = sign_zone(&maintenance, times).await;
+                    drop(change);
                     let _ = tx.send(None);
                     match &result {
                         Ok(()) => info!(replica = id, seq, "zone signed with the distributed key"),
@@ -164,10 +187,26 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 });
             }
             Command::DigestZone { seq } => {
-                let (maintenance, events) = (self.maintenance.clone(), events.clone());
+                // The zone changes only by writes and signings, which advance the cache's
+                // epoch: at the same epoch the zone, and so its digest, is the same.
+                let epoch = self.cache.quiet_epoch();
+                let last = *self.last_digest.lock().unwrap_or_else(|e| e.into_inner());
+                if let (Some(epoch), Some((at, digest))) = (epoch, last) {
+                    if epoch == at {
+                        let _ = events.send(Event::ZoneDigest { seq, digest: Some(digest) });
+                        return;
+                    }
+                }
+                let (maintenance, events, cache, last_digest) = (self.maintenance.clone(), events.clone(), self.cache.clone(), self.last_digest.clone());
                 let id = self.id;
                 tokio::spawn(async move {
                     let digest = zone_digest(&maintenance, id).await;
+                    if let (Some(d), Some(before)) = (digest, epoch) {
+                        // Kept only if no change began while the zone was read.
+                        if cache.quiet_epoch() == Some(before) {
+                            *last_digest.lock().unwrap_or_else(|e| e.into_inner()) = Some((before, d));
+                        }
+                    }
                     let _ = events.send(Event::ZoneDigest { seq, digest });
                 });
             }
@@ -245,30 +284,6 @@ async fn zone_digest(maintenance: &ZoneMaintenance, id: u16) -> Option<[u8; 32]>
     }
     warn!(replica = id, "zone digest unavailable; this checkpoint will not match");
     None
-}
-
-async fn read(named: Forwarder, message: Vec<u8>, tcp: bool, reply: ReplyTo, metrics: &Metrics) {
-    let answer = if tcp { named.forward_tcp(&message).await } else { named.forward_udp(&message).await };
-    let answer = match answer {
-        Ok(a) => a,
-        // named on loopback did not answer: it chose silence for these bytes (as for some
-        // malformed requests), so the client gets silence too.
-        Err(ForwardError::Timeout(_)) => {
-            debug!("named left a read unanswered");
-            return;
-        }
-        Err(e) => {
-            metrics.inc_execute_error();
-            debug!(error = %e, "read failed");
-            match servfail(&message) {
-                Some(a) => a,
-                None => return,
-            }
-        }
-    };
-    if let Delivery::Dropped(why) = reply.try_send(answer) {
-        metrics.inc_dropped(why);
-    }
 }
 
 /// A zone transfer: named's snapshot is taken when it starts answering, so the core may

@@ -20,6 +20,7 @@ use crate::executor::servfail;
 use crate::listener::{ClientRequest, ReplyTo};
 use crate::metrics::Metrics;
 use crate::pending::{payload_digest, Pending};
+use crate::read::{Lookup, ReadCache};
 
 pub struct Gateway {
     pub id: u16,
@@ -28,6 +29,8 @@ pub struct Gateway {
     pub pending: Arc<Pending>,
     pub submit: mpsc::Sender<Request>,
     pub named: Forwarder,
+    /// Shared with the executor, which empties it around every change of the zone.
+    pub cache: Arc<ReadCache>,
     pub metrics: Arc<Metrics>,
     pub client_timeout: Duration,
     pub next_number: AtomicU64,
@@ -41,7 +44,7 @@ impl Gateway {
                 r = requests.recv() => {
                     let Some(r) = r else { return };
                     // A voting client's read is answered without ordering (voting_read.rs).
-                    let Some(r) = crate::voting_read::answer_unordered(&self.named, &self.metrics, r) else { continue };
+                    let Some(r) = crate::voting_read::answer_unordered(&self.named, &self.cache, &self.metrics, r) else { continue };
                     if self.reads == ReadMode::Local && matches!(classify(&r.bytes, r.tcp), Verdict::Order(Kind::Read)) {
                         self.local_read(r);
                         continue;
@@ -84,20 +87,15 @@ impl Gateway {
     /// The paper's suggestion for rarely-updated zones: answer reads from the local
     /// named without ordering (weaker freshness, no ordering cost).
     fn local_read(&self, r: ClientRequest) {
-        let named = self.named.clone();
-        let metrics = self.metrics.clone();
-        metrics.inc_request(Kind::Read);
-        tokio::spawn(async move {
-            let answer = if r.tcp { named.forward_tcp(&r.bytes).await } else { named.forward_udp(&r.bytes).await };
-            match answer {
-                Ok(a) => r.reply.send(a).await,
-                Err(_) => {
-                    metrics.inc_execute_error();
-                    if let Some(a) = servfail(&r.bytes) {
-                        r.reply.send(a).await;
-                    }
-                }
+        self.metrics.inc_request(Kind::Read);
+        let fill = match self.cache.lookup(&r.bytes, r.tcp) {
+            Lookup::Hit(answer) => {
+                self.metrics.inc_read_cache(true);
+                return crate::read::deliver(&r.reply, answer, &self.metrics);
             }
-        });
+            Lookup::Miss(fill) => fill,
+        };
+        let (named, cache, metrics) = (self.named.clone(), self.cache.clone(), self.metrics.clone());
+        tokio::spawn(async move { crate::read::forward_read(&named, &cache, fill, &r.bytes, r.tcp, &r.reply, &metrics).await });
     }
 }

@@ -20,6 +20,8 @@ pub mod keygen;
 pub mod listener;
 pub mod metrics;
 pub mod pending;
+pub mod read;
+pub mod read_cache;
 pub mod run;
 pub mod signing;
 pub mod transfer;

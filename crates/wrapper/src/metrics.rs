@@ -83,6 +83,8 @@ pub struct Metrics {
     ordering_latency: Histogram,
     signing_latency: Histogram,
     execute_errors: AtomicU64,
+    /// Reads answered from the read cache, and reads that asked named.
+    read_cache: [AtomicU64; 2],
     view_changes: AtomicU64,
     bad_shares: Mutex<BTreeMap<u16, u64>>,
     pub status: Mutex<Status>,
@@ -98,6 +100,7 @@ impl Metrics {
             ordering_latency: Histogram::new(),
             signing_latency: Histogram::new(),
             execute_errors: AtomicU64::new(0),
+            read_cache: Default::default(),
             view_changes: AtomicU64::new(0),
             bad_shares: Mutex::new(BTreeMap::new()),
             status: Mutex::new(Status { id, ..Default::default() }),
@@ -122,6 +125,9 @@ impl Metrics {
     }
     pub fn inc_execute_error(&self) {
         self.execute_errors.fetch_add(1, Relaxed);
+    }
+    pub fn inc_read_cache(&self, hit: bool) {
+        self.read_cache[usize::from(!hit)].fetch_add(1, Relaxed);
     }
     pub fn inc_view_change(&self) {
         self.view_changes.fetch_add(1, Relaxed);
@@ -166,6 +172,10 @@ impl Metrics {
         self.signing_latency.render(&mut out, "sdns_signing_latency_seconds", "From named's signing request to the threshold signature.", &labels);
         let _ = writeln!(out, "# HELP sdns_execute_errors_total Ordered requests named did not answer.\n# TYPE sdns_execute_errors_total counter");
         let _ = writeln!(out, "sdns_execute_errors_total{{replica=\"{id}\"}} {}", self.execute_errors.load(Relaxed));
+        let _ = writeln!(out, "# HELP sdns_read_cache_hits_total Reads answered from the replica's read cache.\n# TYPE sdns_read_cache_hits_total counter");
+        let _ = writeln!(out, "sdns_read_cache_hits_total{{replica=\"{id}\"}} {}", self.read_cache[0].load(Relaxed));
+        let _ = writeln!(out, "# HELP sdns_read_cache_misses_total Reads answered by asking named.\n# TYPE sdns_read_cache_misses_total counter");
+        let _ = writeln!(out, "sdns_read_cache_misses_total{{replica=\"{id}\"}} {}", self.read_cache[1].load(Relaxed));
         let _ = writeln!(out, "# HELP sdns_view_changes_total Views installed after the first.\n# TYPE sdns_view_changes_total counter");
         let _ = writeln!(out, "sdns_view_changes_total{{replica=\"{id}\"}} {}", self.view_changes.load(Relaxed));
         let _ = writeln!(out, "# HELP sdns_bad_shares_total Bad signature shares or signatures, by sending replica.\n# TYPE sdns_bad_shares_total counter");

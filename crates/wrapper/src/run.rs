@@ -212,8 +212,11 @@ pub async fn run(config: Config) -> Result<()> {
         exec_state,
     );
     let last_signed = Arc::new(AtomicU64::new(0));
+    let cache = Arc::new(crate::read::ReadCache::default());
     let executor = Executor {
         id,
+        cache: cache.clone(),
+        last_digest: Default::default(),
         core,
         named: named.clone(),
         writes,
@@ -243,6 +246,7 @@ pub async fn run(config: Config) -> Result<()> {
         pending,
         submit: handle.submit.clone(),
         named: named.clone(),
+        cache,
         metrics: metrics.clone(),
         client_timeout: Duration::from_millis(config.client.request_timeout_ms),
         next_number: AtomicU64::new(0),

@@ -19,9 +19,9 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use crate::classify::Kind;
-use crate::executor::servfail;
 use crate::listener::ClientRequest;
 use crate::metrics::Metrics;
+use crate::read::ReadCache;
 
 /// Voting reads being answered at once, per replica process.
 const MAX_IN_FLIGHT: usize = 128;
@@ -30,7 +30,7 @@ static IN_FLIGHT: Semaphore = Semaphore::const_new(MAX_IN_FLIGHT);
 /// Called by the gateway for every client request before it is ordered. A voting read is
 /// answered here from the local named and `None` is returned; anything else comes back to be
 /// handled as before.
-pub fn answer_unordered(named: &Forwarder, metrics: &Arc<Metrics>, request: ClientRequest) -> Option<ClientRequest> {
+pub fn answer_unordered(named: &Forwarder, cache: &Arc<ReadCache>, metrics: &Arc<Metrics>, request: ClientRequest) -> Option<ClientRequest> {
     if !is_voting_read(&request.bytes) {
         return Some(request);
     }
@@ -39,20 +39,10 @@ pub fn answer_unordered(named: &Forwarder, metrics: &Arc<Metrics>, request: Clie
         return None;
     };
     metrics.inc_request(Kind::Read);
-    let (named, metrics) = (named.clone(), metrics.clone());
+    let (named, cache, metrics) = (named.clone(), cache.clone(), metrics.clone());
     tokio::spawn(async move {
         let _permit = permit;
-        let r = request;
-        let answer = if r.tcp { named.forward_tcp(&r.bytes).await } else { named.forward_udp(&r.bytes).await };
-        match answer {
-            Ok(a) => r.reply.send(a).await,
-            Err(_) => {
-                metrics.inc_execute_error();
-                if let Some(a) = servfail(&r.bytes) {
-                    r.reply.send(a).await;
-                }
-            }
-        }
+        crate::read::answer_read(&named, &cache, &request.bytes, request.tcp, &request.reply, &metrics).await;
     });
     None
 }

@@ -1,0 +1,170 @@
+//! The one way a read is answered from the local named: ordered reads (executor), local
+//! reads (`reads = "local"`, gateway) and voting reads (voting_read) all go through
+//! [`answer_read`], so the three paths cannot drift apart in what a client receives.
+//!
+//! What the client gets, by what named did:
+//! - named answered: its answer as it is (TC and all);
+//! - named stayed silent for the whole wait: silence too. On loopback silence is named's
+//!   choice for those bytes (as for some malformed requests), and over UDP it is also how
+//!   a stopped named looks (refused sends are waited out), so the client retries;
+//! - anything else (TCP connection refused, named's answer undecodable, ...): the SERVFAIL
+//!   named would give, shaped as named's (`crate::answer`).
+//!
+//! The answer is handed over without waiting for the client (bounded queues drop).
+//!
+//! Answers named gave are kept in a [`ReadCache`] (see there for why a cached answer is
+//! the one named would give at that point of the log).
+
+use named_glue::forward::{ForwardError, Forwarder};
+use tracing::debug;
+
+pub use crate::read_cache::{Fill, Lookup, ReadCache};
+
+use crate::listener::{Delivery, ReplyTo};
+use crate::metrics::Metrics;
+
+/// Answers `message` (a query, never a transfer) from the cache, or asks named over the
+/// client's transport, and hands what the client should get to `reply`.
+pub async fn answer_read(named: &Forwarder, cache: &ReadCache, message: &[u8], tcp: bool, reply: &ReplyTo, metrics: &Metrics) {
+    match cache.lookup(message, tcp) {
+        Lookup::Hit(answer) => {
+            metrics.inc_read_cache(true);
+            deliver(reply, answer, metrics)
+        }
+        Lookup::Miss(fill) => forward_read(named, cache, fill, message, tcp, reply, metrics).await,
+    }
+}
+
+/// The cache missed: asks named, keeps its answer when `fill` allows, answers the client.
+pub async fn forward_read(named: &Forwarder, cache: &ReadCache, fill: Option<Fill>, message: &[u8], tcp: bool, reply: &ReplyTo, metrics: &Metrics) {
+    metrics.inc_read_cache(false);
+    let result = if tcp { named.forward_tcp(message).await } else { named.forward_udp(message).await };
+    if result.as_ref().is_err_and(|e| !matches!(e, ForwardError::Timeout(_))) {
+        metrics.inc_execute_error();
+    }
+    if let (Some(fill), Ok(answer)) = (fill, &result) {
+        cache.fill(fill, answer);
+    }
+    let Some(answer) = client_answer(message, result) else { return };
+    deliver(reply, answer, metrics);
+}
+
+/// Hands an answer over without waiting for the client.
+pub fn deliver(reply: &ReplyTo, answer: Vec<u8>, metrics: &Metrics) {
+    if let Delivery::Dropped(why) = reply.try_send(answer) {
+        metrics.inc_dropped(why);
+    }
+}
+
+/// What the client gets for `request` given named's result; `None`: no answer.
+pub fn client_answer(request: &[u8], result: Result<Vec<u8>, ForwardError>) -> Option<Vec<u8>> {
+    match result {
+        Ok(answer) => Some(answer),
+        Err(ForwardError::Timeout(_)) => {
+            debug!("named left a read unanswered");
+            None
+        }
+        Err(e) => {
+            debug!(error = %e, "read failed");
+            crate::answer::error_answer(request, crate::answer::RCODE_SERVFAIL)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::answer::RCODE_SERVFAIL;
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tokio::net::UdpSocket;
+
+    fn query(id: u16) -> Vec<u8> {
+        let name = hickory_proto::rr::Name::from_ascii("www.example.test.").unwrap();
+        named_glue::forward::build_query(id, &name, hickory_proto::rr::RecordType::A).unwrap()
+    }
+
+    fn short(addr: SocketAddr) -> Forwarder {
+        Forwarder { udp_timeout: Duration::from_millis(100), udp_attempts: 2, tcp_timeout: Duration::from_millis(300), ..Forwarder::new(addr) }
+    }
+
+    /// A client socket and the reply handle that answers it.
+    async fn client() -> (UdpSocket, ReplyTo) {
+        let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let server = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        let reply = ReplyTo::Udp { socket: server, peer: client.local_addr().unwrap(), rrl: None };
+        (client, reply)
+    }
+
+    async fn received(client: &UdpSocket, within: Duration) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; 4096];
+        match tokio::time::timeout(within, client.recv(&mut buf)).await {
+            Ok(Ok(n)) => Some(buf[..n].to_vec()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn outcome_by_what_named_did() {
+        let q = query(7);
+        assert_eq!(client_answer(&q, Ok(vec![1, 2, 3])), Some(vec![1, 2, 3]));
+        assert_eq!(client_answer(&q, Err(ForwardError::Timeout(Duration::from_secs(1)))), None);
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let servfail = client_answer(&q, Err(ForwardError::Io(refused))).expect("SERVFAIL");
+        assert_eq!(&servfail[..2], &7u16.to_be_bytes());
+        assert_eq!(servfail[3] & 0x0f, RCODE_SERVFAIL);
+        assert_eq!(client_answer(&q, Err(ForwardError::Closed)).map(|a| a[3] & 0x0f), Some(RCODE_SERVFAIL));
+    }
+
+    /// A server that reads every request and never answers: the client hears nothing,
+    /// on every path (formerly the local-read path answered SERVFAIL here).
+    #[tokio::test]
+    async fn silence_from_named_is_silence_to_the_client() {
+        let silent = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let named = short(silent.local_addr().unwrap());
+        let metrics = Metrics::new(0);
+        let (client, reply) = client().await;
+        answer_read(&named, &ReadCache::default(), &query(9), false, &reply, &metrics).await;
+        let mut buf = [0u8; 512];
+        assert!(silent.try_recv(&mut buf).is_ok(), "the query reached the server");
+        assert_eq!(received(&client, Duration::from_millis(300)).await, None);
+    }
+
+    /// named answering: its bytes reach the client unchanged.
+    #[tokio::test]
+    async fn named_answer_is_relayed_as_it_is() {
+        let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let named = short(server.local_addr().unwrap());
+        let echo = tokio::spawn(async move {
+            let mut buf = [0u8; 512];
+            let (n, from) = server.recv_from(&mut buf).await.unwrap();
+            let mut answer = buf[..n].to_vec();
+            answer[2] |= 0x84; // QR, AA
+            answer.extend_from_slice(b"tail bytes named chose");
+            server.send_to(&answer, from).await.unwrap();
+            answer
+        });
+        let metrics = Metrics::new(0);
+        let (client, reply) = client().await;
+        answer_read(&named, &ReadCache::default(), &query(11), false, &reply, &metrics).await;
+        let sent = echo.await.unwrap();
+        assert_eq!(received(&client, Duration::from_secs(2)).await, Some(sent));
+    }
+
+    /// No named listening over TCP: the SERVFAIL named would give.
+    #[tokio::test]
+    async fn unreachable_named_over_tcp_gets_servfail() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let named = short(port);
+        let metrics = Metrics::new(0);
+        let (client, reply) = client().await;
+        answer_read(&named, &ReadCache::default(), &query(13), true, &reply, &metrics).await;
+        let answer = received(&client, Duration::from_secs(2)).await.expect("an answer");
+        assert_eq!(&answer[..2], &13u16.to_be_bytes());
+        assert_eq!(answer[3] & 0x0f, RCODE_SERVFAIL);
+    }
+}
