@@ -138,7 +138,7 @@ pub async fn run(config: Config) -> Result<()> {
     // The mesh to the other replicas: ordering on channel 0, signing on channel 1.
     let me = config.me().clone();
     let peers: Vec<(u16, SocketAddr)> = config.peers.iter().filter(|p| p.id != id).map(|p| (p.id, p.peer)).collect();
-    let mesh_config = MeshConfig::new(
+    let mut mesh_config = MeshConfig::new(
         id,
         me.peer,
         peers,
@@ -146,6 +146,12 @@ pub async fn run(config: Config) -> Result<()> {
         read(&config.resolve(&config.replica.cert))?,
         read(&config.resolve(&config.replica.tls_key))?,
     );
+    // Every ordering message the core may send must fit a frame: a view change reports up to
+    // a window of prepared batches (tens of MiB when peers fill batches, as a flooder does),
+    // and one that cannot be sent stalls the view change.
+    let max_message = bft::Config::new(n, id).max_message_bytes;
+    mesh_config.max_frame_bytes = mesh_config.max_frame_bytes.max(max_message).min(bft::transport::mesh::MAX_FRAME_BYTES_LIMIT);
+    mesh_config.queue_bytes = mesh_config.queue_bytes.max(mesh_config.max_frame_bytes);
     let mesh = Mesh::start(mesh_config).await.context("starting the replica mesh")?;
     let signing_rx = mesh.subscribe(CHANNEL_SIGNING).context("mesh signing channel")?;
     let ordering_rx = mesh.subscribe(CHANNEL_ORDERING).context("mesh ordering channel")?;
