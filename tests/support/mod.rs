@@ -59,11 +59,13 @@ pub struct ClusterOpts {
     pub skip_precheck: Vec<u16>,
     /// `--rrl-responses-per-second` (0: off).
     pub rrl: u32,
+    /// `--byzantine ID:MODE,...`: replicas that misbehave, and how.
+    pub byzantine: Vec<(u16, String)>,
 }
 
 impl Default for ClusterOpts {
     fn default() -> Self {
-        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered", resign_after_s: None, sign_zone_interval_s: None, update_auth: "tsig", skip_precheck: Vec::new(), rrl: 0 }
+        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered", resign_after_s: None, sign_zone_interval_s: None, update_auth: "tsig", skip_precheck: Vec::new(), rrl: 0, byzantine: Vec::new() }
     }
 }
 
@@ -114,6 +116,10 @@ impl Cluster {
         if !opts.skip_precheck.is_empty() {
             args.push("--skip-precheck".into());
             args.push(opts.skip_precheck.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",").into());
+        }
+        if !opts.byzantine.is_empty() {
+            args.push("--byzantine".into());
+            args.push(opts.byzantine.iter().map(|(i, m)| format!("{i}:{m}")).collect::<Vec<_>>().join(",").into());
         }
         let cluster = Cluster { dir, n: opts.replicas, base, up_args: args, _serial: serial };
         let _usage = cluster.start_stopped();

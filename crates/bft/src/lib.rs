@@ -63,10 +63,18 @@
 //!   on f+1 replicas the core emits [`Action::NeedStateTransfer`]: fetching application state is
 //!   the application's business, and the core offers no way yet to resume after it (see below).
 //!
+//! - Attribution: every violation a replica can prove is blamed on its sender and counted per
+//!   peer and reason ([`Status::faults`]). Besides malformed or conflicting messages, a primary
+//!   is blamed for equivocating when f+1 backups prepared, in one view, another digest than the
+//!   pre-prepare this replica accepted from it (one of them is honest and prepared only what
+//!   the primary sent it).
+//!
 //! # Transport (feature `transport`, off by default)
 //! [`transport`] holds the network side, kept out of the core: a cluster PKI (`transport::pki`),
 //! a mutually authenticated TLS mesh with numbered channels (`transport::mesh`), and the tokio
-//! driver that runs a [`Replica`] over it (`transport::driver`).
+//! driver that runs a [`Replica`] over it (`transport::driver`). `transport::byzantine` carries
+//! the simulator's Byzantine actors over to real processes: the driver passes a Byzantine
+//! replica's outgoing messages through one (test clusters only; honest drivers have none).
 //!
 //! # Known limits
 //! - A replica that loses its state (a restart without its log) forgets what it prepared and

@@ -48,6 +48,9 @@ pub struct Status {
     pub misbehaviour: Vec<u64>,
     /// The latest protocol violation seen: the peer and what it did.
     pub last_misbehaviour: Option<(ReplicaId, &'static str)>,
+    /// Protocol violations per (peer, what it did), for attribution in logs and metrics.
+    /// Bounded: the kinds are the core's fixed reasons.
+    pub faults: BTreeMap<(ReplicaId, &'static str), u64>,
 }
 
 /// Most checkpoint votes remembered per peer (its latest ones).
@@ -96,6 +99,8 @@ struct Slot {
     /// Fetched copies: sender -> digest, with the bodies by digest.
     fetched: BTreeMap<ReplicaId, Digest>,
     fetched_bodies: BTreeMap<Digest, Proposal>,
+    /// The view in which this slot's primary was blamed for equivocating (blamed once).
+    equivocation_blamed: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -170,6 +175,7 @@ pub struct Replica {
     actions: VecDeque<Action>,
     misbehaviour: Vec<u64>,
     last_misbehaviour: Option<(ReplicaId, &'static str)>,
+    faults: BTreeMap<(ReplicaId, &'static str), u64>,
 }
 
 impl Replica {
@@ -219,6 +225,7 @@ impl Replica {
             actions: VecDeque::new(),
             misbehaviour: vec![0; n],
             last_misbehaviour: None,
+            faults: BTreeMap::new(),
             config,
         })
     }
@@ -244,6 +251,7 @@ impl Replica {
             pending_requests: self.awaited.len(),
             misbehaviour: self.misbehaviour.clone(),
             last_misbehaviour: self.last_misbehaviour,
+            faults: self.faults.clone(),
         }
     }
 
@@ -812,6 +820,9 @@ impl Replica {
     fn check_prepared(&mut self, seq: u64) {
         let view = self.view;
         let primary = self.primary();
+        if self.primary_equivocated(seq) {
+            self.blame(primary, "equivocating pre-prepares");
+        }
         let needed = self.config.quorum() - 1;
         let Some(slot) = self.slots.get_mut(&seq) else { return };
         let Some(accepted) = slot.accepted.clone() else { return };
@@ -835,6 +846,29 @@ impl Replica {
             self.broadcast(Message::Commit { sender: self.config.id, view, seq, digest: accepted.digest });
         }
         self.check_committed(seq);
+    }
+
+    /// Whether f+1 backups prepared, in this view, a digest other than the pre-prepare this
+    /// replica accepted for `seq`: at least one of them is honest and prepared only what the
+    /// primary sent it, so the primary sent two pre-prepares (true once per slot and view).
+    fn primary_equivocated(&mut self, seq: u64) -> bool {
+        let (view, primary, f) = (self.view, self.primary(), usize::from(self.config.f));
+        let Some(slot) = self.slots.get_mut(&seq) else { return false };
+        let Some(accepted) = slot.accepted.as_ref().filter(|a| a.view == view) else { return false };
+        if slot.equivocation_blamed == Some(view) {
+            return false;
+        }
+        let mut others: BTreeMap<Digest, usize> = BTreeMap::new();
+        for (replica, (v, digest)) in &slot.prepares {
+            if *replica != primary && *v == view && *digest != accepted.digest {
+                *others.entry(*digest).or_default() += 1;
+            }
+        }
+        let equivocated = others.values().any(|&count| count > f);
+        if equivocated {
+            slot.equivocation_blamed = Some(view);
+        }
+        equivocated
     }
 
     fn check_committed(&mut self, seq: u64) {
@@ -1489,6 +1523,7 @@ impl Replica {
         if let Some(count) = self.misbehaviour.get_mut(usize::from(peer)) {
             *count += 1;
             self.last_misbehaviour = Some((peer, reason));
+            *self.faults.entry((peer, reason)).or_default() += 1;
         }
     }
 

@@ -60,19 +60,26 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
         std::fs::write(pid_file(dir, i), format!("{}\n", child.id()))?;
     }
     let zone = Name::from_ascii(&p.zone)?;
-    for i in 0..p.replicas {
+    // A Byzantine replica may never answer (silent, crashed) or hold a sign-zone request
+    // forever: start-up waits for and asks only the others.
+    let byzantine = |i: u16| p.byzantine.iter().find(|(id, _)| *id == i).map(|(_, m)| *m);
+    for (i, mode) in &p.byzantine {
+        eprintln!("sdns cluster: replica {i} is Byzantine ({mode}), a test cluster; not waited for");
+    }
+    let waited: Vec<u16> = (0..p.replicas).filter(|&i| byzantine(i).is_none()).collect();
+    for &i in &waited {
         wait_answering(p.layout.client(i), &zone, Duration::from_secs(90))
             .with_context(|| format!("replica {i} is not answering; see {}", replica_dir(dir, i).join("sdns.log").display()))?;
     }
     let marker = dir.join("signed");
     if !marker.exists() {
         eprintln!("sdns cluster: signing the zone with the distributed key (an ordered operation, asked by every replica) ...");
-        let admins: Vec<SocketAddr> = (0..p.replicas).map(|i| p.layout.metrics(i)).collect();
-        let tokens: Vec<std::path::PathBuf> = (0..p.replicas).map(|i| admin_token_file(dir, i)).collect();
+        let admins: Vec<SocketAddr> = waited.iter().map(|&i| p.layout.metrics(i)).collect();
+        let tokens: Vec<std::path::PathBuf> = waited.iter().map(|&i| admin_token_file(dir, i)).collect();
         let outcome = sign_zone(&admins, &tokens).context("sign-zone")?;
         std::fs::write(&marker, outcome.as_bytes())?;
     }
-    for i in 0..p.replicas {
+    for &i in &waited {
         wait_signed(p.layout.client(i), &zone, Duration::from_secs(60)).with_context(|| format!("replica {i} does not serve the signed zone"))?;
     }
     print_usage(p, dir);
@@ -185,6 +192,7 @@ pub fn down(replicas: u16, dir: &Path) -> Result<()> {
 pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
     println!("{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {}", "replica", "pid", "view", "primary", "executed", "checkpoint", "peers", "named", "health");
     let mut all_ok = true;
+    let mut reports = Vec::new();
     let rows: Vec<(Option<i32>, Option<Status>)> = (0..p.replicas)
         .map(|i| {
             let pid = read_pid(&pid_file(dir, i)).filter(|&pid| alive(pid));
@@ -202,6 +210,9 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
         };
         all_ok &= health == "ok";
         let s = status.unwrap_or_default();
+        if pid.is_some() {
+            reports.push((i, s.peer_faults.clone(), s.silent_peers.clone()));
+        }
         println!(
             "{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {}",
             i,
@@ -215,7 +226,31 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
             health
         );
     }
+    let accusations = attribution(&reports);
+    if !accusations.is_empty() {
+        println!("\nmisbehaviour seen by the running replicas:");
+        for line in accusations {
+            println!("  {line}");
+        }
+    }
     Ok(all_ok)
+}
+
+/// One line per accused replica: what each running replica saw it do. A replica's report
+/// about itself is left out (a Byzantine replica's report about others is its own word, so
+/// every reporter is named).
+fn attribution(reports: &[(u16, Vec<crate::metrics::PeerFault>, Vec<u16>)]) -> Vec<String> {
+    use std::collections::BTreeMap;
+    let mut by_peer: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+    for (reporter, faults, silent) in reports {
+        for f in faults.iter().filter(|f| f.peer != *reporter) {
+            by_peer.entry(f.peer).or_default().push(format!("{} x{} (seen by {reporter})", f.kind, f.count));
+        }
+        for peer in silent.iter().filter(|p| *p != reporter) {
+            by_peer.entry(*peer).or_default().push(format!("silent (seen by {reporter})"));
+        }
+    }
+    by_peer.into_iter().map(|(peer, what)| format!("replica {peer}: {}", what.join(", "))).collect()
 }
 
 fn exchange_udp(addr: SocketAddr, request: &[u8], timeout: Duration) -> Result<Message> {
@@ -351,6 +386,7 @@ mod tests {
             protocol: Protocol::OptTe,
             reads: ReadMode::Ordered,
             corrupt: Vec::new(),
+            byzantine: Vec::new(),
             layout,
             bind_dir: "target/bind9".into(),
             zone_file: None,
@@ -360,6 +396,24 @@ mod tests {
             skip_precheck: Vec::new(),
             rrl_responses_per_second: 0,
         }
+    }
+
+    #[test]
+    fn attribution_names_the_accused_and_the_reporters() {
+        use crate::metrics::PeerFault;
+        let fault = |peer, kind: &str, count| PeerFault { peer, kind: kind.into(), count };
+        let reports = vec![
+            (0, vec![fault(3, "bad_signature_share", 4)], vec![2]),
+            (1, vec![fault(3, "bad_signature_share", 2), fault(1, "ignored_self_report", 9)], vec![]),
+        ];
+        assert_eq!(
+            attribution(&reports),
+            vec![
+                "replica 2: silent (seen by 0)".to_string(),
+                "replica 3: bad_signature_share x4 (seen by 0), bad_signature_share x2 (seen by 1)".to_string(),
+            ]
+        );
+        assert!(attribution(&[]).is_empty());
     }
 
     #[test]

@@ -77,6 +77,10 @@ pub struct ClusterSection {
     /// The DNSSEC algorithm number of the zone key (8 = RSASHA256, 10 = RSASHA512).
     #[serde(default = "default_algorithm")]
     pub algorithm: u8,
+    /// A cluster for tests and demonstrations: only then may a replica run a Byzantine mode
+    /// (`replica.byzantine`, `replica.corrupt_shares`).
+    #[serde(default)]
+    pub test_cluster: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -92,6 +96,10 @@ pub struct ReplicaSection {
     /// The paper's fault injection: invert every bit of this replica's signature shares.
     #[serde(default)]
     pub corrupt_shares: bool,
+    /// Fault injection for tests and demonstrations: this replica misbehaves this way
+    /// (see `crate::byzantine`). Refused unless `cluster.test_cluster`.
+    #[serde(default)]
+    pub byzantine: Option<crate::byzantine::Mode>,
     /// Working directory for runtime state (named's files, the signer socket).
     pub state_dir: PathBuf,
 }
@@ -315,6 +323,14 @@ impl Config {
         if ![5, 7, 8, 10].contains(&self.cluster.algorithm) {
             return Err(bad("cluster.algorithm", format!("{} is not an RSA DNSSEC algorithm (5, 7, 8, 10)", self.cluster.algorithm)));
         }
+        if !self.cluster.test_cluster {
+            if let Some(mode) = self.replica.byzantine {
+                return Err(bad("replica.byzantine", format!("\"{mode}\" is fault injection; refused unless cluster.test_cluster = true")));
+            }
+            if self.replica.corrupt_shares {
+                return Err(bad("replica.corrupt_shares", "is fault injection; refused unless cluster.test_cluster = true".into()));
+            }
+        }
         if self.replica.id >= n {
             return Err(bad("replica.id", format!("{} is not below cluster.replicas = {n}", self.replica.id)));
         }
@@ -444,6 +460,8 @@ tsig_keys = ["tsig.key"]
             (sample(4).replace("127.0.0.1:5402", "127.0.0.1:5401"), "peer"),
             (sample(4) + "\n[auth]\nmode = \"sig0\"\n", "auth.sig0_keys"),
             (sample(4) + "\n[rrl]\nresponses_per_second = 5\nwindow_s = 0\n", "rrl"),
+            (sample(4).replace("state_dir", "byzantine = \"silent\"\nstate_dir"), "replica.byzantine"),
+            (sample(4).replace("state_dir", "corrupt_shares = true\nstate_dir"), "replica.corrupt_shares"),
         ];
         for (text, field) in cases {
             match parse(&text) {
@@ -451,6 +469,16 @@ tsig_keys = ["tsig.key"]
                 other => panic!("expected an error naming {field}, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn byzantine_modes_only_in_test_clusters() {
+        let text = sample(4).replace("state_dir", "byzantine = \"crash-after-5\"\nstate_dir");
+        let test = text.replace("public_key = \"zone.pub.json\"", "public_key = \"zone.pub.json\"\ntest_cluster = true");
+        let c = parse(&test).unwrap();
+        assert_eq!(c.replica.byzantine, Some(crate::byzantine::Mode::CrashAfter(5)));
+        let e = parse(&test.replace("crash-after-5", "evil")).unwrap_err();
+        assert!(e.to_string().contains("evil"), "{e}");
     }
 
     #[test]

@@ -81,6 +81,8 @@ pub struct ClusterParams {
     pub protocol: Protocol,
     pub reads: ReadMode,
     pub corrupt: Vec<u16>,
+    /// Replicas that misbehave, and how (fault injection; makes the cluster a test cluster).
+    pub byzantine: Vec<(u16, crate::byzantine::Mode)>,
     pub layout: Layout,
     pub bind_dir: PathBuf,
     pub zone_file: Option<PathBuf>,
@@ -218,13 +220,22 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         ReadMode::Local => "local",
     };
     let bind_dir = std::path::absolute(&p.bind_dir).unwrap_or_else(|_| p.bind_dir.clone());
+    for (k, (id, _)) in p.byzantine.iter().enumerate() {
+        if *id >= n {
+            bail!("--byzantine {id}: there is no replica {id} among {n}");
+        }
+        if p.byzantine[..k].iter().any(|(other, _)| other == id) {
+            bail!("--byzantine: replica {id} is given two modes");
+        }
+    }
+    let test_cluster = !p.corrupt.is_empty() || !p.byzantine.is_empty();
     for i in 0..n {
         let mut c = format!(
             "# Replica {i} of {n} for {zone}. Written by sdns; paths are relative to this file.\n\
              [cluster]\nzone = \"{zone}\"\nreplicas = {n}\nprotocol = \"{protocol}\"\nreads = \"{reads}\"\n\
-             ca_cert = \"ca.pem\"\npublic_key = \"zone.pub.json\"\nalgorithm = {alg}\n\n\
+             ca_cert = \"ca.pem\"\npublic_key = \"zone.pub.json\"\nalgorithm = {alg}\ntest_cluster = {test_cluster}\n\n\
              [replica]\nid = {i}\nkey_share = \"share.json\"\ncert = \"tls.pem\"\ntls_key = \"tls.key\"\n\
-             corrupt_shares = {corrupt}\nstate_dir = \"state\"\n\n\
+             corrupt_shares = {corrupt}\n{byzantine}state_dir = \"state\"\n\n\
              [named]\nbind_dir = {bind:?}\nport = {named_port}\nzone_file = \"zone.db\"\ntsig_keys = [\"tsig.key\"]\n\n\
              [metrics]\nlisten = \"{metrics}\"\n\n\
              # Client-address ACLs, enforced by the wrapper: named sees every client as\n\
@@ -240,6 +251,10 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
             zone = p.zone,
             alg = p.algorithm,
             corrupt = p.corrupt.contains(&i),
+            byzantine = match p.byzantine.iter().find(|(id, _)| *id == i) {
+                Some((_, mode)) => format!("byzantine = \"{mode}\"\n"),
+                None => String::new(),
+            },
             bind = bind_dir.display().to_string(),
             named_port = p.layout.named_port(i),
             metrics = p.layout.metrics(i),
@@ -288,6 +303,7 @@ mod tests {
             protocol: Protocol::OptTe,
             reads: ReadMode::Ordered,
             corrupt: Vec::new(),
+            byzantine: vec![(1, crate::byzantine::Mode::Flooder)],
             layout: Layout::default(),
             bind_dir: PathBuf::from("/opt/bind"),
             zone_file: None,
@@ -314,6 +330,8 @@ mod tests {
                 assert_eq!(c.named.tsig_keys, vec![PathBuf::from("tsig.key")]);
                 assert_eq!(c.auth.sig0_keys.is_empty(), mode == Mode::Tsig);
                 assert_eq!(c.auth.skip_precheck, i == 2);
+                assert!(c.cluster.test_cluster);
+                assert_eq!(c.replica.byzantine, (i == 1).then_some(crate::byzantine::Mode::Flooder));
                 assert_eq!((c.rrl.responses_per_second, c.rrl.slip), (7, 2));
             }
         }

@@ -7,6 +7,7 @@
 pub mod access;
 pub mod answer;
 pub mod auth;
+pub mod byzantine;
 pub mod classify;
 pub mod cluster;
 pub mod codec;

@@ -34,7 +34,8 @@ pub struct Outgoing {
 #[derive(Clone, Debug)]
 pub enum ReplyTo {
     /// `rrl`: response rate limiting for this socket's answers, when configured.
-    Udp { socket: Arc<UdpSocket>, peer: SocketAddr, rrl: Option<Arc<Limiter>> },
+    /// `lie`: the Byzantine mode wrong-answers (test clusters only).
+    Udp { socket: Arc<UdpSocket>, peer: SocketAddr, rrl: Option<Arc<Limiter>>, lie: bool },
     /// The connection's writer task (bounded queue); a closed connection drops answers.
     /// `slot` is the request's pipelining slot on that connection.
     Tcp { writer: mpsc::Sender<Outgoing>, slot: Option<Arc<OwnedSemaphorePermit>> },
@@ -59,7 +60,9 @@ impl ReplyTo {
     /// answer queue or a closed connection drops it.
     pub fn try_send(&self, answer: Vec<u8>) -> Delivery {
         match self {
-            ReplyTo::Udp { socket, peer, rrl } => match match rrl {
+            ReplyTo::Udp { socket, peer, rrl, lie } => match match rrl {
+                Some(limiter) if *lie => limiter.filter(peer.ip(), crate::byzantine::lie(answer)),
+                None if *lie => Some(crate::byzantine::lie(answer)),
                 Some(limiter) => limiter.filter(peer.ip(), answer),
                 None => Some(answer),
             } {
@@ -130,7 +133,7 @@ pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRe
             }
         };
         let bytes = buf[..len].to_vec();
-        let reply = ReplyTo::Udp { socket: socket.clone(), peer, rrl: filters.rrl.clone() };
+        let reply = ReplyTo::Udp { socket: socket.clone(), peer, rrl: filters.rrl.clone(), lie: filters.lie };
         dispatch(bytes, false, reply, peer, &access, &filters, &to_gateway, &metrics).await;
     }
 }
@@ -231,8 +234,12 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, to_gateway: mpsc:
     let (answers_tx, mut answers_rx) = mpsc::channel::<Outgoing>(ANSWER_QUEUE);
     let write_timeout = limits.write_timeout;
     let m = metrics.clone();
+    let lie = filters.lie;
     let mut write_task = tokio::spawn(async move {
-        while let Some(answer) = answers_rx.recv().await {
+        while let Some(mut answer) = answers_rx.recv().await {
+            if lie {
+                answer.bytes = crate::byzantine::lie(std::mem::take(&mut answer.bytes));
+            }
             let Ok(len) = u16::try_from(answer.bytes.len()) else { continue };
             let mut framed = Vec::with_capacity(answer.bytes.len() + 2);
             framed.extend_from_slice(&len.to_be_bytes());

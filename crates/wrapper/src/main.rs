@@ -118,6 +118,12 @@ struct ClusterArgs {
     /// Replicas that invert every bit of their signature shares (the paper's corrupted mode).
     #[arg(long, value_delimiter = ',')]
     corrupt: Vec<u16>,
+    /// Replicas that misbehave, for tests and demonstrations (makes the cluster a test
+    /// cluster): ID:MODE,... with MODE one of silent, crash-after-N, equivocating-primary,
+    /// view-change-poisoner, forged-relays, peer-flooder, status-spammer, corrupt-shares,
+    /// garbage-shares, wrong-answers.
+    #[arg(long, value_delimiter = ',', value_parser = wrapper::byzantine::parse_assignment)]
+    byzantine: Vec<(u16, wrapper::byzantine::Mode)>,
     /// The zone to serve (default: a small demo zone).
     #[arg(long)]
     zone_file: Option<PathBuf>,
@@ -179,6 +185,7 @@ impl ClusterArgs {
                 ReadsArg::Local => ReadMode::Local,
             },
             corrupt: self.corrupt.clone(),
+            byzantine: self.byzantine.clone(),
             layout: Layout {
                 addresses: self.addresses.clone(),
                 client_port: self.client_port,

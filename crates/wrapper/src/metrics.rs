@@ -60,6 +60,30 @@ pub struct Status {
     pub named_running: bool,
     pub zone_serial: Option<u32>,
     pub peers_connected: usize,
+    /// What this replica saw its peers do wrong, per peer and kind (attribution).
+    #[serde(default)]
+    pub peer_faults: Vec<PeerFault>,
+    /// Peers this replica has not heard from on the ordering channel for `SILENT_AFTER`.
+    #[serde(default)]
+    pub silent_peers: Vec<u16>,
+}
+
+/// One peer's misbehaviour of one kind, as one replica saw it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PeerFault {
+    pub peer: u16,
+    /// snake_case: the ordering core's reason, `undecodable_message` or `bad_signature_share`.
+    pub kind: String,
+    pub count: u64,
+}
+
+/// A peer silent on the ordering channel this long is reported (honest peers send a status
+/// report every half second).
+pub const SILENT_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A metrics label from one of the core's reasons ("two pre-prepares for one seq and view").
+pub fn fault_kind(reason: &str) -> String {
+    reason.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect()
 }
 
 impl Status {
@@ -143,6 +167,10 @@ impl Metrics {
             *b.entry(peer).or_default() += 1;
         }
     }
+    /// Bad shares per peer so far (merged into the status's `peer_faults`).
+    pub fn bad_shares(&self) -> BTreeMap<u16, u64> {
+        self.bad_shares.lock().map(|b| b.clone()).unwrap_or_default()
+    }
     pub fn update_status(&self, f: impl FnOnce(&mut Status)) {
         if let Ok(mut s) = self.status.lock() {
             f(&mut s);
@@ -185,6 +213,14 @@ impl Metrics {
             }
         }
         let s = self.status();
+        let _ = writeln!(out, "# HELP sdns_peer_faults_total Misbehaviour seen from each peer, by kind.\n# TYPE sdns_peer_faults_total counter");
+        for f in &s.peer_faults {
+            let _ = writeln!(out, "sdns_peer_faults_total{{replica=\"{id}\",peer=\"{}\",kind=\"{}\"}} {}", f.peer, f.kind, f.count);
+        }
+        let _ = writeln!(out, "# HELP sdns_peer_silent Peers silent on the ordering channel (1: nothing heard for 5 s).\n# TYPE sdns_peer_silent gauge");
+        for peer in &s.silent_peers {
+            let _ = writeln!(out, "sdns_peer_silent{{replica=\"{id}\",peer=\"{peer}\"}} 1");
+        }
         let _ = writeln!(out, "# HELP sdns_view Current PBFT view.\n# TYPE sdns_view gauge\nsdns_view{{replica=\"{id}\"}} {}", s.view);
         let _ = writeln!(out, "# HELP sdns_last_executed_seq Last ordered batch executed.\n# TYPE sdns_last_executed_seq gauge\nsdns_last_executed_seq{{replica=\"{id}\"}} {}", s.last_executed);
         let _ = writeln!(out, "# HELP sdns_stable_checkpoint_seq Latest checkpoint 2t+1 replicas certified.\n# TYPE sdns_stable_checkpoint_seq gauge\nsdns_stable_checkpoint_seq{{replica=\"{id}\"}} {}", s.stable_checkpoint);

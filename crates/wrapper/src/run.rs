@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
-use bft::transport::driver::{now, spawn_replica};
+use bft::transport::driver::{now, spawn_replica_with};
 use bft::transport::mesh::{CHANNEL_ORDERING, CHANNEL_SIGNING};
 use bft::transport::{Mesh, MeshConfig};
 use bft::Replica;
@@ -25,6 +25,7 @@ use tracing::info;
 use crate::auth::rrl::Limiter;
 use crate::auth::sig0::Sig0Key;
 use crate::auth::{tsig, Authenticator, ClientFilters, TsigSecret};
+use crate::byzantine::{Mode, SigningFault};
 use crate::config::Config;
 use crate::exec::{ExecConfig, ExecCore, ExecState, UpdateGate};
 use crate::executor::Executor;
@@ -91,6 +92,11 @@ pub async fn run(config: Config) -> Result<()> {
     let t = config.faults();
     let zone = Name::from_ascii(&config.cluster.zone).context("cluster.zone")?;
     let metrics = Metrics::new(id);
+    let byzantine = config.replica.byzantine;
+    if let Some(mode) = byzantine {
+        // validate() allows this only in a test cluster.
+        tracing::warn!(replica = id, %mode, "BYZANTINE MODE: this replica misbehaves on purpose (test cluster)");
+    }
 
     // Keys: the share must be private to this replica's user.
     let share_path = config.resolve(&config.replica.key_share);
@@ -132,7 +138,7 @@ pub async fn run(config: Config) -> Result<()> {
     // The mesh to the other replicas: ordering on channel 0, signing on channel 1.
     let me = config.me().clone();
     let peers: Vec<(u16, SocketAddr)> = config.peers.iter().filter(|p| p.id != id).map(|p| (p.id, p.peer)).collect();
-    let mesh_config = MeshConfig::new(
+    let mut mesh_config = MeshConfig::new(
         id,
         me.peer,
         peers,
@@ -140,14 +146,22 @@ pub async fn run(config: Config) -> Result<()> {
         read(&config.resolve(&config.replica.cert))?,
         read(&config.resolve(&config.replica.tls_key))?,
     );
+    // Every ordering message the core may send must fit a frame: a view change reports up to
+    // a window of prepared batches (tens of MiB when peers fill batches, as a flooder does),
+    // and one that cannot be sent stalls the view change.
+    let max_message = bft::Config::new(n, id).max_message_bytes;
+    mesh_config.max_frame_bytes = mesh_config.max_frame_bytes.max(max_message).min(bft::transport::mesh::MAX_FRAME_BYTES_LIMIT);
+    mesh_config.queue_bytes = mesh_config.queue_bytes.max(mesh_config.max_frame_bytes);
     let mesh = Mesh::start(mesh_config).await.context("starting the replica mesh")?;
     let signing_rx = mesh.subscribe(CHANNEL_SIGNING).context("mesh signing channel")?;
     let ordering_rx = mesh.subscribe(CHANNEL_ORDERING).context("mesh ordering channel")?;
 
     // Threshold signing, and the socket named asks it on.
     let limits = SignerLimits { finals_cache: config.signing.cache_entries, ..SignerLimits::default() };
-    let core = SignerCore::new(id, n, config.cluster.protocol.into(), config.replica.corrupt_shares, keys, limits);
-    let signer = service::spawn(core, key.key_tag(), mesh.sender(), signing_rx, metrics.clone());
+    let corrupt = config.replica.corrupt_shares || byzantine == Some(Mode::CorruptShares);
+    let core = SignerCore::new(id, n, config.cluster.protocol.into(), corrupt, keys, limits);
+    let fault = byzantine.map_or(SigningFault::None, Mode::signing);
+    let signer = service::spawn(core, key.key_tag(), mesh.sender(), signing_rx, metrics.clone(), fault);
     let (times_tx, times_rx) = watch::channel(None);
     let socket_path = state.join("signer.sock");
     let sign_timeout = Duration::from_millis(config.signing.timeout_ms);
@@ -187,7 +201,8 @@ pub async fn run(config: Config) -> Result<()> {
     bcfg.view_change_timeout = Duration::from_millis(o.view_change_timeout_ms);
     bcfg.max_clock_skew = Duration::from_millis(o.max_clock_skew_ms);
     let replica = Replica::new(bcfg, now()).context("ordering configuration")?;
-    let (handle, batches) = spawn_replica(replica, mesh.sender(), ordering_rx);
+    let behaviour = byzantine.and_then(Mode::ordering).map(|b| bft::transport::Byzantine::new(b, replica.config()));
+    let (handle, batches) = spawn_replica_with(replica, mesh.sender(), ordering_rx, behaviour);
 
     let pending = Arc::new(Pending::new(config.client.max_pending));
     let state_file = state.join("exec.state");
@@ -262,6 +277,7 @@ pub async fn run(config: Config) -> Result<()> {
         // The fault-injection switch leaves this replica ordering whatever it gets.
         auth: (!config.auth.skip_precheck).then(|| auth.clone()),
         rrl: Limiter::new(config.rrl.clone()).map(Arc::new),
+        lie: byzantine == Some(Mode::WrongAnswers),
     });
     tokio::spawn(serve_udp(udp, client_tx.clone(), metrics.clone(), access.clone(), filters.clone()));
     let tcp_limits = TcpLimits {
@@ -287,8 +303,10 @@ pub async fn run(config: Config) -> Result<()> {
     let m = metrics.clone();
     let mesh_status = Arc::new(mesh);
     let ms = mesh_status.clone();
+    let started = tokio::time::Instant::now();
     tokio::spawn(async move {
         let mut last_view = 0;
+        let mut attribution = Attribution::default();
         loop {
             {
                 let s = status.borrow_and_update().clone();
@@ -297,11 +315,14 @@ pub async fn run(config: Config) -> Result<()> {
                     last_view = s.core.view;
                 }
                 let connected = ms.peer_status().iter().filter(|p| p.connected).count();
+                let (faults, silent) = attribution.update(id, n, &s, &m.bad_shares(), started);
                 m.update_status(|st| {
                     st.view = s.core.view;
                     st.primary = s.core.primary;
                     st.stable_checkpoint = s.core.stable_checkpoint;
                     st.peers_connected = connected;
+                    st.peer_faults = faults;
+                    st.silent_peers = silent;
                 });
             }
             tokio::select! {
@@ -312,11 +333,81 @@ pub async fn run(config: Config) -> Result<()> {
     });
 
     info!(replica = id, client = %me.client, peer = %me.peer, named_port = config.named.port, protocol = ?config.cluster.protocol, "replica running");
-    wait_for_shutdown().await;
+    match byzantine {
+        Some(Mode::CrashAfter(batches)) => {
+            let mut status = handle.status.clone();
+            let crash = async move {
+                while status.borrow_and_update().batches_delivered < batches {
+                    if status.changed().await.is_err() {
+                        break;
+                    }
+                }
+            };
+            tokio::select! {
+                _ = wait_for_shutdown() => {}
+                _ = crash => {
+                    tracing::error!(replica = id, batches, "BYZANTINE MODE crash-after-{batches}: stopping now");
+                    bail!("crashed on purpose after {batches} batches (Byzantine mode crash-after-{batches})");
+                }
+            }
+        }
+        _ => wait_for_shutdown().await,
+    }
     info!(replica = id, "shutting down");
     drop(handle);
     drop(supervisor);
     Ok(())
+}
+
+/// Turns the ordering driver's and the signer's per-peer counts into the status's
+/// `peer_faults` and `silent_peers`, and logs each peer's misbehaviour as it first shows and
+/// then at every doubling (a flood of faults is not a flood of log lines).
+#[derive(Default)]
+struct Attribution {
+    logged: std::collections::BTreeMap<(u16, String), u64>,
+    silent: std::collections::BTreeSet<u16>,
+}
+
+impl Attribution {
+    fn update(
+        &mut self,
+        me: u16,
+        n: u16,
+        s: &bft::transport::DriverStatus,
+        bad_shares: &std::collections::BTreeMap<u16, u64>,
+        started: tokio::time::Instant,
+    ) -> (Vec<metrics::PeerFault>, Vec<u16>) {
+        let mut faults = std::collections::BTreeMap::<(u16, String), u64>::new();
+        for ((peer, reason), count) in &s.core.faults {
+            *faults.entry((*peer, metrics::fault_kind(reason))).or_default() += count;
+        }
+        for (peer, count) in &s.decode_errors_by_peer {
+            *faults.entry((*peer, "undecodable_message".into())).or_default() += count;
+        }
+        for (peer, count) in bad_shares {
+            *faults.entry((*peer, "bad_signature_share".into())).or_default() += count;
+        }
+        for ((peer, kind), &count) in &faults {
+            let logged = self.logged.entry((*peer, kind.clone())).or_default();
+            if count > *logged && (*logged == 0 || count >= 2 * *logged) {
+                tracing::warn!(replica = me, peer, kind = %kind, count, "peer misbehaviour");
+                *logged = count;
+            }
+        }
+        let now = tokio::time::Instant::now();
+        let silent: Vec<u16> = (0..n)
+            .filter(|&p| p != me)
+            .filter(|p| now.duration_since(s.last_heard.get(p).copied().unwrap_or(started)) >= metrics::SILENT_AFTER)
+            .collect();
+        for p in &silent {
+            if self.silent.insert(*p) {
+                tracing::warn!(replica = me, peer = p, "peer silent: no ordering message for {:?}", metrics::SILENT_AFTER);
+            }
+        }
+        self.silent.retain(|p| silent.contains(p));
+        let faults = faults.into_iter().map(|((peer, kind), count)| metrics::PeerFault { peer, kind, count }).collect();
+        (faults, silent)
+    }
 }
 
 /// Submits the ordered re-sign when this replica's clock says the zone is due. Every

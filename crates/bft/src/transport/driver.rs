@@ -13,6 +13,7 @@
 //! beyond the last checkpoint the application confirmed, so the application bounds the backlog
 //! by confirming checkpoints only for batches it has executed.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -21,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::byzantine::Byzantine;
 use super::mesh::{MeshSender, CHANNEL_ORDERING};
 use crate::{Action, Batch, Digest, Limits, Message, Replica, Request, Status, Time};
 
@@ -57,6 +59,12 @@ pub struct DriverStatus {
     pub core: Status,
     /// Messages from peers that did not decode.
     pub decode_errors: u64,
+    /// The same, per sending peer (attribution).
+    pub decode_errors_by_peer: BTreeMap<u16, u64>,
+    /// When each peer's last ordering message arrived (absent: none since the start). Honest
+    /// peers send a status report every retransmit interval, so a long silence names a
+    /// crashed or silent peer.
+    pub last_heard: BTreeMap<u16, Instant>,
     /// Requests the core refused at submit (queue full, too large, duplicate).
     pub submit_rejected: u64,
     /// Checkpoint digests the core refused (the application's mistake).
@@ -104,12 +112,25 @@ pub fn spawn_replica<O: Outbound>(
     outbound: O,
     incoming: mpsc::Receiver<(u16, Bytes)>,
 ) -> (ReplicaHandle, mpsc::UnboundedReceiver<Batch>) {
+    spawn_replica_with(replica, outbound, incoming, None)
+}
+
+/// [`spawn_replica`], with every message the replica sends passed through `byzantine` when
+/// given (test clusters only; see [`super::byzantine`]).
+pub fn spawn_replica_with<O: Outbound>(
+    replica: Replica,
+    outbound: O,
+    incoming: mpsc::Receiver<(u16, Bytes)>,
+    byzantine: Option<Byzantine>,
+) -> (ReplicaHandle, mpsc::UnboundedReceiver<Batch>) {
     let (submit_tx, submit_rx) = mpsc::channel(4096);
     let (checkpoint_tx, checkpoint_rx) = mpsc::channel(64);
     let (deliver_tx, deliver_rx) = mpsc::unbounded_channel();
     let (status_tx, status_rx) = watch::channel(DriverStatus {
         core: replica.status(),
         decode_errors: 0,
+        decode_errors_by_peer: BTreeMap::new(),
+        last_heard: BTreeMap::new(),
         submit_rejected: 0,
         checkpoint_rejected: 0,
         batches_delivered: 0,
@@ -125,7 +146,10 @@ pub fn spawn_replica<O: Outbound>(
         checkpoint_rx,
         deliver_tx,
         status_tx,
+        byzantine,
         decode_errors: 0,
+        decode_errors_by_peer: BTreeMap::new(),
+        last_heard: BTreeMap::new(),
         submit_rejected: 0,
         checkpoint_rejected: 0,
         batches_delivered: 0,
@@ -145,7 +169,10 @@ struct Driver<O: Outbound> {
     checkpoint_rx: mpsc::Receiver<(u64, Digest)>,
     deliver_tx: mpsc::UnboundedSender<Batch>,
     status_tx: watch::Sender<DriverStatus>,
+    byzantine: Option<Byzantine>,
     decode_errors: u64,
+    decode_errors_by_peer: BTreeMap<u16, u64>,
+    last_heard: BTreeMap<u16, Instant>,
     submit_rejected: u64,
     checkpoint_rejected: u64,
     batches_delivered: u64,
@@ -224,13 +251,17 @@ impl<O: Outbound> Driver<O> {
 
     fn feed(&mut self, now: Time, input: Input) {
         match input {
-            Input::Message(from, bytes) => match Message::decode(&bytes, self.limits) {
-                Ok(message) => self.replica.handle_message(now, from, message),
-                Err(e) => {
-                    self.decode_errors += 1;
-                    tracing::warn!(from, len = bytes.len(), error = %e, "undecodable message from peer");
+            Input::Message(from, bytes) => {
+                self.last_heard.insert(from, Instant::now());
+                match Message::decode(&bytes, self.limits) {
+                    Ok(message) => self.replica.handle_message(now, from, message),
+                    Err(e) => {
+                        self.decode_errors += 1;
+                        *self.decode_errors_by_peer.entry(from).or_default() += 1;
+                        tracing::warn!(from, len = bytes.len(), error = %e, "undecodable message from peer");
+                    }
                 }
-            },
+            }
             Input::Submit(request) => {
                 if let Err(e) = self.replica.submit(now, request) {
                     self.submit_rejected += 1;
@@ -255,6 +286,13 @@ impl<O: Outbound> Driver<O> {
     fn flush(&mut self) {
         while let Some(action) = self.replica.poll_action() {
             match action {
+                Action::Send { to, message } if self.byzantine.is_some() => self.send_byzantine(to, message),
+                Action::Broadcast { message } if self.byzantine.is_some() => {
+                    let (me, n) = (self.replica.id(), self.replica.config().n);
+                    for to in (0..n).filter(|&to| to != me) {
+                        self.send_byzantine(to, message.clone());
+                    }
+                }
                 Action::Send { to, message } => self.outbound.send(to, Bytes::from(message.encode())),
                 Action::Broadcast { message } => self.outbound.broadcast(Bytes::from(message.encode())),
                 Action::Deliver(batch) => {
@@ -277,10 +315,21 @@ impl<O: Outbound> Driver<O> {
         }
     }
 
+    /// A Byzantine replica's send: what its behaviour makes of the honest message.
+    fn send_byzantine(&mut self, to: u16, message: Message) {
+        if let Some(byzantine) = self.byzantine.as_mut() {
+            for (to, message) in byzantine.rewrite(to, message) {
+                self.outbound.send(to, Bytes::from(message.encode()));
+            }
+        }
+    }
+
     fn publish_status(&self) {
         self.status_tx.send_replace(DriverStatus {
             core: self.replica.status(),
             decode_errors: self.decode_errors,
+            decode_errors_by_peer: self.decode_errors_by_peer.clone(),
+            last_heard: self.last_heard.clone(),
             submit_rejected: self.submit_rejected,
             checkpoint_rejected: self.checkpoint_rejected,
             batches_delivered: self.batches_delivered,

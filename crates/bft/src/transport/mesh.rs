@@ -33,7 +33,10 @@
 //! messages supersede older ones, and the protocols above retransmit). A
 //! subscriber whose queue is full holds up its connection's reader (flow control back to the
 //! sender) for up to one second per frame; after that the frame is dropped and counted, so a
-//! stuck subscriber cannot stall the other channels forever. Frames queued while a peer is unreachable are sent once it is
+//! stuck subscriber cannot stall the other channels forever. A subscriber's queue is one queue per
+//! peer (the frame bound shared among them), merged round robin into a short queue the consumer
+//! reads: a peer that floods a channel fills and waits on its own queue, and the other peers'
+//! frames still go through at their share. Frames queued while a peer is unreachable are sent once it is
 //! back; frames in flight when a connection breaks are lost.
 
 use std::collections::{HashMap, VecDeque};
@@ -62,6 +65,49 @@ pub const CHANNEL_ORDERING: u8 = 0;
 pub const CHANNEL_SIGNING: u8 = 1;
 /// Reserved: empty frames a writer sends when idle, dropped by the reader.
 pub const CHANNEL_KEEPALIVE: u8 = 255;
+
+/// Frames of a channel waiting for its consumer after the per-peer queues are merged.
+const MERGED_QUEUE: usize = 64;
+
+/// Forwards the per-peer queues of one channel into the consumer's queue, one frame per peer
+/// in turn (round robin over the peers that have one), until the consumer or every peer
+/// queue is gone.
+async fn merge_fairly(mut queues: Vec<mpsc::Receiver<(u16, Bytes)>>, out: mpsc::Sender<(u16, Bytes)>) {
+    if queues.is_empty() {
+        // A mesh without peers: the channel stays open (and empty) while it is subscribed.
+        out.closed().await;
+        return;
+    }
+    let mut next = 0usize;
+    loop {
+        let start = next;
+        let ready = std::future::poll_fn(|cx| {
+            let n = queues.len();
+            let mut open = false;
+            for k in 0..n {
+                let i = (start + k) % n;
+                match queues[i].poll_recv(cx) {
+                    std::task::Poll::Ready(Some(frame)) => return std::task::Poll::Ready(Some((i, frame))),
+                    std::task::Poll::Ready(None) => {}
+                    std::task::Poll::Pending => open = true,
+                }
+            }
+            if open {
+                std::task::Poll::Pending
+            } else {
+                std::task::Poll::Ready(None)
+            }
+        });
+        let (i, frame) = tokio::select! {
+            got = ready => match got { Some(got) => got, None => return },
+            _ = out.closed() => return,
+        };
+        next = i + 1;
+        if out.send(frame).await.is_err() {
+            return;
+        }
+    }
+}
 
 /// How long a reader waits for a full subscriber before dropping the frame.
 const SUBSCRIBER_WAIT: Duration = Duration::from_secs(1);
@@ -260,7 +306,9 @@ struct Shared {
     queue_bytes: usize,
     keepalive: Option<Duration>,
     peers: HashMap<u16, Arc<Peer>>,
-    subscribers: RwLock<HashMap<u8, mpsc::Sender<(u16, Bytes)>>>,
+    /// Per channel, one queue per peer: a peer that floods a channel fills only its own
+    /// queue (and then waits, as TCP flow control reaches it), never the other peers'.
+    subscribers: RwLock<HashMap<u8, HashMap<u16, mpsc::Sender<(u16, Bytes)>>>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -367,14 +415,25 @@ impl Mesh {
             return Err(TransportError::Config { field: "channel", reason: "255 is reserved".into() });
         }
         let mut subscribers = self.shared.subscribers.write().map_err(|_| TransportError::Shutdown)?;
-        if subscribers.get(&channel).is_some_and(|s| !s.is_closed()) {
+        if subscribers.get(&channel).is_some_and(|s| s.values().any(|q| !q.is_closed())) {
             return Err(TransportError::Config {
                 field: "channel",
                 reason: format!("channel {channel} already has a subscriber"),
             });
         }
-        let (tx, rx) = mpsc::channel(self.shared.queue_frames);
-        subscribers.insert(channel, tx);
+        // The peers share the frame bound; the merged queue the consumer reads stays short,
+        // so a frame waits behind at most a few frames of other peers.
+        let per_peer = (self.shared.queue_frames / self.shared.peers.len().max(1)).max(16);
+        let (tx, rx) = mpsc::channel(MERGED_QUEUE);
+        let mut queues = HashMap::new();
+        let mut receivers = Vec::new();
+        for &id in self.shared.peers.keys() {
+            let (peer_tx, peer_rx) = mpsc::channel(per_peer);
+            queues.insert(id, peer_tx);
+            receivers.push(peer_rx);
+        }
+        subscribers.insert(channel, queues);
+        tokio::spawn(merge_fairly(receivers, tx));
         Ok(rx)
     }
 
@@ -811,7 +870,7 @@ async fn run_reader<S: AsyncRead + AsyncWrite + Unpin>(shared: &Shared, peer: &P
             continue;
         }
         peer.frames_received.fetch_add(1, Ordering::Relaxed);
-        let subscriber = shared.subscribers.read().ok().and_then(|s| s.get(&channel).cloned());
+        let subscriber = shared.subscribers.read().ok().and_then(|s| s.get(&channel).and_then(|q| q.get(&peer.id)).cloned());
         let delivered = match subscriber {
             // A busy subscriber slows this connection down (TCP flow control then reaches the
             // sender's queue) rather than losing frames, which the protocols recover only on

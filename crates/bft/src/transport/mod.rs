@@ -2,11 +2,13 @@
 //! TLS mesh that carries several protocols on numbered channels, and a tokio driver that runs
 //! the sans-IO [`crate::Replica`] over it.
 
+pub mod byzantine;
 pub mod driver;
 pub mod error;
 pub mod mesh;
 pub mod pki;
 
-pub use driver::{spawn_replica, DriverStatus, ReplicaHandle};
+pub use byzantine::{Behaviour, Byzantine};
+pub use driver::{spawn_replica, spawn_replica_with, DriverStatus, ReplicaHandle};
 pub use error::{PeerError, TransportError};
 pub use mesh::{Mesh, MeshConfig, MeshSender, PeerStatus};

@@ -276,6 +276,9 @@ impl Authenticator {
 pub struct ClientFilters {
     pub auth: Option<std::sync::Arc<Authenticator>>,
     pub rrl: Option<std::sync::Arc<rrl::Limiter>>,
+    /// Fault injection (Byzantine mode wrong-answers, test clusters only): rewrite every
+    /// answer this replica gives its clients.
+    pub lie: bool,
 }
 
 fn answer_of(o: Outcome) -> Vec<u8> {

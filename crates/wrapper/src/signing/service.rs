@@ -20,6 +20,7 @@ use tracing::{debug, warn};
 
 use super::wire::{SignMessage, WireFormat};
 use super::Digest;
+use crate::byzantine::SigningFault;
 use crate::metrics::Metrics;
 
 enum Command {
@@ -66,9 +67,10 @@ pub fn spawn(
     mesh: MeshSender,
     incoming: mpsc::Receiver<(u16, Bytes)>,
     metrics: Arc<Metrics>,
+    fault: SigningFault,
 ) -> Arc<ThresholdSigner> {
     let (commands, rx) = mpsc::channel(1024);
-    tokio::spawn(run(core, mesh, incoming, rx, metrics, default_workers()));
+    tokio::spawn(run(core, mesh, incoming, rx, metrics, default_workers(), fault));
     Arc::new(ThresholdSigner { commands, zone_key_tag })
 }
 
@@ -84,7 +86,9 @@ async fn run(
     mut commands: mpsc::Receiver<Command>,
     metrics: Arc<Metrics>,
     workers: usize,
+    fault: SigningFault,
 ) {
+    let mut garbage = Garbage(0x2545_f491_4f6c_dd1d);
     let mut waiters: HashMap<Digest, Vec<Waiter>> = HashMap::new();
     let permits = Arc::new(Semaphore::new(workers.max(1)));
     // Finished jobs; a job's task waits for room here, the loop never does.
@@ -129,12 +133,15 @@ async fn run(
         }
         while let Some(out) = core.poll_output() {
             match out {
+                Output::Broadcast { .. } | Output::Send { .. } if fault == SigningFault::Silent => {}
                 Output::Broadcast { message } => {
+                    let message = if fault == SigningFault::Garbage { garbage.apply(message) } else { message };
                     if let Err(e) = mesh.broadcast(CHANNEL_SIGNING, Bytes::from(message.encode())) {
                         warn!(error = %e, "signing broadcast not sent");
                     }
                 }
                 Output::Send { to, message } => {
+                    let message = if fault == SigningFault::Garbage { garbage.apply(message) } else { message };
                     if let Err(e) = mesh.send(to, CHANNEL_SIGNING, Bytes::from(message.encode())) {
                         debug!(to, error = %e, "signing message not sent");
                     }
@@ -168,6 +175,31 @@ async fn run(
                     }
                 }
             }
+        }
+    }
+}
+
+/// A garbage-shares replica's rewrite: random bytes of the same length in place of its
+/// shares and signatures (test clusters only).
+struct Garbage(u64);
+
+impl Garbage {
+    fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                self.0 as u8
+            })
+            .collect()
+    }
+
+    fn apply(&mut self, message: SignMessage) -> SignMessage {
+        match message {
+            SignMessage::Share { digest, share } => SignMessage::Share { digest, share: self.bytes(share.len()) },
+            SignMessage::Final { digest, signature } => SignMessage::Final { digest, signature: self.bytes(signature.len()) },
+            other => other,
         }
     }
 }

@@ -1,0 +1,225 @@
+//! Byzantine behaviours for real processes, for tests and demonstrations only: the driver runs
+//! an honest [`crate::Replica`] and, when given a [`Byzantine`], passes every message it would
+//! send through [`Byzantine::rewrite`]. The behaviours are the simulator's actors
+//! (`tests/sim/byzantine.rs`) carried over to a running replica; an honest driver (no
+//! `Byzantine`) never reaches this code.
+//!
+//! Only the deployment decides whether a replica may run one (the wrapper refuses unless its
+//! configuration marks the cluster as a test cluster).
+
+use crate::{CheckpointClaim, Config, Message, PrePreparedEntry, PreparedEntry, Proposal, ReplicaId, Request, StatusReport, Time};
+
+/// What a Byzantine replica does with the ordering messages it sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Behaviour {
+    /// Sends nothing at all.
+    Silent,
+    /// As primary, sends a different pre-prepare (other time, other request order) to
+    /// odd-numbered backups.
+    Equivocator,
+    /// Silent as primary; every view change it sends claims made-up requests prepared just
+    /// above and far beyond its stable checkpoint, backed by a made-up checkpoint claim.
+    Poisoner,
+    /// Besides its honest traffic, relays requests naming another replica as origin with huge
+    /// numbers, and its own requests with such numbers.
+    ForgedRelays,
+    /// With every message, also sends requests at the size limit from ever new clients and
+    /// now and then a committed batch at the batch limit for a seq just ahead of the receiver.
+    Flooder,
+    /// With every message, also sends status reports claiming it delivered nothing.
+    StatusSpammer,
+}
+
+/// One Byzantine replica's behaviour and the little state it keeps.
+pub struct Byzantine {
+    behaviour: Behaviour,
+    me: ReplicaId,
+    n: u16,
+    window: u64,
+    interval: u64,
+    max_request_bytes: usize,
+    batch_max_bytes: usize,
+    counter: u64,
+    rng: u64,
+}
+
+impl Byzantine {
+    /// For the replica configured by `config` (its id, window and limits shape the attacks).
+    pub fn new(behaviour: Behaviour, config: &Config) -> Byzantine {
+        Byzantine {
+            behaviour,
+            me: config.id,
+            n: config.n,
+            window: config.watermark_window,
+            interval: config.checkpoint_interval,
+            max_request_bytes: config.max_request_bytes,
+            batch_max_bytes: config.batch_max_bytes,
+            counter: 0,
+            rng: 0x9e37_79b9_7f4a_7c15 ^ u64::from(config.id),
+        }
+    }
+
+    pub fn behaviour(&self) -> Behaviour {
+        self.behaviour
+    }
+
+    fn next(&mut self) -> u64 {
+        // xorshift64: reproducible per replica, no dependency.
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    /// What is really sent instead of `message` to `to`.
+    pub fn rewrite(&mut self, to: ReplicaId, message: Message) -> Vec<(ReplicaId, Message)> {
+        match self.behaviour {
+            Behaviour::Silent => Vec::new(),
+            Behaviour::Equivocator => vec![(to, equivocate(to, message))],
+            Behaviour::Poisoner => self.poison(to, message),
+            Behaviour::ForgedRelays => self.forge(to, message),
+            Behaviour::Flooder => self.flood(to, message),
+            Behaviour::StatusSpammer => {
+                let report =
+                    StatusReport { sender: self.me, view: 0, view_changing: true, last_delivered: 0, stable_seq: 0, oldest_retained: 1 };
+                let mut out = vec![(to, message)];
+                out.extend((0..4).map(|_| (to, Message::Status(report))));
+                out
+            }
+        }
+    }
+
+    fn poison(&mut self, to: ReplicaId, message: Message) -> Vec<(ReplicaId, Message)> {
+        match message {
+            Message::PrePrepare { .. } | Message::NewView { .. } => Vec::new(),
+            Message::ViewChange(mut vc) => {
+                let (window, interval, me) = (self.window, self.interval, self.me);
+                let low = vc.stable.seq;
+                let view = vc.view.saturating_sub(1);
+                let fake = |seq: u64| Proposal {
+                    time: Time(1),
+                    requests: vec![Request { origin: me, client: 77, number: seq, payload: vec![0xee; 8] }],
+                };
+                // Far ahead: above any checkpoint a quorum could choose, within the 4L an honest
+                // view change may report (so it is not refused as malformed).
+                let far = low + 3 * window + 1;
+                let near = low + 1;
+                vc.prepared.retain(|e| e.seq > near && e.seq < far);
+                vc.prepared.insert(0, PreparedEntry { seq: near, view, proposal: fake(near) });
+                vc.prepared.push(PreparedEntry { seq: far, view, proposal: fake(far) });
+                for seq in [near, far] {
+                    vc.pre_prepared.push(PrePreparedEntry { seq, view, digest: fake(seq).digest(seq) });
+                }
+                let backing = (far - window) / interval * interval;
+                vc.checkpoints.retain(|c| c.seq < backing);
+                vc.checkpoints.push(CheckpointClaim { seq: backing, time: Time(2), log_digest: [0xee; 32], state_digest: [0xee; 32] });
+                let max = usize::try_from(window / interval).unwrap_or(usize::MAX) + 1;
+                let skip = vc.checkpoints.len().saturating_sub(max);
+                vc.checkpoints.drain(..skip);
+                vec![(to, Message::ViewChange(vc))]
+            }
+            other => vec![(to, other)],
+        }
+    }
+
+    fn forge(&mut self, to: ReplicaId, message: Message) -> Vec<(ReplicaId, Message)> {
+        let mut out = vec![(to, message)];
+        if self.n > 1 && self.next() % 10 < 3 {
+            self.counter += 1;
+            let victim = ((u64::from(self.me) + 1 + self.next() % u64::from(self.n - 1)) % u64::from(self.n)) as ReplicaId;
+            let number = if self.next() % 2 == 0 { u64::MAX } else { (1 << 40) + self.counter };
+            let client = self.next() % 3;
+            let forged = Request { origin: victim, client, number, payload: vec![0xf0; 8] };
+            out.push((to, Message::Request { sender: self.me, request: forged }));
+            let own = Request { origin: self.me, client, number, payload: vec![0xf1; 8] };
+            out.push((to, Message::Request { sender: self.me, request: own }));
+        }
+        out
+    }
+
+    fn flood(&mut self, to: ReplicaId, message: Message) -> Vec<(ReplicaId, Message)> {
+        let seq_hint = match &message {
+            Message::PrePrepare { seq, .. } | Message::Prepare { seq, .. } | Message::Commit { seq, .. } => Some(*seq),
+            Message::Status(report) => Some(report.last_delivered),
+            _ => None,
+        };
+        let mut out = vec![(to, message)];
+        let payload = self.max_request_bytes.saturating_sub(24);
+        for _ in 0..2 {
+            self.counter += 1;
+            let request = Request { origin: self.me, client: 1_000 + self.counter, number: 1, payload: vec![0xf2; payload] };
+            out.push((to, Message::Request { sender: self.me, request }));
+        }
+        if self.next() % 20 == 0 {
+            // One byte over the limit: refused and blamed.
+            self.counter += 1;
+            let request = Request { origin: self.me, client: 7, number: self.counter, payload: vec![0xf3; payload + 1] };
+            out.push((to, Message::Request { sender: self.me, request }));
+        }
+        if let Some(seq) = seq_hint {
+            if self.next() % 2 == 0 {
+                let per = self.max_request_bytes.max(25);
+                let count = (self.batch_max_bytes.saturating_sub(16) / per).max(1);
+                let fill = self.next() as u8;
+                let requests = (0..count)
+                    .map(|i| Request { origin: self.me, client: 9, number: i as u64 + 1, payload: vec![fill; per - 24] })
+                    .collect();
+                let ahead = seq + 1 + self.next() % self.window.max(1);
+                out.push((to, Message::Committed { sender: self.me, seq: ahead, proposal: Proposal { time: Time(3), requests } }));
+            }
+        }
+        out
+    }
+}
+
+fn equivocate(to: ReplicaId, message: Message) -> Message {
+    match message {
+        Message::PrePrepare { sender, view, seq, mut proposal } if to % 2 == 1 => {
+            proposal.time = Time(proposal.time.0 + 1);
+            proposal.requests.reverse();
+            Message::PrePrepare { sender, view, seq, proposal }
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepare(seq: u64) -> Message {
+        Message::Prepare { sender: 1, view: 0, seq, digest: [1; 32] }
+    }
+
+    #[test]
+    fn behaviours_rewrite_as_documented() {
+        let config = Config::new(4, 1);
+        let mut silent = Byzantine::new(Behaviour::Silent, &config);
+        assert!(silent.rewrite(0, prepare(1)).is_empty());
+
+        let mut flooder = Byzantine::new(Behaviour::Flooder, &config);
+        let out = flooder.rewrite(2, prepare(5));
+        assert_eq!(out[0], (2, prepare(5)));
+        assert!(out.len() >= 3 && out.iter().all(|(to, _)| *to == 2));
+        assert!(matches!(&out[1].1, Message::Request { request, .. } if request.payload.len() + 24 == config.max_request_bytes));
+
+        let mut spammer = Byzantine::new(Behaviour::StatusSpammer, &config);
+        assert_eq!(spammer.rewrite(3, prepare(1)).len(), 5);
+
+        let mut forger = Byzantine::new(Behaviour::ForgedRelays, &config);
+        let forged = (0..50)
+            .flat_map(|_| forger.rewrite(0, prepare(1)))
+            .filter(|(_, m)| matches!(m, Message::Request { request, .. } if request.origin != 1))
+            .count();
+        assert!(forged > 0, "forged relays name another origin");
+
+        let proposal = Proposal { time: Time(10), requests: vec![Request { origin: 0, client: 1, number: 1, payload: vec![1] }, Request { origin: 0, client: 1, number: 2, payload: vec![2] }] };
+        let pp = Message::PrePrepare { sender: 0, view: 0, seq: 1, proposal };
+        let mut eq = Byzantine::new(Behaviour::Equivocator, &Config::new(4, 0));
+        let to_even = eq.rewrite(2, pp.clone());
+        let to_odd = eq.rewrite(1, pp.clone());
+        assert_eq!(to_even, vec![(2, pp.clone())]);
+        assert_ne!(to_odd, vec![(1, pp)]);
+    }
+}

@@ -1,0 +1,202 @@
+//! Real clusters with Byzantine replicas (`sdns cluster up --byzantine ID:MODE`): n = 4 with
+//! one replica in each mode, n = 7 with two in mixed modes. Every test checks that an update
+//! is acknowledged through an honest replica, that the honest replicas' zones are
+//! byte-identical and verify, and that the misbehaviour is attributed where the honest
+//! replicas can see it.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use sdns_system_tests::{run, sdns_bin, text, Cluster, ClusterOpts};
+
+/// What the honest replicas must report about the Byzantine one.
+#[derive(Clone, Copy)]
+enum Seen {
+    /// `sdns_peer_faults_total{peer=B, kind=K}` on every honest replica.
+    Fault(&'static str),
+    /// `sdns_peer_silent{peer=B}` on every honest replica.
+    Silent,
+    /// The view moved on: B (the first primary) is no longer primary anywhere honest.
+    Deposed,
+    /// Nothing the replicas can see (the client's vote catches it, or there is nothing to see).
+    Nothing,
+}
+
+fn cluster(n: u16, byzantine: &[(u16, &str)]) -> Cluster {
+    Cluster::up(ClusterOpts { replicas: n, byzantine: byzantine.iter().map(|(i, m)| (*i, m.to_string())).collect(), ..Default::default() })
+}
+
+fn honest(c: &Cluster, byzantine: &[u16]) -> Vec<u16> {
+    (0..c.n).filter(|i| !byzantine.contains(i)).collect()
+}
+
+fn within(what: &str, c: &Cluster, secs: u64, check: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !check() {
+        assert!(Instant::now() < deadline, "{what} within {secs} s\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn cluster_status(c: &Cluster) -> String {
+    let out = run(Command::new(sdns_bin())
+        .args(["cluster", "status", "--replicas", &c.n.to_string()])
+        .arg("--dir")
+        .arg(c.dir.path())
+        .args(sdns_system_tests::ports(c.client_port(0) - 1)));
+    text(&out)
+}
+
+/// The checks every test makes: an update through an honest replica is acknowledged and
+/// applied on every honest replica, their zones are identical and verify, and the
+/// attribution shows (no honest replica is accused by an honest one).
+fn survives(c: &Cluster, byzantine: &[(u16, Seen)], name: &str) {
+    let bad: Vec<u16> = byzantine.iter().map(|(i, _)| *i).collect();
+    let good = honest(c, &bad);
+    let through = good[good.len() - 1];
+    let (ok, out) = c.nsupdate(through, &format!("update add {name}.example.test 300 A 192.0.2.9"));
+    assert!(ok, "update through honest replica {through} failed:\n{out}\n{}", c.logs());
+    for &i in &good {
+        within(&format!("replica {i} serves the update"), c, 60, || c.dig(i, &[&format!("{name}.example.test"), "A", "+short"]).trim() == "192.0.2.9");
+    }
+    let reference = c.axfr(good[0]);
+    for &i in &good[1..] {
+        assert_eq!(c.axfr(i), reference, "honest replica {i}'s zone differs from replica {}'s\n{}", good[0], c.logs());
+    }
+    c.verify_zone(good[0]);
+
+    for &(b, seen) in byzantine {
+        let shows = |i: u16| {
+            let m = c.metrics(i);
+            match seen {
+                Seen::Fault(kind) => m.contains(&format!("sdns_peer_faults_total{{replica=\"{i}\",peer=\"{b}\",kind=\"{kind}\"}}")),
+                Seen::Silent => m.contains(&format!("sdns_peer_silent{{replica=\"{i}\",peer=\"{b}\"}} 1")),
+                Seen::Deposed => !m.contains(&format!("sdns_view{{replica=\"{i}\"}} 0")),
+                Seen::Nothing => true,
+            }
+        };
+        match seen {
+            // Evidence of a fault may reach only some honest replicas (an equivocating
+            // primary's two versions meet at the replica that holds the minority one).
+            Seen::Fault(kind) => within(&format!("an honest replica reports replica {b}'s {kind}"), c, 30, || good.iter().any(|&i| shows(i))),
+            _ => {
+                for &i in &good {
+                    within(&format!("replica {i} attributes replica {b}'s misbehaviour"), c, 30, || shows(i));
+                }
+            }
+        }
+    }
+    // Honest replicas accuse no honest replica (what a Byzantine one says is its own word).
+    for &i in &good {
+        let m = c.metrics(i);
+        for &h in &good {
+            assert!(!m.contains(&format!("sdns_peer_faults_total{{replica=\"{i}\",peer=\"{h}\"")), "honest replica {h} accused by {i}:\n{m}");
+        }
+    }
+    let status = cluster_status(c);
+    for &(b, seen) in byzantine {
+        if matches!(seen, Seen::Fault(_) | Seen::Silent) {
+            assert!(status.contains(&format!("replica {b}: ")), "cluster status names replica {b}:\n{status}");
+        }
+    }
+}
+
+fn one(mode: &str, b: u16, seen: Seen) {
+    let c = cluster(4, &[(b, mode)]);
+    survives(&c, &[(b, seen)], &mode.replace(|ch: char| !ch.is_ascii_alphanumeric(), ""));
+}
+
+#[test]
+fn four_with_a_silent_replica() {
+    one("silent", 2, Seen::Silent);
+}
+
+#[test]
+fn four_with_an_equivocating_primary() {
+    one("equivocating-primary", 0, Seen::Fault("equivocating_pre_prepares"));
+}
+
+#[test]
+fn four_with_a_view_change_poisoner_as_first_primary() {
+    one("view-change-poisoner", 0, Seen::Deposed);
+}
+
+#[test]
+fn four_with_forged_relays() {
+    one("forged-relays", 3, Seen::Fault("relayed_a_request_of_another_origin"));
+}
+
+/// Not yet passing on the 2-core test machine: with the flooder, the honest replicas stop
+/// answering within `cluster up`'s 90 s (attribution does work). See docs/RELIABILITY.md.
+#[test]
+#[ignore = "liveness under the real-process peer flooder is not yet achieved (docs/RELIABILITY.md)"]
+fn four_with_a_peer_flooder() {
+    one("peer-flooder", 1, Seen::Fault("request_larger_than_max_request_bytes"));
+}
+
+#[test]
+fn four_with_a_status_spammer() {
+    one("status-spammer", 2, Seen::Nothing);
+}
+
+#[test]
+fn four_with_corrupted_shares() {
+    one("corrupt-shares", 3, Seen::Fault("bad_signature_share"));
+}
+
+#[test]
+fn four_with_garbage_shares() {
+    one("garbage-shares", 1, Seen::Fault("bad_signature_share"));
+}
+
+#[test]
+fn four_with_a_replica_that_crashes() {
+    // Start-up orders a few dozen batches; the replica dies under the traffic below.
+    let c = cluster(4, &[(2, "crash-after-40")]);
+    let pid: i32 = std::fs::read_to_string(c.path("replica-2/sdns.pid")).expect("pid file").trim().parse().expect("pid");
+    within("replica 2 crashes", &c, 120, || {
+        let _ = c.dig(0, &["www.example.test", "A", "+short"]);
+        !std::path::Path::new(&format!("/proc/{pid}")).exists() || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+    });
+    let log = std::fs::read_to_string(c.path("replica-2/sdns.log")).unwrap_or_default();
+    assert!(log.contains("crash-after-40"), "replica 2's log says why it stopped:\n{log}");
+    survives(&c, &[(2, Seen::Silent)], "crashed");
+}
+
+#[test]
+fn four_with_a_replica_lying_to_its_clients() {
+    let c = cluster(4, &[(1, "wrong-answers")]);
+    survives(&c, &[(1, Seen::Nothing)], "lies");
+    // Its own clients get the lie; the voting client outvotes it and names it.
+    assert_eq!(c.dig(1, &["www.example.test", "A", "+short"]).trim(), "192.0.2.66", "the liar lies");
+    let out = run(Command::new(sdns_bin()).args(["query", "--config"]).arg(c.path("replica-0/replica.toml")).args(["www.example.test", "A"]));
+    let out_text = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{out_text}");
+    assert!(out_text.contains("DISAGREED: replica 1") && !out_text.contains("192.0.2.66\n;; accepted"), "{out_text}");
+}
+
+#[test]
+fn seven_with_two_in_mixed_modes() {
+    let c = cluster(7, &[(2, "forged-relays"), (5, "garbage-shares")]);
+    survives(&c, &[(2, Seen::Fault("relayed_a_request_of_another_origin")), (5, Seen::Fault("bad_signature_share"))], "mixed");
+}
+
+#[test]
+fn byzantine_modes_need_a_test_cluster() {
+    // `--byzantine` marks the cluster as a test cluster; a config without the mark is refused.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = run(Command::new(sdns_bin())
+        .args(["keygen", "--bits", "1024", "--byzantine", "3:silent", "--out"])
+        .arg(dir.path())
+        .arg("--bind-dir")
+        .arg(sdns_system_tests::bind_dir()));
+    assert!(out.status.success(), "keygen: {}", text(&out));
+    let config = dir.path().join("replica-3/replica.toml");
+    let marked = std::fs::read_to_string(&config).expect("config");
+    assert!(marked.contains("test_cluster = true") && marked.contains("byzantine = \"silent\""), "{marked}");
+    let unmarked = dir.path().join("replica-3/unmarked.toml");
+    std::fs::write(&unmarked, marked.replace("test_cluster = true", "test_cluster = false")).expect("write");
+    let out = run(Command::new(sdns_bin()).args(["run", "--config"]).arg(&unmarked));
+    let out_text = text(&out);
+    assert!(!out.status.success() && out_text.contains("replica.byzantine") && out_text.contains("test_cluster"), "{out_text}");
+}
