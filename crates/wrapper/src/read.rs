@@ -93,7 +93,7 @@ mod tests {
     async fn client() -> (UdpSocket, ReplyTo) {
         let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let server = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
-        let reply = ReplyTo::Udp { socket: server, peer: client.local_addr().unwrap(), rrl: None };
+        let reply = ReplyTo::Udp { socket: server, peer: client.local_addr().unwrap(), rrl: None, lie: false };
         (client, reply)
     }
 
