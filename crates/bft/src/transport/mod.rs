@@ -6,7 +6,9 @@ pub mod driver;
 pub mod error;
 pub mod mesh;
 pub mod pki;
+pub mod store;
 
-pub use driver::{spawn_replica, DriverStatus, ReplicaHandle};
+pub use driver::{spawn_replica, spawn_replica_with_store, DriverStatus, ReplicaHandle};
+pub use store::{Store, StoreError};
 pub use error::{PeerError, TransportError};
 pub use mesh::{Mesh, MeshConfig, MeshSender, PeerStatus};
