@@ -140,6 +140,12 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `sdns cluster down` on the cluster's directory: every replica stops (the state stays).
+    pub fn down(&self) {
+        let out = run(Command::new(sdns_bin()).args(["cluster", "down", "--replicas", &self.n.to_string()]).arg("--dir").arg(self.dir.path()));
+        assert!(out.status.success(), "cluster down failed:\n{}", text(&out));
+    }
+
     /// Stops replica `i` (its wrapper, which takes its named along) and waits until it is gone.
     pub fn stop(&self, i: u16) {
         let pid_file = self.dir.path().join(format!("replica-{i}/sdns.pid"));

@@ -176,7 +176,7 @@ pub fn new_view_digest(new_view: &NewView) -> Digest {
     Sha256::digest(&bytes).into()
 }
 
-fn put_u64(out: &mut Vec<u8>, mut value: u64) {
+pub(crate) fn put_u64(out: &mut Vec<u8>, mut value: u64) {
     loop {
         let low = (value & 0x7f) as u8;
         value >>= 7;
@@ -188,7 +188,7 @@ fn put_u64(out: &mut Vec<u8>, mut value: u64) {
     }
 }
 
-fn put_len(out: &mut Vec<u8>, len: usize) {
+pub(crate) fn put_len(out: &mut Vec<u8>, len: usize) {
     put_u64(out, len as u64);
 }
 
@@ -208,14 +208,14 @@ pub(crate) fn write_proposal(out: &mut Vec<u8>, proposal: &Proposal) {
     }
 }
 
-fn write_checkpoint(out: &mut Vec<u8>, checkpoint: &CheckpointClaim) {
+pub(crate) fn write_checkpoint(out: &mut Vec<u8>, checkpoint: &CheckpointClaim) {
     put_u64(out, checkpoint.seq);
     put_u64(out, checkpoint.time.0);
     out.extend_from_slice(&checkpoint.log_digest);
     out.extend_from_slice(&checkpoint.state_digest);
 }
 
-fn write_view_change(out: &mut Vec<u8>, view_change: &ViewChange) {
+pub(crate) fn write_view_change(out: &mut Vec<u8>, view_change: &ViewChange) {
     put_u64(out, u64::from(view_change.sender));
     put_u64(out, view_change.view);
     write_checkpoint(out, &view_change.stable);
@@ -237,7 +237,7 @@ fn write_view_change(out: &mut Vec<u8>, view_change: &ViewChange) {
     }
 }
 
-fn write_new_view(out: &mut Vec<u8>, new_view: &NewView) {
+pub(crate) fn write_new_view(out: &mut Vec<u8>, new_view: &NewView) {
     put_u64(out, new_view.view);
     put_len(out, new_view.view_changes.len());
     for (sender, digest) in &new_view.view_changes {
@@ -252,24 +252,24 @@ fn write_new_view(out: &mut Vec<u8>, new_view: &NewView) {
     }
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    position: usize,
-    limits: Limits,
+pub(crate) struct Reader<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) position: usize,
+    pub(crate) limits: Limits,
 }
 
 impl Reader<'_> {
-    fn remaining(&self) -> usize {
+    pub(crate) fn remaining(&self) -> usize {
         self.bytes.len().saturating_sub(self.position)
     }
 
-    fn byte(&mut self, field: &'static str) -> Result<u8, DecodeError> {
+    pub(crate) fn byte(&mut self, field: &'static str) -> Result<u8, DecodeError> {
         let value = *self.bytes.get(self.position).ok_or(DecodeError::Truncated(field))?;
         self.position += 1;
         Ok(value)
     }
 
-    fn bool(&mut self, field: &'static str) -> Result<bool, DecodeError> {
+    pub(crate) fn bool(&mut self, field: &'static str) -> Result<bool, DecodeError> {
         match self.byte(field)? {
             0 => Ok(false),
             1 => Ok(true),
@@ -277,7 +277,7 @@ impl Reader<'_> {
         }
     }
 
-    fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
+    pub(crate) fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
         let mut value: u64 = 0;
         for index in 0..10u32 {
             let byte = self.byte(field)?;
@@ -297,12 +297,12 @@ impl Reader<'_> {
         Err(DecodeError::Varint(field))
     }
 
-    fn replica(&mut self) -> Result<ReplicaId, DecodeError> {
+    pub(crate) fn replica(&mut self) -> Result<ReplicaId, DecodeError> {
         let value = self.u64("sender")?;
         ReplicaId::try_from(value).map_err(|_| DecodeError::OutOfRange { field: "sender", value })
     }
 
-    fn digest(&mut self) -> Result<Digest, DecodeError> {
+    pub(crate) fn digest(&mut self) -> Result<Digest, DecodeError> {
         let end = self.position.checked_add(32).ok_or(DecodeError::Truncated("digest"))?;
         let slice = self.bytes.get(self.position..end).ok_or(DecodeError::Truncated("digest"))?;
         let mut digest = [0u8; 32];
@@ -312,7 +312,7 @@ impl Reader<'_> {
     }
 
     /// A count of elements each at least `min_size` bytes long, bounded by what is left.
-    fn count(&mut self, field: &'static str, min_size: usize, limit: usize) -> Result<usize, DecodeError> {
+    pub(crate) fn count(&mut self, field: &'static str, min_size: usize, limit: usize) -> Result<usize, DecodeError> {
         let count = self.u64(field)?;
         let fits = (self.remaining() / min_size.max(1)) as u64;
         if count > fits {
@@ -324,7 +324,7 @@ impl Reader<'_> {
         Ok(count as usize)
     }
 
-    fn request(&mut self) -> Result<Request, DecodeError> {
+    pub(crate) fn request(&mut self) -> Result<Request, DecodeError> {
         let origin = self.replica()?;
         let client = self.u64("client")?;
         let number = self.u64("number")?;
@@ -335,7 +335,7 @@ impl Reader<'_> {
         Ok(Request { origin, client, number, payload })
     }
 
-    fn proposal(&mut self) -> Result<Proposal, DecodeError> {
+    pub(crate) fn proposal(&mut self) -> Result<Proposal, DecodeError> {
         let time = Time(self.u64("time")?);
         // A request is at least 4 bytes (three varints and a length).
         let count = self.count("requests", 4, usize::MAX)?;
@@ -346,7 +346,7 @@ impl Reader<'_> {
         Ok(Proposal { time, requests })
     }
 
-    fn checkpoint(&mut self) -> Result<CheckpointClaim, DecodeError> {
+    pub(crate) fn checkpoint(&mut self) -> Result<CheckpointClaim, DecodeError> {
         Ok(CheckpointClaim {
             seq: self.u64("seq")?,
             time: Time(self.u64("time")?),
@@ -355,7 +355,7 @@ impl Reader<'_> {
         })
     }
 
-    fn view_change(&mut self) -> Result<ViewChange, DecodeError> {
+    pub(crate) fn view_change(&mut self) -> Result<ViewChange, DecodeError> {
         let sender = self.replica()?;
         let view = self.u64("view")?;
         let stable = self.checkpoint()?;
@@ -379,7 +379,7 @@ impl Reader<'_> {
         Ok(ViewChange { sender, view, stable, checkpoints, prepared, pre_prepared })
     }
 
-    fn new_view(&mut self) -> Result<NewView, DecodeError> {
+    pub(crate) fn new_view(&mut self) -> Result<NewView, DecodeError> {
         let view = self.u64("view")?;
         let count = self.count("view_changes", 33, usize::from(u16::MAX))?;
         let mut view_changes = Vec::with_capacity(count);

@@ -139,6 +139,7 @@
 mod codec;
 mod decide;
 mod message;
+mod persist;
 mod replica;
 mod types;
 
@@ -146,6 +147,7 @@ pub use codec::{new_view_digest, view_change_digest, DecodeError, WIRE_VERSION};
 pub use message::{
     CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange,
 };
+pub use persist::{ClientEntry, DeliveryBase, Persist, PersistedState, RestoreError};
 pub use replica::{Action, Replica, Status};
 pub use types::{
     Batch, CheckpointError, Config, ConfigError, Digest, Limits, Proposal, ReplicaId, Request, RequestKey,

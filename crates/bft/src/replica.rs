@@ -8,6 +8,9 @@ use crate::decide::{decide, search};
 use crate::message::{
     CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange,
 };
+use crate::persist::{
+    meta_record, slot_record, ClientEntry, DeliveryBase, Meta, Persist, PersistedState, RestoreError, SlotRecord,
+};
 use crate::types::{
     duration_us, Batch, CheckpointError, Config, ConfigError, Digest, Proposal, ReplicaId, Request, RequestKey,
     SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
@@ -27,6 +30,9 @@ pub enum Action {
     /// application must obtain the state of `checkpoint` from its peers (out of band) — the core
     /// cannot continue delivering until then. Emitted once per checkpoint.
     NeedStateTransfer { last_delivered: u64, checkpoint: CheckpointClaim },
+    /// Make this durable before carrying out any action polled after it (see
+    /// [`crate::Persist`]); a driver that cannot must stop the replica rather than go on.
+    Persist(Persist),
 }
 
 /// A snapshot of the replica's progress.
@@ -71,6 +77,11 @@ const FAIR_SCAN: usize = 4;
 const RETRANSMIT_SLOTS: usize = 32;
 /// View-change timeouts stop doubling after this many failed views.
 const MAX_BACKOFF_SHIFT: u32 = 5;
+/// Records appended to the log before a new snapshot replaces it, in windows of slots (three
+/// records per batch in the normal case, a new snapshot at every stable checkpoint).
+const RECORDS_PER_WINDOW: u64 = 8;
+/// Windows of committed batches below the delivery base kept in a snapshot to serve laggards.
+const RETAINED_WINDOWS: u64 = 2;
 
 #[derive(Clone, Debug)]
 struct Accepted {
@@ -176,6 +187,17 @@ pub struct Replica {
     misbehaviour: Vec<u64>,
     last_misbehaviour: Option<(ReplicaId, &'static str)>,
     faults: BTreeMap<(ReplicaId, &'static str), u64>,
+    /// Who certified `stable` (persisted for the record).
+    stable_voters: Vec<ReplicaId>,
+    /// Persistence: slots whose durable part changed since the last [`Action::Persist`].
+    dirty_slots: BTreeSet<u64>,
+    dirty_meta: bool,
+    snapshot_due: bool,
+    generation: u64,
+    records_since_snapshot: u64,
+    /// Delivery bases captured at delivered checkpoints; the first is the durable one (the
+    /// latest snapshot's), and committed batches after it stay in `retained`.
+    bases: BTreeMap<u64, DeliveryBase>,
 }
 
 impl Replica {
@@ -226,8 +248,225 @@ impl Replica {
             misbehaviour: vec![0; n],
             last_misbehaviour: None,
             faults: BTreeMap::new(),
+            stable_voters: Vec::new(),
+            dirty_slots: BTreeSet::new(),
+            dirty_meta: false,
+            // The first action makes the empty state durable, so a restart always finds one.
+            snapshot_due: config.persist,
+            generation: 0,
+            records_since_snapshot: 0,
+            bases: BTreeMap::from([(0, DeliveryBase::genesis())]),
             config,
         })
+    }
+
+    /// A replica resuming from what it persisted (snapshot plus records, see
+    /// [`crate::PersistedState`]) or from a checkpoint installed by state transfer
+    /// ([`PersistedState::from_checkpoint`]). It keeps its view and every promise it made, and
+    /// delivers again, from the delivery base, the committed batches it holds: the application
+    /// skips those it had executed (their `seq` is at or below its executed position).
+    pub fn restore(config: Config, now: Time, state: PersistedState) -> Result<Replica, RestoreError> {
+        let mut replica = Replica::new(config, now)?;
+        let PersistedState { generation, meta, base, delivered, slots } = state;
+        let interval = replica.config.checkpoint_interval;
+        let n = replica.config.n;
+        let id = replica.config.id;
+        if meta.stable.seq % interval != 0 || base.seq % interval != 0 {
+            return Err(RestoreError::Config("checkpoint interval"));
+        }
+        if base.seq > meta.stable.seq {
+            return Err(RestoreError::Inconsistent("delivery base above the stable checkpoint"));
+        }
+        if meta.stable_voters.iter().any(|v| *v >= n)
+            || base.clients.iter().any(|c| c.origin >= n)
+            || meta.own_view_change.as_ref().is_some_and(|vc| vc.sender != id)
+        {
+            return Err(RestoreError::Config("replica count or id"));
+        }
+        replica.generation = generation;
+        replica.view = meta.view;
+        replica.view_changing = meta.view_changing;
+        replica.last_normal_view = meta.last_normal_view;
+        replica.stable = meta.stable;
+        replica.stable_voters = meta.stable_voters;
+        replica.view_anchor = meta.view_anchor;
+        replica.current_new_view = meta.current_new_view;
+        for claim in meta.own_checkpoints.into_iter().filter(|c| c.seq > meta.stable.seq && c.seq % interval == 0) {
+            replica.own_checkpoints.insert(claim.seq, claim);
+            replica.record_vote(id, claim);
+        }
+        replica.last_delivered = base.seq;
+        replica.last_time = base.time;
+        replica.log_digest = base.log_digest;
+        for entry in &base.clients {
+            let record = ClientRecord { high: entry.high, mask: entry.mask, last_seq: entry.last_seq };
+            if replica.clients.insert((entry.origin, entry.client), record).is_none() {
+                *replica.clients_per_origin.entry(entry.origin).or_default() += 1;
+            }
+            replica.clients_by_age.insert((entry.origin, entry.last_seq, entry.client));
+        }
+        if replica.clients.len() != base.clients.len() || replica.clients.len() > replica.config.max_clients {
+            return Err(RestoreError::Inconsistent("deduplication table"));
+        }
+        let base_seq = base.seq;
+        replica.bases = BTreeMap::from([(base_seq, base)]);
+        for (seq, record) in slots.into_iter().filter(|(seq, _)| *seq > base_seq) {
+            let accepted = |(view, proposal): (u64, Proposal)| Accepted { view, digest: proposal.digest(seq), proposal, at: now };
+            let slot = replica.slots.entry(seq).or_default();
+            slot.accepted = record.accepted.map(accepted);
+            slot.prepared = record.prepared.map(accepted);
+            slot.pre_prepared = record.pre_prepared;
+            slot.sent_commit_view = record.sent_commit_view;
+            slot.committed = record.committed.map(|proposal| (proposal.digest(seq), proposal));
+        }
+        replica.retained = delivered.range(..=base_seq).map(|(s, p)| (*s, p.clone())).collect();
+        // Deliver again from the base: rebuilds the deduplication table, log digest and times.
+        loop {
+            let seq = replica.last_delivered + 1;
+            let committed = replica.slots.get(&seq).and_then(|slot| slot.committed.as_ref()).map(|(_, p)| p);
+            let Some(proposal) = delivered.get(&seq).or(committed).cloned() else { break };
+            replica.deliver(seq, proposal.digest(seq), proposal);
+        }
+        if replica.view_changing {
+            let view_change = match meta.own_view_change {
+                Some(view_change) if view_change.view == replica.view => view_change,
+                _ => replica.build_view_change(replica.view),
+            };
+            let digest = view_change_digest(&view_change);
+            replica.own_view_change = Some(view_change.clone());
+            replica.store_view_change(id, view_change.clone(), digest);
+            replica.broadcast(Message::ViewChange(view_change));
+        } else if replica.is_primary() {
+            // Never assign a sequence number again that this primary already pre-prepared.
+            let view = replica.view;
+            let mut next = replica.low_watermark().max(replica.last_delivered);
+            let mut time = replica.last_time;
+            let mut proposed = BTreeSet::new();
+            for (seq, slot) in &replica.slots {
+                if let Some(accepted) = slot.accepted.as_ref().filter(|a| a.view == view) {
+                    next = next.max(*seq);
+                    time = time.max(accepted.proposal.time);
+                    proposed.extend(accepted.proposal.requests.iter().map(Request::key));
+                }
+            }
+            replica.next_seq = next + 1;
+            replica.last_proposed_time = time;
+            replica.proposed = proposed;
+        }
+        replica.dirty_slots.clear();
+        replica.dirty_meta = false;
+        replica.snapshot_due = replica.config.persist;
+        replica.after_step();
+        Ok(replica)
+    }
+
+    /// The delivery base captured when this replica delivered checkpoint `seq`, while it is
+    /// still held (from the durable base up): what a state transfer of that checkpoint carries
+    /// besides the application state.
+    pub fn delivery_base(&self, seq: u64) -> Option<&DeliveryBase> {
+        self.bases.get(&seq)
+    }
+
+    fn capture_base(&self) -> DeliveryBase {
+        let clients = self
+            .clients
+            .iter()
+            .map(|((origin, client), record)| ClientEntry {
+                origin: *origin,
+                client: *client,
+                high: record.high,
+                mask: record.mask,
+                last_seq: record.last_seq,
+            })
+            .collect();
+        DeliveryBase { seq: self.last_delivered, time: self.last_time, log_digest: self.log_digest, clients }
+    }
+
+    fn meta(&self) -> Meta {
+        Meta {
+            view: self.view,
+            view_changing: self.view_changing,
+            last_normal_view: self.last_normal_view,
+            stable: self.stable,
+            stable_voters: self.stable_voters.clone(),
+            own_checkpoints: self.own_checkpoints.values().copied().collect(),
+            view_anchor: self.view_anchor,
+            own_view_change: self.own_view_change.clone(),
+            current_new_view: self.current_new_view.clone(),
+        }
+    }
+
+    fn slot_record(&self, seq: u64) -> Option<SlotRecord> {
+        match self.slots.get(&seq) {
+            Some(slot) => Some(SlotRecord {
+                seq,
+                accepted: slot.accepted.as_ref().map(|a| (a.view, a.proposal.clone())),
+                prepared: slot.prepared.as_ref().map(|p| (p.view, p.proposal.clone())),
+                pre_prepared: slot.pre_prepared.clone(),
+                sent_commit_view: slot.sent_commit_view,
+                committed: slot.committed.as_ref().map(|(_, p)| p.clone()),
+            }),
+            // Collected right after it committed: what is left to keep is the batch.
+            None => self.retained.get(&seq).map(|p| SlotRecord { seq, committed: Some(p.clone()), ..SlotRecord::default() }),
+        }
+    }
+
+    fn mark_slot(&mut self, seq: u64) {
+        if self.config.persist {
+            self.dirty_slots.insert(seq);
+        }
+    }
+
+    fn mark_meta(&mut self) {
+        self.dirty_meta = self.config.persist;
+    }
+
+    /// What must become durable before the queued actions, if anything changed.
+    fn take_persist(&mut self) -> Option<Persist> {
+        if !self.config.persist {
+            return None;
+        }
+        let limit = self.config.watermark_window.saturating_mul(RECORDS_PER_WINDOW).max(64);
+        if self.snapshot_due || self.records_since_snapshot > limit {
+            self.snapshot_due = false;
+            self.dirty_meta = false;
+            self.dirty_slots.clear();
+            self.records_since_snapshot = 0;
+            self.generation += 1;
+            let state = self.persisted_state();
+            return Some(Persist::Snapshot { generation: self.generation, bytes: state.encode_snapshot() });
+        }
+        if !self.dirty_meta && self.dirty_slots.is_empty() {
+            return None;
+        }
+        let mut records = Vec::new();
+        if std::mem::take(&mut self.dirty_meta) {
+            records.push(meta_record(&self.meta()));
+        }
+        for seq in std::mem::take(&mut self.dirty_slots) {
+            if let Some(record) = self.slot_record(seq) {
+                records.push(slot_record(&record));
+            }
+        }
+        self.records_since_snapshot = self.records_since_snapshot.saturating_add(records.len() as u64);
+        (!records.is_empty()).then_some(Persist::Append { generation: self.generation, records })
+    }
+
+    fn persisted_state(&mut self) -> PersistedState {
+        // The durable base: the latest captured one at or below both the stable checkpoint and
+        // the last delivered batch; older ones are dropped.
+        let limit = self.stable.seq.min(self.last_delivered);
+        if let Some(chosen) = self.bases.range(..=limit).next_back().map(|(seq, _)| *seq) {
+            self.bases = self.bases.split_off(&chosen);
+        }
+        let base = self.bases.values().next().cloned().unwrap_or_else(DeliveryBase::genesis);
+        // Plus a tail below the base, so that peers restarted together can still serve a
+        // replica that was behind them (what is older needs a state transfer).
+        let tail = self.config.retained_batches.min(self.config.watermark_window.saturating_mul(RETAINED_WINDOWS));
+        let first = base.seq.saturating_sub(tail).saturating_add(1);
+        let delivered = self.retained.range(first..=self.last_delivered).map(|(s, p)| (*s, p.clone())).collect();
+        let slots = self.slots.keys().filter_map(|seq| self.slot_record(*seq)).map(|r| (r.seq, r)).collect();
+        PersistedState { generation: self.generation, meta: self.meta(), base, delivered, slots }
     }
 
     pub fn config(&self) -> &Config {
@@ -323,6 +562,9 @@ impl Replica {
 
     /// Next action for the driver. Worth polling after every other call.
     pub fn poll_action(&mut self) -> Option<Action> {
+        if let Some(persist) = self.take_persist() {
+            return Some(Action::Persist(persist));
+        }
         self.actions.pop_front()
     }
 
@@ -425,6 +667,7 @@ impl Replica {
         };
         let claim = CheckpointClaim { seq, time, log_digest, state_digest };
         self.own_checkpoints.insert(seq, claim);
+        self.mark_meta();
         self.broadcast(Message::Checkpoint { sender: self.config.id, checkpoint: claim });
         self.record_vote(self.config.id, claim);
         self.check_stable();
@@ -767,6 +1010,8 @@ impl Replica {
             }
         }
         slot.accepted = Some(Accepted { view, digest, proposal, at: self.now });
+        self.mark_slot(seq);
+        let Some(slot) = self.slots.get_mut(&seq) else { return };
         if !primary {
             slot.prepares.insert(self.config.id, (view, digest));
             self.broadcast(Message::Prepare { sender: self.config.id, view, seq, digest });
@@ -845,6 +1090,7 @@ impl Replica {
             slot.commits.insert(self.config.id, (view, accepted.digest));
             self.broadcast(Message::Commit { sender: self.config.id, view, seq, digest: accepted.digest });
         }
+        self.mark_slot(seq);
         self.check_committed(seq);
     }
 
@@ -882,6 +1128,7 @@ impl Replica {
         let matching = slot.commits.values().filter(|vote| **vote == (view, prepared.digest)).count();
         if matching >= quorum {
             slot.committed = Some((prepared.digest, prepared.proposal.clone()));
+            self.mark_slot(seq);
         }
     }
 
@@ -919,6 +1166,11 @@ impl Replica {
         let checkpoint_due = seq % self.config.checkpoint_interval == 0;
         if checkpoint_due && seq > self.stable.seq {
             self.checkpoint_times.insert(seq, (time, self.log_digest));
+        }
+        if checkpoint_due && self.config.persist {
+            self.bases.insert(seq, self.capture_base());
+            // Caught up to a checkpoint already stable: the durable base can move up.
+            self.snapshot_due |= seq <= self.stable.seq;
         }
         if progressed {
             self.request_deadline = None;
@@ -970,6 +1222,8 @@ impl Replica {
         let best = counts.into_iter().filter(|(_, count)| *count >= quorum).map(|(claim, _)| claim).max_by_key(|c| c.seq);
         if let Some(claim) = best {
             if claim.seq > self.stable.seq {
+                self.stable_voters =
+                    self.checkpoint_votes.iter().filter(|(_, votes)| votes.contains(&claim)).map(|(id, _)| *id).collect();
                 self.advance_stable(claim);
             }
         }
@@ -978,6 +1232,7 @@ impl Replica {
     fn advance_stable(&mut self, claim: CheckpointClaim) {
         debug_assert!(claim.seq > self.stable.seq);
         self.stable = claim;
+        self.snapshot_due = self.config.persist;
         for votes in self.checkpoint_votes.values_mut() {
             votes.retain(|vote| vote.seq > claim.seq);
         }
@@ -995,7 +1250,11 @@ impl Replica {
         while self.slots.first_key_value().is_some_and(|(seq, _)| *seq <= keep_above) {
             self.slots.pop_first();
         }
-        let retain_above = self.stable.seq.min(self.last_delivered).saturating_sub(self.config.retained_batches);
+        let mut retain_above = self.stable.seq.min(self.last_delivered).saturating_sub(self.config.retained_batches);
+        if let Some(durable) = self.bases.keys().next() {
+            // A restart delivers again from the durable base.
+            retain_above = retain_above.min(*durable);
+        }
         while self.retained.first_key_value().is_some_and(|(seq, _)| *seq <= retain_above) {
             self.retained.pop_first();
         }
@@ -1160,6 +1419,7 @@ impl Replica {
             slot.fetched_bodies.clear();
             if let Some(body) = body {
                 slot.committed = Some((digest, body));
+                self.mark_slot(seq);
             }
             return;
         }
@@ -1198,6 +1458,7 @@ impl Replica {
                 let Some(body) = slot.fetched_bodies.get(&digest).cloned() else { return };
                 if slot.committed.is_none() {
                     slot.committed = Some((digest, body));
+                    self.mark_slot(seq);
                 }
             }
             return;
@@ -1219,6 +1480,7 @@ impl Replica {
         let view_change = self.build_view_change(target);
         let digest = view_change_digest(&view_change);
         self.own_view_change = Some(view_change.clone());
+        self.mark_meta();
         self.store_view_change(self.config.id, view_change.clone(), digest);
         self.broadcast(Message::ViewChange(view_change));
         self.after_view_change_input();
@@ -1460,6 +1722,7 @@ impl Replica {
         self.view = view;
         self.view_changing = false;
         self.last_normal_view = view;
+        self.mark_meta();
         self.view_change_deadline = None;
         self.pending_new_view = None;
         self.own_view_change = None;

@@ -168,6 +168,11 @@ pub struct Config {
     /// share, its pair delivered longest ago is forgotten (deterministically, on every replica
     /// alike), so one origin's clients can never evict another's.
     pub max_clients: usize,
+    /// Emit [`crate::Action::Persist`] so the replica can be restored after a restart
+    /// ([`crate::Replica::restore`]). Off only where nothing is ever restored (benchmarks of
+    /// the core alone); a replica that restarts without its persisted state must be counted
+    /// against `f`.
+    pub persist: bool,
 }
 
 impl Config {
@@ -193,6 +198,7 @@ impl Config {
             max_number_jump: 1 << 32,
             retransmit_interval: Duration::from_millis(500),
             max_clients: 1_000_000,
+            persist: true,
         }
     }
 

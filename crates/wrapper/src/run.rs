@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bft::transport::driver::{now, spawn_replica_with};
+use bft::transport::Store;
 use bft::transport::mesh::{CHANNEL_ORDERING, CHANNEL_SIGNING};
 use bft::transport::{Mesh, MeshConfig};
 use bft::Replica;
@@ -200,11 +201,6 @@ pub async fn run(config: Config) -> Result<()> {
     bcfg.request_timeout = Duration::from_millis(o.request_timeout_ms);
     bcfg.view_change_timeout = Duration::from_millis(o.view_change_timeout_ms);
     bcfg.max_clock_skew = Duration::from_millis(o.max_clock_skew_ms);
-    let replica = Replica::new(bcfg, now()).context("ordering configuration")?;
-    let behaviour = byzantine.and_then(Mode::ordering).map(|b| bft::transport::Byzantine::new(b, replica.config()));
-    let (handle, batches) = spawn_replica_with(replica, mesh.sender(), ordering_rx, behaviour);
-
-    let pending = Arc::new(Pending::new(config.client.max_pending));
     let state_file = state.join("exec.state");
     let mut exec_state = ExecState::load(&state_file).context("the execution state")?;
     if !state_file.exists() {
@@ -213,6 +209,35 @@ pub async fn run(config: Config) -> Result<()> {
         exec_state.executed = number("executed.seq");
         exec_state.last_signed_s = number("last-signed");
     }
+    // The ordering resumes where it left off (view, promises, committed batches), so that it
+    // and the executor agree on where they are after any restart.
+    let store = Store::open(&state.join("ordering")).context("the ordering state directory")?;
+    let replica = match store.load().context("the ordering state")? {
+        Some(persisted) => {
+            let deliverable = persisted.deliverable();
+            info!(replica = id, view = persisted.view(), stable = persisted.stable_checkpoint().seq, deliverable, executed = exec_state.executed, "resuming the ordering from its persisted state");
+            if deliverable < exec_state.executed {
+                // The ordering state is older than what named applied (a copied or damaged
+                // directory): resuming would skip or re-apply writes. Repair is a state transfer.
+                bail!(
+                    "the ordering state in {} reaches batch {deliverable} but batch {} was executed: this replica's state is inconsistent and needs a state transfer",
+                    store.dir().display(),
+                    exec_state.executed
+                );
+            }
+            Replica::restore(bcfg, now(), persisted).context("restoring the ordering state")?
+        }
+        None => {
+            if exec_state.executed > 0 {
+                tracing::error!(replica = id, executed = exec_state.executed, "no ordering state next to an executed position (a state directory from an older version): this replica counts as faulty until it has caught up");
+            }
+            Replica::new(bcfg, now()).context("ordering configuration")?
+        }
+    };
+    let behaviour = byzantine.and_then(Mode::ordering).map(|b| bft::transport::Byzantine::new(b, replica.config()));
+    let (handle, batches) = spawn_replica_with(replica, mesh.sender(), ordering_rx, behaviour, Some(store));
+
+    let pending = Arc::new(Pending::new(config.client.max_pending));
     let core = ExecCore::new(
         ExecConfig {
             id,

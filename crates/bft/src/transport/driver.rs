@@ -4,7 +4,11 @@
 //! request submitted locally, a checkpoint digest from the application, or the core's single
 //! timer), feed it to the core with the current wall-clock time, then flush the core's actions:
 //! `Send`/`Broadcast` are encoded with [`Message::encode`] and go out on the ordering channel,
-//! `Deliver` goes to the application's batch receiver. Nothing else lives here.
+//! `Deliver` goes to the application's batch receiver, `Persist` is written to the replica's
+//! [`Store`] (and made durable) before any later action is carried out. Nothing else lives here.
+//!
+//! A persist that fails stops the replica: going on would let it send or deliver what its
+//! durable state does not show, and contradict itself after a restart.
 //!
 //! Bytes from a peer that do not decode are logged and counted, never fatal. The claimed sender
 //! inside a decoded message is the core's to check against `from`, which the mesh proved.
@@ -24,6 +28,7 @@ use tokio::time::Instant;
 
 use super::byzantine::Byzantine;
 use super::mesh::{MeshSender, CHANNEL_ORDERING};
+use super::store::Store;
 use crate::{Action, Batch, Digest, Limits, Message, Replica, Request, Status, Time};
 
 /// At most this many queued inputs are fed to the core before its actions are flushed, so one
@@ -72,6 +77,8 @@ pub struct DriverStatus {
     pub batches_delivered: u64,
     /// Set when the core reported that it needs the state of this checkpoint from its peers.
     pub state_transfer_needed: Option<u64>,
+    /// Set when writing the ordering state failed; the replica stopped.
+    pub persist_failed: Option<String>,
 }
 
 /// The application's side of a running replica.
@@ -112,16 +119,19 @@ pub fn spawn_replica<O: Outbound>(
     outbound: O,
     incoming: mpsc::Receiver<(u16, Bytes)>,
 ) -> (ReplicaHandle, mpsc::UnboundedReceiver<Batch>) {
-    spawn_replica_with(replica, outbound, incoming, None)
+    spawn_replica_with(replica, outbound, incoming, None, None)
 }
 
-/// [`spawn_replica`], with every message the replica sends passed through `byzantine` when
-/// given (test clusters only; see [`super::byzantine`]).
+/// Like [`spawn_replica`], writing the core's [`Action::Persist`] to `store` (without one, the
+/// state lives in memory only and a restart must count against `f`), and with every message the
+/// replica sends passed through `byzantine` when given (test clusters only; see
+/// [`super::byzantine`]).
 pub fn spawn_replica_with<O: Outbound>(
     replica: Replica,
     outbound: O,
     incoming: mpsc::Receiver<(u16, Bytes)>,
     byzantine: Option<Byzantine>,
+    store: Option<Store>,
 ) -> (ReplicaHandle, mpsc::UnboundedReceiver<Batch>) {
     let (submit_tx, submit_rx) = mpsc::channel(4096);
     let (checkpoint_tx, checkpoint_rx) = mpsc::channel(64);
@@ -135,6 +145,7 @@ pub fn spawn_replica_with<O: Outbound>(
         checkpoint_rejected: 0,
         batches_delivered: 0,
         state_transfer_needed: None,
+        persist_failed: None,
     });
     let limits = replica.config().limits();
     let driver = Driver {
@@ -154,6 +165,8 @@ pub fn spawn_replica_with<O: Outbound>(
         checkpoint_rejected: 0,
         batches_delivered: 0,
         state_transfer_needed: None,
+        store,
+        persist_failed: None,
     };
     let task = tokio::spawn(driver.run());
     let handle = ReplicaHandle { submit: submit_tx, checkpoint: checkpoint_tx, status: status_rx, task };
@@ -177,6 +190,8 @@ struct Driver<O: Outbound> {
     checkpoint_rejected: u64,
     batches_delivered: u64,
     state_transfer_needed: Option<u64>,
+    store: Option<Store>,
+    persist_failed: Option<String>,
 }
 
 enum Input {
@@ -193,6 +208,10 @@ impl<O: Outbound> Driver<O> {
         let mut last_status = Instant::now();
         loop {
             self.flush();
+            if self.persist_failed.is_some() {
+                self.publish_status();
+                return;
+            }
             if last_status.elapsed() >= STATUS_INTERVAL {
                 self.publish_status();
                 last_status = Instant::now();
@@ -285,7 +304,19 @@ impl<O: Outbound> Driver<O> {
 
     fn flush(&mut self) {
         while let Some(action) = self.replica.poll_action() {
+            if self.persist_failed.is_some() {
+                // Nothing queued after a failed persist may go out.
+                continue;
+            }
             match action {
+                Action::Persist(persist) => {
+                    if let Some(store) = self.store.as_mut() {
+                        if let Err(e) = store.write(&persist) {
+                            tracing::error!(error = %e, "cannot persist the ordering state; this replica stops");
+                            self.persist_failed = Some(e.to_string());
+                        }
+                    }
+                }
                 Action::Send { to, message } if self.byzantine.is_some() => self.send_byzantine(to, message),
                 Action::Broadcast { message } if self.byzantine.is_some() => {
                     let (me, n) = (self.replica.id(), self.replica.config().n);
@@ -334,6 +365,7 @@ impl<O: Outbound> Driver<O> {
             checkpoint_rejected: self.checkpoint_rejected,
             batches_delivered: self.batches_delivered,
             state_transfer_needed: self.state_transfer_needed,
+            persist_failed: self.persist_failed.clone(),
         });
     }
 }

@@ -7,8 +7,10 @@ pub mod driver;
 pub mod error;
 pub mod mesh;
 pub mod pki;
+pub mod store;
 
 pub use byzantine::{Behaviour, Byzantine};
 pub use driver::{spawn_replica, spawn_replica_with, DriverStatus, ReplicaHandle};
+pub use store::{Store, StoreError};
 pub use error::{PeerError, TransportError};
 pub use mesh::{Mesh, MeshConfig, MeshSender, PeerStatus};

@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::Duration;
 
-use bft::{Action, Batch, Config, Message, Replica, ReplicaId, Request, RequestKey, Time};
+use bft::{Action, Batch, Config, Message, Persist, PersistedState, Replica, ReplicaId, Request, RequestKey, Time};
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest as _, Sha256};
@@ -74,6 +74,27 @@ pub struct Cluster {
     failure: Option<Failure>,
     /// In the liveness phase: the highest honest view at the last honest delivery.
     view_at_progress: Option<u64>,
+    /// Crashes restart replicas from their persisted state (see [`Reboots`]).
+    reboots: Option<Reboots>,
+}
+
+/// How a cluster built with [`Cluster::with_reboots`] crashes replicas: each crash throws the
+/// `Replica` away and restores a new one from what it persisted (its "disk"), the application
+/// state surviving (like named's zone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reboots {
+    /// One or two honest replicas at a time, at random points.
+    Single,
+    /// Every honest replica at once, at random points (a power cut), besides single ones.
+    All,
+}
+
+/// What a replica persisted, as its driver's store would hold it.
+#[derive(Default)]
+struct Disk {
+    snapshot: Option<Vec<u8>>,
+    generation: u64,
+    log: Vec<Vec<u8>>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -83,6 +104,8 @@ pub struct Stats {
     pub max_view: u64,
     pub crashes: u64,
     pub state_losses: u64,
+    /// Restarts from persisted state.
+    pub reboots: u64,
     pub partitions: u64,
     /// Views the honest replicas went through in the liveness phase (highest view at its end
     /// minus highest at its start).
@@ -117,6 +140,12 @@ struct Node {
     incarnations: u64,
     /// Committed batches this node pushed to a status spammer.
     pushed_to_spammer: u64,
+    disks: Vec<Disk>,
+    /// The next restart restores from the disk.
+    reboot_pending: bool,
+    /// Batches up to here were executed before the last reboot: delivered again, they are
+    /// checked against the canonical log and skipped, as the executor skips them.
+    replay_until: u64,
 }
 
 /// The application a replica drives: a hash chain over delivered batches.
@@ -193,6 +222,9 @@ impl Cluster {
                 clock_offset_us,
                 incarnations: 1,
                 pushed_to_spammer: 0,
+                disks: (0..copies).map(|_| Disk::default()).collect(),
+                reboot_pending: false,
+                replay_until: 0,
             });
         }
         let loss = [0.0, 0.01, 0.05, 0.1][rng.below(4) as usize];
@@ -219,7 +251,15 @@ impl Cluster {
             stats: Stats::default(),
             failure: None,
             view_at_progress: None,
+            reboots: None,
         }
+    }
+
+    /// Like [`Cluster::new`], but every crash is a restart from persisted state.
+    pub fn with_reboots(n: u16, seed: u64, reboots: Reboots) -> Cluster {
+        let mut cluster = Cluster::with_behaviour(n, seed ^ 0x5eb0_07ed, None);
+        cluster.reboots = Some(reboots);
+        cluster
     }
 
     /// Describes the faulty nodes, for failure reports.
@@ -458,6 +498,23 @@ impl Cluster {
                 }
                 Action::Deliver(batch) => self.on_deliver(id, copy, batch),
                 Action::NeedStateTransfer { .. } => self.nodes[id].apps[copy].state_transfer_needed = true,
+                Action::Persist(persist) => {
+                    let disk = &mut self.nodes[id].disks[copy];
+                    match persist {
+                        Persist::Snapshot { generation, bytes } => {
+                            disk.snapshot = Some(bytes);
+                            disk.generation = generation;
+                            disk.log.clear();
+                        }
+                        Persist::Append { generation, records } => {
+                            if generation != disk.generation {
+                                self.failure = Some(Failure::Safety(format!("replica {id} appended to generation {generation}, disk holds {}", disk.generation)));
+                                return;
+                            }
+                            disk.log.extend(records);
+                        }
+                    }
+                }
                 other => panic!("unknown action {other:?}"),
             }
         }
@@ -529,6 +586,13 @@ impl Cluster {
                 self.stats.views_without_delivery = self.stats.views_without_delivery.max(view.saturating_sub(before));
                 self.view_at_progress = Some(view);
             }
+        }
+        if honest && batch.seq <= self.nodes[id].replay_until {
+            // Executed before the reboot: must be the same batch, and the application skips it.
+            if self.canonical.get(&batch.seq).is_some_and(|expected| *expected != digest) {
+                self.failure = Some(Failure::Safety(format!("replica {id} replayed a different batch at seq {} after a reboot", batch.seq)));
+            }
+            return;
         }
         let app = &mut self.nodes[id].apps[copy];
         if honest {
@@ -618,6 +682,26 @@ impl Cluster {
         if self.rng.chance(0.005) {
             self.crash_one();
         }
+        if self.reboots == Some(Reboots::All) && self.rng.chance(0.002) {
+            self.crash_all();
+        }
+    }
+
+    /// Every honest replica goes down at once and comes back from its disk at its own time.
+    fn crash_all(&mut self) {
+        for id in 0..self.nodes.len() {
+            if !self.honest(id) || self.nodes[id].amnesiac {
+                continue;
+            }
+            if self.nodes[id].up || self.nodes[id].reboot_pending {
+                self.nodes[id].up = false;
+                self.nodes[id].reboot_pending = true;
+                self.nodes[id].restart_at = Some((self.now + self.rng.between(5_000, 400_000), false));
+                self.stats.crashes += 1;
+            }
+        }
+        if debug() { eprintln!("{} crash all", self.now); }
+        self.mix(&[self.now, 0xa11], &[]);
     }
 
     fn submit_one(&mut self) {
@@ -657,8 +741,9 @@ impl Cluster {
         // Losing state is a fault like a Byzantine one (the replica forgets what it promised):
         // allow it only while Byzantine plus amnesiac replicas stay within f.
         let faulty = self.nodes.iter().filter(|node| node.behaviour.is_some() || node.amnesiac).count();
-        let lose = (self.nodes[id].amnesiac || faulty < usize::from(self.f)) && self.rng.chance(0.5);
+        let lose = self.reboots.is_none() && (self.nodes[id].amnesiac || faulty < usize::from(self.f)) && self.rng.chance(0.5);
         self.nodes[id].up = false;
+        self.nodes[id].reboot_pending = self.reboots.is_some();
         self.nodes[id].amnesiac |= lose;
         self.nodes[id].restart_at = Some((self.now + self.rng.between(20_000, 800_000), lose));
         self.stats.crashes += 1;
@@ -670,7 +755,11 @@ impl Cluster {
         let node = &mut self.nodes[id];
         node.up = true;
         node.restart_at = None;
-        if debug() { eprintln!("{} restart r{id} lose={lose}", self.now); }
+        if debug() { eprintln!("{} restart r{id} lose={lose} reboot={}", self.now, node.reboot_pending); }
+        if std::mem::take(&mut node.reboot_pending) {
+            self.reboot(id);
+            return;
+        }
         if !lose {
             return;
         }
@@ -683,6 +772,45 @@ impl Cluster {
         // Clients of this gateway retry what they have not seen delivered.
         let origin = id as ReplicaId;
         let retries: Vec<Request> = self.tracked.values().filter(|r| r.origin == origin).cloned().collect();
+        for request in retries {
+            let _ = self.nodes[id].replicas[0].submit(now, request);
+        }
+        self.drain(id, 0);
+    }
+
+    /// A new `Replica` restored from the disk; the application keeps its state.
+    fn reboot(&mut self, id: usize) {
+        self.stats.reboots += 1;
+        let node = &mut self.nodes[id];
+        let now = Time(self.now + node.clock_offset_us);
+        let disk = &node.disks[0];
+        let config = sim_config(self.n, id as ReplicaId);
+        let restored = match disk.snapshot.as_ref() {
+            // Crashed before its first action: it never said anything.
+            None => Replica::new(config, now).map_err(bft::RestoreError::from),
+            Some(snapshot) => PersistedState::decode_snapshot(snapshot)
+                .and_then(|mut state| {
+                    for record in &disk.log {
+                        state.apply_record(record)?;
+                    }
+                    Ok(state)
+                })
+                .and_then(|state| Replica::restore(config, now, state)),
+        };
+        match restored {
+            Ok(replica) => node.replicas = vec![replica],
+            Err(error) => {
+                self.failure = Some(Failure::Safety(format!("replica {id} cannot restore: {error}")));
+                return;
+            }
+        }
+        node.replay_until = node.apps[0].last_seq;
+        node.apps[0].state_transfer_needed = false;
+        // Clients of this gateway retry what they have not seen delivered.
+        let origin = id as ReplicaId;
+        let app = &node.apps[0];
+        let retries: Vec<Request> =
+            self.tracked.values().filter(|r| r.origin == origin && !app.delivered.contains(&r.key())).cloned().collect();
         for request in retries {
             let _ = self.nodes[id].replicas[0].submit(now, request);
         }

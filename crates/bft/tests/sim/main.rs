@@ -11,7 +11,7 @@ mod byzantine;
 mod cluster;
 
 use byzantine::Behaviour;
-use cluster::{Cluster, Failure};
+use cluster::{Cluster, Failure, Reboots};
 
 const SAFETY_US: u64 = 1_500_000;
 const LIVENESS_US: u64 = 60_000_000;
@@ -121,6 +121,53 @@ fn seeds_n10() {
     run_many(10, 0, env_u64("BFT_SEEDS").unwrap_or(250));
 }
 
+/// Runs seeds in which every crash restarts the replica from its persisted state.
+fn run_reboots(n: u16, count: u64, reboots: Reboots) {
+    let failures: Vec<String> = (0..count)
+        .filter_map(|seed| {
+            let mut cluster = Cluster::with_reboots(n, seed, reboots);
+            let description = cluster.describe();
+            match cluster.run(SAFETY_US, LIVENESS_US) {
+                Ok(stats) if stats.reboots == 0 => Some(format!("seed {seed}: no reboot happened ({description})")),
+                Ok(_) => None,
+                Err(failure) => Some(format!(
+                    "{failure:?}\n  {description}\n  reproduce: BFT_SEED={seed} BFT_N={n} BFT_REBOOTS={reboots:?} cargo test -p bft --test sim -- seed_repro --nocapture"
+                )),
+            }
+        })
+        .collect();
+    let tolerated = if reboots == Reboots::Single { count / 2 } else { count / 5 };
+    // Known limit: after a power cut, a replica that was further behind than the batches its
+    // peers persisted below their delivery base needs a state transfer (not in this crate);
+    // such seeds are counted, not failed, as long as every check on the way held.
+    let needs_transfer = failures.iter().filter(|f| f.contains("Liveness") && f.contains("state transfer needed true")).count();
+    eprintln!("n={n} {reboots:?}: {needs_transfer} of {count} seeds ended needing a state transfer");
+    assert!(needs_transfer as u64 <= count / 10, "{needs_transfer} of {count} seeds needed a state transfer");
+    let real: Vec<&String> = failures
+        .iter()
+        .filter(|f| !f.contains("no reboot happened") && !(f.contains("Liveness") && f.contains("state transfer needed true")))
+        .collect();
+    assert!(real.is_empty(), "{} of {count} reboot seeds failed for n={n}:\n{}", real.len(), real.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"));
+    // Crashes are drawn at random: most seeds must have exercised a restart.
+    let idle = failures.iter().filter(|f| f.contains("no reboot happened")).count() as u64;
+    assert!(idle <= tolerated, "only {} of {count} seeds rebooted a replica", count - idle);
+}
+
+#[test]
+fn reboot_single_n4() {
+    run_reboots(4, env_u64("BFT_REBOOT_SEEDS").unwrap_or(300), Reboots::Single);
+}
+
+#[test]
+fn reboot_all_n4() {
+    run_reboots(4, env_u64("BFT_REBOOT_SEEDS").unwrap_or(300), Reboots::All);
+}
+
+#[test]
+fn reboot_all_n7() {
+    run_reboots(7, env_u64("BFT_REBOOT_SEEDS").unwrap_or(300) / 3, Reboots::All);
+}
+
 #[test]
 fn seed_repro() {
     let Some(seed) = env_u64("BFT_SEED") else { return };
@@ -128,7 +175,15 @@ fn seed_repro() {
     let forced = std::env::var("BFT_ACTOR").ok().map(|name| {
         *byzantine::ALL.iter().find(|b| format!("{b:?}") == name).expect("BFT_ACTOR names a behaviour")
     });
-    let mut cluster = Cluster::with_behaviour(n, seed, forced);
+    let reboots = std::env::var("BFT_REBOOTS").ok().map(|name| match name.as_str() {
+        "Single" => Reboots::Single,
+        "All" => Reboots::All,
+        other => panic!("BFT_REBOOTS={other}: Single or All"),
+    });
+    let mut cluster = match reboots {
+        Some(reboots) => Cluster::with_reboots(n, seed, reboots),
+        None => Cluster::with_behaviour(n, seed, forced),
+    };
     println!("{}", cluster.describe());
     match cluster.run(SAFETY_US, LIVENESS_US) {
         Ok(stats) => println!("ok: {stats:?} trace {:016x}", cluster.trace_hash()),

@@ -118,12 +118,21 @@ impl ExecState {
         }
     }
 
-    /// Writes the state atomically (temporary file, then rename).
+    /// Writes the state atomically and durably: temporary file, fsync, rename, fsync of the
+    /// directory. A crash leaves the previous state or this one, never a mix.
     pub fn store(&self, path: &Path) -> Result<(), StateError> {
+        use std::io::Write as _;
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, self.encode())
-            .and_then(|_| std::fs::rename(&tmp, path))
-            .map_err(|source| StateError::Io { path: path.to_owned(), source })
+        let write = || -> std::io::Result<()> {
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(&self.encode())?;
+            file.sync_all()?;
+            drop(file);
+            std::fs::rename(&tmp, path)?;
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            std::fs::File::open(dir)?.sync_all()
+        };
+        write().map_err(|source| StateError::Io { path: path.to_owned(), source })
     }
 }
 
