@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod pending;
 pub mod run;
 pub mod signing;
+pub mod statexfer;
 pub mod transfer;
 pub mod voting;
 pub mod voting_read;

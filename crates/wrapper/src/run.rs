@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bft::transport::driver::{now, spawn_replica};
-use bft::transport::mesh::{CHANNEL_ORDERING, CHANNEL_SIGNING};
+use bft::transport::mesh::{CHANNEL_ORDERING, CHANNEL_SIGNING, CHANNEL_STATE};
 use bft::transport::{Mesh, MeshConfig};
 use bft::Replica;
 use hickory_proto::rr::Name;
@@ -34,6 +34,7 @@ use crate::listener::{serve_tcp, serve_udp, TcpLimits};
 use crate::metrics::{self, Metrics};
 use crate::pending::Pending;
 use crate::signing::{service, Keys, SignerCore, SignerLimits};
+use crate::statexfer::{SnapshotStore, StateTransfer};
 use crate::zone::ZoneMaintenance;
 
 /// The zone's key as named must see it, from the threshold public key.
@@ -143,6 +144,7 @@ pub async fn run(config: Config) -> Result<()> {
     let mesh = Mesh::start(mesh_config).await.context("starting the replica mesh")?;
     let signing_rx = mesh.subscribe(CHANNEL_SIGNING).context("mesh signing channel")?;
     let ordering_rx = mesh.subscribe(CHANNEL_ORDERING).context("mesh ordering channel")?;
+    let state_rx = mesh.subscribe(CHANNEL_STATE).context("mesh state-transfer channel")?;
 
     // Threshold signing, and the socket named asks it on.
     let limits = SignerLimits { finals_cache: config.signing.cache_entries, ..SignerLimits::default() };
@@ -186,6 +188,7 @@ pub async fn run(config: Config) -> Result<()> {
     bcfg.request_timeout = Duration::from_millis(o.request_timeout_ms);
     bcfg.view_change_timeout = Duration::from_millis(o.view_change_timeout_ms);
     bcfg.max_clock_skew = Duration::from_millis(o.max_clock_skew_ms);
+    bcfg.retained_batches = o.retained_batches;
     let replica = Replica::new(bcfg, now()).context("ordering configuration")?;
     let (handle, batches) = spawn_replica(replica, mesh.sender(), ordering_rx);
 
@@ -212,6 +215,18 @@ pub async fn run(config: Config) -> Result<()> {
         exec_state,
     );
     let last_signed = Arc::new(AtomicU64::new(0));
+    // State transfer: snapshots kept at every checkpoint, served to and fetched from peers.
+    let snapshots = SnapshotStore::new(state.join("snapshots")).context("the snapshot directory")?;
+    let (installs_tx, installs_rx) = mpsc::channel(1);
+    let transfer = StateTransfer {
+        id,
+        peers: config.peers.iter().map(|p| p.id).filter(|p| *p != id).collect(),
+        store: snapshots.clone(),
+        outbound: Arc::new(mesh.sender()),
+        max_snapshot_bytes: o.max_snapshot_bytes,
+        stats: Default::default(),
+    };
+    tokio::spawn(transfer.run(state_rx, handle.state_transfer.clone(), installs_tx, handle.installed.clone()));
     let executor = Executor {
         id,
         core,
@@ -232,6 +247,9 @@ pub async fn run(config: Config) -> Result<()> {
         }),
         state_file,
         last_signed: last_signed.clone(),
+        snapshots: Some(snapshots),
+        digested: Default::default(),
+        installs: Some(installs_rx),
     };
     tokio::spawn(executor.run(batches));
 
