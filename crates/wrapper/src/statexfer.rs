@@ -539,7 +539,9 @@ mod tests {
         extra.records.push(record(&["evil", "example", "test"], 1, 300, &[10, 0, 0, 1]));
         assert!(matches!(extra.verify(&claim), Err(SnapshotError::DigestMismatch { .. })));
         let mut changed = good.clone();
-        changed.records[3][changed.records[3].len() - 1] ^= 1;
+        if let Some(last) = changed.records[3].last_mut() {
+            *last ^= 1;
+        }
         assert!(matches!(changed.verify(&claim), Err(SnapshotError::DigestMismatch { .. })));
         let mut state = good.clone();
         state.state.last_signed_s += 1;
