@@ -61,7 +61,8 @@
 //!   the log digest of a certified checkpoint. (Messages are unsigned, so a commit certificate
 //!   relayed by one peer could be forged; these two rules replace it.) When the batches are gone
 //!   on f+1 replicas the core emits [`Action::NeedStateTransfer`]: fetching application state is
-//!   the application's business, and the core offers no way yet to resume after it (see below).
+//!   the application's business; it then calls [`Replica::state_transferred`] with that
+//!   checkpoint and delivery resumes after it.
 //!
 //! - Attribution: every violation a replica can prove is blamed on its sender and counted per
 //!   peer and reason ([`Status::faults`]). Besides malformed or conflicting messages, a primary
@@ -80,8 +81,10 @@
 //! - A replica that loses its state (a restart without its log) forgets what it prepared and
 //!   promised; PBFT's proactive recovery, which makes that safe, is not implemented. Count such
 //!   a replica against `f` until it has caught up. A restart that keeps the `Replica` is safe.
-//! - After [`Action::NeedStateTransfer`] there is no API yet to install the transferred state
-//!   (the request deduplication table would have to travel with the application state).
+//! - [`Replica::state_transferred`] does not carry the request deduplication records of the
+//!   skipped part of the log: a request delivered there and proposed again (only a Byzantine
+//!   primary does that) is delivered by the transferred replica alone, whose state then differs
+//!   at the next checkpoint.
 //! - A request's `origin` is not authenticated end to end (requests carry no signatures): a
 //!   Byzantine *primary* can still order requests it made up under any origin. Safety: every
 //!   honest replica delivers the same batches, forged or not. Liveness: a made-up number more
@@ -151,7 +154,7 @@ pub use persist::{ClientEntry, DeliveryBase, Persist, PersistedState, RestoreErr
 pub use replica::{Action, Replica, Status};
 pub use types::{
     Batch, CheckpointError, Config, ConfigError, Digest, Limits, Proposal, ReplicaId, Request, RequestKey,
-    SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
+    StateTransferError, SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
 };
 
 #[cfg(feature = "transport")]

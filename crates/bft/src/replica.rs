@@ -13,7 +13,7 @@ use crate::persist::{
 };
 use crate::types::{
     duration_us, Batch, CheckpointError, Config, ConfigError, Digest, Proposal, ReplicaId, Request, RequestKey,
-    SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
+    StateTransferError, SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
 };
 
 /// Something the driver must do.
@@ -75,6 +75,8 @@ const PUSH_BATCHES_OF_BYTES: usize = 4;
 const FAIR_SCAN: usize = 4;
 /// Most slots whose messages are retransmitted per tick.
 const RETRANSMIT_SLOTS: usize = 32;
+/// Checkpoints asked for by state transfer that may still be installed.
+const TRANSFER_CLAIMS: usize = 4;
 /// View-change timeouts stop doubling after this many failed views.
 const MAX_BACKOFF_SHIFT: u32 = 5;
 /// Records appended to the log before a new snapshot replaces it, in windows of slots (three
@@ -181,6 +183,9 @@ pub struct Replica {
     tick_deadline: Time,
     peer_status: BTreeMap<ReplicaId, StatusReport>,
     state_transfer_requested: u64,
+    /// The latest checkpoints this replica asked the application to fetch (newest last): a
+    /// transfer that took long may install one of these after the stable checkpoint moved on.
+    transfer_claims: VecDeque<CheckpointClaim>,
     /// The checkpoint the current view started from (see [`Replica::low_watermark`]).
     view_anchor: CheckpointClaim,
     actions: VecDeque<Action>,
@@ -243,6 +248,7 @@ impl Replica {
             tick_deadline,
             peer_status: BTreeMap::new(),
             state_transfer_requested: 0,
+            transfer_claims: VecDeque::new(),
             view_anchor: CheckpointClaim::genesis(),
             actions: VecDeque::new(),
             misbehaviour: vec![0; n],
@@ -671,6 +677,43 @@ impl Replica {
         self.broadcast(Message::Checkpoint { sender: self.config.id, checkpoint: claim });
         self.record_vote(self.config.id, claim);
         self.check_stable();
+        self.after_step();
+        Ok(())
+    }
+
+    /// The application installed the state of `claim` (fetched from peers and checked against
+    /// `claim.state_digest`): delivery resumes after `claim.seq`. `claim` must be the stable
+    /// checkpoint or one this replica asked for with [`Action::NeedStateTransfer`].
+    ///
+    /// Requests this replica awaited are forgotten, since some were delivered in the skipped
+    /// part of the log: their origins retransmit the rest, its own clients retry. The
+    /// deduplication records of the skipped part are not transferred (see
+    /// docs/RELIABILITY.md, "State transfer").
+    pub fn state_transferred(&mut self, claim: CheckpointClaim) -> Result<(), StateTransferError> {
+        if claim.seq <= self.last_delivered {
+            return Err(StateTransferError::NotAhead { seq: claim.seq, last_delivered: self.last_delivered });
+        }
+        if claim != self.stable && !self.transfer_claims.contains(&claim) {
+            return Err(StateTransferError::NotCertified { seq: claim.seq, stable: self.stable.seq });
+        }
+        self.last_delivered = claim.seq;
+        self.last_time = Time(self.last_time.0.max(claim.time.0));
+        self.log_digest = claim.log_digest;
+        self.checkpoint_times.retain(|seq, _| *seq > claim.seq);
+        self.transfer_claims.retain(|c| c.seq > claim.seq);
+        let keys: Vec<RequestKey> = self.awaited.keys().copied().collect();
+        for key in &keys {
+            self.forget_request(key);
+        }
+        self.clear_fresh();
+        self.proposed.clear();
+        self.request_deadline = None;
+        if self.next_seq <= claim.seq {
+            self.next_seq = claim.seq + 1;
+        }
+        self.collect_garbage();
+        // Later checkpoints may have become stable meanwhile: ask again if still behind them.
+        self.check_state_transfer();
         self.after_step();
         Ok(())
     }
@@ -1274,6 +1317,11 @@ impl Replica {
         }
         if let Some(claim) = self.own_checkpoints.values().next_back().copied() {
             self.broadcast(Message::Checkpoint { sender: self.config.id, checkpoint: claim });
+        } else if self.stable.seq > 0 {
+            // An idle cluster sends no new checkpoints: a replica that restarted or missed
+            // them learns the stable one this way (certified by a quorum, so repeating it
+            // vouches for nothing new), and with it that it needs state transfer.
+            self.broadcast(Message::Checkpoint { sender: self.config.id, checkpoint: self.stable });
         }
         self.retransmit_requests();
     }
@@ -1391,6 +1439,10 @@ impl Replica {
         let gone = self.peer_status.values().filter(|report| report.oldest_retained > next).count();
         if gone > usize::from(self.config.f) {
             self.state_transfer_requested = self.stable.seq;
+            self.transfer_claims.push_back(self.stable);
+            while self.transfer_claims.len() > TRANSFER_CLAIMS {
+                self.transfer_claims.pop_front();
+            }
             self.actions.push_back(Action::NeedStateTransfer { last_delivered: self.last_delivered, checkpoint: self.stable });
         }
     }

@@ -332,3 +332,13 @@ pub enum CheckpointError {
     #[error("checkpoint {seq} was already reported")]
     Stale { seq: u64 },
 }
+
+/// Why [`crate::Replica::state_transferred`] refused an installed checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateTransferError {
+    #[error("checkpoint {seq} is not beyond the last delivered batch {last_delivered}")]
+    NotAhead { seq: u64, last_delivered: u64 },
+    #[error("checkpoint {seq} is not the stable one ({stable}) nor an earlier certified one this replica asked for")]
+    NotCertified { seq: u64, stable: u64 },
+}

@@ -272,3 +272,42 @@ fn state_transfer_is_requested_when_the_log_is_gone() {
     }
     assert_eq!(requested, vec![(0, claim)]);
 }
+
+#[test]
+fn an_installed_checkpoint_resumes_delivery_after_it() {
+    let mut config = Config::new(4, 3);
+    config.checkpoint_interval = 4;
+    config.watermark_window = 8;
+    let mut replica = Replica::new(config, Time(0)).unwrap();
+    let claim = bft::CheckpointClaim { seq: 40, time: Time(40), log_digest: [4; 32], state_digest: [5; 32] };
+    for peer in 0..3u16 {
+        replica.handle_message(Time(1), peer, Message::Checkpoint { sender: peer, checkpoint: claim });
+    }
+    let report = |peer| bft::StatusReport { sender: peer, view: 0, view_changing: false, last_delivered: 45, stable_seq: 40, oldest_retained: 30 };
+    for peer in 0..2u16 {
+        replica.handle_message(Time(2), peer, Message::Status(report(peer)));
+    }
+    while replica.poll_action().is_some() {}
+
+    // Only the certified checkpoint can be installed, and only ahead of the log.
+    let forged = bft::CheckpointClaim { state_digest: [6; 32], ..claim };
+    assert!(matches!(replica.state_transferred(forged), Err(bft::StateTransferError::NotCertified { .. })));
+    assert_eq!(replica.status().last_delivered, 0);
+    replica.state_transferred(claim).unwrap();
+    assert_eq!(replica.status().last_delivered, 40);
+    assert!(matches!(replica.state_transferred(claim), Err(bft::StateTransferError::NotAhead { .. })));
+
+    // Batches after the checkpoint, pushed by f+1 peers, are delivered from 41 on.
+    let proposal = bft::Proposal { time: Time(50), requests: vec![request(1, 7, 1)] };
+    for peer in 0..2u16 {
+        replica.handle_message(Time(3), peer, Message::Committed { sender: peer, seq: 41, proposal: proposal.clone() });
+    }
+    let mut delivered = Vec::new();
+    while let Some(action) = replica.poll_action() {
+        if let Action::Deliver(batch) = action {
+            delivered.push((batch.seq, batch.requests.len()));
+        }
+    }
+    assert_eq!(delivered, vec![(41, 1)]);
+    assert!(replica.status().last_time >= Time(50));
+}

@@ -77,8 +77,12 @@ impl NamedSpec {
     }
 }
 
+/// Work done on named's files while no named runs (see [`Supervisor::replace_files`]).
+type FileWork = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
+
 enum Control {
     Restart(oneshot::Sender<()>),
+    Replace(FileWork, oneshot::Sender<std::io::Result<()>>),
     Stop(oneshot::Sender<()>),
 }
 
@@ -128,6 +132,20 @@ impl Supervisor {
         self.control.send(Control::Restart(tx)).await.map_err(|_| SuperviseError::Gone)?;
         rx.await.map_err(|_| SuperviseError::Gone)?;
         self.wait_ready().await
+    }
+
+    /// Stops named, runs `work` (on named's files: nothing else writes them now), starts
+    /// named again and waits until it is ready. named is started again even when `work`
+    /// fails; its error is returned.
+    pub async fn replace_files<F>(&self, work: F) -> Result<std::io::Result<()>, SuperviseError>
+    where
+        F: FnOnce() -> std::io::Result<()> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        self.control.send(Control::Replace(Box::new(work), tx)).await.map_err(|_| SuperviseError::Gone)?;
+        let result = rx.await.map_err(|_| SuperviseError::Gone)?;
+        self.wait_ready().await?;
+        Ok(result)
     }
 
     /// Stops named and the supervision.
@@ -303,6 +321,7 @@ async fn run(
                     _ = tokio::time::sleep(backoff) => {}
                     cmd = control.recv() => match cmd {
                         Some(Control::Restart(ack)) => { let _ = ack.send(()); }
+                        Some(Control::Replace(work, ack)) => { let _ = ack.send(work()); }
                         Some(Control::Stop(ack)) => { let _ = ack.send(()); return; }
                         None => return,
                     }
@@ -316,6 +335,13 @@ async fn run(
                     pid.store(0, Ordering::SeqCst);
                     backoff = spec.backoff_min;
                     Some(ack)
+                }
+                Some(Control::Replace(work, ack)) => {
+                    terminate(&mut child, spec.stop_grace).await;
+                    pid.store(0, Ordering::SeqCst);
+                    backoff = spec.backoff_min;
+                    let _ = ack.send(work());
+                    None
                 }
                 Some(Control::Stop(ack)) => {
                     terminate(&mut child, spec.stop_grace).await;

@@ -140,6 +140,13 @@ pub struct OrderingSection {
     pub request_timeout_ms: u64,
     pub view_change_timeout_ms: u64,
     pub max_clock_skew_ms: u64,
+    /// Batches kept below the stable checkpoint for peers that catch up by replaying the log;
+    /// a peer further behind fetches the state by state transfer instead. Tests shrink it to
+    /// reach state transfer quickly.
+    pub retained_batches: u64,
+    /// Largest snapshot (zone records plus execution state, encoded) this replica accepts
+    /// from a peer in a state transfer.
+    pub max_snapshot_bytes: usize,
 }
 
 impl Default for OrderingSection {
@@ -151,6 +158,8 @@ impl Default for OrderingSection {
             request_timeout_ms: 2000,
             view_change_timeout_ms: 2000,
             max_clock_skew_ms: 30_000,
+            retained_batches: 1024,
+            max_snapshot_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -361,6 +370,9 @@ impl Config {
         }
         if o.checkpoint_interval == 0 {
             return Err(bad("ordering.checkpoint_interval", "must be at least 1".into()));
+        }
+        if o.max_snapshot_bytes == 0 {
+            return Err(bad("ordering.max_snapshot_bytes", "must be positive".into()));
         }
         if o.view_change_timeout_ms == 0 || o.request_timeout_ms == 0 {
             return Err(bad("ordering", "timeouts must be positive".into()));

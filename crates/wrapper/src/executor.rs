@@ -15,7 +15,6 @@ use std::time::Duration;
 use bft::{Batch, Digest};
 use named_glue::forward::Forwarder;
 use named_glue::signer::SignatureTimes;
-use sha2::{Digest as _, Sha256};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
@@ -26,7 +25,8 @@ use crate::listener::{Delivery, ReplyTo};
 use crate::metrics::Metrics;
 use crate::pending::Pending;
 use crate::read::{Lookup, ReadCache};
-use crate::zone::{ZoneError, ZoneMaintenance};
+use crate::statexfer::{write_zone_files, DigestedRecords, Install, Snapshot, SnapshotStore};
+use crate::zone::{zone_digest_of, ZoneError, ZoneMaintenance};
 
 /// How long the later messages of a zone transfer may wait for room in the client's
 /// queue (the transfer runs in a task of its own; the executor does not wait for it).
@@ -53,8 +53,15 @@ pub struct Executor<G: UpdateGate> {
     pub last_signed: Arc<AtomicU64>,
     /// named's answers to reads, emptied around every write and signing (`crate::read_cache`).
     pub cache: Arc<ReadCache>,
-    /// The last zone digest and the cache epoch it was computed at.
-    pub last_digest: Arc<Mutex<Option<(u64, [u8; 32])>>>,
+    /// The last zone digest, the cache epoch it was computed at, and the records it was
+    /// computed from (a checkpoint's snapshot when the digest is reused).
+    pub last_digest: Arc<Mutex<Option<(u64, [u8; 32], Arc<Vec<Vec<u8>>>)>>>,
+    /// Where the snapshot of every checkpoint is kept for peers that need state transfer.
+    pub snapshots: Option<SnapshotStore>,
+    /// The records each pending checkpoint digest was computed from.
+    pub digested: DigestedRecords,
+    /// Verified snapshots to install (from state transfer).
+    pub installs: Option<mpsc::Receiver<Install>>,
 }
 
 impl<G: UpdateGate + 'static> Executor<G> {
@@ -62,6 +69,9 @@ impl<G: UpdateGate + 'static> Executor<G> {
         // Unbounded, but never longer than the commands in flight: at most the core's
         // read slots plus one write, signing or digest.
         let (events_tx, mut events) = mpsc::unbounded_channel();
+        // Without state transfer the branch below never fires.
+        let (_no_installs, idle_installs) = mpsc::channel(1);
+        let mut installs = self.installs.take().unwrap_or(idle_installs);
         let state = self.core.state();
         self.last_signed.store(state.last_signed_s, Ordering::Relaxed);
         if state.executed > 0 {
@@ -71,6 +81,10 @@ impl<G: UpdateGate + 'static> Executor<G> {
             let commands = tokio::select! {
                 biased;
                 Some(event) = events.recv() => self.core.handle(event),
+                Some((snapshot, ack)) = installs.recv(), if self.core.is_idle() => {
+                    let _ = ack.send(self.install(snapshot).await);
+                    Vec::new()
+                }
                 batch = batches.recv(), if self.core.is_idle() => match batch {
                     Some(batch) => {
                         let delivered = self.resolve(batch);
@@ -83,6 +97,29 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 self.perform(command, &events_tx).await;
             }
         }
+    }
+
+    /// Installs a snapshot that state transfer fetched and verified: named is stopped, its
+    /// zone file replaced by the snapshot's records and its journal removed, named started
+    /// again; then the execution state becomes the snapshot's and is persisted. Batches up to
+    /// the snapshot's checkpoint are skipped from now on.
+    async fn install(&mut self, snapshot: Snapshot) -> Result<(), String> {
+        let Snapshot { seq, state, records, .. } = snapshot;
+        info!(replica = self.id, seq, records = records.len(), "installing the state transferred from peers");
+        let (zone_file, journal) = (self.maintenance.conf.zone_file.clone(), self.maintenance.conf.journal.clone());
+        let written = self
+            .maintenance
+            .supervisor
+            .replace_files(move || write_zone_files(&zone_file, &journal, &records))
+            .await
+            .map_err(|e| format!("named did not come back on the transferred zone: {e}"))?;
+        written.map_err(|e| format!("writing the transferred zone: {e}"))?;
+        self.core.install(state.clone());
+        state.store(&self.state_file).map_err(|e| e.to_string())?;
+        self.last_signed.store(state.last_signed_s, Ordering::Relaxed);
+        self.metrics.update_status(|s| s.last_executed = state.executed);
+        info!(replica = self.id, seq, "transferred state installed");
+        Ok(())
     }
 
     /// The batch with the reply handles this gateway holds for its own requests.
@@ -189,28 +226,40 @@ impl<G: UpdateGate + 'static> Executor<G> {
             Command::DigestZone { seq } => {
                 // The zone changes only by writes and signings, which advance the cache's
                 // epoch: at the same epoch the zone, and so its digest, is the same.
+                let keep = self.snapshots.is_some();
                 let epoch = self.cache.quiet_epoch();
-                let last = *self.last_digest.lock().unwrap_or_else(|e| e.into_inner());
-                if let (Some(epoch), Some((at, digest))) = (epoch, last) {
+                let last = self.last_digest.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                if let (Some(epoch), Some((at, digest, records))) = (epoch, last) {
                     if epoch == at {
+                        if keep {
+                            remember_digested(&self.digested, seq, (*records).clone());
+                        }
                         let _ = events.send(Event::ZoneDigest { seq, digest: Some(digest) });
                         return;
                     }
                 }
-                let (maintenance, events, cache, last_digest) = (self.maintenance.clone(), events.clone(), self.cache.clone(), self.last_digest.clone());
+                let (maintenance, events, cache, last_digest, digested) =
+                    (self.maintenance.clone(), events.clone(), self.cache.clone(), self.last_digest.clone(), self.digested.clone());
                 let id = self.id;
                 tokio::spawn(async move {
-                    let digest = zone_digest(&maintenance, id).await;
-                    if let (Some(d), Some(before)) = (digest, epoch) {
-                        // Kept only if no change began while the zone was read.
-                        if cache.quiet_epoch() == Some(before) {
-                            *last_digest.lock().unwrap_or_else(|e| e.into_inner()) = Some((before, d));
+                    let digest = zone_digest(&maintenance, id).await.map(|(digest, records)| {
+                        let records = Arc::new(records);
+                        if keep {
+                            remember_digested(&digested, seq, (*records).clone());
                         }
-                    }
+                        if let Some(before) = epoch {
+                            // Kept only if no change began while the zone was read.
+                            if cache.quiet_epoch() == Some(before) {
+                                *last_digest.lock().unwrap_or_else(|e| e.into_inner()) = Some((before, digest, records));
+                            }
+                        }
+                        digest
+                    });
                     let _ = events.send(Event::ZoneDigest { seq, digest });
                 });
             }
             Command::Checkpoint { seq, digest } => {
+                self.keep_snapshot(seq, digest);
                 let _ = self.checkpoints.send((seq, digest)).await;
             }
             Command::Persist(state) => {
@@ -223,6 +272,24 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 self.metrics.update_status(|s| s.last_executed = state.executed);
             }
         }
+    }
+}
+
+impl<G: UpdateGate + 'static> Executor<G> {
+    /// Keeps the snapshot of checkpoint `seq` (its digested records and the execution state
+    /// at that position) for peers that need state transfer; written off the executor.
+    fn keep_snapshot(&self, seq: u64, digest: Digest) {
+        let Some(store) = self.snapshots.clone() else { return };
+        let records = self.digested.lock().ok().and_then(|mut map| map.remove(&seq));
+        let Some(records) = records else { return };
+        let mut state = self.core.state().clone();
+        state.executed = seq;
+        let id = self.id;
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = store.save(&Snapshot { seq, digest, state, records }) {
+                warn!(replica = id, seq, error = %e, "cannot keep the checkpoint snapshot");
+            }
+        });
     }
 }
 
@@ -259,21 +326,25 @@ async fn sign_zone(maintenance: &ZoneMaintenance, times: SignatureTimes) -> Resu
     }
 }
 
-/// The digest of named's zone, the same on every honest replica: the records of an
-/// AXFR, each in canonical wire form, sorted.
-async fn zone_digest(maintenance: &ZoneMaintenance, id: u16) -> Option<[u8; 32]> {
+/// The digest of named's zone (see [`zone_digest_of`]) and the records it covers.
+/// Keeps the records checkpoint `seq`'s digest was computed from, for its snapshot; only
+/// the checkpoint being executed is waited for.
+fn remember_digested(digested: &DigestedRecords, seq: u64, records: Vec<Vec<u8>>) {
+    if let Ok(mut map) = digested.lock() {
+        map.insert(seq, records);
+        while map.len() > 2 {
+            map.pop_first();
+        }
+    }
+}
+
+async fn zone_digest(maintenance: &ZoneMaintenance, id: u16) -> Option<([u8; 32], Vec<Vec<u8>>)> {
     let mut pause = Duration::from_millis(100);
     for attempt in 1..=DIGEST_ATTEMPTS {
         match maintenance.zone_records().await {
             Ok(mut records) => {
-                records.sort();
-                records.dedup();
-                let mut h = Sha256::new();
-                for r in &records {
-                    h.update((r.len() as u32).to_be_bytes());
-                    h.update(r);
-                }
-                return Some(h.finalize().into());
+                let digest = zone_digest_of(&mut records);
+                return Some((digest, records));
             }
             Err(e) => {
                 warn!(replica = id, attempt, error = %e, "zone digest unavailable; trying again");

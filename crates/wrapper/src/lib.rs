@@ -25,6 +25,7 @@ pub mod read;
 pub mod read_cache;
 pub mod run;
 pub mod signing;
+pub mod statexfer;
 pub mod transfer;
 pub mod voting;
 pub mod voting_read;

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bft::transport::driver::{now, spawn_replica_with};
+use bft::transport::mesh::{CHANNEL_ORDERING, CHANNEL_SIGNING, CHANNEL_STATE};
 use bft::transport::Store;
-use bft::transport::mesh::{CHANNEL_ORDERING, CHANNEL_SIGNING};
 use bft::transport::{Mesh, MeshConfig};
 use bft::Replica;
 use hickory_proto::rr::Name;
@@ -36,6 +36,7 @@ use crate::listener::{serve_tcp, serve_udp, TcpLimits};
 use crate::metrics::{self, Metrics};
 use crate::pending::Pending;
 use crate::signing::{service, Keys, SignerCore, SignerLimits};
+use crate::statexfer::{SnapshotStore, StateTransfer};
 use crate::zone::ZoneMaintenance;
 
 /// The zone's key as named must see it, from the threshold public key.
@@ -156,6 +157,7 @@ pub async fn run(config: Config) -> Result<()> {
     let mesh = Mesh::start(mesh_config).await.context("starting the replica mesh")?;
     let signing_rx = mesh.subscribe(CHANNEL_SIGNING).context("mesh signing channel")?;
     let ordering_rx = mesh.subscribe(CHANNEL_ORDERING).context("mesh ordering channel")?;
+    let state_rx = mesh.subscribe(CHANNEL_STATE).context("mesh state-transfer channel")?;
 
     // Threshold signing, and the socket named asks it on.
     let limits = SignerLimits { finals_cache: config.signing.cache_entries, ..SignerLimits::default() };
@@ -201,6 +203,7 @@ pub async fn run(config: Config) -> Result<()> {
     bcfg.request_timeout = Duration::from_millis(o.request_timeout_ms);
     bcfg.view_change_timeout = Duration::from_millis(o.view_change_timeout_ms);
     bcfg.max_clock_skew = Duration::from_millis(o.max_clock_skew_ms);
+    bcfg.retained_batches = o.retained_batches;
     let state_file = state.join("exec.state");
     let mut exec_state = ExecState::load(&state_file).context("the execution state")?;
     if !state_file.exists() {
@@ -253,6 +256,18 @@ pub async fn run(config: Config) -> Result<()> {
     );
     let last_signed = Arc::new(AtomicU64::new(0));
     let cache = Arc::new(crate::read::ReadCache::default());
+    // State transfer: snapshots kept at every checkpoint, served to and fetched from peers.
+    let snapshots = SnapshotStore::new(state.join("snapshots")).context("the snapshot directory")?;
+    let (installs_tx, installs_rx) = mpsc::channel(1);
+    let transfer = StateTransfer {
+        id,
+        peers: config.peers.iter().map(|p| p.id).filter(|p| *p != id).collect(),
+        store: snapshots.clone(),
+        outbound: Arc::new(mesh.sender()),
+        max_snapshot_bytes: o.max_snapshot_bytes,
+        stats: Default::default(),
+    };
+    tokio::spawn(transfer.run(state_rx, handle.state_transfer.clone(), installs_tx, handle.installed.clone()));
     let executor = Executor {
         id,
         cache: cache.clone(),
@@ -275,6 +290,9 @@ pub async fn run(config: Config) -> Result<()> {
         }),
         state_file,
         last_signed: last_signed.clone(),
+        snapshots: Some(snapshots),
+        digested: Default::default(),
+        installs: Some(installs_rx),
     };
     tokio::spawn(executor.run(batches));
 

@@ -30,6 +30,21 @@ pub enum ZoneError {
     Restart(String),
 }
 
+/// The digest of a zone's records (canonical wire form, as [`ZoneMaintenance::zone_records`]
+/// returns them), the same on every honest replica: sorted, duplicates (the AXFR's closing
+/// SOA) dropped, each hashed with its length. Leaves `records` sorted and deduplicated.
+pub fn zone_digest_of(records: &mut Vec<Vec<u8>>) -> [u8; 32] {
+    use sha2::{Digest as _, Sha256};
+    records.sort();
+    records.dedup();
+    let mut h = Sha256::new();
+    for r in records.iter() {
+        h.update((r.len() as u32).to_be_bytes());
+        h.update(r);
+    }
+    h.finalize().into()
+}
+
 /// Record types dnssec-signzone makes itself; a re-sign starts from the zone without them.
 const DNSSEC_TYPES: [&str; 5] = ["RRSIG", "NSEC", "NSEC3", "NSEC3PARAM", "DNSKEY"];
 

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use super::byzantine::Byzantine;
 use super::mesh::{MeshSender, CHANNEL_ORDERING};
 use super::store::Store;
-use crate::{Action, Batch, Digest, Limits, Message, Replica, Request, Status, Time};
+use crate::{Action, Batch, CheckpointClaim, Digest, Limits, Message, Replica, Request, Status, Time};
 
 /// At most this many queued inputs are fed to the core before its actions are flushed, so one
 /// busy source cannot starve the others and output is flushed in reasonably sized bursts.
@@ -88,6 +88,12 @@ pub struct ReplicaHandle {
     /// Confirm the state digest after executing a batch whose `checkpoint_due` is set.
     pub checkpoint: mpsc::Sender<(u64, Digest)>,
     pub status: watch::Receiver<DriverStatus>,
+    /// The latest checkpoint whose state this replica must fetch from its peers (the core
+    /// fell behind the log they retain); `None` until the first such request.
+    pub state_transfer: watch::Receiver<Option<CheckpointClaim>>,
+    /// Report that the state of this checkpoint was fetched, verified and installed:
+    /// delivery resumes after it.
+    pub installed: mpsc::Sender<CheckpointClaim>,
     task: JoinHandle<()>,
 }
 
@@ -136,6 +142,8 @@ pub fn spawn_replica_with<O: Outbound>(
     let (submit_tx, submit_rx) = mpsc::channel(4096);
     let (checkpoint_tx, checkpoint_rx) = mpsc::channel(64);
     let (deliver_tx, deliver_rx) = mpsc::unbounded_channel();
+    let (transfer_tx, transfer_rx) = watch::channel(None);
+    let (installed_tx, installed_rx) = mpsc::channel(4);
     let (status_tx, status_rx) = watch::channel(DriverStatus {
         core: replica.status(),
         decode_errors: 0,
@@ -155,6 +163,8 @@ pub fn spawn_replica_with<O: Outbound>(
         incoming,
         submit_rx,
         checkpoint_rx,
+        installed_rx,
+        transfer_tx,
         deliver_tx,
         status_tx,
         byzantine,
@@ -169,7 +179,14 @@ pub fn spawn_replica_with<O: Outbound>(
         persist_failed: None,
     };
     let task = tokio::spawn(driver.run());
-    let handle = ReplicaHandle { submit: submit_tx, checkpoint: checkpoint_tx, status: status_rx, task };
+    let handle = ReplicaHandle {
+        submit: submit_tx,
+        checkpoint: checkpoint_tx,
+        status: status_rx,
+        state_transfer: transfer_rx,
+        installed: installed_tx,
+        task,
+    };
     (handle, deliver_rx)
 }
 
@@ -180,6 +197,8 @@ struct Driver<O: Outbound> {
     incoming: mpsc::Receiver<(u16, Bytes)>,
     submit_rx: mpsc::Receiver<Request>,
     checkpoint_rx: mpsc::Receiver<(u64, Digest)>,
+    installed_rx: mpsc::Receiver<CheckpointClaim>,
+    transfer_tx: watch::Sender<Option<CheckpointClaim>>,
     deliver_tx: mpsc::UnboundedSender<Batch>,
     status_tx: watch::Sender<DriverStatus>,
     byzantine: Option<Byzantine>,
@@ -198,6 +217,7 @@ enum Input {
     Message(u16, Bytes),
     Submit(Request),
     Checkpoint(u64, Digest),
+    Installed(CheckpointClaim),
     Timer,
     /// Every input source is gone: the application dropped its handle and the network is down.
     Closed,
@@ -251,6 +271,7 @@ impl<O: Outbound> Driver<O> {
                 None => Input::Closed,
             },
             Some((seq, digest)) = self.checkpoint_rx.recv() => Input::Checkpoint(seq, digest),
+            Some(claim) = self.installed_rx.recv() => Input::Installed(claim),
             _ = tokio::time::sleep_until(wake) => Input::Timer,
         }
     }
@@ -293,6 +314,15 @@ impl<O: Outbound> Driver<O> {
                     tracing::warn!(seq, error = %e, "checkpoint digest refused");
                 }
             }
+            Input::Installed(claim) => match self.replica.state_transferred(claim) {
+                Ok(()) => {
+                    tracing::info!(seq = claim.seq, "state transferred; delivery resumes after it");
+                    if self.state_transfer_needed.is_some_and(|seq| seq <= claim.seq) {
+                        self.state_transfer_needed = None;
+                    }
+                }
+                Err(e) => tracing::warn!(seq = claim.seq, error = %e, "installed state refused by the ordering"),
+            },
             Input::Timer => {
                 if self.replica.poll_timeout().is_some_and(|deadline| deadline <= now) {
                     self.replica.handle_timeout(now);
@@ -332,13 +362,14 @@ impl<O: Outbound> Driver<O> {
                     let _ = self.deliver_tx.send(batch);
                 }
                 Action::NeedStateTransfer { last_delivered, checkpoint } => {
-                    // The core cannot resume from this yet (see the crate docs); make it loud.
+                    // The application fetches this checkpoint's state and reports it installed.
                     self.state_transfer_needed = Some(checkpoint.seq);
-                    tracing::error!(
+                    tracing::warn!(
                         last_delivered,
                         checkpoint = checkpoint.seq,
                         "replica fell behind the retained log; state transfer needed"
                     );
+                    self.transfer_tx.send_replace(Some(checkpoint));
                 }
                 #[allow(unreachable_patterns)]
                 other => tracing::trace!(?other, "action ignored by the driver"),

@@ -24,7 +24,7 @@
 //! `u32` big-endian length L, then L bytes: one channel byte and L-1 payload bytes. L-1 must not
 //! exceed `max_frame_bytes`; a larger (or empty) frame is a protocol violation that closes the
 //! connection. Channels multiplex protocols over the mesh: [`CHANNEL_ORDERING`] (PBFT),
-//! [`CHANNEL_SIGNING`] (threshold RSA); [`CHANNEL_KEEPALIVE`] is reserved.
+//! [`CHANNEL_SIGNING`] (threshold RSA), [`CHANNEL_STATE`] (state transfer); [`CHANNEL_KEEPALIVE`] is reserved.
 //!
 //! # Loss
 //! Each peer has a send queue bounded in frames and in bytes (`queue_frames`, `queue_bytes`), so a
@@ -63,6 +63,8 @@ use super::pki::{replica_dns_name, replica_id_from_cert_der};
 pub const CHANNEL_ORDERING: u8 = 0;
 /// Threshold-signature shares and final signatures.
 pub const CHANNEL_SIGNING: u8 = 1;
+/// State transfer: checkpoint snapshots fetched in chunks by a replica that fell behind.
+pub const CHANNEL_STATE: u8 = 2;
 /// Reserved: empty frames a writer sends when idle, dropped by the reader.
 pub const CHANNEL_KEEPALIVE: u8 = 255;
 

@@ -148,6 +148,16 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         &self.state
     }
 
+    /// Replaces the state with one transferred from peers (its batch is executed: named
+    /// holds its zone). Call only when [`Self::is_idle`]; the cached answers of earlier
+    /// writes go, since the transferred state's recent writes are not this replica's.
+    pub fn install(&mut self, state: ExecState) {
+        debug_assert!(self.running.is_none());
+        self.state = state;
+        self.answers.clear();
+        self.answer_order.clear();
+    }
+
     /// Reads issued and not yet reported done.
     pub fn reads_in_flight(&self) -> usize {
         self.reads.len()

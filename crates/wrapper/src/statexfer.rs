@@ -1,0 +1,650 @@
+//! State transfer (PBFT's, for a replica that fell behind the log its peers retain).
+//!
+//! At every checkpoint the executor keeps the snapshot it digested: the zone's records in
+//! canonical form as read from named at that log position, and the execution state. A
+//! replica the ordering core sends to state transfer asks its peers for the snapshot of the
+//! stable checkpoint over mesh channel [`CHANNEL_STATE`], one chunk per request, checks it
+//! against the state digest 2t+1 replicas certified, and has the executor install it.
+//!
+//! What a peer sends cannot make this replica install wrong state (the digest is checked
+//! before anything is written) nor hold unbounded memory (`max_snapshot_bytes`, one chunk per
+//! request, a deadline per chunk); a peer that lies, stalls or lacks the snapshot is left
+//! for the next one.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bft::transport::mesh::{MeshSender, CHANNEL_STATE};
+use bft::CheckpointClaim;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, info, warn};
+
+use crate::codec::{self, CodecError};
+use crate::exec::ExecState;
+use crate::zone::zone_digest_of;
+
+const SNAPSHOT_VERSION: u8 = 1;
+const MESSAGE_VERSION: u8 = 1;
+/// Snapshots kept on disk: the stable checkpoint and the ones after it that may become stable
+/// while a peer fetches.
+pub const SNAPSHOTS_KEPT: usize = 3;
+/// Bytes of snapshot per answer (well under the mesh's 4 MiB frame).
+pub const CHUNK_BYTES: usize = 1024 * 1024;
+/// How long a peer may take to answer one chunk request.
+const CHUNK_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause before trying the peers again when none had the snapshot.
+const ROUND_PAUSE: Duration = Duration::from_secs(1);
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    #[error("snapshot: {0}")]
+    Codec(#[from] CodecError),
+    #[error("snapshot is for batch {got}, wanted {want}")]
+    WrongSeq { got: u64, want: u64 },
+    #[error("snapshot's execution state is at batch {executed}, not at its checkpoint {seq}")]
+    WrongPosition { executed: u64, seq: u64 },
+    #[error("snapshot of checkpoint {seq} does not match the certified state digest")]
+    DigestMismatch { seq: u64 },
+    #[error("snapshot record {index} is malformed")]
+    BadRecord { index: usize },
+    #[error("io on {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// The state a checkpoint attests: enough to rebuild the replica at that log position.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub seq: u64,
+    /// This replica's checkpoint digest for `seq` (what it voted for).
+    pub digest: [u8; 32],
+    /// The execution state after batch `seq` (`executed == seq`).
+    pub state: ExecState,
+    /// The zone's records in canonical wire form, sorted, without duplicates.
+    pub records: Vec<Vec<u8>>,
+}
+
+impl Snapshot {
+    pub fn encode(&self) -> Vec<u8> {
+        codec::encode(SNAPSHOT_VERSION, self)
+    }
+
+    pub fn decode(bytes: &[u8], max: usize) -> Result<Snapshot, SnapshotError> {
+        Ok(codec::decode("snapshot", SNAPSHOT_VERSION, max, bytes)?)
+    }
+
+    /// Checks this snapshot against a certified checkpoint: same position, and the
+    /// checkpoint digest recomputed from its own records and state equals the certified one.
+    pub fn verify(&self, claim: &CheckpointClaim) -> Result<(), SnapshotError> {
+        if self.seq != claim.seq {
+            return Err(SnapshotError::WrongSeq { got: self.seq, want: claim.seq });
+        }
+        if self.state.executed != self.seq {
+            return Err(SnapshotError::WrongPosition { executed: self.state.executed, seq: self.seq });
+        }
+        for (index, record) in self.records.iter().enumerate() {
+            if split_record(record).is_none() {
+                return Err(SnapshotError::BadRecord { index });
+            }
+        }
+        let mut records = self.records.clone();
+        let zone = zone_digest_of(&mut records);
+        if self.state.checkpoint_digest(&zone) != claim.state_digest {
+            return Err(SnapshotError::DigestMismatch { seq: self.seq });
+        }
+        Ok(())
+    }
+}
+
+/// The parts of a canonical record: (owner in wire form, type, class, ttl, rdata).
+fn split_record(record: &[u8]) -> Option<(&[u8], u16, u16, u32, &[u8])> {
+    let mut pos = 0usize;
+    loop {
+        let len = usize::from(*record.get(pos)?);
+        if len & 0xc0 != 0 {
+            return None;
+        }
+        pos += 1 + len;
+        if len == 0 {
+            break;
+        }
+        if pos > 255 {
+            return None;
+        }
+    }
+    let owner = record.get(..pos)?;
+    let fixed = record.get(pos..pos + 10)?;
+    let rtype = u16::from_be_bytes([fixed[0], fixed[1]]);
+    let class = u16::from_be_bytes([fixed[2], fixed[3]]);
+    let ttl = u32::from_be_bytes([fixed[4], fixed[5], fixed[6], fixed[7]]);
+    let rdlen = usize::from(u16::from_be_bytes([fixed[8], fixed[9]]));
+    let rdata = record.get(pos + 10..)?;
+    (rdata.len() == rdlen).then_some((owner, rtype, class, ttl, rdata))
+}
+
+/// A wire-form name as master-file text, every byte outside letters, digits, '-' and '_'
+/// escaped, so any label survives.
+fn name_text(wire: &[u8]) -> String {
+    let mut out = String::new();
+    let mut pos = 0usize;
+    while let Some(&len) = wire.get(pos) {
+        if len == 0 {
+            break;
+        }
+        let label = wire.get(pos + 1..pos + 1 + usize::from(len)).unwrap_or(&[]);
+        for &b in label {
+            if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+                out.push(char::from(b));
+            } else {
+                out.push_str(&format!("\\{b:03}"));
+            }
+        }
+        out.push('.');
+        pos += 1 + usize::from(len);
+    }
+    if out.is_empty() {
+        out.push('.');
+    }
+    out
+}
+
+/// The records as a master file named loads, each in RFC 3597 generic form
+/// (`TYPEn \# len hex`), so the loaded zone has exactly these records whatever their type.
+/// The SOA goes first. Records must have passed [`Snapshot::verify`] (malformed ones are
+/// skipped).
+pub fn render_zone(records: &[Vec<u8>]) -> String {
+    const TYPE_SOA: u16 = 6;
+    let mut parts: Vec<_> = records.iter().filter_map(|r| split_record(r)).collect();
+    parts.sort_by_key(|(_, rtype, ..)| *rtype != TYPE_SOA);
+    let mut out = String::with_capacity(records.iter().map(|r| r.len() * 2 + 40).sum());
+    for (owner, rtype, class, ttl, rdata) in parts {
+        let class = if class == 1 { "IN".to_string() } else { format!("CLASS{class}") };
+        out.push_str(&format!("{} {ttl} {class} TYPE{rtype} \\# {}", name_text(owner), rdata.len()));
+        if !rdata.is_empty() {
+            out.push(' ');
+            for b in rdata {
+                out.push_str(&format!("{b:02x}"));
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The snapshots this replica kept, in `dir` (one file per checkpoint).
+#[derive(Clone)]
+pub struct SnapshotStore {
+    dir: PathBuf,
+    /// The last snapshot read for a peer, so a fetch in chunks reads the file once.
+    served: Arc<Mutex<Option<(u64, [u8; 32], Arc<Vec<u8>>)>>>,
+}
+
+impl SnapshotStore {
+    pub fn new(dir: PathBuf) -> Result<SnapshotStore, SnapshotError> {
+        std::fs::create_dir_all(&dir).map_err(|source| SnapshotError::Io { path: dir.clone(), source })?;
+        Ok(SnapshotStore { dir, served: Arc::new(Mutex::new(None)) })
+    }
+
+    fn path(&self, seq: u64) -> PathBuf {
+        self.dir.join(format!("{seq:020}.snap"))
+    }
+
+    /// Writes a snapshot (temporary file, then rename) and forgets all but the newest
+    /// [`SNAPSHOTS_KEPT`].
+    pub fn save(&self, snapshot: &Snapshot) -> Result<(), SnapshotError> {
+        let path = self.path(snapshot.seq);
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, snapshot.encode())
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .map_err(|source| SnapshotError::Io { path: path.clone(), source })?;
+        let mut seqs = self.seqs();
+        seqs.sort_unstable();
+        let excess = seqs.len().saturating_sub(SNAPSHOTS_KEPT);
+        for seq in &seqs[..excess] {
+            let _ = std::fs::remove_file(self.path(*seq));
+        }
+        Ok(())
+    }
+
+    /// Checkpoints with a kept snapshot.
+    pub fn seqs(&self) -> Vec<u64> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".snap")?.parse::<u64>().ok())
+            .collect()
+    }
+
+    /// The encoded snapshot of checkpoint `seq` if this replica kept one with `digest`.
+    pub fn encoded(&self, seq: u64, digest: &[u8; 32], max: usize) -> Option<Arc<Vec<u8>>> {
+        if let Ok(served) = self.served.lock() {
+            if let Some((s, d, bytes)) = served.as_ref() {
+                if *s == seq && d == digest {
+                    return Some(bytes.clone());
+                }
+            }
+        }
+        let bytes = std::fs::read(self.path(seq)).ok()?;
+        let snapshot = Snapshot::decode(&bytes, max).ok()?;
+        if snapshot.seq != seq || &snapshot.digest != digest {
+            return None;
+        }
+        let bytes = Arc::new(bytes);
+        if let Ok(mut served) = self.served.lock() {
+            *served = Some((seq, *digest, bytes.clone()));
+        }
+        Some(bytes)
+    }
+}
+
+/// What replicas send each other on [`CHANNEL_STATE`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StateMessage {
+    /// Send the part of the snapshot of (seq, digest) that starts at `offset`.
+    Request { seq: u64, digest: [u8; 32], offset: u64 },
+    /// Part of an encoded snapshot of `total` bytes.
+    Chunk { seq: u64, digest: [u8; 32], total: u64, offset: u64, data: Vec<u8> },
+    /// The sender has no snapshot of (seq, digest).
+    Unavailable { seq: u64, digest: [u8; 32] },
+}
+
+impl StateMessage {
+    pub fn encode(&self) -> Vec<u8> {
+        codec::encode(MESSAGE_VERSION, self)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<StateMessage, CodecError> {
+        codec::decode("state-transfer message", MESSAGE_VERSION, CHUNK_BYTES + 1024, bytes)
+    }
+}
+
+/// A snapshot to install, and where to report the outcome.
+pub type Install = (Snapshot, oneshot::Sender<Result<(), String>>);
+
+/// Where state-transfer messages go (the mesh; an in-memory network in tests).
+pub trait StateOutbound: Send + Sync + 'static {
+    fn send(&self, to: u16, bytes: Bytes);
+}
+
+impl StateOutbound for MeshSender {
+    fn send(&self, to: u16, bytes: Bytes) {
+        if let Err(e) = MeshSender::send(self, to, CHANNEL_STATE, bytes) {
+            debug!(to, error = %e, "state-transfer message not sent");
+        }
+    }
+}
+
+/// Counters of the transfers this replica made.
+#[derive(Debug, Default, Clone)]
+pub struct TransferStats {
+    pub installed: u64,
+    pub last_installed: Option<u64>,
+    pub rejected_snapshots: u64,
+}
+
+/// Runs state transfer for one replica: serves its kept snapshots to peers, and, whenever
+/// the ordering asks (`needed`), fetches the snapshot of that checkpoint, has it installed
+/// (`installs`, the executor) and reports the claim as installed (`installed`, the ordering).
+pub struct StateTransfer<O: StateOutbound> {
+    pub id: u16,
+    pub peers: Vec<u16>,
+    pub store: SnapshotStore,
+    pub outbound: Arc<O>,
+    pub max_snapshot_bytes: usize,
+    pub stats: Arc<Mutex<TransferStats>>,
+}
+
+impl<O: StateOutbound> StateTransfer<O> {
+    pub async fn run(
+        self,
+        mut incoming: mpsc::Receiver<(u16, Bytes)>,
+        needed: watch::Receiver<Option<CheckpointClaim>>,
+        installs: mpsc::Sender<Install>,
+        installed: mpsc::Sender<CheckpointClaim>,
+    ) {
+        let this = Arc::new(self);
+        // Answers for the fetcher; bounded, and a full queue drops (the fetch times out).
+        let (answers_tx, answers_rx) = mpsc::channel::<(u16, StateMessage)>(16);
+        tokio::spawn(this.clone().fetch_loop(answers_rx, needed, installs, installed));
+        while let Some((from, bytes)) = incoming.recv().await {
+            match StateMessage::decode(&bytes) {
+                Ok(StateMessage::Request { seq, digest, offset }) => this.serve(from, seq, digest, offset),
+                Ok(answer) => {
+                    let _ = answers_tx.try_send((from, answer));
+                }
+                Err(e) => debug!(from, error = %e, "undecodable state-transfer message"),
+            }
+        }
+    }
+
+    fn serve(&self, to: u16, seq: u64, digest: [u8; 32], offset: u64) {
+        let message = match self.store.encoded(seq, &digest, self.max_snapshot_bytes) {
+            Some(bytes) => {
+                let start = usize::try_from(offset).unwrap_or(usize::MAX).min(bytes.len());
+                let end = start.saturating_add(CHUNK_BYTES).min(bytes.len());
+                StateMessage::Chunk { seq, digest, total: bytes.len() as u64, offset: start as u64, data: bytes[start..end].to_vec() }
+            }
+            None => StateMessage::Unavailable { seq, digest },
+        };
+        self.outbound.send(to, Bytes::from(message.encode()));
+    }
+
+    async fn fetch_loop(
+        self: Arc<Self>,
+        mut answers: mpsc::Receiver<(u16, StateMessage)>,
+        mut needed: watch::Receiver<Option<CheckpointClaim>>,
+        installs: mpsc::Sender<Install>,
+        installed: mpsc::Sender<CheckpointClaim>,
+    ) {
+        let mut done: u64 = 0;
+        let mut next_peer = 0usize;
+        loop {
+            let current = *needed.borrow_and_update();
+            let claim = match current {
+                Some(claim) if claim.seq > done => claim,
+                _ => {
+                    if needed.changed().await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            info!(replica = self.id, seq = claim.seq, "fetching the state of the stable checkpoint from peers");
+            let mut fetched = None;
+            for _ in 0..self.peers.len() {
+                let peer = self.peers[next_peer % self.peers.len()];
+                next_peer += 1;
+                match self.fetch_from(peer, &claim, &mut answers).await {
+                    Ok(snapshot) => {
+                        fetched = Some(snapshot);
+                        break;
+                    }
+                    Err(e) => {
+                        warn!(replica = self.id, peer, seq = claim.seq, error = %e, "state transfer from this peer failed; trying another");
+                        if let Ok(mut stats) = self.stats.lock() {
+                            if matches!(e, FetchError::Snapshot(_)) {
+                                stats.rejected_snapshots += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            let Some(snapshot) = fetched else {
+                // No peer had it (the stable checkpoint may have moved on): ask again, for the
+                // latest checkpoint the ordering wants.
+                tokio::time::sleep(ROUND_PAUSE).await;
+                continue;
+            };
+            let (ack_tx, ack_rx) = oneshot::channel();
+            if installs.send((snapshot, ack_tx)).await.is_err() {
+                return;
+            }
+            match ack_rx.await {
+                Ok(Ok(())) => {
+                    done = claim.seq;
+                    if let Ok(mut stats) = self.stats.lock() {
+                        stats.installed += 1;
+                        stats.last_installed = Some(claim.seq);
+                    }
+                    if installed.send(claim).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(Err(e)) => {
+                    warn!(replica = self.id, seq = claim.seq, error = %e, "installing the transferred state failed; fetching again");
+                    tokio::time::sleep(ROUND_PAUSE).await;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Fetches the snapshot of `claim` from `peer`, chunk by chunk, and verifies it.
+    async fn fetch_from(
+        &self,
+        peer: u16,
+        claim: &CheckpointClaim,
+        answers: &mut mpsc::Receiver<(u16, StateMessage)>,
+    ) -> Result<Snapshot, FetchError> {
+        // Answers to an earlier fetch are stale now.
+        while answers.try_recv().is_ok() {}
+        let (seq, digest) = (claim.seq, claim.state_digest);
+        let mut buffer: Vec<u8> = Vec::new();
+        let mut total: Option<u64> = None;
+        loop {
+            let offset = buffer.len() as u64;
+            self.outbound.send(peer, Bytes::from(StateMessage::Request { seq, digest, offset }.encode()));
+            let deadline = tokio::time::Instant::now() + CHUNK_TIMEOUT;
+            let (chunk_total, data) = loop {
+                let answer = tokio::time::timeout_at(deadline, answers.recv()).await.map_err(|_| FetchError::Timeout)?;
+                let Some((from, message)) = answer else { return Err(FetchError::Closed) };
+                if from != peer {
+                    continue;
+                }
+                match message {
+                    StateMessage::Chunk { seq: s, digest: d, total, offset: o, data } if s == seq && d == digest && o == offset => {
+                        break (total, data)
+                    }
+                    StateMessage::Unavailable { seq: s, digest: d } if s == seq && d == digest => {
+                        return Err(FetchError::Unavailable)
+                    }
+                    _ => continue,
+                }
+            };
+            if chunk_total > self.max_snapshot_bytes as u64 {
+                return Err(FetchError::TooLarge(chunk_total));
+            }
+            if total.is_some_and(|t| t != chunk_total) || (data.is_empty() && offset < chunk_total) {
+                return Err(FetchError::Inconsistent);
+            }
+            total = Some(chunk_total);
+            if offset + data.len() as u64 > chunk_total {
+                return Err(FetchError::Inconsistent);
+            }
+            buffer.extend_from_slice(&data);
+            if buffer.len() as u64 == chunk_total {
+                break;
+            }
+        }
+        let snapshot = Snapshot::decode(&buffer, self.max_snapshot_bytes)?;
+        snapshot.verify(claim)?;
+        Ok(snapshot)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum FetchError {
+    #[error("no answer to a chunk request in time")]
+    Timeout,
+    #[error("the peer has no snapshot of this checkpoint")]
+    Unavailable,
+    #[error("the snapshot would be {0} bytes, over the limit")]
+    TooLarge(u64),
+    #[error("the peer's chunks do not add up")]
+    Inconsistent,
+    #[error("the mesh is closed")]
+    Closed,
+    #[error("{0}")]
+    Snapshot(#[from] SnapshotError),
+}
+
+impl From<CodecError> for FetchError {
+    fn from(e: CodecError) -> Self {
+        FetchError::Snapshot(SnapshotError::Codec(e))
+    }
+}
+
+/// Installs a verified snapshot's zone into named's directory (run while named is stopped):
+/// the zone file is replaced and named's journal removed, so named loads exactly these records.
+pub fn write_zone_files(zone_file: &Path, journal: &Path, records: &[Vec<u8>]) -> std::io::Result<()> {
+    let tmp = zone_file.with_extension("transfer");
+    std::fs::write(&tmp, render_zone(records))?;
+    std::fs::rename(&tmp, zone_file)?;
+    match std::fs::remove_file(journal) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Keeps the records a checkpoint digest was computed from, until the checkpoint's state is
+/// known (the executor pairs them in [`crate::executor`]).
+pub type DigestedRecords = Arc<Mutex<BTreeMap<u64, Vec<Vec<u8>>>>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// owner | type | class | ttl | rdlength | rdata.
+    fn record(owner: &[&str], rtype: u16, ttl: u32, rdata: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for label in owner {
+            out.push(label.len() as u8);
+            out.extend_from_slice(label.as_bytes());
+        }
+        out.push(0);
+        out.extend_from_slice(&rtype.to_be_bytes());
+        out.extend_from_slice(&1u16.to_be_bytes());
+        out.extend_from_slice(&ttl.to_be_bytes());
+        out.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        out.extend_from_slice(rdata);
+        out
+    }
+
+    fn snapshot(seq: u64, names: usize) -> (Snapshot, CheckpointClaim) {
+        let mut records = vec![record(&["example", "test"], 6, 300, &[0; 22])];
+        for i in 0..names {
+            records.push(record(&[&format!("h{i}"), "example", "test"], 1, 300, &[192, 0, 2, (i % 250) as u8]));
+        }
+        let mut state = ExecState { executed: seq, last_signed_s: 77, ..Default::default() };
+        state.record(seq, 0, 0);
+        let zone = zone_digest_of(&mut records);
+        let digest = state.checkpoint_digest(&zone);
+        let claim = CheckpointClaim { seq, time: bft::Time(1), log_digest: [3; 32], state_digest: digest };
+        (Snapshot { seq, digest, state, records }, claim)
+    }
+
+    #[test]
+    fn a_snapshot_verifies_only_against_its_own_checkpoint() {
+        let (good, claim) = snapshot(64, 20);
+        let decoded = Snapshot::decode(&good.encode(), 1 << 20).unwrap();
+        assert_eq!(decoded, good);
+        decoded.verify(&claim).unwrap();
+
+        let mut extra = good.clone();
+        extra.records.push(record(&["evil", "example", "test"], 1, 300, &[10, 0, 0, 1]));
+        assert!(matches!(extra.verify(&claim), Err(SnapshotError::DigestMismatch { .. })));
+        let mut changed = good.clone();
+        if let Some(last) = changed.records[3].last_mut() {
+            *last ^= 1;
+        }
+        assert!(matches!(changed.verify(&claim), Err(SnapshotError::DigestMismatch { .. })));
+        let mut state = good.clone();
+        state.state.last_signed_s += 1;
+        assert!(matches!(state.verify(&claim), Err(SnapshotError::DigestMismatch { .. })));
+        let mut position = good.clone();
+        position.state.executed = 63;
+        assert!(matches!(position.verify(&claim), Err(SnapshotError::WrongPosition { .. })));
+        let mut malformed = good.clone();
+        malformed.records.push(vec![0xc0, 0x0c, 0, 1]);
+        assert!(matches!(malformed.verify(&claim), Err(SnapshotError::BadRecord { .. })));
+        assert!(matches!(good.verify(&CheckpointClaim { seq: 128, ..claim }), Err(SnapshotError::WrongSeq { .. })));
+        assert!(matches!(Snapshot::decode(&good.encode(), 100), Err(SnapshotError::Codec(CodecError::TooLarge { .. }))));
+    }
+
+    #[test]
+    fn the_zone_file_has_every_record_in_generic_form_soa_first() {
+        let records = vec![
+            record(&["a b", "example", "test"], 16, 60, b"\x02hi"),
+            record(&["example", "test"], 6, 300, &[1, 2]),
+            record(&["e", "example", "test"], 10, 5, &[]),
+        ];
+        let text = render_zone(&records);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines, vec![
+            "example.test. 300 IN TYPE6 \\# 2 0102",
+            "a\\032b.example.test. 60 IN TYPE16 \\# 3 026869",
+            "e.example.test. 5 IN TYPE10 \\# 0",
+        ]);
+    }
+
+    #[test]
+    fn the_store_keeps_the_newest_snapshots() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotStore::new(dir.path().join("snaps")).unwrap();
+        for seq in [8, 16, 24, 32, 40] {
+            store.save(&snapshot(seq, 2).0).unwrap();
+        }
+        let mut seqs = store.seqs();
+        seqs.sort_unstable();
+        assert_eq!(seqs, vec![24, 32, 40]);
+        let (s, _) = snapshot(40, 2);
+        assert!(store.encoded(40, &s.digest, 1 << 20).is_some());
+        assert!(store.encoded(40, &[9; 32], 1 << 20).is_none(), "another digest is another checkpoint");
+        assert!(store.encoded(8, &snapshot(8, 2).0.digest, 1 << 20).is_none(), "pruned");
+    }
+
+    /// An in-memory network between state-transfer tasks.
+    struct Net {
+        from: u16,
+        peers: BTreeMap<u16, mpsc::Sender<(u16, Bytes)>>,
+    }
+
+    impl StateOutbound for Net {
+        fn send(&self, to: u16, bytes: Bytes) {
+            if let Some(peer) = self.peers.get(&to) {
+                let _ = peer.try_send((self.from, bytes));
+            }
+        }
+    }
+
+    /// Replica 0 needs checkpoint 64. Replica 1 serves a forged snapshot under the right
+    /// name, replica 2 has none, replica 3 is honest, with a snapshot of several chunks:
+    /// replica 0 installs exactly the honest one.
+    #[tokio::test]
+    async fn a_lagging_replica_installs_only_the_certified_state() {
+        let (honest, claim) = snapshot(64, 80_000);
+        assert!(honest.encode().len() > 2 * CHUNK_BYTES, "several chunks");
+        let mut forged = honest.clone();
+        forged.records.push(record(&["evil", "example", "test"], 1, 300, &[10, 0, 0, 1]));
+        let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+        let stores: Vec<_> = dirs.iter().map(|d| SnapshotStore::new(d.path().to_path_buf()).unwrap()).collect();
+        stores[1].save(&forged).unwrap();
+        stores[3].save(&honest).unwrap();
+
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..4).map(|_| mpsc::channel(64)).unzip();
+        let mut installs_rx = None;
+        let mut installed_rx = None;
+        let (need_tx, need_rx) = watch::channel(None);
+        for (id, (store, incoming)) in stores.into_iter().zip(rxs).enumerate() {
+            let id = id as u16;
+            let peers: BTreeMap<u16, _> = (0..4u16).filter(|p| *p != id).map(|p| (p, txs[usize::from(p)].clone())).collect();
+            let transfer = StateTransfer {
+                id,
+                peers: peers.keys().copied().collect(),
+                store,
+                outbound: Arc::new(Net { from: id, peers }),
+                max_snapshot_bytes: 64 * 1024 * 1024,
+                stats: Default::default(),
+            };
+            let (itx, irx) = mpsc::channel(1);
+            let (dtx, drx) = mpsc::channel(1);
+            if id == 0 {
+                installs_rx = Some(irx);
+                installed_rx = Some(drx);
+            }
+            let needed = if id == 0 { need_rx.clone() } else { watch::channel(None).1 };
+            tokio::spawn(transfer.run(incoming, needed, itx, dtx));
+        }
+        need_tx.send_replace(Some(claim));
+        let (mut installs, mut installed) = (installs_rx.unwrap(), installed_rx.unwrap());
+        let (got, ack) = tokio::time::timeout(Duration::from_secs(60), installs.recv()).await.unwrap().unwrap();
+        assert_eq!(got, honest);
+        ack.send(Ok(())).unwrap();
+        assert_eq!(installed.recv().await, Some(claim));
+    }
+}
