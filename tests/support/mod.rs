@@ -59,11 +59,13 @@ pub struct ClusterOpts {
     pub skip_precheck: Vec<u16>,
     /// `--rrl-responses-per-second` (0: off).
     pub rrl: u32,
+    /// More `cluster up` arguments, as given.
+    pub extra: Vec<String>,
 }
 
 impl Default for ClusterOpts {
     fn default() -> Self {
-        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered", resign_after_s: None, sign_zone_interval_s: None, update_auth: "tsig", skip_precheck: Vec::new(), rrl: 0 }
+        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered", resign_after_s: None, sign_zone_interval_s: None, update_auth: "tsig", skip_precheck: Vec::new(), rrl: 0, extra: Vec::new() }
     }
 }
 
@@ -115,6 +117,7 @@ impl Cluster {
             args.push("--skip-precheck".into());
             args.push(opts.skip_precheck.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",").into());
         }
+        args.extend(opts.extra.iter().map(Into::into));
         let cluster = Cluster { dir, n: opts.replicas, base, up_args: args, _serial: serial };
         let _usage = cluster.start_stopped();
         cluster

@@ -183,7 +183,7 @@ pub fn down(replicas: u16, dir: &Path) -> Result<()> {
 }
 
 pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
-    println!("{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {}", "replica", "pid", "view", "primary", "executed", "checkpoint", "peers", "named", "health");
+    println!("{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {:<13} {}", "replica", "pid", "view", "primary", "executed", "checkpoint", "peers", "named", "health", "re-signing");
     let mut all_ok = true;
     for i in 0..p.replicas {
         let pid = read_pid(&pid_file(dir, i)).filter(|&pid| alive(pid));
@@ -197,8 +197,16 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
         };
         all_ok &= health == "ok";
         let s = status.unwrap_or_default();
+        // Incremental re-signing progress: signatures due of those in the zone, RRsets
+        // re-signed so far, the rate while slices run and the time left at the slice pace.
+        let resign = if s.rrsigs == 0 {
+            "-".to_string()
+        } else {
+            let eta = s.resign_eta_s.map(|e| format!(", eta {e} s")).unwrap_or_default();
+            format!("{}/{} due, {} done, {:.1}/s{eta}", s.rrsigs_due, s.rrsigs, s.resigned_rrsets, s.resign_rate)
+        };
         println!(
-            "{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {}",
+            "{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {:<13} {}",
             i,
             pid.map(|p| p.to_string()).unwrap_or("-".into()),
             s.view,
@@ -207,7 +215,8 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
             s.stable_checkpoint,
             format!("{}/{}", s.peers_connected, p.replicas - 1),
             if s.named_running { "up" } else { "-" },
-            health
+            health,
+            resign
         );
     }
     Ok(all_ok)
@@ -351,6 +360,9 @@ mod tests {
             zone_file: None,
             resign_after_s: None,
             sign_zone_interval_s: None,
+            validity_s: None,
+            resign_slice_interval_s: None,
+            resign_slice_rrsets: None,
             update_auth: crate::auth::Mode::Tsig,
             skip_precheck: Vec::new(),
             rrl_responses_per_second: 0,
