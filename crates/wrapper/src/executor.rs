@@ -169,7 +169,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 tokio::spawn(async move {
                     let _ = tx.send(Some(times));
                     let started = std::time::Instant::now();
-                    let result = resign_slice(&maintenance, due_before_s, max_rrsets, times).await;
+                    let result = resign_slice(&maintenance, seq, due_before_s, max_rrsets, times).await;
                     let _ = tx.send(None);
                     let result = match result {
                         Ok(report) => {
@@ -248,10 +248,10 @@ async fn sign_zone(maintenance: &ZoneMaintenance, times: SignatureTimes) -> Resu
 /// A re-signing slice; a zone that cannot be read is retried (named restarting), since
 /// giving up on a local timer would make this replica differ. named's refusal is an
 /// outcome, the same on every honest replica.
-async fn resign_slice(maintenance: &ZoneMaintenance, due_before_s: u32, max_rrsets: u32, times: SignatureTimes) -> Result<crate::zone::SliceReport, String> {
+async fn resign_slice(maintenance: &ZoneMaintenance, seq: u64, due_before_s: u32, max_rrsets: u32, times: SignatureTimes) -> Result<crate::zone::SliceReport, String> {
     let mut pause = Duration::from_millis(100);
     loop {
-        match maintenance.resign_slice(due_before_s, max_rrsets, times).await {
+        match maintenance.resign_slice(seq, due_before_s, max_rrsets, times).await {
             Ok(r) => return Ok(r),
             Err(ZoneError::Transfer(e)) => {
                 warn!(error = %e, "zone unreadable for a re-signing slice; trying again");

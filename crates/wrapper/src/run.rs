@@ -242,6 +242,7 @@ pub async fn run(config: Config) -> Result<()> {
             maintenance_key,
             writes: writes.clone(),
             earliest_expiration: std::sync::atomic::AtomicU32::new(0),
+            slice_journal: state.join("resign.pending"),
         }),
         state_file,
         last_signed: last_signed.clone(),

@@ -64,6 +64,11 @@ pub struct ZoneMaintenance {
     /// so a slice whose horizon is below it has nothing to do and needs no AXFR. A
     /// shortcut only: the outcome is what the AXFR would have given.
     pub earliest_expiration: AtomicU32,
+    /// The last slice's UPDATE, written before it is sent: a slice executed again after
+    /// a crash (named applied it, the batch was not yet recorded as executed) sends the
+    /// same deletions, which find nothing and change nothing, instead of choosing anew
+    /// from a zone it already changed.
+    pub slice_journal: PathBuf,
 }
 
 /// What one slice did, for the log and the progress metrics.
@@ -108,19 +113,33 @@ impl ZoneMaintenance {
     /// with the slice's agreed times meanwhile. Every honest replica holds the same
     /// zone, so all choose the same RRsets and get the same signatures. Waits for named
     /// however long it takes, as an ordered write does.
-    pub async fn resign_slice(&self, due_before_s: u32, max_rrsets: u32, times: SignatureTimes) -> Result<SliceReport, ZoneError> {
-        let floor = self.earliest_expiration.load(Ordering::Relaxed);
-        if floor != 0 && due_before_s < floor {
-            return Ok(SliceReport::default());
-        }
-        let records = self.raw_records().await?;
-        let plan = plan_slice(&records, due_before_s, max_rrsets as usize);
-        let report = SliceReport { resigned: plan.chosen.len() as u32, due: plan.due as u32, total: Some(plan.total as u32) };
-        if plan.chosen.is_empty() {
-            self.earliest_expiration.store(plan.rest_earliest.unwrap_or(0), Ordering::Relaxed);
-            return Ok(report);
-        }
-        let body = build_slice_update(&self.zone, &plan.chosen)?;
+    pub async fn resign_slice(&self, seq: u64, due_before_s: u32, max_rrsets: u32, times: SignatureTimes) -> Result<SliceReport, ZoneError> {
+        let (report, body, rest_earliest) = match self.journaled_slice(seq).await {
+            Some((report, body)) => (report, body, None),
+            None => {
+                let floor = self.earliest_expiration.load(Ordering::Relaxed);
+                if floor != 0 && due_before_s < floor {
+                    return Ok(SliceReport::default());
+                }
+                let records = self.raw_records().await?;
+                let plan = plan_slice(&records, due_before_s, max_rrsets as usize);
+                let report = SliceReport { resigned: plan.chosen.len() as u32, due: plan.due as u32, total: Some(plan.total as u32) };
+                if plan.chosen.is_empty() {
+                    self.earliest_expiration.store(plan.rest_earliest.unwrap_or(0), Ordering::Relaxed);
+                    return Ok(report);
+                }
+                let body = build_slice_update(&self.zone, &plan.chosen)?;
+                let mut journal = seq.to_be_bytes().to_vec();
+                journal.extend_from_slice(&report.resigned.to_be_bytes());
+                journal.extend_from_slice(&report.due.to_be_bytes());
+                journal.extend_from_slice(&(plan.total as u32).to_be_bytes());
+                journal.extend_from_slice(&body);
+                let tmp = self.slice_journal.with_extension("tmp");
+                tokio::fs::write(&tmp, &journal).await.map_err(|source| ZoneError::Io { path: tmp.clone(), source })?;
+                tokio::fs::rename(&tmp, &self.slice_journal).await.map_err(|source| ZoneError::Io { path: self.slice_journal.clone(), source })?;
+                (report, body, plan.rest_earliest)
+            }
+        };
         let mut pause = std::time::Duration::from_millis(50);
         let answer = loop {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
@@ -139,9 +158,20 @@ impl ZoneMaintenance {
             return Err(ZoneError::Refused(rcode));
         }
         // The re-signed RRsets now expire at times.expiration, later than the rest.
-        let floor = plan.rest_earliest.map_or(times.expiration, |e| e.min(times.expiration));
+        let floor = rest_earliest.map_or(times.expiration, |e| e.min(times.expiration));
         self.earliest_expiration.store(floor, Ordering::Relaxed);
         Ok(report)
+    }
+
+    /// The journaled slice of batch `seq`, if this replica already chose it.
+    async fn journaled_slice(&self, seq: u64) -> Option<(SliceReport, Vec<u8>)> {
+        let bytes = tokio::fs::read(&self.slice_journal).await.ok()?;
+        let (head, body) = (bytes.get(..20)?, bytes.get(20..)?);
+        let word = |i: usize| u32::from_be_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+        if u64::from_be_bytes(head[..8].try_into().ok()?) != seq {
+            return None;
+        }
+        Some((SliceReport { resigned: word(8), due: word(12), total: Some(word(16)) }, body.to_vec()))
     }
 
     /// Signs the zone's current content (file plus journal) with the distributed key,
@@ -289,7 +319,7 @@ mod tests {
         rdata.extend_from_slice(&covered.to_be_bytes());
         rdata.extend_from_slice(&[8, 3, 0, 0, 1, 44]);
         rdata.extend_from_slice(&expiration.to_be_bytes());
-        rdata.extend_from_slice(&(expiration - 1000).to_be_bytes());
+        rdata.extend_from_slice(&expiration.saturating_sub(1000).to_be_bytes());
         rdata.extend_from_slice(&[0x12, 0x34]);
         rdata.extend_from_slice(&name_wire("example.test."));
         rdata.extend_from_slice(&[0xaa; 256]);

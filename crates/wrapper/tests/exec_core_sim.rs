@@ -85,8 +85,12 @@ enum Named {
 struct Zone {
     applied: BTreeSet<u16>,
     signed_at: Option<(u32, u32)>,
-    /// Re-signing slices applied: (horizon, signature times).
-    slices: Vec<(u32, (u32, u32))>,
+    /// Re-signing slices applied, by batch: (horizon, signature times). Keyed by batch
+    /// as the real one is idempotent per batch (its journal): a slice executed again
+    /// after a crash changes nothing more.
+    slices: BTreeMap<u64, (u32, (u32, u32))>,
+    /// What each slice reported (named's journal: not part of the zone's content).
+    resigned: BTreeMap<u64, u32>,
 }
 
 impl Zone {
@@ -99,7 +103,8 @@ impl Zone {
             h.update(i.to_be_bytes());
             h.update(e.to_be_bytes());
         }
-        for (due, (i, e)) in &self.slices {
+        for (seq, (due, (i, e))) in &self.slices {
+            h.update(seq.to_be_bytes());
             h.update(due.to_be_bytes());
             h.update(i.to_be_bytes());
             h.update(e.to_be_bytes());
@@ -185,7 +190,7 @@ enum Effect {
     Write { k: u16 },
     Read { expected: Option<usize> },
     Sign { times: (u32, u32) },
-    Slice { due_before_s: u32, times: (u32, u32) },
+    Slice { seq: u64, due_before_s: u32, times: (u32, u32) },
 }
 
 struct Sim {
@@ -366,9 +371,9 @@ impl Sim {
                 self.nodes[i].zone.signed_at = Some(times);
                 self.nodes[i].signings += 1;
             }
-            Effect::Slice { due_before_s, times } => {
+            Effect::Slice { seq, due_before_s, times } => {
                 self.nodes[i].write_in_flight = false;
-                self.nodes[i].zone.slices.push((due_before_s, times));
+                self.nodes[i].zone.slices.insert(seq, (due_before_s, times));
             }
         }
     }
@@ -427,10 +432,15 @@ impl Sim {
                         self.fail(format!("replica {id}: a re-signing slice was issued while reads or a write run"));
                     }
                     self.nodes[i].write_in_flight = true;
-                    // What named re-signs depends on the zone only: equal zones, equal counts.
-                    let resigned = (self.nodes[i].zone.applied.len() as u32).min(max_rrsets);
+                    // What named re-signs depends on the zone only: equal zones, equal counts;
+                    // a slice executed again after a crash reports what it did the first time.
+                    let resigned = match self.nodes[i].zone.resigned.get(&seq) {
+                        Some(&n) => n,
+                        None => (self.nodes[i].zone.applied.len() as u32).min(max_rrsets),
+                    };
+                    self.nodes[i].zone.resigned.insert(seq, resigned);
                     let delay = 1 + self.rng.next_u64() % 300;
-                    let effect = Effect::Slice { due_before_s, times: (times.inception, times.expiration) };
+                    let effect = Effect::Slice { seq, due_before_s, times: (times.inception, times.expiration) };
                     self.schedule(delay, id, Due::Done { incarnation: inc, effect, event: Event::SliceDone { seq, result: Ok(resigned) } });
                 }
                 Command::DigestZone { seq } => {
