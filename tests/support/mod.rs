@@ -61,11 +61,13 @@ pub struct ClusterOpts {
     pub rrl: u32,
     /// `--byzantine ID:MODE,...`: replicas that misbehave, and how.
     pub byzantine: Vec<(u16, String)>,
+    /// More `cluster up` arguments, as given.
+    pub extra: Vec<String>,
 }
 
 impl Default for ClusterOpts {
     fn default() -> Self {
-        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered", resign_after_s: None, sign_zone_interval_s: None, update_auth: "tsig", skip_precheck: Vec::new(), rrl: 0, byzantine: Vec::new() }
+        ClusterOpts { replicas: 4, protocol: "opt-te", corrupt: Vec::new(), reads: "ordered", resign_after_s: None, sign_zone_interval_s: None, update_auth: "tsig", skip_precheck: Vec::new(), rrl: 0, byzantine: Vec::new(), extra: Vec::new() }
     }
 }
 
@@ -121,6 +123,7 @@ impl Cluster {
             args.push("--byzantine".into());
             args.push(opts.byzantine.iter().map(|(i, m)| format!("{i}:{m}")).collect::<Vec<_>>().join(",").into());
         }
+        args.extend(opts.extra.iter().map(Into::into));
         let cluster = Cluster { dir, n: opts.replicas, base, up_args: args, _serial: serial };
         let _usage = cluster.start_stopped();
         cluster

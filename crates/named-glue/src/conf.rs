@@ -93,6 +93,9 @@ pub struct NamedConf {
     pub tsig_keys: Vec<TsigKey>,
     /// Keys named knows only to check and sign zone transfers; never granted updates.
     pub transfer_keys: Vec<TsigKey>,
+    /// The key of the wrapper's ordered re-signing updates: granted RRSIG only (with the
+    /// BIND patch, deleting one exact RRSIG makes named sign that RRset again).
+    pub maintenance_key: Option<TsigKey>,
     /// RRSIG validity in days; also the re-sign interval, so no jitter.
     pub sig_validity_days: u32,
 }
@@ -112,6 +115,7 @@ impl NamedConf {
             key_directory: directory.join("keys"),
             tsig_keys,
             transfer_keys: Vec::new(),
+            maintenance_key: None,
             sig_validity_days: 30,
         }
     }
@@ -137,7 +141,7 @@ impl NamedConf {
         }
         check_token("zone name", &zone)?;
         let mut out = String::new();
-        for key in self.tsig_keys.iter().chain(&self.transfer_keys) {
+        for key in self.tsig_keys.iter().chain(&self.transfer_keys).chain(&self.maintenance_key) {
             out.push_str(&key.statement()?);
         }
         out.push_str(&format!(
@@ -192,6 +196,10 @@ impl NamedConf {
         }
         for key in &self.tsig_keys {
             rules.push_str(&format!("\t\tgrant \"{}\" zonesub ANY;\n", key.name));
+        }
+        if let Some(key) = &self.maintenance_key {
+            check_token("TSIG key name", &key.name)?;
+            rules.push_str(&format!("\t\tgrant \"{}\" zonesub RRSIG;\n", key.name));
         }
         if rules.is_empty() {
             // update-policy needs a rule; this one matches no signed request.
@@ -288,6 +296,19 @@ mod tests {
         assert!(text.contains("key \"xfr\" {\n\talgorithm hmac-sha512;"), "{text}");
         assert!(text.contains("grant \"tsig-0.sdns-local\" zonesub ANY;"), "{text}");
         assert!(!text.contains("grant \"xfr\"") && !text.contains("deny \"xfr\""), "{text}");
+    }
+
+    #[test]
+    fn maintenance_key_is_granted_rrsig_only() {
+        let zone = Name::from_ascii("example.test.").unwrap();
+        let mut conf = NamedConf::new(Path::new("/tmp/r1"), 5353, &zone, vec![]);
+        conf.maintenance_key = Some(TsigKey::hmac_sha256("resign.sdns-local", vec![3; 32]));
+        let text = conf.render().unwrap();
+        assert!(text.contains("key \"resign.sdns-local\" {"), "{text}");
+        assert!(text.contains("grant \"resign.sdns-local\" zonesub RRSIG;"), "{text}");
+        assert!(!text.contains("grant \"resign.sdns-local\" zonesub ANY"), "{text}");
+        // The catch-all denial is only for a policy without any grant.
+        assert!(!text.contains("deny * zonesub"), "{text}");
     }
 
     #[test]

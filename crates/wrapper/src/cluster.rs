@@ -190,7 +190,7 @@ pub fn down(replicas: u16, dir: &Path) -> Result<()> {
 }
 
 pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
-    println!("{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {}", "replica", "pid", "view", "primary", "executed", "checkpoint", "peers", "named", "health");
+    println!("{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {:<13} {}", "replica", "pid", "view", "primary", "executed", "checkpoint", "peers", "named", "health", "re-signing");
     let mut all_ok = true;
     let mut reports = Vec::new();
     let rows: Vec<(Option<i32>, Option<Status>)> = (0..p.replicas)
@@ -213,8 +213,16 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
         if pid.is_some() {
             reports.push((i, s.peer_faults.clone(), s.silent_peers.clone()));
         }
+        // Incremental re-signing progress: signatures due of those in the zone, RRsets
+        // re-signed so far, the rate while slices run and the time left at the slice pace.
+        let resign = if s.rrsigs == 0 {
+            "-".to_string()
+        } else {
+            let eta = s.resign_eta_s.map(|e| format!(", eta {e} s")).unwrap_or_default();
+            format!("{}/{} due, {} done, {:.1}/s{eta}", s.rrsigs_due, s.rrsigs, s.resigned_rrsets, s.resign_rate)
+        };
         println!(
-            "{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {}",
+            "{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {:<13} {}",
             i,
             pid.map(|p| p.to_string()).unwrap_or("-".into()),
             s.view,
@@ -223,7 +231,8 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
             s.stable_checkpoint,
             format!("{}/{}", s.peers_connected, p.replicas - 1),
             if s.named_running { "up" } else { "-" },
-            health
+            health,
+            resign
         );
     }
     let accusations = attribution(&reports);
@@ -392,6 +401,9 @@ mod tests {
             zone_file: None,
             resign_after_s: None,
             sign_zone_interval_s: None,
+            validity_s: None,
+            resign_slice_interval_s: None,
+            resign_slice_rrsets: None,
             update_auth: crate::auth::Mode::Tsig,
             skip_precheck: Vec::new(),
             rrl_responses_per_second: 0,

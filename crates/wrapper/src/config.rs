@@ -173,9 +173,18 @@ pub struct SigningSection {
     pub timeout_ms: u64,
     /// Final signatures kept to serve replicas that replay old writes.
     pub cache_entries: usize,
-    /// Re-sign the whole zone (an ordered operation) once the last signing is this old;
-    /// default: half the signature validity.
+    /// A signature is re-signed once it is this old (its expiration is less than the
+    /// validity minus this away, by agreed time); default: half the signature validity.
     pub resign_after_s: Option<u64>,
+    /// Signature validity in seconds, overriding `named.signature_validity_days` for the
+    /// agreed times (named's own interval is only counted in days); for short-validity
+    /// soak runs.
+    pub validity_s: Option<u32>,
+    /// Incremental re-signing: at most one slice per this much agreed time.
+    pub resign_slice_interval_s: u64,
+    /// Incremental re-signing: at most this many RRsets (those whose signatures expire
+    /// soonest) are re-signed in one slice, so a slice holds the executor briefly.
+    pub resign_slice_rrsets: u32,
     /// At most one whole-zone signing (sign-zone or re-sign) per this much agreed time;
     /// a sign-zone asked for sooner is refused.
     pub sign_zone_interval_s: u64,
@@ -189,7 +198,16 @@ pub const MAX_SIGN_TIMEOUT_MS: u64 = 590_000;
 
 impl Default for SigningSection {
     fn default() -> Self {
-        Self { timeout_ms: MAX_SIGN_TIMEOUT_MS, cache_entries: 4096, resign_after_s: None, sign_zone_interval_s: 3600, sign_zone_window_s: 600 }
+        Self {
+            timeout_ms: MAX_SIGN_TIMEOUT_MS,
+            cache_entries: 4096,
+            resign_after_s: None,
+            validity_s: None,
+            resign_slice_interval_s: 10,
+            resign_slice_rrsets: 16,
+            sign_zone_interval_s: 3600,
+            sign_zone_window_s: 600,
+        }
     }
 }
 
@@ -302,9 +320,14 @@ impl Config {
         }
     }
 
-    /// How old the last signing may get before the zone is signed again.
+    /// Signature validity (s) for the agreed times.
+    pub fn validity_s(&self) -> u32 {
+        self.signing.validity_s.unwrap_or(self.named.signature_validity_days.saturating_mul(86_400))
+    }
+
+    /// How old a signature may get before it is signed again.
     pub fn resign_after_s(&self) -> u64 {
-        self.signing.resign_after_s.unwrap_or(u64::from(self.named.signature_validity_days) * 86_400 / 2)
+        self.signing.resign_after_s.unwrap_or(u64::from(self.validity_s()) / 2)
     }
 
     pub fn me(&self) -> &PeerSection {
@@ -377,8 +400,16 @@ impl Config {
         if o.view_change_timeout_ms == 0 || o.request_timeout_ms == 0 {
             return Err(bad("ordering", "timeouts must be positive".into()));
         }
+        if let Some(v) = self.signing.validity_s {
+            if v < 60 || v > self.named.signature_validity_days.saturating_mul(86_400) {
+                return Err(bad("signing.validity_s", format!("{v} must be at least 60 and at most named.signature_validity_days")));
+            }
+        }
+        if self.signing.resign_slice_interval_s == 0 || self.signing.resign_slice_rrsets == 0 {
+            return Err(bad("signing.resign_slice_interval_s", "the slice interval and slice size must be at least 1".into()));
+        }
         if let Some(r) = self.signing.resign_after_s {
-            let validity = u64::from(self.named.signature_validity_days) * 86_400;
+            let validity = u64::from(self.validity_s());
             if r == 0 || r >= validity {
                 return Err(bad("signing.resign_after_s", format!("{r} must be above 0 and below the signature validity ({validity} s)")));
             }

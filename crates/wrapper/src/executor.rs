@@ -223,6 +223,31 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     let _ = events.send(Event::SignZoneDone { seq, result });
                 });
             }
+            Command::ResignSlice { seq, times, due_before_s, max_rrsets } => {
+                let (maintenance, metrics, events, tx) = (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone());
+                let id = self.id;
+                tokio::spawn(async move {
+                    let _ = tx.send(Some(times));
+                    let started = std::time::Instant::now();
+                    let result = resign_slice(&maintenance, seq, due_before_s, max_rrsets, times).await;
+                    let _ = tx.send(None);
+                    let result = match result {
+                        Ok(report) => {
+                            if report.resigned > 0 {
+                                info!(replica = id, seq, resigned = report.resigned, due = report.due, ms = started.elapsed().as_millis() as u64, "re-signing slice");
+                            }
+                            metrics.observe_slice(report, started.elapsed());
+                            Ok(report.resigned)
+                        }
+                        Err(e) => {
+                            metrics.inc_execute_error();
+                            warn!(replica = id, seq, error = %e, "re-signing slice failed; zone left as it was");
+                            Err(e)
+                        }
+                    };
+                    let _ = events.send(Event::SliceDone { seq, result });
+                });
+            }
             Command::DigestZone { seq } => {
                 // The zone changes only by writes and signings, which advance the cache's
                 // epoch: at the same epoch the zone, and so its digest, is the same.
@@ -326,7 +351,6 @@ async fn sign_zone(maintenance: &ZoneMaintenance, times: SignatureTimes) -> Resu
     }
 }
 
-/// The digest of named's zone (see [`zone_digest_of`]) and the records it covers.
 /// Keeps the records checkpoint `seq`'s digest was computed from, for its snapshot; only
 /// the checkpoint being executed is waited for.
 fn remember_digested(digested: &DigestedRecords, seq: u64, records: Vec<Vec<u8>>) {
@@ -338,6 +362,25 @@ fn remember_digested(digested: &DigestedRecords, seq: u64, records: Vec<Vec<u8>>
     }
 }
 
+/// A re-signing slice; a zone that cannot be read is retried (named restarting), since
+/// giving up on a local timer would make this replica differ. named's refusal is an
+/// outcome, the same on every honest replica.
+async fn resign_slice(maintenance: &ZoneMaintenance, seq: u64, due_before_s: u32, max_rrsets: u32, times: SignatureTimes) -> Result<crate::zone::SliceReport, String> {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match maintenance.resign_slice(seq, due_before_s, max_rrsets, times).await {
+            Ok(r) => return Ok(r),
+            Err(ZoneError::Transfer(e)) => {
+                warn!(error = %e, "zone unreadable for a re-signing slice; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(WRITE_RETRY_MAX);
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// The digest of named's zone (see [`zone_digest_of`]) and the records it covers.
 async fn zone_digest(maintenance: &ZoneMaintenance, id: u16) -> Option<([u8; 32], Vec<Vec<u8>>)> {
     let mut pause = Duration::from_millis(100);
     for attempt in 1..=DIGEST_ATTEMPTS {

@@ -90,6 +90,10 @@ pub struct ClusterParams {
     pub resign_after_s: Option<u64>,
     /// Written as `[signing] sign_zone_interval_s` when set.
     pub sign_zone_interval_s: Option<u64>,
+    /// Written as `[signing] validity_s`, `resign_slice_interval_s`, `resign_slice_rrsets` when set.
+    pub validity_s: Option<u32>,
+    pub resign_slice_interval_s: Option<u64>,
+    pub resign_slice_rrsets: Option<u32>,
     /// Which signatures authorize updates (`[auth] mode`).
     pub update_auth: Mode,
     /// Replicas that order updates without the pre-ordering check (fault injection).
@@ -259,8 +263,17 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
             named_port = p.layout.named_port(i),
             metrics = p.layout.metrics(i),
         );
-        if p.resign_after_s.is_some() || p.sign_zone_interval_s.is_some() {
+        if p.resign_after_s.is_some() || p.sign_zone_interval_s.is_some() || p.validity_s.is_some() || p.resign_slice_interval_s.is_some() || p.resign_slice_rrsets.is_some() {
             c += "\n[signing]\n";
+        }
+        if let Some(v) = p.validity_s {
+            c += &format!("validity_s = {v}\n");
+        }
+        if let Some(v) = p.resign_slice_interval_s {
+            c += &format!("resign_slice_interval_s = {v}\n");
+        }
+        if let Some(v) = p.resign_slice_rrsets {
+            c += &format!("resign_slice_rrsets = {v}\n");
         }
         if let Some(r) = p.resign_after_s {
             c += &format!("resign_after_s = {r}\n");
@@ -309,6 +322,9 @@ mod tests {
             zone_file: None,
             resign_after_s: None,
             sign_zone_interval_s: None,
+            validity_s: None,
+            resign_slice_interval_s: None,
+            resign_slice_rrsets: None,
             update_auth,
             skip_precheck: vec![2],
             rrl_responses_per_second: 7,

@@ -147,6 +147,15 @@ struct ClusterArgs {
     /// At most one whole-zone signing per this many seconds of agreed time (default 3600).
     #[arg(long)]
     sign_zone_interval_s: Option<u64>,
+    /// Signature validity in seconds (default: named's 30 days); short values for soak runs.
+    #[arg(long)]
+    signature_validity_s: Option<u32>,
+    /// Incremental re-signing: at most one slice per this many seconds of agreed time (default 10).
+    #[arg(long)]
+    resign_slice_interval_s: Option<u64>,
+    /// Incremental re-signing: at most this many RRsets per slice (default 16).
+    #[arg(long)]
+    resign_slice_rrsets: Option<u32>,
     /// What authorizes updates: tsig (a shared key every replica holds), sig0 (a KEY
     /// pair whose private half only the operator has), or both.
     #[arg(long, value_enum, default_value = "tsig")]
@@ -197,6 +206,9 @@ impl ClusterArgs {
             zone_file: self.zone_file.clone(),
             resign_after_s: self.resign_after_s,
             sign_zone_interval_s: self.sign_zone_interval_s,
+            validity_s: self.signature_validity_s,
+            resign_slice_interval_s: self.resign_slice_interval_s,
+            resign_slice_rrsets: self.resign_slice_rrsets,
             update_auth: match self.update_auth {
                 UpdateAuthArg::Tsig => wrapper::auth::Mode::Tsig,
                 UpdateAuthArg::Sig0 => wrapper::auth::Mode::Sig0,

@@ -51,6 +51,7 @@ impl Histogram {
 
 /// What `sdns cluster status` shows for one replica.
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Status {
     pub id: u16,
     pub view: u64,
@@ -66,6 +67,17 @@ pub struct Status {
     /// Peers this replica has not heard from on the ordering channel for `SILENT_AFTER`.
     #[serde(default)]
     pub silent_peers: Vec<u16>,
+    /// Incremental re-signing, as the last slice that read the zone saw it: signatures
+    /// in the zone, and those due (expiring within the refresh window).
+    pub rrsigs: u64,
+    pub rrsigs_due: u64,
+    /// RRsets re-signed by slices since start, and slices run.
+    pub resigned_rrsets: u64,
+    pub resign_slices: u64,
+    /// RRsets per second over the slices that re-signed something, and the time (s) the
+    /// signatures due would take at that rate and the configured slice pace.
+    pub resign_rate: f64,
+    pub resign_eta_s: Option<u64>,
 }
 
 /// One peer's misbehaviour of one kind, as one replica saw it.
@@ -110,6 +122,9 @@ pub struct Metrics {
     /// Reads answered from the read cache, and reads that asked named.
     read_cache: [AtomicU64; 2],
     view_changes: AtomicU64,
+    slice_latency: Histogram,
+    /// Pace of the slices: at most this many RRsets per this many seconds.
+    slice_pace: Mutex<(u32, u64)>,
     bad_shares: Mutex<BTreeMap<u16, u64>>,
     pub status: Mutex<Status>,
 }
@@ -126,6 +141,8 @@ impl Metrics {
             execute_errors: AtomicU64::new(0),
             read_cache: Default::default(),
             view_changes: AtomicU64::new(0),
+            slice_latency: Histogram::new(),
+            slice_pace: Mutex::new((0, 0)),
             bad_shares: Mutex::new(BTreeMap::new()),
             status: Mutex::new(Status { id, ..Default::default() }),
         })
@@ -162,6 +179,38 @@ impl Metrics {
     pub fn observe_signing_us(&self, us: u64) {
         self.signing_latency.observe_us(us);
     }
+    /// The configured slice size and interval, for the ETA.
+    pub fn set_slice_pace(&self, rrsets: u32, interval_s: u64) {
+        if let Ok(mut p) = self.slice_pace.lock() {
+            *p = (rrsets, interval_s);
+        }
+    }
+
+    /// One re-signing slice done: how long it held the executor, and progress.
+    pub fn observe_slice(&self, report: crate::zone::SliceReport, took: std::time::Duration) {
+        if report.resigned > 0 {
+            self.slice_latency.observe_us(took.as_micros() as u64);
+        }
+        let (size, interval) = self.slice_pace.lock().map(|p| *p).unwrap_or((0, 0));
+        self.update_status(|s| {
+            s.resign_slices += 1;
+            s.resigned_rrsets += u64::from(report.resigned);
+            if report.resigned > 0 {
+                let rate = f64::from(report.resigned) / took.as_secs_f64().max(1e-3);
+                // A smoothed rate: recent slices count most.
+                s.resign_rate = if s.resign_rate == 0.0 { rate } else { 0.8 * s.resign_rate + 0.2 * rate };
+            }
+            if let Some(total) = report.total {
+                s.rrsigs = u64::from(total);
+                s.rrsigs_due = u64::from(report.due.saturating_sub(report.resigned));
+            } else {
+                s.rrsigs_due = 0;
+            }
+            // The slice pace bounds the rate: one slice of `size` per `interval`.
+            s.resign_eta_s = (size > 0).then(|| s.rrsigs_due.div_ceil(u64::from(size)) * interval);
+        });
+    }
+
     pub fn add_bad_share(&self, peer: u16) {
         if let Ok(mut b) = self.bad_shares.lock() {
             *b.entry(peer).or_default() += 1;
@@ -212,6 +261,7 @@ impl Metrics {
                 let _ = writeln!(out, "sdns_bad_shares_total{{replica=\"{id}\",peer=\"{peer}\"}} {n}");
             }
         }
+        self.slice_latency.render(&mut out, "sdns_resign_slice_seconds", "How long a re-signing slice that re-signed something held the executor.", &labels);
         let s = self.status();
         let _ = writeln!(out, "# HELP sdns_peer_faults_total Misbehaviour seen from each peer, by kind.\n# TYPE sdns_peer_faults_total counter");
         for f in &s.peer_faults {
@@ -220,6 +270,14 @@ impl Metrics {
         let _ = writeln!(out, "# HELP sdns_peer_silent Peers silent on the ordering channel (1: nothing heard for 5 s).\n# TYPE sdns_peer_silent gauge");
         for peer in &s.silent_peers {
             let _ = writeln!(out, "sdns_peer_silent{{replica=\"{id}\",peer=\"{peer}\"}} 1");
+        }
+        let _ = writeln!(out, "# HELP sdns_resigned_rrsets_total RRsets re-signed by incremental re-signing slices.\n# TYPE sdns_resigned_rrsets_total counter\nsdns_resigned_rrsets_total{{replica=\"{id}\"}} {}", s.resigned_rrsets);
+        let _ = writeln!(out, "# HELP sdns_resign_slices_total Re-signing slices run (with or without anything due).\n# TYPE sdns_resign_slices_total counter\nsdns_resign_slices_total{{replica=\"{id}\"}} {}", s.resign_slices);
+        let _ = writeln!(out, "# HELP sdns_rrsigs Signatures in the zone at the last slice that read it.\n# TYPE sdns_rrsigs gauge\nsdns_rrsigs{{replica=\"{id}\"}} {}", s.rrsigs);
+        let _ = writeln!(out, "# HELP sdns_rrsigs_due Signatures due for re-signing and not yet re-signed.\n# TYPE sdns_rrsigs_due gauge\nsdns_rrsigs_due{{replica=\"{id}\"}} {}", s.rrsigs_due);
+        let _ = writeln!(out, "# HELP sdns_resign_rate RRsets per second while a slice runs (smoothed).\n# TYPE sdns_resign_rate gauge\nsdns_resign_rate{{replica=\"{id}\"}} {}", s.resign_rate);
+        if let Some(eta) = s.resign_eta_s {
+            let _ = writeln!(out, "# HELP sdns_resign_eta_seconds Time until the signatures due are re-signed at the slice pace.\n# TYPE sdns_resign_eta_seconds gauge\nsdns_resign_eta_seconds{{replica=\"{id}\"}} {eta}");
         }
         let _ = writeln!(out, "# HELP sdns_view Current PBFT view.\n# TYPE sdns_view gauge\nsdns_view{{replica=\"{id}\"}} {}", s.view);
         let _ = writeln!(out, "# HELP sdns_last_executed_seq Last ordered batch executed.\n# TYPE sdns_last_executed_seq gauge\nsdns_last_executed_seq{{replica=\"{id}\"}} {}", s.last_executed);

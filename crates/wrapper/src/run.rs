@@ -85,6 +85,8 @@ fn authenticator(config: &Config) -> Result<(Authenticator, Vec<TsigKey>, Vec<Ts
 
 /// Reads executing at once at this gateway.
 const MAX_READS_IN_FLIGHT: usize = 64;
+/// The key named grants the re-signing updates to (RRSIG only).
+const MAINTENANCE_KEY: &str = "resign.sdns-local.";
 
 /// Runs one replica; its execution core asks the update authenticator about every
 /// ordered write.
@@ -124,6 +126,12 @@ pub async fn run(config: Config) -> Result<()> {
     }
     let mut conf = NamedConf::new(&named_dir, config.named.port, &zone, local_keys);
     conf.transfer_keys = transfer_keys;
+    // The key of the ordered re-signing updates (granted RRSIG only), fresh each start.
+    let mut maintenance_secret = vec![0u8; 32];
+    getrandom::fill(&mut maintenance_secret).map_err(|e| anyhow!("no OS randomness for the maintenance key: {e}"))?;
+    let maintenance_key = tsig::Key::new(MAINTENANCE_KEY, tsig::Algorithm::HmacSha256, &maintenance_secret)
+        .ok_or_else(|| anyhow!("bad maintenance key name"))?;
+    conf.maintenance_key = Some(TsigKey { name: MAINTENANCE_KEY.trim_end_matches('.').to_string(), algorithm: "hmac-sha256".into(), secret: maintenance_secret });
     conf.sig_validity_days = config.named.signature_validity_days;
     let conf_path = named_dir.join("named.conf");
     conf.write(&conf_path).context("writing named.conf")?;
@@ -245,8 +253,10 @@ pub async fn run(config: Config) -> Result<()> {
         ExecConfig {
             id,
             faults: t,
-            validity_s: conf.sig_validity_secs(),
+            validity_s: config.validity_s(),
             resign_after_s: config.resign_after_s(),
+            slice_interval_s: config.signing.resign_slice_interval_s,
+            slice_rrsets: config.signing.resign_slice_rrsets,
             sign_zone_interval_s: config.signing.sign_zone_interval_s,
             sign_zone_window_s: config.signing.sign_zone_window_s,
             max_reads_in_flight: MAX_READS_IN_FLIGHT,
@@ -274,7 +284,7 @@ pub async fn run(config: Config) -> Result<()> {
         last_digest: Default::default(),
         core,
         named: named.clone(),
-        writes,
+        writes: writes.clone(),
         pending: pending.clone(),
         times: times_tx,
         checkpoints: handle.checkpoint.clone(),
@@ -287,6 +297,10 @@ pub async fn run(config: Config) -> Result<()> {
             key: key.clone(),
             signer_socket: socket_path.clone(),
             supervisor: supervisor.clone(),
+            maintenance_key,
+            writes: writes.clone(),
+            earliest_expiration: std::sync::atomic::AtomicU32::new(0),
+            slice_journal: state.join("resign.pending"),
         }),
         state_file,
         last_signed: last_signed.clone(),
@@ -309,7 +323,8 @@ pub async fn run(config: Config) -> Result<()> {
         client_timeout: Duration::from_millis(config.client.request_timeout_ms),
         next_number: AtomicU64::new(0),
     });
-    tokio::spawn(resign_timer(gateway.clone(), last_signed, config.resign_after_s()));
+    metrics.set_slice_pace(config.signing.resign_slice_rrsets, config.signing.resign_slice_interval_s);
+    tokio::spawn(resign_timer(gateway.clone(), last_signed, config.signing.resign_slice_interval_s));
     let (client_tx, client_rx) = mpsc::channel(config.client.max_pending);
     tokio::spawn(gateway.clone().run(client_rx));
 
@@ -453,15 +468,15 @@ impl Attribution {
     }
 }
 
-/// Submits the ordered re-sign when this replica's clock says the zone is due. Every
-/// replica does; the executor decides on agreed time, so extra submissions are no-ops.
-async fn resign_timer(gateway: Arc<Gateway>, last_signed: Arc<AtomicU64>, resign_after_s: u64) {
-    let check = Duration::from_secs((resign_after_s / 10).clamp(1, 3600));
+/// Submits an ordered re-sign every slice interval of this replica's clock, once the
+/// zone was signed. Every replica does; the executor runs a slice only when the batch's
+/// agreed time says the next one is due, so extra submissions are no-ops.
+async fn resign_timer(gateway: Arc<Gateway>, last_signed: Arc<AtomicU64>, slice_interval_s: u64) {
+    let check = Duration::from_secs(slice_interval_s.max(1));
     loop {
         tokio::time::sleep(check).await;
         let last = last_signed.load(std::sync::atomic::Ordering::Relaxed);
-        let now_s = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        if last != 0 && now_s >= last.saturating_add(resign_after_s) {
+        if last != 0 {
             let (reply, mut rx) = crate::listener::ReplyTo::internal();
             gateway.order(crate::envelope::Op::Resign, reply).await;
             // Wait for it to be ordered and executed (or expire) before checking again.

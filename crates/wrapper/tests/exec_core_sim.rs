@@ -85,6 +85,12 @@ enum Named {
 struct Zone {
     applied: BTreeSet<u16>,
     signed_at: Option<(u32, u32)>,
+    /// Re-signing slices applied, by batch: (horizon, signature times). Keyed by batch
+    /// as the real one is idempotent per batch (its journal): a slice executed again
+    /// after a crash changes nothing more.
+    slices: BTreeMap<u64, (u32, (u32, u32))>,
+    /// What each slice reported (named's journal: not part of the zone's content).
+    resigned: BTreeMap<u64, u32>,
 }
 
 impl Zone {
@@ -94,6 +100,12 @@ impl Zone {
             h.update(k.to_be_bytes());
         }
         if let Some((i, e)) = self.signed_at {
+            h.update(i.to_be_bytes());
+            h.update(e.to_be_bytes());
+        }
+        for (seq, (due, (i, e))) in &self.slices {
+            h.update(seq.to_be_bytes());
+            h.update(due.to_be_bytes());
             h.update(i.to_be_bytes());
             h.update(e.to_be_bytes());
         }
@@ -178,6 +190,7 @@ enum Effect {
     Write { k: u16 },
     Read { expected: Option<usize> },
     Sign { times: (u32, u32) },
+    Slice { seq: u64, due_before_s: u32, times: (u32, u32) },
 }
 
 struct Sim {
@@ -199,8 +212,10 @@ fn config(id: u16) -> ExecConfig {
     ExecConfig {
         id,
         faults: T,
-        validity_s: 30 * 86_400,
-        resign_after_s: 120,
+        validity_s: 600,
+        resign_after_s: 300,
+        slice_interval_s: 20,
+        slice_rrsets: 4,
         sign_zone_interval_s: 60,
         sign_zone_window_s: 40,
         max_reads_in_flight: MAX_READS,
@@ -356,6 +371,10 @@ impl Sim {
                 self.nodes[i].zone.signed_at = Some(times);
                 self.nodes[i].signings += 1;
             }
+            Effect::Slice { seq, due_before_s, times } => {
+                self.nodes[i].write_in_flight = false;
+                self.nodes[i].zone.slices.insert(seq, (due_before_s, times));
+            }
         }
     }
 
@@ -407,6 +426,22 @@ impl Sim {
                         (Effect::Sign { times: (times.inception, times.expiration) }, Ok(()))
                     };
                     self.schedule(delay, id, Due::Done { incarnation: inc, effect, event: Event::SignZoneDone { seq, result } });
+                }
+                Command::ResignSlice { seq, times, due_before_s, max_rrsets } => {
+                    if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight {
+                        self.fail(format!("replica {id}: a re-signing slice was issued while reads or a write run"));
+                    }
+                    self.nodes[i].write_in_flight = true;
+                    // What named re-signs depends on the zone only: equal zones, equal counts;
+                    // a slice executed again after a crash reports what it did the first time.
+                    let resigned = match self.nodes[i].zone.resigned.get(&seq) {
+                        Some(&n) => n,
+                        None => (self.nodes[i].zone.applied.len() as u32).min(max_rrsets),
+                    };
+                    self.nodes[i].zone.resigned.insert(seq, resigned);
+                    let delay = 1 + self.rng.next_u64() % 300;
+                    let effect = Effect::Slice { seq, due_before_s, times: (times.inception, times.expiration) };
+                    self.schedule(delay, id, Due::Done { incarnation: inc, effect, event: Event::SliceDone { seq, result: Ok(resigned) } });
                 }
                 Command::DigestZone { seq } => {
                     let digest = Some(self.nodes[i].zone.digest());
@@ -693,9 +728,64 @@ fn sign_zone_needs_t_plus_one_replicas_and_is_rate_limited() {
     // A request older than the window (40 s) no longer counts.
     let (ran, texts) = signings(&[(s, 3, Op::SignZone), (s + 41, 1, Op::SignZone)]);
     assert_eq!(ran, 0, "{texts:?}");
-    // The re-sign runs only when the last signing is resign_after_s (120 s) old by agreed time.
-    let (ran, _) = signings(&[(s, 3, Op::Resign), (s, 3, Op::SignZone), (s + 1, 1, Op::SignZone), (s + 100, 2, Op::Resign), (s + 121, 2, Op::Resign)]);
-    assert_eq!(ran, 2, "never-signed zone: no re-sign; then one sign-zone and one re-sign at +120 s");
+}
+
+/// Drives one core through ordered requests, completing every command at once;
+/// returns the re-signing slices it issued (agreed time, horizon, slice size).
+fn slices(requests: &[(u64, u16, Op)]) -> Vec<(u64, u32, u32)> {
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    let mut out = Vec::new();
+    for (seq, (time_s, origin, op)) in requests.iter().enumerate() {
+        let seq = seq as u64 + 1;
+        let mut cmds = core.deliver(batch(seq, *time_s, vec![(*origin, op.clone(), Some(seq))]));
+        while let Some(c) = cmds.pop() {
+            match c {
+                Command::SignZone { seq, .. } => cmds.extend(core.handle(Event::SignZoneDone { seq, result: Ok(()) })),
+                Command::ResignSlice { seq, times, due_before_s, max_rrsets } => {
+                    assert_eq!(u64::from(times.expiration), time_s + 600, "the slice signs with the batch's agreed times");
+                    out.push((*time_s, due_before_s, max_rrsets));
+                    cmds.extend(core.handle(Event::SliceDone { seq, result: Ok(max_rrsets) }));
+                }
+                Command::Answer { .. } | Command::Persist(_) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(core.is_idle());
+    }
+    out
+}
+
+#[test]
+fn re_signing_runs_in_slices_at_most_once_per_interval_of_agreed_time() {
+    let s = START_S;
+    // Never signed: no slice. Signed at s+1: slices from then on, at most one per 20 s,
+    // each re-signing what expires within validity - resign_after (600 - 300 s).
+    let got = slices(&[
+        (s, 3, Op::Resign),
+        (s, 3, Op::SignZone),
+        (s + 1, 1, Op::SignZone),
+        (s + 2, 2, Op::Resign),
+        (s + 3, 0, Op::Resign),
+        (s + 21, 1, Op::Resign),
+        (s + 22, 3, Op::Resign),
+        (s + 50, 2, Op::Resign),
+    ]);
+    let horizon = |t: u64| (t + 300) as u32;
+    assert_eq!(got, vec![(s + 2, horizon(s + 2), 4), (s + 22, horizon(s + 22), 4), (s + 50, horizon(s + 50), 4)]);
+}
+
+#[test]
+fn a_slice_waits_for_the_reads_ordered_before_it() {
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState { last_signed_s: START_S, ..Default::default() });
+    let cmds = core.deliver(batch(1, START_S + 10, vec![(0, Op::Dns { tcp: false, message: query(1) }, Some(1)), (2, Op::Resign, None)]));
+    let read = cmds.iter().find_map(|c| match c { Command::Read { id, .. } => Some(*id), _ => None }).expect("the read runs");
+    assert!(!cmds.iter().any(|c| matches!(c, Command::ResignSlice { .. })), "{cmds:?}");
+    let cmds = core.handle(Event::ReadDone { id: read });
+    let Some(Command::ResignSlice { seq, .. }) = cmds.first() else { panic!("the slice follows the read: {cmds:?}") };
+    let before = core.state().outcomes;
+    let cmds = core.handle(Event::SliceDone { seq: *seq, result: Ok(3) });
+    assert!(matches!(cmds.last(), Some(Command::Persist(_))), "{cmds:?}");
+    assert_ne!(core.state().outcomes, before, "the slice's outcome is in the chain");
 }
 
 #[test]

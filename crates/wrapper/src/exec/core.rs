@@ -15,8 +15,11 @@
 //!   without blocking;
 //! - sign-zone runs once requests for it from `faults + 1` distinct replicas were
 //!   ordered (within `sign_zone_window_s` of agreed time), and at most once per
-//!   `sign_zone_interval_s`; the re-sign runs when, by agreed time, the last signing is
-//!   `resign_after_s` old.
+//!   `sign_zone_interval_s`;
+//! - re-signing is incremental: an ordered `Resign` at agreed time T, once the zone was
+//!   signed and no earlier than `slice_interval_s` after the last slice, re-signs at most
+//!   `slice_rrsets` RRsets whose signatures expire by T + (validity - `resign_after_s`),
+//!   soonest first (docs/DETERMINISM.md, "Incremental re-signing").
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -42,7 +45,12 @@ pub struct ExecConfig {
     pub faults: u16,
     /// Signature validity (s) from the agreed time.
     pub validity_s: u32,
+    /// A signature this old (by agreed time) is due for re-signing.
     pub resign_after_s: u64,
+    /// At most one re-signing slice per this much agreed time.
+    pub slice_interval_s: u64,
+    /// At most this many RRsets re-signed per slice.
+    pub slice_rrsets: u32,
     /// At most one whole-zone signing per this much agreed time.
     pub sign_zone_interval_s: u64,
     /// A sign-zone request older than this (agreed time) no longer counts.
@@ -82,6 +90,10 @@ pub enum Command<R> {
     Write { seq: u64, index: u32, message: Vec<u8>, times: SignatureTimes },
     /// Sign the whole zone at these agreed times; report [`Event::SignZoneDone`].
     SignZone { seq: u64, times: SignatureTimes },
+    /// Re-sign at most `max_rrsets` RRsets whose signatures expire at or before
+    /// `due_before_s`, soonest first (ties by owner and type), with these agreed times;
+    /// wait for named however long it takes, then report [`Event::SliceDone`].
+    ResignSlice { seq: u64, times: SignatureTimes, due_before_s: u32, max_rrsets: u32 },
     /// Send these bytes to a client, without waiting for it.
     Answer { reply: R, bytes: Vec<u8> },
     /// Compute the digest of named's zone; report [`Event::ZoneDigest`].
@@ -99,6 +111,8 @@ pub enum Event {
     /// named's answer to the write (the tokio side waits until there is one).
     WriteAnswered { seq: u64, index: u32, answer: Vec<u8> },
     SignZoneDone { seq: u64, result: Result<(), String> },
+    /// How many RRsets the slice re-signed, or why named refused it.
+    SliceDone { seq: u64, result: Result<u32, String> },
     /// `None`: the zone could not be read; this replica's checkpoint will not match.
     ZoneDigest { seq: u64, digest: Option<[u8; 32]> },
 }
@@ -112,8 +126,9 @@ enum Wait<R> {
     ReadSlot,
     Write { index: u32, request: Vec<u8>, reply: Option<R>, window: Option<([u8; 32], u64)> },
     /// A signing decided at this point of the log, waiting for earlier reads.
-    SignPending { index: u32, reply: Option<R>, scheduled: bool },
-    SignZone { index: u32, reply: Option<R>, scheduled: bool },
+    SignPending { index: u32, reply: Option<R> },
+    SignZone { index: u32, reply: Option<R> },
+    Slice { index: u32, reply: Option<R> },
     Digest,
 }
 
@@ -222,7 +237,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 if run.seq != seq || !matches!(run.wait, Some(Wait::SignZone { .. })) {
                     return out;
                 }
-                let Some(Wait::SignZone { index, reply, scheduled }) = run.wait.take() else { return out };
+                let Some(Wait::SignZone { index, reply }) = run.wait.take() else { return out };
                 let time_s = run.time_us / 1_000_000;
                 let text = match result {
                     Ok(()) => {
@@ -236,9 +251,22 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                     }
                 };
                 if let Some(reply) = reply {
-                    // The re-sign timer only needs to be released.
-                    let bytes = if scheduled { b"done".to_vec() } else { text.into_bytes() };
-                    out.push(Command::Answer { reply, bytes });
+                    out.push(Command::Answer { reply, bytes: text.into_bytes() });
+                }
+            }
+            Event::SliceDone { seq, result } => {
+                let Some(run) = &mut self.running else { return out };
+                if run.seq != seq || !matches!(run.wait, Some(Wait::Slice { .. })) {
+                    return out;
+                }
+                let Some(Wait::Slice { index, reply }) = run.wait.take() else { return out };
+                let outcome = match result {
+                    Ok(n) => code::SLICE_RESIGNED | n.min(0xfffe),
+                    Err(_) => code::SLICE_FAILED,
+                };
+                self.state.record(seq, index, outcome);
+                if let Some(reply) = reply {
+                    out.push(Command::Answer { reply, bytes: b"done".to_vec() });
                 }
             }
             Event::ZoneDigest { seq, digest } => {
@@ -277,9 +305,9 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             let Some(run) = self.running.as_mut() else { return };
             match run.wait {
                 Some(Wait::SignPending { .. }) if self.reads.is_empty() => {
-                    let Some(Wait::SignPending { index, reply, scheduled }) = run.wait.take() else { return };
+                    let Some(Wait::SignPending { index, reply }) = run.wait.take() else { return };
                     let (seq, time_us) = (run.seq, run.time_us);
-                    self.start_signing(index, reply, scheduled, seq, time_us, out);
+                    self.start_signing(index, reply, seq, time_us, out);
                     return;
                 }
                 Some(_) => return,
@@ -363,7 +391,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 Op::SignZone => {
                     let time_s = time_us / 1_000_000;
                     match self.sign_zone_request(item.origin, time_s) {
-                        Ok(()) => return self.start_signing(index, item.reply, false, seq, time_us, out),
+                        Ok(()) => return self.start_signing(index, item.reply, seq, time_us, out),
                         Err(text) => {
                             if let Some(reply) = item.reply {
                                 out.push(Command::Answer { reply, bytes: text.into_bytes() });
@@ -373,9 +401,20 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 }
                 Op::Resign => {
                     let time_s = time_us / 1_000_000;
-                    let last = self.state.last_signed_s;
-                    if last != 0 && time_s >= last.saturating_add(self.config.resign_after_s) {
-                        return self.start_signing(index, item.reply, true, seq, time_us, out);
+                    if self.state.last_signed_s != 0 && time_s >= self.state.next_slice_s {
+                        // A slice changes the zone: like a write, after the reads before it.
+                        if !self.reads.is_empty() {
+                            return self.hold(index, item, Wait::Barrier);
+                        }
+                        self.state.next_slice_s = time_s.saturating_add(self.config.slice_interval_s.max(1));
+                        let refresh = u64::from(self.config.validity_s).saturating_sub(self.config.resign_after_s);
+                        let due_before_s = u32::try_from(time_s.saturating_add(refresh)).unwrap_or(u32::MAX);
+                        let times = self.times(time_us);
+                        out.push(Command::ResignSlice { seq, times, due_before_s, max_rrsets: self.config.slice_rrsets.max(1) });
+                        if let Some(run) = self.running.as_mut() {
+                            run.wait = Some(Wait::Slice { index, reply: item.reply });
+                        }
+                        return;
                     }
                     if let Some(reply) = item.reply {
                         out.push(Command::Answer { reply, bytes: b"done".to_vec() });
@@ -406,14 +445,14 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
 
     /// A whole-zone signing decided at this point of the log; it starts once the reads
     /// issued before it are done (the decision is not taken again).
-    fn start_signing(&mut self, index: u32, reply: Option<R>, scheduled: bool, seq: u64, time_us: u64, out: &mut Vec<Command<R>>) {
+    fn start_signing(&mut self, index: u32, reply: Option<R>, seq: u64, time_us: u64, out: &mut Vec<Command<R>>) {
         let times = self.times(time_us);
         let Some(run) = self.running.as_mut() else { return };
         if self.reads.is_empty() {
-            run.wait = Some(Wait::SignZone { index, reply, scheduled });
+            run.wait = Some(Wait::SignZone { index, reply });
             out.push(Command::SignZone { seq, times });
         } else {
-            run.wait = Some(Wait::SignPending { index, reply, scheduled });
+            run.wait = Some(Wait::SignPending { index, reply });
         }
     }
 

@@ -11,7 +11,8 @@ use sha2::{Digest as _, Sha256};
 
 use crate::codec::{self, CodecError};
 
-const VERSION: u8 = 1;
+/// 2 added `next_slice_s`; a version-1 state is read with it 0.
+const VERSION: u8 = 2;
 const MAX_STATE_BYTES: usize = 256 * 1024;
 /// Recent TSIG-signed writes remembered for deduplication; beyond, the one whose window
 /// closes first is forgotten.
@@ -27,6 +28,11 @@ pub mod code {
     pub const ZONE_SIGN_FAILED: u32 = 0x0002_0001;
     /// Added to the first execution's code: a byte-identical retransmission, not executed.
     pub const DUPLICATE: u32 = 0x0004_0000;
+    /// A re-signing slice ran; the low 16 bits hold how many RRsets it re-signed
+    /// (the same on every honest replica, whose zones are the same).
+    pub const SLICE_RESIGNED: u32 = 0x0008_0000;
+    /// A re-signing slice failed (named refused or could not sign); the zone is unchanged.
+    pub const SLICE_FAILED: u32 = 0x0008_ffff;
 }
 
 /// A TSIG-signed write executed recently: a byte-identical copy ordered before its
@@ -53,6 +59,18 @@ pub struct ExecState {
     pub outcomes: [u8; 32],
     /// SHA-256 of the bytes of recent TSIG-signed writes, with their window and outcome.
     pub recent_writes: BTreeMap<[u8; 32], RecentWrite>,
+    /// Agreed time (s) from which the next incremental re-signing slice may run.
+    pub next_slice_s: u64,
+}
+
+/// The layout of version 1, read once and converted.
+#[derive(Deserialize)]
+struct ExecStateV1 {
+    executed: u64,
+    last_signed_s: u64,
+    sign_zone_requests: BTreeMap<u16, u64>,
+    outcomes: [u8; 32],
+    recent_writes: BTreeMap<[u8; 32], RecentWrite>,
 }
 
 impl ExecState {
@@ -98,6 +116,7 @@ impl ExecState {
             h.update(w.expires_s.to_be_bytes());
             h.update(w.outcome.to_be_bytes());
         }
+        h.update(self.next_slice_s.to_be_bytes());
         h.finalize().into()
     }
 
@@ -106,6 +125,17 @@ impl ExecState {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<ExecState, CodecError> {
+        if bytes.first() == Some(&1) {
+            let v1: ExecStateV1 = codec::decode("execution state", 1, MAX_STATE_BYTES, bytes)?;
+            return Ok(ExecState {
+                executed: v1.executed,
+                last_signed_s: v1.last_signed_s,
+                sign_zone_requests: v1.sign_zone_requests,
+                outcomes: v1.outcomes,
+                recent_writes: v1.recent_writes,
+                next_slice_s: 0,
+            });
+        }
         codec::decode("execution state", VERSION, MAX_STATE_BYTES, bytes)
     }
 
@@ -182,6 +212,24 @@ mod tests {
     }
 
     #[test]
+    fn reads_a_version_1_state() {
+        #[derive(Serialize)]
+        struct V1 {
+            executed: u64,
+            last_signed_s: u64,
+            sign_zone_requests: BTreeMap<u16, u64>,
+            outcomes: [u8; 32],
+            recent_writes: BTreeMap<[u8; 32], RecentWrite>,
+        }
+        let old = V1 { executed: 7, last_signed_s: 99, sign_zone_requests: BTreeMap::new(), outcomes: [4; 32], recent_writes: BTreeMap::new() };
+        let s = ExecState::decode(&codec::encode(1, &old)).unwrap();
+        assert_eq!((s.executed, s.last_signed_s, s.outcomes, s.next_slice_s), (7, 99, [4; 32], 0));
+        let mut later = s.clone();
+        later.next_slice_s = 5;
+        assert_ne!(s.checkpoint_digest(&[0; 32]), later.checkpoint_digest(&[0; 32]));
+    }
+
+    #[test]
     fn store_and_load() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("exec.state");
@@ -190,7 +238,7 @@ mod tests {
         s.record(3, 1, 2);
         s.store(&path).unwrap();
         assert_eq!(ExecState::load(&path).unwrap(), s);
-        std::fs::write(&path, b"\x01garbage").unwrap();
+        std::fs::write(&path, b"\x02garbage").unwrap();
         assert!(matches!(ExecState::load(&path), Err(StateError::Decode { .. })));
     }
 }
