@@ -61,5 +61,6 @@ pub mod wire;
 /// Environment variable telling the patched named / dnssec-signzone where
 /// the signing socket is; when set, External keys sign remotely.
 pub const SIGNER_SOCKET_ENV: &str = "SDNS_SIGNER_SOCKET";
-/// Environment variable with named's wait for a reply, in milliseconds.
-pub const SIGNER_TIMEOUT_ENV: &str = "SDNS_SIGNER_TIMEOUT_MS";
+/// Environment variable with the interval (ms) at which named re-sends a signing request
+/// still unanswered (default 2000). named has no deadline: it waits until the reply comes.
+pub const SIGNER_RESEND_ENV: &str = "SDNS_SIGNER_RESEND_MS";

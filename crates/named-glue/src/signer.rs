@@ -4,8 +4,10 @@
 //! request it takes the agreed signature times from a [`TimeSource`],
 //! rewrites offsets 8..16 of the to-be-signed data to them, asks the
 //! [`Signer`] for a signature and replies with the signature and the times
-//! used. Any failure becomes an error reply, on which named fails the update
-//! cleanly.
+//! used. A signer's failure or a request it cannot serve becomes an error reply,
+//! on which named fails the update cleanly. Nothing here gives up on a timer: a
+//! signature takes as long as the replicas take, and a request that cannot be taken
+//! now (all slots busy) is dropped without a reply, for named re-sends it.
 
 use std::future::Future;
 use std::io;
@@ -13,7 +15,8 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hickory_proto::rr::Name;
@@ -41,8 +44,6 @@ pub struct SignRequest {
 pub enum SignError {
     #[error("no key for algorithm {algorithm}, key tag {key_tag}")]
     UnknownKey { algorithm: u8, key_tag: u16 },
-    #[error("signing timed out")]
-    Timeout,
     #[error("signer is shutting down")]
     ShuttingDown,
     #[error("signing failed: {0}")]
@@ -89,16 +90,13 @@ pub fn watch_time_source(rx: watch::Receiver<Option<SignatureTimes>>) -> TimeSou
 /// Limits of the service.
 #[derive(Debug, Clone)]
 pub struct ServiceLimits {
-    /// Requests signed concurrently; more get `Unavailable`.
+    /// Requests signed concurrently; more are dropped unanswered (named re-sends them).
     pub max_in_flight: usize,
-    /// A signature must arrive within this time (keep it below named's
-    /// SDNS_SIGNER_TIMEOUT_MS so named gets an error, not a timeout).
-    pub sign_timeout: Duration,
 }
 
 impl Default for ServiceLimits {
     fn default() -> Self {
-        ServiceLimits { max_in_flight: 64, sign_timeout: Duration::from_secs(8) }
+        ServiceLimits { max_in_flight: 64 }
     }
 }
 
@@ -161,6 +159,8 @@ async fn serve(
     limits: ServiceLimits,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_in_flight.max(1)));
+    // Requests being signed, by (sender, id): named's re-sends of one of them start nothing.
+    let in_flight: Arc<Mutex<HashSet<(Vec<u8>, u64)>>> = Arc::new(Mutex::new(HashSet::new()));
     let mut buf = vec![0u8; wire::MAX_REQUEST_LEN + 1];
     loop {
         let (len, from) = match socket.recv_from(&mut buf).await {
@@ -172,17 +172,27 @@ async fn serve(
             }
         };
         let datagram = buf.get(..len).unwrap_or_default().to_vec();
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            if let Some(id) = Request::peek_id(&datagram) {
-                send_reply(&replies, &from, &Reply::error(id, Status::Unavailable));
+        let key = Request::peek_id(&datagram).map(|id| (sender_key(&from), id));
+        if let Some(key) = &key {
+            if in_flight.lock().unwrap_or_else(|p| p.into_inner()).contains(key) {
+                continue;
             }
+        }
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            // Busy: no answer now rather than one that fails the update; named re-sends.
+            tracing::debug!("signing service busy; request dropped until named re-sends it");
             continue;
         };
-        let (replies, signer, times) = (replies.clone(), signer.clone(), times.clone());
-        let timeout = limits.sign_timeout;
+        if let Some(key) = &key {
+            in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
+        }
+        let (replies, signer, times, in_flight) = (replies.clone(), signer.clone(), times.clone(), in_flight.clone());
         tokio::spawn(async move {
-            if let Some(reply) = handle(&datagram, signer.as_ref(), &times, timeout).await {
+            if let Some(reply) = handle(&datagram, signer.as_ref(), &times).await {
                 send_reply(&replies, &from, &reply);
+            }
+            if let Some(key) = key {
+                in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
             }
             drop(permit);
         });
@@ -191,12 +201,7 @@ async fn serve(
 
 /// Produces the reply to one datagram; `None` if it is not worth one (not
 /// even an id to answer to).
-pub(crate) async fn handle(
-    datagram: &[u8],
-    signer: &dyn Signer,
-    times: &TimeSource,
-    timeout: Duration,
-) -> Option<Reply> {
+pub(crate) async fn handle(datagram: &[u8], signer: &dyn Signer, times: &TimeSource) -> Option<Reply> {
     let request = match Request::decode(datagram) {
         Ok(r) => r,
         Err(e) => {
@@ -220,22 +225,34 @@ pub(crate) async fn handle(
         data,
         times: agreed,
     };
-    match tokio::time::timeout(timeout, signer.sign(sign_request)).await {
-        Ok(Ok(signature)) if !signature.is_empty() && signature.len() <= wire::MAX_SIGNATURE_LEN => {
+    // However long the replicas take: a local timer must not decide this signature.
+    match signer.sign(sign_request).await {
+        Ok(signature) if !signature.is_empty() && signature.len() <= wire::MAX_SIGNATURE_LEN => {
             Some(Reply::ok(request.id, agreed.inception, agreed.expiration, signature))
         }
-        Ok(Ok(signature)) => {
+        Ok(signature) => {
             tracing::warn!(len = signature.len(), "signer returned a signature of bad length");
             Some(Reply::error(request.id, Status::SignerFailed))
         }
-        Ok(Err(e)) => {
+        Err(e) => {
             tracing::warn!(id = request.id, error = %e, "signing failed");
             Some(Reply::error(request.id, Status::SignerFailed))
         }
-        Err(_) => {
-            tracing::warn!(id = request.id, "signing timed out");
-            Some(Reply::error(request.id, Status::SignerFailed))
-        }
+    }
+}
+
+/// Identifies a sender's socket (named binds an abstract autobind address per request).
+fn sender_key(addr: &UnixAddr) -> Vec<u8> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    if let Some(name) = addr.as_abstract_name() {
+        let mut k = vec![0u8];
+        k.extend_from_slice(name);
+        k
+    } else if let Some(path) = addr.as_pathname() {
+        path.as_os_str().as_bytes().to_vec()
+    } else {
+        Vec::new()
     }
 }
 
@@ -289,6 +306,56 @@ mod tests {
         Reply::decode(&buf[..n]).unwrap()
     }
 
+    /// Answers only once released, counting the signings it was asked for.
+    struct Gated(Arc<tokio::sync::Notify>, Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Signer for Gated {
+        fn sign(&self, _request: SignRequest) -> SignFuture {
+            let (gate, count) = (self.0.clone(), self.1.clone());
+            Box::pin(async move {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                gate.notified().await;
+                Ok(vec![0xcd; 64])
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_signing_is_waited_for_and_resends_start_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("signer");
+        let (gate, count) = (Arc::new(tokio::sync::Notify::new()), Arc::new(std::sync::atomic::AtomicUsize::new(0)));
+        let times: TimeSource = Arc::new(|| Some(SignatureTimes { inception: 1, expiration: 2 }));
+        let limits = ServiceLimits { max_in_flight: 1 };
+        let service = SigningService::bind(&path, Arc::new(Gated(gate.clone(), count.clone())), times, limits).unwrap();
+        let client = tokio::net::UnixDatagram::bind(dir.path().join("named")).unwrap();
+        let request = request_vector();
+        // named's first request and its re-sends: one signing, no answer until it is done.
+        for _ in 0..5 {
+            client.send_to(&request, service.path()).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut buf = vec![0u8; 4096];
+        assert!(client.try_recv(&mut buf).is_err(), "no reply while the signing runs: no error either");
+        // Another request while the only slot is taken: dropped, not refused.
+        let other = tokio::net::UnixDatagram::bind(dir.path().join("other")).unwrap();
+        other.send_to(&request, service.path()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(other.try_recv(&mut buf).is_err(), "a busy service answers nothing");
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
+        gate.notify_one();
+        let n = tokio::time::timeout(Duration::from_secs(5), client.recv(&mut buf)).await.unwrap().unwrap();
+        let reply = Reply::decode(&buf[..n]).unwrap();
+        assert_eq!((reply.status, reply.signature), (Status::Ok, vec![0xcd; 64]));
+        // Once the slot is free, the dropped request's re-send is served.
+        other.send_to(&request, service.path()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        gate.notify_one();
+        let n = tokio::time::timeout(Duration::from_secs(5), other.recv(&mut buf)).await.unwrap().unwrap();
+        assert_eq!(Reply::decode(&buf[..n]).unwrap().status, Status::Ok);
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
     #[tokio::test]
     async fn service_rewrites_times_and_replies() {
         let dir = tempfile::tempdir().unwrap();
@@ -330,7 +397,7 @@ mod tests {
         drop(service);
         assert!(!path.exists());
 
-        let failing = Arc::new(Recording(Mutex::new(Vec::new()), Some(SignError::Timeout)));
+        let failing = Arc::new(Recording(Mutex::new(Vec::new()), Some(SignError::ShuttingDown)));
         let times: TimeSource = Arc::new(|| Some(SignatureTimes { inception: 1, expiration: 2 }));
         let service = SigningService::bind(&path, Arc::new(failing), times, ServiceLimits::default()).unwrap();
         let reply = exchange(service.path(), &dir.path().join("d"), &request_vector()).await;

@@ -68,7 +68,10 @@ pub async fn sign_zone_file(
     let output = with_suffix(signed, ".output");
     tokio::fs::write(&input, &text).await.map_err(io_err(&input))?;
 
-    let result = Command::new(tools.bin("dnssec-signzone"))
+    let mut cmd = Command::new(tools.bin("dnssec-signzone"));
+    // It waits for each signature as long as it takes, like named: it must not outlive us.
+    crate::supervisor::die_with_parent(&mut cmd);
+    let result = cmd
         .env(crate::SIGNER_SOCKET_ENV, socket)
         .current_dir(&work)
         .arg("-q")

@@ -46,8 +46,9 @@ pub struct NamedSpec {
     /// named's pid file (from its configuration): a named left running by an earlier
     /// supervisor of this replica is found through it and stopped before a new one starts.
     pub pid_file: Option<PathBuf>,
-    /// Passed as SDNS_SIGNER_TIMEOUT_MS (named's default: 10000).
-    pub signer_timeout_ms: Option<u32>,
+    /// Passed as SDNS_SIGNER_RESEND_MS (named's default: 2000): how often named sends an
+    /// unanswered signing request again. It waits for the reply without a deadline.
+    pub signer_resend_ms: Option<u32>,
     /// named's worker threads (`-n`). A signature wait blocks one of them,
     /// so keep at least 2 for reads to be answered during a write.
     pub worker_threads: u32,
@@ -67,7 +68,7 @@ impl NamedSpec {
             log_file,
             signer_socket: None,
             pid_file: None,
-            signer_timeout_ms: None,
+            signer_resend_ms: None,
             worker_threads: 2,
             ready_timeout: Duration::from_secs(30),
             stop_grace: Duration::from_secs(5),
@@ -246,26 +247,14 @@ fn spawn(spec: &NamedSpec, starts: &AtomicU64) -> Result<Child, SuperviseError> 
     if let Some(socket) = &spec.signer_socket {
         cmd.env(crate::SIGNER_SOCKET_ENV, socket);
     }
-    if let Some(ms) = spec.signer_timeout_ms {
-        cmd.env(crate::SIGNER_TIMEOUT_ENV, ms.to_string());
+    cmd.env_remove(crate::SIGNER_RESEND_ENV);
+    if let Some(ms) = spec.signer_resend_ms {
+        cmd.env(crate::SIGNER_RESEND_ENV, ms.to_string());
     }
     // named belongs to this process: when it dies (even by SIGKILL) the kernel kills named
-    // too, so a restarted replica never finds its old named serving a zone nobody feeds.
-    let parent = std::process::id();
-    // SAFETY: the closure runs in the child between fork and exec and only calls the
-    // async-signal-safe prctl(2) and getppid(2).
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent may have died before prctl took effect.
-            if libc::getppid() as u32 != parent {
-                return Err(std::io::Error::other("parent exited while named was starting"));
-            }
-            Ok(())
-        });
-    }
+    // too, so a restarted replica never finds its old named serving a zone nobody feeds,
+    // and named's unbounded wait for a signature cannot outlive the signing service.
+    die_with_parent(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|source| SuperviseError::Spawn { path: spec.named.clone(), source })?;
@@ -373,5 +362,26 @@ async fn run(
         if let Some(ack) = restart_ack {
             let _ = ack.send(());
         }
+    }
+}
+
+/// The child gets SIGKILL when this process dies (even by SIGKILL). named and
+/// dnssec-signzone wait for signatures without a deadline; this bounds the wait by the
+/// life of the process that serves them.
+pub(crate) fn die_with_parent(cmd: &mut tokio::process::Command) {
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the child between fork and exec and only calls the
+    // async-signal-safe prctl(2) and getppid(2).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect.
+            if libc::getppid() as u32 != parent {
+                return Err(std::io::Error::other("parent exited while the child was starting"));
+            }
+            Ok(())
+        });
     }
 }

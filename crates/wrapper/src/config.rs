@@ -167,10 +167,6 @@ impl Default for OrderingSection {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SigningSection {
-    /// How long a signing request from named may wait for the other replicas. An ordered
-    /// write waits for its signatures rather than fail on one replica's timer, so this is
-    /// long (at most 590 s: named's own wait is capped at 600 s).
-    pub timeout_ms: u64,
     /// Final signatures kept to serve replicas that replay old writes.
     pub cache_entries: usize,
     /// A signature is re-signed once it is this old (its expiration is less than the
@@ -193,13 +189,9 @@ pub struct SigningSection {
     pub sign_zone_window_s: u64,
 }
 
-/// named's signing wait is capped at 600 s by the BIND patch; the service gives up first.
-pub const MAX_SIGN_TIMEOUT_MS: u64 = 590_000;
-
 impl Default for SigningSection {
     fn default() -> Self {
         Self {
-            timeout_ms: MAX_SIGN_TIMEOUT_MS,
             cache_entries: 4096,
             resign_after_s: None,
             validity_s: None,
@@ -414,9 +406,6 @@ impl Config {
                 return Err(bad("signing.resign_after_s", format!("{r} must be above 0 and below the signature validity ({validity} s)")));
             }
         }
-        if self.signing.timeout_ms == 0 || self.signing.timeout_ms > MAX_SIGN_TIMEOUT_MS {
-            return Err(bad("signing.timeout_ms", format!("{} must be in 1..={MAX_SIGN_TIMEOUT_MS}", self.signing.timeout_ms)));
-        }
         if self.signing.sign_zone_window_s == 0 {
             return Err(bad("signing.sign_zone_window_s", "must be at least 1".into()));
         }
@@ -499,7 +488,7 @@ tsig_keys = ["tsig.key"]
             (sample(4).replace("replicas = 4", "replicas = 4\nfaults = 2"), "cluster.faults"),
             (sample(4).replace("port = 5501", "port = 0"), "named.port"),
             (sample(4) + "\n[signing]\nresign_after_s = 99999999\n", "signing.resign_after_s"),
-            (sample(4) + "\n[signing]\ntimeout_ms = 600001\n", "signing.timeout_ms"),
+            (sample(4) + "\n[signing]\nsign_zone_window_s = 0\n", "signing.sign_zone_window_s"),
             (sample(4).replace("127.0.0.1:5402", "127.0.0.1:5401"), "peer"),
             (sample(4) + "\n[auth]\nmode = \"sig0\"\n", "auth.sig0_keys"),
             (sample(4) + "\n[rrl]\nresponses_per_second = 5\nwindow_s = 0\n", "rrl"),

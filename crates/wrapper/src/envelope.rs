@@ -6,8 +6,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, CodecError};
+use crate::exec::authority::SignZoneAuth;
 
-const VERSION: u8 = 1;
+// 2: sign-zone requests carry their replica's signature.
+const VERSION: u8 = 2;
 /// A DNS message over TCP is at most 65535 bytes; leave room for the envelope.
 pub const MAX_ENVELOPE_BYTES: usize = 65_535 + 64;
 
@@ -16,8 +18,10 @@ pub enum Op {
     /// A client's DNS message, byte for byte as received.
     Dns { tcp: bool, message: Vec<u8> },
     /// The paper's special command (Section 4.3): sign the whole zone with the
-    /// distributed key, on every replica at this point of the log.
-    SignZone,
+    /// distributed key, on every replica at this point of the log. Carries the asking
+    /// replica's signature: it counts toward the t+1 needed only for the replica whose
+    /// key signed it (`crate::exec::authority`).
+    SignZone(SignZoneAuth),
     /// Maintenance: sign the zone again if, by the batch's agreed time, the last signing
     /// is at least `resign_after` old. Any replica may submit it when its own clock says
     /// so; the decision is made on agreed values, so every replica makes the same one and
@@ -41,7 +45,8 @@ mod tests {
 
     #[test]
     fn round_trip_and_rejects() {
-        for op in [Op::Dns { tcp: true, message: vec![1, 2, 3] }, Op::SignZone, Op::Resign] {
+        let auth = SignZoneAuth { replica: 1, stamp_us: 7, cert: vec![1; 9], signature: vec![2; 70] };
+        for op in [Op::Dns { tcp: true, message: vec![1, 2, 3] }, Op::SignZone(auth), Op::Resign] {
             assert_eq!(Op::decode(&op.encode()), Ok(op));
         }
         assert!(matches!(Op::decode(&[]), Err(CodecError::Empty { .. })));

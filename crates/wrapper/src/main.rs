@@ -233,12 +233,6 @@ fn main() -> ExitCode {
         Cmd::Keygen { cluster, out } => wrapper::keygen::keygen(&cluster.params(), &out),
         Cmd::Run { config } => match Config::load(&config) {
             Ok(c) => {
-                // The patched dnssec-signzone that a sign-zone runs inherits this: it waits
-                // for its threshold signatures as long as named does (the patch's maximum),
-                // not 10 s. Set before the runtime starts any thread.
-                if std::env::var_os(named_glue::SIGNER_TIMEOUT_ENV).is_none() {
-                    std::env::set_var(named_glue::SIGNER_TIMEOUT_ENV, "600000");
-                }
                 tokio::runtime::Runtime::new()
                 .map_err(anyhow::Error::from)
                     .and_then(|rt| rt.block_on(wrapper::run::run(c)))

@@ -287,11 +287,12 @@ impl Metrics {
     }
 }
 
-/// What the admin route needs: the gateway to order through, and the bearer token
-/// every POST must carry.
+/// What the admin route needs: the gateway to order through, the bearer token every
+/// POST must carry, and this replica's key to sign its sign-zone requests with.
 pub struct Admin {
     pub gateway: Arc<crate::gateway::Gateway>,
     pub token: String,
+    pub signer: crate::exec::SignZoneSigner,
 }
 
 /// The admin token's file in a replica's state directory.
@@ -360,7 +361,7 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, admin: Option<Arc<Ad
                         Some(admin) => {
                             let presented = header(&request, "authorization").and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
                             if same_secret(presented.trim().as_bytes(), admin.token.as_bytes()) {
-                                let outcome = sign_zone(&admin.gateway).await;
+                                let outcome = sign_zone(&admin).await;
                                 let code = if outcome.starts_with("error") { "500 Internal Server Error" } else { "200 OK" };
                                 (code, "text/plain", outcome + "\n")
                             } else {
@@ -382,9 +383,13 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, admin: Option<Arc<Ad
     }
 }
 
-async fn sign_zone(gateway: &crate::gateway::Gateway) -> String {
+async fn sign_zone(admin: &Admin) -> String {
+    let auth = match admin.signer.sign() {
+        Ok(auth) => auth,
+        Err(e) => return format!("error: cannot sign the request: {e}"),
+    };
     let (reply, mut rx) = crate::listener::ReplyTo::internal();
-    gateway.order(crate::envelope::Op::SignZone, reply).await;
+    admin.gateway.order(crate::envelope::Op::SignZone(auth), reply).await;
     match tokio::time::timeout(std::time::Duration::from_secs(600), rx.recv()).await {
         Ok(Some(answer)) => String::from_utf8_lossy(&answer.bytes).into_owned(),
         Ok(None) => "error: the request was dropped before it was ordered".into(),

@@ -28,7 +28,7 @@ use crate::auth::sig0::Sig0Key;
 use crate::auth::{tsig, Authenticator, ClientFilters, TsigSecret};
 use crate::byzantine::{Mode, SigningFault};
 use crate::config::Config;
-use crate::exec::{ExecConfig, ExecCore, ExecState, UpdateGate};
+use crate::exec::{ExecConfig, ExecCore, ExecState, SignZoneSigner, SignZoneVerifier, UpdateGate};
 use crate::executor::Executor;
 use crate::files::{check_secret_mode, TsigKey as DealerTsig};
 use crate::gateway::Gateway;
@@ -148,14 +148,15 @@ pub async fn run(config: Config) -> Result<()> {
     // The mesh to the other replicas: ordering on channel 0, signing on channel 1.
     let me = config.me().clone();
     let peers: Vec<(u16, SocketAddr)> = config.peers.iter().filter(|p| p.id != id).map(|p| (p.id, p.peer)).collect();
-    let mut mesh_config = MeshConfig::new(
-        id,
-        me.peer,
-        peers,
+    let (ca_pem, cert_pem, tls_key_pem) = (
         read(&config.resolve(&config.cluster.ca_cert))?,
         read(&config.resolve(&config.replica.cert))?,
         read(&config.resolve(&config.replica.tls_key))?,
     );
+    // Sign-zone requests are signed with the mesh identity and checked against the CA.
+    let sign_zone_verifier = SignZoneVerifier::new(&config.cluster.zone, bft::transport::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?);
+    let sign_zone_signer = SignZoneSigner::new(id, &config.cluster.zone, &cert_pem, tls_key_pem.clone()).map_err(anyhow::Error::msg).context("replica.cert")?;
+    let mut mesh_config = MeshConfig::new(id, me.peer, peers, ca_pem, cert_pem, tls_key_pem);
     // Every ordering message the core may send must fit a frame: a view change reports up to
     // a window of prepared batches (tens of MiB when peers fill batches, as a flooder does),
     // and one that cannot be sent stalls the view change.
@@ -175,22 +176,16 @@ pub async fn run(config: Config) -> Result<()> {
     let signer = service::spawn(core, key.key_tag(), mesh.sender(), signing_rx, metrics.clone(), fault);
     let (times_tx, times_rx) = watch::channel(None);
     let socket_path = state.join("signer.sock");
-    let sign_timeout = Duration::from_millis(config.signing.timeout_ms);
-    let _signing_service = SigningService::bind(
-        &socket_path,
-        signer,
-        watch_time_source(times_rx),
-        ServiceLimits { sign_timeout, ..ServiceLimits::default() },
-    )
-    .context("binding the signing socket")?;
+    // No timeout anywhere on this path: a signature takes as long as the replicas take.
+    let _signing_service = SigningService::bind(&socket_path, signer, watch_time_source(times_rx), ServiceLimits::default())
+        .context("binding the signing socket")?;
 
     // named, supervised, asking our socket for every signature.
     let mut spec = NamedSpec::new(tools.named(), conf_path.clone(), config.named.port, zone.clone(), named_dir.join("named.log"));
     spec.signer_socket = Some(socket_path.clone());
     spec.pid_file = Some(conf.pid_file.clone());
-    // named must give up after the signing service does, so it gets a clean error; the
-    // BIND patch caps its wait at 600 s.
-    spec.signer_timeout_ms = Some(u32::try_from((sign_timeout.as_millis() + 10_000).min(600_000)).unwrap_or(600_000));
+    // named waits for each signature without a deadline (re-sending its request to a
+    // restarted service); it dies with this process (the supervisor's PDEATHSIG).
     let supervisor = Arc::new(Supervisor::start(spec).await.context("starting named")?);
     supervisor.wait_ready().await.context("named did not become ready")?;
     metrics.update_status(|s| s.named_running = true);
@@ -259,6 +254,7 @@ pub async fn run(config: Config) -> Result<()> {
             slice_rrsets: config.signing.resign_slice_rrsets,
             sign_zone_interval_s: config.signing.sign_zone_interval_s,
             sign_zone_window_s: config.signing.sign_zone_window_s,
+            sign_zone_verifier,
             max_reads_in_flight: MAX_READS_IN_FLIGHT,
         },
         auth.clone() as Arc<dyn UpdateGate>,
@@ -348,7 +344,7 @@ pub async fn run(config: Config) -> Result<()> {
     if let Some(addr) = config.metrics.listen {
         let m = metrics.clone();
         let token = metrics::write_admin_token(&state.join(metrics::ADMIN_TOKEN_FILE)).context("writing the admin token")?;
-        let admin = Arc::new(metrics::Admin { gateway: gateway.clone(), token });
+        let admin = Arc::new(metrics::Admin { gateway: gateway.clone(), token, signer: sign_zone_signer });
         tokio::spawn(async move {
             if let Err(e) = metrics::serve(addr, m, Some(admin)).await {
                 tracing::error!(%addr, error = %e, "metrics endpoint stopped");

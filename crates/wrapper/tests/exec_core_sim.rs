@@ -18,13 +18,57 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest as _, Sha256};
 use wrapper::envelope::Op;
-use wrapper::exec::{Command, Delivered, Event, ExecConfig, ExecCore, ExecState, Item, Unchanged, UpdateDecision, UpdateGate};
+use wrapper::exec::{Command, Delivered, Event, ExecConfig, ExecCore, ExecState, Item, SignZoneAuth, SignZoneSigner, SignZoneVerifier, Unchanged, UpdateDecision, UpdateGate};
 
 const N: u16 = 4;
 const T: u16 = 1;
 const MAX_READS: usize = 8;
 const CHECKPOINT_EVERY: u64 = 5;
-const START_S: u64 = 1_700_000_000;
+/// Agreed time at the start (s): today at midnight, inside the validity of the replica
+/// certificates made for the run (sign-zone requests are checked at agreed time). Only
+/// differences of times decide anything else, so a seed replays alike on any day.
+fn start_s() -> u64 {
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *START.get_or_init(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        now - now % 86_400
+    })
+}
+
+/// The cluster's CA and every replica's identity (mesh certificate and key), made once.
+struct Pki {
+    verifier: SignZoneVerifier,
+    signers: Vec<SignZoneSigner>,
+    /// Replica certificates and keys of another cluster's CA.
+    outsiders: Vec<SignZoneSigner>,
+    /// The replicas' own keys, signing for another zone.
+    other_zone: Vec<SignZoneSigner>,
+}
+
+fn pki() -> &'static Pki {
+    static PKI: std::sync::OnceLock<Pki> = std::sync::OnceLock::new();
+    PKI.get_or_init(|| {
+        use bft::transport::pki::{cert_der_from_pem, generate_ca, issue_replica_cert};
+        let certs = |ca| (0..N).map(|i| issue_replica_cert(ca, i).unwrap()).collect::<Vec<_>>();
+        let signers = |certs: &[bft::transport::pki::ReplicaCert], zone| {
+            certs.iter().map(|c| SignZoneSigner::new(c.replica_id, zone, &c.cert_pem, c.key_pem.clone()).unwrap()).collect::<Vec<_>>()
+        };
+        let ca = generate_ca("sim").unwrap();
+        let other = generate_ca("other").unwrap();
+        let (mine, theirs) = (certs(&ca), certs(&other));
+        Pki {
+            verifier: SignZoneVerifier::new("example.test.", cert_der_from_pem(&ca.cert_pem).unwrap()),
+            signers: signers(&mine, "example.test."),
+            outsiders: signers(&theirs, "example.test."),
+            other_zone: signers(&mine, "other.test."),
+        }
+    })
+}
+
+/// Replica `origin`'s genuine sign-zone request, signed at `time_s`.
+fn sz(origin: u16, time_s: u64) -> Op {
+    Op::SignZone(pki().signers[origin as usize].sign_at(time_s * 1_000_000).unwrap())
+}
 
 fn zone() -> Name {
     Name::from_ascii("example.test.").unwrap()
@@ -132,7 +176,7 @@ fn generate(rng: &mut ChaCha8Rng, batches: usize) -> Log {
     let mut out = Vec::new();
     let (mut writes, mut reads) = (0u16, 0u16);
     let mut applied = 0usize;
-    let mut time_us = START_S * 1_000_000;
+    let mut time_us = start_s() * 1_000_000;
     for _ in 0..batches {
         time_us += 200_000 + rng.next_u64() % 3_000_000;
         let mut requests = Vec::new();
@@ -151,7 +195,8 @@ fn generate(rng: &mut ChaCha8Rng, batches: usize) -> Log {
                 }
                 (Op::Dns { tcp: true, message: update(writes) }, None)
             } else if r < 97 {
-                (Op::SignZone, None)
+                // Stamped with the agreed time and the request's place: each counts once.
+                (Op::SignZone(pki().signers[origin as usize].sign_at(time_us + requests.len() as u64).unwrap()), None)
             } else {
                 (Op::Resign, None)
             };
@@ -218,6 +263,7 @@ fn config(id: u16) -> ExecConfig {
         slice_rrsets: 4,
         sign_zone_interval_s: 60,
         sign_zone_window_s: 40,
+        sign_zone_verifier: pki().verifier.clone(),
         max_reads_in_flight: MAX_READS,
     }
 }
@@ -655,7 +701,7 @@ fn batch(seq: u64, time_s: u64, requests: Vec<(u16, Op, Option<u64>)>) -> Delive
 fn the_gate_decides_what_reaches_named_and_what_the_client_gets() {
     let mut core = ExecCore::new(config(0), OddRefused, ExecState::default());
     let mut refused = ExecState::default();
-    let cmds = core.deliver(batch(1, START_S, vec![(0, Op::Dns { tcp: true, message: update(1) }, Some(7)), (1, Op::Dns { tcp: true, message: update(2) }, None)]));
+    let cmds = core.deliver(batch(1, start_s(), vec![(0, Op::Dns { tcp: true, message: update(1) }, Some(7)), (1, Op::Dns { tcp: true, message: update(2) }, None)]));
     // Update 1 is refused without reaching named; its client gets the gate's answer.
     assert_eq!(cmds[0], Command::Answer { reply: 7, bytes: answer(&update(1), ResponseCode::NotAuth) });
     refused.record(1, 0, u32::from(u16::from(ResponseCode::NotAuth)));
@@ -670,7 +716,7 @@ fn the_gate_decides_what_reaches_named_and_what_the_client_gets() {
 #[test]
 fn answers_go_to_the_gateway_only_and_through_the_gate() {
     let mut core = ExecCore::new(config(2), OddRefused, ExecState::default());
-    let cmds = core.deliver(batch(1, START_S, vec![(2, Op::Dns { tcp: false, message: update(4) }, Some(9))]));
+    let cmds = core.deliver(batch(1, start_s(), vec![(2, Op::Dns { tcp: false, message: update(4) }, Some(9))]));
     assert!(matches!(cmds[..], [Command::Write { .. }]), "{cmds:?}");
     let named = answer(&update(4), ResponseCode::NoError);
     let cmds = core.handle(Event::WriteAnswered { seq: 1, index: 0, answer: named.clone() });
@@ -678,7 +724,7 @@ fn answers_go_to_the_gateway_only_and_through_the_gate() {
     want.push(0xaa);
     assert_eq!(cmds[0], Command::Answer { reply: 9, bytes: want });
     // A read ordered by another gateway is not executed here.
-    let cmds = core.deliver(batch(2, START_S + 1, vec![(1, Op::Dns { tcp: false, message: query(5) }, None)]));
+    let cmds = core.deliver(batch(2, start_s() + 1, vec![(1, Op::Dns { tcp: false, message: query(5) }, None)]));
     assert!(matches!(cmds[..], [Command::Persist(_)]), "{cmds:?}");
 }
 
@@ -709,24 +755,24 @@ fn signings(requests: &[(u64, u16, Op)]) -> (usize, Vec<String>) {
 
 #[test]
 fn sign_zone_needs_t_plus_one_replicas_and_is_rate_limited() {
-    let s = START_S;
+    let s = start_s();
     // One replica asking, however often, does not sign.
-    let (ran, texts) = signings(&[(s, 3, Op::SignZone), (s + 1, 3, Op::SignZone), (s + 2, 3, Op::SignZone)]);
+    let (ran, texts) = signings(&[(s, 3, sz(3, s)), (s + 1, 3, sz(3, s + 1)), (s + 2, 3, sz(3, s + 2))]);
     assert_eq!(ran, 0, "{texts:?}");
     assert!(texts.iter().all(|t| t.starts_with("waiting: 1 of the 2")), "{texts:?}");
     // Two distinct replicas (t+1 = 2) do, once.
-    let (ran, texts) = signings(&[(s, 3, Op::SignZone), (s + 1, 1, Op::SignZone)]);
+    let (ran, texts) = signings(&[(s, 3, sz(3, s)), (s + 1, 1, sz(1, s + 1))]);
     assert_eq!(ran, 1, "{texts:?}");
     assert_eq!(texts.last().map(String::as_str), Some("signed at seq 2"));
     // Requests used up by a signing do not count again; within the interval more are refused.
-    let (ran, texts) = signings(&[(s, 3, Op::SignZone), (s + 1, 1, Op::SignZone), (s + 2, 0, Op::SignZone), (s + 3, 2, Op::SignZone)]);
+    let (ran, texts) = signings(&[(s, 3, sz(3, s)), (s + 1, 1, sz(1, s + 1)), (s + 2, 0, sz(0, s + 2)), (s + 3, 2, sz(2, s + 3))]);
     assert_eq!(ran, 1, "{texts:?}");
     assert!(texts[2].starts_with("refused") && texts[3].starts_with("refused"), "{texts:?}");
     // After the interval (60 s here), two new requests sign again.
-    let (ran, _) = signings(&[(s, 3, Op::SignZone), (s + 1, 1, Op::SignZone), (s + 61, 0, Op::SignZone), (s + 62, 2, Op::SignZone)]);
+    let (ran, _) = signings(&[(s, 3, sz(3, s)), (s + 1, 1, sz(1, s + 1)), (s + 61, 0, sz(0, s + 61)), (s + 62, 2, sz(2, s + 62))]);
     assert_eq!(ran, 2);
     // A request older than the window (40 s) no longer counts.
-    let (ran, texts) = signings(&[(s, 3, Op::SignZone), (s + 41, 1, Op::SignZone)]);
+    let (ran, texts) = signings(&[(s, 3, sz(3, s)), (s + 41, 1, sz(1, s + 41))]);
     assert_eq!(ran, 0, "{texts:?}");
 }
 
@@ -762,8 +808,8 @@ fn re_signing_runs_in_slices_at_most_once_per_interval_of_agreed_time() {
     // each re-signing what expires within validity - resign_after (600 - 300 s).
     let got = slices(&[
         (s, 3, Op::Resign),
-        (s, 3, Op::SignZone),
-        (s + 1, 1, Op::SignZone),
+        (s, 3, sz(3, s)),
+        (s + 1, 1, sz(1, s + 1)),
         (s + 2, 2, Op::Resign),
         (s + 3, 0, Op::Resign),
         (s + 21, 1, Op::Resign),
@@ -788,12 +834,76 @@ fn a_slice_waits_for_the_reads_ordered_before_it() {
     assert_ne!(core.state().outcomes, before, "the slice's outcome is in the chain");
 }
 
+/// What a Byzantine primary (replica 3 here) can put into its batches in the name of
+/// replicas 0, 1 and 2 without their keys.
+fn forgeries(time_s: u64) -> Vec<(u16, Op)> {
+    let p = pki();
+    let own = p.signers[3].sign_at(time_s * 1_000_000).unwrap();
+    let mut out = Vec::new();
+    for victim in 0..3u16 {
+        // Its own genuine request, ordered as the victim's.
+        out.push((victim, Op::SignZone(own.clone())));
+        // Its own request relabelled: claims the victim, carries its own certificate.
+        out.push((victim, Op::SignZone(SignZoneAuth { replica: victim, ..own.clone() })));
+        // The victim's certificate (public) with its own signature.
+        let cert = p.signers[victim as usize].sign_at(1).unwrap().cert;
+        let mine = p.signers[3].sign_at(time_s * 1_000_000 + 1).unwrap();
+        out.push((victim, Op::SignZone(SignZoneAuth { replica: victim, cert, signature: mine.signature, stamp_us: mine.stamp_us })));
+        // A certificate for the victim's id from a CA of its own making.
+        out.push((victim, Op::SignZone(p.outsiders[victim as usize].sign_at(time_s * 1_000_000).unwrap())));
+        // A garbage signature.
+        let mut bad = p.signers[victim as usize].sign_at(time_s * 1_000_000).unwrap();
+        bad.signature = vec![0x30; 8];
+        out.push((victim, Op::SignZone(bad)));
+    }
+    out
+}
+
+#[test]
+fn a_byzantine_primary_cannot_forge_the_t_plus_one() {
+    let s = start_s();
+    let mut log: Vec<(u64, u16, Op)> = vec![(s, 3, sz(3, s))];
+    log.extend(forgeries(s + 1).into_iter().map(|(origin, op)| (s + 1, origin, op)));
+    let (ran, texts) = signings(&log);
+    assert_eq!(ran, 0, "{texts:?}");
+    assert!(texts[0].starts_with("waiting: 1 of the 2"), "{texts:?}");
+    assert!(texts[1..].iter().all(|t| t.starts_with("refused")), "{texts:?}");
+    // One genuine request from another replica completes it, where it is ordered.
+    log.push((s + 2, 1, sz(1, s + 2)));
+    let (ran, texts) = signings(&log);
+    assert_eq!(ran, 1, "{texts:?}");
+    assert_eq!(texts.last().map(String::as_str), Some(format!("signed at seq {}", log.len()).as_str()));
+}
+
+#[test]
+fn a_signed_request_counts_once_and_not_late() {
+    let s = start_s();
+    let a = sz(1, s);
+    // Replayed while still pending: still one replica.
+    let (ran, texts) = signings(&[(s, 1, a.clone()), (s + 1, 1, a.clone()), (s + 2, 1, a.clone())]);
+    assert_eq!(ran, 0, "{texts:?}");
+    assert!(texts[1].starts_with("refused") && texts[1].contains("not newer"), "{texts:?}");
+    // Used by a signing, then replayed once the interval (60 s) is over: does not count.
+    let b = sz(3, s + 39);
+    let (ran, texts) = signings(&[(s + 38, 1, sz(1, s + 38)), (s + 39, 3, b.clone()), (s + 100, 3, b.clone()), (s + 101, 1, sz(1, s + 101))]);
+    assert_eq!(ran, 1, "{texts:?}");
+    assert!(texts[2].contains("not newer"), "{texts:?}");
+    assert!(texts[3].starts_with("waiting: 1 of the 2"), "{texts:?}");
+    // Ordered more than the window (40 s) after it was signed: refused, and a fresh one counts.
+    let (ran, texts) = signings(&[(s + 41, 1, sz(1, s)), (s + 42, 3, sz(3, s + 42)), (s + 43, 1, sz(1, s + 43))]);
+    assert_eq!(ran, 1, "{texts:?}");
+    assert!(texts[0].starts_with("refused") && texts[0].contains("more than 40 s"), "{texts:?}");
+    // Signed for another zone: refused.
+    let (ran, texts) = signings(&[(s, 1, sz(1, s)), (s, 3, Op::SignZone(pki().other_zone[3].sign_at(s * 1_000_000).unwrap()))]);
+    assert_eq!(ran, 0, "{texts:?}");
+}
+
 #[test]
 fn a_write_waits_for_reads_ordered_before_it_and_reads_after_wait_for_it() {
     let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
     let cmds = core.deliver(batch(
         1,
-        START_S,
+        start_s(),
         vec![
             (0, Op::Dns { tcp: false, message: query(1) }, Some(1)),
             (0, Op::Dns { tcp: true, message: update(2) }, None),
@@ -817,17 +927,17 @@ fn a_write_waits_for_reads_ordered_before_it_and_reads_after_wait_for_it() {
 fn read_slots_are_bounded_and_no_client_holds_the_core() {
     let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
     let requests = (0..(MAX_READS as u16 + 3)).map(|k| (0, Op::Dns { tcp: true, message: query(k) }, Some(u64::from(k)))).collect();
-    let cmds = core.deliver(batch(1, START_S, requests));
+    let cmds = core.deliver(batch(1, start_s(), requests));
     assert_eq!(cmds.len(), MAX_READS, "{cmds:?}");
     assert!(!core.is_idle());
     let cmds = core.handle(Event::ReadDone { id: 1 });
     assert!(matches!(cmds[..], [Command::Read { .. }]), "one slot freed, one read issued: {cmds:?}");
     // An undecodable named answer is recorded as such, not as success.
     let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
-    let _ = core.deliver(batch(1, START_S, vec![(1, Op::Dns { tcp: true, message: update(2) }, None)]));
+    let _ = core.deliver(batch(1, start_s(), vec![(1, Op::Dns { tcp: true, message: update(2) }, None)]));
     let cmds = core.handle(Event::WriteAnswered { seq: 1, index: 0, answer: vec![1, 2, 3] });
     let mut good = ExecCore::new(config(0), Unchanged, ExecState::default());
-    let _ = good.deliver(batch(1, START_S, vec![(1, Op::Dns { tcp: true, message: update(2) }, None)]));
+    let _ = good.deliver(batch(1, start_s(), vec![(1, Op::Dns { tcp: true, message: update(2) }, None)]));
     let good_cmds = good.handle(Event::WriteAnswered { seq: 1, index: 0, answer: answer(&update(2), ResponseCode::NoError) });
     assert_ne!(cmds, good_cmds);
 }
@@ -871,7 +981,7 @@ fn writes(state: ExecState, batches: &[(u64, u64, Vec<u8>)], named_answer: &dyn 
 
 #[test]
 fn an_identical_retransmission_within_its_tsig_window_is_executed_once() {
-    let s = START_S;
+    let s = start_s();
     let update = signed_update(5, s, 300);
     let named = |m: &[u8]| {
         let mut a = answer(m, ResponseCode::NoError);

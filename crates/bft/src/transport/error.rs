@@ -57,4 +57,7 @@ pub enum PeerError {
     WrongReplica { expected: u16, got: u16 },
     #[error("peer certificate names replica {0}, which is not a configured peer")]
     NotAPeer(u16),
+    /// A replica signature outside TLS (`pki::verify_replica_signature`) does not verify.
+    #[error("replica signature not proven: {0}")]
+    NotProven(String),
 }

@@ -153,7 +153,7 @@ pub fn tsig() -> TsigKey {
 
 impl Replica {
     /// Signs the zone at agreed time `t0` and starts named.
-    pub async fn start(signer: Arc<RsaSigner>, key: ZoneKey, t0: u32, signer_timeout_ms: Option<u32>) -> Replica {
+    pub async fn start(signer: Arc<RsaSigner>, key: ZoneKey, t0: u32, signer_resend_ms: Option<u32>) -> Replica {
         let tools = tools();
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path();
@@ -190,7 +190,7 @@ impl Replica {
 
         let mut spec = NamedSpec::new(tools.named(), conf_path, port, zone(), base.join("named.log"));
         spec.signer_socket = Some(socket.clone());
-        spec.signer_timeout_ms = signer_timeout_ms;
+        spec.signer_resend_ms = signer_resend_ms;
         spec.stop_grace = Duration::from_secs(3);
         let named = match Supervisor::start(spec).await {
             Ok(n) => n,
@@ -220,6 +220,27 @@ impl Replica {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.path().join("named.log")).unwrap_or_default()
+    }
+
+    /// Runs nsupdate -k (over TCP, patient) in a task of its own: for an update that
+    /// waits for its signatures while the test changes the signer.
+    pub fn nsupdate_in_background(&self, lines: &[&str]) -> tokio::task::JoinHandle<Output> {
+        let mut script = format!("server 127.0.0.1 {}\nzone {ZONE}\n", self.port);
+        for l in lines {
+            script.push_str(l);
+            script.push('\n');
+        }
+        script.push_str("send\n");
+        let mut cmd = tokio::process::Command::new(self.tools.bin("nsupdate"));
+        cmd.arg("-v").arg("-k").arg(&self.tsig_file).args(["-t", "120"]);
+        tokio::spawn(async move {
+            let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).spawn().unwrap();
+            use tokio::io::AsyncWriteExt;
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(script.as_bytes()).await.unwrap();
+            drop(stdin);
+            tokio::time::timeout(Duration::from_secs(150), child.wait_with_output()).await.unwrap().unwrap()
+        })
     }
 
     /// Runs nsupdate -k with the given update lines; returns its output.
@@ -343,6 +364,8 @@ pub struct FakeSigner {
     task: tokio::task::JoinHandle<()>,
     path: PathBuf,
     pub requests: Arc<Mutex<u32>>,
+    /// The id of every request received (named's re-sends carry the same id).
+    pub ids: Arc<Mutex<Vec<u64>>>,
     /// Requests that did not decode as the wire format says.
     pub undecodable: Arc<Mutex<Vec<String>>>,
     /// (algorithm, key tag, signer) of each decoded request.
@@ -365,13 +388,18 @@ impl FakeSigner {
         let bad = undecodable.clone();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let seen2 = seen.clone();
+        let ids = Arc::new(Mutex::new(Vec::new()));
+        let ids2 = ids.clone();
         let task = tokio::spawn(async move {
             let mut buf = vec![0u8; 300_000];
             loop {
                 let Ok((n, from)) = socket.recv_from(&mut buf).await else { return };
                 *counter.lock().unwrap() += 1;
                 match named_glue::wire::Request::decode(&buf[..n]) {
-                    Ok(req) => seen2.lock().unwrap().push((req.algorithm, req.key_tag, req.signer.to_ascii())),
+                    Ok(req) => {
+                        ids2.lock().unwrap().push(req.id);
+                        seen2.lock().unwrap().push((req.algorithm, req.key_tag, req.signer.to_ascii()))
+                    }
                     Err(e) => bad.lock().unwrap().push(e.to_string()),
                 }
                 let to: std::os::unix::net::SocketAddr = from.into();
@@ -399,7 +427,7 @@ impl FakeSigner {
                 }
             }
         });
-        FakeSigner { task, path: path.to_path_buf(), requests, undecodable, seen }
+        FakeSigner { task, path: path.to_path_buf(), requests, ids, undecodable, seen }
     }
 }
 

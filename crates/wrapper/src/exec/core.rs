@@ -14,8 +14,9 @@
 //! - nothing waits on a client: answers are commands that the tokio side delivers
 //!   without blocking;
 //! - sign-zone runs once requests for it from `faults + 1` distinct replicas were
-//!   ordered (within `sign_zone_window_s` of agreed time), and at most once per
-//!   `sign_zone_interval_s`;
+//!   ordered (within `sign_zone_window_s` of agreed time), each proven by its replica's
+//!   signature (`authority`), each signed request counting at most once, and at most
+//!   once per `sign_zone_interval_s`;
 //! - re-signing is incremental: an ordered `Resign` at agreed time T, once the zone was
 //!   signed and no earlier than `slice_interval_s` after the last slice, re-signs at most
 //!   `slice_rrsets` RRsets whose signatures expire by T + (validity - `resign_after_s`),
@@ -30,6 +31,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::classify::{classify, Kind, Verdict};
 use crate::envelope::Op;
+use crate::exec::authority::{SignZoneAuth, SignZoneVerifier};
 use crate::exec::gate::{UpdateDecision, UpdateGate};
 use crate::exec::state::{code, ExecState, RecentWrite};
 
@@ -53,8 +55,11 @@ pub struct ExecConfig {
     pub slice_rrsets: u32,
     /// At most one whole-zone signing per this much agreed time.
     pub sign_zone_interval_s: u64,
-    /// A sign-zone request older than this (agreed time) no longer counts.
+    /// A sign-zone request older than this (agreed time) no longer counts; nor does one
+    /// whose signer's stamp is further than this from the agreed time.
     pub sign_zone_window_s: u64,
+    /// Checks which replica signed a sign-zone request.
+    pub sign_zone_verifier: SignZoneVerifier,
     /// Reads executing at once at this gateway.
     pub max_reads_in_flight: usize,
 }
@@ -388,9 +393,9 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                     // A gateway answers these itself; one that orders them is lying or newer.
                     Verdict::Answer(_) | Verdict::Drop(_) => {}
                 },
-                Op::SignZone => {
+                Op::SignZone(auth) => {
                     let time_s = time_us / 1_000_000;
-                    match self.sign_zone_request(item.origin, time_s) {
+                    match self.sign_zone_request(item.origin, &auth, time_s) {
                         Ok(()) => return self.start_signing(index, item.reply, seq, time_us, out),
                         Err(text) => {
                             if let Some(reply) = item.reply {
@@ -456,10 +461,31 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         }
     }
 
-    /// Counts an ordered sign-zone request from `origin`; `Ok` when it completes the
-    /// t+1 needed (the requests are then used up), otherwise the answer for the admin.
-    fn sign_zone_request(&mut self, origin: u16, time_s: u64) -> Result<(), String> {
+    /// Counts an ordered sign-zone request; `Ok` when it completes the t+1 needed (the
+    /// requests are then used up), otherwise the answer for the admin. It counts only for
+    /// the replica whose key signed it, only once (its stamp must be newer than any
+    /// counted before from that replica), and only if signed within the window of the
+    /// agreed time; the ordering's `origin` must agree with the signer.
+    fn sign_zone_request(&mut self, origin: u16, auth: &SignZoneAuth, time_s: u64) -> Result<(), String> {
+        if auth.replica != origin {
+            return Err(format!("refused: a request signed for replica {} was ordered as replica {origin}'s", auth.replica));
+        }
+        if let Some(&last) = self.state.sign_zone_stamps.get(&origin) {
+            if auth.stamp_us <= last {
+                return Err(format!("refused: replica {origin}'s request stamped {} is not newer than its last counted one", auth.stamp_us));
+            }
+        }
+        let window = self.config.sign_zone_window_s;
+        let stamp_s = auth.stamp_us / 1_000_000;
+        if stamp_s.abs_diff(time_s) > window {
+            return Err(format!("refused: replica {origin}'s request was signed at {stamp_s}, ordered at agreed time {time_s}: more than {window} s apart"));
+        }
+        if let Err(e) = self.config.sign_zone_verifier.verify(auth, time_s) {
+            return Err(format!("refused: the request does not prove replica {origin}: {e}"));
+        }
         let s = &mut self.state;
+        // Used now, whatever follows: a replay of this request never counts.
+        s.sign_zone_stamps.insert(origin, auth.stamp_us);
         if s.last_signed_s != 0 && time_s < s.last_signed_s.saturating_add(self.config.sign_zone_interval_s) {
             return Err(format!(
                 "refused: the zone was signed at agreed time {}; the next sign-zone may run from {}",
@@ -467,7 +493,6 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 s.last_signed_s.saturating_add(self.config.sign_zone_interval_s)
             ));
         }
-        let window = self.config.sign_zone_window_s;
         s.sign_zone_requests.retain(|_, t| t.saturating_add(window) >= time_s);
         s.sign_zone_requests.insert(origin, time_s);
         let needed = usize::from(self.config.faults) + 1;

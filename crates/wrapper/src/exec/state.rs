@@ -11,7 +11,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::codec::{self, CodecError};
 
-/// 2 added `next_slice_s`; a version-1 state is read with it 0.
+/// 2 added `next_slice_s` and the sign-zone stamps; a version-1 state is read and converted.
 const VERSION: u8 = 2;
 const MAX_STATE_BYTES: usize = 256 * 1024;
 /// Recent TSIG-signed writes remembered for deduplication; beyond, the one whose window
@@ -54,6 +54,9 @@ pub struct ExecState {
     /// Replicas whose sign-zone request was ordered and not yet acted on, with the
     /// agreed time (s) of that request.
     pub sign_zone_requests: BTreeMap<u16, u64>,
+    /// Per replica, the stamp of its last signed sign-zone request that was counted:
+    /// only a newer one counts, so no signed request counts twice.
+    pub sign_zone_stamps: BTreeMap<u16, u64>,
     /// Hash chain over (seq, request index, outcome code) of every ordered write and
     /// whole-zone signing: a replica whose named answered differently differs here.
     pub outcomes: [u8; 32],
@@ -63,11 +66,12 @@ pub struct ExecState {
     pub next_slice_s: u64,
 }
 
-/// The layout of version 1, read once and converted.
+/// The state as version 1 stored it.
 #[derive(Deserialize)]
-struct ExecStateV1 {
+struct StateV1 {
     executed: u64,
     last_signed_s: u64,
+    #[allow(dead_code)]
     sign_zone_requests: BTreeMap<u16, u64>,
     outcomes: [u8; 32],
     recent_writes: BTreeMap<[u8; 32], RecentWrite>,
@@ -110,6 +114,11 @@ impl ExecState {
             h.update(origin.to_be_bytes());
             h.update(t.to_be_bytes());
         }
+        h.update((self.sign_zone_stamps.len() as u64).to_be_bytes());
+        for (origin, stamp) in &self.sign_zone_stamps {
+            h.update(origin.to_be_bytes());
+            h.update(stamp.to_be_bytes());
+        }
         h.update((self.recent_writes.len() as u64).to_be_bytes());
         for (digest, w) in &self.recent_writes {
             h.update(digest);
@@ -125,18 +134,14 @@ impl ExecState {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<ExecState, CodecError> {
-        if bytes.first() == Some(&1) {
-            let v1: ExecStateV1 = codec::decode("execution state", 1, MAX_STATE_BYTES, bytes)?;
-            return Ok(ExecState {
-                executed: v1.executed,
-                last_signed_s: v1.last_signed_s,
-                sign_zone_requests: v1.sign_zone_requests,
-                outcomes: v1.outcomes,
-                recent_writes: v1.recent_writes,
-                next_slice_s: 0,
-            });
+        match codec::decode("execution state", VERSION, MAX_STATE_BYTES, bytes) {
+            Err(CodecError::Version { got: 1, .. }) => {
+                let v1: StateV1 = codec::decode("execution state", 1, MAX_STATE_BYTES, bytes)?;
+                // Requests counted under v1 were not proven by their replicas: dropped.
+                Ok(ExecState { executed: v1.executed, last_signed_s: v1.last_signed_s, outcomes: v1.outcomes, recent_writes: v1.recent_writes, ..Default::default() })
+            }
+            other => other,
         }
-        codec::decode("execution state", VERSION, MAX_STATE_BYTES, bytes)
     }
 
     /// The persisted state; a missing file is the initial state.
@@ -194,6 +199,29 @@ mod tests {
         let zone = [7; 32];
         assert_ne!(a.checkpoint_digest(&zone), b.checkpoint_digest(&zone));
         assert_ne!(a.checkpoint_digest(&zone), a.checkpoint_digest(&[8; 32]));
+    }
+
+    #[test]
+    fn stamps_are_attested_and_v1_states_convert() {
+        let mut a = ExecState::default();
+        a.sign_zone_stamps.insert(1, 10);
+        let mut b = a.clone();
+        b.sign_zone_stamps.insert(1, 11);
+        assert_ne!(a.checkpoint_digest(&[0; 32]), b.checkpoint_digest(&[0; 32]));
+        assert_eq!(ExecState::decode(&b.encode()).unwrap(), b);
+
+        #[derive(Serialize)]
+        struct V1 {
+            executed: u64,
+            last_signed_s: u64,
+            sign_zone_requests: BTreeMap<u16, u64>,
+            outcomes: [u8; 32],
+            recent_writes: BTreeMap<[u8; 32], RecentWrite>,
+        }
+        let old = V1 { executed: 5, last_signed_s: 6, sign_zone_requests: [(2, 3)].into(), outcomes: [9; 32], recent_writes: BTreeMap::new() };
+        let s = ExecState::decode(&codec::encode(1, &old)).unwrap();
+        assert_eq!((s.executed, s.last_signed_s, s.outcomes), (5, 6, [9; 32]));
+        assert!(s.sign_zone_requests.is_empty() && s.sign_zone_stamps.is_empty());
     }
 
     #[test]

@@ -124,7 +124,8 @@ async fn run(
                 core.handle_timeout(now_us());
             }
             _ = sweep.tick() => {
-                // named gave up on these (its own timeout); stop working on them.
+                // Nobody waits for these any more (the signing service went away); stop
+                // working on them.
                 waiters.retain(|digest, ws| {
                     ws.retain(|w| !w.reply.is_closed());
                     if ws.is_empty() { core.abandon(digest); false } else { true }

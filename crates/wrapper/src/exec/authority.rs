@@ -1,0 +1,140 @@
+//! Who asked for a whole-zone signing, proven end to end.
+//!
+//! The ordering delivers every request with an origin, but a primary builds its batches
+//! itself and could put in requests that claim any replica as their origin. So a
+//! sign-zone request carries its replica's signature, made with the identity key of that
+//! replica's mesh certificate (the certificate travels with the request), over
+//! (label, zone, replica, stamp). Every replica checks it at execution against the cluster
+//! CA and the batch's agreed time only, so all decide alike, and a request counts for the
+//! replica whose key signed it, never for the one it claims. The stamp (the signer's
+//! clock, made strictly increasing) bounds how long a signed request counts and makes
+//! each one count at most once (`ExecState::sign_zone_stamps`).
+
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bft::transport::pki;
+use serde::{Deserialize, Serialize};
+
+const LABEL: &[u8] = b"sdns sign-zone request v1\0";
+
+/// The authenticator of one replica's sign-zone request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignZoneAuth {
+    /// The replica that asks (must be the one whose certificate follows).
+    pub replica: u16,
+    /// The asking replica's clock when it signed (µs since the epoch), strictly
+    /// increasing per replica.
+    pub stamp_us: u64,
+    /// That replica's mesh certificate (DER).
+    pub cert: Vec<u8>,
+    /// ECDSA P-256 SHA-256 over [`signed_bytes`].
+    pub signature: Vec<u8>,
+}
+
+/// What a sign-zone signature covers. The zone name is compared case-insensitively.
+pub fn signed_bytes(zone: &str, replica: u16, stamp_us: u64) -> Vec<u8> {
+    let zone = canonical_zone(zone);
+    let mut m = Vec::with_capacity(LABEL.len() + zone.len() + 12);
+    m.extend_from_slice(LABEL);
+    m.extend_from_slice(&(zone.len() as u16).to_be_bytes());
+    m.extend_from_slice(zone.as_bytes());
+    m.extend_from_slice(&replica.to_be_bytes());
+    m.extend_from_slice(&stamp_us.to_be_bytes());
+    m
+}
+
+fn canonical_zone(zone: &str) -> String {
+    let z = zone.to_ascii_lowercase();
+    if z.ends_with('.') { z } else { z + "." }
+}
+
+/// The check every replica runs at execution: deterministic, no clock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignZoneVerifier {
+    zone: String,
+    ca_der: Vec<u8>,
+}
+
+impl SignZoneVerifier {
+    pub fn new(zone: &str, ca_der: Vec<u8>) -> Self {
+        SignZoneVerifier { zone: canonical_zone(zone), ca_der }
+    }
+
+    /// The replica `auth` proves, judged at agreed time `time_s`.
+    pub fn verify(&self, auth: &SignZoneAuth, time_s: u64) -> Result<u16, String> {
+        let msg = signed_bytes(&self.zone, auth.replica, auth.stamp_us);
+        let signer = pki::verify_replica_signature(&self.ca_der, &auth.cert, time_s, &msg, &auth.signature).map_err(|e| e.to_string())?;
+        if signer != auth.replica {
+            return Err(format!("signed with replica {signer}'s certificate, claims replica {}", auth.replica));
+        }
+        Ok(signer)
+    }
+}
+
+/// A replica's own signing side (the admin route uses it). Holds the identity key.
+pub struct SignZoneSigner {
+    id: u16,
+    zone: String,
+    cert: Vec<u8>,
+    key_pem: String,
+    last_stamp: Mutex<u64>,
+}
+
+// The key must not end up in logs through a stray `{:?}`.
+impl std::fmt::Debug for SignZoneSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignZoneSigner").field("id", &self.id).field("key_pem", &"<redacted>").finish_non_exhaustive()
+    }
+}
+
+impl SignZoneSigner {
+    /// `cert_pem` and `key_pem`: this replica's mesh certificate and key.
+    pub fn new(id: u16, zone: &str, cert_pem: &str, key_pem: String) -> Result<Self, String> {
+        let cert = pki::cert_der_from_pem(cert_pem).map_err(|e| e.to_string())?;
+        Ok(SignZoneSigner { id, zone: canonical_zone(zone), cert, key_pem, last_stamp: Mutex::new(0) })
+    }
+
+    /// A fresh authenticator stamped with the local clock (never below the last one).
+    pub fn sign(&self) -> Result<SignZoneAuth, String> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
+        let stamp_us = {
+            let mut last = self.last_stamp.lock().unwrap_or_else(|p| p.into_inner());
+            *last = now.max(last.saturating_add(1));
+            *last
+        };
+        self.sign_at(stamp_us)
+    }
+
+    /// An authenticator with a given stamp (tests, and [`Self::sign`]).
+    pub fn sign_at(&self, stamp_us: u64) -> Result<SignZoneAuth, String> {
+        let msg = signed_bytes(&self.zone, self.id, stamp_us);
+        let signature = pki::sign_as_replica(&self.key_pem, &msg).map_err(|e| e.to_string())?;
+        Ok(SignZoneAuth { replica: self.id, stamp_us, cert: self.cert.clone(), signature })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signature_binds_zone_replica_and_stamp() {
+        let ca = pki::generate_ca("t").unwrap();
+        let ca_der = pki::cert_der_from_pem(&ca.cert_pem).unwrap();
+        let r2 = pki::issue_replica_cert(&ca, 2).unwrap();
+        let signer = SignZoneSigner::new(2, "Example.TEST", &r2.cert_pem, r2.key_pem.clone()).unwrap();
+        let v = SignZoneVerifier::new("example.test.", ca_der.clone());
+        let t = 1_800_000_000;
+        let a = signer.sign_at(t * 1_000_000).unwrap();
+        assert_eq!(v.verify(&a, t), Ok(2));
+        assert!(!format!("{signer:?}").contains("PRIVATE"));
+        // Any field changed: no longer valid.
+        assert!(v.verify(&SignZoneAuth { stamp_us: a.stamp_us + 1, ..a.clone() }, t).is_err());
+        assert!(v.verify(&SignZoneAuth { replica: 1, ..a.clone() }, t).is_err());
+        assert!(SignZoneVerifier::new("other.test", ca_der).verify(&a, t).is_err());
+        // Stamps from one signer strictly increase.
+        let (x, y) = (signer.sign().unwrap(), signer.sign().unwrap());
+        assert!(y.stamp_us > x.stamp_us);
+    }
+}
