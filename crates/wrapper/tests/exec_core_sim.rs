@@ -803,7 +803,7 @@ fn slices(requests: &[(u64, u16, Op)]) -> Vec<(u64, u32, u32)> {
 
 #[test]
 fn re_signing_runs_in_slices_at_most_once_per_interval_of_agreed_time() {
-    let s = START_S;
+    let s = start_s();
     // Never signed: no slice. Signed at s+1: slices from then on, at most one per 20 s,
     // each re-signing what expires within validity - resign_after (600 - 300 s).
     let got = slices(&[
@@ -822,8 +822,8 @@ fn re_signing_runs_in_slices_at_most_once_per_interval_of_agreed_time() {
 
 #[test]
 fn a_slice_waits_for_the_reads_ordered_before_it() {
-    let mut core = ExecCore::new(config(0), Unchanged, ExecState { last_signed_s: START_S, ..Default::default() });
-    let cmds = core.deliver(batch(1, START_S + 10, vec![(0, Op::Dns { tcp: false, message: query(1) }, Some(1)), (2, Op::Resign, None)]));
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState { last_signed_s: start_s(), ..Default::default() });
+    let cmds = core.deliver(batch(1, start_s() + 10, vec![(0, Op::Dns { tcp: false, message: query(1) }, Some(1)), (2, Op::Resign, None)]));
     let read = cmds.iter().find_map(|c| match c { Command::Read { id, .. } => Some(*id), _ => None }).expect("the read runs");
     assert!(!cmds.iter().any(|c| matches!(c, Command::ResignSlice { .. })), "{cmds:?}");
     let cmds = core.handle(Event::ReadDone { id: read });
