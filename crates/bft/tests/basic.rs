@@ -31,6 +31,8 @@ fn run(replicas: &mut [Replica], mut now: Time, rounds: usize) -> Vec<Vec<Batch>
                         }
                         delivered[index].push(batch)
                     }
+                    // Nothing restarts here, so what a replica would persist is not kept.
+                    Action::Persist(_) => {}
                     other => panic!("unexpected {other:?}"),
                 }
             }
