@@ -105,7 +105,7 @@ fn log_of(c: &Cluster, i: u16) -> String {
 /// updates; started again, it cannot replay the log, fetches the stable checkpoint's
 /// state, installs it, replays the rest, and serves every acknowledged update.
 #[test]
-#[ignore = "fails until the restart branch is merged: after the restart that applies the short log, executors skip batches up to their old executed position and the first update times out"]
+#[ignore = "state transfer is not yet shown working end to end: in the last run (2026-11-23) the stopped replica did not come back and a replica started by the test did not stop on SIGTERM; docs/RELIABILITY.md"]
 fn a_replica_behind_the_retained_log_transfers_state_and_converges() {
     let c = short_log_cluster();
     let (ok, out) = c.nsupdate(0, "update add before.example.test 300 A 192.0.2.1");
@@ -140,7 +140,7 @@ fn a_replica_behind_the_retained_log_transfers_state_and_converges() {
 /// again, it installs the stable checkpoint's state from its peers instead of a zone missing
 /// every update.
 #[test]
-#[ignore = "fails until the restart branch is merged: after the restart that applies the short log, executors skip batches up to their old executed position and the first update times out"]
+#[ignore = "state transfer is not yet shown working end to end: in the last run (2026-11-23) the stopped replica did not come back and a replica started by the test did not stop on SIGTERM; docs/RELIABILITY.md"]
 fn a_replica_whose_state_was_deleted_transfers_state_and_converges() {
     let c = short_log_cluster();
     c.stop(3);
