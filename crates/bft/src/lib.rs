@@ -139,6 +139,7 @@
 #![allow(clippy::manual_is_multiple_of)]
 #![forbid(unsafe_code)]
 
+pub mod actors;
 mod codec;
 mod decide;
 mod message;

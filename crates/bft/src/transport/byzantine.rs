@@ -7,7 +7,7 @@
 //! Only the deployment decides whether a replica may run one (the wrapper refuses unless its
 //! configuration marks the cluster as a test cluster).
 
-use crate::{CheckpointClaim, Config, Message, PrePreparedEntry, PreparedEntry, Proposal, ReplicaId, Request, StatusReport, Time};
+use crate::{Config, Message, Proposal, ReplicaId, Request, StatusReport, Time};
 
 /// What a Byzantine replica does with the ordering messages it sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,29 +94,7 @@ impl Byzantine {
         match message {
             Message::PrePrepare { .. } | Message::NewView { .. } => Vec::new(),
             Message::ViewChange(mut vc) => {
-                let (window, interval, me) = (self.window, self.interval, self.me);
-                let low = vc.stable.seq;
-                let view = vc.view.saturating_sub(1);
-                let fake = |seq: u64| Proposal {
-                    time: Time(1),
-                    requests: vec![Request { origin: me, client: 77, number: seq, payload: vec![0xee; 8] }],
-                };
-                // Far ahead: above any checkpoint a quorum could choose, within the 4L an honest
-                // view change may report (so it is not refused as malformed).
-                let far = low + 3 * window + 1;
-                let near = low + 1;
-                vc.prepared.retain(|e| e.seq > near && e.seq < far);
-                vc.prepared.insert(0, PreparedEntry { seq: near, view, proposal: fake(near) });
-                vc.prepared.push(PreparedEntry { seq: far, view, proposal: fake(far) });
-                for seq in [near, far] {
-                    vc.pre_prepared.push(PrePreparedEntry { seq, view, digest: fake(seq).digest(seq) });
-                }
-                let backing = (far - window) / interval * interval;
-                vc.checkpoints.retain(|c| c.seq < backing);
-                vc.checkpoints.push(CheckpointClaim { seq: backing, time: Time(2), log_digest: [0xee; 32], state_digest: [0xee; 32] });
-                let max = usize::try_from(window / interval).unwrap_or(usize::MAX) + 1;
-                let skip = vc.checkpoints.len().saturating_sub(max);
-                vc.checkpoints.drain(..skip);
+                crate::actors::poison_view_change(&mut vc, self.me, self.window, self.interval);
                 vec![(to, Message::ViewChange(vc))]
             }
             other => vec![(to, other)],

@@ -70,7 +70,7 @@ pub struct ByzantineState {
 /// (backed by a made-up checkpoint claim) and another at the first seq above it, so any set that
 /// contains its view change cannot decide.
 pub mod poisoner {
-    use bft::{CheckpointClaim, Message, PrePreparedEntry, PreparedEntry, Proposal, ReplicaId, Request, Time};
+    use bft::{Message, ReplicaId};
 
     use crate::cluster::sim_config;
 
@@ -80,28 +80,7 @@ pub mod poisoner {
             Message::ViewChange(mut vc) => {
                 let config = sim_config(n, me);
                 let (window, interval) = (config.watermark_window, config.checkpoint_interval);
-                let low = vc.stable.seq;
-                let view = vc.view - 1;
-                let fake = |seq: u64| Proposal {
-                    time: Time(1),
-                    requests: vec![Request { origin: me, client: 77, number: seq, payload: vec![0xee; 8] }],
-                };
-                // Far ahead: above any checkpoint a quorum could choose, within the 4L an honest
-                // view change may report (so it is not refused as malformed).
-                let far = low + 3 * window + 1;
-                let near = low + 1;
-                vc.prepared.retain(|e| e.seq > near && e.seq < far);
-                vc.prepared.insert(0, PreparedEntry { seq: near, view, proposal: fake(near) });
-                vc.prepared.push(PreparedEntry { seq: far, view, proposal: fake(far) });
-                for seq in [near, far] {
-                    vc.pre_prepared.push(PrePreparedEntry { seq, view, digest: fake(seq).digest(seq) });
-                }
-                let backing = (far - window) / interval * interval;
-                vc.checkpoints.retain(|c| c.seq < backing);
-                vc.checkpoints.push(CheckpointClaim { seq: backing, time: Time(2), log_digest: [0xee; 32], state_digest: [0xee; 32] });
-                let max = usize::try_from(window / interval).unwrap_or(usize::MAX) + 1;
-                let skip = vc.checkpoints.len().saturating_sub(max);
-                vc.checkpoints.drain(..skip);
+                bft::actors::poison_view_change(&mut vc, me, window, interval);
                 vec![(to, Message::ViewChange(vc))]
             }
             other => vec![(to, other)],

@@ -1,0 +1,34 @@
+//! Byzantine rewrites of honest messages, shared by the seeded simulator's actors
+//! (`tests/sim/byzantine.rs`) and the real-process test modes (`transport::byzantine`), so
+//! the behaviour the simulator checks is the one a test cluster runs. No honest path calls
+//! anything here.
+
+use crate::{CheckpointClaim, PrePreparedEntry, PreparedEntry, Proposal, ReplicaId, Request, Time, ViewChange};
+
+/// The view-change poisoner: keeps `vc` well-formed but claims a fake prepared batch just above
+/// the stable checkpoint and one far ahead (above any checkpoint a quorum could choose, within
+/// the 4L an honest view change may report, so it is not refused as malformed), backed by a fake
+/// checkpoint claim. `window` and `interval` are the configuration's watermark window and
+/// checkpoint interval.
+pub fn poison_view_change(vc: &mut ViewChange, me: ReplicaId, window: u64, interval: u64) {
+    let low = vc.stable.seq;
+    let view = vc.view.saturating_sub(1);
+    let fake = |seq: u64| Proposal {
+        time: Time(1),
+        requests: vec![Request { origin: me, client: 77, number: seq, payload: vec![0xee; 8] }],
+    };
+    let far = low + 3 * window + 1;
+    let near = low + 1;
+    vc.prepared.retain(|e| e.seq > near && e.seq < far);
+    vc.prepared.insert(0, PreparedEntry { seq: near, view, proposal: fake(near) });
+    vc.prepared.push(PreparedEntry { seq: far, view, proposal: fake(far) });
+    for seq in [near, far] {
+        vc.pre_prepared.push(PrePreparedEntry { seq, view, digest: fake(seq).digest(seq) });
+    }
+    let backing = (far - window) / interval * interval;
+    vc.checkpoints.retain(|c| c.seq < backing);
+    vc.checkpoints.push(CheckpointClaim { seq: backing, time: Time(2), log_digest: [0xee; 32], state_digest: [0xee; 32] });
+    let max = usize::try_from(window / interval).unwrap_or(usize::MAX) + 1;
+    let skip = vc.checkpoints.len().saturating_sub(max);
+    vc.checkpoints.drain(..skip);
+}
