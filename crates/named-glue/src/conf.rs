@@ -98,6 +98,89 @@ pub struct NamedConf {
     pub maintenance_key: Option<TsigKey>,
     /// RRSIG validity in days; also the re-sign interval, so no jitter.
     pub sig_validity_days: u32,
+    /// The operator's update-policy (an adopted zone), its identities already the local
+    /// keys; `None`: every key in `tsig_keys` may update the whole zone.
+    pub update_policy: Option<Vec<PolicyRule>>,
+}
+
+/// The update-policy rule types that decide by the key's name and the updated name only.
+/// The others (self, selfsub, krb5-*, tcp-self, external, ...) compare the signer's own
+/// name or the client's address, which the wrapper's re-signing with a local key and
+/// named seeing every client as the loopback address would change.
+pub const POLICY_RULE_TYPES: &[&str] = &["name", "subdomain", "zonesub", "wildcard"];
+
+/// One update-policy rule: `grant|deny IDENTITY RULETYPE [NAME] [TYPES...]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyRule {
+    pub grant: bool,
+    /// A key name, or `*` for any key.
+    pub identity: String,
+    pub rule_type: String,
+    /// The name the rule type matches against (absent for zonesub).
+    pub name: Option<String>,
+    /// Record types, e.g. `A`, `TXT`, `ANY`, or with a quota `A(2)`; empty: BIND's default.
+    pub types: Vec<String>,
+}
+
+impl PolicyRule {
+    /// Parses a rule from its words as `named-checkconf -p` prints them (quotes removed).
+    pub fn parse(words: &[&str]) -> Result<PolicyRule, String> {
+        let [verb, identity, rule_type, rest @ ..] = words else {
+            return Err(format!("rule {:?} is not `grant|deny IDENTITY RULETYPE ...`", words.join(" ")));
+        };
+        let grant = match verb.to_ascii_lowercase().as_str() {
+            "grant" => true,
+            "deny" => false,
+            other => return Err(format!("rule starts with {other:?}, not grant or deny")),
+        };
+        let rule_type = rule_type.to_ascii_lowercase();
+        if !POLICY_RULE_TYPES.contains(&rule_type.as_str()) {
+            return Err(format!("update-policy rule type `{rule_type}` is not supported (only {})", POLICY_RULE_TYPES.join(", ")));
+        }
+        let (name, types) = match (rule_type.as_str(), rest) {
+            ("zonesub", types) => (None, types),
+            (_, [name, types @ ..]) => (Some(name.to_string()), types),
+            (_, []) => return Err(format!("update-policy rule type `{rule_type}` needs a name")),
+        };
+        let rule = PolicyRule { grant, identity: identity.to_string(), rule_type, name, types: types.iter().map(|t| t.to_ascii_uppercase()).collect() };
+        rule.check().map_err(|e| e.to_string())?;
+        Ok(rule)
+    }
+
+    fn check(&self) -> Result<(), ConfError> {
+        check_token("update-policy identity", &self.identity)?;
+        if let Some(name) = &self.name {
+            check_token("update-policy name", name)?;
+            let bare = name.strip_prefix("*.").unwrap_or(name);
+            if bare != "." && Name::from_ascii(bare).is_err() {
+                return Err(ConfError::Unquotable { what: "update-policy name", value: name.clone() });
+            }
+        }
+        for t in &self.types {
+            let (ty, quota) = match t.split_once('(') {
+                Some((ty, q)) => (ty, Some(q)),
+                None => (t.as_str(), None),
+            };
+            let quota_ok = quota.is_none_or(|q| q.strip_suffix(')').is_some_and(|d| !d.is_empty() && d.len() <= 9 && d.bytes().all(|b| b.is_ascii_digit())));
+            if ty.is_empty() || !ty.bytes().all(|b| b.is_ascii_alphanumeric()) || !quota_ok {
+                return Err(ConfError::Unquotable { what: "update-policy type", value: t.clone() });
+            }
+        }
+        Ok(())
+    }
+
+    /// The rule as named.conf takes it.
+    pub fn render(&self) -> Result<String, ConfError> {
+        self.check()?;
+        let mut s = format!("{} \"{}\" {}", if self.grant { "grant" } else { "deny" }, self.identity, self.rule_type);
+        if let Some(name) = &self.name {
+            s += &format!(" \"{name}\"");
+        }
+        for t in &self.types {
+            s += &format!(" {t}");
+        }
+        Ok(s)
+    }
 }
 
 impl NamedConf {
@@ -117,6 +200,7 @@ impl NamedConf {
             transfer_keys: Vec::new(),
             maintenance_key: None,
             sig_validity_days: 30,
+            update_policy: None,
         }
     }
 
@@ -194,8 +278,17 @@ impl NamedConf {
             check_token("TSIG key name", &key.name)?;
             rules.push_str(&format!("\t\tdeny \"{}\" zonesub {refused};\n", key.name));
         }
-        for key in &self.tsig_keys {
-            rules.push_str(&format!("\t\tgrant \"{}\" zonesub ANY;\n", key.name));
+        match &self.update_policy {
+            Some(policy) => {
+                for rule in policy {
+                    rules.push_str(&format!("\t\t{};\n", rule.render()?));
+                }
+            }
+            None => {
+                for key in &self.tsig_keys {
+                    rules.push_str(&format!("\t\tgrant \"{}\" zonesub ANY;\n", key.name));
+                }
+            }
         }
         if let Some(key) = &self.maintenance_key {
             check_token("TSIG key name", &key.name)?;
@@ -309,6 +402,45 @@ mod tests {
         assert!(!text.contains("grant \"resign.sdns-local\" zonesub ANY"), "{text}");
         // The catch-all denial is only for a policy without any grant.
         assert!(!text.contains("deny * zonesub"), "{text}");
+    }
+
+    #[test]
+    fn operator_policy_replaces_the_blanket_grant_after_the_denials() {
+        let zone = Name::from_ascii("example.test.").unwrap();
+        let mut conf = NamedConf::new(Path::new("/tmp/r1"), 5353, &zone, vec![TsigKey::hmac_sha256("tsig-0.sdns-local", vec![1; 32])]);
+        let rule = |w: &str| PolicyRule::parse(&w.split(' ').collect::<Vec<_>>()).unwrap();
+        let mut grant = rule("grant dhcp zonesub A PTR(2)");
+        grant.identity = "tsig-0.sdns-local".into();
+        let mut deny = rule("deny dhcp name www.example.test. A");
+        deny.identity = "tsig-0.sdns-local".into();
+        conf.update_policy = Some(vec![deny, grant]);
+        let text = conf.render().unwrap();
+        let at = |n: &str| text.find(n).unwrap_or_else(|| panic!("no {n} in\n{text}"));
+        assert!(at("deny \"tsig-0.sdns-local\" zonesub DNSKEY") < at("deny \"tsig-0.sdns-local\" name \"www.example.test.\" A;"));
+        assert!(at("name \"www.example.test.\" A;") < at("grant \"tsig-0.sdns-local\" zonesub A PTR(2);"));
+        assert!(!text.contains("zonesub ANY"), "{text}");
+    }
+
+    #[test]
+    fn policy_rules_parse_or_say_why_not() {
+        let p = |w: &str| PolicyRule::parse(&w.split(' ').collect::<Vec<_>>());
+        let r = p("grant k subdomain hosts.example.test ANY").unwrap();
+        assert_eq!((r.grant, r.rule_type.as_str(), r.name.as_deref(), r.types.clone()), (true, "subdomain", Some("hosts.example.test"), vec!["ANY".to_string()]));
+        assert_eq!(p("deny * wildcard *.example.test txt").unwrap().types, vec!["TXT"]);
+        assert_eq!(p("grant k zonesub").unwrap().types, Vec::<String>::new());
+        for (bad, why) in [
+            ("grant k self . A", "`self` is not supported"),
+            ("grant k tcp-self . PTR", "not supported"),
+            ("allow k zonesub A", "not grant or deny"),
+            ("grant k name", "needs a name"),
+            ("grant k", "is not"),
+            ("grant k zonesub A;B", "cannot be written"),
+            ("grant k zonesub A(x)", "cannot be written"),
+            ("grant k\" zonesub A", "cannot be written"),
+        ] {
+            let e = p(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -104,6 +104,12 @@ fn print_usage(p: &ClusterParams, dir: &Path) {
         (crate::auth::Mode::Tsig, _) | (_, None) => ("TSIG, a key every replica holds", tsig.clone()),
         (_, Some(k)) => ("SIG(0), a key no replica holds", k.clone()),
     };
+    // An adopted zone: the operator's own key, under the operator's update-policy.
+    let adopted_key = crate::adopt::Adopted::load(dir).ok().flatten().and_then(|a| a.tsig_keys.into_iter().find(|k| k != "tsig.key"));
+    let (how, key) = match adopted_key {
+        Some(k) if p.update_auth != crate::auth::Mode::Sig0 => ("TSIG, your own key; it may update what your update-policy grants", dir.join(k)),
+        _ => (how, key),
+    };
     println!(
         "\nsdns: {n} replicas serving {zone} (t = {t}, protocol {proto:?}).\n\n\
          Read through any replica:\n  dig @{ip} -p {port0} www.{zone} A +dnssec\n\

@@ -129,6 +129,24 @@ pub struct NamedSection {
     /// Signature validity in days (named's sig-validity-interval, and the agreed expiration).
     #[serde(default = "default_validity_days")]
     pub signature_validity_days: u32,
+    /// Who may update what, as BIND's update-policy rules naming the keys of `tsig_keys`
+    /// (`"grant dhcp-key zonesub A PTR"`, first match wins; rule types name, subdomain,
+    /// zonesub, wildcard). Absent: every key in `tsig_keys` may update the whole zone.
+    /// `sdns adopt` writes the operator's rules here.
+    #[serde(default)]
+    pub update_policy: Option<Vec<String>>,
+}
+
+impl NamedSection {
+    /// The update-policy rules, parsed (validate() has checked that they parse).
+    pub fn policy_rules(&self) -> Option<Result<Vec<named_glue::conf::PolicyRule>, String>> {
+        self.update_policy.as_ref().map(|rules| {
+            rules
+                .iter()
+                .map(|r| named_glue::conf::PolicyRule::parse(&r.split_whitespace().collect::<Vec<_>>()).map_err(|e| format!("{r:?}: {e}")))
+                .collect()
+        })
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -419,6 +437,9 @@ impl Config {
         if a.mode != crate::auth::Mode::Sig0 && self.named.tsig_keys.is_empty() {
             return Err(bad("named.tsig_keys", format!("auth.mode \"{}\" needs at least one TSIG key file", a.mode.as_str())));
         }
+        if let Some(Err(e)) = self.named.policy_rules() {
+            return Err(bad("named.update_policy", e));
+        }
         self.rrl.validate().map_err(|e| bad("rrl", e))?;
         if self.client.max_pending == 0 || self.client.tcp_max_connections == 0 || self.client.tcp_max_pipelined == 0 || self.client.tcp_write_timeout_ms == 0 {
             return Err(bad("client", "limits must be positive".into()));
@@ -477,6 +498,10 @@ tsig_keys = ["tsig.key"]
         assert_eq!(c.rrl.responses_per_second, 0);
         let both = parse(&(sample(4) + "\n[auth]\nmode = \"both\"\nsig0_keys = [\"K.key\"]\n[rrl]\nresponses_per_second = 20\n")).unwrap();
         assert_eq!((both.auth.mode, both.rrl.responses_per_second, both.rrl.slip), (crate::auth::Mode::Both, 20, 2));
+        assert!(c.named.update_policy.is_none() && c.named.policy_rules().is_none());
+        let policy = parse(&sample(4).replace("tsig_keys", "update_policy = [\"grant dhcp zonesub A PTR\"]\ntsig_keys")).unwrap();
+        let rules = policy.named.policy_rules().unwrap().unwrap();
+        assert_eq!((rules[0].identity.as_str(), rules[0].types.len()), ("dhcp", 2));
     }
 
     #[test]
@@ -494,6 +519,7 @@ tsig_keys = ["tsig.key"]
             (sample(4) + "\n[rrl]\nresponses_per_second = 5\nwindow_s = 0\n", "rrl"),
             (sample(4).replace("state_dir", "byzantine = \"silent\"\nstate_dir"), "replica.byzantine"),
             (sample(4).replace("state_dir", "corrupt_shares = true\nstate_dir"), "replica.corrupt_shares"),
+            (sample(4).replace("tsig_keys", "update_policy = [\"grant k self . A\"]\ntsig_keys"), "named.update_policy"),
         ];
         for (text, field) in cases {
             match parse(&text) {

@@ -233,6 +233,12 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         }
     }
     let test_cluster = !p.corrupt.is_empty() || !p.byzantine.is_empty();
+    // A directory dealt by `sdns adopt` keeps the operator's keys and update-policy.
+    let adopted = crate::adopt::adopted_for(out, &p.zone)?;
+    let (tsig_keys, transfer_keys, policy) = match &adopted {
+        Some(a) => (crate::adopt::toml_list(&a.tsig_keys), crate::adopt::toml_list(&a.transfer_keys), format!("update_policy = {}\n", crate::adopt::toml_list(&a.update_policy))),
+        None => ("[\"tsig.key\"]".to_owned(), "[\"transfer.key\"]".to_owned(), String::new()),
+    };
     for i in 0..n {
         let mut c = format!(
             "# Replica {i} of {n} for {zone}. Written by sdns; paths are relative to this file.\n\
@@ -240,7 +246,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
              ca_cert = \"ca.pem\"\npublic_key = \"zone.pub.json\"\nalgorithm = {alg}\ntest_cluster = {test_cluster}\n\n\
              [replica]\nid = {i}\nkey_share = \"share.json\"\ncert = \"tls.pem\"\ntls_key = \"tls.key\"\n\
              corrupt_shares = {corrupt}\n{byzantine}state_dir = \"state\"\n\n\
-             [named]\nbind_dir = {bind:?}\nport = {named_port}\nzone_file = \"zone.db\"\ntsig_keys = [\"tsig.key\"]\n\n\
+             [named]\nbind_dir = {bind:?}\nport = {named_port}\nzone_file = \"zone.db\"\ntsig_keys = {tsig_keys}\n{policy}\n\
              [metrics]\nlisten = \"{metrics}\"\n\n\
              # Client-address ACLs, enforced by the wrapper: named sees every client as\n\
              # 127.0.0.1, so it cannot. REFUSED, as named would answer, to the others.\n\
@@ -262,6 +268,8 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
             bind = bind_dir.display().to_string(),
             named_port = p.layout.named_port(i),
             metrics = p.layout.metrics(i),
+            tsig_keys = tsig_keys,
+            policy = policy,
         );
         if p.resign_after_s.is_some() || p.sign_zone_interval_s.is_some() || p.validity_s.is_some() || p.resign_slice_interval_s.is_some() || p.resign_slice_rrsets.is_some() {
             c += "\n[signing]\n";
@@ -281,7 +289,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         if let Some(r) = p.sign_zone_interval_s {
             c += &format!("sign_zone_interval_s = {r}\n");
         }
-        c += &format!("\n[auth]\nmode = \"{}\"\ntransfer_keys = [\"transfer.key\"]\n", p.update_auth.as_str());
+        c += &format!("\n[auth]\nmode = \"{}\"\ntransfer_keys = {transfer_keys}\n", p.update_auth.as_str());
         if p.update_auth != Mode::Tsig {
             c += "sig0_keys = [\"sig0.key\"]\n";
         }

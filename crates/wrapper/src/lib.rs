@@ -5,6 +5,7 @@
 //! its signing requests come through named-glue's socket to `signing`, which runs
 //! the threshold protocol with the other replicas over the mesh.
 pub mod access;
+pub mod adopt;
 pub mod answer;
 pub mod auth;
 pub mod byzantine;

@@ -25,6 +25,34 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Take a primary zone from an existing BIND (its data, TSIG keys and update-policy, read
+    /// through `named-checkconf -p`) and deal a cluster for it, as keygen does. One zone per
+    /// run; the report names every zone of named.conf and why it was or was not taken.
+    Adopt {
+        /// The existing BIND's configuration.
+        #[arg(long, default_value = "/etc/bind/named.conf")]
+        named_conf: PathBuf,
+        /// Only print which zones could be adopted, and why not the others.
+        #[arg(long)]
+        list: bool,
+        /// Take the zone's data by AXFR from this running named (ADDRESS:PORT) instead of its file.
+        #[arg(long)]
+        server: Option<SocketAddr>,
+        /// TSIG key file for that AXFR (default: the zone's first allow-transfer key).
+        #[arg(long)]
+        axfr_key: Option<PathBuf>,
+        /// The existing BIND's named-checkconf (its parser decides what named.conf means).
+        #[arg(long, default_value = "named-checkconf")]
+        named_checkconf: PathBuf,
+        /// named-compilezone, to check the zone data and write it in canonical form.
+        #[arg(long, default_value = "named-compilezone")]
+        named_compilezone: PathBuf,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// Output directory (the dealer's files, as keygen writes them).
+        #[arg(long, default_value = "adopted")]
+        out: PathBuf,
+    },
     /// Run one replica.
     Run {
         #[arg(long)]
@@ -231,6 +259,10 @@ fn main() -> ExitCode {
         Cmd::Update(args) => return wrapper::voting::update(args),
         Cmd::Stub(args) => return wrapper::voting::stub(args),
         Cmd::Keygen { cluster, out } => wrapper::keygen::keygen(&cluster.params(), &out),
+        Cmd::Adopt { named_conf, list, server, axfr_key, named_checkconf, named_compilezone, cluster, out } => {
+            let options = wrapper::adopt::AdoptOptions { named_conf, checkconf: named_checkconf, compilezone: named_compilezone, server, axfr_key, list };
+            wrapper::adopt::adopt(&options, &cluster.params(), &out)
+        }
         Cmd::Run { config } => match Config::load(&config) {
             Ok(c) => {
                 tokio::runtime::Runtime::new()

@@ -83,6 +83,25 @@ fn authenticator(config: &Config) -> Result<(Authenticator, Vec<TsigKey>, Vec<Ts
     Ok((auth, local.into_iter().map(conf_key).collect(), transfer.into_iter().map(conf_key).collect()))
 }
 
+/// The operator's update-policy (`named.update_policy`) with each key replaced by the
+/// local key(s) that stand for it towards named, in the same order (first match wins).
+fn local_policy(config: &Config, auth: &Authenticator) -> Result<Option<Vec<named_glue::conf::PolicyRule>>> {
+    let Some(rules) = config.named.policy_rules() else {
+        return Ok(None);
+    };
+    let rules = rules.map_err(|e| anyhow!("named.update_policy: {e}"))?;
+    let mut local = Vec::new();
+    for rule in rules {
+        let names = auth
+            .local_names(&rule.identity)
+            .ok_or_else(|| anyhow!("named.update_policy names the key {:?}, which is in no file of named.tsig_keys", rule.identity))?;
+        for name in names {
+            local.push(named_glue::conf::PolicyRule { identity: name, ..rule.clone() });
+        }
+    }
+    Ok(Some(local))
+}
+
 /// Reads executing at once at this gateway.
 const MAX_READS_IN_FLIGHT: usize = 64;
 /// The key named grants the re-signing updates to (RRSIG only).
@@ -133,6 +152,7 @@ pub async fn run(config: Config) -> Result<()> {
         .ok_or_else(|| anyhow!("bad maintenance key name"))?;
     conf.maintenance_key = Some(TsigKey { name: MAINTENANCE_KEY.trim_end_matches('.').to_string(), algorithm: "hmac-sha256".into(), secret: maintenance_secret });
     conf.sig_validity_days = config.named.signature_validity_days;
+    conf.update_policy = local_policy(&config, &auth)?;
     let conf_path = named_dir.join("named.conf");
     conf.write(&conf_path).context("writing named.conf")?;
     let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0).saturating_sub(86_400);

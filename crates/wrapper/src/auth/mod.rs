@@ -165,6 +165,22 @@ impl Authenticator {
         (local, transfer)
     }
 
+    /// The local keys that stand for the update key `name` in named's update-policy (`*`:
+    /// every identity, as BIND reads it). `None`: no configured update key has that name.
+    /// Empty: the key is configured but authorizes nothing in this mode (sig0).
+    pub fn local_names(&self, name: &str) -> Option<Vec<String>> {
+        if name == "*" {
+            return Some(self.identities.iter().map(|i| i.local.name.clone()).collect());
+        }
+        let wanted = name.trim_end_matches('.').to_ascii_lowercase();
+        let index = self.tsig.iter().take(self.update_tsig).position(|k| k.name == wanted);
+        match index {
+            Some(i) => Some(vec![self.identities[i].local.name.clone()]),
+            None if self.mode == Mode::Sig0 && self.tsig.iter().any(|k| k.name == wanted) => Some(Vec::new()),
+            None => None,
+        }
+    }
+
     /// Who each local key stands for, for the log at start-up.
     pub fn describe(&self) -> Vec<String> {
         let tsig = self.tsig[..self.update_tsig].iter().map(|k| format!("TSIG {}", k.name));

@@ -260,3 +260,19 @@ fn garbage_never_panics() {
         let _ = a.decide(&buf, 1);
     }
 }
+
+#[test]
+fn update_keys_map_to_their_local_keys_for_the_policy() {
+    let key = |name: &str| TsigSecret { name: name.into(), algorithm: tsig::Algorithm::HmacSha256, secret: vec![7; 32] };
+    let auth = Authenticator::new(Mode::Tsig, &[key("dhcp-key"), key("Ops.")], &[key("xfr")], Vec::new()).unwrap();
+    assert_eq!(auth.local_names("dhcp-key."), Some(vec!["tsig-0.sdns-local".to_string()]));
+    assert_eq!(auth.local_names("ops"), Some(vec!["tsig-1.sdns-local".to_string()]));
+    assert_eq!(auth.local_names("*").map(|v| v.len()), Some(2));
+    // A transfer-only key or an unknown one may not appear in an update-policy.
+    assert_eq!(auth.local_names("xfr"), None);
+    assert_eq!(auth.local_names("nobody"), None);
+    // In sig0 mode a TSIG key authorizes nothing: its rules name no local key.
+    let sig0 = Authenticator::new(Mode::Sig0, &[key("dhcp-key")], &[], sig0_keys()).unwrap();
+    assert_eq!(sig0.local_names("dhcp-key"), Some(Vec::new()));
+    assert_eq!(sig0.local_names("*").map(|v| v.len()), Some(3));
+}

@@ -1,0 +1,667 @@
+//! `sdns adopt`: take a zone from an existing BIND installation into a new cluster.
+//!
+//! The configuration is read through BIND's own parser (`named-checkconf -p` prints it in
+//! canonical form with includes resolved), so what is adopted is what that named loads.
+//! For the chosen primary zone it takes the data (the zone file, normalised by
+//! `named-compilezone`, or an AXFR from the running named), the TSIG keys its
+//! update-policy / allow-update and allow-transfer name (kept as they are, so nsupdate
+//! scripts and DHCP servers keep their key files), and the update-policy rules, then
+//! deals the cluster's keys as `sdns keygen` does. A zone it cannot take keeps its
+//! reasons in the report; nothing is dropped silently.
+//!
+//! A cluster serves one zone today, so one zone is adopted per run (and per output
+//! directory); the report names every other zone and why it was not taken.
+
+pub mod bindconf;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{anyhow, bail, Context, Result};
+use hickory_proto::rr::Name;
+use serde::{Deserialize, Serialize};
+
+use self::bindconf::Statement;
+use crate::files::{write_public, write_secret, TsigKey};
+use crate::keygen::{keygen, replica_dir, write_configs, ClusterParams};
+
+/// What `sdns adopt` leaves in the output directory for `write_configs` (so `sdns cluster
+/// up` on that directory keeps the adopted keys and policy).
+pub const ADOPTED_FILE: &str = "adopted.toml";
+
+/// The adopted zone's update authorization, as written to `adopted.toml`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Adopted {
+    /// The zone this directory was dealt for.
+    pub zone: String,
+    /// `named.tsig_keys`: the dealer's key first, then the operator's update keys.
+    pub tsig_keys: Vec<String>,
+    /// `auth.transfer_keys`: the dealer's transfer key, then the operator's.
+    pub transfer_keys: Vec<String>,
+    /// `named.update_policy`: the operator's rules in order.
+    pub update_policy: Vec<String>,
+}
+
+impl Adopted {
+    /// The adoption record in `dir`, if the directory was dealt by `sdns adopt`.
+    pub fn load(dir: &Path) -> Result<Option<Adopted>> {
+        let path = dir.join(ADOPTED_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(toml::from_str(&text).with_context(|| format!("reading {}", path.display()))?)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+}
+
+/// A TOML string literal.
+pub fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+pub fn toml_list(items: &[String]) -> String {
+    format!("[{}]", items.iter().map(|s| toml_string(s)).collect::<Vec<_>>().join(", "))
+}
+
+/// A TSIG key from a `key` statement.
+#[derive(Clone)]
+pub struct ConfKey {
+    pub name: String,
+    pub algorithm: String,
+    pub secret_b64: String,
+}
+
+/// What the adoption would take for one zone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The zone file as named.conf names it, resolved against `options { directory }`.
+    pub file: Option<PathBuf>,
+    /// `masterfile-format` (text when absent).
+    pub format: Option<String>,
+    /// Keys the update rules name, in first-use order.
+    pub update_keys: Vec<String>,
+    /// Keys allow-transfer names.
+    pub transfer_keys: Vec<String>,
+    /// update-policy rules (allow-update keys become `grant KEY zonesub ANY`).
+    pub policy: Vec<String>,
+    /// What is not carried over but does not stop the adoption.
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Adoptable(Plan),
+    /// A primary zone that cannot be adopted, with every reason found.
+    Unsupported(Vec<String>),
+    /// Not a candidate at all (not primary, a built-in zone): why.
+    NotCandidate(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneReport {
+    /// Absolute, lower case (`example.com.`).
+    pub name: String,
+    pub view: Option<String>,
+    pub verdict: Verdict,
+}
+
+/// Everything named.conf holds that the adoption needs.
+pub struct Inventory {
+    pub zones: Vec<ZoneReport>,
+    pub keys: BTreeMap<String, ConfKey>,
+}
+
+/// Zone options that the adoption takes, or knows it may leave behind (with a note where
+/// that changes behaviour). Any other option makes the zone unsupported: the adoption
+/// does not know what it would lose.
+const KNOWN_ZONE_OPTIONS: &[&str] = &[
+    "type",
+    "file",
+    "update-policy",
+    "allow-update",
+    "allow-transfer",
+    "allow-query",
+    "notify",
+    "also-notify",
+    "notify-source",
+    "notify-source-v6",
+    "check-names",
+    "masterfile-format",
+    "journal",
+    "max-journal-size",
+    "ixfr-from-differences",
+    "zone-statistics",
+    "serial-update-method",
+    "key-directory",
+    "dnssec-policy",
+    "inline-signing",
+    "auto-dnssec",
+];
+
+/// The zones Debian's named.conf.default-zones (and RFC 6761/6303 practice) defines
+/// locally: they belong to each host's own named, not to a replicated service.
+const BUILT_IN_ZONES: &[&str] = &["localhost.", "127.in-addr.arpa.", "0.in-addr.arpa.", "255.in-addr.arpa.", "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.ip6.arpa."];
+
+fn absolute_name(name: &str) -> String {
+    let lower = name.to_ascii_lowercase();
+    if lower.ends_with('.') {
+        lower
+    } else {
+        format!("{lower}.")
+    }
+}
+
+fn key_name(name: &str) -> String {
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// Reads the statements of `named-checkconf -p` into zones and keys, deciding for every
+/// zone whether it can be adopted.
+pub fn inventory(statements: &[Statement], conf_dir: &Path) -> Inventory {
+    let mut keys = BTreeMap::new();
+    let mut acls: BTreeMap<String, &Statement> = BTreeMap::new();
+    let mut options: Option<&Statement> = None;
+    for s in statements {
+        match s.keyword().as_deref() {
+            Some("key") => {
+                if let (Some(name), Some(alg), Some(secret)) = (s.arg(), s.child("algorithm").and_then(|a| a.arg()), s.child("secret").and_then(|a| a.arg())) {
+                    keys.insert(key_name(name), ConfKey { name: name.trim_end_matches('.').to_owned(), algorithm: alg.to_ascii_lowercase(), secret_b64: secret.to_owned() });
+                }
+            }
+            Some("acl") => {
+                if let Some(name) = s.arg() {
+                    acls.insert(name.to_ascii_lowercase(), s);
+                }
+            }
+            Some("options") => options = Some(s),
+            _ => {}
+        }
+    }
+    let directory = options
+        .and_then(|o| o.child("directory"))
+        .and_then(|d| d.arg())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| conf_dir.to_owned());
+    let ctx = Scope { keys: &keys, acls: &acls, options, directory };
+    let mut zones = Vec::new();
+    for s in statements {
+        match s.keyword().as_deref() {
+            Some("zone") => zones.push(ctx.zone(s, None)),
+            Some("view") => {
+                let view = s.arg().unwrap_or("").to_owned();
+                for z in s.children("zone") {
+                    zones.push(ctx.zone(z, Some(view.clone())));
+                }
+            }
+            _ => {}
+        }
+    }
+    Inventory { zones, keys }
+}
+
+struct Scope<'a> {
+    keys: &'a BTreeMap<String, ConfKey>,
+    acls: &'a BTreeMap<String, &'a Statement>,
+    options: Option<&'a Statement>,
+    directory: PathBuf,
+}
+
+/// An address match list, with named ACLs expanded: the keys it names, and the
+/// elements that are not keys (addresses, prefixes, any, negations), as written.
+#[derive(Default)]
+struct MatchList {
+    keys: Vec<String>,
+    others: Vec<String>,
+    none: bool,
+}
+
+impl Scope<'_> {
+    /// The zone's option, or the global one from `options`.
+    fn option<'s>(&'s self, zone: &'s Statement, name: &str) -> Option<&'s Statement> {
+        zone.child(name).or_else(|| self.options.and_then(|o| o.child(name)))
+    }
+
+    fn match_list(&self, list: &Statement) -> MatchList {
+        let mut out = MatchList::default();
+        self.expand(list.block().unwrap_or(&[]), &mut out, 0);
+        out
+    }
+
+    fn expand(&self, elements: &[Statement], out: &mut MatchList, depth: usize) {
+        for e in elements {
+            let words = e.words();
+            match words.as_slice() {
+                ["key", k] => out.keys.push(key_name(k)),
+                ["none"] => out.none = true,
+                [one] if depth < 8 && self.acls.contains_key(&one.to_ascii_lowercase()) => {
+                    let acl = self.acls[&one.to_ascii_lowercase()];
+                    self.expand(acl.block().unwrap_or(&[]), out, depth + 1);
+                }
+                _ if e.block().is_some() => self.expand(e.block().unwrap_or(&[]), out, depth + 1),
+                _ => out.others.push(words.join(" ")),
+            }
+        }
+    }
+
+    fn zone(&self, z: &Statement, view: Option<String>) -> ZoneReport {
+        let name = absolute_name(z.arg().unwrap_or(""));
+        let report = |verdict| ZoneReport { name: name.clone(), view: view.clone(), verdict };
+        let zone_type = z.child("type").and_then(|t| t.arg()).unwrap_or("").to_ascii_lowercase();
+        if zone_type != "primary" && zone_type != "master" {
+            return report(Verdict::NotCandidate(format!("type {zone_type}: only primary zones are adopted")));
+        }
+        if BUILT_IN_ZONES.contains(&name.as_str()) {
+            return report(Verdict::NotCandidate("a built-in local zone (it stays with each host's own named)".into()));
+        }
+        let mut why = Vec::new();
+        let mut plan = Plan::default();
+        if let Some(v) = &view {
+            why.push(format!("in view {v:?}: views choose answers by client address, and named behind the wrapper sees one client only"));
+        }
+        if let Some(class) = z.args().get(1) {
+            if !class.eq_ignore_ascii_case("in") {
+                why.push(format!("class {class}: only IN zones are served"));
+            }
+        }
+        for option in z.block().unwrap_or(&[]) {
+            let Some(keyword) = option.keyword() else { continue };
+            if !KNOWN_ZONE_OPTIONS.contains(&keyword.as_str()) {
+                why.push(format!("option `{keyword}` is not supported by the adoption"));
+            }
+        }
+        // Signing by named itself: the rollover from the operator's key to the
+        // threshold key is not built yet.
+        if let Some(policy) = self.option(z, "dnssec-policy").and_then(|p| p.arg()) {
+            if !policy.eq_ignore_ascii_case("none") {
+                why.push(format!("dnssec-policy {policy:?}: the zone is signed by named with your own key, and the rollover to the threshold key (issue 15) is not built yet"));
+            }
+        }
+        if self.option(z, "inline-signing").and_then(|p| p.arg()).is_some_and(|v| ["yes", "true", "1"].contains(&v.to_ascii_lowercase().as_str())) {
+            why.push("inline-signing yes: named keeps a signed copy of its own; sdns signs the zone itself".into());
+        }
+        if let Some(a) = self.option(z, "auto-dnssec").and_then(|p| p.arg()) {
+            if !a.eq_ignore_ascii_case("off") {
+                why.push(format!("auto-dnssec {a}: the zone is signed with your own key (rollover not built yet)"));
+            }
+        }
+        match z.child("file").and_then(|f| f.arg()) {
+            Some(f) => {
+                let f = PathBuf::from(f);
+                plan.file = Some(if f.is_absolute() { f } else { self.directory.join(f) });
+            }
+            None => plan.notes.push("no `file`: the data can only come from an AXFR (--server)".into()),
+        }
+        plan.format = z.child("masterfile-format").and_then(|f| f.arg()).map(str::to_owned);
+
+        // Who may update: update-policy, or allow-update (the zone's, else the global one).
+        let mut rules: Vec<(String, Vec<String>)> = Vec::new();
+        if let Some(policy) = z.child("update-policy") {
+            match policy.block() {
+                None => why.push(format!("update-policy {}: named's session key for `nsupdate -l` has no counterpart behind the wrapper; give those clients a TSIG key", policy.args().join(" "))),
+                Some(block) => {
+                    for rule in block {
+                        let words = rule.words();
+                        match named_glue::conf::PolicyRule::parse(&words) {
+                            Ok(r) => rules.push((r.identity.clone(), words.iter().map(|w| w.to_string()).collect())),
+                            Err(e) => why.push(format!("update-policy rule `{}`: {e}", words.join(" "))),
+                        }
+                    }
+                }
+            }
+        } else if let Some(allow) = self.option(z, "allow-update") {
+            let list = self.match_list(allow);
+            for other in &list.others {
+                why.push(format!("allow-update by address (`{other}`): the wrapper is the only client named sees, so addresses cannot be told apart; give those clients a TSIG key"));
+            }
+            for k in &list.keys {
+                rules.push((k.clone(), vec!["grant".into(), k.clone(), "zonesub".into(), "ANY".into()]));
+            }
+        }
+        for (identity, words) in &rules {
+            if identity != "*" {
+                match self.keys.get(&key_name(identity)) {
+                    None => why.push(format!("update rule names `{identity}`, which is not a TSIG key in named.conf (Kerberos principals and SIG(0) KEYs are not adopted)")),
+                    Some(k) => match supported_algorithm(&k.algorithm) {
+                        Ok(()) => {
+                            if !plan.update_keys.contains(&key_name(identity)) {
+                                plan.update_keys.push(key_name(identity));
+                            }
+                        }
+                        Err(e) => why.push(format!("key {}: {e}", k.name)),
+                    },
+                }
+            }
+            plan.policy.push(words.join(" "));
+        }
+        if rules.is_empty() {
+            plan.notes.push("no update-policy or allow-update: the zone takes no dynamic updates, as before".into());
+        }
+
+        if let Some(allow) = self.option(z, "allow-transfer") {
+            let list = self.match_list(allow);
+            for k in &list.keys {
+                match self.keys.get(k).map(|c| supported_algorithm(&c.algorithm)) {
+                    Some(Ok(())) => {
+                        if !plan.transfer_keys.contains(k) {
+                            plan.transfer_keys.push(k.clone());
+                        }
+                    }
+                    Some(Err(e)) => plan.notes.push(format!("allow-transfer key {k}: {e}; not carried over")),
+                    None => plan.notes.push(format!("allow-transfer names key {k}, which named.conf does not define; not carried over")),
+                }
+            }
+            if !list.others.is_empty() {
+                plan.notes.push(format!(
+                    "allow-transfer by address ({}): sdns allows transfers only with a transfer key (the dealer's transfer.key{}); give those secondaries a key",
+                    list.others.join(", "),
+                    if plan.transfer_keys.is_empty() { "" } else { " and the adopted keys" }
+                ));
+            }
+        }
+        if let Some(q) = self.option(z, "allow-query") {
+            let list = self.match_list(q);
+            if !list.others.iter().all(|o| o == "any") || !list.keys.is_empty() || list.none {
+                plan.notes.push("allow-query is not carried over: set [access] allow_query in each replica.toml".into());
+            }
+        }
+        let notify = self.option(z, "notify").and_then(|n| n.arg()).map(|v| v.to_ascii_lowercase());
+        if notify.as_deref() != Some("no") || z.child("also-notify").is_some() {
+            plan.notes.push("sdns sends no NOTIFY: secondaries of this zone find changes by their SOA refresh".into());
+        }
+        if why.is_empty() {
+            report(Verdict::Adoptable(plan))
+        } else {
+            report(Verdict::Unsupported(why))
+        }
+    }
+}
+
+fn supported_algorithm(name: &str) -> Result<(), String> {
+    match dnswire::tsig::Algorithm::from_name(name) {
+        Some(_) => Ok(()),
+        None => Err(format!("TSIG algorithm {name} is not supported (hmac-sha1/256/384/512 are)")),
+    }
+}
+
+/// The report, one zone per line with its reasons or notes below.
+pub fn render_report(zones: &[ZoneReport], chosen: Option<&str>) -> String {
+    let mut out = String::new();
+    for z in zones {
+        let name = match &z.view {
+            Some(v) => format!("{} (view {v})", z.name),
+            None => z.name.clone(),
+        };
+        match &z.verdict {
+            Verdict::Adoptable(plan) => {
+                let status = match chosen {
+                    Some(c) if c == z.name && z.view.is_none() => "adopted",
+                    Some(_) => "not taken",
+                    None => "adoptable",
+                };
+                let _ = writeln!(
+                    out,
+                    "{status:<10} {name}  (update keys: {}; transfer keys: {}; {} update rule(s))",
+                    if plan.update_keys.is_empty() { "none".into() } else { plan.update_keys.join(", ") },
+                    if plan.transfer_keys.is_empty() { "none".into() } else { plan.transfer_keys.join(", ") },
+                    plan.policy.len()
+                );
+                if chosen.is_some_and(|c| c != z.name) {
+                    let _ = writeln!(out, "           one zone per cluster for now: adopt it in its own run (--zone {} --out ANOTHER_DIR)", z.name);
+                }
+                for n in &plan.notes {
+                    let _ = writeln!(out, "           note: {n}");
+                }
+            }
+            Verdict::Unsupported(why) => {
+                let _ = writeln!(out, "{:<10} {name}", "cannot");
+                for w in why {
+                    let _ = writeln!(out, "           because: {w}");
+                }
+            }
+            Verdict::NotCandidate(why) => {
+                let _ = writeln!(out, "{:<10} {name}  ({why})", "skipped");
+            }
+        }
+    }
+    out
+}
+
+/// The tools and inputs of one adoption.
+pub struct AdoptOptions {
+    pub named_conf: PathBuf,
+    /// The operator's `named-checkconf` (its parser decides what the config means).
+    pub checkconf: PathBuf,
+    /// `named-compilezone`, to check and normalise the zone data.
+    pub compilezone: PathBuf,
+    /// Take the data by AXFR from this running named instead of the zone file.
+    pub server: Option<std::net::SocketAddr>,
+    /// The TSIG key file for that AXFR (default: the zone's first allow-transfer key).
+    pub axfr_key: Option<PathBuf>,
+    /// Only print the report.
+    pub list: bool,
+}
+
+/// Runs `named-checkconf -p` and parses what it prints.
+pub fn read_named_conf(checkconf: &Path, conf: &Path) -> Result<Vec<Statement>> {
+    let out = Command::new(checkconf).arg("-p").arg(conf).output().with_context(|| format!("running {}", checkconf.display()))?;
+    if !out.status.success() {
+        bail!("{} -p {} failed:\n{}{}", checkconf.display(), conf.display(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8(out.stdout).context("named-checkconf printed text that is not UTF-8")?;
+    bindconf::parse(&text).map_err(|e| anyhow!("reading the output of named-checkconf -p: {e}"))
+}
+
+/// `sdns adopt`: prints the report; with a chosen adoptable zone, deals the cluster in `out`.
+pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
+    let statements = read_named_conf(&o.checkconf, &o.named_conf)?;
+    let conf_dir = std::path::absolute(&o.named_conf)?.parent().map(Path::to_owned).unwrap_or_default();
+    let inv = inventory(&statements, &conf_dir);
+    if o.list {
+        print!("{}", render_report(&inv.zones, None));
+        return Ok(());
+    }
+    let zone = absolute_name(&p.zone);
+    let chosen = inv.zones.iter().find(|z| z.name == zone && z.view.is_none()).or_else(|| inv.zones.iter().find(|z| z.name == zone));
+    let Some(chosen) = chosen else {
+        print!("{}", render_report(&inv.zones, None));
+        bail!("{} defines no zone {zone} (the zones it defines are listed above; give one with --zone)", o.named_conf.display());
+    };
+    let plan = match &chosen.verdict {
+        Verdict::Adoptable(plan) => plan.clone(),
+        Verdict::Unsupported(why) => {
+            print!("{}", render_report(&inv.zones, Some(&zone)));
+            bail!("zone {zone} cannot be adopted: {}", why.join("; "));
+        }
+        Verdict::NotCandidate(why) => {
+            print!("{}", render_report(&inv.zones, Some(&zone)));
+            bail!("zone {zone} is not adopted: {why}");
+        }
+    };
+    if p.zone_file.is_some() {
+        bail!("--zone-file: sdns adopt takes the zone's data from named.conf's file or from --server");
+    }
+    for k in plan.update_keys.iter().chain(&plan.transfer_keys) {
+        if k == "sdns-update" || k == "sdns-transfer" {
+            bail!("the key name {k} is the one sdns deals for itself; rename that key in named.conf first");
+        }
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    if replica_dir(out, 0).join("share.json").exists() {
+        bail!("{} already holds a dealt cluster; give a new --out", out.display());
+    }
+
+    // The data, checked and in canonical text form; no DNSSEC records (those would be
+    // the operator's signatures, which the threshold key does not continue).
+    let raw = match o.server {
+        Some(server) => axfr(server, &zone, o.axfr_key.as_deref(), &plan, &inv, out)?,
+        None => plan.file.clone().ok_or_else(|| anyhow!("zone {zone} has no file in named.conf; give --server to take it by AXFR"))?,
+    };
+    let format = if o.server.is_some() { None } else { plan.format.as_deref() };
+    let normalized = out.join(".adopt-zone.db");
+    compile_zone(&o.compilezone, &zone, &raw, format, &normalized)?;
+    if o.server.is_some() {
+        let _ = std::fs::remove_file(&raw);
+    }
+    let text = std::fs::read_to_string(&normalized)?;
+    let signed: Vec<&str> = dnssec_types(&text);
+    if !signed.is_empty() {
+        let _ = std::fs::remove_file(&normalized);
+        bail!("zone {zone} cannot be adopted: its data holds {} records, so it is signed with your own key, and the rollover to the threshold key is not built yet", signed.join("/"));
+    }
+
+    let mut p = p.clone();
+    p.zone = zone.clone();
+    p.zone_file = Some(normalized.clone());
+    keygen(&p, out)?;
+    let _ = std::fs::remove_file(&normalized);
+
+    // The operator's keys, under their own names, for every replica and the operator.
+    let mut files: BTreeMap<String, String> = BTreeMap::new();
+    for k in plan.update_keys.iter().chain(&plan.transfer_keys) {
+        if files.contains_key(k) {
+            continue;
+        }
+        let key = &inv.keys[k];
+        let file = key_file_name(k, files.values());
+        let text = TsigKey { name: key.name.clone(), algorithm: key.algorithm.clone(), secret_b64: key.secret_b64.clone() }.to_bind();
+        TsigKey::from_bind(&text).map_err(|e| anyhow!("key {}: {e}", key.name))?;
+        write_secret(&out.join(&file), text.as_bytes())?;
+        for i in 0..p.replicas {
+            write_secret(&replica_dir(out, i).join(&file), text.as_bytes())?;
+        }
+        files.insert(k.clone(), file);
+    }
+    let adopted = Adopted {
+        zone: zone.clone(),
+        tsig_keys: std::iter::once("tsig.key".to_owned()).chain(plan.update_keys.iter().map(|k| files[k].clone())).collect(),
+        transfer_keys: std::iter::once("transfer.key".to_owned()).chain(plan.transfer_keys.iter().map(|k| files[k].clone())).collect(),
+        update_policy: plan.policy.clone(),
+    };
+    let record = format!(
+        "# Written by sdns adopt from {conf}: zone {zone}. sdns cluster up and write_configs\n\
+         # read it; the keys are the operator's own (0600 files next to this one).\n\
+         zone = {z}\ntsig_keys = {t}\ntransfer_keys = {x}\nupdate_policy = {u}\n",
+        conf = o.named_conf.display(),
+        z = toml_string(&adopted.zone),
+        t = toml_list(&adopted.tsig_keys),
+        x = toml_list(&adopted.transfer_keys),
+        u = toml_list(&adopted.update_policy),
+    );
+    write_public(&out.join(ADOPTED_FILE), record.as_bytes())?;
+    write_configs(&p, out)?;
+    print!("{}", render_report(&inv.zones, Some(&zone)));
+    println!(
+        "\nsdns adopt: dealt {zone} for {n} replicas in {dir}.\n\
+         Your TSIG key files (for nsupdate -k) are there too: {keys}.\n\
+         The dealer's tsig.key is known to the replicas, but only rules naming `*` grant it anything.",
+        n = p.replicas,
+        dir = out.display(),
+        keys = if files.is_empty() { "none".to_owned() } else { files.values().cloned().collect::<Vec<_>>().join(", ") },
+    );
+    Ok(())
+}
+
+/// A file name for a key: `key-<name>.key`, made safe and distinct from `taken`.
+fn key_file_name<'a>(name: &str, taken: impl Iterator<Item = &'a String>) -> String {
+    let taken: Vec<&String> = taken.collect();
+    let safe: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' }).collect();
+    let mut file = format!("key-{safe}.key");
+    let mut n = 1;
+    while taken.iter().any(|t| **t == file) {
+        n += 1;
+        file = format!("key-{safe}-{n}.key");
+    }
+    file
+}
+
+/// Record types in zone text (one record per line, as named-compilezone writes it)
+/// that only a signed zone holds.
+fn dnssec_types(text: &str) -> Vec<&'static str> {
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let Some(t) = fields.get(3) {
+            for dnssec in ["DNSKEY", "RRSIG", "NSEC", "NSEC3", "NSEC3PARAM", "CDS", "CDNSKEY"] {
+                if t.eq_ignore_ascii_case(dnssec) && !found.contains(&dnssec) {
+                    found.push(dnssec);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Checks the zone data and writes it in canonical text form (one record per line,
+/// absolute names), with the operator's `named-compilezone`.
+fn compile_zone(compilezone: &Path, zone: &str, input: &Path, format: Option<&str>, output: &Path) -> Result<()> {
+    let mut cmd = Command::new(compilezone);
+    cmd.args(["-q", "-s", "full", "-F", "text"]);
+    if let Some(f) = format {
+        cmd.arg("-f").arg(f);
+    }
+    cmd.arg("-o").arg(output).arg(zone).arg(input);
+    let done = cmd.output().with_context(|| format!("running {}", compilezone.display()))?;
+    if !done.status.success() {
+        bail!(
+            "{} rejects the data of zone {zone} ({}):\n{}{}",
+            compilezone.display(),
+            input.display(),
+            String::from_utf8_lossy(&done.stdout),
+            String::from_utf8_lossy(&done.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The zone by AXFR from the running named, into a file under `out` (removed by the caller).
+fn axfr(server: std::net::SocketAddr, zone: &str, key: Option<&Path>, plan: &Plan, inv: &Inventory, out: &Path) -> Result<PathBuf> {
+    let key_path = out.join(".adopt-axfr.key");
+    let key_file = match (key, plan.transfer_keys.first()) {
+        (Some(k), _) => Some(k.to_owned()),
+        (None, Some(name)) => {
+            let k = &inv.keys[name];
+            write_secret(&key_path, TsigKey { name: k.name.clone(), algorithm: k.algorithm.clone(), secret_b64: k.secret_b64.clone() }.to_bind().as_bytes())?;
+            Some(key_path.clone())
+        }
+        (None, None) => None,
+    };
+    let mut cmd = Command::new("dig");
+    cmd.arg(format!("@{}", server.ip())).arg("-p").arg(server.port().to_string());
+    if let Some(k) = &key_file {
+        cmd.arg("-k").arg(k);
+    }
+    cmd.args([zone, "AXFR", "+onesoa", "+nocmd", "+nocomments", "+nostats", "+time=10", "+tries=1"]);
+    let done = cmd.output().context("running dig for the AXFR");
+    let _ = std::fs::remove_file(&key_path);
+    let done = done?;
+    let text = String::from_utf8_lossy(&done.stdout);
+    let records: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with(';') && !l.trim().is_empty())
+        .filter(|l| l.split_whitespace().nth(3).is_none_or(|t| !t.eq_ignore_ascii_case("TSIG")))
+        .collect();
+    if !done.status.success() || !records.first().is_some_and(|l| l.split_whitespace().nth(3) == Some("SOA")) {
+        bail!("AXFR of {zone} from {server} failed:\n{text}{}", String::from_utf8_lossy(&done.stderr));
+    }
+    let path = out.join(".adopt-axfr.db");
+    write_public(&path, (records.join("\n") + "\n").as_bytes())?;
+    Ok(path)
+}
+
+/// Checks a directory's adoption record against the zone being configured.
+pub fn adopted_for(dir: &Path, zone: &str) -> Result<Option<Adopted>> {
+    let Some(a) = Adopted::load(dir)? else { return Ok(None) };
+    if absolute_name(&a.zone) != absolute_name(zone) {
+        bail!("{} was adopted for zone {}; give --zone {}", dir.display(), a.zone, a.zone);
+    }
+    if Name::from_ascii(&a.zone).is_err() {
+        bail!("{}: zone {:?} is not a domain name", dir.join(ADOPTED_FILE).display(), a.zone);
+    }
+    Ok(Some(a))
+}
+
+#[cfg(test)]
+mod tests;

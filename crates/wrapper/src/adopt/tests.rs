@@ -1,0 +1,196 @@
+use super::*;
+
+/// A configuration as `named-checkconf -p` prints it (Debian's 9.18), with the cases the
+/// adoption must tell apart.
+const CONF: &str = r#"acl "dhcp-servers" {
+	key "dhcp-key";
+};
+options {
+	directory "/var/cache/bind";
+	allow-transfer {
+		"none";
+	};
+};
+key "dhcp-key" {
+	algorithm "hmac-sha256";
+	secret "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTI=";
+};
+key "ops-key" {
+	algorithm "hmac-sha512";
+	secret "b3BzLXNlY3JldA==";
+};
+key "old-key" {
+	algorithm "hmac-md5";
+	secret "b2xk";
+};
+zone "example.com" {
+	type master;
+	file "/etc/bind/db.example.com";
+	update-policy {
+		grant "dhcp-key" zonesub "A" "AAAA" "TXT";
+		deny "*" name "www.example.com." "A";
+		grant "ops-key." subdomain "hosts.example.com" "ANY";
+	};
+	allow-transfer {
+		key "ops-key";
+		192.0.2.1/32;
+	};
+	also-notify {
+		192.0.2.9;
+	};
+};
+zone "2.0.192.in-addr.arpa" IN {
+	type primary;
+	file "db.192";
+	allow-update {
+		"dhcp-servers";
+	};
+	notify no;
+};
+zone "signed.example" {
+	type primary;
+	file "db.signed";
+	inline-signing yes;
+	dnssec-policy "default";
+};
+zone "odd.example" {
+	type primary;
+	file "db.odd";
+	update-policy {
+		grant "ops-key" self "." "A";
+		grant "nobody" zonesub "TXT";
+	};
+	allow-query-on {
+		127.0.0.1/32;
+	};
+};
+zone "byaddr.example" {
+	type primary;
+	file "db.byaddr";
+	allow-update {
+		192.0.2.0/24;
+		key "old-key";
+	};
+};
+zone "secondary.example" {
+	type slave;
+	file "db.secondary";
+	masters {
+		192.0.2.1;
+	};
+};
+zone "localhost" {
+	type master;
+	file "/etc/bind/db.local";
+};
+"#;
+
+fn zones() -> Vec<ZoneReport> {
+    inventory(&bindconf::parse(CONF).unwrap(), Path::new("/etc/bind")).zones
+}
+
+fn find<'a>(zones: &'a [ZoneReport], name: &str) -> &'a Verdict {
+    &zones.iter().find(|z| z.name == name).unwrap_or_else(|| panic!("no {name}")).verdict
+}
+
+#[test]
+fn takes_keys_policy_and_file_of_a_primary_zone() {
+    let zones = zones();
+    assert_eq!(zones.len(), 7);
+    let Verdict::Adoptable(plan) = find(&zones, "example.com.") else { panic!("{:?}", find(&zones, "example.com.")) };
+    assert_eq!(plan.file.as_deref(), Some(Path::new("/etc/bind/db.example.com")));
+    assert_eq!(plan.update_keys, vec!["dhcp-key", "ops-key"]);
+    assert_eq!(plan.transfer_keys, vec!["ops-key"]);
+    assert_eq!(plan.policy, vec!["grant dhcp-key zonesub A AAAA TXT", "deny * name www.example.com. A", "grant ops-key. subdomain hosts.example.com ANY"]);
+    let notes = plan.notes.join("\n");
+    assert!(notes.contains("allow-transfer by address (192.0.2.1/32)"), "{notes}");
+    assert!(notes.contains("NOTIFY"), "{notes}");
+    // Every rule parses the way the replicas will read it from replica.toml.
+    for rule in &plan.policy {
+        named_glue::conf::PolicyRule::parse(&rule.split_whitespace().collect::<Vec<_>>()).unwrap();
+    }
+}
+
+#[test]
+fn allow_update_keys_through_an_acl_become_zonesub_grants() {
+    let zones = zones();
+    let Verdict::Adoptable(plan) = find(&zones, "2.0.192.in-addr.arpa.") else { panic!() };
+    // Relative file names resolve against options { directory }.
+    assert_eq!(plan.file.as_deref(), Some(Path::new("/var/cache/bind/db.192")));
+    assert_eq!(plan.update_keys, vec!["dhcp-key"]);
+    assert_eq!(plan.policy, vec!["grant dhcp-key zonesub ANY"]);
+    // The global allow-transfer { none; }: no keys, no note.
+    assert!(plan.transfer_keys.is_empty());
+    assert!(!plan.notes.iter().any(|n| n.contains("NOTIFY")), "{:?}", plan.notes);
+}
+
+#[test]
+fn zones_it_cannot_take_are_named_with_every_reason() {
+    let zones = zones();
+    let why = |name| match find(&zones, name) {
+        Verdict::Unsupported(why) => why.join("\n"),
+        other => panic!("{name}: {other:?}"),
+    };
+    let signed = why("signed.example.");
+    assert!(signed.contains("dnssec-policy \"default\"") && signed.contains("inline-signing"), "{signed}");
+    let odd = why("odd.example.");
+    assert!(odd.contains("`self` is not supported"), "{odd}");
+    assert!(odd.contains("`nobody`, which is not a TSIG key"), "{odd}");
+    assert!(odd.contains("option `allow-query-on`"), "{odd}");
+    let byaddr = why("byaddr.example.");
+    assert!(byaddr.contains("allow-update by address (`192.0.2.0/24`)"), "{byaddr}");
+    assert!(byaddr.contains("hmac-md5 is not supported"), "{byaddr}");
+    assert!(matches!(find(&zones, "secondary.example."), Verdict::NotCandidate(w) if w.contains("type slave")));
+    assert!(matches!(find(&zones, "localhost."), Verdict::NotCandidate(w) if w.contains("built-in")));
+
+    let report = render_report(&zones, Some("example.com."));
+    for line in [
+        "adopted    example.com.  (update keys: dhcp-key, ops-key; transfer keys: ops-key; 3 update rule(s))",
+        "not taken  2.0.192.in-addr.arpa.",
+        "adopt it in its own run (--zone 2.0.192.in-addr.arpa. --out ANOTHER_DIR)",
+        "cannot     signed.example.",
+        "because: option `allow-query-on` is not supported",
+        "skipped    secondary.example.  (type slave: only primary zones are adopted)",
+    ] {
+        assert!(report.contains(line), "missing {line:?} in\n{report}");
+    }
+}
+
+#[test]
+fn zones_in_views_are_reported() {
+    let conf = "view \"inside\" {\n\tzone \"example.com\" {\n\t\ttype master;\n\t\tfile \"db\";\n\t};\n};\n";
+    let zones = inventory(&bindconf::parse(conf).unwrap(), Path::new("/etc/bind")).zones;
+    assert_eq!(zones[0].view.as_deref(), Some("inside"));
+    assert!(matches!(&zones[0].verdict, Verdict::Unsupported(w) if w[0].contains("in view \"inside\"")));
+}
+
+#[test]
+fn adoption_record_round_trips_and_guards_the_zone() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(adopted_for(dir.path(), "example.com.").unwrap().is_none());
+    let a = Adopted {
+        zone: "example.com.".into(),
+        tsig_keys: vec!["tsig.key".into(), "key-dhcp \"x\".key".into()],
+        transfer_keys: vec!["transfer.key".into()],
+        update_policy: vec!["grant dhcp-key zonesub A".into()],
+    };
+    let text = format!(
+        "zone = {}\ntsig_keys = {}\ntransfer_keys = {}\nupdate_policy = {}\n",
+        toml_string(&a.zone),
+        toml_list(&a.tsig_keys),
+        toml_list(&a.transfer_keys),
+        toml_list(&a.update_policy)
+    );
+    std::fs::write(dir.path().join(ADOPTED_FILE), text).unwrap();
+    assert_eq!(adopted_for(dir.path(), "EXAMPLE.com").unwrap(), Some(a));
+    let e = adopted_for(dir.path(), "example.test.").unwrap_err().to_string();
+    assert!(e.contains("give --zone example.com."), "{e}");
+}
+
+#[test]
+fn key_files_get_safe_distinct_names() {
+    let taken = ["key-a_b.key".to_string()];
+    assert_eq!(key_file_name("a/b", taken.iter()), "key-a_b-2.key");
+    assert_eq!(key_file_name("dhcp-key", taken.iter()), "key-dhcp-key.key");
+    assert_eq!(dnssec_types("a. 300 IN A 192.0.2.1\na. 300 IN RRSIG A 8 1 300 x\na. 300 IN NSEC b. A\n"), vec!["RRSIG", "NSEC"]);
+}
