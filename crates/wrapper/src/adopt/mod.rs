@@ -580,18 +580,17 @@ fn key_file_name<'a>(name: &str, taken: impl Iterator<Item = &'a String>) -> Str
 /// Record types in zone text (one record per line, as named-compilezone writes it)
 /// that only a signed zone holds.
 fn dnssec_types(text: &str) -> Vec<&'static str> {
-    let mut found = Vec::new();
+    const SIGNED_ONLY: [&str; 7] = ["DNSKEY", "RRSIG", "NSEC", "NSEC3", "NSEC3PARAM", "CDS", "CDNSKEY"];
+    let mut seen = [false; SIGNED_ONLY.len()];
     for line in text.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if let Some(t) = fields.get(3) {
-            for dnssec in ["DNSKEY", "RRSIG", "NSEC", "NSEC3", "NSEC3PARAM", "CDS", "CDNSKEY"] {
-                if t.eq_ignore_ascii_case(dnssec) && !found.contains(&dnssec) {
-                    found.push(dnssec);
-                }
+        if let Some(t) = line.split_whitespace().nth(3) {
+            if let Some(i) = SIGNED_ONLY.iter().position(|d| t.eq_ignore_ascii_case(d)) {
+                seen[i] = true;
             }
         }
     }
-    found
+    // In a fixed order, so the message does not depend on the zone's.
+    SIGNED_ONLY.iter().zip(seen).filter(|(_, s)| *s).map(|(d, _)| *d).collect()
 }
 
 /// Checks the zone data and writes it in canonical text form (one record per line,
