@@ -317,7 +317,11 @@ impl Scope<'_> {
                 why.push(format!("allow-update by address (`{other}`): the wrapper is the only client named sees, so addresses cannot be told apart; give those clients a TSIG key"));
             }
             for k in &list.keys {
-                rules.push((k.clone(), vec!["grant".into(), k.clone(), "zonesub".into(), "ANY".into()]));
+                let words = ["grant", k.as_str(), "zonesub", "ANY"];
+                match named_glue::conf::PolicyRule::parse(&words) {
+                    Ok(_) => rules.push((k.clone(), words.iter().map(|w| w.to_string()).collect())),
+                    Err(e) => why.push(format!("allow-update key {k:?}: {e}")),
+                }
             }
         }
         for (identity, words) in &rules {
@@ -488,6 +492,17 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
             bail!("the key name {k} is the one sdns deals for itself; rename that key in named.conf first");
         }
     }
+    // The operator's keys as files, checked before anything is written.
+    let mut key_texts: BTreeMap<String, String> = BTreeMap::new();
+    for k in plan.update_keys.iter().chain(&plan.transfer_keys) {
+        let key = &inv.keys[k];
+        let text = TsigKey { name: key.name.clone(), algorithm: key.algorithm.clone(), secret_b64: key.secret_b64.clone() }.to_bind();
+        let back = TsigKey::from_bind(&text).map_err(|e| anyhow!("key {}: {e}", key.name))?;
+        if back.name != key.name || back.secret_b64 != key.secret_b64 {
+            bail!("key {:?} cannot be written as a key file (quotes in its name or secret)", key.name);
+        }
+        key_texts.insert(k.clone(), text);
+    }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     if replica_dir(out, 0).join("share.json").exists() {
         bail!("{} already holds a dealt cluster; give a new --out", out.display());
@@ -524,10 +539,8 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
         if files.contains_key(k) {
             continue;
         }
-        let key = &inv.keys[k];
         let file = key_file_name(k, files.values());
-        let text = TsigKey { name: key.name.clone(), algorithm: key.algorithm.clone(), secret_b64: key.secret_b64.clone() }.to_bind();
-        TsigKey::from_bind(&text).map_err(|e| anyhow!("key {}: {e}", key.name))?;
+        let text = &key_texts[k];
         write_secret(&out.join(&file), text.as_bytes())?;
         for i in 0..p.replicas {
             write_secret(&replica_dir(out, i).join(&file), text.as_bytes())?;

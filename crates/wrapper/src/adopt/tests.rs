@@ -194,3 +194,58 @@ fn key_files_get_safe_distinct_names() {
     assert_eq!(key_file_name("dhcp-key", taken.iter()), "key-dhcp-key.key");
     assert_eq!(dnssec_types("a. 300 IN A 192.0.2.1\na. 300 IN RRSIG A 8 1 300 x\na. 300 IN NSEC b. A\n"), vec!["RRSIG", "NSEC"]);
 }
+
+mod fuzz {
+    use super::*;
+    use bindconf::Item;
+    use proptest::prelude::*;
+
+    /// Words named.conf uses where the adoption looks, and a few it must survive.
+    fn word() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "zone", "view", "key", "acl", "options", "type", "primary", "master", "slave", "file", "directory", "update-policy",
+                "allow-update", "allow-transfer", "allow-query", "grant", "deny", "zonesub", "name", "subdomain", "self", "*", "local",
+                "algorithm", "secret", "hmac-sha256", "hmac-md5", "dhcp-key", "none", "any", "!", "IN", "CH", "dnssec-policy",
+                "inline-signing", "yes", "notify", "no", "masterfile-format", "example.com", "A", "ANY", "192.0.2.0/24", "",
+            ])
+            .prop_map(str::to_owned),
+            "[ -~]{0,8}",
+        ]
+    }
+
+    fn statement() -> impl Strategy<Value = Statement> {
+        let leaf = prop::collection::vec(word().prop_map(Item::Word), 0..5).prop_map(|items| Statement { line: 1, items });
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            (prop::collection::vec(word(), 0..3), prop::collection::vec(inner, 0..6), prop::collection::vec(word(), 0..2)).prop_map(|(before, block, after)| {
+                let mut items: Vec<Item> = before.into_iter().map(Item::Word).collect();
+                items.push(Item::Block(block));
+                items.extend(after.into_iter().map(Item::Word));
+                Statement { line: 1, items }
+            })
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+        /// Whatever named.conf holds, the inventory and its report never panic, and every
+        /// policy rule of an adoptable zone parses the way the replicas will read it.
+        #[test]
+        fn inventory_never_panics(statements in prop::collection::vec(statement(), 0..8)) {
+            let inv = inventory(&statements, Path::new("/etc/bind"));
+            let _ = render_report(&inv.zones, None);
+            let _ = render_report(&inv.zones, Some("example.com."));
+            for z in &inv.zones {
+                if let Verdict::Adoptable(plan) = &z.verdict {
+                    for rule in &plan.policy {
+                        prop_assert!(named_glue::conf::PolicyRule::parse(&rule.split_whitespace().collect::<Vec<_>>()).is_ok(), "{}", rule);
+                    }
+                    for k in plan.update_keys.iter().chain(&plan.transfer_keys) {
+                        prop_assert!(inv.keys.contains_key(k));
+                    }
+                }
+            }
+        }
+    }
+}
