@@ -4,7 +4,8 @@
 //! (bind9-utils): two primary zones, a forward one with an update-policy and a reverse
 //! one with allow-update, are adopted each into a 4-replica cluster that then takes
 //! updates signed with the operator's original key files; zones the adoption cannot take
-//! are reported with their reasons.
+//! are reported with their reasons. The reverse zone is taken by AXFR from a running named
+//! (the BIND build's; Debian's named is not installed in CI) after a dynamic update there.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -95,11 +96,13 @@ struct Adopted {
 }
 
 impl Adopted {
-    /// Adopts `zone` from `conf` into `dir` and starts its four replicas.
-    fn up(conf: &Path, zone: &str, dir: PathBuf) -> Adopted {
+    /// Adopts `zone` from `conf` into `dir` (with `extra` adopt arguments) and starts its
+    /// four replicas.
+    fn up(conf: &Path, zone: &str, dir: PathBuf, extra: &[&str]) -> Adopted {
         let base = free_port_block(4);
         let port_args = ports(base);
         let mut args = adopt_args(conf.to_str().unwrap(), zone, dir.to_str().unwrap());
+        args.extend(extra);
         let bind = bind_dir();
         args.extend(["--bind-dir", bind.to_str().unwrap()]);
         args.extend(port_args.iter().map(String::as_str));
@@ -152,6 +155,92 @@ impl Drop for Adopted {
     }
 }
 
+/// A plain named (the BIND build's, without any sdns part) serving the reverse zone from a
+/// copy of the operator's file, as the operator's server does before the adoption.
+struct RunningNamed {
+    child: std::process::Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RunningNamed {
+    fn start(root: &Path, etc: &Path) -> RunningNamed {
+        let dir = root.join("running-named");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(root.join("var/cache/bind/db.192.0.2"), dir.join("db.192.0.2")).unwrap();
+        let port = free_port_block(1) + 1;
+        let d = dir.display();
+        std::fs::write(
+            dir.join("named.conf"),
+            format!(
+                "options {{
+	directory \"{d}\";
+	pid-file \"{d}/named.pid\";
+	session-keyfile \"{d}/session.key\";
+                 	listen-on port {port} {{ 127.0.0.1; }};
+	listen-on-v6 {{ none; }};
+	recursion no;
+	dnssec-validation no;
+}};
+                 controls {{ }};
+include \"{}/dhcp.key\";
+                 zone \"2.0.192.in-addr.arpa\" {{
+	type primary;
+	file \"{d}/db.192.0.2\";
+	allow-update {{ key dhcp-key; }};
+                 	allow-transfer {{ 127.0.0.1; }};
+	notify no;
+}};
+",
+                etc.display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join("named.log")).unwrap();
+        let child = Command::new(bind_dir().join("sbin/named"))
+            .args(["-g", "-4", "-n", "1", "-c"])
+            .arg(dir.join("named.conf"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("named");
+        let named = RunningNamed { child, port, dir };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let soa = text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(port.to_string()).args(["+short", "+time=1", "+tries=1", "2.0.192.in-addr.arpa", "SOA"])));
+            if soa.contains("hostmaster.corp.test.") {
+                return named;
+            }
+            assert!(std::time::Instant::now() < deadline, "the running named never answered:\n{}", std::fs::read_to_string(named.dir.join("named.log")).unwrap_or_default());
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
+    fn nsupdate(&self, key: &Path, commands: &str) -> (bool, String) {
+        use std::io::Write;
+        let mut child = Command::new(tool("nsupdate"))
+            .arg("-k")
+            .arg(key)
+            .args(["-t", "10"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("nsupdate");
+        let script = format!("server 127.0.0.1 {}\nzone 2.0.192.in-addr.arpa\n{commands}\nsend\n", self.port);
+        child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (out.status.success(), text(&out))
+    }
+}
+
+impl Drop for RunningNamed {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn the_report_names_every_zone_and_why() {
     let root = tempfile::tempdir().unwrap();
@@ -201,7 +290,7 @@ fn adopted_zones_take_updates_signed_with_the_operators_keys() {
     let ops_key = etc.join("ops.key");
 
     // The forward zone, with its update-policy.
-    let corp = Adopted::up(&conf, "corp.test", root.path().join("corp"));
+    let corp = Adopted::up(&conf, "corp.test", root.path().join("corp"), &[]);
     let (ok, said) = corp.nsupdate(1, &dhcp_key, "update add laptop-7.corp.test 300 A 192.0.2.107");
     assert!(ok, "the DHCP server's key must still register hosts: {said}\n{}", corp.logs());
     for i in 0..4 {
@@ -240,8 +329,18 @@ fn adopted_zones_take_updates_signed_with_the_operators_keys() {
     assert!(text(&out).contains("its data holds DNSKEY/RRSIG/NSEC records"), "{}", text(&out));
     drop(corp);
 
-    // The reverse zone, with allow-update, in a cluster of its own.
-    let reverse = Adopted::up(&conf, "2.0.192.in-addr.arpa", root.path().join("reverse"));
+    // The reverse zone, with allow-update, in a cluster of its own, taken by AXFR from the
+    // named that serves it now: a host the DHCP server registered there since the zone file
+    // was written comes along.
+    let running = RunningNamed::start(root.path(), &etc);
+    let (ok, said) = running.nsupdate(&dhcp_key, "update add 99.2.0.192.in-addr.arpa 300 PTR printer.corp.test.");
+    assert!(ok, "update on the running named: {said}");
+    let server = format!("127.0.0.1:{}", running.port);
+    let reverse = Adopted::up(&conf, "2.0.192.in-addr.arpa", root.path().join("reverse"), &["--server", &server]);
+    drop(running);
+    for i in 0..4 {
+        assert!(reverse.dig(i, &["99.2.0.192.in-addr.arpa", "PTR"]).contains("printer.corp.test."), "replica {i}");
+    }
     let answer = reverse.dig(1, &["80.2.0.192.in-addr.arpa", "PTR", "+dnssec"]);
     assert!(answer.contains("www.corp.test.") && answer.contains("RRSIG\tPTR"), "{answer}");
     let (ok, said) = reverse.nsupdate(2, &dhcp_key, "update add 107.2.0.192.in-addr.arpa 300 PTR laptop-7.corp.test.");
