@@ -80,6 +80,29 @@ fn operator_bind(root: &Path) -> PathBuf {
     etc.join("named.conf")
 }
 
+/// The records of a dig AXFR, DNSSEC and TSIG records left out, one normalised line each
+/// (the SOA without its serial), sorted and deduplicated (AXFR repeats the SOA).
+fn records(axfr: &str) -> Vec<String> {
+    let mut out: Vec<String> = axfr
+        .lines()
+        .filter(|l| !l.starts_with(';') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let mut f: Vec<String> = l.split_whitespace().map(str::to_ascii_lowercase).collect();
+            let t = f.get(3)?.to_ascii_uppercase();
+            if ["RRSIG", "NSEC", "NSEC3", "NSEC3PARAM", "DNSKEY", "TSIG", "TYPE65534"].contains(&t.as_str()) {
+                return None;
+            }
+            if t == "SOA" && f.len() > 6 {
+                f.remove(6);
+            }
+            Some(f.join(" "))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 fn sdns(args: &[&str]) -> Output {
     run(Command::new(sdns_bin()).args(args))
 }
@@ -291,6 +314,13 @@ fn adopted_zones_take_updates_signed_with_the_operators_keys() {
 
     // The forward zone, with its update-policy.
     let corp = Adopted::up(&conf, "corp.test", root.path().join("corp"), &[]);
+    let file = run(Command::new(system_tool("named-compilezone")).args(["-q", "-s", "full", "-o", "-", "corp.test"]).arg(etc.join("db.corp.test")));
+    let before = records(&String::from_utf8_lossy(&file.stdout));
+    assert!(before.len() == 6, "{before:?}");
+    let key = corp.dir.join("transfer.key");
+    for i in 0..4 {
+        assert_eq!(records(&corp.dig(i, &["-k", key.to_str().unwrap(), "corp.test", "AXFR"])), before, "replica {i}'s zone differs from the zone file");
+    }
     let (ok, said) = corp.nsupdate(1, &dhcp_key, "update add laptop-7.corp.test 300 A 192.0.2.107");
     assert!(ok, "the DHCP server's key must still register hosts: {said}\n{}", corp.logs());
     for i in 0..4 {
@@ -336,10 +366,16 @@ fn adopted_zones_take_updates_signed_with_the_operators_keys() {
     let (ok, said) = running.nsupdate(&dhcp_key, "update add 99.2.0.192.in-addr.arpa 300 PTR printer.corp.test.");
     assert!(ok, "update on the running named: {said}");
     let server = format!("127.0.0.1:{}", running.port);
+    let before = records(&text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(running.port.to_string()).args(["2.0.192.in-addr.arpa", "AXFR"]))));
+    assert!(before.iter().any(|r| r.contains("printer.corp.test.")), "{before:?}");
     let reverse = Adopted::up(&conf, "2.0.192.in-addr.arpa", root.path().join("reverse"), &["--server", &server]);
     drop(running);
+    // Every record the old server gave is served by every replica, DNSSEC records aside
+    // (and the SOA serial, which the signing moved on).
+    let key = reverse.dir.join("transfer.key");
     for i in 0..4 {
-        assert!(reverse.dig(i, &["99.2.0.192.in-addr.arpa", "PTR"]).contains("printer.corp.test."), "replica {i}");
+        let after = records(&reverse.dig(i, &["-k", key.to_str().unwrap(), "2.0.192.in-addr.arpa", "AXFR"]));
+        assert_eq!(after, before, "replica {i}'s zone differs from the old server's");
     }
     let answer = reverse.dig(1, &["80.2.0.192.in-addr.arpa", "PTR", "+dnssec"]);
     assert!(answer.contains("www.corp.test.") && answer.contains("RRSIG\tPTR"), "{answer}");
