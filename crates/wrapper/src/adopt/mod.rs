@@ -141,6 +141,10 @@ const KNOWN_ZONE_OPTIONS: &[&str] = &[
     "auto-dnssec",
 ];
 
+/// Known zone options the adoption reads past: the replicas' named has its own journal,
+/// key directory, serial method (increment) and checks.
+const NOT_CARRIED: &[&str] = &["check-names", "journal", "max-journal-size", "ixfr-from-differences", "zone-statistics", "serial-update-method", "key-directory", "notify-source", "notify-source-v6"];
+
 /// The zones Debian's named.conf.default-zones (and RFC 6761/6303 practice) defines
 /// locally: they belong to each host's own named, not to a replicated service.
 const BUILT_IN_ZONES: &[&str] = &["localhost.", "127.in-addr.arpa.", "0.in-addr.arpa.", "255.in-addr.arpa.", "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.ip6.arpa."];
@@ -370,6 +374,17 @@ impl Scope<'_> {
             if !list.others.iter().all(|o| o == "any") || !list.keys.is_empty() || list.none {
                 plan.notes.push("allow-query is not carried over: set [access] allow_query in each replica.toml".into());
             }
+        }
+        // Known options whose setting the replicas' named does not take over.
+        let left: Vec<String> = z
+            .block()
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|o| o.keyword())
+            .filter(|k| NOT_CARRIED.contains(&k.as_str()))
+            .collect();
+        if !left.is_empty() {
+            plan.notes.push(format!("not carried over (the replicas' named uses its own settings): {}", left.join(", ")));
         }
         let notify = self.option(z, "notify").and_then(|n| n.arg()).map(|v| v.to_ascii_lowercase());
         if notify.as_deref() != Some("no") || z.child("also-notify").is_some() {

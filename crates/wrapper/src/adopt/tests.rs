@@ -46,6 +46,8 @@ zone "2.0.192.in-addr.arpa" IN {
 		"dhcp-servers";
 	};
 	notify no;
+	serial-update-method unixtime;
+	check-names warn;
 };
 zone "signed.example" {
 	type primary;
@@ -122,6 +124,7 @@ fn allow_update_keys_through_an_acl_become_zonesub_grants() {
     // The global allow-transfer { none; }: no keys, no note.
     assert!(plan.transfer_keys.is_empty());
     assert!(!plan.notes.iter().any(|n| n.contains("NOTIFY")), "{:?}", plan.notes);
+    assert!(plan.notes.iter().any(|n| n.ends_with("own settings): serial-update-method, check-names")), "{:?}", plan.notes);
 }
 
 #[test]
