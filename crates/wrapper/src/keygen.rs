@@ -251,12 +251,21 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
              # Client-address ACLs, enforced by the wrapper: named sees every client as\n\
              # 127.0.0.1, so it cannot. REFUSED, as named would answer, to the others.\n\
              [access]\nallow_query = [\"0.0.0.0/0\", \"::/0\"]\nallow_transfer = [{transfer}]\n",
-            transfer = if p.layout.addresses.iter().all(|a| a.is_loopback()) {
-                // A cluster on this machine only: clients on this machine's own
-                // address may transfer (other loopback addresses may not, as a test needs).
-                "\"127.0.0.1\", \"::1\""
-            } else {
-                ""
+            transfer = {
+                let mut allow: Vec<String> = if p.layout.addresses.iter().all(|a| a.is_loopback()) {
+                    // A cluster on this machine only: clients on this machine's own
+                    // address may transfer (other loopback addresses may not, as a test needs).
+                    vec!["127.0.0.1".into(), "::1".into()]
+                } else {
+                    Vec::new()
+                };
+                // An adopted zone's allow-transfer addresses.
+                for a in adopted.iter().flat_map(|a| &a.allow_transfer) {
+                    if !allow.contains(a) {
+                        allow.push(a.clone());
+                    }
+                }
+                allow.iter().map(|a| crate::adopt::toml_string(a)).collect::<Vec<_>>().join(", ")
             },
             zone = p.zone,
             alg = p.algorithm,
@@ -360,5 +369,32 @@ mod tests {
             }
         }
         assert_eq!(sig0_signer("example.test."), "sdns-update.example.test.");
+    }
+
+    #[test]
+    fn an_adopted_directory_keeps_its_keys_policy_and_transfer_addresses() {
+        let out = tempfile::tempdir().unwrap();
+        for i in 0..4 {
+            std::fs::create_dir_all(replica_dir(out.path(), i)).unwrap();
+        }
+        std::fs::write(
+            out.path().join(crate::adopt::ADOPTED_FILE),
+            "zone = \"example.test.\"\ntsig_keys = [\"tsig.key\", \"key-dhcp.key\"]\ntransfer_keys = [\"transfer.key\", \"key-dhcp.key\"]\n\
+             update_policy = [\"grant dhcp zonesub A PTR\"]\nallow_transfer = [\"192.0.2.0/24\", \"127.0.0.1\"]\n",
+        )
+        .unwrap();
+        let mut p = params(Mode::Tsig);
+        p.byzantine.clear();
+        write_configs(&p, out.path()).unwrap();
+        let c = crate::config::Config::load(&replica_dir(out.path(), 3).join("replica.toml")).unwrap();
+        assert_eq!(c.named.tsig_keys, vec![PathBuf::from("tsig.key"), PathBuf::from("key-dhcp.key")]);
+        assert_eq!(c.auth.transfer_keys, vec![PathBuf::from("transfer.key"), PathBuf::from("key-dhcp.key")]);
+        assert_eq!(c.named.update_policy, Some(vec!["grant dhcp zonesub A PTR".to_string()]));
+        let allowed: Vec<String> = c.access.allow_transfer.iter().map(|p| p.to_string()).collect();
+        assert_eq!(allowed, vec!["127.0.0.1/32", "::1/128", "192.0.2.0/24"]);
+        // The record is for one zone: configuring another one there is refused.
+        p.zone = "other.test.".into();
+        let e = write_configs(&p, out.path()).unwrap_err().to_string();
+        assert!(e.contains("adopted for zone example.test."), "{e}");
     }
 }

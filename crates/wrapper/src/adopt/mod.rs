@@ -43,6 +43,9 @@ pub struct Adopted {
     pub transfer_keys: Vec<String>,
     /// `named.update_policy`: the operator's rules in order.
     pub update_policy: Vec<String>,
+    /// `[access] allow_transfer` additions: the prefixes of the zone's allow-transfer.
+    #[serde(default)]
+    pub allow_transfer: Vec<String>,
 }
 
 impl Adopted {
@@ -85,6 +88,8 @@ pub struct Plan {
     pub update_keys: Vec<String>,
     /// Keys allow-transfer names.
     pub transfer_keys: Vec<String>,
+    /// Address prefixes allow-transfer names (for `[access] allow_transfer`).
+    pub transfer_addresses: Vec<String>,
     /// update-policy rules (allow-update keys become `grant KEY zonesub ANY`).
     pub policy: Vec<String>,
     /// What is not carried over but does not stop the adoption.
@@ -348,26 +353,52 @@ impl Scope<'_> {
             plan.notes.push("no update-policy or allow-update: the zone takes no dynamic updates, as before".into());
         }
 
-        if let Some(allow) = self.option(z, "allow-transfer") {
-            let list = self.match_list(allow);
-            for k in &list.keys {
-                match self.keys.get(k).map(|c| supported_algorithm(&c.algorithm)) {
-                    Some(Ok(())) => {
-                        if !plan.transfer_keys.contains(k) {
-                            plan.transfer_keys.push(k.clone());
+        match self.option(z, "allow-transfer") {
+            Some(allow) => {
+                let list = self.match_list(allow);
+                for k in &list.keys {
+                    match self.keys.get(k).map(|c| supported_algorithm(&c.algorithm)) {
+                        Some(Ok(())) => {
+                            if !plan.transfer_keys.contains(k) {
+                                plan.transfer_keys.push(k.clone());
+                            }
+                        }
+                        Some(Err(e)) => plan.notes.push(format!("allow-transfer key {k}: {e}; not carried over")),
+                        None => plan.notes.push(format!("allow-transfer names key {k}, which named.conf does not define; not carried over")),
+                    }
+                }
+                // Addresses go to the wrapper's [access] allow_transfer (address or key, as in
+                // BIND). A negation cannot be kept there, and dropping it would widen the
+                // list, so then no address is carried.
+                let mut prefixes = Vec::new();
+                let mut unkept = Vec::new();
+                for o in &list.others {
+                    match o.as_str() {
+                        "any" => prefixes.extend(["0.0.0.0/0".to_owned(), "::/0".to_owned()]),
+                        "localhost" => prefixes.extend(["127.0.0.1".to_owned(), "::1".to_owned()]),
+                        other if other.parse::<crate::access::Prefix>().is_ok() => prefixes.push(other.to_owned()),
+                        other => unkept.push(other.to_owned()),
+                    }
+                }
+                if unkept.iter().any(|u| u.starts_with('!')) {
+                    plan.notes.push(format!(
+                        "allow-transfer with a negation ({}): no address is carried over; list the secondaries' prefixes in [access] allow_transfer",
+                        unkept.join(", ")
+                    ));
+                } else {
+                    if !unkept.is_empty() {
+                        plan.notes.push(format!("allow-transfer elements not carried over: {} (list prefixes in [access] allow_transfer)", unkept.join(", ")));
+                    }
+                    for p in prefixes {
+                        if !plan.transfer_addresses.contains(&p) {
+                            plan.transfer_addresses.push(p);
                         }
                     }
-                    Some(Err(e)) => plan.notes.push(format!("allow-transfer key {k}: {e}; not carried over")),
-                    None => plan.notes.push(format!("allow-transfer names key {k}, which named.conf does not define; not carried over")),
                 }
             }
-            if !list.others.is_empty() {
-                plan.notes.push(format!(
-                    "allow-transfer by address ({}): sdns allows transfers only with a transfer key (the dealer's transfer.key{}); give those secondaries a key",
-                    list.others.join(", "),
-                    if plan.transfer_keys.is_empty() { "" } else { " and the adopted keys" }
-                ));
-            }
+            None => plan.notes.push(
+                "no allow-transfer: your named let anyone transfer the zone (BIND 9.18's default); the replicas allow it with a transfer key only (list prefixes in [access] allow_transfer to allow more)".into(),
+            ),
         }
         if let Some(q) = self.option(z, "allow-query") {
             let list = self.match_list(q);
@@ -427,6 +458,9 @@ pub fn render_report(zones: &[ZoneReport], chosen: Option<&str>) -> String {
                     if plan.transfer_keys.is_empty() { "none".into() } else { plan.transfer_keys.join(", ") },
                     plan.policy.len()
                 );
+                if !plan.transfer_addresses.is_empty() {
+                    let _ = writeln!(out, "           transfers also from: {}", plan.transfer_addresses.join(", "));
+                }
                 if chosen.is_some_and(|c| c != z.name) {
                     let _ = writeln!(out, "           one zone per cluster for now: adopt it in its own run (--zone {} --out ANOTHER_DIR)", z.name);
                 }
@@ -567,11 +601,13 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
         tsig_keys: std::iter::once("tsig.key".to_owned()).chain(plan.update_keys.iter().map(|k| files[k].clone())).collect(),
         transfer_keys: std::iter::once("transfer.key".to_owned()).chain(plan.transfer_keys.iter().map(|k| files[k].clone())).collect(),
         update_policy: plan.policy.clone(),
+        allow_transfer: plan.transfer_addresses.clone(),
     };
     let record = format!(
         "# Written by sdns adopt from {conf}: zone {zone}. sdns cluster up and write_configs\n\
          # read it; the keys are the operator's own (0600 files next to this one).\n\
-         zone = {z}\ntsig_keys = {t}\ntransfer_keys = {x}\nupdate_policy = {u}\n",
+         zone = {z}\ntsig_keys = {t}\ntransfer_keys = {x}\nupdate_policy = {u}\nallow_transfer = {a}\n",
+        a = toml_list(&adopted.allow_transfer),
         conf = o.named_conf.display(),
         z = toml_string(&adopted.zone),
         t = toml_list(&adopted.tsig_keys),

@@ -104,8 +104,8 @@ fn takes_keys_policy_and_file_of_a_primary_zone() {
     assert_eq!(plan.update_keys, vec!["dhcp-key", "ops-key"]);
     assert_eq!(plan.transfer_keys, vec!["ops-key"]);
     assert_eq!(plan.policy, vec!["grant dhcp-key zonesub A AAAA TXT", "deny * name www.example.com. A", "grant ops-key. subdomain hosts.example.com ANY"]);
+    assert_eq!(plan.transfer_addresses, vec!["192.0.2.1/32"]);
     let notes = plan.notes.join("\n");
-    assert!(notes.contains("allow-transfer by address (192.0.2.1/32)"), "{notes}");
     assert!(notes.contains("NOTIFY"), "{notes}");
     // Every rule parses the way the replicas will read it from replica.toml.
     for rule in &plan.policy {
@@ -160,6 +160,24 @@ fn zones_it_cannot_take_are_named_with_every_reason() {
 }
 
 #[test]
+fn allow_transfer_addresses_are_carried_unless_negated() {
+    let conf = |list: &str| format!("zone \"a.test\" {{\n\ttype master;\n\tfile \"db\";\n\tallow-transfer {{\n{list}\t}};\n}};\n");
+    let plan = |list: &str| match &inventory(&bindconf::parse(&conf(list)).unwrap(), Path::new("/")).zones[0].verdict {
+        Verdict::Adoptable(p) => p.clone(),
+        other => panic!("{other:?}"),
+    };
+    let p = plan("\t\t\"any\";\n\t\t\"localhost\";\n\t\t2001:db8::/32;\n\t\t\"localnets\";\n");
+    assert_eq!(p.transfer_addresses, vec!["0.0.0.0/0", "::/0", "127.0.0.1", "::1", "2001:db8::/32"]);
+    assert!(p.notes.iter().any(|n| n.contains("not carried over: localnets")), "{:?}", p.notes);
+    let p = plan("\t\t! 192.0.2.1/32;\n\t\t192.0.2.0/24;\n");
+    assert!(p.transfer_addresses.is_empty());
+    assert!(p.notes.iter().any(|n| n.contains("negation (! 192.0.2.1/32)")), "{:?}", p.notes);
+    let none = "zone \"a.test\" {\n\ttype master;\n\tfile \"db\";\n};\n";
+    let Verdict::Adoptable(p) = &inventory(&bindconf::parse(none).unwrap(), Path::new("/")).zones[0].verdict else { panic!() };
+    assert!(p.transfer_addresses.is_empty() && p.notes.iter().any(|n| n.contains("no allow-transfer")), "{:?}", p.notes);
+}
+
+#[test]
 fn zones_in_views_are_reported() {
     let conf = "view \"inside\" {\n\tzone \"example.com\" {\n\t\ttype master;\n\t\tfile \"db\";\n\t};\n};\n";
     let zones = inventory(&bindconf::parse(conf).unwrap(), Path::new("/etc/bind")).zones;
@@ -176,13 +194,15 @@ fn adoption_record_round_trips_and_guards_the_zone() {
         tsig_keys: vec!["tsig.key".into(), "key-dhcp \"x\".key".into()],
         transfer_keys: vec!["transfer.key".into()],
         update_policy: vec!["grant dhcp-key zonesub A".into()],
+        allow_transfer: vec!["192.0.2.0/24".into()],
     };
     let text = format!(
-        "zone = {}\ntsig_keys = {}\ntransfer_keys = {}\nupdate_policy = {}\n",
+        "zone = {}\ntsig_keys = {}\ntransfer_keys = {}\nupdate_policy = {}\nallow_transfer = {}\n",
         toml_string(&a.zone),
         toml_list(&a.tsig_keys),
         toml_list(&a.transfer_keys),
-        toml_list(&a.update_policy)
+        toml_list(&a.update_policy),
+        toml_list(&a.allow_transfer)
     );
     std::fs::write(dir.path().join(ADOPTED_FILE), text).unwrap();
     assert_eq!(adopted_for(dir.path(), "EXAMPLE.com").unwrap(), Some(a));
