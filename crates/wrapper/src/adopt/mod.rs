@@ -620,7 +620,10 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
     println!(
         "\nsdns adopt: dealt {zone} for {n} replicas in {dir}.\n\
          Your TSIG key files (for nsupdate -k) are there too: {keys}.\n\
-         The dealer's tsig.key is known to the replicas, but only rules naming `*` grant it anything.",
+         The dealer's tsig.key is known to the replicas, but only rules naming `*` grant it anything.\n\
+         Next: copy replica-<i>/ to host i and install it there (scripts/install.sh --replica replica-<i>),\n\
+         or try it on this machine: sdns cluster up --dir {dir} --zone {zone} --replicas {n} (with the same\n\
+         address and port options as here). DS for the parent once every replica serves the signed zone: ds.txt.",
         n = p.replicas,
         dir = out.display(),
         keys = if files.is_empty() { "none".to_owned() } else { files.values().cloned().collect::<Vec<_>>().join(", ") },
