@@ -165,6 +165,14 @@ async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, peer: SocketAddr, a
                 }
             }
         }
+        Verdict::Order(Kind::Read) if filters.local_reads.as_ref().is_some_and(|cache| {
+            // A local read the cache holds: answered here, as the gateway would answer it.
+            let Some(answer) = cache.hit(&bytes, tcp) else { return false };
+            metrics.inc_request(Kind::Read);
+            metrics.inc_read_cache(true);
+            crate::read::deliver(&reply, answer, metrics);
+            true
+        }) => {}
         Verdict::Order(_) => {
             // The gateway's queue is bounded; when full the client's retry will do.
             if to_gateway.try_send(ClientRequest { bytes, tcp, reply }).is_err() {
