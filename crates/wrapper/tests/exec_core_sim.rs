@@ -745,6 +745,28 @@ fn answers_go_to_the_gateway_only_and_through_the_gate() {
     assert_eq!(cmds, vec![Command::Executed(2)], "a batch of reads changes nothing durable");
 }
 
+#[test]
+fn only_batches_that_change_the_state_and_checkpoints_are_persisted() {
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    // Reads only: executed, nothing to write.
+    let cmds = core.deliver(batch(1, start_s(), vec![(1, Op::Dns { tcp: false, message: query(1) }, None)]));
+    assert_eq!(cmds, vec![Command::Executed(1)]);
+    // A read-only checkpoint batch is written after its digest (a restart must not compute it again).
+    let mut checkpoint = batch(2, start_s(), vec![(1, Op::Dns { tcp: false, message: query(2) }, None)]);
+    checkpoint.checkpoint_due = true;
+    let cmds = core.deliver(checkpoint);
+    assert_eq!(cmds, vec![Command::DigestZone { seq: 2 }]);
+    let cmds = core.handle(Event::ZoneDigest { seq: 2, digest: Some([7; 32]) });
+    assert!(matches!(&cmds[..], [Command::Checkpoint { seq: 2, .. }, Command::Persist(s)] if s.executed == 2), "{cmds:?}");
+    // A write changes the outcome chain: written.
+    let cmds = core.deliver(batch(3, start_s(), vec![(1, Op::Dns { tcp: true, message: update(3) }, None)]));
+    let Some(Command::Write { seq, index, .. }) = cmds.first() else { panic!("{cmds:?}") };
+    let cmds = core.handle(Event::WriteAnswered { seq: *seq, index: *index, answer: answer(&update(3), ResponseCode::NoError) });
+    assert!(matches!(&cmds[..], [Command::Persist(s)] if s.executed == 3), "{cmds:?}");
+    let cmds = core.deliver(batch(4, start_s(), vec![]));
+    assert_eq!(cmds, vec![Command::Executed(4)]);
+}
+
 /// Drives one core through a sequence of sign-zone/resign requests, with every command
 /// completed at once; returns how many signings ran and the admins' answers.
 fn signings(requests: &[(u64, u16, Op)]) -> (usize, Vec<String>) {
