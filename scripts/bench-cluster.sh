@@ -35,6 +35,7 @@
 #   BENCH_SETTLE_SECONDS [3]   pause between `cluster up` and the first probe
 #   BENCH_KEYS [target/bench-keys]  dealt key directories, one per n, reused across runs
 #   BENCH_OUT [target/bench-cluster/<UTC time>]   BENCH_PORT_BASE [31000]
+#   BENCH_WORK_PARENT [/tmp]   where the clusters' state directories go (/dev/shm: no fsync cost)
 #   SDNS_BIN [<cargo target>/release/sdns]   SDNS_BIND_DIR [target/bind9]   BENCH_KEEP_WORK [0]
 set -uo pipefail   # no -e: a failing configuration is recorded and the others still run
 
@@ -66,7 +67,7 @@ SETTLE=${BENCH_SETTLE_SECONDS:-3}
 START=$(date +%s)
 # Absolute on purpose: `sdns cluster up --dir` with a relative path gives named relative paths
 # after it has changed directory, and the replicas never answer (reported to the lead).
-WORK=$(mktemp -d /tmp/sdns-bench.XXXXXX)
+WORK=$(mktemp -d "${BENCH_WORK_PARENT:-/tmp}/sdns-bench.XXXXXX")
 RESULTS=$OUT/results.jsonl
 FAILURES=$OUT/failures.txt
 mkdir -p "$OUT/logs" "$KEYS"

@@ -1125,15 +1125,22 @@ impl Replica {
         if matching < needed {
             return;
         }
+        // Only a change of the slot's durable part is persisted: the prepares that keep
+        // arriving after the quorum would otherwise cost an fsync each.
+        let mut changed = false;
         if slot.prepared.as_ref().is_none_or(|prepared| prepared.view < view) {
             slot.prepared = Some(accepted.clone());
+            changed = true;
         }
         if slot.sent_commit_view != Some(view) {
             slot.sent_commit_view = Some(view);
             slot.commits.insert(self.config.id, (view, accepted.digest));
+            changed = true;
             self.broadcast(Message::Commit { sender: self.config.id, view, seq, digest: accepted.digest });
         }
-        self.mark_slot(seq);
+        if changed {
+            self.mark_slot(seq);
+        }
         self.check_committed(seq);
     }
 

@@ -47,7 +47,7 @@ pub struct Executor<G: UpdateGate> {
     pub checkpoints: mpsc::Sender<(u64, Digest)>,
     pub metrics: Arc<Metrics>,
     pub maintenance: Arc<ZoneMaintenance>,
-    /// Where the execution state is persisted after every batch.
+    /// Where the execution state is persisted after every batch that changed it.
     pub state_file: PathBuf,
     /// The state's last signing time, shared with the re-sign timer.
     pub last_signed: Arc<AtomicU64>,
@@ -288,14 +288,22 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 let _ = self.checkpoints.send((seq, digest)).await;
             }
             Command::Persist(state) => {
-                if let Err(e) = state.store(&self.state_file) {
+                // Two fsyncs: off the runtime's worker threads (there are as many as cores,
+                // and the ordering and the clients need them meanwhile), but still finished
+                // before the next batch starts.
+                let (path, (last_signed_s, executed)) = (self.state_file.clone(), (state.last_signed_s, state.executed));
+                let stored = tokio::task::spawn_blocking(move || state.store(&path)).await;
+                match stored {
+                    Ok(Ok(())) => {}
                     // named holds the zone; a restart without this file re-executes from
                     // the last recorded batch, which the outcome chain would then show.
-                    warn!(replica = self.id, error = %e, "cannot record the execution state");
+                    Ok(Err(e)) => warn!(replica = self.id, error = %e, "cannot record the execution state"),
+                    Err(e) => warn!(replica = self.id, error = %e, "cannot record the execution state"),
                 }
-                self.last_signed.store(state.last_signed_s, Ordering::Relaxed);
-                self.metrics.update_status(|s| s.last_executed = state.executed);
+                self.last_signed.store(last_signed_s, Ordering::Relaxed);
+                self.metrics.update_status(|s| s.last_executed = executed);
             }
+            Command::Executed(seq) => self.metrics.update_status(|s| s.last_executed = seq),
         }
     }
 }

@@ -165,6 +165,14 @@ async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, peer: SocketAddr, a
                 }
             }
         }
+        Verdict::Order(Kind::Read) if filters.local_reads.as_ref().is_some_and(|cache| {
+            // A local read the cache holds: answered here, as the gateway would answer it.
+            let Some(answer) = cache.hit(&bytes, tcp) else { return false };
+            metrics.inc_request(Kind::Read);
+            metrics.inc_read_cache(true);
+            crate::read::deliver(&reply, answer, metrics);
+            true
+        }) => {}
         Verdict::Order(_) => {
             // The gateway's queue is bounded; when full the client's retry will do.
             if to_gateway.try_send(ClientRequest { bytes, tcp, reply }).is_err() {
@@ -282,5 +290,55 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, to_gateway: mpsc:
         if tokio::time::timeout(limits.idle, &mut write_task).await.is_err() {
             write_task.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::read::{Lookup, ReadCache};
+
+    fn query(id: u16, name: &str) -> Vec<u8> {
+        let name = hickory_proto::rr::Name::from_ascii(name).unwrap();
+        named_glue::forward::build_query(id, &name, hickory_proto::rr::RecordType::A).unwrap()
+    }
+
+    /// Local reads: a cache hit is answered by the listener (with the request's id), a miss
+    /// goes on to the gateway; without the local-read cache everything goes to the gateway.
+    #[tokio::test]
+    async fn local_read_cache_hits_are_answered_without_the_gateway() {
+        let cache = Arc::new(ReadCache::default());
+        let cached = query(1, "www.example.test.");
+        let Lookup::Miss(Some(fill)) = cache.lookup(&cached, false) else { panic!("an empty cache misses") };
+        let mut answer = cached.clone();
+        answer[2] |= 0x84; // QR, AA: named's answer as kept
+        answer.extend_from_slice(b"named's records");
+        cache.fill(fill, &answer);
+
+        let server = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        // A fresh socket's send readiness is known once the reactor has seen it.
+        server.writable().await.unwrap();
+        let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let peer = client.local_addr().unwrap();
+        let reply = || ReplyTo::Udp { socket: server.clone(), peer, rrl: None, lie: false };
+        let (metrics, access) = (Metrics::new(0), AccessSection::default());
+        let (to_gateway, mut gateway) = mpsc::channel(4);
+        let local = ClientFilters { auth: None, rrl: None, lie: false, local_reads: Some(cache.clone()) };
+
+        dispatch(query(0x4242, "www.example.test."), false, reply(), peer, &access, &local, &to_gateway, &metrics).await;
+        let mut buf = [0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(2), client.recv(&mut buf)).await.expect("answered").unwrap();
+        let mut want = answer.clone();
+        want[..2].copy_from_slice(&0x4242u16.to_be_bytes());
+        assert_eq!(&buf[..n], &want[..]);
+        assert!(gateway.try_recv().is_err(), "a hit does not reach the gateway");
+
+        dispatch(query(7, "other.example.test."), false, reply(), peer, &access, &local, &to_gateway, &metrics).await;
+        assert!(gateway.try_recv().is_ok(), "a miss goes to the gateway");
+
+        let ordered = ClientFilters { local_reads: None, ..local };
+        dispatch(query(8, "www.example.test."), false, reply(), peer, &access, &ordered, &to_gateway, &metrics).await;
+        assert!(gateway.try_recv().is_ok(), "ordered mode: every read goes to the gateway");
+        assert!(client.try_recv(&mut buf).is_err(), "and nothing was answered meanwhile");
     }
 }

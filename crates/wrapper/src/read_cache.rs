@@ -98,6 +98,17 @@ impl ReadCache {
         Lookup::Miss(Some(Fill { key, epoch: inner.epoch }))
     }
 
+    /// The cached answer for `request`, if any; a miss is not counted (the caller goes on
+    /// to [`Self::lookup`]).
+    pub fn hit(&self, request: &[u8], tcp: bool) -> Option<Vec<u8>> {
+        let key = key(request, tcp)?;
+        let mut inner = self.inner();
+        let mut answer = inner.answers.get(&key)?.clone();
+        answer[..2].copy_from_slice(&request[..2]);
+        inner.hits += 1;
+        Some(answer)
+    }
+
     /// Keeps named's `answer` if no change began since `fill` was handed out.
     pub fn fill(&self, fill: Fill, answer: &[u8]) {
         let Ok(header) = RawHeader::parse(answer) else { return };

@@ -334,7 +334,7 @@ pub async fn run(config: Config) -> Result<()> {
         pending,
         submit: handle.submit.clone(),
         named: named.clone(),
-        cache,
+        cache: cache.clone(),
         metrics: metrics.clone(),
         client_timeout: Duration::from_millis(config.client.request_timeout_ms),
         next_number: AtomicU64::new(0),
@@ -352,6 +352,7 @@ pub async fn run(config: Config) -> Result<()> {
         auth: (!config.auth.skip_precheck).then(|| auth.clone()),
         rrl: Limiter::new(config.rrl.clone()).map(Arc::new),
         lie: byzantine == Some(Mode::WrongAnswers),
+        local_reads: (config.cluster.reads == crate::config::ReadMode::Local).then(|| cache.clone()),
     });
     tokio::spawn(serve_udp(udp, client_tx.clone(), metrics.clone(), access.clone(), filters.clone()));
     let tcp_limits = TcpLimits {

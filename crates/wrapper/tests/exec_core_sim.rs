@@ -215,6 +215,8 @@ struct Node {
     next: usize,
     incarnation: u64,
     persisted: ExecState,
+    /// The last batch executed (persisted or not: a batch that changed nothing is not).
+    executed: u64,
     checkpoints: BTreeMap<u64, [u8; 32]>,
     reads: BTreeMap<u64, usize>,
     write_in_flight: bool,
@@ -280,6 +282,7 @@ impl Sim {
                 next: 0,
                 incarnation: 0,
                 persisted: ExecState::default(),
+                executed: 0,
                 checkpoints: BTreeMap::new(),
                 reads: BTreeMap::new(),
                 write_in_flight: false,
@@ -348,6 +351,7 @@ impl Sim {
                 n.incarnation += 1;
                 n.core = ExecCore::new(config(id), Unchanged, n.persisted.clone());
                 n.next = usize::try_from(n.persisted.executed).unwrap();
+                n.executed = n.persisted.executed;
                 n.reads.clear();
                 n.write_in_flight = false;
                 self.schedule(1, id, Due::Deliver);
@@ -509,7 +513,17 @@ impl Sim {
                         self.fail(format!("replica {id}: checkpoint {seq} reported twice with different digests"));
                     }
                 }
-                Command::Persist(state) => self.nodes[i].persisted = state,
+                Command::Persist(state) => {
+                    self.nodes[i].executed = state.executed;
+                    self.nodes[i].persisted = state;
+                }
+                Command::Executed(seq) => {
+                    let before = self.nodes[i].executed;
+                    if seq <= before {
+                        self.fail(format!("replica {id}: batch {seq} reported executed after batch {before}"));
+                    }
+                    self.nodes[i].executed = seq;
+                }
             }
         }
     }
@@ -519,10 +533,13 @@ fn check_honest_agree(sim: &Sim, honest: &[usize], batches: usize) -> Result<(),
     let first = &sim.nodes[honest[0]];
     for &h in honest {
         let n = &sim.nodes[h];
-        if n.persisted.executed != batches as u64 {
-            return Err(format!("replica {h} executed {} of {batches} batches", n.persisted.executed));
+        if n.executed != batches as u64 {
+            return Err(format!("replica {h} executed {} of {batches} batches", n.executed));
         }
-        if n.persisted != first.persisted {
+        // What was persisted last may name different batches (batches that changed nothing
+        // are not written); the rest of the state must agree.
+        let unpositioned = |s: &ExecState| ExecState { executed: 0, ..s.clone() };
+        if n.core.state() != first.core.state() || unpositioned(&n.persisted) != unpositioned(&first.persisted) {
             return Err(format!("replica {h}'s state differs from replica {}'s", honest[0]));
         }
         if n.zone != first.zone {
@@ -725,7 +742,29 @@ fn answers_go_to_the_gateway_only_and_through_the_gate() {
     assert_eq!(cmds[0], Command::Answer { reply: 9, bytes: want });
     // A read ordered by another gateway is not executed here.
     let cmds = core.deliver(batch(2, start_s() + 1, vec![(1, Op::Dns { tcp: false, message: query(5) }, None)]));
-    assert!(matches!(cmds[..], [Command::Persist(_)]), "{cmds:?}");
+    assert_eq!(cmds, vec![Command::Executed(2)], "a batch of reads changes nothing durable");
+}
+
+#[test]
+fn only_batches_that_change_the_state_and_checkpoints_are_persisted() {
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    // Reads only: executed, nothing to write.
+    let cmds = core.deliver(batch(1, start_s(), vec![(1, Op::Dns { tcp: false, message: query(1) }, None)]));
+    assert_eq!(cmds, vec![Command::Executed(1)]);
+    // A read-only checkpoint batch is written after its digest (a restart must not compute it again).
+    let mut checkpoint = batch(2, start_s(), vec![(1, Op::Dns { tcp: false, message: query(2) }, None)]);
+    checkpoint.checkpoint_due = true;
+    let cmds = core.deliver(checkpoint);
+    assert_eq!(cmds, vec![Command::DigestZone { seq: 2 }]);
+    let cmds = core.handle(Event::ZoneDigest { seq: 2, digest: Some([7; 32]) });
+    assert!(matches!(&cmds[..], [Command::Checkpoint { seq: 2, .. }, Command::Persist(s)] if s.executed == 2), "{cmds:?}");
+    // A write changes the outcome chain: written.
+    let cmds = core.deliver(batch(3, start_s(), vec![(1, Op::Dns { tcp: true, message: update(3) }, None)]));
+    let Some(Command::Write { seq, index, .. }) = cmds.first() else { panic!("{cmds:?}") };
+    let cmds = core.handle(Event::WriteAnswered { seq: *seq, index: *index, answer: answer(&update(3), ResponseCode::NoError) });
+    assert!(matches!(&cmds[..], [Command::Persist(s)] if s.executed == 3), "{cmds:?}");
+    let cmds = core.deliver(batch(4, start_s(), vec![]));
+    assert_eq!(cmds, vec![Command::Executed(4)]);
 }
 
 /// Drives one core through a sequence of sign-zone/resign requests, with every command
@@ -744,7 +783,7 @@ fn signings(requests: &[(u64, u16, Op)]) -> (usize, Vec<String>) {
                     cmds.extend(core.handle(Event::SignZoneDone { seq, result: Ok(()) }));
                 }
                 Command::Answer { bytes, .. } => texts.push(String::from_utf8(bytes).unwrap()),
-                Command::Persist(_) => {}
+                Command::Persist(_) | Command::Executed(_) => {}
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -792,7 +831,7 @@ fn slices(requests: &[(u64, u16, Op)]) -> Vec<(u64, u32, u32)> {
                     out.push((*time_s, due_before_s, max_rrsets));
                     cmds.extend(core.handle(Event::SliceDone { seq, result: Ok(max_rrsets) }));
                 }
-                Command::Answer { .. } | Command::Persist(_) => {}
+                Command::Answer { .. } | Command::Persist(_) | Command::Executed(_) => {}
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -970,7 +1009,7 @@ fn writes(state: ExecState, batches: &[(u64, u64, Vec<u8>)], named_answer: &dyn 
                     cmds.extend(core.handle(Event::WriteAnswered { seq, index, answer: named_answer(&message) }));
                 }
                 Command::Answer { bytes, .. } => answer = Some(bytes),
-                Command::Persist(_) => {}
+                Command::Persist(_) | Command::Executed(_) => {}
                 other => panic!("unexpected {other:?}"),
             }
         }

@@ -227,7 +227,7 @@ impl<O: Outbound> Driver<O> {
     async fn run(mut self) {
         let mut last_status = Instant::now();
         loop {
-            self.flush();
+            self.flush().await;
             if self.persist_failed.is_some() {
                 self.publish_status();
                 return;
@@ -332,7 +332,7 @@ impl<O: Outbound> Driver<O> {
         }
     }
 
-    fn flush(&mut self) {
+    async fn flush(&mut self) {
         while let Some(action) = self.replica.poll_action() {
             if self.persist_failed.is_some() {
                 // Nothing queued after a failed persist may go out.
@@ -340,10 +340,26 @@ impl<O: Outbound> Driver<O> {
             }
             match action {
                 Action::Persist(persist) => {
-                    if let Some(store) = self.store.as_mut() {
-                        if let Err(e) = store.write(&persist) {
+                    if let Some(mut store) = self.store.take() {
+                        // The write ends in an fsync (milliseconds on many disks): it runs on
+                        // the blocking pool so that the runtime's few worker threads go on
+                        // serving clients and the executor; this task waits for it, so nothing
+                        // queued after the persist goes out before it is durable.
+                        let written = tokio::task::spawn_blocking(move || {
+                            let result = store.write(&persist);
+                            (store, result)
+                        })
+                        .await;
+                        let failure = match written {
+                            Ok((store, result)) => {
+                                self.store = Some(store);
+                                result.err().map(|e| e.to_string())
+                            }
+                            Err(e) => Some(format!("the persist task failed: {e}")),
+                        };
+                        if let Some(e) = failure {
                             tracing::error!(error = %e, "cannot persist the ordering state; this replica stops");
-                            self.persist_failed = Some(e.to_string());
+                            self.persist_failed = Some(e);
                         }
                     }
                 }

@@ -107,6 +107,10 @@ pub enum Command<R> {
     Checkpoint { seq: u64, digest: [u8; 32] },
     /// Persist this state (the batch it names is executed).
     Persist(ExecState),
+    /// Batch `seq` is executed and changed nothing but the executed position (reads, a
+    /// re-sign that was not due): nothing to write. Re-executing such a batch after a
+    /// restart changes nothing either (its clients are gone, so its reads are skipped).
+    Executed(u64),
 }
 
 /// Results of commands.
@@ -152,6 +156,8 @@ pub struct ExecCore<R, G> {
     config: ExecConfig,
     gate: G,
     state: ExecState,
+    /// The state as last handed out to be persisted (or as loaded).
+    durable: ExecState,
     running: Option<Running<R>>,
     reads: BTreeSet<u64>,
     next_read: u64,
@@ -161,7 +167,7 @@ pub struct ExecCore<R, G> {
 
 impl<R, G: UpdateGate> ExecCore<R, G> {
     pub fn new(config: ExecConfig, gate: G, state: ExecState) -> Self {
-        ExecCore { config, gate, state, running: None, reads: BTreeSet::new(), next_read: 0, answers: BTreeMap::new(), answer_order: VecDeque::new() }
+        ExecCore { config, gate, durable: state.clone(), state, running: None, reads: BTreeSet::new(), next_read: 0, answers: BTreeMap::new(), answer_order: VecDeque::new() }
     }
 
     pub fn state(&self) -> &ExecState {
@@ -173,6 +179,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// writes go, since the transferred state's recent writes are not this replica's.
     pub fn install(&mut self, state: ExecState) {
         debug_assert!(self.running.is_none());
+        self.durable = state.clone();
         self.state = state;
         self.answers.clear();
         self.answer_order.clear();
@@ -324,9 +331,21 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                     out.push(Command::DigestZone { seq: run.seq });
                     return;
                 }
-                self.state.executed = run.seq;
+                let (seq, checkpoint) = (run.seq, run.checkpoint_due);
                 self.running = None;
-                out.push(Command::Persist(self.state.clone()));
+                // A batch that changed nothing durable costs no write (and no fsync): most
+                // batches are reads only. Checkpoint batches are always written, so a restart
+                // never executes a checkpoint again: named may by then hold a write ordered
+                // after it (the one running at the crash), which would change its digest.
+                self.state.executed = self.durable.executed;
+                if self.state == self.durable && !checkpoint {
+                    self.state.executed = seq;
+                    out.push(Command::Executed(seq));
+                } else {
+                    self.state.executed = seq;
+                    self.durable = self.state.clone();
+                    out.push(Command::Persist(self.state.clone()));
+                }
                 return;
             };
             let (seq, time_us) = (run.seq, run.time_us);

@@ -1,6 +1,7 @@
 //! The execution state every honest replica holds identically after the same prefix
 //! of the log: where execution stands, the outcome of every ordered write, and what
-//! whole-zone operations were asked for and done. Persisted after every batch;
+//! whole-zone operations were asked for and done. Persisted after every batch that changed
+//! more than the executed position, and at every checkpoint batch;
 //! checkpoints attest to it.
 
 use std::collections::BTreeMap;
