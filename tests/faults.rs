@@ -319,14 +319,25 @@ fn kill9_and_restart(victim: u16, what: &str) {
     let c = Cluster::up(ClusterOpts::default());
     let load = Load::start(&c, what, 3, &[victim], 20);
     std::thread::sleep(Duration::from_secs(5));
-    let killed_at = Instant::now();
+    let view_before = status_field(&c, (victim + 1) % c.n, "view");
     c.kill9(victim);
-    std::thread::sleep(Duration::from_secs(10));
+    let killed_at = Instant::now();
+    // When the next replica reports a new view (its /status, refreshed every few ms).
+    let mut view_changed = None;
+    while killed_at.elapsed() < Duration::from_secs(10) {
+        if view_changed.is_none() && status_field(&c, (victim + 1) % c.n, "view") > view_before {
+            view_changed = Some(killed_at.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     c.start_stopped();
     std::thread::sleep(Duration::from_secs(5));
     let (acks, failures) = load.finish();
     let after: Vec<Ack> = acks.iter().filter(|a| a.sent + a.latency >= killed_at).cloned().collect();
-    report(what, &format!("all: {}; after the kill: {}; {} client failures", latency_summary(&acks), latency_summary(&after), failures.len()));
+    // The stall the kill caused: the longest gap between acknowledgements in the 5 s after it.
+    let window: Vec<Ack> = acks.iter().filter(|a| a.sent + a.latency + Duration::from_secs(1) >= killed_at && a.sent + a.latency <= killed_at + Duration::from_secs(5)).cloned().collect();
+    let view = view_changed.map_or("no new view seen".to_string(), |d| format!("new view at replica {} after {} ms", (victim + 1) % c.n, d.as_millis()));
+    report(what, &format!("{view}; around the kill: {}; all: {}; after the kill: {}; {} client failures", latency_summary(&window), latency_summary(&acks), latency_summary(&after), failures.len()));
     check_invariants(&c, &[0, 1, 2, 3], &acks, what);
 }
 
@@ -595,9 +606,23 @@ fn kill9_at_random_moments() {
     let victim = 2;
     let load = Load::start(&c, "crash", 3, &[victim], 0);
     let mut moments = Vec::new();
-    for _ in 0..4 {
+    // How each restart found named (`cluster up` starts a new log per start, so each
+    // incarnation's log is read before the next kill): a batch resumed at an interrupted
+    // zone change that named had applied or not.
+    let log_path = c.path(&format!("replica-{victim}/sdns.log"));
+    let mut resumed = [0usize; 2];
+    let mut count_resumed = |resumed: &mut [usize; 2]| {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        for line in log.lines().filter(|l| l.contains("resuming the batch a crash interrupted")) {
+            resumed[usize::from(line.contains("applied=false"))] += 1;
+        }
+    };
+    for round in 0..4 {
         let wait = 1000 + next_ms(3000);
         std::thread::sleep(Duration::from_millis(wait));
+        if round > 0 {
+            count_resumed(&mut resumed);
+        }
         let named_pid: i32 = std::fs::read_to_string(c.path(&format!("replica-{victim}/state/named/named.pid")))
             .ok()
             .and_then(|s| s.trim().parse().ok())
@@ -617,6 +642,17 @@ fn kill9_at_random_moments() {
     }
     std::thread::sleep(Duration::from_secs(5));
     let (acks, failures) = load.finish();
-    report("crash", &format!("seed {seed}; kills: {}; {}; {} client failures", moments.join(", "), latency_summary(&acks), failures.len()));
+    count_resumed(&mut resumed);
+    report(
+        "crash",
+        &format!(
+            "seed {seed}; kills: {}; batches resumed at an interrupted write: {} applied by named, {} not; {}; {} client failures",
+            moments.join(", "),
+            resumed[0],
+            resumed[1],
+            latency_summary(&acks),
+            failures.len()
+        ),
+    );
     check_invariants(&c, &[0, 1, 2, 3], &acks, "crash");
 }
