@@ -20,6 +20,8 @@ scenarios=(
   kill9_backup_mid_stream
   kill9_primary_mid_stream
   kill9_named_mid_stream
+  kill9_at_random_moments
+  retransmitted_updates_execute_once
   more_than_t_down_then_back
   skewed_clock_replica
 )

@@ -33,7 +33,11 @@
 //! - Requests are deduplicated by `(origin, client, number)`. Only a request's origin sends it
 //!   to other replicas (to the primary at once, to everyone after a retransmit interval); a
 //!   `Request` message whose origin is not its sender is refused and blamed. A backup suspects
-//!   the primary when a request it knows is not ordered within `request_timeout`.
+//!   the primary when a request it knows is not ordered in time: at least `min_request_timeout`,
+//!   doubled per view change without progress, at least four times the ordering latency it
+//!   observed recently, at most `request_timeout` (see [`Config::min_request_timeout`]); when
+//!   its timer fires it first sends its own young requests to everyone, so the others start
+//!   theirs.
 //! - Byzantine peers are bounded in what they can make a replica hold or send: another
 //!   origin's pending requests within `max_pending_bytes_per_origin`, a request within
 //!   `max_request_bytes`, every proposal within the batch limits, client records an equal share
@@ -96,7 +100,8 @@
 //!   cannot stop the ordering. Relays cannot forge at all (origin must equal sender).
 //! - A Byzantine origin can send its requests to the backups but not to the primary; the
 //!   backups then time out and change views, and the next primary (which holds them) orders
-//!   them. This costs at most one view change per `request_timeout` and never stops
+//!   them. This costs at most one view change per adaptive request timeout (from
+//!   `min_request_timeout` up, since the ordering in between is progress) and never stops
 //!   delivery: every view with an honest primary orders everything pending at it.
 //! - A Byzantine replica that sends different view changes to different replicas (without
 //!   sending each version to everyone, as twins do) can stall a view that uses one of them;

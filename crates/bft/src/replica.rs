@@ -79,6 +79,12 @@ const RETRANSMIT_SLOTS: usize = 32;
 const TRANSFER_CLAIMS: usize = 4;
 /// View-change timeouts stop doubling after this many failed views.
 const MAX_BACKOFF_SHIFT: u32 = 5;
+/// A backup suspects the primary no sooner than this many times the slowest recent ordering
+/// latency it observed (see [`Config::min_request_timeout`]).
+const LATENCY_FACTOR: u64 = 4;
+/// The observed ordering latency decays by 1/this per delivered batch, so one slow moment
+/// does not keep the timeout long for good.
+const LATENCY_DECAY: u64 = 8;
 /// Records appended to the log before a new snapshot replaces it, in windows of slots (three
 /// records per batch in the normal case, a new snapshot at every stable checkpoint).
 const RECORDS_PER_WINDOW: u64 = 8;
@@ -179,6 +185,16 @@ pub struct Replica {
     current_new_view: Option<NewView>,
     relayed_new_views: BTreeMap<ReplicaId, (Digest, NewView)>,
     request_deadline: Option<Time>,
+    /// Slowest recent ordering latency (a request learned in the current view, until its
+    /// delivery), decaying per delivered batch: the adaptive request timeout follows it.
+    order_latency_us: u64,
+    /// View changes in a row without progress since: each doubles the floor of
+    /// the request timeout, so a cluster that is slow for reasons a view change cannot cure
+    /// (executors behind their checkpoints) backs off to `request_timeout`.
+    suspicions: u32,
+    /// When the current view began (installed, or this replica started): requests learned
+    /// before it waited through a view change, which says nothing about the new primary.
+    view_began: Time,
     view_change_deadline: Option<Time>,
     tick_deadline: Time,
     peer_status: BTreeMap<ReplicaId, StatusReport>,
@@ -244,6 +260,9 @@ impl Replica {
             current_new_view: None,
             relayed_new_views: BTreeMap::new(),
             request_deadline: None,
+            order_latency_us: 0,
+            suspicions: 0,
+            view_began: now,
             view_change_deadline: None,
             tick_deadline,
             peer_status: BTreeMap::new(),
@@ -643,6 +662,10 @@ impl Replica {
                 // f+1 peers delivered more: catch up first, the primary may be fine.
                 self.request_deadline = Some(now.plus(self.request_timeout()));
             } else if !self.view_changing {
+                // Peers that have not seen these requests yet (they reach everyone only after a
+                // retransmit interval) start their own timers now, so f+1 suspicions, and with
+                // them the view change, follow one timeout later rather than two intervals.
+                self.relay_own_requests(true);
                 self.start_view_change(self.view + 1);
             }
         }
@@ -1198,8 +1221,14 @@ impl Replica {
         let time = Time(proposal.time.0.max(self.last_time.0.saturating_add(1)));
         let mut requests = Vec::with_capacity(proposal.requests.len());
         let mut progressed = false;
+        self.order_latency_us -= self.order_latency_us / LATENCY_DECAY;
         for request in &proposal.requests {
             let key = request.key();
+            if let Some(since) = self.awaited.get(&key).map(|awaited| awaited.since) {
+                if since >= self.view_began && !self.view_changing {
+                    self.order_latency_us = self.order_latency_us.max(self.now.0.saturating_sub(since.0));
+                }
+            }
             if self.forget_request(&key) {
                 progressed = true;
             }
@@ -1224,6 +1253,9 @@ impl Replica {
         }
         if progressed {
             self.request_deadline = None;
+            if !self.view_changing {
+                self.suspicions = 0;
+            }
         }
         if self.request_deadline.is_none() && !self.awaited.is_empty() && !self.view_changing {
             self.request_deadline = Some(self.now.plus(self.request_timeout()));
@@ -1376,13 +1408,19 @@ impl Replica {
         if self.is_primary() && !self.view_changing {
             return;
         }
+        self.relay_own_requests(false);
+    }
+
+    /// Own requests only, to everyone: backups then know them too and suspect a primary that
+    /// does not order them. Others' requests are never relayed (their origin retransmits).
+    /// `fresh`: those younger than a retransmit interval, which the periodic retransmission
+    /// has not sent to everyone yet; otherwise the older ones.
+    fn relay_own_requests(&mut self, fresh: bool) {
         let old = Time(self.now.0.saturating_sub(duration_us(self.config.retransmit_interval)));
-        // Own requests only, to everyone: backups then know them too and suspect a primary that
-        // does not order them. Others' requests are never relayed (their origin retransmits).
         let stale: Vec<Request> = self
             .awaited
             .values()
-            .filter(|awaited| awaited.own && awaited.since <= old)
+            .filter(|awaited| awaited.own && (awaited.since <= old) != fresh)
             .take(self.config.batch_max_requests)
             .map(|awaited| awaited.request.clone())
             .collect();
@@ -1532,6 +1570,8 @@ impl Replica {
         }
         self.view = target;
         self.view_changing = true;
+        // Counted however this replica came to suspect (its timer, f+1 others, a failed view).
+        self.suspicions = self.suspicions.saturating_add(1);
         self.request_deadline = None;
         self.view_change_deadline = None;
         self.pending_new_view = None;
@@ -1680,15 +1720,27 @@ impl Replica {
         }
     }
 
-    /// Backups suspect the primary after `request_timeout`; the primary gives up on its own view
-    /// only after four times that, so it does not abandon a view its backups are still
-    /// installing (it runs the timer at all so it cannot wait forever alone in a view).
+    /// Backups suspect the primary after the adaptive timeout (see
+    /// [`Config::min_request_timeout`]); the primary gives up on its own view only after four
+    /// times that, so it does not abandon a view its backups are still installing (it runs the
+    /// timer at all so it cannot wait forever alone in a view).
     fn request_timeout(&self) -> std::time::Duration {
+        let cap = self.config.request_timeout;
+        let floor = self.config.min_request_timeout.min(cap);
+        let backoff = floor.saturating_mul(1u32 << self.suspicions.min(MAX_BACKOFF_SHIFT));
+        let observed = std::time::Duration::from_micros(self.order_latency_us.saturating_mul(LATENCY_FACTOR));
+        let timeout = backoff.max(observed).min(cap);
         if self.is_primary() {
-            self.config.request_timeout.saturating_mul(4)
+            timeout.saturating_mul(4)
         } else {
-            self.config.request_timeout
+            timeout
         }
+    }
+
+    /// The timeout after which this replica would suspect the primary now (for tests and
+    /// status: it adapts, see [`Config::min_request_timeout`]).
+    pub fn current_request_timeout(&self) -> std::time::Duration {
+        self.request_timeout()
     }
 
     fn try_new_view(&mut self) {
@@ -1783,6 +1835,7 @@ impl Replica {
         self.last_normal_view = view;
         self.mark_meta();
         self.view_change_deadline = None;
+        self.view_began = self.now;
         self.pending_new_view = None;
         self.own_view_change = None;
         self.view_changes.retain(|(_, v), _| *v > view);

@@ -136,9 +136,17 @@ pub struct Config {
     pub checkpoint_interval: u64,
     /// L: sequence numbers accepted above the low water mark; a multiple of K.
     pub watermark_window: u64,
-    /// A backup waits this long for a request it knows of to be ordered before it suspects the
-    /// primary and starts a view change.
+    /// The longest a backup waits for a request it knows of to be ordered before it suspects
+    /// the primary and starts a view change (the cap of the adaptive timeout, see
+    /// `min_request_timeout`).
     pub request_timeout: Duration,
+    /// The shortest such wait. A backup suspects after a time that adapts: at least this,
+    /// doubled for every suspicion in a row that brought no progress, at least four times the
+    /// slowest recent ordering latency it observed in the current view, and at most
+    /// `request_timeout` (which wins where the two disagree). A crashed primary is then noticed within about this time while a
+    /// slow but working one (a loaded machine, a long queue) is not abandoned. It only decides
+    /// when to suspect: a view change still needs f+1 replicas to ask for it.
+    pub min_request_timeout: Duration,
     /// Wait for a new-view message after 2f+1 view changes; doubles per failed view.
     pub view_change_timeout: Duration,
     /// Largest accepted distance between a proposed batch time and this replica's clock.
@@ -188,6 +196,7 @@ impl Config {
             checkpoint_interval: 64,
             watermark_window: 256,
             request_timeout: Duration::from_secs(2),
+            min_request_timeout: Duration::from_millis(250),
             view_change_timeout: Duration::from_secs(2),
             max_clock_skew: Duration::from_secs(2),
             max_message_bytes: 64 * 1024 * 1024,
@@ -242,6 +251,7 @@ impl Config {
         }
         for (name, value) in [
             ("request_timeout", self.request_timeout),
+            ("min_request_timeout", self.min_request_timeout),
             ("view_change_timeout", self.view_change_timeout),
             ("retransmit_interval", self.retransmit_interval),
         ] {

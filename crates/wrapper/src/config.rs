@@ -155,7 +155,13 @@ pub struct OrderingSection {
     pub batch_max_requests: usize,
     pub batch_delay_ms: u64,
     pub checkpoint_interval: u64,
+    /// The longest a backup waits for a request it knows to be ordered before it suspects the
+    /// primary; the wait adapts between `min_request_timeout_ms` and this.
     pub request_timeout_ms: u64,
+    /// The shortest such wait (a quick cluster notices a crashed primary this soon); it
+    /// doubles per view change without progress and grows with the ordering latency
+    /// observed. Must exceed the ordering latency of the cluster's first requests.
+    pub min_request_timeout_ms: u64,
     pub view_change_timeout_ms: u64,
     pub max_clock_skew_ms: u64,
     /// Batches kept below the stable checkpoint for peers that catch up by replaying the log;
@@ -174,6 +180,7 @@ impl Default for OrderingSection {
             batch_delay_ms: 1,
             checkpoint_interval: 64,
             request_timeout_ms: 2000,
+            min_request_timeout_ms: 250,
             view_change_timeout_ms: 2000,
             max_clock_skew_ms: 30_000,
             retained_batches: 1024,
@@ -407,7 +414,7 @@ impl Config {
         if o.max_snapshot_bytes == 0 {
             return Err(bad("ordering.max_snapshot_bytes", "must be positive".into()));
         }
-        if o.view_change_timeout_ms == 0 || o.request_timeout_ms == 0 {
+        if o.view_change_timeout_ms == 0 || o.request_timeout_ms == 0 || o.min_request_timeout_ms == 0 {
             return Err(bad("ordering", "timeouts must be positive".into()));
         }
         if let Some(v) = self.signing.validity_s {

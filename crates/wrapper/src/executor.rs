@@ -20,7 +20,8 @@ use tracing::{info, warn};
 
 use crate::classify::{classify, Verdict};
 use crate::envelope::Op;
-use crate::exec::{Command, Delivered, Event, ExecCore, Item, UpdateGate};
+use crate::exec::state::serial_before;
+use crate::exec::{Command, Delivered, Event, ExecCore, Item, Resume, UpdateGate, WriteIntent};
 use crate::listener::{Delivery, ReplyTo};
 use crate::metrics::Metrics;
 use crate::pending::Pending;
@@ -77,6 +78,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
         if state.executed > 0 {
             info!(replica = self.id, last = state.executed, "resuming after executed batch");
         }
+        self.reconcile_with_named().await;
         loop {
             let commands = tokio::select! {
                 biased;
@@ -120,6 +122,58 @@ impl<G: UpdateGate + 'static> Executor<G> {
         self.metrics.update_status(|s| s.last_executed = state.executed);
         info!(replica = self.id, seq, "transferred state installed");
         Ok(())
+    }
+
+    /// After a crash: does named hold the write this replica was executing (see
+    /// [`WriteIntent`])? The batch then resumes at that write, recorded as applied or sent
+    /// again. A zone older than an intent already executed (named's journal lost writes,
+    /// as after a power loss without its sync) is reported: only a state transfer repairs it.
+    async fn reconcile_with_named(&mut self) {
+        let path = WriteIntent::path_for(&self.state_file);
+        let intent = match WriteIntent::load(&path) {
+            Ok(Some(intent)) => intent,
+            Ok(None) => return,
+            Err(e) => {
+                warn!(replica = self.id, error = %e, "cannot read the write intent; the batch after the executed one runs from its start");
+                return;
+            }
+        };
+        let executed = self.core.state().executed;
+        // Batches with reads only are not persisted, so the intent may name a batch some
+        // way past the persisted position; its recorded state says where that batch began.
+        if intent.seq > executed + 1 && intent.state.executed + 1 != intent.seq {
+            warn!(replica = self.id, intent = intent.seq, executed, "write intent inconsistent with its own state (ignored)");
+            return;
+        }
+        let serial = soa_serial(&self.named, &self.maintenance.zone, self.id).await;
+        if intent.seq <= executed {
+            if serial_before(serial, intent.serial) {
+                self.metrics.inc_execute_error();
+                tracing::error!(replica = self.id, serial, recorded = intent.serial, seq = intent.seq, "named's zone is older than what this replica executed (its journal lost writes); it needs a state transfer");
+            }
+            return;
+        }
+        let applied = serial != intent.serial;
+        info!(replica = self.id, seq = intent.seq, index = intent.index, serial_before = intent.serial, serial, applied, "resuming the batch a crash interrupted at a write");
+        self.core.resume_at(Resume { seq: intent.seq, index: intent.index, state: intent.state, applied });
+    }
+
+    /// Records, durably, the zone change about to go to named (item `index` of batch
+    /// `seq`) with named's serial now and the state before it (`state`, [`WriteIntent`]); the change
+    /// may start once this is done. Every zone change gets one, so the latest names the
+    /// last change that may have reached named: a serial that moved after it is its doing.
+    /// A signing or re-signing slice interrupted by a crash runs again (the same signing,
+    /// or the slice's own journal), so only for a write does "applied" decide anything.
+    fn intent(&self, seq: u64, index: u32, state: crate::exec::ExecState) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (named, zone, path, id) = (self.named.clone(), self.maintenance.zone.clone(), WriteIntent::path_for(&self.state_file), self.id);
+        async move {
+            let serial = soa_serial(&named, &zone, id).await;
+            let intent = WriteIntent { seq, index, serial, state };
+            let stored = tokio::task::spawn_blocking(move || intent.store(&path).map_err(|e| e.to_string())).await;
+            if let Err(e) = stored.map_err(|e| e.to_string()).and_then(|r| r) {
+                warn!(replica = id, seq, error = %e, "cannot record the zone change's intent; a crash now would run the batch again from its start");
+            }
+        }
     }
 
     /// The batch with the reply handles this gateway holds for its own requests.
@@ -196,7 +250,11 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 let id = self.id;
                 // Begun before named can apply the write; ended once it answered.
                 let change = self.cache.begin_change();
+                let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
                 tokio::spawn(async move {
+                    if let Some(intent) = intent {
+                        intent.await;
+                    }
                     let _ = tx.send(Some(times));
                     let answer = write(&named, &message, &metrics, id, seq).await;
                     drop(change);
@@ -208,7 +266,11 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 let (maintenance, metrics, events, tx) = (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone());
                 let id = self.id;
                 let change = self.cache.begin_change();
+                let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
                 tokio::spawn(async move {
+                    if let Some(intent) = intent {
+                        intent.await;
+                    }
                     let _ = tx.send(Some(times));
                     let result = sign_zone(&maintenance, times).await;
                     drop(change);
@@ -226,7 +288,11 @@ impl<G: UpdateGate + 'static> Executor<G> {
             Command::ResignSlice { seq, times, due_before_s, max_rrsets } => {
                 let (maintenance, metrics, events, tx) = (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone());
                 let id = self.id;
+                let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
                 tokio::spawn(async move {
+                    if let Some(intent) = intent {
+                        intent.await;
+                    }
                     let _ = tx.send(Some(times));
                     let started = std::time::Instant::now();
                     let result = resign_slice(&maintenance, seq, due_before_s, max_rrsets, times).await;
@@ -343,6 +409,43 @@ async fn write(named: &Forwarder, message: &[u8], metrics: &Metrics, id: u16, se
             }
         }
     }
+}
+
+/// named's SOA serial for the zone, waiting for named however long it takes (it may be
+/// starting or restarting).
+async fn soa_serial(named: &Forwarder, zone: &hickory_proto::rr::Name, id: u16) -> u32 {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let query = named_glue::forward::build_query(rand_id(), zone, hickory_proto::rr::RecordType::SOA);
+        let answer = match query {
+            Ok(query) => named.forward_udp(&query).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let serial = answer.and_then(|bytes| {
+            let message = hickory_proto::op::Message::from_vec(&bytes).map_err(|e| e.to_string())?;
+            message
+                .answers
+                .iter()
+                .find_map(|r| match &r.data {
+                    hickory_proto::rr::RData::SOA(soa) => Some(soa.serial),
+                    _ => None,
+                })
+                .ok_or_else(|| format!("no SOA in named's answer (rcode {})", message.metadata.response_code))
+        });
+        match serial {
+            Ok(serial) => return serial,
+            Err(e) => {
+                warn!(replica = id, error = %e, "named did not tell the zone's serial; asking again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(WRITE_RETRY_MAX);
+            }
+        }
+    }
+}
+
+fn rand_id() -> u16 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    (nanos ^ (nanos >> 16)) as u16
 }
 
 /// A whole-zone signing. If named does not come back on the signed zone, wait for it:

@@ -224,6 +224,7 @@ pub async fn run(config: Config) -> Result<()> {
     bcfg.checkpoint_interval = o.checkpoint_interval;
     bcfg.watermark_window = o.checkpoint_interval * 4;
     bcfg.request_timeout = Duration::from_millis(o.request_timeout_ms);
+    bcfg.min_request_timeout = Duration::from_millis(o.min_request_timeout_ms);
     bcfg.view_change_timeout = Duration::from_millis(o.view_change_timeout_ms);
     bcfg.max_clock_skew = Duration::from_millis(o.max_clock_skew_ms);
     bcfg.retained_batches = o.retained_batches;

@@ -1059,3 +1059,64 @@ fn an_identical_retransmission_within_its_tsig_window_is_executed_once() {
 fn update_plain(k: u16) -> Vec<u8> {
     update(k)
 }
+
+/// A retransmission (the same bytes again) is not executed; its client gets named's first
+/// answer as the gate hands it to clients (re-signed for the client's key in the product),
+/// not named's own bytes, which carry the replica-local key.
+#[test]
+fn a_retransmission_gets_the_first_answer_through_the_gate() {
+    let mut core = ExecCore::new(config(0), OddRefused, ExecState::default());
+    let t = start_s();
+    // Even: the OddRefused gate forwards it.
+    let request = signed_update(2, t, 300);
+    let cmds = core.deliver(batch(1, t, vec![(0, Op::Dns { tcp: false, message: request.clone() }, Some(1))]));
+    assert!(matches!(cmds[..], [Command::Write { seq: 1, index: 0, .. }]), "{cmds:?}");
+    let named = answer(&request, ResponseCode::NoError);
+    let first = core.handle(Event::WriteAnswered { seq: 1, index: 0, answer: named.clone() });
+    let Command::Answer { reply: 1, bytes: first_answer } = &first[0] else { panic!("{first:?}") };
+    // The copy, ordered later through another gateway and through this one.
+    let cmds = core.deliver(batch(2, t + 5, vec![(0, Op::Dns { tcp: false, message: request.clone() }, Some(2))]));
+    assert_eq!(cmds[0], Command::Answer { reply: 2, bytes: first_answer.clone() }, "not the first answer as the client got it");
+    assert!(matches!(cmds[1..], [Command::Persist(_)]), "executed again: {cmds:?}");
+}
+
+/// A crash between two writes of one batch: the batch resumes at the write the intent
+/// names, with the state recorded before it. Whether named applied that write or not, the
+/// replica ends where an uninterrupted one does, and no earlier write reaches named twice.
+#[test]
+fn a_crash_mid_batch_resumes_at_the_interrupted_write() {
+    let t = start_s();
+    let writes = || batch(1, t, (0..3u16).map(|i| (0, Op::Dns { tcp: true, message: update(2 * i + 2) }, None)).collect());
+    // Uninterrupted: the reference.
+    let mut whole = ExecCore::new(config(0), OddRefused, ExecState::default());
+    let mut cmds = whole.deliver(writes());
+    let mut before_second = None;
+    for index in 0..3u32 {
+        assert!(matches!(cmds[..], [Command::Write { index: i, .. }] if i == index), "{cmds:?}");
+        if index == 1 {
+            // What the executor records durably before sending this write.
+            let (seq, at, state) = whole.zone_change_at().expect("waiting for a write");
+            assert_eq!((seq, at), (1, 1));
+            before_second = Some(state);
+        }
+        cmds = whole.handle(Event::WriteAnswered { seq: 1, index, answer: answer(&update(2 * index as u16 + 2), ResponseCode::NoError) });
+    }
+    let [Command::Persist(reference)] = &cmds[..] else { panic!("{cmds:?}") };
+    let before_second = before_second.unwrap();
+    for applied in [true, false] {
+        let mut restarted = ExecCore::new(config(0), OddRefused, ExecState::default());
+        restarted.resume_at(wrapper::exec::Resume { seq: 1, index: 1, state: before_second.clone(), applied });
+        let mut cmds = restarted.deliver(writes());
+        let first_sent = if applied { 2 } else { 1 };
+        for index in first_sent..3u32 {
+            assert!(matches!(cmds[..], [Command::Write { index: i, .. }] if i == index), "applied {applied}: {cmds:?}");
+            cmds = restarted.handle(Event::WriteAnswered { seq: 1, index, answer: answer(&update(2 * index as u16 + 2), ResponseCode::NoError) });
+        }
+        assert_eq!(cmds, vec![Command::Persist(reference.clone())], "applied {applied}: ends elsewhere than the uninterrupted replica");
+    }
+    // An intent for any other batch than the one after the executed position is ignored.
+    let mut other = ExecCore::new(config(0), OddRefused, ExecState::default());
+    other.resume_at(wrapper::exec::Resume { seq: 2, index: 1, state: before_second, applied: true });
+    let cmds = other.deliver(writes());
+    assert!(matches!(cmds[..], [Command::Write { index: 0, .. }]), "{cmds:?}");
+}

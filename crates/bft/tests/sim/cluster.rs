@@ -173,6 +173,8 @@ pub fn sim_config(n: u16, id: ReplicaId) -> Config {
     config.checkpoint_interval = 8;
     config.watermark_window = 32;
     config.request_timeout = Duration::from_millis(300);
+    // The adaptive request timeout starts low, so the seeds exercise its backoff.
+    config.min_request_timeout = Duration::from_millis(100);
     config.view_change_timeout = Duration::from_millis(300);
     config.retransmit_interval = Duration::from_millis(100);
     config.max_clock_skew = Duration::from_millis(100);

@@ -149,6 +149,22 @@ struct Running<R> {
     items: VecDeque<(u32, Item<R>)>,
     wait: Option<Wait<R>>,
     digest_done: bool,
+    /// The write named applied before a crash (see [`Resume`]): recorded, not sent again.
+    applied: Option<u32>,
+    /// The state before the current zone-changing item touched it (see
+    /// [`ExecCore::zone_change_at`]).
+    before: Option<ExecState>,
+}
+
+/// Where a crash interrupted the batch after the executed one, from the write intent
+/// (`crate::exec::state::WriteIntent`): the state before write `index`, and whether named
+/// applied that write (its serial moved).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resume {
+    pub seq: u64,
+    pub index: u32,
+    pub state: ExecState,
+    pub applied: bool,
 }
 
 /// The execution core of one replica.
@@ -163,11 +179,24 @@ pub struct ExecCore<R, G> {
     next_read: u64,
     answers: BTreeMap<[u8; 32], Vec<u8>>,
     answer_order: VecDeque<[u8; 32]>,
+    resume: Option<Resume>,
 }
 
 impl<R, G: UpdateGate> ExecCore<R, G> {
     pub fn new(config: ExecConfig, gate: G, state: ExecState) -> Self {
-        ExecCore { config, gate, durable: state.clone(), state, running: None, reads: BTreeSet::new(), next_read: 0, answers: BTreeMap::new(), answer_order: VecDeque::new() }
+        ExecCore { config, gate, durable: state.clone(), state, running: None, reads: BTreeSet::new(), next_read: 0, answers: BTreeMap::new(), answer_order: VecDeque::new(), resume: None }
+    }
+
+    /// After a crash in the middle of batch `resume.seq`: when that batch is delivered
+    /// again, it continues at write `resume.index` with the state recorded before it, so no
+    /// earlier write of the batch reaches named twice; that write itself is recorded as
+    /// applied (NOERROR) or sent, per `applied`. The persisted state may lag the intent by
+    /// batches that changed nothing but the executed position (reads are not persisted),
+    /// which replay harmlessly first; an intent older than the persisted state is ignored.
+    pub fn resume_at(&mut self, resume: Resume) {
+        if resume.seq > self.state.executed && resume.state.executed + 1 == resume.seq && resume.state.executed >= self.state.executed {
+            self.resume = Some(resume);
+        }
     }
 
     pub fn state(&self) -> &ExecState {
@@ -183,6 +212,26 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         self.state = state;
         self.answers.clear();
         self.answer_order.clear();
+    }
+
+    /// The zone change (write, signing, re-signing slice) the core waits for, if any: its
+    /// batch, its item, and the state before that item, which decides it again alike when
+    /// the batch resumes there after a crash. What the executor names in its write intent.
+    pub fn zone_change_at(&self) -> Option<(u64, u32, ExecState)> {
+        let run = self.running.as_ref()?;
+        match &run.wait {
+            Some(Wait::Write { index, .. } | Wait::SignZone { index, .. } | Wait::Slice { index, .. }) => {
+                Some((run.seq, *index, run.before.clone().unwrap_or_else(|| self.state.clone())))
+            }
+            _ => None,
+        }
+    }
+
+    fn keep_before(&mut self) {
+        let before = self.state.clone();
+        if let Some(run) = self.running.as_mut() {
+            run.before = Some(before);
+        }
     }
 
     /// Reads issued and not yet reported done.
@@ -202,8 +251,21 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         if batch.seq <= self.state.executed || self.running.is_some() {
             return out;
         }
-        let items = batch.requests.into_iter().enumerate().map(|(i, item)| (u32::try_from(i).unwrap_or(u32::MAX), item)).collect();
-        self.running = Some(Running { seq: batch.seq, time_us: batch.time_us, checkpoint_due: batch.checkpoint_due, items, wait: None, digest_done: false });
+        let (mut from, mut applied) = (0, None);
+        // Kept across the replayed read-only batches before it, used by its own batch.
+        if let Some(resume) = self.resume.take_if(|r| r.seq == batch.seq) {
+            self.state = resume.state;
+            from = resume.index;
+            applied = resume.applied.then_some(resume.index);
+        }
+        let items = batch
+            .requests
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| (u32::try_from(i).unwrap_or(u32::MAX), item))
+            .filter(|(i, _)| *i >= from)
+            .collect();
+        self.running = Some(Running { seq: batch.seq, time_us: batch.time_us, checkpoint_due: batch.checkpoint_due, items, wait: None, digest_done: false, applied, before: None });
         self.advance(&mut out);
         out
     }
@@ -358,6 +420,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         }
                         let time_s = time_us / 1_000_000;
                         let digest: [u8; 32] = Sha256::digest(&message).into();
+                        self.keep_before();
                         self.state.prune_recent(time_s);
                         if let Some(first) = self.state.recent_writes.get(&digest).copied() {
                             // The same bytes again within their TSIG window: a client's
@@ -365,8 +428,10 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                             // first execution's answer.
                             self.state.record(seq, index, code::DUPLICATE | first.outcome);
                             if let Some(reply) = item.reply {
+                                // named's answer as the client got it the first time (the
+                                // gate re-signs it for the client's key, over the same MAC).
                                 let bytes = match self.answers.get(&digest) {
-                                    Some(a) => a.clone(),
+                                    Some(a) => self.gate.answer_for_client(&message, a),
                                     None => rcode_answer(&message, first.outcome),
                                 };
                                 out.push(Command::Answer { reply, bytes });
@@ -375,13 +440,24 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         }
                         match self.gate.decide(&message, time_s) {
                             UpdateDecision::Forward(bytes) => {
-                                let times = self.times(time_us);
-                                out.push(Command::Write { seq, index, message: bytes, times });
                                 // Only a TSIG whose time is acceptable now (within its fudge)
                                 // opens a window: a far-future time signed cannot pin an entry.
                                 let window = tsig_window(&message)
                                     .filter(|&(signed, fudge)| signed <= time_s.saturating_add(fudge) && signed.saturating_add(fudge) >= time_s)
                                     .map(|(signed, fudge)| (digest, signed.saturating_add(fudge)));
+                                if self.running.as_ref().is_some_and(|run| run.applied == Some(index)) {
+                                    // named applied it before this replica crashed: it answered
+                                    // NOERROR then (only a successful update changes the zone).
+                                    // Its client went with the crash; a retransmission gets the
+                                    // recorded outcome.
+                                    self.state.record(seq, index, 0);
+                                    if let Some((digest, expires_s)) = window {
+                                        self.state.remember_write(digest, RecentWrite { expires_s, outcome: 0 });
+                                    }
+                                    continue;
+                                }
+                                let times = self.times(time_us);
+                                out.push(Command::Write { seq, index, message: bytes, times });
                                 if let Some(run) = self.running.as_mut() {
                                     run.wait = Some(Wait::Write { index, request: message, reply: item.reply, window });
                                 }
@@ -414,6 +490,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 },
                 Op::SignZone(auth) => {
                     let time_s = time_us / 1_000_000;
+                    self.keep_before();
                     match self.sign_zone_request(item.origin, &auth, time_s) {
                         Ok(()) => return self.start_signing(index, item.reply, seq, time_us, out),
                         Err(text) => {
@@ -430,6 +507,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         if !self.reads.is_empty() {
                             return self.hold(index, item, Wait::Barrier);
                         }
+                        self.keep_before();
                         self.state.next_slice_s = time_s.saturating_add(self.config.slice_interval_s.max(1));
                         let refresh = u64::from(self.config.validity_s).saturating_sub(self.config.resign_after_s);
                         let due_before_s = u32::try_from(time_s.saturating_add(refresh)).unwrap_or(u32::MAX);

@@ -11,7 +11,7 @@ pub mod core;
 pub mod gate;
 pub mod state;
 
-pub use self::core::{Command, Delivered, Event, ExecConfig, ExecCore, Item};
+pub use self::core::{Command, Delivered, Event, ExecConfig, ExecCore, Item, Resume};
 pub use authority::{SignZoneAuth, SignZoneSigner, SignZoneVerifier};
 pub use gate::{Unchanged, UpdateDecision, UpdateGate};
-pub use state::ExecState;
+pub use state::{ExecState, WriteIntent};

@@ -157,19 +157,70 @@ impl ExecState {
     /// Writes the state atomically and durably: temporary file, fsync, rename, fsync of the
     /// directory. A crash leaves the previous state or this one, never a mix.
     pub fn store(&self, path: &Path) -> Result<(), StateError> {
-        use std::io::Write as _;
-        let tmp = path.with_extension("tmp");
-        let write = || -> std::io::Result<()> {
-            let mut file = std::fs::File::create(&tmp)?;
-            file.write_all(&self.encode())?;
-            file.sync_all()?;
-            drop(file);
-            std::fs::rename(&tmp, path)?;
-            let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-            std::fs::File::open(dir)?.sync_all()
-        };
-        write().map_err(|source| StateError::Io { path: path.to_owned(), source })
+        store_durably(path, &self.encode())
     }
+}
+
+fn store_durably(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
+    use std::io::Write as _;
+    let tmp = path.with_extension("tmp");
+    let write = || -> std::io::Result<()> {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)?;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(|source| StateError::Io { path: path.to_owned(), source })
+}
+
+const INTENT_VERSION: u8 = 1;
+
+/// Recorded durably before a write goes to named: which write (batch and item), named's SOA
+/// serial just before it, and the execution state just before it (the outcomes of the
+/// batch's earlier items included; `state` is persisted only after whole batches).
+///
+/// After a crash, the batch after the executed one is resumed from here rather than run
+/// again from its start: the items before `index` are not sent to named a second time, and
+/// named's serial says whether it applied this one (named increments the serial with every
+/// update that changes the zone, and an update changes the zone only when it succeeds). A
+/// write it applied is recorded as the NOERROR it was; one it did not apply, or applied
+/// without a change, is sent again and answers as it did (or would have) the first time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteIntent {
+    pub seq: u64,
+    pub index: u32,
+    pub serial: u32,
+    pub state: ExecState,
+}
+
+impl WriteIntent {
+    /// The intent kept next to the execution state `state_file`.
+    pub fn path_for(state_file: &Path) -> std::path::PathBuf {
+        state_file.with_file_name("exec.intent")
+    }
+
+    pub fn load(path: &Path) -> Result<Option<WriteIntent>, StateError> {
+        match std::fs::read(path) {
+            Ok(bytes) => codec::decode("write intent", INTENT_VERSION, MAX_STATE_BYTES + 64, &bytes)
+                .map(Some)
+                .map_err(|source| StateError::Decode { path: path.to_owned(), source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(StateError::Io { path: path.to_owned(), source }),
+        }
+    }
+
+    /// Durably, before the write may reach named.
+    pub fn store(&self, path: &Path) -> Result<(), StateError> {
+        store_durably(path, &codec::encode(INTENT_VERSION, self))
+    }
+}
+
+/// `a` is before `b` in serial number arithmetic (RFC 1982).
+pub fn serial_before(a: u32, b: u32) -> bool {
+    a != b && b.wrapping_sub(a) < 0x8000_0000
 }
 
 #[derive(Debug, thiserror::Error)]
