@@ -63,7 +63,7 @@ def dnssec_signzone(zone_file, work):
     with open(zone_file) as f, open(signed_in, "w") as out:
         out.write(f.read() + dnskey)
     before, t0 = children_cpu(), time.monotonic()
-    subprocess.run([f"{BIND}/bin/dnssec-signzone", "-q", "-n", "1", "-z", "-K", keydir, "-o", ZONE, "-f", os.path.join(work, "plain.signed"), signed_in, os.path.join(keydir, key)], check=True, capture_output=True)
+    subprocess.run([f"{BIND}/bin/dnssec-signzone", "-q", "-n", "1", "-z", "-d", work, "-K", keydir, "-o", ZONE, "-f", os.path.join(work, "plain.signed"), signed_in, os.path.join(keydir, key)], check=True, capture_output=True)
     return children_cpu() - before, time.monotonic() - t0
 
 
