@@ -195,3 +195,40 @@ fn a_whole_zone_signing_runs_in_the_background_while_reads_and_updates_go_on() {
         if during_signing { "during" } else { "after (the signing was already done)" },
     ));
 }
+
+/// A replica killed (SIGKILL) while its part of a background signing runs resumes that part
+/// when it is started again, installs the same signed zone where the others did, and ends
+/// with the same zone.
+#[test]
+fn a_replica_killed_during_a_background_signing_resumes_it_and_ends_with_the_same_zone() {
+    let zone_dir = tempfile::tempdir().expect("tempdir");
+    let zone_path = zone_dir.path().join("zone.db");
+    std::fs::write(&zone_path, zone_file(150)).expect("zone file");
+    let c = Cluster::up(ClusterOpts { sign_zone_interval_s: Some(1), extra: vec!["--zone-file".into(), zone_path.to_str().expect("utf-8 path").into()], ..Default::default() });
+    let signer = {
+        let args: Vec<String> = (0..2u16).flat_map(|i| ["--admin".to_string(), format!("127.0.0.1:{}", c.metrics_port(i)), "--token".to_string(), c.admin_token(i).display().to_string()]).collect();
+        let bin = sdns_system_tests::sdns_bin();
+        std::thread::spawn(move || {
+            let out = std::process::Command::new(bin).arg("sign-zone").args(&args).output().expect("sdns sign-zone");
+            (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&c, 3, "sdns_zone_signing_rrsets_done").unwrap_or(0.0) < 1.0 {
+        assert!(Instant::now() < deadline && !signer.is_finished(), "replica 3 never showed signing progress\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.kill9(3);
+    let (ok, out) = c.nsupdate(1, "update add while-3-down.example.test 300 A 192.0.2.98");
+    assert!(ok, "update: {out}");
+    std::thread::sleep(Duration::from_secs(1));
+    c.start_stopped();
+    let (ok, out) = signer.join().expect("sign-zone thread");
+    assert!(ok && out.contains("signed at seq"), "sign-zone: {out}\n{}", c.logs());
+    let reference = c.axfr(0);
+    assert!(reference.contains("while-3-down.example.test."), "{reference}");
+    c.eventually("the restarted replica installs the same signed zone", |i| c.axfr(i) == reference);
+    c.verify_zone(3);
+    let log = std::fs::read_to_string(c.path("replica-3/sdns.log")).unwrap_or_default();
+    assert!(log.contains("resuming the background whole-zone signing"), "replica 3 did not resume its part:\n{}", c.logs());
+}
