@@ -185,5 +185,5 @@ fn short_validity_zone_stays_valid_while_re_signed_in_slices() {
         if slices > 0 { slice_sum / slices as f64 } else { 0.0 },
         metric(&c, 0, "sdns_resigned_rrsets_total"),
     ));
-    report(&format!("whole-zone sign-zone (stop-the-world): took {sign_took:?}, max read gap meanwhile {:?}", s.max_gap(sign_from, sign_from + sign_took + Duration::from_secs(1))));
+    report(&format!("whole-zone sign-zone (in the background): took {sign_took:?}, max read gap meanwhile {:?}", s.max_gap(sign_from, sign_from + sign_took + Duration::from_secs(1))));
 }

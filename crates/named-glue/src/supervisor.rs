@@ -121,7 +121,8 @@ impl Supervisor {
                 return Ok(());
             }
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(300));
+            // Short pauses: installing a zone signed in the background holds reads until named is back.
+            pause = (pause * 2).min(Duration::from_millis(50));
         }
         Err(SuperviseError::NotReady(self.spec.ready_timeout, self.spec.log_file.clone()))
     }

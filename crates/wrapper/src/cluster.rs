@@ -221,7 +221,12 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
         }
         // Incremental re-signing progress: signatures due of those in the zone, RRsets
         // re-signed so far, the rate while slices run and the time left at the slice pace.
-        let resign = if s.rrsigs == 0 {
+        // A background whole-zone signing: RRsets signed of those the zone will hold, the
+        // rate since it began and the time left at it.
+        let resign = if let Some(z) = &s.zone_signing {
+            let state = if z.signed { "signed here, installing once t+1 are done".to_string() } else { z.eta_s.map(|e| format!("eta {e} s")).unwrap_or_default() };
+            format!("signing zone (seq {}): {}/{} RRsets, {:.1}/s, {state}", z.seq, z.done, z.total, z.rate)
+        } else if s.rrsigs == 0 {
             "-".to_string()
         } else {
             let eta = s.resign_eta_s.map(|e| format!(", eta {e} s")).unwrap_or_default();
@@ -329,7 +334,8 @@ pub fn admin_get(addr: SocketAddr, path: &str) -> Result<String> {
 
 /// A POST to a replica's admin route with its bearer token.
 pub fn admin_post(addr: SocketAddr, path: &str, token: &str) -> Result<String> {
-    let (code, body) = http(addr, "POST", path, Some(token), Duration::from_secs(600))?;
+    // A whole-zone signing answers once the signed zone is installed: minutes for a big zone.
+    let (code, body) = http(addr, "POST", path, Some(token), Duration::from_secs(3600))?;
     if code != 200 {
         bail!("{path} at {addr}: HTTP {code}: {body}");
     }

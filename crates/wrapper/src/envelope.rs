@@ -27,6 +27,10 @@ pub enum Op {
     /// so; the decision is made on agreed values, so every replica makes the same one and
     /// duplicates are no-ops.
     Resign,
+    /// The sender's own part of the running background whole-zone signing is done; once
+    /// t+1 replicas said so, every replica installs its signed zone at that point of the
+    /// log (waiting for its own part if need be). Ignored when no signing runs.
+    SignZoneFinish,
 }
 
 impl Op {
@@ -46,7 +50,7 @@ mod tests {
     #[test]
     fn round_trip_and_rejects() {
         let auth = SignZoneAuth { replica: 1, stamp_us: 7, cert: vec![1; 9], signature: vec![2; 70] };
-        for op in [Op::Dns { tcp: true, message: vec![1, 2, 3] }, Op::SignZone(auth), Op::Resign] {
+        for op in [Op::Dns { tcp: true, message: vec![1, 2, 3] }, Op::SignZone(auth), Op::Resign, Op::SignZoneFinish] {
             assert_eq!(Op::decode(&op.encode()), Ok(op));
         }
         assert!(matches!(Op::decode(&[]), Err(CodecError::Empty { .. })));

@@ -3,8 +3,8 @@
 //! This is the thin tokio side: it hands delivered batches (with the reply handles this
 //! gateway holds) to the core, carries out its commands, and reports their results as
 //! events. It decides nothing itself and never waits on a client: answers are handed to
-//! bounded per-connection queues that drop when full. Writes and whole-zone signings
-//! wait for named however long it takes (retrying while it restarts) rather than give up
+//! bounded per-connection queues that drop when full. Writes and the installation of a
+//! zone signed in the background wait for named however long it takes (retrying while it restarts) rather than give up
 //! on a local timer, since giving up would make this replica differ from the others.
 
 use std::path::PathBuf;
@@ -36,6 +36,23 @@ const WRITE_RETRY_MAX: Duration = Duration::from_secs(2);
 /// Attempts at reading the zone for a checkpoint digest before reporting it unavailable.
 const DIGEST_ATTEMPTS: u32 = 10;
 
+/// The background part of whole-zone signings, shared with the signing socket it uses
+/// and with the task that orders `SignZoneFinish`.
+pub struct Background {
+    /// The times the background signing socket signs with (the running signing's).
+    pub times: watch::Sender<Option<SignatureTimes>>,
+    /// This replica's part of a signing is done: (the batch it began at, the outcome).
+    pub finished: watch::Sender<Option<(u64, Result<(), String>)>>,
+}
+
+impl Background {
+    pub fn new() -> (Arc<Background>, watch::Receiver<Option<SignatureTimes>>) {
+        let (times, times_rx) = watch::channel(None);
+        let (finished, _) = watch::channel(None);
+        (Arc::new(Background { times, finished }), times_rx)
+    }
+}
+
 pub struct Executor<G: UpdateGate> {
     pub id: u16,
     pub core: ExecCore<ReplyTo, G>,
@@ -63,6 +80,7 @@ pub struct Executor<G: UpdateGate> {
     pub digested: DigestedRecords,
     /// Verified snapshots to install (from state transfer).
     pub installs: Option<mpsc::Receiver<Install>>,
+    pub background: Arc<Background>,
 }
 
 impl<G: UpdateGate + 'static> Executor<G> {
@@ -79,6 +97,11 @@ impl<G: UpdateGate + 'static> Executor<G> {
             info!(replica = self.id, last = state.executed, "resuming after executed batch");
         }
         self.reconcile_with_named().await;
+        // A signing that was running when this replica stopped goes on (or is found done).
+        if let Some((run, times)) = self.core.signing_run() {
+            info!(replica = self.id, began = run.seq, "resuming the background whole-zone signing");
+            start_background(&self.maintenance, &self.background, &self.metrics, run.seq, times, self.id);
+        }
         loop {
             let commands = tokio::select! {
                 biased;
@@ -118,6 +141,11 @@ impl<G: UpdateGate + 'static> Executor<G> {
         written.map_err(|e| format!("writing the transferred zone: {e}"))?;
         self.core.install(state.clone());
         state.store(&self.state_file).map_err(|e| e.to_string())?;
+        if let Some((run, times)) = self.core.signing_run() {
+            // Its zone content was not transferred: this part fails, and so will the
+            // installation here (visible at the next checkpoint; another transfer repairs it).
+            start_background(&self.maintenance, &self.background, &self.metrics, run.seq, times, self.id);
+        }
         self.last_signed.store(state.last_signed_s, Ordering::Relaxed);
         self.metrics.update_status(|s| s.last_executed = state.executed);
         info!(replica = self.id, seq, "transferred state installed");
@@ -262,27 +290,68 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     let _ = events.send(Event::WriteAnswered { seq, index, answer });
                 });
             }
-            Command::SignZone { seq, times } => {
-                let (maintenance, metrics, events, tx) = (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone());
+            Command::BeginSigning { seq, times } => {
+                let (maintenance, metrics, events, background) = (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.background.clone());
                 let id = self.id;
-                let change = self.cache.begin_change();
-                let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
+                // The zone does not change here: only its content is kept.
                 tokio::spawn(async move {
-                    if let Some(intent) = intent {
-                        intent.await;
-                    }
-                    let _ = tx.send(Some(times));
-                    let result = sign_zone(&maintenance, times).await;
-                    drop(change);
-                    let _ = tx.send(None);
+                    let result = begin_signing(&maintenance, seq).await;
                     match &result {
-                        Ok(()) => info!(replica = id, seq, "zone signed with the distributed key"),
+                        Ok(total) => {
+                            info!(replica = id, seq, rrsets = total, "whole-zone signing begun; it runs in the background");
+                            metrics.zone_signing_begun(seq, *total);
+                            start_background(&maintenance, &background, &metrics, seq, times, id);
+                        }
                         Err(e) => {
                             metrics.inc_execute_error();
-                            warn!(replica = id, seq, error = %e, "sign-zone failed; zone left as it was");
+                            warn!(replica = id, seq, error = %e, "sign-zone could not begin; zone left as it was");
                         }
                     }
-                    let _ = events.send(Event::SignZoneDone { seq, result });
+                    let _ = events.send(Event::SigningBegun { seq, result: result.map(|_| ()) });
+                });
+            }
+            Command::FinishSigning { seq, run, times } => {
+                let (maintenance, metrics, events, tx, background) = (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone(), self.background.clone());
+                let (id, cache) = (self.id, self.cache.clone());
+                let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
+                tokio::spawn(async move {
+                    // This replica's part, however long it takes (t+1 others are done).
+                    let mut done = background.finished.subscribe();
+                    let part = loop {
+                        let current = done.borrow_and_update().clone();
+                        if let Some((s, r)) = current {
+                            if s == run.seq {
+                                break r;
+                            }
+                        }
+                        if done.changed().await.is_err() {
+                            break Err("the background signing went away".to_string());
+                        }
+                    };
+                    let started = std::time::Instant::now();
+                    let result = match part {
+                        Ok(()) => {
+                            if let Some(intent) = intent {
+                                intent.await;
+                            }
+                            let change = cache.begin_change();
+                            let _ = tx.send(Some(times));
+                            let r = finish_signing(&maintenance, seq, run.seq).await;
+                            let _ = tx.send(None);
+                            drop(change);
+                            r
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match &result {
+                        Ok(changed) => info!(replica = id, seq, began = run.seq, changed, ms = started.elapsed().as_millis() as u64, "zone signed with the distributed key installed"),
+                        Err(e) => {
+                            metrics.inc_execute_error();
+                            warn!(replica = id, seq, error = %e, "whole-zone signing failed; zone left as it was");
+                        }
+                    }
+                    metrics.zone_signing_finished(started.elapsed());
+                    let _ = events.send(Event::SigningFinished { seq, result });
                 });
             }
             Command::ResignSlice { seq, times, due_before_s, max_rrsets } => {
@@ -443,22 +512,62 @@ async fn soa_serial(named: &Forwarder, zone: &hickory_proto::rr::Name, id: u16) 
     }
 }
 
+/// Keeps the zone's content for a background signing; a zone that cannot be read is
+/// retried (named restarting), since giving up on a local timer would make this replica
+/// differ. Returns the RRsets it will sign.
+async fn begin_signing(maintenance: &ZoneMaintenance, seq: u64) -> Result<u64, String> {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match maintenance.begin_signing(seq).await {
+            Ok(total) => return Ok(total),
+            Err(ZoneError::Transfer(e)) => {
+                warn!(error = %e, "zone unreadable for a whole-zone signing; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(WRITE_RETRY_MAX);
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 fn rand_id() -> u16 {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     (nanos ^ (nanos >> 16)) as u16
 }
 
-/// A whole-zone signing. If named does not come back on the signed zone, wait for it:
-/// the zone file is already replaced, so the signing did happen.
-async fn sign_zone(maintenance: &ZoneMaintenance, times: SignatureTimes) -> Result<(), String> {
-    match maintenance.sign_zone(times).await {
-        Ok(()) => Ok(()),
-        Err(ZoneError::Restart(e)) => {
-            warn!(error = %e, "named is slow to come back on the signed zone; waiting");
-            while maintenance.supervisor.wait_ready().await.is_err() {}
-            Ok(())
+/// Runs this replica's part of background signing `seq` (signing the kept content through
+/// the background socket) in a task of its own; reports on `background.finished`.
+fn start_background(maintenance: &Arc<ZoneMaintenance>, background: &Arc<Background>, metrics: &Arc<Metrics>, seq: u64, times: SignatureTimes, id: u16) {
+    let (maintenance, background, metrics) = (maintenance.clone(), background.clone(), metrics.clone());
+    tokio::spawn(async move {
+        background.times.send_replace(Some(times));
+        let started = std::time::Instant::now();
+        let result = maintenance.sign_in_background(seq, times).await.map_err(|e| e.to_string());
+        background.times.send_replace(None);
+        match &result {
+            Ok(()) => info!(replica = id, seq, ms = started.elapsed().as_millis() as u64, "this replica's part of the whole-zone signing is done"),
+            Err(e) => warn!(replica = id, seq, error = %e, "this replica's part of the whole-zone signing failed"),
         }
-        Err(e) => Err(e.to_string()),
+        metrics.zone_signing_part_done();
+        background.finished.send_replace(Some((seq, result)));
+    });
+}
+
+/// Installs the zone signed in the background. named restarting, or a zone that cannot be
+/// read, is waited for and the installation done again (it is journaled: the same zone
+/// and the same update on top).
+async fn finish_signing(maintenance: &ZoneMaintenance, seq: u64, run: u64) -> Result<u32, String> {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match maintenance.finish_signing(seq, run).await {
+            Ok(changed) => return Ok(changed),
+            Err(e @ (ZoneError::Transfer(_) | ZoneError::Restart(_))) => {
+                warn!(error = %e, "installing the signed zone: named not ready; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(WRITE_RETRY_MAX);
+            }
+            Err(e) => return Err(e.to_string()),
+        }
     }
 }
 

@@ -78,6 +78,29 @@ pub struct Status {
     /// signatures due would take at that rate and the configured slice pace.
     pub resign_rate: f64,
     pub resign_eta_s: Option<u64>,
+    /// A whole-zone signing running in the background (`sdns sign-zone`, the first
+    /// signing): RRsets signed so far of those the signed zone will hold, signing rate
+    /// and time left at it. `None` when none runs.
+    pub zone_signing: Option<ZoneSigning>,
+    /// Whole-zone signings finished since start, and how long the last one held the
+    /// executor to install the signed zone (s).
+    pub zone_signings: u64,
+    pub zone_install_s: f64,
+}
+
+/// Progress of a background whole-zone signing at one replica.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct ZoneSigning {
+    /// The batch at which it began.
+    pub seq: u64,
+    pub done: u64,
+    pub total: u64,
+    /// RRsets per second since it began.
+    pub rate: f64,
+    pub eta_s: Option<u64>,
+    /// This replica's part is done; waiting for t+1 replicas to be, then installed.
+    pub signed: bool,
 }
 
 /// One peer's misbehaviour of one kind, as one replica saw it.
@@ -126,6 +149,10 @@ pub struct Metrics {
     /// Pace of the slices: at most this many RRsets per this many seconds.
     slice_pace: Mutex<(u32, u64)>,
     bad_shares: Mutex<BTreeMap<u16, u64>>,
+    /// Signatures the background whole-zone signer received (RRsets signed).
+    zone_signed: AtomicU64,
+    /// The background signing running: (began at seq, expected RRsets, since).
+    zone_signing: Mutex<Option<(u64, u64, std::time::Instant, bool)>>,
     pub status: Mutex<Status>,
 }
 
@@ -144,6 +171,8 @@ impl Metrics {
             slice_latency: Histogram::new(),
             slice_pace: Mutex::new((0, 0)),
             bad_shares: Mutex::new(BTreeMap::new()),
+            zone_signed: AtomicU64::new(0),
+            zone_signing: Mutex::new(None),
             status: Mutex::new(Status { id, ..Default::default() }),
         })
     }
@@ -211,6 +240,45 @@ impl Metrics {
         });
     }
 
+    /// A background whole-zone signing began at batch `seq`; it signs `total` RRsets.
+    pub fn zone_signing_begun(&self, seq: u64, total: u64) {
+        self.zone_signed.store(0, Relaxed);
+        if let Ok(mut z) = self.zone_signing.lock() {
+            *z = Some((seq, total, std::time::Instant::now(), false));
+        }
+    }
+    /// One signature made for the background signing.
+    pub fn inc_zone_signed(&self) {
+        self.zone_signed.fetch_add(1, Relaxed);
+    }
+    /// This replica's part of the background signing is done.
+    pub fn zone_signing_part_done(&self) {
+        if let Ok(mut z) = self.zone_signing.lock() {
+            if let Some(z) = z.as_mut() {
+                z.3 = true;
+            }
+        }
+    }
+    /// The signed zone is installed (or the signing failed); `held`: how long the
+    /// installation held the executor.
+    pub fn zone_signing_finished(&self, held: std::time::Duration) {
+        if let Ok(mut z) = self.zone_signing.lock() {
+            *z = None;
+        }
+        self.update_status(|s| {
+            s.zone_signings += 1;
+            s.zone_install_s = held.as_secs_f64();
+        });
+    }
+    fn zone_signing_progress(&self) -> Option<ZoneSigning> {
+        let (seq, total, since, signed) = (*self.zone_signing.lock().ok()?)?;
+        let done = self.zone_signed.load(Relaxed);
+        let rate = done as f64 / since.elapsed().as_secs_f64().max(1e-3);
+        let left = total.saturating_sub(done);
+        let eta_s = if signed { Some(0) } else { (rate > 0.0).then(|| (left as f64 / rate).ceil() as u64) };
+        Some(ZoneSigning { seq, done, total, rate, eta_s, signed })
+    }
+
     pub fn add_bad_share(&self, peer: u16) {
         if let Ok(mut b) = self.bad_shares.lock() {
             *b.entry(peer).or_default() += 1;
@@ -226,7 +294,9 @@ impl Metrics {
         }
     }
     pub fn status(&self) -> Status {
-        self.status.lock().map(|s| s.clone()).unwrap_or_default()
+        let mut s = self.status.lock().map(|s| s.clone()).unwrap_or_default();
+        s.zone_signing = self.zone_signing_progress();
+        s
     }
 
     pub fn render(&self) -> String {
@@ -271,6 +341,16 @@ impl Metrics {
         for peer in &s.silent_peers {
             let _ = writeln!(out, "sdns_peer_silent{{replica=\"{id}\",peer=\"{peer}\"}} 1");
         }
+        let z = s.zone_signing.clone().unwrap_or_default();
+        let _ = writeln!(out, "# HELP sdns_zone_signing Whether a background whole-zone signing runs (1) or not (0).\n# TYPE sdns_zone_signing gauge\nsdns_zone_signing{{replica=\"{id}\"}} {}", u8::from(s.zone_signing.is_some()));
+        let _ = writeln!(out, "# HELP sdns_zone_signing_rrsets_done RRsets signed so far by the running background whole-zone signing.\n# TYPE sdns_zone_signing_rrsets_done gauge\nsdns_zone_signing_rrsets_done{{replica=\"{id}\"}} {}", z.done);
+        let _ = writeln!(out, "# HELP sdns_zone_signing_rrsets RRsets the running background whole-zone signing signs.\n# TYPE sdns_zone_signing_rrsets gauge\nsdns_zone_signing_rrsets{{replica=\"{id}\"}} {}", z.total);
+        let _ = writeln!(out, "# HELP sdns_zone_signing_rate RRsets per second since the running whole-zone signing began.\n# TYPE sdns_zone_signing_rate gauge\nsdns_zone_signing_rate{{replica=\"{id}\"}} {}", z.rate);
+        if let Some(eta) = z.eta_s {
+            let _ = writeln!(out, "# HELP sdns_zone_signing_eta_seconds Time until the running whole-zone signing is done at its rate.\n# TYPE sdns_zone_signing_eta_seconds gauge\nsdns_zone_signing_eta_seconds{{replica=\"{id}\"}} {eta}");
+        }
+        let _ = writeln!(out, "# HELP sdns_zone_signings_total Whole-zone signings finished (installed or failed).\n# TYPE sdns_zone_signings_total counter\nsdns_zone_signings_total{{replica=\"{id}\"}} {}", s.zone_signings);
+        let _ = writeln!(out, "# HELP sdns_zone_install_seconds How long installing the last signed zone held the executor.\n# TYPE sdns_zone_install_seconds gauge\nsdns_zone_install_seconds{{replica=\"{id}\"}} {}", s.zone_install_s);
         let _ = writeln!(out, "# HELP sdns_resigned_rrsets_total RRsets re-signed by incremental re-signing slices.\n# TYPE sdns_resigned_rrsets_total counter\nsdns_resigned_rrsets_total{{replica=\"{id}\"}} {}", s.resigned_rrsets);
         let _ = writeln!(out, "# HELP sdns_resign_slices_total Re-signing slices run (with or without anything due).\n# TYPE sdns_resign_slices_total counter\nsdns_resign_slices_total{{replica=\"{id}\"}} {}", s.resign_slices);
         let _ = writeln!(out, "# HELP sdns_rrsigs Signatures in the zone at the last slice that read it.\n# TYPE sdns_rrsigs gauge\nsdns_rrsigs{{replica=\"{id}\"}} {}", s.rrsigs);
@@ -390,10 +470,11 @@ async fn sign_zone(admin: &Admin) -> String {
     };
     let (reply, mut rx) = crate::listener::ReplyTo::internal();
     admin.gateway.order(crate::envelope::Op::SignZone(auth), reply).await;
-    match tokio::time::timeout(std::time::Duration::from_secs(600), rx.recv()).await {
+    // Answered once the signed zone is installed (the signing runs in the background).
+    match tokio::time::timeout(std::time::Duration::from_secs(3600), rx.recv()).await {
         Ok(Some(answer)) => String::from_utf8_lossy(&answer.bytes).into_owned(),
         Ok(None) => "error: the request was dropped before it was ordered".into(),
-        Err(_) => "error: not ordered and executed within 600 s".into(),
+        Err(_) => "error: not signed within 3600 s (see sdns cluster status for its progress)".into(),
     }
 }
 

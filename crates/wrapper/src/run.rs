@@ -106,6 +106,8 @@ fn local_policy(config: &Config, auth: &Authenticator) -> Result<Option<Vec<name
 const MAX_READS_IN_FLIGHT: usize = 64;
 /// The key named grants the re-signing updates to (RRSIG only).
 const MAINTENANCE_KEY: &str = "resign.sdns-local.";
+/// The key of the update that brings a zone signed in the background up to date.
+const CATCHUP_KEY: &str = "catchup.sdns-local.";
 
 /// Runs one replica; its execution core asks the update authenticator about every
 /// ordered write.
@@ -151,6 +153,12 @@ pub async fn run(config: Config) -> Result<()> {
     let maintenance_key = tsig::Key::new(MAINTENANCE_KEY, tsig::Algorithm::HmacSha256, &maintenance_secret)
         .ok_or_else(|| anyhow!("bad maintenance key name"))?;
     conf.maintenance_key = Some(TsigKey { name: MAINTENANCE_KEY.trim_end_matches('.').to_string(), algorithm: "hmac-sha256".into(), secret: maintenance_secret });
+    // The catch-up key after a background signing: granted what the update keys are (no
+    // DNSSEC types), fresh each start.
+    let mut catchup_secret = vec![0u8; 32];
+    getrandom::fill(&mut catchup_secret).map_err(|e| anyhow!("no OS randomness for the catch-up key: {e}"))?;
+    let catchup_key = tsig::Key::new(CATCHUP_KEY, tsig::Algorithm::HmacSha256, &catchup_secret).ok_or_else(|| anyhow!("bad catch-up key name"))?;
+    conf.tsig_keys.push(TsigKey { name: CATCHUP_KEY.trim_end_matches('.').to_string(), algorithm: "hmac-sha256".into(), secret: catchup_secret });
     conf.sig_validity_days = config.named.signature_validity_days;
     conf.update_policy = local_policy(&config, &auth)?;
     let conf_path = named_dir.join("named.conf");
@@ -197,8 +205,15 @@ pub async fn run(config: Config) -> Result<()> {
     let (times_tx, times_rx) = watch::channel(None);
     let socket_path = state.join("signer.sock");
     // No timeout anywhere on this path: a signature takes as long as the replicas take.
-    let _signing_service = SigningService::bind(&socket_path, signer, watch_time_source(times_rx), ServiceLimits::default())
+    let _signing_service = SigningService::bind(&socket_path, signer.clone(), watch_time_source(times_rx), ServiceLimits::default())
         .context("binding the signing socket")?;
+    // Background whole-zone signings have a socket of their own: its times are the running
+    // signing's while writes execute with theirs, and what it signs is counted for progress.
+    let (background, background_times) = crate::executor::Background::new();
+    let background_socket = state.join("signzone.sock");
+    let counting = Arc::new(service::Counting { inner: signer, metrics: metrics.clone() });
+    let _background_service = SigningService::bind(&background_socket, counting, watch_time_source(background_times), ServiceLimits::default())
+        .context("binding the background signing socket")?;
 
     // named, supervised, asking our socket for every signature.
     let mut spec = NamedSpec::new(tools.named(), conf_path.clone(), config.named.port, zone.clone(), named_dir.join("named.log"));
@@ -318,13 +333,18 @@ pub async fn run(config: Config) -> Result<()> {
             writes: writes.clone(),
             earliest_expiration: std::sync::atomic::AtomicU32::new(0),
             slice_journal: state.join("resign.pending"),
+            catchup_key,
+            background_socket: background_socket.clone(),
         }),
         state_file,
         last_signed: last_signed.clone(),
         snapshots: Some(snapshots),
         digested: Default::default(),
         installs: Some(installs_rx),
+        background: background.clone(),
     };
+    // Subscribed before the executor can resume a signing and finish its part.
+    let voter_rx = background.finished.subscribe();
     tokio::spawn(executor.run(batches));
 
     let incarnation = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
@@ -342,6 +362,7 @@ pub async fn run(config: Config) -> Result<()> {
     });
     metrics.set_slice_pace(config.signing.resign_slice_rrsets, config.signing.resign_slice_interval_s);
     tokio::spawn(resign_timer(gateway.clone(), last_signed, config.signing.resign_slice_interval_s));
+    tokio::spawn(finish_voter(gateway.clone(), voter_rx));
     let (client_tx, client_rx) = mpsc::channel(config.client.max_pending);
     tokio::spawn(gateway.clone().run(client_rx));
 
@@ -499,6 +520,35 @@ async fn resign_timer(gateway: Arc<Gateway>, last_signed: Arc<AtomicU64>, slice_
             gateway.order(crate::envelope::Op::Resign, reply).await;
             // Wait for it to be ordered and executed (or expire) before checking again.
             let _ = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
+        }
+    }
+}
+
+/// Once this replica's part of a background whole-zone signing is done, says so through
+/// the ordering (`Op::SignZoneFinish`) until the signing is finished: t+1 such requests
+/// install the signed zone everywhere. Said again every second while others are not done
+/// (a request lost with a primary that failed is thereby replaced).
+async fn finish_voter(gateway: Arc<Gateway>, mut finished: watch::Receiver<Option<(u64, Result<(), String>)>>) {
+    loop {
+        if finished.changed().await.is_err() {
+            return;
+        }
+        let Some(run) = finished.borrow_and_update().as_ref().map(|(seq, _)| *seq) else { continue };
+        loop {
+            let (reply, mut rx) = crate::listener::ReplyTo::internal();
+            gateway.order(crate::envelope::Op::SignZoneFinish, reply).await;
+            let answer = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
+            let text = match answer {
+                Ok(Some(a)) => String::from_utf8_lossy(&a.bytes).into_owned(),
+                _ => String::new(),
+            };
+            if !text.starts_with("counted") && !text.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if finished.borrow().as_ref().map(|(seq, _)| *seq) != Some(run) {
+                break;
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Operations on the whole zone that the executor runs at an ordered point:
-//! the content digest for checkpoints, the paper's sign-zone command, and the
+//! the content digest for checkpoints, the paper's sign-zone command (begun at one
+//! point of the log, signed in the background, installed at a later point), and the
 //! slices of incremental re-signing.
 
 use std::path::PathBuf;
@@ -42,6 +43,8 @@ pub enum ZoneError {
     Refused(u8),
     #[error("building the re-signing update: {0}")]
     Build(String),
+    #[error("background signing: {0}")]
+    Background(String),
 }
 
 /// The digest of a zone's records (canonical wire form, as [`ZoneMaintenance::zone_records`]
@@ -61,6 +64,17 @@ pub fn zone_digest_of(records: &mut Vec<Vec<u8>>) -> [u8; 32] {
 
 /// Record types dnssec-signzone makes itself; a re-sign starts from the zone without them.
 const DNSSEC_TYPES: [&str; 5] = ["RRSIG", "NSEC", "NSEC3", "NSEC3PARAM", "DNSKEY"];
+/// The same types by number (RRSIG, NSEC, DNSKEY, NSEC3, NSEC3PARAM).
+const DNSSEC_TYPE_CODES: [u16; 5] = [46, 47, 48, 50, 51];
+const TYPE_NS: u16 = 2;
+const TYPE_DS: u16 = 43;
+
+/// Files of a background whole-zone signing, in named's directory.
+const BASE_TEXT: &str = "signzone.unsigned";
+const BASE_RECORDS: &str = "signzone.base";
+const SIGNED: &str = "signzone.signed";
+const SIGNED_MARK: &str = "signzone.done";
+const FINISH_JOURNAL: &str = "signzone.finish";
 
 pub struct ZoneMaintenance {
     pub tools: BindTools,
@@ -74,6 +88,12 @@ pub struct ZoneMaintenance {
     pub maintenance_key: tsig::Key,
     /// Forwarder for the re-signing updates (long timeout, like ordered writes).
     pub writes: Forwarder,
+    /// Signs the update that brings a zone signed in the background up to date; named.conf
+    /// grants it what the update keys may do (no DNSSEC types).
+    pub catchup_key: tsig::Key,
+    /// The signing socket of background signings: its signature times are the running
+    /// signing's, whatever write executes meanwhile.
+    pub background_socket: PathBuf,
     /// A lower bound on every RRSIG expiration in the zone (0: unknown). Only ever
     /// raised by what a slice saw: writes and signings add signatures expiring later,
     /// so a slice whose horizon is below it has nothing to do and needs no AXFR. A
@@ -189,21 +209,19 @@ impl ZoneMaintenance {
         Some((SliceReport { resigned: word(8), due: word(12), total: Some(word(16)) }, body.to_vec()))
     }
 
-    /// Signs the zone's current content (file plus journal) with the distributed key,
-    /// then restarts named on the signed file. Every replica does this at the same
-    /// point of the log with the same agreed times, so all get the same signed zone.
-    pub async fn sign_zone(&self, times: SignatureTimes) -> Result<(), ZoneError> {
-        let dir = &self.conf.directory;
-        let merged = dir.join("resign.merged");
-        let unsigned = dir.join("resign.unsigned");
-        let signed = dir.join("resign.signed");
-        let zone_text = self.zone.to_ascii();
+    fn file(&self, name: &str) -> PathBuf {
+        self.conf.directory.join(name)
+    }
 
+    /// The zone's content without DNSSEC records, as named-compilezone prints it from
+    /// named's file and journal (one record per line).
+    async fn unsigned_text(&self) -> Result<String, ZoneError> {
+        let merged = self.file("signzone.merged");
         // BIND's own tool folds the journal into the file, in full one-RR-per-line style.
         let out = tokio::process::Command::new(self.tools.bin("named-compilezone"))
             .args(["-q", "-j", "-s", "full", "-o"])
             .arg(&merged)
-            .arg(&zone_text)
+            .arg(self.zone.to_ascii())
             .arg(&self.conf.zone_file)
             .output()
             .await
@@ -212,27 +230,311 @@ impl ZoneMaintenance {
             return Err(ZoneError::Compile(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))));
         }
         let text = tokio::fs::read_to_string(&merged).await.map_err(|source| ZoneError::Io { path: merged.clone(), source })?;
-        let stripped = strip_dnssec(&text);
-        tokio::fs::write(&unsigned, stripped).await.map_err(|source| ZoneError::Io { path: unsigned.clone(), source })?;
+        let _ = tokio::fs::remove_file(&merged).await;
+        Ok(strip_dnssec(&text))
+    }
 
-        sign_zone_file(&self.tools, &self.zone, &unsigned, &signed, &self.conf.key_directory, &self.key, &self.signer_socket, times)
+    /// The zone's records less the DNSSEC ones, canonical wire form, sorted.
+    async fn unsigned_records(&self) -> Result<Vec<Vec<u8>>, ZoneError> {
+        let mut records: Vec<Vec<u8>> = self.raw_records().await?.iter().filter(|r| !DNSSEC_TYPE_CODES.contains(&r.rtype)).map(RawRecord::to_wire).collect();
+        records.sort();
+        records.dedup();
+        Ok(records)
+    }
+
+    /// Begins a background whole-zone signing at batch `seq`: keeps the zone's content
+    /// now (text for the signer, records for the catch-up at the end). Every replica does
+    /// this at the same point of the log, so all keep the same content. Returns how many
+    /// signatures the signed zone will hold (for progress).
+    pub async fn begin_signing(&self, seq: u64) -> Result<u64, ZoneError> {
+        for stale in [SIGNED, SIGNED_MARK, FINISH_JOURNAL] {
+            let _ = tokio::fs::remove_file(self.file(stale)).await;
+        }
+        let text = self.unsigned_text().await?;
+        let records = self.unsigned_records().await?;
+        let expected = expected_signatures(&self.zone, &records);
+        write_atomic(&self.file(BASE_TEXT), text.as_bytes()).await?;
+        write_atomic(&self.file(BASE_RECORDS), &encode_records(seq, &[records])).await?;
+        Ok(expected)
+    }
+
+    /// The background part: signs the content kept at batch `seq` with the distributed key,
+    /// through the background signing socket (which must be answering with the run's
+    /// times). Off the log: the input and the times are fixed, so every replica signs the
+    /// same bytes. Done once per run (a restart finds the mark and skips it).
+    pub async fn sign_in_background(&self, seq: u64, times: SignatureTimes) -> Result<(), ZoneError> {
+        if tokio::fs::read(self.file(SIGNED_MARK)).await.ok().as_deref() == Some(&seq.to_be_bytes()[..]) {
+            return Ok(());
+        }
+        let base = tokio::fs::read(self.file(BASE_RECORDS)).await.map_err(|source| ZoneError::Io { path: self.file(BASE_RECORDS), source })?;
+        if base.get(..8) != Some(&seq.to_be_bytes()[..]) {
+            return Err(ZoneError::Background(format!("the zone content kept here is not that of the signing begun at seq {seq}")));
+        }
+        sign_zone_file(&self.tools, &self.zone, &self.file(BASE_TEXT), &self.file(SIGNED), &self.conf.key_directory, &self.key, &self.background_socket, times)
             .await
             .map_err(|e| ZoneError::Sign(e.to_string()))?;
-
-        tokio::fs::rename(&signed, &self.conf.zone_file)
-            .await
-            .map_err(|source| ZoneError::Io { path: self.conf.zone_file.clone(), source })?;
-        match tokio::fs::remove_file(&self.conf.journal).await {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(ZoneError::Io { path: self.conf.journal.clone(), source }),
-        }
-        for p in [&merged, &unsigned] {
-            let _ = tokio::fs::remove_file(p).await;
-        }
-        self.supervisor.restart().await.map_err(|e| ZoneError::Restart(e.to_string()))?;
-        self.supervisor.wait_ready().await.map_err(|e| ZoneError::Restart(e.to_string()))
+        write_atomic(&self.file(SIGNED_MARK), &seq.to_be_bytes()).await
     }
+
+    /// Finishes background signing `run` at batch `seq`: replaces named's zone by the signed
+    /// one, then applies, as updates signed with the catch-up key, what the writes ordered
+    /// since `run` began changed (named signs those with the times published for this
+    /// batch). The update is computed from the zone before it is replaced and journaled,
+    /// so a finish executed again after a crash installs and applies the same. Returns the
+    /// number of records changed on top.
+    pub async fn finish_signing(&self, seq: u64, run: u64) -> Result<u32, ZoneError> {
+        if tokio::fs::read(self.file(SIGNED_MARK)).await.ok().as_deref() != Some(&run.to_be_bytes()[..]) {
+            return Err(ZoneError::Background(format!("no signed zone of the signing begun at seq {run}")));
+        }
+        let journal = self.file(FINISH_JOURNAL);
+        let (changed, messages) = match tokio::fs::read(&journal).await.ok().and_then(|b| decode_records(&b, seq)) {
+            Some(mut parts) if !parts.is_empty() => {
+                let changed = parts.remove(0).len() as u32;
+                (changed, parts.pop().unwrap_or_default())
+            }
+            _ => {
+                let base = tokio::fs::read(self.file(BASE_RECORDS)).await.map_err(|source| ZoneError::Io { path: self.file(BASE_RECORDS), source })?;
+                let base = decode_records(&base, run).and_then(|mut p| p.pop()).ok_or_else(|| ZoneError::Background("the kept zone content does not decode".into()))?;
+                let now = self.unsigned_records().await?;
+                let diff = ZoneDiff::between(&base, &now);
+                let messages = diff.updates(&self.zone)?;
+                let changed = diff.len();
+                // First part: one entry per changed record (only its count is read back).
+                let counted = vec![Vec::new(); changed];
+                write_atomic(&journal, &encode_records(seq, &[counted, messages.clone()])).await?;
+                (changed as u32, messages)
+            }
+        };
+        let (signed, zone_file, named_journal) = (self.file(SIGNED), self.conf.zone_file.clone(), self.conf.journal.clone());
+        let installed = self
+            .supervisor
+            .replace_files(move || {
+                // A copy: the signed file stays for a finish executed again after a crash.
+                let tmp = zone_file.with_extension("installing");
+                std::fs::copy(&signed, &tmp)?;
+                std::fs::rename(&tmp, &zone_file)?;
+                match std::fs::remove_file(&named_journal) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                    _ => Ok(()),
+                }
+            })
+            .await
+            .map_err(|e| ZoneError::Restart(e.to_string()))?;
+        installed.map_err(|source| ZoneError::Io { path: self.conf.zone_file.clone(), source })?;
+        for body in &messages {
+            let answer = self.send_maintenance(body, &self.catchup_key).await;
+            let rcode = named_glue::rrwire::RawHeader::parse(&answer).map(|h| h.rcode()).unwrap_or(2);
+            if rcode != 0 {
+                return Err(ZoneError::Refused(rcode));
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Sends a maintenance update to named until it answers (named restarting is waited
+    /// for, as for an ordered write); signed with `key` and the local clock, which named
+    /// checks.
+    async fn send_maintenance(&self, body: &[u8], key: &tsig::Key) -> Vec<u8> {
+        let mut pause = std::time::Duration::from_millis(50);
+        loop {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+            let message = tsig::sign(body, key, now, tsig::ANSWER_FUDGE, 0, Vec::new(), None);
+            match self.writes.forward_tcp(&message).await {
+                Ok(a) => return a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "named did not answer a maintenance update; waiting for it and sending again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(2));
+                }
+            }
+        }
+    }
+}
+
+async fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<(), ZoneError> {
+    let tmp = path.with_extension("tmp");
+    let io = |source| ZoneError::Io { path: path.to_path_buf(), source };
+    tokio::fs::write(&tmp, bytes).await.map_err(io)?;
+    tokio::fs::rename(&tmp, path).await.map_err(io)
+}
+
+/// `seq`, then lists of byte strings, each a u32 count and u32-length-prefixed items.
+fn encode_records(seq: u64, lists: &[Vec<Vec<u8>>]) -> Vec<u8> {
+    let mut out = seq.to_be_bytes().to_vec();
+    for list in lists {
+        out.extend_from_slice(&(list.len() as u32).to_be_bytes());
+        for r in list {
+            out.extend_from_slice(&(r.len() as u32).to_be_bytes());
+            out.extend_from_slice(r);
+        }
+    }
+    out
+}
+
+/// The lists [`encode_records`] wrote for `seq`; `None` for another seq or damage.
+fn decode_records(bytes: &[u8], seq: u64) -> Option<Vec<Vec<Vec<u8>>>> {
+    if bytes.get(..8)? != seq.to_be_bytes() {
+        return None;
+    }
+    let mut pos = 8;
+    let word = |pos: &mut usize| -> Option<usize> {
+        let b = bytes.get(*pos..*pos + 4)?;
+        *pos += 4;
+        Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    };
+    let mut lists = Vec::new();
+    while pos < bytes.len() {
+        let n = word(&mut pos)?;
+        let mut list = Vec::with_capacity(n.min(1 << 20));
+        for _ in 0..n {
+            let len = word(&mut pos)?;
+            list.push(bytes.get(pos..pos + len)?.to_vec());
+            pos += len;
+        }
+        lists.push(list);
+    }
+    Some(lists)
+}
+
+/// Length of the uncompressed name at the start of `wire`.
+fn name_len(wire: &[u8]) -> Option<usize> {
+    let mut pos = 0;
+    loop {
+        let len = usize::from(*wire.get(pos)?);
+        pos += 1 + len;
+        if len == 0 {
+            return Some(pos);
+        }
+        if len > 63 {
+            return None;
+        }
+    }
+}
+
+/// A record in [`RawRecord::to_wire`] form, split: (owner, type, ttl, rdata).
+fn split_wire(record: &[u8]) -> Option<(&[u8], u16, u32, &[u8])> {
+    let n = name_len(record)?;
+    let fixed = record.get(n..n + 10)?;
+    let rtype = u16::from_be_bytes([fixed[0], fixed[1]]);
+    let ttl = u32::from_be_bytes([fixed[4], fixed[5], fixed[6], fixed[7]]);
+    Some((&record[..n], rtype, ttl, record.get(n + 10..)?))
+}
+
+/// The label boundaries of a wire name: each proper ancestor, as a suffix.
+fn ancestors(name: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut pos = 0;
+    std::iter::from_fn(move || {
+        let len = usize::from(*name.get(pos)?);
+        if len == 0 {
+            return None;
+        }
+        pos += 1 + len;
+        name.get(pos..)
+    })
+}
+
+/// How many RRSIGs dnssec-signzone makes for these (non-DNSSEC, lowercased) records
+/// with NSEC: one per authoritative RRset (at a delegation only DS), one per NSEC (one
+/// per name that is not below a delegation), and one for the DNSKEY RRset.
+fn expected_signatures(zone: &Name, records: &[Vec<u8>]) -> u64 {
+    use std::collections::BTreeSet;
+    let mut apex = zone.to_lowercase();
+    apex.set_fqdn(true);
+    let apex = apex.to_bytes().unwrap_or_default();
+    let split: Vec<(&[u8], u16)> = records.iter().filter_map(|r| split_wire(r).map(|(o, t, _, _)| (o, t))).collect();
+    let cuts: BTreeSet<&[u8]> = split.iter().filter(|(o, t)| *t == TYPE_NS && *o != apex.as_slice()).map(|(o, _)| *o).collect();
+    let below_cut = |o: &[u8]| ancestors(o).any(|a| cuts.contains(a));
+    let mut rrsets = BTreeSet::new();
+    let mut names = BTreeSet::new();
+    for (o, t) in split {
+        if below_cut(o) {
+            continue;
+        }
+        names.insert(o);
+        if !cuts.contains(o) || t == TYPE_DS {
+            rrsets.insert((o, t));
+        }
+    }
+    (rrsets.len() + names.len() + 1) as u64
+}
+
+/// What changed between two sets of records (canonical wire form, DNSSEC types
+/// excluded), as updates: the SOA is carried over as the later one.
+struct ZoneDiff<'a> {
+    removed: Vec<&'a [u8]>,
+    added: Vec<&'a [u8]>,
+    soa: Option<&'a [u8]>,
+}
+
+impl<'a> ZoneDiff<'a> {
+    /// `before` and `now` sorted and deduplicated.
+    fn between(before: &'a [Vec<u8>], now: &'a [Vec<u8>]) -> ZoneDiff<'a> {
+        use std::collections::BTreeSet;
+        let is_soa = |r: &[u8]| split_wire(r).is_some_and(|(_, t, _, _)| t == named_glue::rrwire::TYPE_SOA);
+        let b: BTreeSet<&[u8]> = before.iter().map(Vec::as_slice).collect();
+        let n: BTreeSet<&[u8]> = now.iter().map(Vec::as_slice).collect();
+        let removed = b.difference(&n).copied().filter(|r| !is_soa(*r)).collect();
+        let added = n.difference(&b).copied().filter(|r| !is_soa(*r)).collect();
+        let soa = n.difference(&b).copied().find(|r| is_soa(*r));
+        ZoneDiff { removed, added, soa }
+    }
+
+    fn len(&self) -> usize {
+        self.removed.len() + self.added.len() + usize::from(self.soa.is_some())
+    }
+
+    /// UPDATE messages (each within one TCP message), the SOA in the first: with a serial
+    /// above the installed one, named takes it as it is and increments only for the later
+    /// messages. Deletions (class NONE, exact records) before additions.
+    fn updates(&self, zone: &Name) -> Result<Vec<Vec<u8>>, ZoneError> {
+        let mut entries: Vec<(bool, &[u8])> = Vec::new();
+        entries.extend(self.soa.iter().map(|r| (false, *r)));
+        entries.extend(self.removed.iter().map(|r| (true, *r)));
+        entries.extend(self.added.iter().map(|r| (false, *r)));
+        let mut zone_lc = zone.to_lowercase();
+        zone_lc.set_fqdn(true);
+        let zone_wire = zone_lc.to_bytes().map_err(|e| ZoneError::Build(e.to_string()))?;
+        let mut out = Vec::new();
+        let mut chunk: Vec<Vec<u8>> = Vec::new();
+        let mut size = 12 + zone_wire.len() + 4 + 255;
+        for (delete, r) in entries {
+            let (owner, rtype, ttl, rdata) = split_wire(r).ok_or_else(|| ZoneError::Build("a record does not split".into()))?;
+            let mut rr = owner.to_vec();
+            rr.extend_from_slice(&rtype.to_be_bytes());
+            rr.extend_from_slice(&(if delete { CLASS_NONE } else { CLASS_IN }).to_be_bytes());
+            rr.extend_from_slice(&(if delete { 0 } else { ttl }).to_be_bytes());
+            let len = u16::try_from(rdata.len()).map_err(|_| ZoneError::Build("rdata too long".into()))?;
+            rr.extend_from_slice(&len.to_be_bytes());
+            rr.extend_from_slice(rdata);
+            if size + rr.len() > MAX_SLICE_MESSAGE || chunk.len() == usize::from(u16::MAX) {
+                out.push(update_message(&zone_wire, &std::mem::take(&mut chunk)));
+                size = 12 + zone_wire.len() + 4 + 255;
+            }
+            size += rr.len();
+            chunk.push(rr);
+        }
+        if !chunk.is_empty() {
+            out.push(update_message(&zone_wire, &chunk));
+        }
+        Ok(out)
+    }
+}
+
+/// An UPDATE of the zone (id 0) with these update-section records.
+fn update_message(zone_wire: &[u8], records: &[Vec<u8>]) -> Vec<u8> {
+    let mut m = Vec::new();
+    m.extend_from_slice(&0u16.to_be_bytes());
+    m.extend_from_slice(&(5u16 << 11).to_be_bytes());
+    for c in [1u16, 0, records.len() as u16, 0] {
+        m.extend_from_slice(&c.to_be_bytes());
+    }
+    m.extend_from_slice(zone_wire);
+    m.extend_from_slice(&6u16.to_be_bytes());
+    m.extend_from_slice(&CLASS_IN.to_be_bytes());
+    for r in records {
+        m.extend_from_slice(r);
+    }
+    m
 }
 
 /// The signatures one slice re-signs, chosen from the zone's records.
@@ -401,6 +703,89 @@ mod tests {
             assert_eq!((got.rtype, got.class, got.ttl), (TYPE_RRSIG, CLASS_NONE, 0));
             assert_eq!((&got.owner, &got.rdata), (&want.owner, &want.rdata));
         }
+    }
+
+    fn rec(owner: &str, rtype: u16, ttl: u32, rdata: &[u8]) -> Vec<u8> {
+        RawRecord { owner: name_wire(owner), rtype, class: CLASS_IN, ttl, rdata: rdata.to_vec(), span: 0..0 }.to_wire()
+    }
+
+    fn soa(serial: u32) -> Vec<u8> {
+        let mut rdata = name_wire("ns0.example.test.");
+        rdata.extend_from_slice(&name_wire("h.example.test."));
+        for v in [serial, 3600, 900, 604800, 300] {
+            rdata.extend_from_slice(&v.to_be_bytes());
+        }
+        rec("example.test.", 6, 300, &rdata)
+    }
+
+    #[test]
+    fn the_catch_up_after_a_background_signing_is_what_the_writes_changed() {
+        let mut before = vec![soa(7), rec("a.example.test.", 1, 300, &[192, 0, 2, 1]), rec("b.example.test.", 1, 300, &[192, 0, 2, 2]), rec("c.example.test.", 1, 300, &[192, 0, 2, 3])];
+        let mut now = vec![soa(9), rec("a.example.test.", 1, 300, &[192, 0, 2, 1]), rec("c.example.test.", 1, 600, &[192, 0, 2, 3]), rec("d.example.test.", 1, 300, &[192, 0, 2, 4])];
+        before.sort();
+        now.sort();
+        let diff = ZoneDiff::between(&before, &now);
+        assert_eq!(diff.len(), 5, "b and c (old TTL) removed, c (new TTL) and d added, the SOA");
+        let messages = diff.updates(&Name::from_ascii("Example.Test.").unwrap()).unwrap();
+        assert_eq!(messages.len(), 1);
+        let m = RawMessage::parse(&messages[0]).unwrap();
+        assert_eq!(m.header.opcode(), 5);
+        assert_eq!(m.questions[0].name, name_wire("example.test."));
+        let got: Vec<(Vec<u8>, u16, u16, u32)> = m.authorities.iter().map(|r| (r.owner.clone(), r.rtype, r.class, r.ttl)).collect();
+        assert_eq!(got[0], (name_wire("example.test."), 6, CLASS_IN, 300), "the SOA first, as it is now");
+        assert_eq!(m.authorities[0].soa_serial(), Some(9));
+        assert_eq!(got[1..3], [(name_wire("b.example.test."), 1, CLASS_NONE, 0), (name_wire("c.example.test."), 1, CLASS_NONE, 0)], "exact deletions next");
+        assert_eq!(got[3..], [(name_wire("c.example.test."), 1, CLASS_IN, 600), (name_wire("d.example.test."), 1, CLASS_IN, 300)], "then additions");
+        // Nothing written meanwhile: nothing to apply.
+        let same = ZoneDiff::between(&before, &before);
+        assert_eq!(same.len(), 0);
+        assert!(same.updates(&Name::from_ascii("example.test.").unwrap()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_big_catch_up_is_split_into_messages_that_fit() {
+        let before = vec![soa(1)];
+        let mut now: Vec<Vec<u8>> = (0..5000).map(|i| rec(&format!("host-{i}.example.test."), 16, 300, &[40; 41])).collect();
+        now.push(soa(2));
+        now.sort();
+        let messages = ZoneDiff::between(&before, &now).updates(&Name::from_ascii("example.test.").unwrap()).unwrap();
+        assert!(messages.len() > 1);
+        let mut records = 0;
+        for (i, m) in messages.iter().enumerate() {
+            assert!(m.len() <= MAX_SLICE_MESSAGE);
+            let parsed = RawMessage::parse(m).unwrap();
+            assert_eq!(parsed.authorities.iter().any(|r| r.rtype == 6), i == 0, "the SOA in the first message only");
+            records += parsed.authorities.len();
+        }
+        assert_eq!(records, 5001);
+    }
+
+    #[test]
+    fn expected_signatures_count_what_dnssec_signzone_signs() {
+        let zone = Name::from_ascii("example.test.").unwrap();
+        let records = vec![
+            soa(1),
+            rec("example.test.", 2, 300, &name_wire("ns0.example.test.")),
+            rec("ns0.example.test.", 1, 300, &[127, 0, 0, 1]),
+            rec("www.example.test.", 1, 300, &[192, 0, 2, 80]),
+            rec("www.example.test.", 28, 300, &[0; 16]),
+            // A delegation: its NS and glue unsigned, its DS signed.
+            rec("sub.example.test.", 2, 300, &name_wire("ns.sub.example.test.")),
+            rec("sub.example.test.", 43, 300, &[1, 2, 8, 2, 0xaa]),
+            rec("ns.sub.example.test.", 1, 300, &[192, 0, 2, 53]),
+        ];
+        // RRsets: SOA, apex NS, ns0 A, www A, www AAAA, sub DS = 6; NSEC at apex, ns0, www,
+        // sub = 4; the DNSKEY = 1.
+        assert_eq!(expected_signatures(&zone, &records), 11);
+    }
+
+    #[test]
+    fn kept_records_round_trip_and_name_their_signing() {
+        let lists = vec![vec![b"abc".to_vec(), Vec::new()], vec![vec![7; 300]]];
+        let bytes = encode_records(42, &lists);
+        assert_eq!(decode_records(&bytes, 42), Some(lists));
+        assert_eq!(decode_records(&bytes, 41), None, "another signing's");
+        assert_eq!(decode_records(&bytes[..bytes.len() - 1], 42), None, "cut short");
     }
 
     #[test]

@@ -188,15 +188,18 @@ fn generate(rng: &mut ChaCha8Rng, batches: usize) -> Log {
                 reads += 1;
                 let tcp = rng.next_u64() % 2 == 0;
                 (Op::Dns { tcp, message: query(reads) }, Some(applied))
-            } else if r < 90 {
+            } else if r < 85 {
                 writes += 1;
                 if rule_rcode(writes) == ResponseCode::NoError {
                     applied += 1;
                 }
                 (Op::Dns { tcp: true, message: update(writes) }, None)
-            } else if r < 97 {
+            } else if r < 92 {
                 // Stamped with the agreed time and the request's place: each counts once.
                 (Op::SignZone(pki().signers[origin as usize].sign_at(time_us + requests.len() as u64).unwrap()), None)
+            } else if r < 96 {
+                // A replica's part of a background signing is done (a no-op when none runs).
+                (Op::SignZoneFinish, None)
             } else {
                 (Op::Resign, None)
             };
@@ -236,7 +239,8 @@ enum Effect {
     None,
     Write { k: u16 },
     Read { expected: Option<usize> },
-    Sign { times: (u32, u32) },
+    /// A signed zone installed (`None`: this replica's signing failed, zone unchanged).
+    Sign { times: Option<(u32, u32)> },
     Slice { seq: u64, due_before_s: u32, times: (u32, u32) },
 }
 
@@ -418,8 +422,11 @@ impl Sim {
                 }
             }
             Effect::Sign { times } => {
-                self.nodes[i].zone.signed_at = Some(times);
-                self.nodes[i].signings += 1;
+                self.nodes[i].write_in_flight = false;
+                if let Some(times) = times {
+                    self.nodes[i].zone.signed_at = Some(times);
+                    self.nodes[i].signings += 1;
+                }
             }
             Effect::Slice { seq, due_before_s, times } => {
                 self.nodes[i].write_in_flight = false;
@@ -464,18 +471,31 @@ impl Sim {
                     let event = Event::WriteAnswered { seq, index, answer: answer(&message, rcode) };
                     self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::Write { k }, event });
                 }
-                Command::SignZone { seq, times } => {
+                Command::BeginSigning { seq, times } => {
                     if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight {
-                        self.fail(format!("replica {id}: a signing was issued while reads or a write run"));
+                        self.fail(format!("replica {id}: a signing began while reads or a write run"));
                     }
+                    let _ = times;
+                    let delay = 1 + self.rng.next_u64() % 50;
+                    self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::None, event: Event::SigningBegun { seq, result: Ok(()) } });
+                }
+                Command::FinishSigning { seq, run, times } => {
+                    if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight {
+                        self.fail(format!("replica {id}: a signed zone was installed while reads or a write run"));
+                    }
+                    let _ = times;
+                    self.nodes[i].write_in_flight = true;
+                    // Waits for this replica's background part, then installs.
                     let delay = 100 + self.rng.next_u64() % 2000;
                     self.nodes[i].sign_seqs.push(seq);
+                    // The run's agreed times (named's rule: inception an hour back).
+                    let signed = (run.time_s as u32 - 3600, run.time_s as u32 + 600);
                     let (effect, result) = if self.nodes[i].named == Named::SigningFails {
-                        (Effect::None, Err("dnssec-signzone: disk full".to_string()))
+                        (Effect::Sign { times: None }, Err("dnssec-signzone: disk full".to_string()))
                     } else {
-                        (Effect::Sign { times: (times.inception, times.expiration) }, Ok(()))
+                        (Effect::Sign { times: Some(signed) }, Ok(0))
                     };
-                    self.schedule(delay, id, Due::Done { incarnation: inc, effect, event: Event::SignZoneDone { seq, result } });
+                    self.schedule(delay, id, Due::Done { incarnation: inc, effect, event: Event::SigningFinished { seq, result } });
                 }
                 Command::ResignSlice { seq, times, due_before_s, max_rrsets } => {
                     if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight {
@@ -767,27 +787,58 @@ fn only_batches_that_change_the_state_and_checkpoints_are_persisted() {
     assert_eq!(cmds, vec![Command::Executed(4)]);
 }
 
-/// Drives one core through a sequence of sign-zone/resign requests, with every command
-/// completed at once; returns how many signings ran and the admins' answers.
-fn signings(requests: &[(u64, u16, Op)]) -> (usize, Vec<String>) {
-    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
-    let mut ran = 0;
-    let mut texts = Vec::new();
-    for (seq, (time_s, origin, op)) in requests.iter().enumerate() {
-        let seq = seq as u64 + 1;
-        let mut cmds = core.deliver(batch(seq, *time_s, vec![(*origin, op.clone(), Some(seq))]));
+/// Delivers one batch and completes every command at once (a slice re-signs what it
+/// may); returns the answers, the signings installed and the slices issued
+/// (horizon, size). A background signing that began is finished right after by
+/// votes from replicas 0 and 1 (t+1), in a batch of its own at the same agreed time.
+fn drive(core: &mut ExecCore<u64, Unchanged>, seq: &mut u64, time_s: u64, requests: Vec<(u16, Op, Option<u64>)>) -> (Vec<String>, usize, Vec<(u32, u32)>) {
+    let (mut texts, mut ran, mut slices) = (Vec::new(), 0, Vec::new());
+    *seq += 1;
+    let mut cmds = core.deliver(batch(*seq, time_s, requests));
+    loop {
         while let Some(c) = cmds.pop() {
             match c {
-                Command::SignZone { seq, .. } => {
-                    ran += 1;
-                    cmds.extend(core.handle(Event::SignZoneDone { seq, result: Ok(()) }));
+                Command::BeginSigning { seq, times } => {
+                    assert_eq!(u64::from(times.expiration), time_s + 600, "signed with the beginning batch's agreed times");
+                    cmds.extend(core.handle(Event::SigningBegun { seq, result: Ok(()) }));
                 }
-                Command::Answer { bytes, .. } => texts.push(String::from_utf8(bytes).unwrap()),
+                Command::FinishSigning { seq, .. } => {
+                    ran += 1;
+                    cmds.extend(core.handle(Event::SigningFinished { seq, result: Ok(0) }));
+                }
+                Command::ResignSlice { seq, times, due_before_s, max_rrsets } => {
+                    assert_eq!(u64::from(times.expiration), time_s + 600, "the slice signs with the batch's agreed times");
+                    slices.push((due_before_s, max_rrsets));
+                    cmds.extend(core.handle(Event::SliceDone { seq, result: Ok(max_rrsets) }));
+                }
+                Command::Answer { bytes, reply } => {
+                    // Votes are sent without a reply handle; anything else answers a request.
+                    let _ = reply;
+                    texts.push(String::from_utf8(bytes).unwrap());
+                }
                 Command::Persist(_) | Command::Executed(_) => {}
                 other => panic!("unexpected {other:?}"),
             }
         }
         assert!(core.is_idle());
+        if core.state().signing.is_none() {
+            return (texts, ran, slices);
+        }
+        *seq += 1;
+        cmds = core.deliver(batch(*seq, time_s, vec![(0, Op::SignZoneFinish, None), (1, Op::SignZoneFinish, None)]));
+    }
+}
+
+/// Drives one core through a sequence of sign-zone/resign requests, with every command
+/// completed at once; returns how many signings ran and the admins' answers.
+fn signings(requests: &[(u64, u16, Op)]) -> (usize, Vec<String>) {
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    let (mut ran, mut texts, mut seq) = (0, Vec::new(), 0);
+    for (time_s, origin, op) in requests {
+        let reply = Some(seq + 1);
+        let (t, r, _) = drive(&mut core, &mut seq, *time_s, vec![(*origin, op.clone(), reply)]);
+        texts.extend(t);
+        ran += r;
     }
     (ran, texts)
 }
@@ -819,23 +870,11 @@ fn sign_zone_needs_t_plus_one_replicas_and_is_rate_limited() {
 /// returns the re-signing slices it issued (agreed time, horizon, slice size).
 fn slices(requests: &[(u64, u16, Op)]) -> Vec<(u64, u32, u32)> {
     let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
-    let mut out = Vec::new();
-    for (seq, (time_s, origin, op)) in requests.iter().enumerate() {
-        let seq = seq as u64 + 1;
-        let mut cmds = core.deliver(batch(seq, *time_s, vec![(*origin, op.clone(), Some(seq))]));
-        while let Some(c) = cmds.pop() {
-            match c {
-                Command::SignZone { seq, .. } => cmds.extend(core.handle(Event::SignZoneDone { seq, result: Ok(()) })),
-                Command::ResignSlice { seq, times, due_before_s, max_rrsets } => {
-                    assert_eq!(u64::from(times.expiration), time_s + 600, "the slice signs with the batch's agreed times");
-                    out.push((*time_s, due_before_s, max_rrsets));
-                    cmds.extend(core.handle(Event::SliceDone { seq, result: Ok(max_rrsets) }));
-                }
-                Command::Answer { .. } | Command::Persist(_) | Command::Executed(_) => {}
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-        assert!(core.is_idle());
+    let (mut out, mut seq) = (Vec::new(), 0);
+    for (time_s, origin, op) in requests {
+        let reply = Some(seq + 1);
+        let (_, _, slices) = drive(&mut core, &mut seq, *time_s, vec![(*origin, op.clone(), reply)]);
+        out.extend(slices.into_iter().map(|(due, size)| (*time_s, due, size)));
     }
     out
 }
@@ -1119,4 +1158,43 @@ fn a_crash_mid_batch_resumes_at_the_interrupted_write() {
     other.resume_at(wrapper::exec::Resume { seq: 2, index: 1, state: before_second, applied: true });
     let cmds = other.deliver(writes());
     assert!(matches!(cmds[..], [Command::Write { index: 0, .. }]), "{cmds:?}");
+}
+
+#[test]
+fn a_whole_zone_signing_runs_beside_reads_and_writes_until_t_plus_one_replicas_are_done() {
+    let s = start_s();
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    assert!(core.deliver(batch(1, s, vec![(3, sz(3, s), None)])).iter().all(|c| matches!(c, Command::Persist(_))));
+    let cmds = core.deliver(batch(2, s + 1, vec![(1, sz(1, s + 1), Some(7))]));
+    let Some(Command::BeginSigning { seq: 2, times }) = cmds.first() else { panic!("the t+1-th request begins it: {cmds:?}") };
+    assert_eq!(u64::from(times.expiration), s + 1 + 600);
+    let cmds = core.handle(Event::SigningBegun { seq: 2, result: Ok(()) });
+    assert!(!cmds.iter().any(|c| matches!(c, Command::Answer { .. })), "the admin is answered when the zone is installed: {cmds:?}");
+    assert_eq!(core.state().signing, Some(wrapper::exec::SigningRun { seq: 2, time_s: s + 1 }));
+    assert!(core.is_idle(), "the executor goes on");
+
+    // Reads and writes run meanwhile, as ever.
+    let cmds = core.deliver(batch(3, s + 2, vec![(0, Op::Dns { tcp: false, message: query(1) }, Some(8)), (2, Op::Dns { tcp: true, message: update(1) }, None)]));
+    let Some(Command::Read { id, .. }) = cmds.first() else { panic!("the read runs: {cmds:?}") };
+    let cmds = core.handle(Event::ReadDone { id: *id });
+    let Some(Command::Write { seq: 3, index: 1, message, .. }) = cmds.first() else { panic!("then the write: {cmds:?}") };
+    let cmds = core.handle(Event::WriteAnswered { seq: 3, index: 1, answer: answer(message, ResponseCode::NoError) });
+    assert!(matches!(cmds.last(), Some(Command::Persist(_))) && core.is_idle(), "{cmds:?}");
+
+    // One replica saying it is done, however often, does not finish it.
+    let cmds = core.deliver(batch(4, s + 3, vec![(3, Op::SignZoneFinish, Some(9)), (3, Op::SignZoneFinish, None)]));
+    assert!(!cmds.iter().any(|c| matches!(c, Command::FinishSigning { .. })), "{cmds:?}");
+    assert!(cmds.iter().any(|c| matches!(c, Command::Answer { bytes, .. } if bytes.starts_with(b"counted: 1 of the 2"))), "{cmds:?}");
+    // A second one does, at its point of the log, with the signing's run and its own times.
+    let cmds = core.deliver(batch(5, s + 4, vec![(0, Op::SignZoneFinish, Some(10))]));
+    let Some(Command::FinishSigning { seq: 5, run, times }) = cmds.first() else { panic!("t+1 finish it: {cmds:?}") };
+    assert_eq!((run.seq, run.time_s, u64::from(times.expiration)), (2, s + 1, s + 4 + 600));
+    assert!(!core.is_idle(), "installing holds the executor");
+    let cmds = core.handle(Event::SigningFinished { seq: 5, result: Ok(1) });
+    let texts: Vec<(u64, String)> = cmds.iter().filter_map(|c| match c { Command::Answer { reply, bytes } => Some((*reply, String::from_utf8_lossy(bytes).into_owned())), _ => None }).collect();
+    assert_eq!(texts, vec![(7, "signed at seq 2".to_string()), (10, "finished: signed at seq 2".to_string())]);
+    assert_eq!((core.state().signing, core.state().last_signed_s), (None, s + 1), "the signatures carry the beginning's time");
+    // Late ones change nothing.
+    let cmds = core.deliver(batch(6, s + 5, vec![(1, Op::SignZoneFinish, Some(11))]));
+    assert!(cmds.iter().any(|c| matches!(c, Command::Answer { bytes, .. } if bytes == b"no signing running")), "{cmds:?}");
 }

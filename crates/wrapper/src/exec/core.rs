@@ -13,10 +13,14 @@
 //!   reads issued before it);
 //! - nothing waits on a client: answers are commands that the tokio side delivers
 //!   without blocking;
-//! - sign-zone runs once requests for it from `faults + 1` distinct replicas were
+//! - sign-zone begins once requests for it from `faults + 1` distinct replicas were
 //!   ordered (within `sign_zone_window_s` of agreed time), each proven by its replica's
 //!   signature (`authority`), each signed request counting at most once, and at most
-//!   once per `sign_zone_interval_s`;
+//!   once per `sign_zone_interval_s`. It runs in the background: the zone's content at
+//!   that point is what is signed, reads and writes go on meanwhile, and the signed zone
+//!   is installed (with the writes ordered meanwhile applied on top) at the point of the
+//!   log where `SignZoneFinish` from `faults + 1` replicas completes (docs/DETERMINISM.md,
+//!   "Background whole-zone signing");
 //! - re-signing is incremental: an ordered `Resign` at agreed time T, once the zone was
 //!   signed and no earlier than `slice_interval_s` after the last slice, re-signs at most
 //!   `slice_rrsets` RRsets whose signatures expire by T + (validity - `resign_after_s`),
@@ -33,7 +37,7 @@ use crate::classify::{classify, Kind, Verdict};
 use crate::envelope::Op;
 use crate::exec::authority::{SignZoneAuth, SignZoneVerifier};
 use crate::exec::gate::{UpdateDecision, UpdateGate};
-use crate::exec::state::{code, ExecState, RecentWrite};
+use crate::exec::state::{code, ExecState, RecentWrite, SigningRun};
 
 /// named's answers to recent writes kept for retransmissions (local, not replicated:
 /// only what to send, never whether to execute).
@@ -93,8 +97,14 @@ pub enum Command<R> {
     /// however long it takes (retrying while it is down), then report
     /// [`Event::WriteAnswered`].
     Write { seq: u64, index: u32, message: Vec<u8>, times: SignatureTimes },
-    /// Sign the whole zone at these agreed times; report [`Event::SignZoneDone`].
-    SignZone { seq: u64, times: SignatureTimes },
+    /// Begin a background whole-zone signing: keep the zone's content as it is now (what
+    /// will be signed, with these agreed times); report [`Event::SigningBegun`]. The
+    /// signing itself runs off the log.
+    BeginSigning { seq: u64, times: SignatureTimes },
+    /// Install the zone signed by background run `run` (waiting for this replica's part
+    /// of it however long it takes), then apply on top of it what changed since `run`
+    /// began, with this batch's agreed `times`; report [`Event::SigningFinished`].
+    FinishSigning { seq: u64, run: SigningRun, times: SignatureTimes },
     /// Re-sign at most `max_rrsets` RRsets whose signatures expire at or before
     /// `due_before_s`, soonest first (ties by owner and type), with these agreed times;
     /// wait for named however long it takes, then report [`Event::SliceDone`].
@@ -119,7 +129,11 @@ pub enum Event {
     ReadDone { id: u64 },
     /// named's answer to the write (the tokio side waits until there is one).
     WriteAnswered { seq: u64, index: u32, answer: Vec<u8> },
-    SignZoneDone { seq: u64, result: Result<(), String> },
+    /// The zone's content was kept for a background signing (or could not be).
+    SigningBegun { seq: u64, result: Result<(), String> },
+    /// The signed zone is installed: how many records changed since the signing began
+    /// (applied on top), or why it failed (the zone is then left as it was).
+    SigningFinished { seq: u64, result: Result<u32, String> },
     /// How many RRsets the slice re-signed, or why named refused it.
     SliceDone { seq: u64, result: Result<u32, String> },
     /// `None`: the zone could not be read; this replica's checkpoint will not match.
@@ -136,7 +150,8 @@ enum Wait<R> {
     Write { index: u32, request: Vec<u8>, reply: Option<R>, window: Option<([u8; 32], u64)> },
     /// A signing decided at this point of the log, waiting for earlier reads.
     SignPending { index: u32, reply: Option<R> },
-    SignZone { index: u32, reply: Option<R> },
+    Begin { index: u32, reply: Option<R> },
+    Finish { index: u32, reply: Option<R> },
     Slice { index: u32, reply: Option<R> },
     Digest,
 }
@@ -180,11 +195,14 @@ pub struct ExecCore<R, G> {
     answers: BTreeMap<[u8; 32], Vec<u8>>,
     answer_order: VecDeque<[u8; 32]>,
     resume: Option<Resume>,
+    /// The admin waiting for the running background signing to finish (local: only the
+    /// gateway that ordered the request holds it).
+    sign_reply: Option<R>,
 }
 
 impl<R, G: UpdateGate> ExecCore<R, G> {
     pub fn new(config: ExecConfig, gate: G, state: ExecState) -> Self {
-        ExecCore { config, gate, durable: state.clone(), state, running: None, reads: BTreeSet::new(), next_read: 0, answers: BTreeMap::new(), answer_order: VecDeque::new(), resume: None }
+        ExecCore { config, gate, durable: state.clone(), state, running: None, reads: BTreeSet::new(), next_read: 0, answers: BTreeMap::new(), answer_order: VecDeque::new(), resume: None, sign_reply: None }
     }
 
     /// After a crash in the middle of batch `resume.seq`: when that batch is delivered
@@ -220,7 +238,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     pub fn zone_change_at(&self) -> Option<(u64, u32, ExecState)> {
         let run = self.running.as_ref()?;
         match &run.wait {
-            Some(Wait::Write { index, .. } | Wait::SignZone { index, .. } | Wait::Slice { index, .. }) => {
+            Some(Wait::Write { index, .. } | Wait::Finish { index, .. } | Wait::Slice { index, .. }) => {
                 Some((run.seq, *index, run.before.clone().unwrap_or_else(|| self.state.clone())))
             }
             _ => None,
@@ -232,6 +250,11 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         if let Some(run) = self.running.as_mut() {
             run.before = Some(before);
         }
+    }
+
+    /// The background signing running, with the signature times it signs with.
+    pub fn signing_run(&self) -> Option<(SigningRun, SignatureTimes)> {
+        self.state.signing.map(|run| (run, self.times(run.time_s.saturating_mul(1_000_000))))
     }
 
     /// Reads issued and not yet reported done.
@@ -306,26 +329,54 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                     out.push(Command::Answer { reply, bytes: self.gate.answer_for_client(&request, &answer) });
                 }
             }
-            Event::SignZoneDone { seq, result } => {
+            Event::SigningBegun { seq, result } => {
                 let Some(run) = &mut self.running else { return out };
-                if run.seq != seq || !matches!(run.wait, Some(Wait::SignZone { .. })) {
+                if run.seq != seq || !matches!(run.wait, Some(Wait::Begin { .. })) {
                     return out;
                 }
-                let Some(Wait::SignZone { index, reply }) = run.wait.take() else { return out };
+                let Some(Wait::Begin { index, reply }) = run.wait.take() else { return out };
                 let time_s = run.time_us / 1_000_000;
-                let text = match result {
+                match result {
                     Ok(()) => {
-                        self.state.last_signed_s = time_s;
+                        self.state.signing = Some(SigningRun { seq, time_s });
+                        self.state.sign_finish_votes.clear();
+                        self.state.record(seq, index, code::SIGNING_BEGUN);
+                        // Answered when the signed zone is installed.
+                        self.sign_reply = reply;
+                    }
+                    Err(e) => {
+                        self.state.record(seq, index, code::ZONE_SIGN_FAILED);
+                        if let Some(reply) = reply {
+                            out.push(Command::Answer { reply, bytes: format!("error: {e}").into_bytes() });
+                        }
+                    }
+                }
+            }
+            Event::SigningFinished { seq, result } => {
+                let Some(run) = &mut self.running else { return out };
+                if run.seq != seq || !matches!(run.wait, Some(Wait::Finish { .. })) {
+                    return out;
+                }
+                let Some(Wait::Finish { index, reply }) = run.wait.take() else { return out };
+                let signing = self.state.signing.take().unwrap_or(SigningRun { seq, time_s: run.time_us / 1_000_000 });
+                self.state.sign_finish_votes.clear();
+                let text = match result {
+                    Ok(_) => {
+                        // The signatures carry the run's agreed time.
+                        self.state.last_signed_s = signing.time_s;
                         self.state.record(seq, index, code::ZONE_SIGNED);
-                        format!("signed at seq {seq}")
+                        format!("signed at seq {}", signing.seq)
                     }
                     Err(e) => {
                         self.state.record(seq, index, code::ZONE_SIGN_FAILED);
                         format!("error: {e}")
                     }
                 };
+                if let Some(reply) = self.sign_reply.take() {
+                    out.push(Command::Answer { reply, bytes: text.clone().into_bytes() });
+                }
                 if let Some(reply) = reply {
-                    out.push(Command::Answer { reply, bytes: text.into_bytes() });
+                    out.push(Command::Answer { reply, bytes: format!("finished: {text}").into_bytes() });
                 }
             }
             Event::SliceDone { seq, result } => {
@@ -500,6 +551,34 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         }
                     }
                 }
+                Op::SignZoneFinish => {
+                    self.keep_before();
+                    let Some(signing) = self.state.signing else {
+                        if let Some(reply) = item.reply {
+                            out.push(Command::Answer { reply, bytes: b"no signing running".to_vec() });
+                        }
+                        continue;
+                    };
+                    self.state.sign_finish_votes.insert(item.origin);
+                    let needed = usize::from(self.config.faults) + 1;
+                    if self.state.sign_finish_votes.len() < needed {
+                        if let Some(reply) = item.reply {
+                            let text = format!("counted: {} of the {needed} replicas needed are done", self.state.sign_finish_votes.len());
+                            out.push(Command::Answer { reply, bytes: text.into_bytes() });
+                        }
+                        continue;
+                    }
+                    // Installing changes the zone: like a write, after the reads before it.
+                    if !self.reads.is_empty() {
+                        return self.hold(index, item, Wait::Barrier);
+                    }
+                    let times = self.times(time_us);
+                    out.push(Command::FinishSigning { seq, run: signing, times });
+                    if let Some(run) = self.running.as_mut() {
+                        run.wait = Some(Wait::Finish { index, reply: item.reply });
+                    }
+                    return;
+                }
                 Op::Resign => {
                     let time_s = time_us / 1_000_000;
                     if self.state.last_signed_s != 0 && time_s >= self.state.next_slice_s {
@@ -545,14 +624,14 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         }
     }
 
-    /// A whole-zone signing decided at this point of the log; it starts once the reads
+    /// A whole-zone signing decided at this point of the log; it begins once the reads
     /// issued before it are done (the decision is not taken again).
     fn start_signing(&mut self, index: u32, reply: Option<R>, seq: u64, time_us: u64, out: &mut Vec<Command<R>>) {
         let times = self.times(time_us);
         let Some(run) = self.running.as_mut() else { return };
         if self.reads.is_empty() {
-            run.wait = Some(Wait::SignZone { index, reply });
-            out.push(Command::SignZone { seq, times });
+            run.wait = Some(Wait::Begin { index, reply });
+            out.push(Command::BeginSigning { seq, times });
         } else {
             run.wait = Some(Wait::SignPending { index, reply });
         }
@@ -564,6 +643,9 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// counted before from that replica), and only if signed within the window of the
     /// agreed time; the ordering's `origin` must agree with the signer.
     fn sign_zone_request(&mut self, origin: u16, auth: &SignZoneAuth, time_s: u64) -> Result<(), String> {
+        if let Some(run) = self.state.signing {
+            return Err(format!("refused: a whole-zone signing is running since seq {}", run.seq));
+        }
         if auth.replica != origin {
             return Err(format!("refused: a request signed for replica {} was ordered as replica {origin}'s", auth.replica));
         }

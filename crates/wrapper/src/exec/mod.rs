@@ -14,4 +14,4 @@ pub mod state;
 pub use self::core::{Command, Delivered, Event, ExecConfig, ExecCore, Item, Resume};
 pub use authority::{SignZoneAuth, SignZoneSigner, SignZoneVerifier};
 pub use gate::{Unchanged, UpdateDecision, UpdateGate};
-pub use state::{ExecState, WriteIntent};
+pub use state::{ExecState, SigningRun, WriteIntent};

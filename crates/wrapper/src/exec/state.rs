@@ -12,8 +12,9 @@ use sha2::{Digest as _, Sha256};
 
 use crate::codec::{self, CodecError};
 
-/// 2 added `next_slice_s` and the sign-zone stamps; a version-1 state is read and converted.
-const VERSION: u8 = 2;
+/// 2 added `next_slice_s` and the sign-zone stamps; 3 the background whole-zone signing
+/// (`signing`, `sign_finish_votes`). Older states are read and converted.
+const VERSION: u8 = 3;
 const MAX_STATE_BYTES: usize = 256 * 1024;
 /// Recent TSIG-signed writes remembered for deduplication; beyond, the one whose window
 /// closes first is forgotten.
@@ -34,6 +35,17 @@ pub mod code {
     pub const SLICE_RESIGNED: u32 = 0x0008_0000;
     /// A re-signing slice failed (named refused or could not sign); the zone is unchanged.
     pub const SLICE_FAILED: u32 = 0x0008_ffff;
+    /// A background whole-zone signing began: the zone's content at this point was
+    /// taken as what it signs.
+    pub const SIGNING_BEGUN: u32 = 0x0010_0000;
+}
+
+/// A whole-zone signing running in the background: it signs the zone as it was at
+/// batch `seq`, with signature times from that batch's agreed time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SigningRun {
+    pub seq: u64,
+    pub time_s: u64,
 }
 
 /// A TSIG-signed write executed recently: a byte-identical copy ordered before its
@@ -65,6 +77,23 @@ pub struct ExecState {
     pub recent_writes: BTreeMap<[u8; 32], RecentWrite>,
     /// Agreed time (s) from which the next incremental re-signing slice may run.
     pub next_slice_s: u64,
+    /// The whole-zone signing running in the background, if any.
+    pub signing: Option<SigningRun>,
+    /// Replicas whose request to finish the running signing (their own part of it is
+    /// done) was ordered; t+1 finish it.
+    pub sign_finish_votes: std::collections::BTreeSet<u16>,
+}
+
+/// The state as version 2 stored it.
+#[derive(Deserialize)]
+struct StateV2 {
+    executed: u64,
+    last_signed_s: u64,
+    sign_zone_requests: BTreeMap<u16, u64>,
+    sign_zone_stamps: BTreeMap<u16, u64>,
+    outcomes: [u8; 32],
+    recent_writes: BTreeMap<[u8; 32], RecentWrite>,
+    next_slice_s: u64,
 }
 
 /// The state as version 1 stored it.
@@ -127,6 +156,18 @@ impl ExecState {
             h.update(w.outcome.to_be_bytes());
         }
         h.update(self.next_slice_s.to_be_bytes());
+        match self.signing {
+            None => h.update([0u8]),
+            Some(run) => {
+                h.update([1u8]);
+                h.update(run.seq.to_be_bytes());
+                h.update(run.time_s.to_be_bytes());
+            }
+        }
+        h.update((self.sign_finish_votes.len() as u64).to_be_bytes());
+        for v in &self.sign_finish_votes {
+            h.update(v.to_be_bytes());
+        }
         h.finalize().into()
     }
 
@@ -140,6 +181,19 @@ impl ExecState {
                 let v1: StateV1 = codec::decode("execution state", 1, MAX_STATE_BYTES, bytes)?;
                 // Requests counted under v1 were not proven by their replicas: dropped.
                 Ok(ExecState { executed: v1.executed, last_signed_s: v1.last_signed_s, outcomes: v1.outcomes, recent_writes: v1.recent_writes, ..Default::default() })
+            }
+            Err(CodecError::Version { got: 2, .. }) => {
+                let v2: StateV2 = codec::decode("execution state", 2, MAX_STATE_BYTES, bytes)?;
+                Ok(ExecState {
+                    executed: v2.executed,
+                    last_signed_s: v2.last_signed_s,
+                    sign_zone_requests: v2.sign_zone_requests,
+                    sign_zone_stamps: v2.sign_zone_stamps,
+                    outcomes: v2.outcomes,
+                    recent_writes: v2.recent_writes,
+                    next_slice_s: v2.next_slice_s,
+                    ..Default::default()
+                })
             }
             other => other,
         }
@@ -310,6 +364,31 @@ mod tests {
     }
 
     #[test]
+    fn reads_a_version_2_state_and_attests_the_signing_run() {
+        #[derive(Serialize)]
+        struct V2 {
+            executed: u64,
+            last_signed_s: u64,
+            sign_zone_requests: BTreeMap<u16, u64>,
+            sign_zone_stamps: BTreeMap<u16, u64>,
+            outcomes: [u8; 32],
+            recent_writes: BTreeMap<[u8; 32], RecentWrite>,
+            next_slice_s: u64,
+        }
+        let old = V2 { executed: 8, last_signed_s: 90, sign_zone_requests: BTreeMap::new(), sign_zone_stamps: [(1, 4)].into(), outcomes: [3; 32], recent_writes: BTreeMap::new(), next_slice_s: 12 };
+        let s = ExecState::decode(&codec::encode(2, &old)).unwrap();
+        assert_eq!((s.executed, s.last_signed_s, s.next_slice_s, s.signing), (8, 90, 12, None));
+        assert_eq!(s.sign_zone_stamps.get(&1), Some(&4));
+        let mut running = s.clone();
+        running.signing = Some(SigningRun { seq: 9, time_s: 100 });
+        assert_ne!(s.checkpoint_digest(&[0; 32]), running.checkpoint_digest(&[0; 32]));
+        let mut voted = running.clone();
+        voted.sign_finish_votes.insert(2);
+        assert_ne!(running.checkpoint_digest(&[0; 32]), voted.checkpoint_digest(&[0; 32]));
+        assert_eq!(ExecState::decode(&voted.encode()).unwrap(), voted);
+    }
+
+    #[test]
     fn store_and_load() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("exec.state");
@@ -318,7 +397,7 @@ mod tests {
         s.record(3, 1, 2);
         s.store(&path).unwrap();
         assert_eq!(ExecState::load(&path).unwrap(), s);
-        std::fs::write(&path, b"\x02garbage").unwrap();
+        std::fs::write(&path, b"\x03garbage").unwrap();
         assert!(matches!(ExecState::load(&path), Err(StateError::Decode { .. })));
     }
 }

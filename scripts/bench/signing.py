@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Whole-zone signing at scale (issue 13), measured against dnssec-signzone in the same run.
+
+For each zone size: the zone (the demo zone plus N hosts with A, AAAA and MX) is signed by
+BIND's own dnssec-signzone with an ordinary 2048-bit RSASHA256 key (one thread, as the
+replicas' signer runs), its CPU time taken from the kernel's accounting of the child. Then a
+4-replica sdns cluster (2048-bit threshold key) is started on the same zone while a probe
+reads `www A` from replica 0 every 50 ms and an update goes to replica 1 every 2 s; its first
+signing runs in the background of `cluster up` (measured from the first answer to the end of
+`cluster up`; the replicas' CPU since their start, so start-up counts too). For smaller
+zones `sdns sign-zone` then signs the whole zone again under the same load (CPU measured
+over just that). Recorded: the CPU time each replica spent (its sdns process with the
+dnssec-signzone it ran, plus its named; from /proc/PID/stat), the wall time, the largest
+gap between probe answers, the slowest update acknowledgement, and how long installing the
+signed zone held each replica's executor (metric sdns_zone_install_seconds).
+
+Usage: scripts/bench-signing.sh [NAMES ...]   (default: 1000 10000; a second signing by
+`sdns sign-zone` for zones up to SDNS_BENCH_AGAIN_UP_TO names, default 2000)
+Needs the sdns binary (SDNS_BIN, default target/debug/sdns) and the patched BIND
+(SDNS_BIND_DIR, default target/bind9).
+"""
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SDNS = os.environ.get("SDNS_BIN", os.path.join(ROOT, "target/debug/sdns"))
+BIND = os.environ.get("SDNS_BIND_DIR", os.path.join(ROOT, "target/bind9"))
+ZONE = "example.test"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def zone_text(names):
+    z = [f"$ORIGIN {ZONE}.", "$TTL 300", f"@ IN SOA ns0.{ZONE}. hostmaster.{ZONE}. ( 1 3600 900 604800 300 )"]
+    for i in range(4):
+        z += [f"@ IN NS ns{i}.{ZONE}.", f"ns{i} IN A 127.0.0.1"]
+    z += ["@ IN MX 10 mail", "www IN A 192.0.2.80", "www IN AAAA 2001:db8::80", "mail IN A 192.0.2.25"]
+    for i in range(names):
+        z += [f"h{i} IN A 10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}", f"h{i} IN AAAA 2001:db8::{i:x}", f"h{i} IN MX 10 mail"]
+    return "\n".join(z) + "\n"
+
+
+def children_cpu():
+    r = os.times()
+    return r.children_user + r.children_system
+
+
+def dnssec_signzone(zone_file, work):
+    """CPU seconds and wall seconds of dnssec-signzone with a plain 2048-bit key."""
+    keydir = os.path.join(work, "plainkeys")
+    os.makedirs(keydir, exist_ok=True)
+    key = subprocess.run([f"{BIND}/bin/dnssec-keygen", "-q", "-K", keydir, "-a", "RSASHA256", "-b", "2048", "-f", "KSK", ZONE], check=True, capture_output=True, text=True).stdout.strip()
+    with open(os.path.join(keydir, key + ".key")) as f:
+        dnskey = f.read()
+    signed_in = os.path.join(work, "plain.in")
+    with open(zone_file) as f, open(signed_in, "w") as out:
+        out.write(f.read() + dnskey)
+    before, t0 = children_cpu(), time.monotonic()
+    subprocess.run([f"{BIND}/bin/dnssec-signzone", "-q", "-n", "1", "-z", "-d", work, "-K", keydir, "-o", ZONE, "-f", os.path.join(work, "plain.signed"), signed_in, os.path.join(keydir, key)], check=True, capture_output=True)
+    return children_cpu() - before, time.monotonic() - t0
+
+
+def encode_name(name):
+    out = b""
+    for label in name.strip(".").split("."):
+        out += bytes([len(label)]) + label.encode()
+    return out + b"\0"
+
+
+def proc_cpu(pid, with_children):
+    """CPU seconds of a process (utime + stime, and its reaped children's when asked)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # fields[0] is the state (field 3); utime is field 14, stime 15, cutime 16, cstime 17.
+    ticks = int(fields[11]) + int(fields[12])
+    if with_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / TICK
+
+
+def named_pid(sdns_pid):
+    try:
+        for task in os.listdir(f"/proc/{sdns_pid}/task"):
+            with open(f"/proc/{sdns_pid}/task/{task}/children") as f:
+                for child in f.read().split():
+                    with open(f"/proc/{child}/comm") as c:
+                        if c.read().strip() == "named":
+                            return int(child)
+    except OSError:
+        pass
+    return None
+
+
+def replica_cpu(pids):
+    out = []
+    for pid in pids:
+        total = proc_cpu(pid, True)
+        npid = named_pid(pid)
+        if npid:
+            total += proc_cpu(npid, False)
+        out.append(total)
+    return out
+
+
+def probe(port, stop, answers, state):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(2.0)
+    qid = 0
+    while not stop.is_set():
+        sent = time.monotonic()
+        qid = (qid + 1) & 0xFFFF
+        s.sendto(struct.pack(">HHHHHH", qid, 0, 1, 0, 0, 0) + encode_name(f"www.{ZONE}") + struct.pack(">HH", 1, 1), ("127.0.0.1", port))
+        try:
+            while True:
+                data, _ = s.recvfrom(4096)
+                if len(data) >= 12 and struct.unpack(">H", data[:2])[0] == qid:
+                    if data[3] & 0x0F == 0:
+                        answers.append(time.monotonic())
+                    break
+        except socket.timeout:
+            state["unanswered"] += 1
+        rest = 0.05 - (time.monotonic() - sent)
+        if rest > 0:
+            time.sleep(rest)
+
+
+def updater(port, key, stop, acks):
+    k = 0
+    while not stop.is_set():
+        k += 1
+        script = f"server 127.0.0.1 {port}\nzone {ZONE}\nupdate add bench-{k}.{ZONE} 300 A 192.0.2.{k % 250}\nsend\n"
+        t0 = time.monotonic()
+        r = subprocess.run([f"{BIND}/bin/nsupdate", "-t", "30", "-k", key], input=script, capture_output=True, text=True)
+        acks.append((time.monotonic() - t0, r.returncode == 0, t0))
+        stop.wait(2.0)
+
+
+def metric(port, name):
+    try:
+        text = subprocess.run(["curl", "-s", "-m", "5", f"http://127.0.0.1:{port}/metrics"], capture_output=True, text=True).stdout
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            return float(line.split()[-1])
+    return None
+
+
+def max_gap(points, start, end):
+    inside = [start] + [t for t in points if start <= t <= end] + [end]
+    return max(b - a for a, b in zip(inside, inside[1:]))
+
+
+def sign_zone_args(cdir, base):
+    args = [SDNS, "sign-zone"]
+    for i in range(4):
+        args += ["--admin", f"127.0.0.1:{base + 301 + i}", "--token", os.path.join(cdir, f"replica-{i}/state/admin.token")]
+    return args
+
+
+def observed(kind, names, plain_cpu, start, end, cpu, answers, acks, state, install, ok, output):
+    return {
+        "names": names,
+        "signing": kind,
+        "ok": ok,
+        "output": output.strip()[-200:],
+        "dnssec_signzone_cpu_s": round(plain_cpu, 3),
+        "wall_s": round(end - start, 2),
+        "replica_cpu_s": [round(c, 2) for c in cpu],
+        "cpu_ratio_mean": round(sum(cpu) / len(cpu) / plain_cpu, 2) if plain_cpu > 0 else None,
+        "cpu_ratio_max": round(max(cpu) / plain_cpu, 2) if plain_cpu > 0 else None,
+        "probe_answers_during": len([t for t in answers if start <= t <= end]),
+        "probe_unanswered": state["unanswered"],
+        "max_read_gap_s": round(max_gap(answers, start, end), 3),
+        # Before the installation (the last hold before `end`): the background part alone.
+        "max_read_gap_before_install_s": round(max_gap(answers, start, end - max((x or 0.0) for x in install) - 0.5), 3) if end - start > 5 else None,
+        "updates": len(acks),
+        "updates_failed": len([1 for _, ok, _ in acks if not ok]),
+        "max_update_ack_s": round(max((a for a, _, _ in acks), default=0.0), 3),
+        "max_update_ack_before_install_s": round(max((a for a, _, t in acks if t + a < end - max((x or 0.0) for x in install) - 0.5), default=0.0), 3),
+        "install_hold_s": install,
+        "load_average": [round(x, 1) for x in os.getloadavg()],
+    }
+
+
+def one_size(names, base, again):
+    """The first signing (during `cluster up`: replica CPU since start, so start-up counts
+    too) and, with `again`, a second whole-zone signing by `sdns sign-zone`."""
+    work = tempfile.mkdtemp(prefix=f"sdns-bench-signing-{names}-")
+    zone_file = os.path.join(work, "zone.db")
+    with open(zone_file, "w") as f:
+        f.write(zone_text(names))
+    plain_cpu, _ = dnssec_signzone(zone_file, work)
+    cdir = os.path.join(work, "cluster")
+    ports = ["--client-port", str(base + 1), "--peer-port", str(base + 101), "--named-port", str(base + 201), "--metrics-port", str(base + 301)]
+    up = [SDNS, "cluster", "up", "--replicas", "4", "--dir", cdir, "--bind-dir", BIND, "--zone-file", zone_file, "--sign-zone-interval-s", "1"] + ports
+    results = []
+    stop, answers, acks, state = threading.Event(), [], [], {"unanswered": 0}
+    threads = [
+        threading.Thread(target=probe, args=(base + 1, stop, answers, state)),
+        threading.Thread(target=updater, args=(base + 2, os.path.join(cdir, "tsig.key"), stop, acks)),
+    ]
+    try:
+        cluster = subprocess.Popen(up, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        threads[0].start()
+        # The replicas answer (the unsigned zone) before the first signing is asked for.
+        while not answers and cluster.poll() is None:
+            time.sleep(0.05)
+        start = time.monotonic()
+        while not os.path.exists(os.path.join(cdir, "tsig.key")):
+            time.sleep(0.05)
+        threads[1].start()
+        output = cluster.communicate()[0]
+        end = time.monotonic()
+        pids = [int(open(os.path.join(cdir, f"replica-{i}/sdns.pid")).read()) for i in range(4)]
+        cpu = replica_cpu(pids)
+        install = [metric(base + 301 + i, "sdns_zone_install_seconds") for i in range(4)]
+        results.append(observed("first (cluster up; CPU since start)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, cluster.returncode == 0, output))
+        if again:
+            time.sleep(1.0)
+            acks.clear()
+            cpu0 = replica_cpu(pids)
+            start = time.monotonic()
+            out = subprocess.run(sign_zone_args(cdir, base), capture_output=True, text=True)
+            end = time.monotonic()
+            cpu = [b - a for a, b in zip(cpu0, replica_cpu(pids))]
+            install = [metric(base + 301 + i, "sdns_zone_install_seconds") for i in range(4)]
+            ok = out.returncode == 0 and "signed at seq" in out.stdout + out.stderr
+            results.append(observed("again (sdns sign-zone)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, ok, out.stdout + out.stderr))
+    finally:
+        stop.set()
+        for t in threads:
+            if t.is_alive():
+                t.join()
+        subprocess.run([SDNS, "cluster", "down", "--replicas", "4", "--dir", cdir], capture_output=True)
+    return results
+
+
+def main():
+    args = sys.argv[1:]
+    again_up_to = int(os.environ.get("SDNS_BENCH_AGAIN_UP_TO", "2000"))
+    sizes = [int(a) for a in args] or [1000, 10000]
+    base = int(os.environ.get("SDNS_BENCH_BASE_PORT", "46000"))
+    rows = []
+    for n in sizes:
+        for r in one_size(n, base, n <= again_up_to):
+            print(json.dumps(r), flush=True)
+            rows.append(r)
+    print("\n| names | signing | dnssec-signzone CPU | wall | CPU per replica | ratio mean / max | max read gap (before installing) | max update ack (before installing) | install hold |")
+    print("|---:|---|---:|---:|---|---|---:|---:|---|")
+    for r in rows:
+        hold = ", ".join(f"{x:.2f}" if x is not None else "-" for x in r["install_hold_s"])
+        print(f"| {r['names']} | {r['signing']} | {r['dnssec_signzone_cpu_s']} s | {r['wall_s']} s | {', '.join(str(c) for c in r['replica_cpu_s'])} s | {r['cpu_ratio_mean']}x / {r['cpu_ratio_max']}x | {r['max_read_gap_s']} s ({r['max_read_gap_before_install_s']} s) | {r['max_update_ack_s']} s ({r['max_update_ack_before_install_s']} s) | {hold} s |")
+
+
+if __name__ == "__main__":
+    main()
