@@ -62,7 +62,19 @@ pub struct Executor<G: UpdateGate> {
     pub digested: DigestedRecords,
     /// Verified snapshots to install (from state transfer).
     pub installs: Option<mpsc::Receiver<Install>>,
+    /// This replica's own state digest at each recent checkpoint, to compare with the
+    /// certified one (`crate::statexfer::watch_divergence`).
+    pub own_digests: OwnDigests,
+    /// The checkpoint at which this replica's state was found to differ from the certified
+    /// one (0: never). Until a transferred state after it is installed, no batch is executed:
+    /// executing on a diverged state would only spread the difference.
+    pub diverged_at: Option<watch::Receiver<u64>>,
 }
+
+/// Own checkpoint digests by batch, the newest few.
+pub type OwnDigests = Arc<Mutex<std::collections::BTreeMap<u64, Digest>>>;
+/// Own digests remembered (the stable checkpoint trails the newest by about one interval).
+const OWN_DIGESTS_KEPT: usize = 8;
 
 impl<G: UpdateGate + 'static> Executor<G> {
     pub async fn run(mut self, mut batches: mpsc::UnboundedReceiver<Batch>) {
@@ -72,20 +84,32 @@ impl<G: UpdateGate + 'static> Executor<G> {
         // Without state transfer the branch below never fires.
         let (_no_installs, idle_installs) = mpsc::channel(1);
         let mut installs = self.installs.take().unwrap_or(idle_installs);
+        let (_never_diverged, idle_diverged) = watch::channel(0u64);
+        let mut diverged_at = self.diverged_at.take().unwrap_or(idle_diverged);
+        // The last installed transferred state's checkpoint.
+        let mut installed_at = 0u64;
         let state = self.core.state();
         self.last_signed.store(state.last_signed_s, Ordering::Relaxed);
         if state.executed > 0 {
             info!(replica = self.id, last = state.executed, "resuming after executed batch");
         }
         loop {
+            let paused = *diverged_at.borrow_and_update() > installed_at;
             let commands = tokio::select! {
                 biased;
                 Some(event) = events.recv() => self.core.handle(event),
                 Some((snapshot, ack)) = installs.recv(), if self.core.is_idle() => {
-                    let _ = ack.send(self.install(snapshot).await);
+                    let seq = snapshot.seq;
+                    let result = self.install(snapshot).await;
+                    if result.is_ok() {
+                        installed_at = installed_at.max(seq);
+                    }
+                    let _ = ack.send(result);
                     Vec::new()
                 }
-                batch = batches.recv(), if self.core.is_idle() => match batch {
+                // A divergence found while this replica was executing: stop taking batches.
+                Ok(()) = diverged_at.changed(), if !paused => Vec::new(),
+                batch = batches.recv(), if self.core.is_idle() && !paused => match batch {
                     Some(batch) => {
                         let delivered = self.resolve(batch);
                         self.core.deliver(delivered)
@@ -284,6 +308,12 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 });
             }
             Command::Checkpoint { seq, digest } => {
+                if let Ok(mut own) = self.own_digests.lock() {
+                    own.insert(seq, digest);
+                    while own.len() > OWN_DIGESTS_KEPT {
+                        own.pop_first();
+                    }
+                }
                 self.keep_snapshot(seq, digest);
                 let _ = self.checkpoints.send((seq, digest)).await;
             }
