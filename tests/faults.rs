@@ -309,7 +309,6 @@ fn sigstop_for_a_minute() {
 }
 
 #[test]
-#[ignore = "needs state transfer to work end to end (built, not yet shown working against a real cluster; docs/RELIABILITY.md): ordered reads at 20 q/s fill the retained log (1024 batches below the stable checkpoint) within a minute, and the stopped replica logs 'fell behind the retained log'"]
 fn sigstop_for_a_minute_under_read_load() {
     stopped_replica_catches_up(Duration::from_secs(60), 3, 20);
 }
@@ -331,7 +330,6 @@ fn kill9_and_restart(victim: u16, what: &str) {
 }
 
 #[test]
-#[ignore = "long: scripts/faults.sh; under reads the restarted backup fell behind the retained log; needs state transfer to work end to end"]
 fn kill9_backup_mid_stream() {
     kill9_and_restart(2, "kill9-backup");
 }
@@ -417,7 +415,6 @@ fn full_cluster_restart() {
 }
 
 #[test]
-#[ignore = "needs state transfer to work end to end (built, not yet shown working against a real cluster; docs/RELIABILITY.md): a replica restored from an old copy of its directory"]
 fn restored_from_an_old_copy() {
     let c = Cluster::up(ClusterOpts::default());
     let load = Load::start(&c, "old-copy", 2, &[], 0);
@@ -437,7 +434,6 @@ fn restored_from_an_old_copy() {
 }
 
 #[test]
-#[ignore = "needs state transfer to work end to end (built, not yet shown working against a real cluster; docs/RELIABILITY.md): a replica whose state directory was deleted"]
 fn state_directory_deleted() {
     let c = Cluster::up(ClusterOpts::default());
     let load = Load::start(&c, "no-state", 2, &[], 0);
