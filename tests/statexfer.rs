@@ -311,3 +311,45 @@ fn convergence_time_by_zone_size() {
         empty.as_secs_f64()
     );
 }
+
+/// Replica 3's named refuses a write the others applied: its execution state is put back to
+/// before a conditional update (`prereq nxdomain`), so on restart it executes that update
+/// again and its named answers YXDOMAIN where the others answered NOERROR. Its outcome chain,
+/// and so its checkpoint digest, then differs from the certified one: it must notice, stop
+/// executing, install the certified state from its peers and go on in agreement.
+#[test]
+fn a_replica_whose_state_differs_from_the_certified_checkpoint_repairs_itself() {
+    let c = short_log_cluster();
+    let saved = c.path("exec.state.before");
+    c.stop(3);
+    std::fs::copy(c.path("replica-3/state/exec.state"), &saved).expect("copy replica 3's execution state");
+    start_replica(&c, 3);
+    wait_answering(&c, 3);
+    let (ok, out) = c.nsupdate(0, "prereq nxdomain once.example.test\nupdate add once.example.test 300 A 192.0.2.7");
+    assert!(ok, "conditional update failed:\n{out}\n{}", c.logs());
+    wait_for(&c, 3, "once.example.test", "192.0.2.7", Duration::from_secs(30));
+
+    c.stop(3);
+    std::fs::copy(&saved, c.path("replica-3/state/exec.state")).expect("put the old execution state back");
+    start_replica(&c, 3);
+    // Checkpoints come every 8 batches: ordered reads make a few while replica 3 runs.
+    let start = Instant::now();
+    while !log_of(&c, 3).contains("diverged state repaired") {
+        assert!(start.elapsed() < Duration::from_secs(120), "replica 3 did not repair its state\n{}", c.logs());
+        drive_batches(&c, &[0, 1, 2], 8);
+    }
+    let log = log_of(&c, 3);
+    assert!(log.contains("differs from the checkpoint 2t+1 replicas certified"), "replica 3 did not notice the difference\n{}", c.logs());
+    assert!(log.contains("transferred state installed"), "replica 3 did not install the certified state\n{}", c.logs());
+    let metrics = c.metrics(3);
+    assert!(metrics.contains("sdns_state_transfers_total{replica=\"3\"} 1"), "metrics after the repair:\n{metrics}");
+    assert!(metrics.contains("sdns_state_diverged{replica=\"3\"} 0"), "metrics after the repair:\n{metrics}");
+
+    // In agreement again: it applies new updates, and its zone is the others'.
+    let (ok, out) = c.nsupdate(3, "update add repaired.example.test 300 A 192.0.2.8");
+    assert!(ok, "update through the repaired replica failed:\n{out}\n{}", c.logs());
+    for i in 0..c.n {
+        wait_for(&c, i, "repaired.example.test", "192.0.2.8", Duration::from_secs(30));
+    }
+    assert_converged(&c);
+}
