@@ -8,8 +8,8 @@
 //! - the service is back: an update through each live replica is acknowledged.
 //!
 //! Short scenarios run with the other system tests; the long ones are `#[ignore]`d and run by
-//! `scripts/faults.sh` (results and dates in docs/RELIABILITY.md). Scenarios that need work on
-//! other branches (crash-safe restart, state transfer) are here, ignored, with the reason.
+//! `scripts/faults.sh` (results and dates in docs/RELIABILITY.md). A scenario that needs work
+//! not done yet is here, ignored, with the reason.
 
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};

@@ -2,8 +2,8 @@
 //! and one whose state directory was deleted, fetch the stable checkpoint's snapshot from
 //! their peers, install it into their named and go on from there.
 //!
-//! The retained log is shrunk (`[ordering] retained_batches`, test-only use of the knob) and
-//! checkpoints come every 8 batches, so a few hundred ordered reads leave a replica behind it.
+//! The retained log is shrunk (`cluster up --retained-batches 16`) and checkpoints come every
+//! 8 batches, so a few hundred ordered reads leave a replica behind it.
 //! The replica is taken down (not SIGSTOPped, whose sockets would still queue messages).
 
 use std::process::Command;
@@ -11,33 +11,19 @@ use std::time::{Duration, Instant};
 
 use sdns_system_tests::{Cluster, ClusterOpts};
 
-const ORDERING: &str = "\n[ordering]\ncheckpoint_interval = 8\nretained_batches = 16\n";
 
 fn answers(c: &Cluster, i: u16, name: &str, rtype: &str) -> String {
     c.dig(i, &[name, rtype, "+short"]).trim().to_string()
 }
 
-/// A 4-replica cluster whose replicas keep only a short log. `cluster up` rewrites the
-/// replicas' configurations, so they are started here with the edited ones.
+/// A 4-replica cluster whose replicas keep only a short log (`cluster up
+/// --checkpoint-interval 8 --retained-batches 16`).
 fn short_log_cluster() -> Cluster {
-    let c = Cluster::up(ClusterOpts::default());
-    for i in 0..c.n {
-        c.stop(i);
-        let config = c.path(&format!("replica-{i}/replica.toml"));
-        let mut text = std::fs::read_to_string(&config).expect("replica config");
-        text.push_str(ORDERING);
-        std::fs::write(&config, text).expect("write replica config");
-    }
-    for i in 0..c.n {
-        start_replica(&c, i);
-    }
-    for i in 0..c.n {
-        wait_answering(&c, i);
-    }
-    c
+    let extra = ["--checkpoint-interval", "8", "--retained-batches", "16"].map(String::from).to_vec();
+    Cluster::up(ClusterOpts { extra, ..ClusterOpts::default() })
 }
 
-/// Starts replica `i` on its configuration as `cluster up` does, without rewriting it.
+/// Starts replica `i` as `cluster up` does, without waiting for it.
 fn start_replica(c: &Cluster, i: u16) {
     use std::os::unix::process::CommandExt;
     let dir = c.path(&format!("replica-{i}"));
@@ -114,8 +100,24 @@ fn assert_converged(c: &Cluster) {
     panic!("zones differ: {last}\n{}", c.logs());
 }
 
+/// Replica `i`'s log without the terminal colour codes tracing puts around fields.
 fn log_of(c: &Cluster, i: u16) -> String {
-    std::fs::read_to_string(c.path(&format!("replica-{i}/sdns.log"))).unwrap_or_default()
+    let raw = std::fs::read_to_string(c.path(&format!("replica-{i}/sdns.log"))).unwrap_or_default();
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '\u{1b}' {
+            // ESC [ ... m
+            for next in chars.by_ref() {
+                if next == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }
 
 /// Replica 3 is down while the others order far more batches than they retain and apply
