@@ -131,12 +131,17 @@ impl<G: UpdateGate + 'static> Executor<G> {
         let Snapshot { seq, state, records, .. } = snapshot;
         info!(replica = self.id, seq, records = records.len(), "installing the state transferred from peers");
         let (zone_file, journal) = (self.maintenance.conf.zone_file.clone(), self.maintenance.conf.journal.clone());
+        // The zone changes under the read cache and the reused checkpoint digest: neither may
+        // outlive the install (a stale digest made the next checkpoint differ).
+        let change = self.cache.begin_change();
+        *self.last_digest.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let written = self
             .maintenance
             .supervisor
             .replace_files(move || write_zone_files(&zone_file, &journal, &records))
             .await
             .map_err(|e| format!("named did not come back on the transferred zone: {e}"))?;
+        drop(change);
         written.map_err(|e| format!("writing the transferred zone: {e}"))?;
         self.core.install(state.clone());
         state.store(&self.state_file).map_err(|e| e.to_string())?;
