@@ -6,8 +6,8 @@
 #   scripts/faults.sh                 # every scenario that can pass on this branch
 #   scripts/faults.sh kill9_primary   # the scenarios whose name contains the word
 #
-# The scenarios that need crash-safe restart or state transfer are ignored with the reason
-# and not run here; `cargo test --test faults -- --ignored full_cluster_restart` runs one.
+# State transfer: scripts/statexfer-bench.sh. `full_cluster_restart` is ignored with its reason
+# and not run here; `cargo test --test faults -- --ignored full_cluster_restart` runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +17,7 @@ log="$(mktemp -t sdns-faults.XXXXXX)"
 scenarios=(
   sigstopped_replica_catches_up_at_the_live_rate
   sigstop_for_a_minute
+  sigstop_for_a_minute_under_read_load
   kill9_backup_mid_stream
   kill9_primary_mid_stream
   kill9_named_mid_stream
@@ -24,6 +25,8 @@ scenarios=(
   retransmitted_updates_execute_once
   more_than_t_down_then_back
   skewed_clock_replica
+  restored_from_an_old_copy
+  state_directory_deleted
 )
 status=0
 echo "faults: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, log $log"

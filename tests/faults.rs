@@ -8,8 +8,8 @@
 //! - the service is back: an update through each live replica is acknowledged.
 //!
 //! Short scenarios run with the other system tests; the long ones are `#[ignore]`d and run by
-//! `scripts/faults.sh` (results and dates in docs/RELIABILITY.md). Scenarios that need work on
-//! other branches (crash-safe restart, state transfer) are here, ignored, with the reason.
+//! `scripts/faults.sh` (results and dates in docs/RELIABILITY.md). A scenario that needs work
+//! not done yet is here, ignored, with the reason.
 
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
@@ -309,7 +309,6 @@ fn sigstop_for_a_minute() {
 }
 
 #[test]
-#[ignore = "needs state transfer to work end to end (built, not yet shown working against a real cluster; docs/RELIABILITY.md): ordered reads at 20 q/s fill the retained log (1024 batches below the stable checkpoint) within a minute, and the stopped replica logs 'fell behind the retained log'"]
 fn sigstop_for_a_minute_under_read_load() {
     stopped_replica_catches_up(Duration::from_secs(60), 3, 20);
 }
@@ -342,7 +341,6 @@ fn kill9_and_restart(victim: u16, what: &str) {
 }
 
 #[test]
-#[ignore = "long: scripts/faults.sh; under reads the restarted backup fell behind the retained log; needs state transfer to work end to end"]
 fn kill9_backup_mid_stream() {
     kill9_and_restart(2, "kill9-backup");
 }
@@ -428,7 +426,6 @@ fn full_cluster_restart() {
 }
 
 #[test]
-#[ignore = "needs state transfer to work end to end (built, not yet shown working against a real cluster; docs/RELIABILITY.md): a replica restored from an old copy of its directory"]
 fn restored_from_an_old_copy() {
     let c = Cluster::up(ClusterOpts::default());
     let load = Load::start(&c, "old-copy", 2, &[], 0);
@@ -448,7 +445,6 @@ fn restored_from_an_old_copy() {
 }
 
 #[test]
-#[ignore = "needs state transfer to work end to end (built, not yet shown working against a real cluster; docs/RELIABILITY.md): a replica whose state directory was deleted"]
 fn state_directory_deleted() {
     let c = Cluster::up(ClusterOpts::default());
     let load = Load::start(&c, "no-state", 2, &[], 0);

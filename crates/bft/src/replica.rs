@@ -48,6 +48,9 @@ pub struct Status {
     /// Agreed time of the last delivered batch.
     pub last_time: Time,
     pub stable_checkpoint: u64,
+    /// The stable checkpoint itself (2f+1 replicas certified its state digest): a replica
+    /// whose own digest for it differs has diverged.
+    pub stable_claim: CheckpointClaim,
     /// Requests known to this replica and not yet delivered.
     pub pending_requests: usize,
     /// Protocol violations observed per peer (index = replica id).
@@ -512,6 +515,7 @@ impl Replica {
             last_delivered: self.last_delivered,
             last_time: self.last_time,
             stable_checkpoint: self.stable.seq,
+            stable_claim: self.stable,
             pending_requests: self.awaited.len(),
             misbehaviour: self.misbehaviour.clone(),
             last_misbehaviour: self.last_misbehaviour,
@@ -733,6 +737,12 @@ impl Replica {
         self.request_deadline = None;
         if self.next_seq <= claim.seq {
             self.next_seq = claim.seq + 1;
+        }
+        if self.config.persist {
+            // What this replica resumes from after a restart is the installed checkpoint (the
+            // application's executed position is there now), not the base it had before.
+            self.bases = BTreeMap::from([(claim.seq, self.capture_base())]);
+            self.snapshot_due = true;
         }
         self.collect_garbage();
         // Later checkpoints may have become stable meanwhile: ask again if still behind them.

@@ -299,6 +299,18 @@ fn an_installed_checkpoint_resumes_delivery_after_it() {
     assert_eq!(replica.status().last_delivered, 40);
     assert!(matches!(replica.state_transferred(claim), Err(bft::StateTransferError::NotAhead { .. })));
 
+    // What it persists now resumes at the installed checkpoint (the application executed up to
+    // there), so a restart right after the transfer starts cleanly.
+    let persisted = match replica.poll_action() {
+        Some(Action::Persist(bft::Persist::Snapshot { bytes, .. })) => bft::PersistedState::decode_snapshot(&bytes).unwrap(),
+        other => panic!("expected a snapshot of the ordering state after the transfer, got {other:?}"),
+    };
+    assert_eq!(persisted.deliverable(), 40);
+    assert_eq!(persisted.stable_checkpoint(), claim);
+    let mut restarted = Replica::restore(replica.config().clone(), Time(3), persisted).unwrap();
+    assert_eq!(restarted.status().last_delivered, 40);
+    assert!(std::iter::from_fn(|| restarted.poll_action()).all(|a| !matches!(a, Action::Deliver(_))), "nothing to deliver again below the checkpoint");
+
     // Batches after the checkpoint, pushed by f+1 peers, are delivered from 41 on.
     let proposal = bft::Proposal { time: Time(50), requests: vec![request(1, 7, 1)] };
     for peer in 0..2u16 {

@@ -419,6 +419,8 @@ mod tests {
             update_auth: crate::auth::Mode::Tsig,
             skip_precheck: Vec::new(),
             rrl_responses_per_second: 0,
+            checkpoint_interval: None,
+            retained_batches: None,
         }
     }
 

@@ -81,7 +81,19 @@ pub struct Executor<G: UpdateGate> {
     /// Verified snapshots to install (from state transfer).
     pub installs: Option<mpsc::Receiver<Install>>,
     pub background: Arc<Background>,
+    /// This replica's own state digest at each recent checkpoint, to compare with the
+    /// certified one (`crate::statexfer::watch_divergence`).
+    pub own_digests: OwnDigests,
+    /// The checkpoint at which this replica's state was found to differ from the certified
+    /// one (0: never). Until a transferred state after it is installed, no batch is executed:
+    /// executing on a diverged state would only spread the difference.
+    pub diverged_at: Option<watch::Receiver<u64>>,
 }
+
+/// Own checkpoint digests by batch, the newest few.
+pub type OwnDigests = Arc<Mutex<std::collections::BTreeMap<u64, Digest>>>;
+/// Own digests remembered (the stable checkpoint trails the newest by about one interval).
+const OWN_DIGESTS_KEPT: usize = 8;
 
 impl<G: UpdateGate + 'static> Executor<G> {
     pub async fn run(mut self, mut batches: mpsc::UnboundedReceiver<Batch>) {
@@ -91,6 +103,10 @@ impl<G: UpdateGate + 'static> Executor<G> {
         // Without state transfer the branch below never fires.
         let (_no_installs, idle_installs) = mpsc::channel(1);
         let mut installs = self.installs.take().unwrap_or(idle_installs);
+        let (_never_diverged, idle_diverged) = watch::channel(0u64);
+        let mut diverged_at = self.diverged_at.take().unwrap_or(idle_diverged);
+        // The last installed transferred state's checkpoint.
+        let mut installed_at = 0u64;
         let state = self.core.state();
         self.last_signed.store(state.last_signed_s, Ordering::Relaxed);
         if state.executed > 0 {
@@ -103,14 +119,22 @@ impl<G: UpdateGate + 'static> Executor<G> {
             start_background(&self.maintenance, &self.background, &self.metrics, run.seq, times, self.id);
         }
         loop {
+            let paused = *diverged_at.borrow_and_update() > installed_at;
             let commands = tokio::select! {
                 biased;
                 Some(event) = events.recv() => self.core.handle(event),
                 Some((snapshot, ack)) = installs.recv(), if self.core.is_idle() => {
-                    let _ = ack.send(self.install(snapshot).await);
+                    let seq = snapshot.seq;
+                    let result = self.install(snapshot).await;
+                    if result.is_ok() {
+                        installed_at = installed_at.max(seq);
+                    }
+                    let _ = ack.send(result);
                     Vec::new()
                 }
-                batch = batches.recv(), if self.core.is_idle() => match batch {
+                // A divergence found while this replica was executing: stop taking batches.
+                Ok(()) = diverged_at.changed(), if !paused => Vec::new(),
+                batch = batches.recv(), if self.core.is_idle() && !paused => match batch {
                     Some(batch) => {
                         let delivered = self.resolve(batch);
                         self.core.deliver(delivered)
@@ -132,12 +156,17 @@ impl<G: UpdateGate + 'static> Executor<G> {
         let Snapshot { seq, state, records, .. } = snapshot;
         info!(replica = self.id, seq, records = records.len(), "installing the state transferred from peers");
         let (zone_file, journal) = (self.maintenance.conf.zone_file.clone(), self.maintenance.conf.journal.clone());
+        // The zone changes under the read cache and the reused checkpoint digest: neither may
+        // outlive the install (a stale digest made the next checkpoint differ).
+        let change = self.cache.begin_change();
+        *self.last_digest.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let written = self
             .maintenance
             .supervisor
             .replace_files(move || write_zone_files(&zone_file, &journal, &records))
             .await
             .map_err(|e| format!("named did not come back on the transferred zone: {e}"))?;
+        drop(change);
         written.map_err(|e| format!("writing the transferred zone: {e}"))?;
         self.core.install(state.clone());
         state.store(&self.state_file).map_err(|e| e.to_string())?;
@@ -419,6 +448,12 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 });
             }
             Command::Checkpoint { seq, digest } => {
+                if let Ok(mut own) = self.own_digests.lock() {
+                    own.insert(seq, digest);
+                    while own.len() > OWN_DIGESTS_KEPT {
+                        own.pop_first();
+                    }
+                }
                 self.keep_snapshot(seq, digest);
                 let _ = self.checkpoints.send((seq, digest)).await;
             }

@@ -100,6 +100,10 @@ pub struct ClusterParams {
     pub skip_precheck: Vec<u16>,
     /// `[rrl] responses_per_second` (0: off).
     pub rrl_responses_per_second: u32,
+    /// Written as `[ordering] checkpoint_interval` and `retained_batches` when set (tests and
+    /// soak runs shrink them so a short absence is already past the retained log).
+    pub checkpoint_interval: Option<u64>,
+    pub retained_batches: Option<u64>,
 }
 
 /// The SIG(0) signer's name: a USER key under the zone.
@@ -305,6 +309,15 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         if p.skip_precheck.contains(&i) {
             c += "skip_precheck = true\n";
         }
+        if p.checkpoint_interval.is_some() || p.retained_batches.is_some() {
+            c += "\n[ordering]\n";
+        }
+        if let Some(v) = p.checkpoint_interval {
+            c += &format!("checkpoint_interval = {v}\n");
+        }
+        if let Some(v) = p.retained_batches {
+            c += &format!("retained_batches = {v}\n");
+        }
         if p.rrl_responses_per_second > 0 {
             c += &format!("\n[rrl]\nresponses_per_second = {}\n", p.rrl_responses_per_second);
         }
@@ -345,6 +358,8 @@ mod tests {
             update_auth,
             skip_precheck: vec![2],
             rrl_responses_per_second: 7,
+            checkpoint_interval: Some(8),
+            retained_batches: Some(16),
         }
     }
 
@@ -366,6 +381,7 @@ mod tests {
                 assert!(c.cluster.test_cluster);
                 assert_eq!(c.replica.byzantine, (i == 1).then_some(crate::byzantine::Mode::Flooder));
                 assert_eq!((c.rrl.responses_per_second, c.rrl.slip), (7, 2));
+                assert_eq!((c.ordering.checkpoint_interval, c.ordering.retained_batches), (8, 16));
             }
         }
         assert_eq!(sig0_signer("example.test."), "sdns-update.example.test.");

@@ -195,6 +195,13 @@ struct ClusterArgs {
     /// (BIND's RRL; 0: off).
     #[arg(long, default_value_t = 0)]
     rrl_responses_per_second: u32,
+    /// Ordering: a checkpoint every this many batches (default 64).
+    #[arg(long)]
+    checkpoint_interval: Option<u64>,
+    /// Ordering: batches kept below the stable checkpoint for peers that fell behind
+    /// (default 1024); one further behind catches up by state transfer.
+    #[arg(long)]
+    retained_batches: Option<u64>,
 }
 
 #[derive(ValueEnum, Clone, Copy)]
@@ -244,6 +251,8 @@ impl ClusterArgs {
             },
             skip_precheck: self.skip_precheck.clone(),
             rrl_responses_per_second: self.rrl_responses_per_second,
+            checkpoint_interval: self.checkpoint_interval,
+            retained_batches: self.retained_batches,
         }
     }
 }

@@ -86,6 +86,17 @@ pub struct Status {
     /// executor to install the signed zone (s).
     pub zone_signings: u64,
     pub zone_install_s: f64,
+    /// Set while this replica's state differs from a checkpoint 2t+1 replicas certified (its
+    /// zone, or the outcome of a write its named answered differently): why, until a state
+    /// transfer repaired it.
+    #[serde(default)]
+    pub diverged: Option<String>,
+    /// The checkpoint whose state this replica is fetching from its peers, while it does.
+    #[serde(default)]
+    pub state_transfer: Option<u64>,
+    /// Transferred states installed since start.
+    #[serde(default)]
+    pub state_transfers: u64,
 }
 
 /// Progress of a background whole-zone signing at one replica.
@@ -128,6 +139,12 @@ impl Status {
     pub fn disagreement(&self, others_stable: u64) -> Option<String> {
         // A stable checkpoint is certified by 2t+1 replicas: whoever has not executed that
         // far is behind by at least a checkpoint interval, not merely sampled a moment early.
+        if let Some(why) = &self.diverged {
+            return Some(format!("diverged: {why}"));
+        }
+        if let Some(seq) = self.state_transfer {
+            return Some(format!("catching up: fetching the state of checkpoint {seq} from peers"));
+        }
         let certified = self.stable_checkpoint.max(others_stable);
         (self.last_executed < certified)
             .then(|| format!("catching up: executed batch {} is below the certified checkpoint {certified}", self.last_executed))
@@ -362,7 +379,9 @@ impl Metrics {
         let _ = writeln!(out, "# HELP sdns_view Current PBFT view.\n# TYPE sdns_view gauge\nsdns_view{{replica=\"{id}\"}} {}", s.view);
         let _ = writeln!(out, "# HELP sdns_last_executed_seq Last ordered batch executed.\n# TYPE sdns_last_executed_seq gauge\nsdns_last_executed_seq{{replica=\"{id}\"}} {}", s.last_executed);
         let _ = writeln!(out, "# HELP sdns_stable_checkpoint_seq Latest checkpoint 2t+1 replicas certified.\n# TYPE sdns_stable_checkpoint_seq gauge\nsdns_stable_checkpoint_seq{{replica=\"{id}\"}} {}", s.stable_checkpoint);
-        let _ = writeln!(out, "# HELP sdns_catching_up 1 while this replica has not executed up to the certified checkpoint.\n# TYPE sdns_catching_up gauge\nsdns_catching_up{{replica=\"{id}\"}} {}", u8::from(s.disagreement(0).is_some()));
+        let _ = writeln!(out, "# HELP sdns_catching_up 1 while this replica is not in agreement: behind the certified checkpoint, fetching state from peers, or diverged.\n# TYPE sdns_catching_up gauge\nsdns_catching_up{{replica=\"{id}\"}} {}", u8::from(s.disagreement(0).is_some()));
+        let _ = writeln!(out, "# HELP sdns_state_diverged 1 while this replica's state differs from the certified checkpoint (it repairs itself by state transfer).\n# TYPE sdns_state_diverged gauge\nsdns_state_diverged{{replica=\"{id}\"}} {}", u8::from(s.diverged.is_some()));
+        let _ = writeln!(out, "# HELP sdns_state_transfers_total Checkpoint states fetched from peers and installed.\n# TYPE sdns_state_transfers_total counter\nsdns_state_transfers_total{{replica=\"{id}\"}} {}", s.state_transfers);
         out
     }
 }
@@ -496,6 +515,35 @@ mod tests {
         assert!(m.render().contains("sdns_catching_up{replica=\"2\"} 1"));
         m.update_status(|st| st.last_executed = 128);
         assert!(m.render().contains("sdns_catching_up{replica=\"2\"} 0"));
+    }
+
+    #[test]
+    fn a_diverged_or_transferring_replica_is_not_healthy() {
+        let m = Metrics::new(1);
+        m.update_status(|st| {
+            st.last_executed = 300;
+            st.stable_checkpoint = 256;
+            st.state_transfer = Some(320);
+        });
+        let s = m.status.lock().unwrap().clone();
+        assert!(s.disagreement(0).is_some_and(|r| r.contains("fetching the state of checkpoint 320")));
+        m.update_status(|st| {
+            st.state_transfer = None;
+            st.diverged = Some("checkpoint 256 differs".into());
+        });
+        let s = m.status.lock().unwrap().clone();
+        assert_eq!(s.disagreement(0).as_deref(), Some("diverged: checkpoint 256 differs"));
+        assert!(m.render().contains("sdns_state_diverged{replica=\"1\"} 1"));
+        assert!(m.render().contains("sdns_catching_up{replica=\"1\"} 1"));
+        m.update_status(|st| {
+            st.diverged = None;
+            st.state_transfers = 1;
+        });
+        assert!(m.render().contains("sdns_state_diverged{replica=\"1\"} 0"));
+        assert!(m.render().contains("sdns_state_transfers_total{replica=\"1\"} 1"));
+        // The status travels as JSON to `sdns cluster status`, which shows the reason.
+        let s: Status = serde_json::from_str(&serde_json::to_string(&*m.status.lock().unwrap()).unwrap()).unwrap();
+        assert_eq!(s.state_transfers, 1);
     }
 
     #[test]

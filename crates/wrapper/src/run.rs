@@ -259,12 +259,16 @@ pub async fn run(config: Config) -> Result<()> {
             let deliverable = persisted.deliverable();
             info!(replica = id, view = persisted.view(), stable = persisted.stable_checkpoint().seq, deliverable, executed = exec_state.executed, "resuming the ordering from its persisted state");
             if deliverable < exec_state.executed {
-                // The ordering state is older than what named applied (a copied or damaged
-                // directory): resuming would skip or re-apply writes. Repair is a state transfer.
-                bail!(
-                    "the ordering state in {} reaches batch {deliverable} but batch {} was executed: this replica's state is inconsistent and needs a state transfer",
-                    store.dir().display(),
-                    exec_state.executed
+                // The ordering state is older than what named applied: a crash between a state
+                // transfer's install and the ordering's record of it, or a copied directory.
+                // The executor skips every batch up to its executed position (named holds
+                // them), so the ordering may catch up from its peers, or by a state transfer
+                // once they no longer hold those batches; nothing is applied twice.
+                tracing::warn!(
+                    replica = id,
+                    deliverable,
+                    executed = exec_state.executed,
+                    "the ordering state is behind the executed position; catching up from peers"
                 );
             }
             Replica::restore(bcfg, now(), persisted).context("restoring the ordering state")?
@@ -301,15 +305,34 @@ pub async fn run(config: Config) -> Result<()> {
     // State transfer: snapshots kept at every checkpoint, served to and fetched from peers.
     let snapshots = SnapshotStore::new(state.join("snapshots")).context("the snapshot directory")?;
     let (installs_tx, installs_rx) = mpsc::channel(1);
+    let transfer_stats: Arc<std::sync::Mutex<crate::statexfer::TransferStats>> = Default::default();
     let transfer = StateTransfer {
         id,
         peers: config.peers.iter().map(|p| p.id).filter(|p| *p != id).collect(),
         store: snapshots.clone(),
         outbound: Arc::new(mesh.sender()),
         max_snapshot_bytes: o.max_snapshot_bytes,
-        stats: Default::default(),
+        stats: transfer_stats.clone(),
     };
-    tokio::spawn(transfer.run(state_rx, handle.state_transfer.clone(), installs_tx, handle.installed.clone()));
+    // What to fetch: the ordering's request (it fell behind the log its peers retain), or the
+    // next certified checkpoint after this replica's state was found to differ.
+    let (needed_tx, needed_rx) = watch::channel(None);
+    let (installed_tx, installed_rx) = mpsc::channel(4);
+    let (diverged_tx, diverged_rx) = watch::channel(0u64);
+    let own_digests: crate::executor::OwnDigests = Default::default();
+    tokio::spawn(transfer.run(state_rx, needed_rx, installs_tx, installed_tx));
+    tokio::spawn(repair(
+        id,
+        handle.status.clone(),
+        handle.state_transfer.clone(),
+        needed_tx,
+        installed_rx,
+        handle.installed.clone(),
+        diverged_tx,
+        own_digests.clone(),
+        transfer_stats,
+        metrics.clone(),
+    ));
     let executor = Executor {
         id,
         cache: cache.clone(),
@@ -342,6 +365,8 @@ pub async fn run(config: Config) -> Result<()> {
         digested: Default::default(),
         installs: Some(installs_rx),
         background: background.clone(),
+        own_digests,
+        diverged_at: Some(diverged_rx),
     };
     // Subscribed before the executor can resume a signing and finish its part.
     let voter_rx = background.finished.subscribe();
@@ -504,6 +529,74 @@ impl Attribution {
         self.silent.retain(|p| silent.contains(p));
         let faults = faults.into_iter().map(|((peer, kind), count)| metrics::PeerFault { peer, kind, count }).collect();
         (faults, silent)
+    }
+}
+
+/// Keeps this replica in agreement with the certified checkpoints: passes the ordering's
+/// state-transfer requests to the fetcher; compares the replica's own digest at each stable
+/// checkpoint with the certified one and, when they differ, stops execution
+/// (`diverged_tx`) and has the next certified checkpoint after the executed position fetched
+/// and installed; reports installs to the ordering when it still needs them; and shows all of
+/// it in the status (`sdns cluster status`, metrics).
+#[allow(clippy::too_many_arguments)]
+async fn repair(
+    id: u16,
+    mut status: watch::Receiver<bft::transport::DriverStatus>,
+    mut ordering_needs: watch::Receiver<Option<bft::CheckpointClaim>>,
+    needed: watch::Sender<Option<bft::CheckpointClaim>>,
+    mut installed: mpsc::Receiver<bft::CheckpointClaim>,
+    ordering_installed: mpsc::Sender<bft::CheckpointClaim>,
+    diverged_tx: watch::Sender<u64>,
+    own_digests: crate::executor::OwnDigests,
+    stats: Arc<std::sync::Mutex<crate::statexfer::TransferStats>>,
+    metrics: Arc<Metrics>,
+) {
+    loop {
+        tokio::select! {
+            r = ordering_needs.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                let claim = *ordering_needs.borrow_and_update();
+                if claim.is_some() {
+                    needed.send_replace(claim);
+                }
+            }
+            Some(claim) = installed.recv() => {
+                // The ordering resumes after it only if it has not delivered that far itself
+                // (after a divergence it has: the executor skips what it delivered up to there).
+                if status.borrow().core.last_delivered < claim.seq {
+                    let _ = ordering_installed.send(claim).await;
+                }
+            }
+            r = status.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        let stable = status.borrow_and_update().core.stable_claim;
+        let (last_installed, fetching, transfers) =
+            stats.lock().map(|s| (s.last_installed.unwrap_or(0), s.fetching, s.installed)).unwrap_or_default();
+        let executed = metrics.status.lock().map(|s| s.last_executed).unwrap_or(0);
+        let diverged_at = *diverged_tx.borrow();
+        let differs = own_digests.lock().map(|own| crate::statexfer::diverged(&stable, &own)).unwrap_or(false);
+        if differs && stable.seq > diverged_at && stable.seq > last_installed {
+            tracing::error!(replica = id, checkpoint = stable.seq, "this replica's state differs from the checkpoint 2t+1 replicas certified; execution stops until the certified state is installed");
+            diverged_tx.send_replace(stable.seq);
+            metrics.update_status(|s| {
+                s.diverged = Some(format!("state at checkpoint {} differs from the certified one (zone or write outcomes); repairing by state transfer", stable.seq))
+            });
+        }
+        let diverged_at = *diverged_tx.borrow();
+        let repairing = diverged_at > last_installed;
+        if repairing && stable.seq > executed && needed.borrow().is_none_or(|c| c.seq < stable.seq) {
+            needed.send_replace(Some(stable));
+        }
+        metrics.update_status(|s| {
+            if !repairing && s.diverged.take().is_some() {
+                info!(replica = id, checkpoint = last_installed, "diverged state repaired by state transfer");
+            }
+            s.state_transfer = fetching;
+            s.state_transfers = transfers;
+        });
     }
 }
 

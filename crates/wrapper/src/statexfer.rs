@@ -284,6 +284,15 @@ pub struct TransferStats {
     pub installed: u64,
     pub last_installed: Option<u64>,
     pub rejected_snapshots: u64,
+    /// The checkpoint being fetched or installed now.
+    pub fetching: Option<u64>,
+}
+
+/// Whether this replica's own digest for the certified (stable) checkpoint differs from the
+/// one 2t+1 replicas certified: its zone or its execution state (a write its named refused or
+/// answered otherwise shows in the outcome chain) is not theirs.
+pub fn diverged(stable: &CheckpointClaim, own_digests: &BTreeMap<u64, [u8; 32]>) -> bool {
+    stable.seq > 0 && own_digests.get(&stable.seq).is_some_and(|own| *own != stable.state_digest)
 }
 
 /// Runs state transfer for one replica: serves its kept snapshots to peers, and, whenever
@@ -354,6 +363,10 @@ impl<O: StateOutbound> StateTransfer<O> {
                 }
             };
             info!(replica = self.id, seq = claim.seq, "fetching the state of the stable checkpoint from peers");
+            let started = tokio::time::Instant::now();
+            if let Ok(mut stats) = self.stats.lock() {
+                stats.fetching = Some(claim.seq);
+            }
             let mut fetched = None;
             for _ in 0..self.peers.len() {
                 let peer = self.peers[next_peer % self.peers.len()];
@@ -379,6 +392,8 @@ impl<O: StateOutbound> StateTransfer<O> {
                 tokio::time::sleep(ROUND_PAUSE).await;
                 continue;
             };
+            let fetch_ms = started.elapsed().as_millis() as u64;
+            let records = snapshot.records.len();
             let (ack_tx, ack_rx) = oneshot::channel();
             if installs.send((snapshot, ack_tx)).await.is_err() {
                 return;
@@ -386,9 +401,11 @@ impl<O: StateOutbound> StateTransfer<O> {
             match ack_rx.await {
                 Ok(Ok(())) => {
                     done = claim.seq;
+                    info!(replica = self.id, seq = claim.seq, records, fetch_ms, total_ms = started.elapsed().as_millis() as u64, "state transfer done");
                     if let Ok(mut stats) = self.stats.lock() {
                         stats.installed += 1;
                         stats.last_installed = Some(claim.seq);
+                        stats.fetching = None;
                     }
                     if installed.send(claim).await.is_err() {
                         return;
@@ -570,6 +587,18 @@ mod tests {
             "a\\032b.example.test. 60 IN TYPE16 \\# 3 026869",
             "e.example.test. 5 IN TYPE10 \\# 0",
         ]);
+    }
+
+    #[test]
+    fn only_a_differing_own_digest_for_the_certified_checkpoint_is_divergence() {
+        let certified = CheckpointClaim { seq: 128, time: bft::Time(5), log_digest: [1; 32], state_digest: [2; 32] };
+        let mut own = BTreeMap::from([(64, [9; 32]), (128, [2; 32])]);
+        assert!(!diverged(&certified, &own), "same digest");
+        own.insert(128, [3; 32]);
+        assert!(diverged(&certified, &own), "another digest for the certified checkpoint");
+        own.remove(&128);
+        assert!(!diverged(&certified, &own), "no own digest (not executed that far, or skipped by a transfer): nothing to compare");
+        assert!(!diverged(&CheckpointClaim::genesis(), &BTreeMap::from([(0, [7; 32])])));
     }
 
     #[test]
