@@ -5,87 +5,10 @@
 //! (printed, and appended to $SDNS_RESIGN_REPORT when set) for docs/BENCHMARKS.md, not
 //! asserted: timings on a shared 2-core machine are measurements, not correctness.
 
-use std::net::UdpSocket;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use sdns_system_tests::probe::{report, ReadProbe};
 use sdns_system_tests::{Cluster, ClusterOpts};
-
-/// `www.example.test A`, no recursion, with this id.
-fn query(id: u16) -> Vec<u8> {
-    let mut q = Vec::new();
-    q.extend_from_slice(&id.to_be_bytes());
-    q.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
-    for label in ["www", "example", "test"] {
-        q.push(label.len() as u8);
-        q.extend_from_slice(label.as_bytes());
-    }
-    q.extend_from_slice(&[0, 0, 1, 0, 1]);
-    q
-}
-
-/// What the read probe saw: when each answer came, and how many queries got none.
-#[derive(Default)]
-struct Probe {
-    answers: Vec<Instant>,
-    bad: Vec<String>,
-    unanswered: u32,
-}
-
-impl Probe {
-    /// The largest gap between consecutive answers within [from, to].
-    fn max_gap(&self, from: Instant, to: Instant) -> Duration {
-        let inside: Vec<Instant> = self.answers.iter().copied().filter(|t| *t >= from && *t <= to).collect();
-        inside.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
-    }
-}
-
-/// Sends `www A` to `port` every 50 ms (one outstanding query, 2 s timeout) until `stop`.
-fn probe(port: u16, stop: Arc<AtomicBool>, seen: Arc<Mutex<Probe>>) {
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("probe socket");
-    socket.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
-    let mut id: u16 = 0;
-    let mut buf = [0u8; 4096];
-    while !stop.load(Ordering::Relaxed) {
-        let sent = Instant::now();
-        id = id.wrapping_add(1);
-        socket.send_to(&query(id), ("127.0.0.1", port)).expect("probe send");
-        let mut answered = false;
-        while sent.elapsed() < Duration::from_secs(2) {
-            let Ok((len, _)) = socket.recv_from(&mut buf) else { break };
-            if len < 12 || u16::from_be_bytes([buf[0], buf[1]]) != id {
-                continue; // a late answer to an earlier query
-            }
-            let rcode = buf[3] & 0x0f;
-            let ancount = u16::from_be_bytes([buf[6], buf[7]]);
-            let mut s = seen.lock().unwrap();
-            if rcode == 0 && ancount > 0 {
-                s.answers.push(Instant::now());
-            } else {
-                s.bad.push(format!("rcode {rcode}, {ancount} answers"));
-            }
-            answered = true;
-            break;
-        }
-        if !answered {
-            seen.lock().unwrap().unanswered += 1;
-        }
-        if let Some(rest) = Duration::from_millis(50).checked_sub(sent.elapsed()) {
-            std::thread::sleep(rest);
-        }
-    }
-}
-
-fn report(line: &str) {
-    println!("{line}");
-    if let Some(path) = std::env::var_os("SDNS_RESIGN_REPORT") {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(f, "{line}");
-        }
-    }
-}
 
 /// The RRSIG over www's A RRset as replica `i` serves it: (expiration, inception).
 fn www_sig_times(c: &Cluster, i: u16) -> Option<(String, String)> {
@@ -111,12 +34,7 @@ fn short_validity_zone_stays_valid_while_re_signed_in_slices() {
     });
     let first = www_sig_times(&c, 0).expect("www A is signed");
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Probe::default()));
-    let prober = {
-        let (stop, seen, port) = (stop.clone(), seen.clone(), c.client_port(0));
-        std::thread::spawn(move || probe(port, stop, seen))
-    };
+    let prober = ReadProbe::start(c.client_port(0));
 
     let start = Instant::now();
     let end = start + Duration::from_secs(VALIDITY_S * PERIODS);
@@ -146,8 +64,7 @@ fn short_validity_zone_stays_valid_while_re_signed_in_slices() {
     assert!(ok, "sign-zone: {out}\n{}", c.logs());
     let sign_took = sign_from.elapsed();
     std::thread::sleep(Duration::from_secs(1));
-    stop.store(true, Ordering::Relaxed);
-    prober.join().expect("probe thread");
+    let s = prober.stop();
 
     // Re-signing did happen, in slices, on every replica, and the signatures moved on.
     let now = www_sig_times(&c, 0).expect("www A is signed");
@@ -168,13 +85,12 @@ fn short_validity_zone_stays_valid_while_re_signed_in_slices() {
     }
     assert!(same, "replicas' zones differ after re-signing\n{}", c.logs());
 
-    let s = seen.lock().unwrap();
     assert!(s.bad.is_empty(), "the probe got wrong answers: {:?}", s.bad);
     assert!(s.answers.len() as u64 > VALIDITY_S * PERIODS * 5, "the probe got only {} answers", s.answers.len());
     let slices = metric(&c, 0, "sdns_resign_slice_seconds_count");
     let slice_sum: f64 = c.metrics(0).lines().find(|l| l.starts_with("sdns_resign_slice_seconds_sum")).and_then(|l| l.split_whitespace().last()).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     let max_ack = acks.iter().max().copied().unwrap_or_default();
-    report(&format!(
+    report("SDNS_RESIGN_REPORT", &format!(
         "resign soak: validity {VALIDITY_S} s x {PERIODS}, {checks} checks (dnssec-verify + delv) all passed; probe 20 q/s: {} answers, {} unanswered (2 s timeout), max gap during re-signing {:?}; {} updates, max ack {:?}; replica 0: {} slices that re-signed, mean {:.3} s each, {} RRsets",
         s.answers.len(),
         s.unanswered,
@@ -185,5 +101,5 @@ fn short_validity_zone_stays_valid_while_re_signed_in_slices() {
         if slices > 0 { slice_sum / slices as f64 } else { 0.0 },
         metric(&c, 0, "sdns_resigned_rrsets_total"),
     ));
-    report(&format!("whole-zone sign-zone (in the background): took {sign_took:?}, max read gap meanwhile {:?}", s.max_gap(sign_from, sign_from + sign_took + Duration::from_secs(1))));
+    report("SDNS_RESIGN_REPORT", &format!("whole-zone sign-zone (in the background): took {sign_took:?}, max read gap meanwhile {:?}", s.max_gap(sign_from, sign_from + sign_took + Duration::from_secs(1))));
 }

@@ -8,92 +8,10 @@
 //! docs/BENCHMARKS.md, not asserted: timings on a shared 2-core machine are
 //! measurements, not correctness.
 
-use std::net::UdpSocket;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use sdns_system_tests::probe::{report, ReadProbe};
 use sdns_system_tests::{Cluster, ClusterOpts};
-
-/// `www.example.test A`, no recursion, with this id.
-fn query(id: u16) -> Vec<u8> {
-    let mut q = Vec::new();
-    q.extend_from_slice(&id.to_be_bytes());
-    q.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
-    for label in ["www", "example", "test"] {
-        q.push(label.len() as u8);
-        q.extend_from_slice(label.as_bytes());
-    }
-    q.extend_from_slice(&[0, 0, 1, 0, 1]);
-    q
-}
-
-/// When each probe answer came, and what went wrong.
-#[derive(Default)]
-struct Probe {
-    answers: Vec<Instant>,
-    bad: Vec<String>,
-    unanswered: u32,
-}
-
-impl Probe {
-    fn within(&self, from: Instant, to: Instant) -> Vec<Instant> {
-        self.answers.iter().copied().filter(|t| *t >= from && *t <= to).collect()
-    }
-
-    /// The largest gap between consecutive answers within [from, to], edges included.
-    fn max_gap(&self, from: Instant, to: Instant) -> Duration {
-        let mut points = vec![from];
-        points.extend(self.within(from, to));
-        points.push(to);
-        points.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
-    }
-}
-
-/// Sends `www A` to `port` every 50 ms (one outstanding query, 2 s timeout) until `stop`.
-fn probe(port: u16, stop: Arc<AtomicBool>, seen: Arc<Mutex<Probe>>) {
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("probe socket");
-    socket.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
-    let mut id: u16 = 0;
-    let mut buf = [0u8; 4096];
-    while !stop.load(Ordering::Relaxed) {
-        let sent = Instant::now();
-        id = id.wrapping_add(1);
-        socket.send_to(&query(id), ("127.0.0.1", port)).expect("probe send");
-        let mut answered = false;
-        while sent.elapsed() < Duration::from_secs(2) {
-            let Ok((len, _)) = socket.recv_from(&mut buf) else { break };
-            if len < 12 || u16::from_be_bytes([buf[0], buf[1]]) != id {
-                continue;
-            }
-            let (rcode, ancount) = (buf[3] & 0x0f, u16::from_be_bytes([buf[6], buf[7]]));
-            let mut s = seen.lock().unwrap();
-            if rcode == 0 && ancount > 0 {
-                s.answers.push(Instant::now());
-            } else {
-                s.bad.push(format!("rcode {rcode}, {ancount} answers"));
-            }
-            answered = true;
-            break;
-        }
-        if !answered {
-            seen.lock().unwrap().unanswered += 1;
-        }
-        if let Some(rest) = Duration::from_millis(50).checked_sub(sent.elapsed()) {
-            std::thread::sleep(rest);
-        }
-    }
-}
-
-fn report(line: &str) {
-    println!("{line}");
-    if let Some(path) = std::env::var_os("SDNS_SIGNING_REPORT") {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(f, "{line}");
-        }
-    }
-}
 
 fn metric(c: &Cluster, i: u16, name: &str) -> Option<f64> {
     c.metrics(i).lines().find(|l| l.starts_with(&format!("{name}{{"))).and_then(|l| l.split_whitespace().last()).and_then(|v| v.parse().ok())
@@ -121,12 +39,7 @@ fn a_whole_zone_signing_runs_in_the_background_while_reads_and_updates_go_on() {
     let c = Cluster::up(ClusterOpts { sign_zone_interval_s: Some(1), extra: vec!["--zone-file".into(), zone_path.to_str().expect("utf-8 path").into()], ..Default::default() });
     c.verify_zone(0);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Probe::default()));
-    let prober = {
-        let (stop, seen, port) = (stop.clone(), seen.clone(), c.client_port(0));
-        std::thread::spawn(move || probe(port, stop, seen))
-    };
+    let prober = ReadProbe::start(c.client_port(0));
     std::thread::sleep(Duration::from_millis(500));
 
     // The whole-zone signing, asked by replicas 0 and 1 (t+1), in a thread of its own.
@@ -161,8 +74,7 @@ fn a_whole_zone_signing_runs_in_the_background_while_reads_and_updates_go_on() {
     let took = from.elapsed();
     assert!(ok && out.contains("signed at seq"), "sign-zone: {out}\n{}", c.logs());
     std::thread::sleep(Duration::from_millis(500));
-    stop.store(true, Ordering::Relaxed);
-    prober.join().expect("probe thread");
+    let s = prober.stop();
 
     let (total, done_at_check) = match progress {
         Some((done, total)) => (total, done),
@@ -180,14 +92,13 @@ fn a_whole_zone_signing_runs_in_the_background_while_reads_and_updates_go_on() {
     let delv = c.delv(3, "h1.example.test", "AAAA");
     assert!(delv.contains("; fully validated"), "delv after the signing:\n{delv}");
 
-    let s = seen.lock().unwrap();
     assert!(s.bad.is_empty(), "the probe got wrong answers: {:?}", s.bad);
     // Not stop-the-world: the middle half of the signing had answers.
     let (q1, q3) = (from + took / 4, from + took * 3 / 4);
     let middle = s.within(q1, q3).len();
     assert!(middle > 0, "no read was answered in the middle of the {took:?} signing");
     let install = metric(&c, 0, "sdns_zone_install_seconds").unwrap_or(-1.0);
-    report(&format!(
+    report("SDNS_SIGNING_REPORT", &format!(
         "background sign-zone, {names} names ({total} RRsets, {done_at_check} done when first seen): took {took:?}; probe 20 q/s: {} answers during it, {} unanswered overall, max gap {:?}; update {} the signing, acknowledged in {ack:?}; installation held replica 0's executor {install:.3} s",
         s.within(from, from + took).len(),
         s.unanswered,

@@ -1,6 +1,8 @@
 //! Shared helpers for the system tests in tests/: a real cluster of `sdns` processes
 //! with the patched named, driven by BIND's own dig, nsupdate, delv, dnssec-verify.
 
+pub mod probe;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
