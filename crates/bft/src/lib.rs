@@ -33,7 +33,14 @@
 //! - Requests are deduplicated by `(origin, client, number)`. Only a request's origin sends it
 //!   to other replicas (to the primary at once, to everyone after a retransmit interval); a
 //!   `Request` message whose origin is not its sender is refused and blamed. A backup suspects
-//!   the primary when a request it knows is not ordered within `request_timeout`.
+//!   the primary when, for some origin, it holds requests of that origin and none of that
+//!   origin's requests was delivered within `request_timeout` (a timer per origin, so a primary
+//!   that orders everyone else's requests but not one origin's is still suspected). When only
+//!   other origins' requests are overdue, each such origin gets a strike, and its requests'
+//!   patience doubles per strike (up to 32 times; one strike is forgiven per 16 timeouts): an
+//!   origin that sends requests to the backups but not to the primary causes a view change per
+//!   timeout at first and ever fewer after (about one per 16 timeouts in the long run), while a
+//!   censored honest origin's own timer is never stretched.
 //! - Byzantine peers are bounded in what they can make a replica hold or send: another
 //!   origin's pending requests within `max_pending_bytes_per_origin`, a request within
 //!   `max_request_bytes`, every proposal within the batch limits, client records an equal share
@@ -68,7 +75,12 @@
 //!   peer and reason ([`Status::faults`]). Besides malformed or conflicting messages, a primary
 //!   is blamed for equivocating when f+1 backups prepared, in one view, another digest than the
 //!   pre-prepare this replica accepted from it (one of them is honest and prepared only what
-//!   the primary sent it).
+//!   the primary sent it); a view change that reports a batch beyond one window above the
+//!   highest checkpoint it names (an honest one never does: it reports up to its high water
+//!   mark and names its view anchor) is refused and blamed; a status report that no honest
+//!   replica can send (changing views in view 0, a stable checkpoint off the interval) is
+//!   ignored and blamed. Each of these is a property of one message, so reordering, loss or
+//!   duplication by the network never makes an honest replica look guilty.
 //!
 //! # Transport (feature `transport`, off by default)
 //! [`transport`] holds the network side, kept out of the core: a cluster PKI (`transport::pki`),
@@ -77,14 +89,18 @@
 //! the simulator's Byzantine actors over to real processes: the driver passes a Byzantine
 //! replica's outgoing messages through one (test clusters only; honest drivers have none).
 //!
-//! # Known limits
+//! # Known limits (not defended by this crate, each with why it is tolerable or who defends it)
 //! - A replica that loses its state (a restart without its log) forgets what it prepared and
 //!   promised; PBFT's proactive recovery, which makes that safe, is not implemented. Count such
 //!   a replica against `f` until it has caught up. A restart that keeps the `Replica` is safe.
+//!   Safety and liveness hold as long as such replicas plus Byzantine ones are at most `f`.
 //! - [`Replica::state_transferred`] does not carry the request deduplication records of the
 //!   skipped part of the log: a request delivered there and proposed again (only a Byzantine
 //!   primary does that) is delivered by the transferred replica alone, whose state then differs
-//!   at the next checkpoint.
+//!   at the next checkpoint. The other honest replicas agree (their records are complete), so
+//!   the cluster's safety and liveness hold with that replica counted against `f`; its own
+//!   divergence is the application's to detect at the next certified checkpoint (not shown end
+//!   to end yet, see docs/RELIABILITY.md).
 //! - A request's `origin` is not authenticated end to end (requests carry no signatures): a
 //!   Byzantine *primary* can still order requests it made up under any origin. Safety: every
 //!   honest replica delivers the same batches, forged or not. Liveness: a made-up number more
@@ -95,9 +111,11 @@
 //!   retries under a new number). The primary can do this only while it stays primary; it
 //!   cannot stop the ordering. Relays cannot forge at all (origin must equal sender).
 //! - A Byzantine origin can send its requests to the backups but not to the primary; the
-//!   backups then time out and change views, and the next primary (which holds them) orders
-//!   them. This costs at most one view change per `request_timeout` and never stops
-//!   delivery: every view with an honest primary orders everything pending at it.
+//!   backups cannot tell this from a primary that censors that origin, so they time out and
+//!   change views. Strikes (above) make this cost at most one view change per
+//!   `request_timeout` at first and about one per 16 timeouts in the long run, and it never
+//!   stops delivery: every view with an honest primary orders everything pending at it. (With
+//!   signed requests a backup could hand the request to the primary and remove the doubt.)
 //! - A Byzantine replica that sends different view changes to different replicas (without
 //!   sending each version to everyone, as twins do) can stall a view that uses one of them;
 //!   backups then time out and move to the next view. Two versions per sender are kept.
@@ -105,12 +123,18 @@
 //!   entry beyond the chosen checkpoint's window (deciding could drop a committed batch: a
 //!   single honest holder of a later checkpoint may be the only one in the set, so "f+1 holders
 //!   back it" cannot be required without risking safety). Made-up far-ahead entries no longer
-//!   stall view changes: the new primary leaves such view changes out of the set it uses (see
-//!   above), and once it holds the view changes of all honest replicas (retransmitted every
-//!   interval) the honest subset is among those tried, so a view with an honest primary
-//!   installs. The search tries at most `MAX_SEARCH` (1024) subsets, every subset for n <= 13;
-//!   above that a poisoner is left out only if it claims the highest seqs (its far-ahead
-//!   entries make it so).
+//!   stall view changes: entries beyond the window of the sender's own highest checkpoint are
+//!   refused and blamed, and a poisoner that also makes up the checkpoints to back them (well
+//!   formed, so not provably false) is left out by the new primary's search (see above): once
+//!   it holds the view changes of all honest replicas (retransmitted every interval) the honest
+//!   subset is among those tried, so a view with an honest primary installs. The search tries
+//!   at most `MAX_SEARCH` (1024) subsets, every subset for n <= 13; above that a poisoner is
+//!   left out only if it claims the highest seqs (its far-ahead entries make it so). Such a
+//!   well-formed poisoner is not blamed: nothing it sent is false on its face.
+//! - A replica that sends well-formed status reports far too often is not blamed: nothing in
+//!   one report is false, and the network may bunch or duplicate an honest replica's reports.
+//!   What it can make a replica send is bounded instead: one answer per half retransmit
+//!   interval, at most `PUSH_BURST` batches and four batch sizes of bytes.
 //! - View-change timeouts double per failed view up to 32 times the configured value.
 //!
 //! # Testing

@@ -856,16 +856,16 @@ impl Cluster {
     }
 
     /// Honest replicas never blame a replica that stayed honest, and every honest replica
-    /// blames an impersonator (half of whose messages claim another sender) and a forger of
-    /// relayed requests.
+    /// blames an impersonator (half of whose messages claim another sender), a forger of
+    /// relayed requests and a status spammer (whose made-up reports are impossible).
     fn check_blame(&self) -> Result<(), Failure> {
         for (faulty, node) in self.nodes.iter().enumerate() {
-            if !matches!(node.behaviour, Some(Behaviour::Impersonator | Behaviour::ForgedRelays)) {
+            if !matches!(node.behaviour, Some(Behaviour::Impersonator | Behaviour::ForgedRelays | Behaviour::StatusSpammer)) {
                 continue;
             }
             for (id, honest) in self.nodes.iter().enumerate() {
                 if self.honest(id) && honest.replicas[0].status().misbehaviour[faulty] == 0 {
-                    return Err(Failure::Safety(format!("replica {id} never blamed impersonator {faulty}")));
+                    return Err(Failure::Safety(format!("replica {id} never blamed {:?} {faulty}", node.behaviour)));
                 }
             }
         }
