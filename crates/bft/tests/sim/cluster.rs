@@ -182,6 +182,8 @@ pub fn sim_config(n: u16, id: ReplicaId) -> Config {
     config.batch_max_bytes = 16 * 1024;
     config.max_request_bytes = 4 * 1024;
     config.max_pending_bytes_per_origin = 64 * 1024;
+    // Low enough that the flooder's requests (8 KiB per message) are held back at the primary.
+    config.max_origin_bytes_per_sec = 256 * 1024;
     config.max_number_jump = MAX_NUMBER_JUMP;
     config
 }
