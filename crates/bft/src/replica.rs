@@ -79,10 +79,6 @@ const RETRANSMIT_SLOTS: usize = 32;
 const TRANSFER_CLAIMS: usize = 4;
 /// View-change timeouts stop doubling after this many failed views.
 const MAX_BACKOFF_SHIFT: u32 = 5;
-/// Most strikes an origin collects (its requests' patience doubles per strike, up to 32 times).
-const MAX_STRIKES: u32 = 5;
-/// One strike is forgiven per this many request timeouts without a new one.
-const STRIKE_DECAY_TIMEOUTS: u32 = 16;
 /// Records appended to the log before a new snapshot replaces it, in windows of slots (three
 /// records per batch in the normal case, a new snapshot at every stable checkpoint).
 const RECORDS_PER_WINDOW: u64 = 8;
@@ -188,13 +184,7 @@ pub struct Replica {
     pending_new_view: Option<NewView>,
     current_new_view: Option<NewView>,
     relayed_new_views: BTreeMap<ReplicaId, (Digest, NewView)>,
-    /// Per origin with requests awaited here: since when its requests made no progress (none
-    /// of its requests delivered). The request timer is per origin, so a primary that orders
-    /// other origins' requests but none of one origin's is still suspected.
-    request_timers: BTreeMap<ReplicaId, Time>,
-    /// Per other origin: strikes (suspicions its requests alone caused) and when the count
-    /// last changed. See [`Replica::patience`].
-    strikes: BTreeMap<ReplicaId, (u32, Time)>,
+    request_deadline: Option<Time>,
     view_change_deadline: Option<Time>,
     tick_deadline: Time,
     peer_status: BTreeMap<ReplicaId, StatusReport>,
@@ -261,8 +251,7 @@ impl Replica {
             pending_new_view: None,
             current_new_view: None,
             relayed_new_views: BTreeMap::new(),
-            request_timers: BTreeMap::new(),
-            strikes: BTreeMap::new(),
+            request_deadline: None,
             view_change_deadline: None,
             tick_deadline,
             peer_status: BTreeMap::new(),
@@ -596,7 +585,7 @@ impl Replica {
     /// When to call [`Replica::handle_timeout`] next.
     pub fn poll_timeout(&self) -> Option<Time> {
         let mut deadline = self.tick_deadline;
-        for candidate in [self.request_deadline(), self.view_change_deadline, self.batch_deadline()].into_iter().flatten() {
+        for candidate in [self.request_deadline, self.view_change_deadline, self.batch_deadline()].into_iter().flatten() {
             deadline = deadline.min(candidate);
         }
         Some(deadline)
@@ -656,28 +645,12 @@ impl Replica {
             self.tick_deadline = now.plus(self.config.retransmit_interval);
             self.tick();
         }
-        if self.request_deadline().is_some_and(|deadline| deadline <= now) {
+        if self.request_deadline.is_some_and(|deadline| deadline <= now) {
+            self.request_deadline = None;
             if self.lagging() {
                 // f+1 peers delivered more: catch up first, the primary may be fine.
-                for armed in self.request_timers.values_mut() {
-                    *armed = now;
-                }
+                self.request_deadline = Some(now.plus(self.request_timeout()));
             } else if !self.view_changing {
-                let overdue: Vec<ReplicaId> = self
-                    .request_timers
-                    .iter()
-                    .filter(|(origin, armed)| armed.plus(self.patience(**origin)) <= now)
-                    .map(|(origin, _)| *origin)
-                    .collect();
-                if !overdue.contains(&self.config.id) {
-                    // Only other origins' requests are overdue, and the primary may never have
-                    // seen them (an origin can send its requests to the backups alone): each
-                    // such origin gets a strike, so one that does this again and again gets
-                    // ever longer patience instead of a view change per request timeout.
-                    for origin in overdue {
-                        self.strike(origin);
-                    }
-                }
                 self.start_view_change(self.view + 1);
             }
         }
@@ -742,7 +715,7 @@ impl Replica {
         }
         self.clear_fresh();
         self.proposed.clear();
-        self.request_timers.clear();
+        self.request_deadline = None;
         if self.next_seq <= claim.seq {
             self.next_seq = claim.seq + 1;
         }
@@ -784,49 +757,9 @@ impl Replica {
         }
         // The primary runs the timer too: a primary whose proposals cannot commit (its backups
         // moved to other views) must not wait forever.
-        if !self.view_changing {
-            self.request_timers.entry(key.origin).or_insert(self.now);
+        if self.request_deadline.is_none() && !self.view_changing {
+            self.request_deadline = Some(self.now.plus(self.request_timeout()));
         }
-    }
-
-    /// Whether requests of `origin` are awaited here.
-    fn awaits_from(&self, origin: ReplicaId) -> bool {
-        if origin == self.config.id {
-            self.own_pending > 0
-        } else {
-            self.relayed_bytes.contains_key(&origin)
-        }
-    }
-
-    /// How long requests of `origin` may go without progress before this replica suspects the
-    /// primary: the request timeout for its own, doubled per strike for another origin's.
-    fn patience(&self, origin: ReplicaId) -> std::time::Duration {
-        let base = self.request_timeout();
-        if origin == self.config.id {
-            return base;
-        }
-        base.saturating_mul(1u32 << self.strikes_now(origin).min(MAX_STRIKES))
-    }
-
-    /// `origin`'s strikes after decay (one forgiven per STRIKE_DECAY_TIMEOUTS timeouts).
-    fn strikes_now(&self, origin: ReplicaId) -> u32 {
-        let Some((count, since)) = self.strikes.get(&origin) else { return 0 };
-        let period = duration_us(self.config.request_timeout.saturating_mul(STRIKE_DECAY_TIMEOUTS)).max(1);
-        let forgiven = self.now.0.saturating_sub(since.0) / period;
-        count.saturating_sub(u32::try_from(forgiven).unwrap_or(u32::MAX))
-    }
-
-    fn strike(&mut self, origin: ReplicaId) {
-        let count = self.strikes_now(origin).saturating_add(1).min(MAX_STRIKES);
-        self.strikes.insert(origin, (count, self.now));
-    }
-
-    /// The earliest time some origin's requests are overdue (none while changing views).
-    fn request_deadline(&self) -> Option<Time> {
-        if self.view_changing {
-            return None;
-        }
-        self.request_timers.iter().map(|(origin, armed)| armed.plus(self.patience(*origin))).min()
     }
 
     fn forget_request(&mut self, key: &RequestKey) -> bool {
@@ -838,9 +771,6 @@ impl Replica {
             if *bytes == 0 {
                 self.relayed_bytes.remove(&key.origin);
             }
-        }
-        if !self.awaits_from(key.origin) {
-            self.request_timers.remove(&key.origin);
         }
         true
     }
@@ -1365,11 +1295,12 @@ impl Replica {
         self.log_digest = chain(self.log_digest, seq, &digest);
         let time = Time(proposal.time.0.max(self.last_time.0.saturating_add(1)));
         let mut requests = Vec::with_capacity(proposal.requests.len());
-        let mut progressed = BTreeSet::new();
+        let mut progressed = false;
         for request in &proposal.requests {
             let key = request.key();
-            self.forget_request(&key);
-            progressed.insert(key.origin);
+            if self.forget_request(&key) {
+                progressed = true;
+            }
             if self.number_jump_too_far(&key) {
                 continue;
             }
@@ -1389,12 +1320,11 @@ impl Replica {
             // Caught up to a checkpoint already stable: the durable base can move up.
             self.snapshot_due |= seq <= self.stable.seq;
         }
-        // Any delivered request of an origin is progress for that origin (including those it
-        // sent the primary alone): what it sent only to this replica is its own business.
-        for origin in progressed {
-            if self.awaits_from(origin) && !self.view_changing {
-                self.request_timers.insert(origin, self.now);
-            }
+        if progressed {
+            self.request_deadline = None;
+        }
+        if self.request_deadline.is_none() && !self.awaited.is_empty() && !self.view_changing {
+            self.request_deadline = Some(self.now.plus(self.request_timeout()));
         }
         self.actions.push_back(Action::Deliver(Batch { seq, view: self.view, time, requests, checkpoint_due }));
         self.collect_garbage();
@@ -1707,7 +1637,7 @@ impl Replica {
         }
         self.view = target;
         self.view_changing = true;
-        self.request_timers.clear();
+        self.request_deadline = None;
         self.view_change_deadline = None;
         self.pending_new_view = None;
         self.clear_fresh();
@@ -2008,14 +1938,11 @@ impl Replica {
     /// After a view change: hand every known request to the new primary.
     fn restart_requests(&mut self) {
         self.clear_fresh();
-        self.request_timers.clear();
+        self.request_deadline = None;
         if self.awaited.is_empty() {
             return;
         }
-        let origins: BTreeSet<ReplicaId> = self.awaited.keys().map(|key| key.origin).collect();
-        for origin in origins {
-            self.request_timers.insert(origin, self.now);
-        }
+        self.request_deadline = Some(self.now.plus(self.request_timeout()));
         if self.is_primary() {
             let mut keys: Vec<(Time, RequestKey)> = self.awaited.iter().map(|(key, a)| (a.since, *key)).collect();
             keys.sort_unstable();
