@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 
 use bft::{
-    Action, CheckpointClaim, Config, Message, PrePreparedEntry, PreparedEntry, Proposal, Replica, ReplicaId, Request,
+    Action, Config, Message, Proposal, Replica, ReplicaId, Request,
     StatusReport, Time,
 };
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
