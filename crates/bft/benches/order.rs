@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 
 use bft::{
-    Action, CheckpointClaim, Config, Message, PrePreparedEntry, PreparedEntry, Proposal, Replica, ReplicaId, Request,
+    Action, Config, Message, Proposal, Replica, ReplicaId, Request,
     StatusReport, Time,
 };
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
@@ -55,13 +55,8 @@ impl Mode {
             (Mode::Silent, _) => {}
             (Mode::Poisoner, Message::PrePrepare { .. } | Message::NewView { .. }) => {}
             (Mode::Poisoner, Message::ViewChange(mut vc)) => {
-                let far = vc.stable.seq + 3 * config.watermark_window + 1;
-                let proposal =
-                    Proposal { time: Time(1), requests: vec![Request { origin: me, client: 77, number: 1, payload: vec![1] }] };
-                vc.pre_prepared.push(PrePreparedEntry { seq: far, view: vc.view - 1, digest: proposal.digest(far) });
-                vc.prepared.push(PreparedEntry { seq: far, view: vc.view - 1, proposal });
-                let backing = (far - config.watermark_window) / config.checkpoint_interval * config.checkpoint_interval;
-                vc.checkpoints = vec![CheckpointClaim { seq: backing, time: Time(2), log_digest: [7; 32], state_digest: [7; 32] }];
+                // The well-formed variant: not refused, so the new primary must search around it.
+                bft::actors::poison_view_change(&mut vc, me, config.watermark_window, config.checkpoint_interval, false);
                 out.push(Message::ViewChange(vc));
             }
             (Mode::ForgedRelays, message) => {

@@ -5,19 +5,25 @@
 
 use crate::{CheckpointClaim, PrePreparedEntry, PreparedEntry, Proposal, ReplicaId, Request, Time, ViewChange};
 
-/// The view-change poisoner: keeps `vc` well-formed but claims a fake prepared batch just above
-/// the stable checkpoint and one far ahead (above any checkpoint a quorum could choose, within
-/// the 4L an honest view change may report, so it is not refused as malformed), backed by a fake
-/// checkpoint claim. `window` and `interval` are the configuration's watermark window and
-/// checkpoint interval.
-pub fn poison_view_change(vc: &mut ViewChange, me: ReplicaId, window: u64, interval: u64) {
+/// The view-change poisoner: claims a fake prepared batch just above the stable checkpoint and
+/// one far ahead (above any checkpoint a quorum could choose, within the 4L an honest view
+/// change may report), backed by a fake checkpoint claim two windows up. `window` and `interval`
+/// are the configuration's watermark window and checkpoint interval.
+///
+/// `blatant`: the far entry lies beyond its own fake checkpoint's window, which no honest
+/// replica can claim, so receivers refuse the view change and blame its sender. Otherwise the
+/// far entry sits exactly at the top of that window: the view change is well-formed and
+/// unprovable, and any set containing it stays undecidable, so the new primary must leave it
+/// out (the subset search in `decide.rs`).
+pub fn poison_view_change(vc: &mut ViewChange, me: ReplicaId, window: u64, interval: u64, blatant: bool) {
     let low = vc.stable.seq;
     let view = vc.view.saturating_sub(1);
     let fake = |seq: u64| Proposal {
         time: Time(1),
         requests: vec![Request { origin: me, client: 77, number: seq, payload: vec![0xee; 8] }],
     };
-    let far = low + 3 * window + 1;
+    let backing = (low + 2 * window + 1) / interval * interval;
+    let far = if blatant { backing + window + 1 } else { backing + window };
     let near = low + 1;
     vc.prepared.retain(|e| e.seq > near && e.seq < far);
     vc.prepared.insert(0, PreparedEntry { seq: near, view, proposal: fake(near) });
@@ -25,7 +31,6 @@ pub fn poison_view_change(vc: &mut ViewChange, me: ReplicaId, window: u64, inter
     for seq in [near, far] {
         vc.pre_prepared.push(PrePreparedEntry { seq, view, digest: fake(seq).digest(seq) });
     }
-    let backing = (far - window) / interval * interval;
     vc.checkpoints.retain(|c| c.seq < backing);
     vc.checkpoints.push(CheckpointClaim { seq: backing, time: Time(2), log_digest: [0xee; 32], state_digest: [0xee; 32] });
     let max = usize::try_from(window / interval).unwrap_or(usize::MAX) + 1;

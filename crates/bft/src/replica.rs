@@ -164,6 +164,12 @@ pub struct Replica {
     fresh: VecDeque<(RequestKey, usize)>,
     /// Sum of the sizes in `fresh` (stale entries included until popped).
     fresh_bytes: usize,
+    /// The primary's per-origin rate (`max_origin_bytes_per_sec`): balance in bytes (negative
+    /// after an overdraft) and when it was last updated.
+    origin_tokens: BTreeMap<ReplicaId, (i64, Time)>,
+    /// Fresh requests of origins over their rate, in arrival order, until their balance is
+    /// back to half the bucket.
+    parked: BTreeMap<ReplicaId, VecDeque<(RequestKey, usize)>>,
     proposed: BTreeSet<RequestKey>,
     clients: BTreeMap<(ReplicaId, u64), ClientRecord>,
     /// (origin, seq of last delivery, client): each origin's pairs, oldest first.
@@ -247,6 +253,8 @@ impl Replica {
             awaited: BTreeMap::new(),
             fresh: VecDeque::new(),
             fresh_bytes: 0,
+            origin_tokens: BTreeMap::new(),
+            parked: BTreeMap::new(),
             proposed: BTreeSet::new(),
             clients: BTreeMap::new(),
             clients_by_age: BTreeSet::new(),
@@ -896,9 +904,13 @@ impl Replica {
         if !self.is_primary() || self.view_changing || self.next_seq > self.high_watermark() {
             return None;
         }
-        let (key, _) = self.fresh.iter().find(|(key, _)| self.awaited.contains_key(key) && !self.proposed.contains(key))?;
-        let since = self.awaited.get(key)?.since;
-        Some(since.plus(self.config.batch_delay))
+        let unpark = self.unpark_deadline();
+        let first = self.fresh.iter().find(|(key, _)| self.awaited.contains_key(key) && !self.proposed.contains(key));
+        let batch = first.and_then(|(key, _)| self.awaited.get(key)).map(|a| a.since.plus(self.config.batch_delay));
+        match (batch, unpark) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Low water mark: the stable checkpoint, or the current view's starting checkpoint when
@@ -915,6 +927,7 @@ impl Replica {
         if !self.is_primary() || self.view_changing {
             return;
         }
+        self.unpark();
         // Bounded by the window: each round assigns one sequence number.
         while self.next_seq <= self.high_watermark() {
             while let Some((key, _)) = self.fresh.front() {
@@ -932,13 +945,84 @@ impl Replica {
             if !(full || waited_enough || idle) {
                 return;
             }
-            self.propose_batch();
+            if !self.propose_batch() {
+                // Everything at the head belonged to origins over their rate (now parked).
+                if self.fresh.is_empty() {
+                    return;
+                }
+            }
         }
     }
 
     fn push_fresh(&mut self, key: RequestKey, size: usize) {
+        if let Some(parked) = self.parked.get_mut(&key.origin) {
+            parked.push_back((key, size));
+            return;
+        }
         self.fresh.push_back((key, size));
         self.fresh_bytes += size;
+    }
+
+    /// Size of the per-origin token bucket.
+    fn origin_bucket(&self) -> i64 {
+        i64::try_from(self.config.batch_max_bytes).unwrap_or(i64::MAX)
+    }
+
+    /// `origin`'s balance now (refilled at `max_origin_bytes_per_sec`, up to the bucket).
+    fn origin_balance(&self, origin: ReplicaId) -> i64 {
+        let Some((balance, at)) = self.origin_tokens.get(&origin) else { return self.origin_bucket() };
+        let rate = u128::try_from(self.config.max_origin_bytes_per_sec).unwrap_or(u128::MAX);
+        let refill = u128::from(self.now.0.saturating_sub(at.0)).saturating_mul(rate) / 1_000_000;
+        let refill = i64::try_from(refill).unwrap_or(i64::MAX);
+        balance.saturating_add(refill).min(self.origin_bucket())
+    }
+
+    fn spend_rate(&mut self, origin: ReplicaId, bytes: usize) {
+        if self.config.max_origin_bytes_per_sec == 0 {
+            return;
+        }
+        let balance = self.origin_balance(origin).saturating_sub(i64::try_from(bytes).unwrap_or(i64::MAX));
+        self.origin_tokens.insert(origin, (balance, self.now));
+    }
+
+    /// Moves `origin`'s fresh requests aside until its balance recovers.
+    fn park(&mut self, origin: ReplicaId) {
+        let mut parked = VecDeque::new();
+        let mut kept = VecDeque::with_capacity(self.fresh.len());
+        for (key, size) in self.fresh.drain(..) {
+            if key.origin == origin {
+                self.fresh_bytes -= size;
+                parked.push_back((key, size));
+            } else {
+                kept.push_back((key, size));
+            }
+        }
+        self.fresh = kept;
+        self.parked.insert(origin, parked);
+    }
+
+    /// Puts back the parked requests of origins whose balance is back to half the bucket.
+    fn unpark(&mut self) {
+        let half = self.origin_bucket() / 2;
+        let ready: Vec<ReplicaId> = self.parked.keys().copied().filter(|o| self.origin_balance(*o) >= half).collect();
+        for origin in ready {
+            for (key, size) in self.parked.remove(&origin).unwrap_or_default() {
+                self.push_fresh(key, size);
+            }
+        }
+    }
+
+    /// When the first parked origin's balance is back to half the bucket.
+    fn unpark_deadline(&self) -> Option<Time> {
+        let rate = u64::try_from(self.config.max_origin_bytes_per_sec).unwrap_or(u64::MAX).max(1);
+        let half = self.origin_bucket() / 2;
+        self.parked
+            .keys()
+            .map(|origin| {
+                let missing = u64::try_from(half.saturating_sub(self.origin_balance(*origin))).unwrap_or(0);
+                Time(self.now.0.saturating_add(missing.saturating_mul(1_000_000).div_ceil(rate)))
+            })
+            .min()
     }
 
     fn pop_fresh(&mut self) {
@@ -950,9 +1034,11 @@ impl Replica {
     fn clear_fresh(&mut self) {
         self.fresh.clear();
         self.fresh_bytes = 0;
+        self.parked.clear();
     }
 
-    fn propose_batch(&mut self) {
+    /// Proposes one batch; false when nothing could go (origins over their rate are parked).
+    fn propose_batch(&mut self) -> bool {
         // Fair among origins (Aardvark's lesson): within the first entries of the queue, each
         // origin with a request there gets an equal share of the batch's bytes and count (at
         // least one request), so one origin flooding large requests cannot crowd out the
@@ -968,11 +1054,22 @@ impl Replica {
         let mut requests = Vec::new();
         let mut bytes = 0usize;
         let mut chosen = Vec::new();
+        let mut over: BTreeSet<ReplicaId> = BTreeSet::new();
+        let mut spent: BTreeMap<ReplicaId, usize> = BTreeMap::new();
         for (key, _) in self.fresh.iter().take(scan) {
             if requests.len() >= self.config.batch_max_requests {
                 break;
             }
             let Some(awaited) = self.awaited.get(key).filter(|_| !self.proposed.contains(key)) else { continue };
+            if over.contains(&key.origin) {
+                continue;
+            }
+            // Over its rate once this batch's share is counted: the rest of its requests wait.
+            let balance = self.origin_balance(key.origin).saturating_sub(i64::try_from(spent.get(&key.origin).copied().unwrap_or(0)).unwrap_or(i64::MAX));
+            if self.config.max_origin_bytes_per_sec > 0 && balance <= 0 {
+                over.insert(key.origin);
+                continue;
+            }
             let size = awaited.request.wire_size();
             if !requests.is_empty() && bytes + size > self.config.batch_max_bytes {
                 break;
@@ -983,11 +1080,18 @@ impl Replica {
             }
             *origin_bytes += size;
             *origin_count += 1;
+            *spent.entry(key.origin).or_default() += size;
             bytes += size;
             requests.push(awaited.request.clone());
             chosen.push(*key);
         }
         self.proposed.extend(chosen);
+        for (origin, bytes) in spent {
+            self.spend_rate(origin, bytes);
+        }
+        for origin in over {
+            self.park(origin);
+        }
         while let Some((key, _)) = self.fresh.front() {
             if self.awaited.contains_key(key) && !self.proposed.contains(key) {
                 break;
@@ -995,7 +1099,7 @@ impl Replica {
             self.pop_fresh();
         }
         if requests.is_empty() {
-            return;
+            return false;
         }
         let time = Time(self.now.0.max(self.last_proposed_time.0.saturating_add(1)).max(self.last_time.0.saturating_add(1)));
         self.last_proposed_time = time;
@@ -1005,6 +1109,7 @@ impl Replica {
         let digest = proposal.digest(seq);
         self.broadcast(Message::PrePrepare { sender: self.config.id, view: self.view, seq, proposal: proposal.clone() });
         self.accept_pre_prepare(seq, digest, proposal);
+        true
     }
 
     fn in_window(&self, seq: u64) -> bool {
@@ -1440,6 +1545,13 @@ impl Replica {
     }
 
     fn on_status(&mut self, from: ReplicaId, report: StatusReport) {
+        // An honest replica is never changing views in view 0 (the first view change targets
+        // view 1), and its stable checkpoint is always on the interval: such a report is its
+        // sender's lie whatever the network reordered. Ignored, so it makes us send nothing.
+        if (report.view == 0 && report.view_changing) || report.stable_seq % self.config.checkpoint_interval != 0 {
+            self.blame(from, "impossible status report");
+            return;
+        }
         // What a status report makes us send is rate-limited per peer: at most one answer per
         // half retransmit interval (honest peers report once per interval), bounded in bytes.
         let half = std::time::Duration::from_micros(duration_us(self.config.retransmit_interval) / 2);
@@ -1655,9 +1767,24 @@ impl Replica {
             && pre_prepared_ok
     }
 
+    /// An honest replica reports prepared and pre-prepared entries only up to its high water
+    /// mark, `max(stable, view anchor) + L`, and names the view anchor among its checkpoint
+    /// claims when it is above its stable checkpoint; so no entry lies beyond the highest
+    /// checkpoint it names plus one window. A view change that claims one does (the
+    /// view-change poisoner's far-ahead entries) is a lie of its sender, whatever the network did.
+    fn view_change_beyond_its_window(&self, view_change: &ViewChange) -> bool {
+        let top = view_change.checkpoints.iter().map(|c| c.seq).fold(view_change.stable.seq, u64::max);
+        let limit = top.saturating_add(self.config.watermark_window);
+        view_change.prepared.iter().any(|e| e.seq > limit) || view_change.pre_prepared.iter().any(|e| e.seq > limit)
+    }
+
     fn on_view_change(&mut self, from: ReplicaId, view_change: ViewChange) {
         if !self.view_change_valid(&view_change) {
             self.blame(from, "malformed view change");
+            return;
+        }
+        if self.view_change_beyond_its_window(&view_change) {
+            self.blame(from, "view change claims batches beyond its checkpoints");
             return;
         }
         if view_change.view < self.view || (view_change.view == self.view && !self.view_changing) {

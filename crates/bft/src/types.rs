@@ -161,6 +161,12 @@ pub struct Config {
     /// [`Request::wire_size`] plus [`REQUEST_OVERHEAD`]); requests beyond it are dropped, and the
     /// origin retransmits. Caps what one peer can make this replica hold in pending requests.
     pub max_pending_bytes_per_origin: usize,
+    /// Bytes per second of one origin's requests a primary puts into batches, on average (a
+    /// token bucket of `batch_max_bytes`; a request may overdraw it once). Requests beyond it
+    /// wait at the primary. 0: unlimited. Caps how much ordering, execution, logging and
+    /// persistence one origin (a flooding replica) can make the whole cluster do, however idle
+    /// the others are.
+    pub max_origin_bytes_per_sec: usize,
     /// Largest request accepted, as [`Request::wire_size`]: what the application can execute
     /// (a 64 KiB DNS message plus its envelope). At most `batch_max_bytes`.
     pub max_request_bytes: usize,
@@ -203,6 +209,7 @@ impl Config {
             retained_batches: 1024,
             max_pending_requests: 100_000,
             max_pending_bytes_per_origin: 16 * 1024 * 1024,
+            max_origin_bytes_per_sec: 0,
             max_request_bytes: 64 * 1024 + 1024,
             max_number_jump: 1 << 32,
             retransmit_interval: Duration::from_millis(500),

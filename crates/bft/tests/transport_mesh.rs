@@ -361,6 +361,41 @@ async fn send_queue_is_bounded_in_bytes() {
     mesh.shutdown().await;
 }
 
+#[tokio::test]
+async fn receive_queue_is_bounded_in_bytes_per_peer() {
+    // Replica 1 does not read; replica 0 sends 100 frames of 256 KiB (25 MiB). Replica 1 holds
+    // at most its 2 MiB budget for replica 0 (plus the short merged queue): the rest waits in
+    // TCP and, after a second each, is dropped, although 100 frames are far within the frame
+    // bound (4096).
+    let ca = generate_ca("receive-bytes-test").unwrap();
+    let (l0, l1) = (bind_local().await, bind_local().await);
+    let (a0, a1) = (l0.local_addr().unwrap(), l1.local_addr().unwrap());
+    let mut c0 = config(&ca, 0, a0, vec![(1, a1)]);
+    let mut c1 = config(&ca, 1, a1, vec![(0, a0)]);
+    for c in [&mut c0, &mut c1] {
+        c.max_frame_bytes = 256 * 1024;
+        c.queue_bytes = 2 * 1024 * 1024;
+    }
+    let m0 = Mesh::start_with_listener(c0, l0).await.unwrap();
+    let m1 = Mesh::start_with_listener(c1, l1).await.unwrap();
+    let mut rx = m1.subscribe(CHANNEL_ORDERING).unwrap();
+    // Sent in chunks that fit the sender's own 2 MiB queue.
+    for chunk in 0..10u8 {
+        for i in 0..10u8 {
+            m0.sender().send(1, CHANNEL_ORDERING, Bytes::from(vec![chunk * 10 + i; 256 * 1024])).unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let dropped = m1.peer_status()[0].frames_received_dropped;
+    assert!(dropped > 0, "the receiver held more than its byte budget without dropping");
+    // What was queued is still delivered once the consumer reads.
+    let (from, _) = recv(&mut rx).await;
+    assert_eq!(from, 0);
+    m0.shutdown().await;
+    m1.shutdown().await;
+}
+
 #[test]
 fn config_errors_name_the_field() {
     let ca = generate_ca("config-test").unwrap();

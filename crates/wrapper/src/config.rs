@@ -171,6 +171,10 @@ pub struct OrderingSection {
     /// Largest snapshot (zone records plus execution state, encoded) this replica accepts
     /// from a peer in a state transfer.
     pub max_snapshot_bytes: usize,
+    /// Bytes per second of one replica's requests that a primary orders, on average (bft
+    /// `max_origin_bytes_per_sec`): bounds what a flooding replica makes every replica order,
+    /// log, persist and execute. Far above what DNS clients send through one replica.
+    pub max_origin_bytes_per_sec: usize,
 }
 
 impl Default for OrderingSection {
@@ -185,6 +189,7 @@ impl Default for OrderingSection {
             max_clock_skew_ms: 30_000,
             retained_batches: 1024,
             max_snapshot_bytes: 256 * 1024 * 1024,
+            max_origin_bytes_per_sec: 1024 * 1024,
         }
     }
 }

@@ -94,7 +94,10 @@ impl Byzantine {
         match message {
             Message::PrePrepare { .. } | Message::NewView { .. } => Vec::new(),
             Message::ViewChange(mut vc) => {
-                crate::actors::poison_view_change(&mut vc, self.me, self.window, self.interval);
+                // Blatant in odd views (the first view change, to view 1, names it at once),
+                // well-formed in even ones (left out by the new primary's search).
+                let blatant = vc.view % 2 == 1;
+                crate::actors::poison_view_change(&mut vc, self.me, self.window, self.interval, blatant);
                 vec![(to, Message::ViewChange(vc))]
             }
             other => vec![(to, other)],

@@ -34,9 +34,12 @@
 //! subscriber whose queue is full holds up its connection's reader (flow control back to the
 //! sender) for up to one second per frame; after that the frame is dropped and counted, so a
 //! stuck subscriber cannot stall the other channels forever. A subscriber's queue is one queue per
-//! peer (the frame bound shared among them), merged round robin into a short queue the consumer
-//! reads: a peer that floods a channel fills and waits on its own queue, and the other peers'
-//! frames still go through at their share. Frames queued while a peer is unreachable are sent once it is
+//! peer, merged round robin into a short queue the consumer reads: a peer that floods a channel
+//! fills and waits on its own queue, and the other peers' frames still go through at their
+//! share. Each peer's queue is bounded in frames and in bytes (the peers share `queue_frames`
+//! and `queue_bytes`, at least 1 MiB each), and a frame being read is allocated as its bytes
+//! arrive, so what one peer can make this replica hold per channel is its byte budget, one
+//! frame being read and the short merged queue, however fast or slowly it sends. Frames queued while a peer is unreachable are sent once it is
 //! back; frames in flight when a connection breaks are lost.
 
 use std::collections::{HashMap, VecDeque};
@@ -52,7 +55,7 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Notify, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
@@ -68,13 +71,27 @@ pub const CHANNEL_STATE: u8 = 2;
 /// Reserved: empty frames a writer sends when idle, dropped by the reader.
 pub const CHANNEL_KEEPALIVE: u8 = 255;
 
-/// Frames of a channel waiting for its consumer after the per-peer queues are merged.
-const MERGED_QUEUE: usize = 64;
+/// Frames of a channel waiting for its consumer after the per-peer queues are merged (not
+/// counted against any peer's byte budget, so kept short).
+const MERGED_QUEUE: usize = 16;
+/// Smallest byte budget of one peer's receive queue on one channel.
+const MIN_PEER_BUDGET: usize = 1024 * 1024;
+
+/// A received frame waiting in its peer's queue, holding its share of that peer's byte budget.
+type Queued = (u16, Bytes, OwnedSemaphorePermit);
+
+/// One peer's receive queue on one channel: bounded in frames (the channel) and in bytes
+/// (`budget`, permits = payload bytes; a frame larger than the whole budget takes all of it).
+struct PeerInbox {
+    tx: mpsc::Sender<Queued>,
+    budget: Arc<Semaphore>,
+    budget_bytes: usize,
+}
 
 /// Forwards the per-peer queues of one channel into the consumer's queue, one frame per peer
 /// in turn (round robin over the peers that have one), until the consumer or every peer
-/// queue is gone.
-async fn merge_fairly(mut queues: Vec<mpsc::Receiver<(u16, Bytes)>>, out: mpsc::Sender<(u16, Bytes)>) {
+/// queue is gone. A frame's bytes return to its peer's budget once it is handed on.
+async fn merge_fairly(mut queues: Vec<mpsc::Receiver<Queued>>, out: mpsc::Sender<(u16, Bytes)>) {
     if queues.is_empty() {
         // A mesh without peers: the channel stays open (and empty) while it is subscribed.
         out.closed().await;
@@ -100,19 +117,22 @@ async fn merge_fairly(mut queues: Vec<mpsc::Receiver<(u16, Bytes)>>, out: mpsc::
                 std::task::Poll::Ready(None)
             }
         });
-        let (i, frame) = tokio::select! {
+        let (i, (from, payload, permit)) = tokio::select! {
             got = ready => match got { Some(got) => got, None => return },
             _ = out.closed() => return,
         };
         next = i + 1;
-        if out.send(frame).await.is_err() {
+        if out.send((from, payload)).await.is_err() {
             return;
         }
+        drop(permit);
     }
 }
 
 /// How long a reader waits for a full subscriber before dropping the frame.
 const SUBSCRIBER_WAIT: Duration = Duration::from_secs(1);
+/// First allocation for a frame being read; it grows as the peer sends more.
+const READ_CHUNK: usize = 64 * 1024;
 /// Length prefix size in bytes.
 const HEADER_BYTES: usize = 4;
 /// Ceiling for `max_frame_bytes`, so the length always fits the u32 prefix with the channel byte.
@@ -309,8 +329,9 @@ struct Shared {
     keepalive: Option<Duration>,
     peers: HashMap<u16, Arc<Peer>>,
     /// Per channel, one queue per peer: a peer that floods a channel fills only its own
-    /// queue (and then waits, as TCP flow control reaches it), never the other peers'.
-    subscribers: RwLock<HashMap<u8, HashMap<u16, mpsc::Sender<(u16, Bytes)>>>>,
+    /// queue and byte budget (and then waits, as TCP flow control reaches it), never the other
+    /// peers'.
+    subscribers: RwLock<HashMap<u8, HashMap<u16, Arc<PeerInbox>>>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -417,7 +438,7 @@ impl Mesh {
             return Err(TransportError::Config { field: "channel", reason: "255 is reserved".into() });
         }
         let mut subscribers = self.shared.subscribers.write().map_err(|_| TransportError::Shutdown)?;
-        if subscribers.get(&channel).is_some_and(|s| s.values().any(|q| !q.is_closed())) {
+        if subscribers.get(&channel).is_some_and(|s| s.values().any(|q| !q.tx.is_closed())) {
             return Err(TransportError::Config {
                 field: "channel",
                 reason: format!("channel {channel} already has a subscriber"),
@@ -426,12 +447,15 @@ impl Mesh {
         // The peers share the frame bound; the merged queue the consumer reads stays short,
         // so a frame waits behind at most a few frames of other peers.
         let per_peer = (self.shared.queue_frames / self.shared.peers.len().max(1)).max(16);
+        // The peers share queue_bytes too: what one peer can make this replica hold on a
+        // channel is its budget plus one frame being read, however fast it sends.
+        let budget_bytes = (self.shared.queue_bytes / self.shared.peers.len().max(1)).max(MIN_PEER_BUDGET);
         let (tx, rx) = mpsc::channel(MERGED_QUEUE);
         let mut queues = HashMap::new();
         let mut receivers = Vec::new();
         for &id in self.shared.peers.keys() {
             let (peer_tx, peer_rx) = mpsc::channel(per_peer);
-            queues.insert(id, peer_tx);
+            queues.insert(id, Arc::new(PeerInbox { tx: peer_tx, budget: Arc::new(Semaphore::new(budget_bytes)), budget_bytes }));
             receivers.push(peer_rx);
         }
         subscribers.insert(channel, queues);
@@ -632,8 +656,19 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     if len - 1 > max_frame_bytes {
         return Err(ReadFrameError::Peer(PeerError::OversizeFrame { len: len - 1, max: max_frame_bytes }));
     }
-    let mut body = BytesMut::zeroed(len);
-    reader.read_exact(&mut body).await.map_err(ReadFrameError::Io)?;
+    // Grown as bytes arrive: a peer that announces a large frame and sends it slowly holds
+    // only what it sent (plus at most as much again in spare capacity).
+    let mut body = BytesMut::with_capacity(len.min(READ_CHUNK));
+    while body.len() < len {
+        if body.capacity() == body.len() {
+            body.reserve((len - body.len()).min(body.len().max(READ_CHUNK)));
+        }
+        let room = (len - body.len()).min(body.capacity() - body.len());
+        let read = (&mut *reader).take(room as u64).read_buf(&mut body).await.map_err(ReadFrameError::Io)?;
+        if read == 0 {
+            return Err(ReadFrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+    }
     let mut body = body.freeze();
     let payload = body.split_off(1);
     let channel = body.first().copied().unwrap_or(CHANNEL_KEEPALIVE);
@@ -837,6 +872,25 @@ async fn accept_one(
     Ok((peer.clone(), stream))
 }
 
+/// Queues one received frame for its channel's consumer, within the peer's byte budget and
+/// frame bound, waiting at most [`SUBSCRIBER_WAIT`] for room; false when it was dropped.
+async fn deliver_frame(inbox: &PeerInbox, from: u16, payload: Bytes) -> bool {
+    let wait = async {
+        // Bounded by MAX_FRAME_BYTES_LIMIT, so it fits u32.
+        let need = payload.len().clamp(1, inbox.budget_bytes) as u32;
+        let permit = match inbox.budget.clone().try_acquire_many_owned(need) {
+            Ok(permit) => permit,
+            Err(_) => inbox.budget.clone().acquire_many_owned(need).await.ok()?,
+        };
+        match inbox.tx.try_send((from, payload, permit)) {
+            Ok(()) => Some(()),
+            Err(mpsc::error::TrySendError::Full(frame)) => inbox.tx.send(frame).await.ok(),
+            Err(mpsc::error::TrySendError::Closed(_)) => None,
+        }
+    };
+    matches!(tokio::time::timeout(SUBSCRIBER_WAIT, wait).await, Ok(Some(())))
+}
+
 /// Receives frames from `peer` until the connection fails, the peer reconnects, or shutdown.
 async fn run_reader<S: AsyncRead + AsyncWrite + Unpin>(shared: &Shared, peer: &Peer, stream: S) {
     let mut generation = peer.incoming_generation.subscribe();
@@ -877,13 +931,8 @@ async fn run_reader<S: AsyncRead + AsyncWrite + Unpin>(shared: &Shared, peer: &P
             // A busy subscriber slows this connection down (TCP flow control then reaches the
             // sender's queue) rather than losing frames, which the protocols recover only on
             // slow timers; a stuck one loses frames after a bound so other channels move on.
-            Some(subscriber) => match subscriber.try_send((peer.id, payload)) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(frame)) => {
-                    matches!(tokio::time::timeout(SUBSCRIBER_WAIT, subscriber.send(frame)).await, Ok(Ok(())))
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            },
+            // Only this peer's connection waits: its queue and byte budget are its own.
+            Some(inbox) => deliver_frame(&inbox, peer.id, payload).await,
             None => false,
         };
         if !delivered {

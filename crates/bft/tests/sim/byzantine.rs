@@ -68,7 +68,8 @@ pub struct ByzantineState {
 /// View-change poisoner: silent as primary (no pre-prepares, no new views) and, in every view
 /// change it sends, claims a made-up request prepared far beyond its stable checkpoint's window
 /// (backed by a made-up checkpoint claim) and another at the first seq above it, so any set that
-/// contains its view change cannot decide.
+/// contains its view change cannot decide. Every other view change it sends is blatant (the far
+/// entry beyond its own claims' window: refused and blamed), the others are well-formed.
 pub mod poisoner {
     use bft::{Message, ReplicaId};
 
@@ -80,7 +81,10 @@ pub mod poisoner {
             Message::ViewChange(mut vc) => {
                 let config = sim_config(n, me);
                 let (window, interval) = (config.watermark_window, config.checkpoint_interval);
-                bft::actors::poison_view_change(&mut vc, me, window, interval);
+                // Both variants in every run: blatant (refused and blamed) and well-formed (left
+                // out by the search), alternating with the view and the poisoner's id.
+                let blatant = (vc.view + u64::from(me)) % 2 == 1;
+                bft::actors::poison_view_change(&mut vc, me, window, interval, blatant);
                 vec![(to, Message::ViewChange(vc))]
             }
             other => vec![(to, other)],

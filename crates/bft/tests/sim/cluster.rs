@@ -184,6 +184,8 @@ pub fn sim_config(n: u16, id: ReplicaId) -> Config {
     config.batch_max_bytes = 16 * 1024;
     config.max_request_bytes = 4 * 1024;
     config.max_pending_bytes_per_origin = 64 * 1024;
+    // Low enough that the flooder's requests (8 KiB per message) are held back at the primary.
+    config.max_origin_bytes_per_sec = 256 * 1024;
     config.max_number_jump = MAX_NUMBER_JUMP;
     config
 }
@@ -858,16 +860,16 @@ impl Cluster {
     }
 
     /// Honest replicas never blame a replica that stayed honest, and every honest replica
-    /// blames an impersonator (half of whose messages claim another sender) and a forger of
-    /// relayed requests.
+    /// blames an impersonator (half of whose messages claim another sender), a forger of
+    /// relayed requests and a status spammer (whose made-up reports are impossible).
     fn check_blame(&self) -> Result<(), Failure> {
         for (faulty, node) in self.nodes.iter().enumerate() {
-            if !matches!(node.behaviour, Some(Behaviour::Impersonator | Behaviour::ForgedRelays)) {
+            if !matches!(node.behaviour, Some(Behaviour::Impersonator | Behaviour::ForgedRelays | Behaviour::StatusSpammer)) {
                 continue;
             }
             for (id, honest) in self.nodes.iter().enumerate() {
                 if self.honest(id) && honest.replicas[0].status().misbehaviour[faulty] == 0 {
-                    return Err(Failure::Safety(format!("replica {id} never blamed impersonator {faulty}")));
+                    return Err(Failure::Safety(format!("replica {id} never blamed {:?} {faulty}", node.behaviour)));
                 }
             }
         }

@@ -107,6 +107,36 @@ fn actor_equivocator() {
 }
 
 #[test]
+fn actor_conflicter() {
+    run_actor(Behaviour::Conflicter);
+}
+
+#[test]
+fn actor_impersonator() {
+    run_actor(Behaviour::Impersonator);
+}
+
+#[test]
+fn actor_replayer() {
+    run_actor(Behaviour::Replayer);
+}
+
+#[test]
+fn actor_twins() {
+    run_actor(Behaviour::Twins);
+}
+
+/// Every behaviour in [`byzantine::ALL`] has its own `actor_*` test above.
+#[test]
+fn every_actor_has_a_test() {
+    let source = include_str!("main.rs");
+    for behaviour in byzantine::ALL {
+        let call = format!("run_actor(Behaviour::{behaviour:?})");
+        assert!(source.contains(&call), "no actor test runs {behaviour:?}");
+    }
+}
+
+#[test]
 fn seeds_n4() {
     run_many(4, 0, env_u64("BFT_SEEDS").unwrap_or(1500));
 }
