@@ -46,7 +46,9 @@ fn operator_bind(root: &Path) -> PathBuf {
     .unwrap();
     std::fs::write(
         etc.join("named.conf.default-zones"),
-        format!("zone \"localhost\" {{\n\ttype master;\n\tfile \"{e}/db.local\";\n}};\nzone \"127.in-addr.arpa\" {{\n\ttype master;\n\tfile \"{e}/db.127\";\n}};\n"),
+        format!(
+            "zone \"localhost\" {{\n\ttype master;\n\tfile \"{e}/db.local\";\n}};\nzone \"127.in-addr.arpa\" {{\n\ttype master;\n\tfile \"{e}/db.127\";\n}};\n"
+        ),
     )
     .unwrap();
     std::fs::write(
@@ -108,7 +110,21 @@ fn sdns(args: &[&str]) -> Output {
 }
 
 fn adopt_args<'a>(conf: &'a str, zone: &'a str, out: &'a str) -> Vec<&'a str> {
-    vec!["adopt", "--named-conf", conf, "--zone", zone, "--out", out, "--bits", "1024", "--named-checkconf", "/usr/bin/named-checkconf", "--named-compilezone", "/usr/bin/named-compilezone"]
+    vec![
+        "adopt",
+        "--named-conf",
+        conf,
+        "--zone",
+        zone,
+        "--out",
+        out,
+        "--bits",
+        "1024",
+        "--named-checkconf",
+        "/usr/bin/named-checkconf",
+        "--named-compilezone",
+        "/usr/bin/named-compilezone",
+    ]
 }
 
 /// A cluster started with `sdns cluster up` on an adopted directory; stopped on drop.
@@ -230,11 +246,21 @@ include \"{}/dhcp.key\";
         let named = RunningNamed { child, port, dir };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
-            let soa = text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(port.to_string()).args(["+short", "+time=1", "+tries=1", "2.0.192.in-addr.arpa", "SOA"])));
+            let soa = text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(port.to_string()).args([
+                "+short",
+                "+time=1",
+                "+tries=1",
+                "2.0.192.in-addr.arpa",
+                "SOA",
+            ])));
             if soa.contains("hostmaster.corp.test.") {
                 return named;
             }
-            assert!(std::time::Instant::now() < deadline, "the running named never answered:\n{}", std::fs::read_to_string(named.dir.join("named.log")).unwrap_or_default());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the running named never answered:\n{}",
+                std::fs::read_to_string(named.dir.join("named.log")).unwrap_or_default()
+            );
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
     }
@@ -366,7 +392,8 @@ fn adopted_zones_take_updates_signed_with_the_operators_keys() {
     let (ok, said) = running.nsupdate(&dhcp_key, "update add 99.2.0.192.in-addr.arpa 300 PTR printer.corp.test.");
     assert!(ok, "update on the running named: {said}");
     let server = format!("127.0.0.1:{}", running.port);
-    let before = records(&text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(running.port.to_string()).args(["2.0.192.in-addr.arpa", "AXFR"]))));
+    let before =
+        records(&text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(running.port.to_string()).args(["2.0.192.in-addr.arpa", "AXFR"]))));
     assert!(before.iter().any(|r| r.contains("printer.corp.test.")), "{before:?}");
     let reverse = Adopted::up(&conf, "2.0.192.in-addr.arpa", root.path().join("reverse"), &["--server", &server]);
     drop(running);

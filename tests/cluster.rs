@@ -108,7 +108,14 @@ fn malformed_packets_disturb_nothing() {
     let mut state = 0x2545f4914f6cdd1du64;
     for len in [0usize, 1, 11, 12, 13, 40, 512, 1400] {
         for _ in 0..20 {
-            let buf: Vec<u8> = (0..len).map(|_| { state ^= state << 13; state ^= state >> 7; state ^= state << 17; state as u8 }).collect();
+            let buf: Vec<u8> = (0..len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect();
             sock.send_to(&buf, target).unwrap();
         }
     }
@@ -249,7 +256,8 @@ fn killed_replica_takes_its_named_along_and_comes_back() {
     let c = Cluster::up(ClusterOpts::default());
     let named_pid_file = c.path("replica-2/state/named/named.pid");
     let named_pid: i32 = std::fs::read_to_string(&named_pid_file).expect("named.pid").trim().parse().expect("pid");
-    let alive = |pid: i32| std::process::Command::new("kill").args(["-0", &pid.to_string()]).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
+    let alive =
+        |pid: i32| std::process::Command::new("kill").args(["-0", &pid.to_string()]).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
     assert!(alive(named_pid), "replica 2's named is not running");
     c.kill9(2);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -179,11 +179,7 @@ fn sign(msg: &[u8], key: &Key, tamper: Tamper) -> Vec<u8> {
 fn named_port(c: &Cluster) -> u16 {
     let text = std::fs::read_to_string(c.path("replica-0/replica.toml")).expect("replica.toml");
     let section = &text[text.find("[named]").expect("[named] section")..];
-    section
-        .lines()
-        .find_map(|l| l.strip_prefix("port = "))
-        .and_then(|p| p.trim().parse().ok())
-        .expect("[named] port")
+    section.lines().find_map(|l| l.strip_prefix("port = ")).and_then(|p| p.trim().parse().ok()).expect("[named] port")
 }
 
 /// Sends every probe over UDP at once (one socket each) and collects the first
@@ -313,7 +309,15 @@ fn describe(answer: &Option<Vec<u8>>) -> String {
     match answer {
         None => "no answer".into(),
         Some(a) => match Message::from_vec(a) {
-            Ok(m) => format!("{} bytes, {:?}, an {} ns {} ar {}, tc {}", a.len(), m.metadata.response_code, m.answers.len(), m.authorities.len(), m.additionals.len(), m.metadata.truncation),
+            Ok(m) => format!(
+                "{} bytes, {:?}, an {} ns {} ar {}, tc {}",
+                a.len(),
+                m.metadata.response_code,
+                m.answers.len(),
+                m.authorities.len(),
+                m.additionals.len(),
+                m.metadata.truncation
+            ),
             Err(_) => format!("{} bytes (undecodable) {:02x?}", a.len(), &a[..a.len().min(16)]),
         },
     }
@@ -321,9 +325,9 @@ fn describe(answer: &Option<Vec<u8>>) -> String {
 
 /// Record types named knows (and a few it does not), by number.
 const TYPES: &[u16] = &[
-    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33, 35, 36, 37, 38,
-    39, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 99, 100, 101, 102, 103, 104, 105, 106,
-    107, 108, 109, 249, 255, 256, 257, 258, 260, 32768, 32769, 65534, 65280,
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33, 35, 36, 37, 38, 39, 42, 43, 44, 45,
+    46, 47, 48, 49, 50, 51, 52, 53, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 249, 255, 256, 257, 258,
+    260, 32768, 32769, 65534, 65280,
 ];
 
 fn read_probes(key: &Key) -> Vec<Probe> {
@@ -418,30 +422,92 @@ fn read_probes(key: &Key) -> Vec<Probe> {
     // Malformed headers and names.
     let base = query(0x7001, "www.example.test.", 1, 1, None);
     let mut mal: Vec<(&str, Vec<u8>)> = Vec::new();
-    mal.push(("no question", { let mut q = base[..12].to_vec(); set_counts(&mut q, 0, 0, 0, 0); q }));
-    mal.push(("two questions", { let mut q = base.clone(); q.extend_from_slice(&base[12..]); set_counts(&mut q, 2, 0, 0, 0); q }));
+    mal.push(("no question", {
+        let mut q = base[..12].to_vec();
+        set_counts(&mut q, 0, 0, 0, 0);
+        q
+    }));
+    mal.push(("two questions", {
+        let mut q = base.clone();
+        q.extend_from_slice(&base[12..]);
+        set_counts(&mut q, 2, 0, 0, 0);
+        q
+    }));
     mal.push(("question cut short", base[..20].to_vec()));
     mal.push(("question without type", base[..base.len() - 4].to_vec()));
-    mal.push(("trailing garbage", { let mut q = base.clone(); q.extend_from_slice(&[1, 2, 3]); q }));
-    mal.push(("counts promise an answer", { let mut q = base.clone(); set_counts(&mut q, 1, 1, 0, 0); q }));
-    mal.push(("counts promise 65535 additionals", { let mut q = base.clone(); set_counts(&mut q, 1, 0, 0, 65535); q }));
-    mal.push(("compression loop", { let mut q = base[..12].to_vec(); q.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1]); q }));
-    mal.push(("two-pointer loop", { let mut q = base[..12].to_vec(); q.extend_from_slice(&[1, b'a', 0xc0, 16, 0xc0, 12, 0, 1, 0, 1]); q }));
-    mal.push(("forward pointer", { let mut q = base[..12].to_vec(); q.extend_from_slice(&[0xc0, 20, 0, 1, 0, 1, 0, 0, 3, b'w', b'w', b'w', 0]); q }));
-    mal.push(("pointer past the end", { let mut q = base[..12].to_vec(); q.extend_from_slice(&[0xc3, 0xff, 0, 1, 0, 1]); q }));
-    mal.push(("label type 0x40", { let mut q = base[..12].to_vec(); q.extend_from_slice(&[0x41, b'a', 0, 0, 1, 0, 1]); q }));
-    mal.push(("label type 0x80", { let mut q = base[..12].to_vec(); q.extend_from_slice(&[0x81, b'a', 0, 0, 1, 0, 1]); q }));
+    mal.push(("trailing garbage", {
+        let mut q = base.clone();
+        q.extend_from_slice(&[1, 2, 3]);
+        q
+    }));
+    mal.push(("counts promise an answer", {
+        let mut q = base.clone();
+        set_counts(&mut q, 1, 1, 0, 0);
+        q
+    }));
+    mal.push(("counts promise 65535 additionals", {
+        let mut q = base.clone();
+        set_counts(&mut q, 1, 0, 0, 65535);
+        q
+    }));
+    mal.push(("compression loop", {
+        let mut q = base[..12].to_vec();
+        q.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1]);
+        q
+    }));
+    mal.push(("two-pointer loop", {
+        let mut q = base[..12].to_vec();
+        q.extend_from_slice(&[1, b'a', 0xc0, 16, 0xc0, 12, 0, 1, 0, 1]);
+        q
+    }));
+    mal.push(("forward pointer", {
+        let mut q = base[..12].to_vec();
+        q.extend_from_slice(&[0xc0, 20, 0, 1, 0, 1, 0, 0, 3, b'w', b'w', b'w', 0]);
+        q
+    }));
+    mal.push(("pointer past the end", {
+        let mut q = base[..12].to_vec();
+        q.extend_from_slice(&[0xc3, 0xff, 0, 1, 0, 1]);
+        q
+    }));
+    mal.push(("label type 0x40", {
+        let mut q = base[..12].to_vec();
+        q.extend_from_slice(&[0x41, b'a', 0, 0, 1, 0, 1]);
+        q
+    }));
+    mal.push(("label type 0x80", {
+        let mut q = base[..12].to_vec();
+        q.extend_from_slice(&[0x81, b'a', 0, 0, 1, 0, 1]);
+        q
+    }));
     mal.push(("name over 255 bytes", {
         let mut q = base[..12].to_vec();
-        for _ in 0..5 { q.push(63); q.extend_from_slice(&[b'x'; 63]); }
+        for _ in 0..5 {
+            q.push(63);
+            q.extend_from_slice(&[b'x'; 63]);
+        }
         q.extend_from_slice(&[0, 0, 1, 0, 1]);
         q
     }));
-    mal.push(("label length past the end", { let mut q = base[..12].to_vec(); q.extend_from_slice(&[40, b'a', b'b']); q }));
-    mal.push(("binary label bytes", { let mut q = base[..12].to_vec(); q.extend_from_slice(&[3, 0, 0xff, b'.']); q.extend_from_slice(&wire_name(ZONE)); q.extend_from_slice(&[0, 1, 0, 1]); q }));
+    mal.push(("label length past the end", {
+        let mut q = base[..12].to_vec();
+        q.extend_from_slice(&[40, b'a', b'b']);
+        q
+    }));
+    mal.push(("binary label bytes", {
+        let mut q = base[..12].to_vec();
+        q.extend_from_slice(&[3, 0, 0xff, b'.']);
+        q.extend_from_slice(&wire_name(ZONE));
+        q.extend_from_slice(&[0, 1, 0, 1]);
+        q
+    }));
     mal.push(("header only", base[..12].to_vec()));
     mal.push(("eleven bytes", base[..11].to_vec()));
-    mal.push(("a response", { let mut q = base.clone(); q[2] |= 0x80; q }));
+    mal.push(("a response", {
+        let mut q = base.clone();
+        q[2] |= 0x80;
+        q
+    }));
     for (label, q) in mal {
         p.push(probe(label, q, false));
     }
@@ -469,7 +535,12 @@ fn read_probes(key: &Key) -> Vec<Probe> {
         }
     }
     // Truncation: answers larger than the advertised size, over UDP and TCP.
-    for (label, e) in [("no EDNS", None), ("EDNS 512", Some(EdnsOpts { size: 512, version: 0, dnssec_ok: true })), ("EDNS 1232", edns_variants[1]), ("EDNS 4096 DO", edns_variants[2])] {
+    for (label, e) in [
+        ("no EDNS", None),
+        ("EDNS 512", Some(EdnsOpts { size: 512, version: 0, dnssec_ok: true })),
+        ("EDNS 1232", edns_variants[1]),
+        ("EDNS 4096 DO", edns_variants[2]),
+    ] {
         id += 1;
         p.push(probe(format!("big TXT {label}"), query(id, "big.example.test.", 16, 1, e), false));
         id += 1;
@@ -512,7 +583,11 @@ fn write_probes(key: &Key, dnskey_rdata: &[u8]) -> Vec<Probe> {
     };
     let signed = |u: Vec<u8>| sign(&u, key, Tamper::None);
     // The odd NAPTR (named accepts what a full decoder rejects), and big TXTs for truncation.
-    p.push(probe("update: add the odd NAPTR", signed(update(0xa001, ZONE, &[], &[rr("odd.example.test.", 35, 1, 300, &[0x00, 0x64, 0x00, 0x0a, 0x01, 0xff, 0, 0, 0])])), false));
+    p.push(probe(
+        "update: add the odd NAPTR",
+        signed(update(0xa001, ZONE, &[], &[rr("odd.example.test.", 35, 1, 300, &[0x00, 0x64, 0x00, 0x0a, 0x01, 0xff, 0, 0, 0])])),
+        false,
+    ));
     // Records of types whose rdata names named compresses (MX, MINFO, PTR, SOA-like)
     // and of types it must not compress (SRV, RP, NAPTR), for the transfers below.
     let typed = vec![
@@ -528,13 +603,37 @@ fn write_probes(key: &Key, dnskey_rdata: &[u8]) -> Vec<Probe> {
     let bigs: Vec<Vec<u8>> = (0..12).map(|i| txt("big.example.test.", &format!("{i:02}{}", "x".repeat(90)))).collect();
     p.push(probe("update: add big TXTs over TCP", signed(update(0xa002, ZONE, &[], &bigs)), true));
     // Prerequisites (RFC 2136 2.4), failing and holding.
-    p.push(probe("update: name in use fails", signed(update(0xa003, ZONE, &[rr("nope.example.test.", 255, 255, 0, &[])], &[a("p1.example.test.", [192, 0, 2, 1])])), false));
-    p.push(probe("update: name not in use fails", signed(update(0xa004, ZONE, &[rr("www.example.test.", 255, 254, 0, &[])], &[a("p2.example.test.", [192, 0, 2, 2])])), false));
-    p.push(probe("update: RRset exists fails", signed(update(0xa005, ZONE, &[rr("www.example.test.", 16, 255, 0, &[])], &[a("p3.example.test.", [192, 0, 2, 3])])), false));
-    p.push(probe("update: RRset does not exist fails", signed(update(0xa006, ZONE, &[rr("www.example.test.", 1, 254, 0, &[])], &[a("p4.example.test.", [192, 0, 2, 4])])), false));
-    p.push(probe("update: RRset exists (value) fails", signed(update(0xa007, ZONE, &[rr("www.example.test.", 1, 1, 0, &[203, 0, 113, 1])], &[a("p5.example.test.", [192, 0, 2, 5])])), false));
+    p.push(probe(
+        "update: name in use fails",
+        signed(update(0xa003, ZONE, &[rr("nope.example.test.", 255, 255, 0, &[])], &[a("p1.example.test.", [192, 0, 2, 1])])),
+        false,
+    ));
+    p.push(probe(
+        "update: name not in use fails",
+        signed(update(0xa004, ZONE, &[rr("www.example.test.", 255, 254, 0, &[])], &[a("p2.example.test.", [192, 0, 2, 2])])),
+        false,
+    ));
+    p.push(probe(
+        "update: RRset exists fails",
+        signed(update(0xa005, ZONE, &[rr("www.example.test.", 16, 255, 0, &[])], &[a("p3.example.test.", [192, 0, 2, 3])])),
+        false,
+    ));
+    p.push(probe(
+        "update: RRset does not exist fails",
+        signed(update(0xa006, ZONE, &[rr("www.example.test.", 1, 254, 0, &[])], &[a("p4.example.test.", [192, 0, 2, 4])])),
+        false,
+    ));
+    p.push(probe(
+        "update: RRset exists (value) fails",
+        signed(update(0xa007, ZONE, &[rr("www.example.test.", 1, 1, 0, &[203, 0, 113, 1])], &[a("p5.example.test.", [192, 0, 2, 5])])),
+        false,
+    ));
     p.push(probe("update: prerequisite outside the zone", signed(update(0xa008, ZONE, &[rr("www.other.test.", 255, 255, 0, &[])], &[])), false));
-    p.push(probe("update: prerequisite holds, add", signed(update(0xa009, ZONE, &[rr("www.example.test.", 255, 255, 0, &[])], &[a("held.example.test.", [192, 0, 2, 9])])), false));
+    p.push(probe(
+        "update: prerequisite holds, add",
+        signed(update(0xa009, ZONE, &[rr("www.example.test.", 255, 255, 0, &[])], &[a("held.example.test.", [192, 0, 2, 9])])),
+        false,
+    ));
     // Zones and policy.
     p.push(probe("update: another zone", signed(update(0xa00a, "other.test.", &[], &[a("x.other.test.", [192, 0, 2, 10])])), false));
     p.push(probe("update: unsigned", update(0xa00b, ZONE, &[], &[a("rogue.example.test.", [192, 0, 2, 66])]), false));
@@ -545,15 +644,30 @@ fn write_probes(key: &Key, dnskey_rdata: &[u8]) -> Vec<Probe> {
     p.push(probe("update: delete everything at the apex", signed(update(0xa010, ZONE, &[], &[rr(ZONE, 255, 255, 0, &[])])), false));
     p.push(probe("update: delete DNSKEY RRset", signed(update(0xa011, ZONE, &[], &[rr(ZONE, 48, 255, 0, &[])])), false));
     p.push(probe("update: add outside the zone", signed(update(0xa012, ZONE, &[], &[a("x.other.test.", [192, 0, 2, 12])])), false));
-    p.push(probe("update: two zones", {
-        let mut u = update(0xa013, ZONE, &[], &[]);
-        let zone_section = u[12..].to_vec();
-        u.extend_from_slice(&zone_section);
-        set_counts(&mut u, 2, 0, 0, 0);
-        signed(u)
-    }, false));
-    p.push(probe("update: cut short", { let u = update(0xa014, ZONE, &[], &[a("cut.example.test.", [192, 0, 2, 14])]); u[..u.len() - 3].to_vec() }, false));
-    p.push(probe("update: odd NAPTR with a prerequisite on it", signed(update(0xa015, ZONE, &[rr("odd.example.test.", 35, 255, 0, &[])], &[txt("odd.example.test.", "naptr seen")])), false));
+    p.push(probe(
+        "update: two zones",
+        {
+            let mut u = update(0xa013, ZONE, &[], &[]);
+            let zone_section = u[12..].to_vec();
+            u.extend_from_slice(&zone_section);
+            set_counts(&mut u, 2, 0, 0, 0);
+            signed(u)
+        },
+        false,
+    ));
+    p.push(probe(
+        "update: cut short",
+        {
+            let u = update(0xa014, ZONE, &[], &[a("cut.example.test.", [192, 0, 2, 14])]);
+            u[..u.len() - 3].to_vec()
+        },
+        false,
+    ));
+    p.push(probe(
+        "update: odd NAPTR with a prerequisite on it",
+        signed(update(0xa015, ZONE, &[rr("odd.example.test.", 35, 255, 0, &[])], &[txt("odd.example.test.", "naptr seen")])),
+        false,
+    ));
     p.push(probe("update: add over TCP", signed(update(0xa016, ZONE, &[], &[a("tcp.example.test.", [192, 0, 2, 16])])), true));
     p
 }
@@ -655,12 +769,18 @@ fn replica_answers_as_its_named() {
     // The answers the wrapper makes itself have named's shape: its REFUSED to a
     // client an address ACL does not allow equals named's REFUSED to a query it
     // refuses (a name outside its zone), id and all, with and without EDNS and DO.
-    for (k, e) in [None, Some(EdnsOpts { size: 4096, version: 0, dnssec_ok: true }), Some(EdnsOpts { size: 1232, version: 0, dnssec_ok: false })].into_iter().enumerate() {
+    for (k, e) in
+        [None, Some(EdnsOpts { size: 4096, version: 0, dnssec_ok: true }), Some(EdnsOpts { size: 1232, version: 0, dnssec_ok: false })].into_iter().enumerate()
+    {
         let mut q = query(0x7700 + k as u16, "www.other.test.", 1, 1, e);
         q[2] |= 0x01; // RD, which named echoes
         let from_named = udp_one(named, &q, Duration::from_secs(3)).expect("named refuses out-of-zone queries");
         assert_eq!(RawMessage::parse(&from_named).expect("parses").header.rcode(), 5);
-        assert_eq!(wrapper::answer::error_answer(&q, wrapper::answer::RCODE_REFUSED).as_deref(), Some(&from_named[..]), "wrapper's REFUSED vs named's, EDNS {k}");
+        assert_eq!(
+            wrapper::answer::error_answer(&q, wrapper::answer::RCODE_REFUSED).as_deref(),
+            Some(&from_named[..]),
+            "wrapper's REFUSED vs named's, EDNS {k}"
+        );
     }
 
     // Address ACLs: the cluster's config lets 127.0.0.1 transfer, not 127.0.0.2 (which

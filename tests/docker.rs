@@ -165,7 +165,8 @@ impl DockerCluster {
                 }
             }
             if Instant::now() >= deadline {
-                let sizes: Vec<String> = zones.iter().enumerate().map(|(i, z)| format!("replica-{i}: {:?} lines", z.as_ref().map(|z| z.lines().count()))).collect();
+                let sizes: Vec<String> =
+                    zones.iter().enumerate().map(|(i, z)| format!("replica-{i}: {:?} lines", z.as_ref().map(|z| z.lines().count()))).collect();
                 panic!("{what}: zones never converged ({})\n{}", sizes.join(", "), self.logs());
             }
             std::thread::sleep(Duration::from_secs(2));
@@ -242,7 +243,10 @@ impl DockerCluster {
             let deadline = Instant::now() + Duration::from_secs(900);
             while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                 k += 1;
-                let Some(i) = pick(&down, k, ports.len()) else { std::thread::sleep(Duration::from_millis(200)); continue };
+                let Some(i) = pick(&down, k, ports.len()) else {
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                };
                 let name = format!("{tag}{k}.example.test");
                 let (ok, _) = nsupdate(ports[usize::from(i)], &key, &format!("update add {name} 300 A 192.0.2.{}", k % 250 + 1));
                 if ok {
@@ -264,7 +268,10 @@ impl DockerCluster {
             let deadline = Instant::now() + Duration::from_secs(900);
             while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                 k += 1;
-                let Some(i) = pick(&down, k, ports.len()) else { std::thread::sleep(Duration::from_millis(200)); continue };
+                let Some(i) = pick(&down, k, ports.len()) else {
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                };
                 let out = dig(ports[usize::from(i)], &["mail.example.test", "A", "+short", "+time=4", "+tries=3"]);
                 // dig retries a lost datagram itself (+tries), as any resolver does.
                 if out.lines().any(|l| l.trim() == "192.0.2.25") {

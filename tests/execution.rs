@@ -20,7 +20,7 @@ fn any_dnssec_query(id: u16) -> Vec<u8> {
     }
     m.push(0);
     m.extend_from_slice(&[0, 255, 0, 1]); // ANY, IN
-    // OPT: root owner, type 41, UDP size 4096, DO set, no options.
+                                          // OPT: root owner, type 41, UDP size 4096, DO set, no options.
     m.extend_from_slice(&[0, 0, 41, 0x10, 0x00, 0, 0, 0x80, 0, 0, 0]);
     let mut framed = (m.len() as u16).to_be_bytes().to_vec();
     framed.extend(m);
@@ -34,7 +34,13 @@ fn slow_reader(port: u16, count: u16) -> TcpStream {
     let small: libc::c_int = 1024;
     // SAFETY: setsockopt on an open socket with a pointer to a live c_int of the given size.
     let rc = unsafe {
-        libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, &small as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as libc::socklen_t)
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &small as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
     };
     assert_eq!(rc, 0, "SO_RCVBUF");
     let mut w = s.try_clone().expect("clone");
@@ -74,7 +80,9 @@ fn clients_that_never_read_stall_nothing() {
         assert!(ok, "update through replica {i} with a slow reader attached:\n{out}\n{}", c.logs());
     }
     let elapsed = started.elapsed();
-    c.eventually("every update applied", |i| (0..c.n).all(|k| c.dig(i, &[&format!("slow{k}.example.test"), "A", "+short"]).trim() == format!("192.0.2.{}", 40 + k)));
+    c.eventually("every update applied", |i| {
+        (0..c.n).all(|k| c.dig(i, &[&format!("slow{k}.example.test"), "A", "+short"]).trim() == format!("192.0.2.{}", 40 + k))
+    });
     // The replicas stopped reading the slow connections and then cut them off; answers
     // that found no room were dropped and counted.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -117,7 +125,22 @@ fn sign_zone_runs_only_when_t_plus_one_replicas_ask() {
     assert_eq!(no_token, "401", "POST without the token");
     let token = std::fs::read_to_string(c.admin_token(1)).unwrap();
     let auth = format!("Authorization: Bearer {}", token.trim());
-    let browser = text(&run(Command::new("curl").args(["-s", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "-H", &auth, "-H", "Origin: http://example.org", &url])));
+    let browser = text(&run(Command::new("curl").args([
+        "-s",
+        "-m",
+        "10",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-X",
+        "POST",
+        "-H",
+        &auth,
+        "-H",
+        "Origin: http://example.org",
+        &url,
+    ])));
     assert_eq!(browser, "403", "POST with an Origin header");
 
     // Agreed time must move past the 1 s interval, and a new signing's inception differ.
@@ -159,14 +182,13 @@ fn a_write_waits_for_a_restarting_named_and_is_not_skipped() {
     // Then it crashes; the supervisor starts a new named, and replica 3's executor, which
     // has been waiting, sends the write again.
     assert!(Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
-    c.eventually("the update at every replica, the restarted named's too", |i| {
-        c.dig(i, &["while-stuck.example.test", "A", "+short"]).trim() == "192.0.2.50"
-    });
+    c.eventually("the update at every replica, the restarted named's too", |i| c.dig(i, &["while-stuck.example.test", "A", "+short"]).trim() == "192.0.2.50");
     let reference = c.axfr(0);
     assert_eq!(c.axfr(3), reference, "replica 3's zone differs\n{}", c.logs());
     // Replica 3's executor did meet the dead named (and sent the write again).
     let m = c.metrics(3);
-    let errors: u64 = m.lines().find(|l| l.starts_with("sdns_execute_errors_total")).and_then(|l| l.split_whitespace().last()).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let errors: u64 =
+        m.lines().find(|l| l.starts_with("sdns_execute_errors_total")).and_then(|l| l.split_whitespace().last()).and_then(|v| v.parse().ok()).unwrap_or(0);
     assert!(errors >= 1, "replica 3 never saw its named fail:\n{m}");
     // And it goes on executing later writes.
     let (ok, out) = c.nsupdate(3, "update add after-restart.example.test 300 A 192.0.2.51");

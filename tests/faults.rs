@@ -235,7 +235,14 @@ fn check_invariants_serving(c: &Cluster, live: &[u16], serving: &[u16], acks: &[
     };
     let owners: BTreeSet<&str> = zone.lines().filter_map(|l| l.split_whitespace().next()).collect();
     let missing: Vec<&str> = acks.iter().map(|a| a.name.as_str()).filter(|n| !owners.contains(format!("{n}.").as_str())).collect();
-    assert!(missing.is_empty(), "{what}: {} of {} acknowledged updates missing, e.g. {:?}\n{}", missing.len(), acks.len(), &missing[..missing.len().min(5)], c.logs());
+    assert!(
+        missing.is_empty(),
+        "{what}: {} of {} acknowledged updates missing, e.g. {:?}\n{}",
+        missing.len(),
+        acks.len(),
+        &missing[..missing.len().min(5)],
+        c.logs()
+    );
     c.verify_zone(live[0]);
 }
 
@@ -334,9 +341,22 @@ fn kill9_and_restart(victim: u16, what: &str) {
     let (acks, failures) = load.finish();
     let after: Vec<Ack> = acks.iter().filter(|a| a.sent + a.latency >= killed_at).cloned().collect();
     // The stall the kill caused: the longest gap between acknowledgements in the 5 s after it.
-    let window: Vec<Ack> = acks.iter().filter(|a| a.sent + a.latency + Duration::from_secs(1) >= killed_at && a.sent + a.latency <= killed_at + Duration::from_secs(5)).cloned().collect();
+    let window: Vec<Ack> = acks
+        .iter()
+        .filter(|a| a.sent + a.latency + Duration::from_secs(1) >= killed_at && a.sent + a.latency <= killed_at + Duration::from_secs(5))
+        .cloned()
+        .collect();
     let view = view_changed.map_or("no new view seen".to_string(), |d| format!("new view at replica {} after {} ms", (victim + 1) % c.n, d.as_millis()));
-    report(what, &format!("{view}; around the kill: {}; all: {}; after the kill: {}; {} client failures", latency_summary(&window), latency_summary(&acks), latency_summary(&after), failures.len()));
+    report(
+        what,
+        &format!(
+            "{view}; around the kill: {}; all: {}; after the kill: {}; {} client failures",
+            latency_summary(&window),
+            latency_summary(&acks),
+            latency_summary(&after),
+            failures.len()
+        ),
+    );
     check_invariants(&c, &[0, 1, 2, 3], &acks, what);
 }
 
@@ -407,7 +427,10 @@ fn skewed_clock_replica() {
     // ordered): a filter, which decides nothing for the others. It must still apply what
     // the others applied.
     let (ok, out) = nsupdate(&c.path("tsig.key"), c.client_port(3), "update add via-skewed.example.test 300 A 192.0.2.98");
-    report("skewed-clock", &format!("an update sent through the skewed replica: {}", if ok { "acknowledged".to_string() } else { out.lines().last().unwrap_or("").to_string() }));
+    report(
+        "skewed-clock",
+        &format!("an update sent through the skewed replica: {}", if ok { "acknowledged".to_string() } else { out.lines().last().unwrap_or("").to_string() }),
+    );
     check_invariants_serving(&c, &[0, 1, 2, 3], &[0, 1, 2], &acks, "skewed-clock", Some(3));
 }
 
@@ -587,9 +610,10 @@ fn retransmitted_updates_execute_once() {
 #[test]
 #[ignore = "long: scripts/faults.sh"]
 fn kill9_at_random_moments() {
-    let seed: u64 = std::env::var("SDNS_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos().into()
-    });
+    let seed: u64 = std::env::var("SDNS_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos().into());
     // xorshift: enough to spread the moments, and replayable from the seed.
     let mut state = seed | 1;
     let mut next_ms = |range: u64| {
@@ -619,10 +643,8 @@ fn kill9_at_random_moments() {
         if round > 0 {
             count_resumed(&mut resumed);
         }
-        let named_pid: i32 = std::fs::read_to_string(c.path(&format!("replica-{victim}/state/named/named.pid")))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
+        let named_pid: i32 =
+            std::fs::read_to_string(c.path(&format!("replica-{victim}/state/named/named.pid"))).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
         let executed = status_field(&c, victim, "last_executed");
         c.kill9(victim);
         // named goes with it; wait until it is gone, as after a machine crash.

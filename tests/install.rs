@@ -43,7 +43,12 @@ fn tree(root: &Path) -> Vec<String> {
 fn install_script_stages_an_fhs_layout_and_touches_nothing_else() {
     let work = tempfile::tempdir().unwrap();
     let dealt = work.path().join("dealt");
-    let out = run(Command::new(sdns_bin()).args(["keygen", "--replicas", "4", "--bits", "1024", "--zone", "corp.test"]).arg("--bind-dir").arg(bind_dir()).arg("--out").arg(&dealt));
+    let out = run(Command::new(sdns_bin())
+        .args(["keygen", "--replicas", "4", "--bits", "1024", "--zone", "corp.test"])
+        .arg("--bind-dir")
+        .arg(bind_dir())
+        .arg("--out")
+        .arg(&dealt));
     assert!(out.status.success(), "keygen: {}", text(&out));
     let root = work.path().join("root");
     std::fs::create_dir(&root).unwrap();

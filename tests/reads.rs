@@ -21,10 +21,7 @@ fn read(port: u16, tcp: bool) -> Option<u32> {
     if !out.contains("status: NOERROR") && !out.contains("status: NXDOMAIN") {
         return None;
     }
-    let value = out
-        .lines()
-        .filter(|l| !l.starts_with(';'))
-        .find_map(|l| l.split_whitespace().last()?.strip_prefix("192.0.2.")?.parse().ok());
+    let value = out.lines().filter(|l| !l.starts_with(';')).find_map(|l| l.split_whitespace().last()?.strip_prefix("192.0.2.")?.parse().ok());
     Some(value.unwrap_or(0))
 }
 

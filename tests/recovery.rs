@@ -47,12 +47,7 @@ fn read_load(c: &Cluster, stop: Arc<AtomicBool>, answered: Arc<AtomicU64>) -> Ve
 }
 
 fn last_executed(c: &Cluster, i: u16) -> u64 {
-    c.metrics(i)
-        .lines()
-        .find(|l| l.starts_with("sdns_last_executed_seq{"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    c.metrics(i).lines().find(|l| l.starts_with("sdns_last_executed_seq{")).and_then(|l| l.split_whitespace().last()).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 #[test]
@@ -109,9 +104,7 @@ fn whole_cluster_restart_resumes_after_traffic() {
     c.eventually("the updates after the restart", |i| {
         (0..c.n).all(|j| c.dig(i, &[&format!("after{j}.example.test"), "A", "+short"]).trim() == format!("198.51.100.{}", j + 1))
     });
-    c.eventually("every update acknowledged before the restart", |i| {
-        acknowledged.iter().all(|(name, addr)| c.dig(i, &[name, "A", "+short"]).trim() == addr)
-    });
+    c.eventually("every update acknowledged before the restart", |i| acknowledged.iter().all(|(name, addr)| c.dig(i, &[name, "A", "+short"]).trim() == addr));
     let reference = c.axfr(0);
     for i in 1..c.n {
         assert_eq!(c.axfr(i), reference, "replica {i}'s zone differs after the restart\n{}", c.logs());

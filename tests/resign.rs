@@ -19,7 +19,12 @@ fn www_sig_times(c: &Cluster, i: u16) -> Option<(String, String)> {
 }
 
 fn metric(c: &Cluster, i: u16, name: &str) -> u64 {
-    c.metrics(i).lines().find(|l| l.starts_with(name) && !l.starts_with('#')).and_then(|l| l.split_whitespace().last()).and_then(|v| v.parse().ok()).unwrap_or(0)
+    c.metrics(i)
+        .lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 #[test]
@@ -29,7 +34,14 @@ fn short_validity_zone_stays_valid_while_re_signed_in_slices() {
     let c = Cluster::up(ClusterOpts {
         resign_after_s: Some(20),
         sign_zone_interval_s: Some(1),
-        extra: vec!["--signature-validity-s".into(), VALIDITY_S.to_string(), "--resign-slice-interval-s".into(), "2".into(), "--resign-slice-rrsets".into(), "6".into()],
+        extra: vec![
+            "--signature-validity-s".into(),
+            VALIDITY_S.to_string(),
+            "--resign-slice-interval-s".into(),
+            "2".into(),
+            "--resign-slice-rrsets".into(),
+            "6".into(),
+        ],
         ..Default::default()
     });
     let first = www_sig_times(&c, 0).expect("www A is signed");
@@ -88,7 +100,13 @@ fn short_validity_zone_stays_valid_while_re_signed_in_slices() {
     assert!(s.bad.is_empty(), "the probe got wrong answers: {:?}", s.bad);
     assert!(s.answers.len() as u64 > VALIDITY_S * PERIODS * 5, "the probe got only {} answers", s.answers.len());
     let slices = metric(&c, 0, "sdns_resign_slice_seconds_count");
-    let slice_sum: f64 = c.metrics(0).lines().find(|l| l.starts_with("sdns_resign_slice_seconds_sum")).and_then(|l| l.split_whitespace().last()).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let slice_sum: f64 = c
+        .metrics(0)
+        .lines()
+        .find(|l| l.starts_with("sdns_resign_slice_seconds_sum"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
     let max_ack = acks.iter().max().copied().unwrap_or_default();
     report("SDNS_RESIGN_REPORT", &format!(
         "resign soak: validity {VALIDITY_S} s x {PERIODS}, {checks} checks (dnssec-verify + delv) all passed; probe 20 q/s: {} answers, {} unanswered (2 s timeout), max gap during re-signing {:?}; {} updates, max ack {:?}; replica 0: {} slices that re-signed, mean {:.3} s each, {} RRsets",
@@ -101,5 +119,11 @@ fn short_validity_zone_stays_valid_while_re_signed_in_slices() {
         if slices > 0 { slice_sum / slices as f64 } else { 0.0 },
         metric(&c, 0, "sdns_resigned_rrsets_total"),
     ));
-    report("SDNS_RESIGN_REPORT", &format!("whole-zone sign-zone (in the background): took {sign_took:?}, max read gap meanwhile {:?}", s.max_gap(sign_from, sign_from + sign_took + Duration::from_secs(1))));
+    report(
+        "SDNS_RESIGN_REPORT",
+        &format!(
+            "whole-zone sign-zone (in the background): took {sign_took:?}, max read gap meanwhile {:?}",
+            s.max_gap(sign_from, sign_from + sign_took + Duration::from_secs(1))
+        ),
+    );
 }

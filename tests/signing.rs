@@ -36,7 +36,11 @@ fn a_whole_zone_signing_runs_in_the_background_while_reads_and_updates_go_on() {
     let zone_dir = tempfile::tempdir().expect("tempdir");
     let zone_path = zone_dir.path().join("zone.db");
     std::fs::write(&zone_path, zone_file(names)).expect("zone file");
-    let c = Cluster::up(ClusterOpts { sign_zone_interval_s: Some(1), extra: vec!["--zone-file".into(), zone_path.to_str().expect("utf-8 path").into()], ..Default::default() });
+    let c = Cluster::up(ClusterOpts {
+        sign_zone_interval_s: Some(1),
+        extra: vec!["--zone-file".into(), zone_path.to_str().expect("utf-8 path").into()],
+        ..Default::default()
+    });
     c.verify_zone(0);
 
     let prober = ReadProbe::start(c.client_port(0));
@@ -45,7 +49,9 @@ fn a_whole_zone_signing_runs_in_the_background_while_reads_and_updates_go_on() {
     // The whole-zone signing, asked by replicas 0 and 1 (t+1), in a thread of its own.
     let from = Instant::now();
     let signer = {
-        let args: Vec<String> = (0..2u16).flat_map(|i| ["--admin".to_string(), format!("127.0.0.1:{}", c.metrics_port(i)), "--token".to_string(), c.admin_token(i).display().to_string()]).collect();
+        let args: Vec<String> = (0..2u16)
+            .flat_map(|i| ["--admin".to_string(), format!("127.0.0.1:{}", c.metrics_port(i)), "--token".to_string(), c.admin_token(i).display().to_string()])
+            .collect();
         let bin = sdns_system_tests::sdns_bin();
         std::thread::spawn(move || {
             let out = std::process::Command::new(bin).arg("sign-zone").args(&args).output().expect("sdns sign-zone");
@@ -115,9 +121,15 @@ fn a_replica_killed_during_a_background_signing_resumes_it_and_ends_with_the_sam
     let zone_dir = tempfile::tempdir().expect("tempdir");
     let zone_path = zone_dir.path().join("zone.db");
     std::fs::write(&zone_path, zone_file(150)).expect("zone file");
-    let c = Cluster::up(ClusterOpts { sign_zone_interval_s: Some(1), extra: vec!["--zone-file".into(), zone_path.to_str().expect("utf-8 path").into()], ..Default::default() });
+    let c = Cluster::up(ClusterOpts {
+        sign_zone_interval_s: Some(1),
+        extra: vec!["--zone-file".into(), zone_path.to_str().expect("utf-8 path").into()],
+        ..Default::default()
+    });
     let signer = {
-        let args: Vec<String> = (0..2u16).flat_map(|i| ["--admin".to_string(), format!("127.0.0.1:{}", c.metrics_port(i)), "--token".to_string(), c.admin_token(i).display().to_string()]).collect();
+        let args: Vec<String> = (0..2u16)
+            .flat_map(|i| ["--admin".to_string(), format!("127.0.0.1:{}", c.metrics_port(i)), "--token".to_string(), c.admin_token(i).display().to_string()])
+            .collect();
         let bin = sdns_system_tests::sdns_bin();
         std::thread::spawn(move || {
             let out = std::process::Command::new(bin).arg("sign-zone").args(&args).output().expect("sdns sign-zone");

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use sdns_system_tests::{Cluster, ClusterOpts};
 
-
 fn answers(c: &Cluster, i: u16, name: &str, rtype: &str) -> String {
     c.dig(i, &[name, rtype, "+short"]).trim().to_string()
 }
@@ -209,10 +208,15 @@ fn status_field(c: &Cluster, i: u16, field: &str) -> u64 {
 
 /// The figures of replica `i`'s last completed state transfer, from its log.
 fn transfer_line(c: &Cluster, i: u16) -> String {
-    log_of(c, i).lines().filter(|l| l.contains("state transfer done")).last().map(|l| {
-        let field = |name: &str| l.split(&format!("{name}=")).nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or("?").to_string();
-        format!("checkpoint {}, {} records, fetched in {} ms, installed after {} ms", field("seq"), field("records"), field("fetch_ms"), field("total_ms"))
-    }).unwrap_or_else(|| "no state transfer".into())
+    log_of(c, i)
+        .lines()
+        .filter(|l| l.contains("state transfer done"))
+        .last()
+        .map(|l| {
+            let field = |name: &str| l.split(&format!("{name}=")).nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or("?").to_string();
+            format!("checkpoint {}, {} records, fetched in {} ms, installed after {} ms", field("seq"), field("records"), field("fetch_ms"), field("total_ms"))
+        })
+        .unwrap_or_else(|| "no state transfer".into())
 }
 
 /// Starts replica `i` again (`cluster up`) and waits until it executed up to where replica

@@ -162,7 +162,8 @@ fn update(c: &Cluster, addrs: &[SocketAddr], command: &str) -> (Option<i32>, Str
 }
 
 fn dig_at(addr: SocketAddr, args: &[&str]) -> String {
-    let out = run(Command::new(tool("dig")).arg(format!("@{}", addr.ip())).arg("-p").arg(addr.port().to_string()).args(["+norec", "+time=3", "+tries=2"]).args(args));
+    let out =
+        run(Command::new(tool("dig")).arg(format!("@{}", addr.ip())).arg("-p").arg(addr.port().to_string()).args(["+norec", "+time=3", "+tries=2"]).args(args));
     text(&out)
 }
 
@@ -209,7 +210,9 @@ fn voting_client_outvotes_liars_survives_silence_and_sees_its_updates() {
     // More than t faulty: two liars (agreeing on the same lie) against two honest replicas, or
     // a liar and a silent replica. No quorum, no guess, and a distinct exit status.
     let liar2 = Liar::start(replica(&c, 2));
-    for (what, set) in [("two liars", [honest[0], honest[1], liar2.addr, liar.addr]), ("a liar and a silent replica", [honest[0], honest[1], silent.addr, liar.addr])] {
+    for (what, set) in
+        [("two liars", [honest[0], honest[1], liar2.addr, liar.addr]), ("a liar and a silent replica", [honest[0], honest[1], silent.addr, liar.addr])]
+    {
         let (code, out) = query(&set, &["www.example.test", "A"]);
         assert_eq!(code, Some(3), "{what}: expected exit 3 (no quorum):\n{out}");
         assert!(out.contains("NO QUORUM") && !out.contains("ANSWER SECTION"), "{what}:\n{out}");
@@ -234,7 +237,18 @@ fn voting_client_outvotes_liars_survives_silence_and_sees_its_updates() {
         assert!(code == Some(0) && out.contains("ANSWER: 0") && !out.contains("192.0.2.80"), "old data after the delete:\n{out}");
     }
     // Without the key every named refuses, and the replicas agree on that (exit 1).
-    let out = run(Command::new(sdns_bin()).args(["update", "--zone", "example.test", "--replicas", &list(&honest), "add", "rogue.example.test", "300", "A", "192.0.2.66"]));
+    let out = run(Command::new(sdns_bin()).args([
+        "update",
+        "--zone",
+        "example.test",
+        "--replicas",
+        &list(&honest),
+        "add",
+        "rogue.example.test",
+        "300",
+        "A",
+        "192.0.2.66",
+    ]));
     assert_eq!(out.status.code(), Some(1), "an unsigned update must be refused:\n{}", text(&out));
     assert!(text(&out).contains("REFUSED"), "{}", text(&out));
 

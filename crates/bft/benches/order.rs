@@ -12,10 +12,7 @@
 
 use std::collections::VecDeque;
 
-use bft::{
-    Action, Config, Message, Proposal, Replica, ReplicaId, Request,
-    StatusReport, Time,
-};
+use bft::{Action, Config, Message, Proposal, Replica, ReplicaId, Request, StatusReport, Time};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
 const REQUESTS: u64 = 4096;
@@ -74,14 +71,12 @@ impl Mode {
                     out.push(Message::Request { sender: me, request });
                 }
                 let count = config.batch_max_bytes / config.max_request_bytes;
-                let requests =
-                    (0..count).map(|i| Request { origin: me, client: 9, number: i as u64 + 1, payload: vec![3; payload_bytes] }).collect();
+                let requests = (0..count).map(|i| Request { origin: me, client: 9, number: i as u64 + 1, payload: vec![3; payload_bytes] }).collect();
                 out.push(Message::Committed { sender: me, seq: *counter % 64 + 1, proposal: Proposal { time: Time(3), requests } });
             }
             (Mode::StatusSpammer, message) => {
                 out.push(message);
-                let report =
-                    StatusReport { sender: me, view: 0, view_changing: true, last_delivered: 0, stable_seq: 0, oldest_retained: 1 };
+                let report = StatusReport { sender: me, view: 0, view_changing: true, last_delivered: 0, stable_seq: 0, oldest_retained: 1 };
                 out.extend(std::iter::repeat_n(Message::Status(report), 4));
             }
             (_, message) => out.push(message),
@@ -252,19 +247,13 @@ fn bench(c: &mut Criterion) {
         return;
     }
     for n in [4u16, 7] {
-        eprintln!(
-            "n={n}: latency {} message delays when submitted at the primary, {} at a backup",
-            latency_rounds(n, 0),
-            latency_rounds(n, 1)
-        );
+        eprintln!("n={n}: latency {} message delays when submitted at the primary, {} at a backup", latency_rounds(n, 0), latency_rounds(n, 1));
     }
     let mut group = c.benchmark_group("order");
     group.throughput(Throughput::Elements(REQUESTS));
     group.sample_size(10);
     for n in [1u16, 4, 7] {
-        group.bench_function(format!("n={n}"), |b| {
-            b.iter_batched(|| Network::new(n), |mut network| order_all(&mut network), BatchSize::LargeInput)
-        });
+        group.bench_function(format!("n={n}"), |b| b.iter_batched(|| Network::new(n), |mut network| order_all(&mut network), BatchSize::LargeInput));
     }
     group.finish();
 

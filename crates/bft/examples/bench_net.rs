@@ -90,12 +90,7 @@ fn fold_batch(state: [u8; 32], batch: &Batch) -> [u8; 32] {
 
 /// Drives one replica's share of the load and measures it; returns the outcome and the
 /// application state (for checkpoints after the measurement).
-async fn run_load(
-    id: u16,
-    handle: &ReplicaHandle,
-    batches: &mut mpsc::UnboundedReceiver<Batch>,
-    plan: &Plan,
-) -> (Outcome, [u8; 32]) {
+async fn run_load(id: u16, handle: &ReplicaHandle, batches: &mut mpsc::UnboundedReceiver<Batch>, plan: &Plan) -> (Outcome, [u8; 32]) {
     let phase = Duration::from_secs(plan.seconds);
     let latency_start = instant_at_unix_ms(plan.start_unix_ms);
     let latency_end = latency_start + phase;
@@ -212,14 +207,8 @@ fn summarize(transport: &str, outcomes: &[Outcome]) -> Summary {
 fn mesh_config(id: u16, addrs: &[SocketAddr], certs: &Path) -> Result<MeshConfig, String> {
     let read = |name: String| std::fs::read_to_string(certs.join(&name)).map_err(|e| format!("{name}: {e}"));
     let peers = (0..N).filter(|&p| p != id).map(|p| (p, addrs[usize::from(p)])).collect();
-    let mut config = MeshConfig::new(
-        id,
-        addrs[usize::from(id)],
-        peers,
-        read("ca.pem".into())?,
-        read(format!("replica-{id}.pem"))?,
-        read(format!("replica-{id}.key"))?,
-    );
+    let mut config =
+        MeshConfig::new(id, addrs[usize::from(id)], peers, read("ca.pem".into())?, read(format!("replica-{id}.pem"))?, read(format!("replica-{id}.key"))?);
     // Every message the core may legitimately send must fit in one frame.
     config.max_frame_bytes = Config::new(N, id).max_message_bytes;
     Ok(config)
@@ -232,8 +221,7 @@ fn report_drops(mesh: &Mesh) {
     let received_dropped: u64 = status.iter().map(|s| s.frames_received_dropped).sum();
     let received: u64 = status.iter().map(|s| s.frames_received).sum();
     let connects: Vec<u64> = status.iter().map(|s| s.connects).collect();
-    let errors: Vec<String> =
-        status.iter().filter_map(|s| s.last_error.as_ref().map(|e| format!("{}: {e}", s.id))).collect();
+    let errors: Vec<String> = status.iter().filter_map(|s| s.last_error.as_ref().map(|e| format!("{}: {e}", s.id))).collect();
     eprintln!(
         "replica {}: frames received {received}, dropped at send {sent_dropped}, at receive {received_dropped}; connects {connects:?}; errors {errors:?}",
         mesh.id()
@@ -377,12 +365,7 @@ async fn run_processes(plan: &Plan, certs: &Path) -> Result<Summary, String> {
             .arg(certs)
             .args(["--seconds", &plan.seconds.to_string(), "--window", &plan.window.to_string()])
             .args(["--payload", &plan.payload.to_string(), "--batch-max", &plan.batch_max.to_string()])
-            .args([
-                "--batch-delay-us",
-                &plan.batch_delay_us.to_string(),
-                "--start-unix-ms",
-                &start.to_string(),
-            ])
+            .args(["--batch-delay-us", &plan.batch_delay_us.to_string(), "--start-unix-ms", &start.to_string()])
             .args(["--latency-replicas", &plan.latency_replicas.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -395,8 +378,7 @@ async fn run_processes(plan: &Plan, certs: &Path) -> Result<Summary, String> {
     for child in &mut children {
         let stdout = child.stdout.take().ok_or("child without stdout")?;
         let mut lines = BufReader::new(stdout).lines();
-        let line =
-            lines.next_line().await.map_err(|e| e.to_string())?.ok_or("child exited without a result")?;
+        let line = lines.next_line().await.map_err(|e| e.to_string())?.ok_or("child exited without a result")?;
         outcomes.push(parse_outcome(&line)?);
     }
     // Closing stdin tells the children to exit; every one has reported by now.
@@ -411,12 +393,7 @@ async fn run_processes(plan: &Plan, certs: &Path) -> Result<Summary, String> {
 
 fn format_outcome(outcome: &Outcome) -> String {
     let join = |v: &[u64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
-    format!(
-        "RESULT {} {} {}",
-        outcome.throughput_rps,
-        join(&outcome.latency_us),
-        join(&outcome.loaded_latency_us)
-    )
+    format!("RESULT {} {} {}", outcome.throughput_rps, join(&outcome.latency_us), join(&outcome.loaded_latency_us))
 }
 
 fn parse_outcome(line: &str) -> Result<Outcome, String> {
@@ -425,9 +402,7 @@ fn parse_outcome(line: &str) -> Result<Outcome, String> {
         return Err(format!("unexpected child output: {line}"));
     }
     let throughput_rps = parts.next().and_then(|t| t.parse().ok()).ok_or("bad throughput")?;
-    let list = |s: Option<&str>| -> Vec<u64> {
-        s.unwrap_or("").split(',').filter(|x| !x.is_empty()).filter_map(|x| x.parse().ok()).collect()
-    };
+    let list = |s: Option<&str>| -> Vec<u64> { s.unwrap_or("").split(',').filter(|x| !x.is_empty()).filter_map(|x| x.parse().ok()).collect() };
     Ok(Outcome { throughput_rps, latency_us: list(parts.next()), loaded_latency_us: list(parts.next()) })
 }
 
@@ -462,10 +437,7 @@ async fn child_main(id: u16, peers: Vec<SocketAddr>, certs: PathBuf, plan: Plan)
 /// Reserves `n` loopback ports by binding port 0, then releases them for the replicas. Another
 /// process could take one in between; good enough for a benchmark.
 fn free_addrs(n: u16) -> Result<Vec<SocketAddr>, String> {
-    let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
+    let listeners = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
     listeners.iter().map(|l| l.local_addr().map_err(|e| e.to_string())).collect()
 }
 
@@ -474,18 +446,10 @@ fn print_table(summaries: &[Summary]) {
     println!("| transport | low-load p50 (us) | low-load p99 (us) | samples | throughput (req/s) | loaded p50 (us) | loaded p99 (us) | throughput vs memory |");
     println!("|---|---|---|---|---|---|---|---|");
     for s in summaries {
-        let ratio =
-            base.map(|b| format!("{:.2}", s.throughput_rps / b.throughput_rps)).unwrap_or_else(|| "-".into());
+        let ratio = base.map(|b| format!("{:.2}", s.throughput_rps / b.throughput_rps)).unwrap_or_else(|| "-".into());
         println!(
             "| {} | {} | {} | {} | {:.0} | {} | {} | {} |",
-            s.transport,
-            s.latency_p50_us,
-            s.latency_p99_us,
-            s.latency_samples,
-            s.throughput_rps,
-            s.loaded_p50_us,
-            s.loaded_p99_us,
-            ratio
+            s.transport, s.latency_p50_us, s.latency_p99_us, s.latency_samples, s.throughput_rps, s.loaded_p50_us, s.loaded_p99_us, ratio
         );
     }
 }
@@ -506,15 +470,7 @@ fn parse_cli() -> Result<Cli, String> {
         id: 0,
         peers: Vec::new(),
         certs: None,
-        plan: Plan {
-            seconds: 5,
-            window: 256,
-            payload: 32,
-            batch_max: 512,
-            batch_delay_us: 2000,
-            latency_replicas: N,
-            start_unix_ms: 0,
-        },
+        plan: Plan { seconds: 5, window: 256, payload: 32, batch_max: 512, batch_delay_us: 2000, latency_replicas: N, start_unix_ms: 0 },
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -527,12 +483,7 @@ fn parse_cli() -> Result<Cli, String> {
         match flag.as_str() {
             "--transport" => cli.transport = value,
             "--id" => cli.id = num(&value)? as u16,
-            "--peers" => {
-                cli.peers = value
-                    .split(',')
-                    .map(|a| a.parse().map_err(|e| format!("--peers: {e}")))
-                    .collect::<Result<_, _>>()?
-            }
+            "--peers" => cli.peers = value.split(',').map(|a| a.parse().map_err(|e| format!("--peers: {e}"))).collect::<Result<_, _>>()?,
             "--certs" => cli.certs = Some(PathBuf::from(value)),
             "--seconds" => cli.plan.seconds = num(&value)?,
             "--window" => cli.plan.window = num(&value)?,
@@ -551,18 +502,11 @@ fn main() {
     let result = parse_cli().and_then(|cli| {
         if cli.child {
             // One scheduler thread per replica process: 4 processes share the 2 cores.
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
             let certs = cli.certs.clone().ok_or("--certs missing")?;
             runtime.block_on(child_main(cli.id, cli.peers.clone(), certs, cli.plan.clone()))
         } else {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
             runtime.block_on(parent_main(cli))
         }
     });
@@ -583,11 +527,7 @@ async fn parent_main(cli: Cli) -> Result<(), String> {
     eprintln!("plan: {:?}", cli.plan);
     let mut summaries = Vec::new();
     for transport in transports {
-        let summary = if transport == "tls-procs" {
-            run_processes(&cli.plan, &dir).await?
-        } else {
-            run_in_process(transport, &cli.plan, &dir).await?
-        };
+        let summary = if transport == "tls-procs" { run_processes(&cli.plan, &dir).await? } else { run_in_process(transport, &cli.plan, &dir).await? };
         summaries.push(summary);
     }
     let (rtt_p50, rtt_p99) = mesh_ping_pong(&dir, 2000).await?;

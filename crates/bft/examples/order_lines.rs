@@ -37,16 +37,8 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        gen_certs: None,
-        n: 4,
-        id: 0,
-        certs: PathBuf::from("."),
-        peers: Vec::new(),
-        generate: None,
-        expect: None,
-        linger: Duration::from_millis(1500),
-    };
+    let mut args =
+        Args { gen_certs: None, n: 4, id: 0, certs: PathBuf::from("."), peers: Vec::new(), generate: None, expect: None, linger: Duration::from_millis(1500) };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -55,18 +47,10 @@ fn parse_args() -> Result<Args, String> {
             "--n" => args.n = value()?.parse().map_err(|e| format!("--n: {e}"))?,
             "--id" => args.id = value()?.parse().map_err(|e| format!("--id: {e}"))?,
             "--certs" => args.certs = PathBuf::from(value()?),
-            "--peers" => {
-                args.peers = value()?
-                    .split(',')
-                    .map(|a| a.parse().map_err(|e| format!("--peers {a}: {e}")))
-                    .collect::<Result<_, _>>()?
-            }
+            "--peers" => args.peers = value()?.split(',').map(|a| a.parse().map_err(|e| format!("--peers {a}: {e}"))).collect::<Result<_, _>>()?,
             "--generate" => args.generate = Some(value()?.parse().map_err(|e| format!("--generate: {e}"))?),
             "--expect" => args.expect = Some(value()?.parse().map_err(|e| format!("--expect: {e}"))?),
-            "--linger-ms" => {
-                args.linger =
-                    Duration::from_millis(value()?.parse().map_err(|e| format!("--linger-ms: {e}"))?)
-            }
+            "--linger-ms" => args.linger = Duration::from_millis(value()?.parse().map_err(|e| format!("--linger-ms: {e}"))?),
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -153,11 +137,7 @@ async fn run() -> Result<(), String> {
         hasher.update(batch.time.0.to_be_bytes());
         for request in &batch.requests {
             let text = String::from_utf8_lossy(&request.payload);
-            let _ = writeln!(
-                out,
-                "{} {} {}:{}:{} {}",
-                batch.seq, batch.time.0, request.origin, request.client, request.number, text
-            );
+            let _ = writeln!(out, "{} {} {}:{}:{} {}", batch.seq, batch.time.0, request.origin, request.client, request.number, text);
             hasher.update(request.origin.to_be_bytes());
             hasher.update(request.client.to_be_bytes());
             hasher.update(request.number.to_be_bytes());

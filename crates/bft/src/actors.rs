@@ -18,10 +18,7 @@ use crate::{CheckpointClaim, PrePreparedEntry, PreparedEntry, Proposal, ReplicaI
 pub fn poison_view_change(vc: &mut ViewChange, me: ReplicaId, window: u64, interval: u64, blatant: bool) {
     let low = vc.stable.seq;
     let view = vc.view.saturating_sub(1);
-    let fake = |seq: u64| Proposal {
-        time: Time(1),
-        requests: vec![Request { origin: me, client: 77, number: seq, payload: vec![0xee; 8] }],
-    };
+    let fake = |seq: u64| Proposal { time: Time(1), requests: vec![Request { origin: me, client: 77, number: seq, payload: vec![0xee; 8] }] };
     let backing = (low + 2 * window + 1) / interval * interval;
     let far = if blatant { backing + window + 1 } else { backing + window };
     let near = low + 1;

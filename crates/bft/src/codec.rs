@@ -5,9 +5,7 @@
 //! Integers are LEB128 varints, digests 32 raw bytes, sequences a varint count then elements.
 //! Trailing bytes are an error, so each message has exactly one encoding.
 
-use crate::message::{
-    CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange,
-};
+use crate::message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
 use crate::types::{Digest, Limits, Proposal, ReplicaId, Request, Time};
 
 /// Version byte that starts every encoded message.
@@ -116,24 +114,11 @@ impl Message {
         let tag = reader.byte("tag")?;
         let message = match tag {
             TAG_REQUEST => Message::Request { sender: reader.replica()?, request: reader.request()? },
-            TAG_PRE_PREPARE => Message::PrePrepare {
-                sender: reader.replica()?,
-                view: reader.u64("view")?,
-                seq: reader.u64("seq")?,
-                proposal: reader.proposal()?,
-            },
-            TAG_PREPARE => Message::Prepare {
-                sender: reader.replica()?,
-                view: reader.u64("view")?,
-                seq: reader.u64("seq")?,
-                digest: reader.digest()?,
-            },
-            TAG_COMMIT => Message::Commit {
-                sender: reader.replica()?,
-                view: reader.u64("view")?,
-                seq: reader.u64("seq")?,
-                digest: reader.digest()?,
-            },
+            TAG_PRE_PREPARE => {
+                Message::PrePrepare { sender: reader.replica()?, view: reader.u64("view")?, seq: reader.u64("seq")?, proposal: reader.proposal()? }
+            }
+            TAG_PREPARE => Message::Prepare { sender: reader.replica()?, view: reader.u64("view")?, seq: reader.u64("seq")?, digest: reader.digest()? },
+            TAG_COMMIT => Message::Commit { sender: reader.replica()?, view: reader.u64("view")?, seq: reader.u64("seq")?, digest: reader.digest()? },
             TAG_CHECKPOINT => Message::Checkpoint { sender: reader.replica()?, checkpoint: reader.checkpoint()? },
             TAG_VIEW_CHANGE => Message::ViewChange(reader.view_change()?),
             TAG_NEW_VIEW => Message::NewView { sender: reader.replica()?, new_view: reader.new_view()? },
@@ -145,11 +130,7 @@ impl Message {
                 stable_seq: reader.u64("stable_seq")?,
                 oldest_retained: reader.u64("oldest_retained")?,
             }),
-            TAG_COMMITTED => Message::Committed {
-                sender: reader.replica()?,
-                seq: reader.u64("seq")?,
-                proposal: reader.proposal()?,
-            },
+            TAG_COMMITTED => Message::Committed { sender: reader.replica()?, seq: reader.u64("seq")?, proposal: reader.proposal()? },
             other => return Err(DecodeError::UnknownTag(other)),
         };
         let remaining = reader.remaining();
@@ -347,12 +328,7 @@ impl Reader<'_> {
     }
 
     pub(crate) fn checkpoint(&mut self) -> Result<CheckpointClaim, DecodeError> {
-        Ok(CheckpointClaim {
-            seq: self.u64("seq")?,
-            time: Time(self.u64("time")?),
-            log_digest: self.digest()?,
-            state_digest: self.digest()?,
-        })
+        Ok(CheckpointClaim { seq: self.u64("seq")?, time: Time(self.u64("time")?), log_digest: self.digest()?, state_digest: self.digest()? })
     }
 
     pub(crate) fn view_change(&mut self) -> Result<ViewChange, DecodeError> {

@@ -20,16 +20,9 @@ pub(crate) fn decide(config: &Config, set: &[&ViewChange]) -> Option<Decision> {
     }
     let checkpoint = choose_checkpoint(set, quorum, weak)?;
     let low = checkpoint.seq;
-    let prepared: Vec<BTreeMap<u64, (u64, Digest, &Proposal)>> = set
-        .iter()
-        .map(|m| m.prepared.iter().map(|e| (e.seq, (e.view, e.proposal.digest(e.seq), &e.proposal))).collect())
-        .collect();
-    let high = prepared
-        .iter()
-        .filter_map(|entries| entries.keys().next_back().copied())
-        .filter(|seq| *seq > low)
-        .max()
-        .unwrap_or(low);
+    let prepared: Vec<BTreeMap<u64, (u64, Digest, &Proposal)>> =
+        set.iter().map(|m| m.prepared.iter().map(|e| (e.seq, (e.view, e.proposal.digest(e.seq), &e.proposal))).collect()).collect();
+    let high = prepared.iter().filter_map(|entries| entries.keys().next_back().copied()).filter(|seq| *seq > low).max().unwrap_or(low);
     if high > low.saturating_add(config.watermark_window) {
         // Someone prepared beyond this checkpoint's window, so a later checkpoint exists whose
         // holders have not all reported yet: deciding now could drop a committed batch.
@@ -57,10 +50,7 @@ pub(crate) fn decide(config: &Config, set: &[&ViewChange]) -> Option<Decision> {
                         }
                 })
                 .count();
-            let a2 = set
-                .iter()
-                .filter(|m| m.pre_prepared.iter().any(|e| e.seq == seq && e.digest == *digest && e.view >= *view))
-                .count();
+            let a2 = set.iter().filter(|m| m.pre_prepared.iter().any(|e| e.seq == seq && e.digest == *digest && e.view >= *view)).count();
             a1 >= quorum && a2 >= weak
         });
         match chosen {
@@ -69,11 +59,7 @@ pub(crate) fn decide(config: &Config, set: &[&ViewChange]) -> Option<Decision> {
                 proposals.push((seq, (*proposal).clone()));
             }
             None => {
-                let empty = set
-                    .iter()
-                    .zip(&prepared)
-                    .filter(|(m, entries)| m.stable.seq < seq && !entries.contains_key(&seq))
-                    .count();
+                let empty = set.iter().zip(&prepared).filter(|(m, entries)| m.stable.seq < seq && !entries.contains_key(&seq)).count();
                 if empty < quorum {
                     return None;
                 }

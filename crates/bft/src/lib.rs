@@ -175,14 +175,12 @@ mod replica;
 mod types;
 
 pub use codec::{new_view_digest, view_change_digest, DecodeError, WIRE_VERSION};
-pub use message::{
-    CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange,
-};
+pub use message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
 pub use persist::{ClientEntry, DeliveryBase, Persist, PersistedState, RestoreError};
 pub use replica::{Action, Replica, Status};
 pub use types::{
-    Batch, CheckpointError, Config, ConfigError, Digest, Limits, Proposal, ReplicaId, Request, RequestKey,
-    StateTransferError, SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
+    Batch, CheckpointError, Config, ConfigError, Digest, Limits, Proposal, ReplicaId, Request, RequestKey, StateTransferError, SubmitError, Time, DEDUP_WINDOW,
+    REQUEST_OVERHEAD,
 };
 
 #[cfg(feature = "transport")]

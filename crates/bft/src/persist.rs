@@ -24,9 +24,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::codec::{
-    put_len, put_u64, write_checkpoint, write_new_view, write_proposal, write_view_change, DecodeError, Reader,
-};
+use crate::codec::{put_len, put_u64, write_checkpoint, write_new_view, write_proposal, write_view_change, DecodeError, Reader};
 use crate::message::{CheckpointClaim, NewView, ViewChange};
 use crate::types::{Digest, Limits, Proposal, ReplicaId, Time};
 
@@ -206,9 +204,7 @@ impl PersistedState {
     /// base followed by the committed batches held without gaps.
     pub fn deliverable(&self) -> u64 {
         let mut seq = self.base.seq;
-        while self.delivered.contains_key(&(seq + 1))
-            || self.slots.get(&(seq + 1)).is_some_and(|slot| slot.committed.is_some())
-        {
+        while self.delivered.contains_key(&(seq + 1)) || self.slots.get(&(seq + 1)).is_some_and(|slot| slot.committed.is_some()) {
             seq += 1;
         }
         seq

@@ -5,15 +5,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::codec::{new_view_digest, view_change_digest};
 use crate::decide::{decide, search};
-use crate::message::{
-    CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange,
-};
-use crate::persist::{
-    meta_record, slot_record, ClientEntry, DeliveryBase, Meta, Persist, PersistedState, RestoreError, SlotRecord,
-};
+use crate::message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
+use crate::persist::{meta_record, slot_record, ClientEntry, DeliveryBase, Meta, Persist, PersistedState, RestoreError, SlotRecord};
 use crate::types::{
-    duration_us, Batch, CheckpointError, Config, ConfigError, Digest, Proposal, ReplicaId, Request, RequestKey,
-    StateTransferError, SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
+    duration_us, Batch, CheckpointError, Config, ConfigError, Digest, Proposal, ReplicaId, Request, RequestKey, StateTransferError, SubmitError, Time,
+    DEDUP_WINDOW, REQUEST_OVERHEAD,
 };
 
 /// Something the driver must do.
@@ -407,13 +403,7 @@ impl Replica {
         let clients = self
             .clients
             .iter()
-            .map(|((origin, client), record)| ClientEntry {
-                origin: *origin,
-                client: *client,
-                high: record.high,
-                mask: record.mask,
-                last_seq: record.last_seq,
-            })
+            .map(|((origin, client), record)| ClientEntry { origin: *origin, client: *client, high: record.high, mask: record.mask, last_seq: record.last_seq })
             .collect();
         DeliveryBase { seq: self.last_delivered, time: self.last_time, log_digest: self.log_digest, clients }
     }
@@ -541,7 +531,10 @@ impl Replica {
             total = total.saturating_add(charge(&awaited.request));
         }
         for slot in self.slots.values() {
-            let proposals = slot.accepted.iter().map(|a| &a.proposal)
+            let proposals = slot
+                .accepted
+                .iter()
+                .map(|a| &a.proposal)
                 .chain(slot.prepared.iter().map(|p| &p.proposal))
                 .chain(slot.committed.iter().map(|(_, p)| p))
                 .chain(slot.fetched_bodies.values());
@@ -555,9 +548,7 @@ impl Replica {
         for (view_change, _) in self.view_changes.values().chain(self.alternate_view_changes.values()) {
             total = total.saturating_add(view_change_bytes(view_change));
         }
-        let new_views = self.relayed_new_views.values().map(|(_, nv)| nv)
-            .chain(self.pending_new_view.iter())
-            .chain(self.current_new_view.iter());
+        let new_views = self.relayed_new_views.values().map(|(_, nv)| nv).chain(self.pending_new_view.iter()).chain(self.current_new_view.iter());
         for new_view in new_views {
             total = total.saturating_add(new_view_bytes(new_view));
         }
@@ -590,9 +581,8 @@ impl Replica {
             .saturating_add(entries.saturating_mul(PRE_PREPARED_PER_SEQ).saturating_mul(ENTRY_FIXED))
             .saturating_add(self.max_checkpoint_claims().saturating_mul(ENTRY_FIXED));
         let view_changes = n.saturating_mul(VIEW_CHANGES_PER_PEER + 1).saturating_mul(one_view_change);
-        let one_new_view = VIEW_CHANGE_FIXED
-            .saturating_add(n.saturating_mul(ENTRY_FIXED))
-            .saturating_add(window.saturating_mul(batch.saturating_add(ENTRY_FIXED)));
+        let one_new_view =
+            VIEW_CHANGE_FIXED.saturating_add(n.saturating_mul(ENTRY_FIXED)).saturating_add(window.saturating_mul(batch.saturating_add(ENTRY_FIXED)));
         let new_views = n.saturating_add(2).saturating_mul(one_new_view);
         [own, others, slots, retained, view_changes, new_views].into_iter().fold(0usize, usize::saturating_add)
     }
@@ -884,9 +874,7 @@ impl Replica {
         let cap = self.clients_per_origin_cap();
         // Bounded: each pass forgets one pair of this origin.
         while self.clients_per_origin.get(&key.origin).is_some_and(|count| *count > cap) {
-            let Some((origin, oldest, client)) =
-                self.clients_by_age.range((key.origin, 0, 0)..=(key.origin, u64::MAX, u64::MAX)).next().copied()
-            else {
+            let Some((origin, oldest, client)) = self.clients_by_age.range((key.origin, 0, 0)..=(key.origin, u64::MAX, u64::MAX)).next().copied() else {
                 break;
             };
             self.clients_by_age.remove(&(origin, oldest, client));
@@ -1045,8 +1033,7 @@ impl Replica {
         // others' clients. Entries left over stay queued, in order, for the next batch.
         let scan = self.config.batch_max_requests.saturating_mul(FAIR_SCAN);
         let eligible = |key: &RequestKey| self.awaited.contains_key(key) && !self.proposed.contains(key);
-        let origins: BTreeSet<ReplicaId> =
-            self.fresh.iter().take(scan).filter(|(key, _)| eligible(key)).map(|(key, _)| key.origin).collect();
+        let origins: BTreeSet<ReplicaId> = self.fresh.iter().take(scan).filter(|(key, _)| eligible(key)).map(|(key, _)| key.origin).collect();
         let shares = origins.len().max(1);
         let byte_share = (self.config.batch_max_bytes / shares).max(1);
         let count_share = (self.config.batch_max_requests / shares).max(1);
@@ -1255,11 +1242,7 @@ impl Replica {
         if accepted.view != view {
             return;
         }
-        let matching = slot
-            .prepares
-            .iter()
-            .filter(|(replica, vote)| **replica != primary && **vote == (view, accepted.digest))
-            .count();
+        let matching = slot.prepares.iter().filter(|(replica, vote)| **replica != primary && **vote == (view, accepted.digest)).count();
         if matching < needed {
             return;
         }
@@ -1419,8 +1402,7 @@ impl Replica {
         let best = counts.into_iter().filter(|(_, count)| *count >= quorum).map(|(claim, _)| claim).max_by_key(|c| c.seq);
         if let Some(claim) = best {
             if claim.seq > self.stable.seq {
-                self.stable_voters =
-                    self.checkpoint_votes.iter().filter(|(_, votes)| votes.contains(&claim)).map(|(id, _)| *id).collect();
+                self.stable_voters = self.checkpoint_votes.iter().filter(|(_, votes)| votes.contains(&claim)).map(|(id, _)| *id).collect();
                 self.advance_stable(claim);
             }
         }
@@ -1576,10 +1558,7 @@ impl Replica {
                 self.send(from, message);
             }
         }
-        if may_answer
-            && !self.view_changing
-            && (report.view < self.view || (report.view == self.view && report.view_changing))
-        {
+        if may_answer && !self.view_changing && (report.view < self.view || (report.view == self.view && report.view_changing)) {
             if let Some(new_view) = self.current_new_view.clone() {
                 answered = true;
                 self.send(from, Message::NewView { sender: self.config.id, new_view });
@@ -1721,14 +1700,7 @@ impl Replica {
                 pre_prepared.push(PrePreparedEntry { seq: *seq, view: *accepted_view, digest: *digest });
             }
         }
-        ViewChange {
-            sender: self.config.id,
-            view,
-            stable: self.stable,
-            checkpoints: self.checkpoint_claims(),
-            prepared,
-            pre_prepared,
-        }
+        ViewChange { sender: self.config.id, view, stable: self.stable, checkpoints: self.checkpoint_claims(), prepared, pre_prepared }
     }
 
     /// Checkpoints this replica holds above its stable one: its own, and the current view's
@@ -1752,10 +1724,7 @@ impl Replica {
         let checkpoints_ok = view_change.checkpoints.iter().all(|c| c.seq > low && c.seq % interval == 0);
         // Honest replicas report at most four windows above their stable checkpoint.
         let top = low.saturating_add(self.config.watermark_window.saturating_mul(4));
-        let prepared_ok = view_change
-            .prepared
-            .iter()
-            .all(|e| e.seq > low && e.seq <= top && e.view < view_change.view && self.proposal_fits(&e.proposal))
+        let prepared_ok = view_change.prepared.iter().all(|e| e.seq > low && e.seq <= top && e.view < view_change.view && self.proposal_fits(&e.proposal))
             && view_change.prepared.windows(2).all(|pair| pair[0].seq < pair[1].seq);
         let pre_prepared_ok = view_change.pre_prepared.iter().all(|e| e.seq > low && e.seq <= top && e.view < view_change.view);
         view_change.view > 0
@@ -1842,8 +1811,7 @@ impl Replica {
         // The timer runs once a quorum is at this view or beyond (Castro waits for a quorum at
         // exactly this view, which can leave replicas split across two views waiting forever
         // when a new-view cannot be checked).
-        let senders: BTreeSet<ReplicaId> =
-            self.view_changes.keys().filter(|(_, view)| *view >= self.view).map(|(sender, _)| *sender).collect();
+        let senders: BTreeSet<ReplicaId> = self.view_changes.keys().filter(|(_, view)| *view >= self.view).map(|(sender, _)| *sender).collect();
         if senders.len() >= self.config.quorum() && self.view_change_deadline.is_none() {
             let attempt = self.view.saturating_sub(self.last_normal_view).saturating_sub(1);
             let shift = u32::try_from(attempt).unwrap_or(MAX_BACKOFF_SHIFT).min(MAX_BACKOFF_SHIFT);
@@ -1881,8 +1849,7 @@ impl Replica {
     }
 
     fn try_new_view(&mut self) {
-        let held: Vec<(&ViewChange, Digest)> =
-            self.view_changes.values().filter(|(vc, _)| vc.view == self.view).map(|(vc, d)| (vc, *d)).collect();
+        let held: Vec<(&ViewChange, Digest)> = self.view_changes.values().filter(|(vc, _)| vc.view == self.view).map(|(vc, d)| (vc, *d)).collect();
         let Some(own) = held.iter().position(|(vc, _)| vc.sender == self.config.id) else { return };
         let set: Vec<&ViewChange> = held.iter().map(|(vc, _)| *vc).collect();
         let Some((used, (checkpoint, proposals))) = search(&self.config, &set, own) else { return };
@@ -1925,8 +1892,7 @@ impl Replica {
         if self.relayed_new_views.get(&from).is_none_or(|(_, old)| old.view <= new_view.view) {
             self.relayed_new_views.insert(from, (digest, new_view.clone()));
         }
-        let vouchers =
-            self.relayed_new_views.values().filter(|(d, nv)| *d == digest && nv.view == new_view.view).count();
+        let vouchers = self.relayed_new_views.values().filter(|(d, nv)| *d == digest && nv.view == new_view.view).count();
         if vouchers > usize::from(self.config.f) {
             self.install_new_view(new_view);
             return;
@@ -2078,11 +2044,7 @@ impl Replica {
         debug_assert!(self.clients.len() == self.clients_by_age.len());
         debug_assert!(self.last_delivered == 0 || self.last_time > Time(0));
         debug_assert!(self.slots.keys().next().is_none_or(|seq| *seq > self.stable.seq.min(self.last_delivered)));
-        debug_assert!(self
-            .slots
-            .keys()
-            .next_back()
-            .is_none_or(|seq| *seq <= self.high_watermark().max(self.last_delivered + self.config.watermark_window)));
+        debug_assert!(self.slots.keys().next_back().is_none_or(|seq| *seq <= self.high_watermark().max(self.last_delivered + self.config.watermark_window)));
         debug_assert!(self.slots.get(&(self.last_delivered + 1)).is_none_or(|slot| slot.committed.is_none()));
         debug_assert!(!self.is_primary() || self.view_changing || self.next_seq > self.last_delivered.min(self.stable.seq));
     }
@@ -2113,11 +2075,7 @@ fn view_change_bytes(view_change: &ViewChange) -> usize {
 
 fn new_view_bytes(new_view: &NewView) -> usize {
     let entries = new_view.view_changes.len() + new_view.proposals.len();
-    new_view
-        .proposals
-        .iter()
-        .map(|(_, p)| proposal_bytes(p))
-        .fold(VIEW_CHANGE_FIXED.saturating_add(entries.saturating_mul(ENTRY_FIXED)), usize::saturating_add)
+    new_view.proposals.iter().map(|(_, p)| proposal_bytes(p)).fold(VIEW_CHANGE_FIXED.saturating_add(entries.saturating_mul(ENTRY_FIXED)), usize::saturating_add)
 }
 
 /// One link of the log hash chain.

@@ -229,14 +229,8 @@ impl Config {
         if self.id >= self.n {
             return Err(ConfigError::IdOutOfRange { id: self.id, n: self.n });
         }
-        if self.checkpoint_interval == 0
-            || self.watermark_window == 0
-            || self.watermark_window % self.checkpoint_interval != 0
-        {
-            return Err(ConfigError::BadWindow {
-                checkpoint_interval: self.checkpoint_interval,
-                watermark_window: self.watermark_window,
-            });
+        if self.checkpoint_interval == 0 || self.watermark_window == 0 || self.watermark_window % self.checkpoint_interval != 0 {
+            return Err(ConfigError::BadWindow { checkpoint_interval: self.checkpoint_interval, watermark_window: self.watermark_window });
         }
         if self.batch_max_requests == 0 || self.batch_max_bytes == 0 {
             return Err(ConfigError::ZeroBound("batch_max_requests/batch_max_bytes"));
@@ -245,10 +239,7 @@ impl Config {
             return Err(ConfigError::ZeroBound("max_pending_requests/max_clients/max_number_jump"));
         }
         if self.max_request_bytes < 24 || self.max_request_bytes > self.batch_max_bytes {
-            return Err(ConfigError::BadRequestLimit {
-                max_request_bytes: self.max_request_bytes,
-                batch_max_bytes: self.batch_max_bytes,
-            });
+            return Err(ConfigError::BadRequestLimit { max_request_bytes: self.max_request_bytes, batch_max_bytes: self.batch_max_bytes });
         }
         if self.max_pending_bytes_per_origin < self.max_request_bytes + REQUEST_OVERHEAD {
             return Err(ConfigError::ZeroBound("max_pending_bytes_per_origin (at least one request)"));

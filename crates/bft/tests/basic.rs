@@ -182,16 +182,9 @@ fn random_peer_messages_never_panic() {
             let view = small(4);
             let seq = small(24);
             let digest = [small(3) as u8; 32];
-            let proposal = Proposal {
-                time: Time(now + small(3) * 1000),
-                requests: (0..small(3)).map(|k| request(small(4) as u16, small(3), k + small(5))).collect(),
-            };
-            let claim = CheckpointClaim {
-                seq: small(4) * 4,
-                time: Time(small(3)),
-                log_digest: [small(2) as u8; 32],
-                state_digest: [small(2) as u8; 32],
-            };
+            let proposal =
+                Proposal { time: Time(now + small(3) * 1000), requests: (0..small(3)).map(|k| request(small(4) as u16, small(3), k + small(5))).collect() };
+            let claim = CheckpointClaim { seq: small(4) * 4, time: Time(small(3)), log_digest: [small(2) as u8; 32], state_digest: [small(2) as u8; 32] };
             let message = match small(10) {
                 0 => Message::Request { sender: from, request: request(from, small(3), small(20)) },
                 1 => Message::PrePrepare { sender: from, view, seq, proposal },
@@ -256,14 +249,7 @@ fn state_transfer_is_requested_when_the_log_is_gone() {
     }
     assert_eq!(replica.status().stable_checkpoint, 40);
     for peer in 0..2u16 {
-        let report = bft::StatusReport {
-            sender: peer,
-            view: 0,
-            view_changing: false,
-            last_delivered: 45,
-            stable_seq: 40,
-            oldest_retained: 30,
-        };
+        let report = bft::StatusReport { sender: peer, view: 0, view_changing: false, last_delivered: 45, stable_seq: 40, oldest_retained: 30 };
         replica.handle_message(Time(2), peer, Message::Status(report));
     }
     let mut requested = Vec::new();

@@ -1,8 +1,7 @@
 //! Wire codec: round trips, strictness, and no panic on arbitrary or mutated bytes.
 
 use bft::{
-    CheckpointClaim, DecodeError, Limits, Message, NewView, PrePreparedEntry, PreparedEntry, Proposal, Request,
-    StatusReport, Time, ViewChange, WIRE_VERSION,
+    CheckpointClaim, DecodeError, Limits, Message, NewView, PrePreparedEntry, PreparedEntry, Proposal, Request, StatusReport, Time, ViewChange, WIRE_VERSION,
 };
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -46,14 +45,7 @@ fn samples() -> Vec<Message> {
                 proposals: vec![(65, proposal()), (66, Proposal::null())],
             },
         },
-        Message::Status(StatusReport {
-            sender: 2,
-            view: 9,
-            view_changing: true,
-            last_delivered: 100,
-            stable_seq: 64,
-            oldest_retained: 1,
-        }),
+        Message::Status(StatusReport { sender: 2, view: 9, view_changing: true, last_delivered: 100, stable_seq: 64, oldest_retained: 1 }),
         Message::Committed { sender: 0, seq: 12, proposal: proposal() },
     ]
 }

@@ -25,11 +25,7 @@ type Delivered = Vec<(u64, Time, Vec<RequestKey>)>;
 
 /// Consumes deliveries like an application would: confirms checkpoints with a digest of what it
 /// executed, and stops after `total` requests.
-async fn collect(
-    handle: ReplicaHandle,
-    mut batches: mpsc::UnboundedReceiver<Batch>,
-    total: u64,
-) -> Delivered {
+async fn collect(handle: ReplicaHandle, mut batches: mpsc::UnboundedReceiver<Batch>, total: u64) -> Delivered {
     let mut delivered = Delivered::new();
     let mut count = 0;
     let mut digest = [0u8; 32];
@@ -78,12 +74,7 @@ async fn order_everywhere(setups: Vec<(ReplicaHandle, mpsc::UnboundedReceiver<Ba
         let submit = handle.submit.clone();
         tokio::spawn(async move {
             for number in 1..=PER_REPLICA {
-                let request = Request {
-                    origin: id as u16,
-                    client: 7,
-                    number,
-                    payload: format!("{id}/{number}").into_bytes(),
-                };
+                let request = Request { origin: id as u16, client: 7, number, payload: format!("{id}/{number}").into_bytes() };
                 if submit.send(request).await.is_err() {
                     return;
                 }
@@ -116,14 +107,7 @@ async fn four_replicas_over_tls_deliver_the_same_sequence() {
         let id = id as u16;
         let cert = issue_replica_cert(&ca, id).unwrap();
         let peers = (0..N).filter(|&p| p != id).map(|p| (p, addrs[usize::from(p)])).collect();
-        let mut cfg = MeshConfig::new(
-            id,
-            addrs[usize::from(id)],
-            peers,
-            ca.cert_pem.clone(),
-            cert.cert_pem,
-            cert.key_pem,
-        );
+        let mut cfg = MeshConfig::new(id, addrs[usize::from(id)], peers, ca.cert_pem.clone(), cert.cert_pem, cert.key_pem);
         cfg.max_frame_bytes = Config::new(N, id).max_message_bytes;
         let mesh = Mesh::start_with_listener(cfg, listener).await.unwrap();
         let incoming = mesh.subscribe(CHANNEL_ORDERING).unwrap();
@@ -133,10 +117,7 @@ async fn four_replicas_over_tls_deliver_the_same_sequence() {
     // Garbage from an authenticated peer is counted and ignored, not fatal.
     meshes[1].sender().send(0, CHANNEL_ORDERING, Bytes::from_static(b"\xff\x00garbage")).unwrap();
     let mut status0 = setups[0].0.status.clone();
-    timeout(EVENTUALLY, status0.wait_for(|s| s.decode_errors >= 1))
-        .await
-        .expect("decode error not counted")
-        .unwrap();
+    timeout(EVENTUALLY, status0.wait_for(|s| s.decode_errors >= 1)).await.expect("decode error not counted").unwrap();
 
     let all = order_everywhere(setups).await;
     check_agreement(&all);
@@ -212,8 +193,7 @@ async fn start_replica(
 ) -> (Mesh, ReplicaHandle, mpsc::UnboundedReceiver<Batch>) {
     let cert = issue_replica_cert(ca, id).unwrap();
     let peers = (0..N).filter(|&p| p != id).map(|p| (p, addrs[usize::from(p)])).collect();
-    let mut cfg =
-        MeshConfig::new(id, addrs[usize::from(id)], peers, ca.cert_pem.clone(), cert.cert_pem, cert.key_pem);
+    let mut cfg = MeshConfig::new(id, addrs[usize::from(id)], peers, ca.cert_pem.clone(), cert.cert_pem, cert.key_pem);
     cfg.max_frame_bytes = Config::new(N, id).max_message_bytes;
     cfg.backoff_min = Duration::from_millis(20);
     cfg.backoff_max = Duration::from_millis(200);

@@ -91,8 +91,7 @@ async fn mutual_auth_delivers_on_every_link_with_proven_sender() {
             got.push(recv(rx).await);
         }
         got.sort();
-        let want: Vec<(u16, Bytes)> =
-            (0..4u16).filter(|&f| f as usize != me).map(|f| (f, Bytes::from(format!("{f}->{me}")))).collect();
+        let want: Vec<(u16, Bytes)> = (0..4u16).filter(|&f| f as usize != me).map(|f| (f, Bytes::from(format!("{f}->{me}")))).collect();
         assert_eq!(got, want, "replica {me} ordering channel");
     }
     for (me, rx) in signing.iter_mut().enumerate() {
@@ -101,10 +100,7 @@ async fn mutual_auth_delivers_on_every_link_with_proven_sender() {
             got.push(recv(rx).await);
         }
         got.sort();
-        let want: Vec<(u16, Bytes)> = (0..4u16)
-            .filter(|&f| f as usize != me)
-            .map(|f| (f, Bytes::from(format!("share from {f}"))))
-            .collect();
+        let want: Vec<(u16, Bytes)> = (0..4u16).filter(|&f| f as usize != me).map(|f| (f, Bytes::from(format!("share from {f}")))).collect();
         assert_eq!(got, want, "replica {me} signing channel");
     }
     for mesh in &meshes {
@@ -128,10 +124,7 @@ async fn peer_with_certificate_from_another_ca_is_rejected() {
     let foreign = generate_ca("cluster-b").unwrap();
     let listener = bind_local().await;
     let addr = listener.local_addr().unwrap();
-    let mesh =
-        Mesh::start_with_listener(config(&ca, 0, addr, vec![(1, "127.0.0.1:9".parse().unwrap())]), listener)
-            .await
-            .unwrap();
+    let mesh = Mesh::start_with_listener(config(&ca, 0, addr, vec![(1, "127.0.0.1:9".parse().unwrap())]), listener).await.unwrap();
     let mut rx = mesh.subscribe(CHANNEL_ORDERING).unwrap();
 
     // A client that trusts the right CA but holds a replica-1 certificate from the foreign CA:
@@ -150,10 +143,7 @@ async fn peer_with_certificate_from_another_ca_is_rejected() {
     // A foreign-CA mesh cannot dial in either, and it rejects our certificate in turn.
     let foreign_listener = bind_local().await;
     let foreign_addr = foreign_listener.local_addr().unwrap();
-    let foreign_mesh =
-        Mesh::start_with_listener(config(&foreign, 1, foreign_addr, vec![(0, addr)]), foreign_listener)
-            .await
-            .unwrap();
+    let foreign_mesh = Mesh::start_with_listener(config(&foreign, 1, foreign_addr, vec![(0, addr)]), foreign_listener).await.unwrap();
     foreign_mesh.sender().send(0, CHANNEL_ORDERING, Bytes::from_static(b"forged")).unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(rx.try_recv().is_err(), "a frame from a foreign-CA peer was delivered");
@@ -171,9 +161,7 @@ async fn frames_are_attributed_to_the_certificate_not_the_claim() {
     let listener = bind_local().await;
     let addr = listener.local_addr().unwrap();
     let dummy: SocketAddr = "127.0.0.1:9".parse().unwrap();
-    let mesh = Mesh::start_with_listener(config(&ca, 0, addr, vec![(2, dummy), (3, dummy)]), listener)
-        .await
-        .unwrap();
+    let mesh = Mesh::start_with_listener(config(&ca, 0, addr, vec![(2, dummy), (3, dummy)]), listener).await.unwrap();
     let mut rx = mesh.subscribe(CHANNEL_ORDERING).unwrap();
 
     // Replica 2's certificate, with a payload claiming to be replica 3.
@@ -206,8 +194,7 @@ async fn dialer_rejects_a_server_that_is_not_the_replica_it_dialed() {
     let addr2 = meshes[2].local_addr();
     let listener = bind_local().await;
     let addr5 = listener.local_addr().unwrap();
-    let confused =
-        Mesh::start_with_listener(config(&ca, 5, addr5, vec![(1, addr2)]), listener).await.unwrap();
+    let confused = Mesh::start_with_listener(config(&ca, 5, addr5, vec![(1, addr2)]), listener).await.unwrap();
     confused.sender().send(1, CHANNEL_ORDERING, Bytes::from_static(b"hello")).unwrap();
     let error = timeout(EVENTUALLY, async {
         loop {
@@ -332,10 +319,7 @@ async fn full_send_queue_drops_oldest_and_counts() {
     }
     let status = &mesh.peer_status()[0];
     assert_eq!((status.frames_queued, status.frames_dropped, status.frames_sent), (3, 2, 0));
-    assert!(matches!(
-        mesh.sender().send(9, CHANNEL_ORDERING, Bytes::new()),
-        Err(TransportError::UnknownPeer(9))
-    ));
+    assert!(matches!(mesh.sender().send(9, CHANNEL_ORDERING, Bytes::new()), Err(TransportError::UnknownPeer(9))));
     mesh.shutdown().await;
 }
 

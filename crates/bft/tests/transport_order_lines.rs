@@ -16,11 +16,7 @@ fn example_binary() -> PathBuf {
 #[test]
 fn four_processes_order_lines_identically() {
     let binary = example_binary();
-    assert!(
-        binary.exists(),
-        "{} not built; run `cargo build -p bft --features transport --example order_lines`",
-        binary.display()
-    );
+    assert!(binary.exists(), "{} not built; run `cargo build -p bft --features transport --example order_lines`", binary.display());
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/order_lines_check.sh");
     let output = Command::new("bash").arg(&script).arg(&binary).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -100,14 +100,7 @@ pub fn layout(msg: &[u8]) -> Result<Layout, WireError> {
             last = Some(rec);
         }
     }
-    Ok(Layout {
-        id: u16_at(msg, 0).unwrap_or(0),
-        flags: u16_at(msg, 2).unwrap_or(0),
-        qdcount,
-        arcount,
-        question_end,
-        signature: last,
-    })
+    Ok(Layout { id: u16_at(msg, 0).unwrap_or(0), flags: u16_at(msg, 2).unwrap_or(0), qdcount, arcount, question_end, signature: last })
 }
 
 /// A SIG record is a SIG(0) when it covers type 0 (RFC 2931 3.1).

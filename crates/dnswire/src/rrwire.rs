@@ -145,12 +145,7 @@ impl RawMessage {
             let (name, next) = read_name(bytes, pos)?;
             let f = bytes.get(next..next + 4).ok_or(WireError::Short("a question"))?;
             pos = next + 4;
-            questions.push(RawQuestion {
-                name,
-                qtype: u16::from_be_bytes([f[0], f[1]]),
-                qclass: u16::from_be_bytes([f[2], f[3]]),
-                span: start..pos,
-            });
+            questions.push(RawQuestion { name, qtype: u16::from_be_bytes([f[0], f[1]]), qclass: u16::from_be_bytes([f[2], f[3]]), span: start..pos });
         }
         let section = |count: u16, pos: &mut usize| -> Result<Vec<RawRecord>, WireError> {
             let mut out = Vec::with_capacity(usize::from(count));

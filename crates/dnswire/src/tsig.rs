@@ -200,15 +200,7 @@ fn compute_mac(key: &Key, request_mac: Option<&[u8]>, unsigned: &[u8], tsig: &Ts
 
 /// Signs `unsigned` (a message without TSIG, its id the one to sign) and appends
 /// the TSIG record. `request_mac` is the request's MAC when signing an answer.
-pub fn sign(
-    unsigned: &[u8],
-    key: &Key,
-    time_signed: u64,
-    fudge: u16,
-    error: u16,
-    other: Vec<u8>,
-    request_mac: Option<&[u8]>,
-) -> Vec<u8> {
+pub fn sign(unsigned: &[u8], key: &Key, time_signed: u64, fudge: u16, error: u16, other: Vec<u8>, request_mac: Option<&[u8]>) -> Vec<u8> {
     let mut tsig = Tsig {
         key_name: key.name_wire.clone(),
         algorithm: key.algorithm.wire_name(),

@@ -59,17 +59,15 @@ fn exercise(bytes: &[u8]) {
 
 fn mutated(base: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
     let len = base.len();
-    (proptest::collection::vec((0..len, any::<u8>()), 1..6), 0..=len, proptest::collection::vec(any::<u8>(), 0..8)).prop_map(
-        move |(flips, cut, extra)| {
-            let mut m = base.clone();
-            for (at, x) in flips {
-                m[at] ^= x;
-            }
-            m.truncate(cut.max(1));
-            m.extend_from_slice(&extra);
-            m
-        },
-    )
+    (proptest::collection::vec((0..len, any::<u8>()), 1..6), 0..=len, proptest::collection::vec(any::<u8>(), 0..8)).prop_map(move |(flips, cut, extra)| {
+        let mut m = base.clone();
+        for (at, x) in flips {
+            m[at] ^= x;
+        }
+        m.truncate(cut.max(1));
+        m.extend_from_slice(&extra);
+        m
+    })
 }
 
 proptest! {

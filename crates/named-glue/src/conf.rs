@@ -44,10 +44,7 @@ pub struct TsigKey {
 impl std::fmt::Debug for TsigKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The secret never reaches logs.
-        f.debug_struct("TsigKey")
-            .field("name", &self.name)
-            .field("algorithm", &self.algorithm)
-            .finish_non_exhaustive()
+        f.debug_struct("TsigKey").field("name", &self.name).field("algorithm", &self.algorithm).finish_non_exhaustive()
     }
 }
 
@@ -310,24 +307,16 @@ impl NamedConf {
 
 /// Runs the build's named-checkconf on `conf`.
 pub fn check_conf(tools: &BindTools, conf: &Path) -> Result<(), ConfError> {
-    let out = Command::new(tools.bin("named-checkconf"))
-        .arg(conf)
-        .output()
-        .map_err(ConfError::Spawn)?;
+    let out = Command::new(tools.bin("named-checkconf")).arg(conf).output().map_err(ConfError::Spawn)?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(ConfError::Rejected(format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )))
+        Err(ConfError::Rejected(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))))
     }
 }
 
 fn check_token(what: &'static str, value: &str) -> Result<(), ConfError> {
-    let bad = value.is_empty()
-        || value.chars().any(|c| c == '"' || c == '\\' || c == ';' || c.is_control() || c.is_whitespace());
+    let bad = value.is_empty() || value.chars().any(|c| c == '"' || c == '\\' || c == ';' || c.is_control() || c.is_whitespace());
     if bad {
         return Err(ConfError::Unquotable { what, value: value.to_string() });
     }
@@ -335,10 +324,7 @@ fn check_token(what: &'static str, value: &str) -> Result<(), ConfError> {
 }
 
 fn quoted_path(what: &'static str, path: &Path) -> Result<String, ConfError> {
-    let s = path.to_str().ok_or_else(|| ConfError::Unquotable {
-        what,
-        value: path.to_string_lossy().into_owned(),
-    })?;
+    let s = path.to_str().ok_or_else(|| ConfError::Unquotable { what, value: path.to_string_lossy().into_owned() })?;
     if s.is_empty() || s.chars().any(|c| c == '"' || c == '\\' || c.is_control()) {
         return Err(ConfError::Unquotable { what, value: s.to_string() });
     }
@@ -352,12 +338,7 @@ mod tests {
     #[test]
     fn renders_determinism_settings() {
         let zone = Name::from_ascii("Example.TEST.").unwrap();
-        let conf = NamedConf::new(
-            Path::new("/tmp/r1"),
-            5353,
-            &zone,
-            vec![TsigKey::hmac_sha256("k1", vec![1; 32])],
-        );
+        let conf = NamedConf::new(Path::new("/tmp/r1"), 5353, &zone, vec![TsigKey::hmac_sha256("k1", vec![1; 32])]);
         let text = conf.render().unwrap();
         for needle in [
             "zone \"example.test.\"",
@@ -425,7 +406,10 @@ mod tests {
     fn policy_rules_parse_or_say_why_not() {
         let p = |w: &str| PolicyRule::parse(&w.split(' ').collect::<Vec<_>>());
         let r = p("grant k subdomain hosts.example.test ANY").unwrap();
-        assert_eq!((r.grant, r.rule_type.as_str(), r.name.as_deref(), r.types.clone()), (true, "subdomain", Some("hosts.example.test"), vec!["ANY".to_string()]));
+        assert_eq!(
+            (r.grant, r.rule_type.as_str(), r.name.as_deref(), r.types.clone()),
+            (true, "subdomain", Some("hosts.example.test"), vec!["ANY".to_string()])
+        );
         assert_eq!(p("deny * wildcard *.example.test txt").unwrap().types, vec!["TXT"]);
         assert_eq!(p("grant k zonesub").unwrap().types, Vec::<String>::new());
         for (bad, why) in [

@@ -99,25 +99,13 @@ pub struct KeyFiles {
 impl ZoneKey {
     /// An RSA zone key (flags 257) from the raw big-endian modulus and
     /// public exponent.
-    pub fn rsa(
-        zone: &Name,
-        algorithm: u8,
-        exponent: &[u8],
-        modulus: &[u8],
-        ttl: u32,
-    ) -> Result<Self, KeyError> {
+    pub fn rsa(zone: &Name, algorithm: u8, exponent: &[u8], modulus: &[u8], ttl: u32) -> Result<Self, KeyError> {
         if ![ALG_RSASHA1, ALG_NSEC3RSASHA1, ALG_RSASHA256, ALG_RSASHA512].contains(&algorithm) {
             return Err(KeyError::NotRsa(algorithm));
         }
         let mut zone = zone.to_lowercase();
         zone.set_fqdn(true);
-        Ok(ZoneKey {
-            zone,
-            algorithm,
-            flags: FLAGS_KSK,
-            public_key: rsa_public_key_rfc3110(exponent, modulus)?,
-            ttl,
-        })
+        Ok(ZoneKey { zone, algorithm, flags: FLAGS_KSK, public_key: rsa_public_key_rfc3110(exponent, modulus)?, ttl })
     }
 
     /// DNSKEY rdata: flags, protocol 3, algorithm, public key.
@@ -155,25 +143,12 @@ impl ZoneKey {
 
     /// The DNSKEY record in zone-file form.
     pub fn dnskey_record(&self) -> String {
-        format!(
-            "{} {} IN DNSKEY {} 3 {} {}",
-            self.zone_text(),
-            self.ttl,
-            self.flags,
-            self.algorithm,
-            self.public_key_base64()
-        )
+        format!("{} {} IN DNSKEY {} 3 {} {}", self.zone_text(), self.ttl, self.flags, self.algorithm, self.public_key_base64())
     }
 
     /// A `trust-anchors` statement for delv -a (or a validating resolver).
     pub fn trust_anchor(&self) -> String {
-        format!(
-            "trust-anchors {{\n\t\"{}\" static-key {} 3 {} \"{}\";\n}};\n",
-            self.zone_text(),
-            self.flags,
-            self.algorithm,
-            self.public_key_base64()
-        )
+        format!("trust-anchors {{\n\t\"{}\" static-key {} 3 {} \"{}\";\n}};\n", self.zone_text(), self.flags, self.algorithm, self.public_key_base64())
     }
 
     /// Writes the `.key` and the External `.private` file into `dir` with
@@ -216,13 +191,7 @@ fn algorithm_name(alg: u8) -> &'static str {
 
 pub(crate) fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), KeyError> {
     let io = |source| KeyError::Io { path: path.to_path_buf(), source };
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(path)
-        .map_err(io)?;
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(path).map_err(io)?;
     f.write_all(bytes).map_err(io)?;
     Ok(())
 }

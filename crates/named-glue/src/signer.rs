@@ -9,13 +9,13 @@
 //! signature takes as long as the replicas take, and a request that cannot be taken
 //! now (all slots busy) is dropped without a reply, for named re-sends it.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -71,10 +71,7 @@ impl SignatureTimes {
     /// named's own rule applied to the agreed time `t`: inception one hour
     /// back (clock skew), expiration `validity_secs` ahead.
     pub fn from_agreed(t: u32, validity_secs: u32) -> Self {
-        SignatureTimes {
-            inception: t.wrapping_sub(3600),
-            expiration: t.wrapping_add(validity_secs),
-        }
+        SignatureTimes { inception: t.wrapping_sub(3600), expiration: t.wrapping_add(validity_secs) }
     }
 }
 
@@ -110,12 +107,7 @@ impl SigningService {
     /// Binds `path` (removing a stale socket file) with mode 0600; creates
     /// the parent directory with mode 0700 if missing. Must be called from
     /// within a tokio runtime.
-    pub fn bind(
-        path: &Path,
-        signer: Arc<dyn Signer>,
-        times: TimeSource,
-        limits: ServiceLimits,
-    ) -> io::Result<Self> {
+    pub fn bind(path: &Path, signer: Arc<dyn Signer>, times: TimeSource, limits: ServiceLimits) -> io::Result<Self> {
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() && !dir.exists() {
                 std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
@@ -151,13 +143,7 @@ impl Drop for SigningService {
     }
 }
 
-async fn serve(
-    socket: tokio::net::UnixDatagram,
-    replies: Arc<UnixDatagram>,
-    signer: Arc<dyn Signer>,
-    times: TimeSource,
-    limits: ServiceLimits,
-) {
+async fn serve(socket: tokio::net::UnixDatagram, replies: Arc<UnixDatagram>, signer: Arc<dyn Signer>, times: TimeSource, limits: ServiceLimits) {
     let permits = Arc::new(Semaphore::new(limits.max_in_flight.max(1)));
     // Requests being signed, by (sender, id): named's re-sends of one of them start nothing.
     let in_flight: Arc<Mutex<HashSet<(Vec<u8>, u64)>>> = Arc::new(Mutex::new(HashSet::new()));
@@ -218,13 +204,7 @@ pub(crate) async fn handle(datagram: &[u8], signer: &dyn Signer, times: &TimeSou
         tracing::warn!(error = %e, "bad to-be-signed data");
         return Some(Reply::error(request.id, Status::BadRequest));
     }
-    let sign_request = SignRequest {
-        algorithm: request.algorithm,
-        key_tag: request.key_tag,
-        signer: request.signer,
-        data,
-        times: agreed,
-    };
+    let sign_request = SignRequest { algorithm: request.algorithm, key_tag: request.key_tag, signer: request.signer, data, times: agreed };
     // However long the replicas take: a local timer must not decide this signature.
     match signer.sign(sign_request).await {
         Ok(signature) if !signature.is_empty() && signature.len() <= wire::MAX_SIGNATURE_LEN => {

@@ -50,10 +50,7 @@ pub async fn sign_zone_file(
     let mut zone_lc = zone.to_lowercase();
     zone_lc.set_fqdn(true);
     if zone_lc != key.zone {
-        return Err(SignZoneError::WrongZone {
-            key_zone: key.zone_text(),
-            zone: zone_lc.to_ascii(),
-        });
+        return Err(SignZoneError::WrongZone { key_zone: key.zone_text(), zone: zone_lc.to_ascii() });
     }
     let work = signed.parent().unwrap_or_else(|| Path::new(".")).to_path_buf();
     // dnssec-signzone finds the zone's keys through the apex DNSKEY RRset,
@@ -97,19 +94,11 @@ pub async fn sign_zone_file(
         let _ = tokio::fs::remove_file(&output).await;
         return Err(SignZoneError::Failed {
             status: result.status.to_string(),
-            output: format!(
-                "{}{}",
-                String::from_utf8_lossy(&result.stdout),
-                String::from_utf8_lossy(&result.stderr)
-            ),
+            output: format!("{}{}", String::from_utf8_lossy(&result.stdout), String::from_utf8_lossy(&result.stderr)),
         });
     }
     let dumped = tokio::fs::read_to_string(&output).await.map_err(io_err(&output))?;
-    let kept: String = dumped
-        .lines()
-        .filter(|l| !l.starts_with("; File written on"))
-        .flat_map(|l| [l, "\n"])
-        .collect();
+    let kept: String = dumped.lines().filter(|l| !l.starts_with("; File written on")).flat_map(|l| [l, "\n"]).collect();
     tokio::fs::write(&output, kept).await.map_err(io_err(&output))?;
     tokio::fs::rename(&output, signed).await.map_err(io_err(signed))?;
     Ok(())

@@ -256,9 +256,7 @@ fn spawn(spec: &NamedSpec, starts: &AtomicU64) -> Result<Child, SuperviseError> 
     // too, so a restarted replica never finds its old named serving a zone nobody feeds,
     // and named's unbounded wait for a signature cannot outlive the signing service.
     die_with_parent(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|source| SuperviseError::Spawn { path: spec.named.clone(), source })?;
+    let mut child = cmd.spawn().map_err(|source| SuperviseError::Spawn { path: spec.named.clone(), source })?;
     starts.fetch_add(1, Ordering::SeqCst);
     if let Some(stderr) = child.stderr.take() {
         let log_file = spec.log_file.clone();
@@ -290,13 +288,7 @@ async fn terminate(child: &mut Child, grace: Duration) {
     let _ = child.kill().await;
 }
 
-async fn run(
-    spec: NamedSpec,
-    mut child: Child,
-    mut control: mpsc::Receiver<Control>,
-    pid: Arc<AtomicU32>,
-    starts: Arc<AtomicU64>,
-) {
+async fn run(spec: NamedSpec, mut child: Child, mut control: mpsc::Receiver<Control>, pid: Arc<AtomicU32>, starts: Arc<AtomicU64>) {
     let mut backoff = spec.backoff_min;
     loop {
         let started = tokio::time::Instant::now();

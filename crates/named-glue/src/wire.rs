@@ -184,10 +184,7 @@ fn short(len: usize, need: usize) -> WireError {
 impl Request {
     /// Encodes the request; fails if a field is out of the format's range.
     pub fn encode(&self) -> Result<Vec<u8>, WireError> {
-        let name = self
-            .signer
-            .to_bytes()
-            .map_err(|e| WireError::BadName(e.to_string()))?;
+        let name = self.signer.to_bytes().map_err(|e| WireError::BadName(e.to_string()))?;
         if name.is_empty() || name.len() > 255 {
             return Err(WireError::BadNameLength(name.len()));
         }
@@ -342,12 +339,8 @@ pub fn rewrite_times(data: &mut [u8], inception: u32, expiration: u32) -> Result
         return Err(WireError::BadDataLength(data.len()));
     }
     let len = data.len();
-    data.get_mut(EXPIRATION_OFFSET..EXPIRATION_OFFSET + 4)
-        .ok_or(WireError::BadDataLength(len))?
-        .copy_from_slice(&expiration.to_be_bytes());
-    data.get_mut(INCEPTION_OFFSET..INCEPTION_OFFSET + 4)
-        .ok_or(WireError::BadDataLength(len))?
-        .copy_from_slice(&inception.to_be_bytes());
+    data.get_mut(EXPIRATION_OFFSET..EXPIRATION_OFFSET + 4).ok_or(WireError::BadDataLength(len))?.copy_from_slice(&expiration.to_be_bytes());
+    data.get_mut(INCEPTION_OFFSET..INCEPTION_OFFSET + 4).ok_or(WireError::BadDataLength(len))?.copy_from_slice(&inception.to_be_bytes());
     Ok(())
 }
 
@@ -365,12 +358,7 @@ pub fn to_hex(bytes: &[u8]) -> String {
 
 /// Parses hex, ignoring ASCII whitespace and `#` comments to end of line.
 pub fn from_hex(text: &str) -> Option<Vec<u8>> {
-    let digits: Vec<u8> = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or(""))
-        .flat_map(|l| l.bytes())
-        .filter(|b| !b.is_ascii_whitespace())
-        .collect();
+    let digits: Vec<u8> = text.lines().map(|l| l.split('#').next().unwrap_or("")).flat_map(|l| l.bytes()).filter(|b| !b.is_ascii_whitespace()).collect();
     if digits.len() & 1 == 1 {
         return None;
     }

@@ -65,8 +65,7 @@ async fn single_replica_signs_updates_through_the_socket() {
     // An answer over 512 bytes comes back over UDP as named truncated it (no EDNS
     // in the query: TC set, at most 512 bytes); the client asks again over TCP.
     r.times.set_agreed(t0 + 30);
-    let txt: Vec<String> =
-        (0..12).map(|i| format!("update add big.example.test. 300 TXT \"{i:02}{}\"", "x".repeat(90))).collect();
+    let txt: Vec<String> = (0..12).map(|i| format!("update add big.example.test. 300 TXT \"{i:02}{}\"", "x".repeat(90))).collect();
     let lines: Vec<&str> = txt.iter().map(String::as_str).collect();
     let out = r.nsupdate(&lines).await;
     assert!(out.status.success(), "{}", text(&out));
@@ -95,11 +94,8 @@ async fn single_replica_signs_updates_through_the_socket() {
     assert_eq!(answers.len(), 1, "one message for an up-to-date IXFR");
     // From an older serial: the incremental framing, ending at the closing SOA.
     let answers = fwd.axfr(&ixfr_query(9, serial - 1)).await.unwrap().collect().await.unwrap();
-    let soas = answers
-        .iter()
-        .flat_map(|m| named_glue::rrwire::RawMessage::parse(m).unwrap().answers)
-        .filter(|r| r.rtype == named_glue::rrwire::TYPE_SOA)
-        .count();
+    let soas =
+        answers.iter().flat_map(|m| named_glue::rrwire::RawMessage::parse(m).unwrap().answers).filter(|r| r.rtype == named_glue::rrwire::TYPE_SOA).count();
     assert!(soas >= 4, "an incremental transfer has at least four SOAs, got {soas}");
 
     r.shutdown().await;
@@ -370,11 +366,8 @@ async fn initial_signing_is_deterministic() {
     drop(_service);
     let signed = dir.path().join("nosigner.db");
     let agreed = SignatureTimes::from_agreed(t0, VALIDITY_DAYS * 86_400);
-    let waited = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        sign_zone_file(&tools, &zone(), &unsigned, &signed, &key_dir, &key, &socket, agreed),
-    )
-    .await;
+    let waited =
+        tokio::time::timeout(std::time::Duration::from_secs(5), sign_zone_file(&tools, &zone(), &unsigned, &signed, &key_dir, &key, &socket, agreed)).await;
     assert!(waited.is_err(), "without a signer the tool finished: {:?}", waited.map(|r| r.map(|_| ())));
     assert!(!signed.exists(), "signed without a signer");
 }

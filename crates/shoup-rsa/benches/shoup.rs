@@ -17,10 +17,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, SamplingM
 use num_bigint::BigUint;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
-use shoup_rsa::{
-    combine_basic, combine_opt_proof, combine_opt_te, corrupt, generate, HashAlg, KeyShare,
-    Message, PublicKey, SignatureShare,
-};
+use shoup_rsa::{combine_basic, combine_opt_proof, combine_opt_te, corrupt, generate, HashAlg, KeyShare, Message, PublicKey, SignatureShare};
 
 const BITS: u32 = 2048;
 
@@ -56,25 +53,15 @@ fn baselines(c: &mut Criterion) {
     let exponent = random(256);
     let mut group = c.benchmark_group("baseline");
     group.measurement_time(Duration::from_secs(4));
-    group.bench_function("num_bigint_modpow_2048", |b| {
-        b.iter(|| black_box(base.modpow(black_box(&exponent), pk.modulus())))
-    });
+    group.bench_function("num_bigint_modpow_2048", |b| b.iter(|| black_box(base.modpow(black_box(&exponent), pk.modulus()))));
     let rsa = openssl::rsa::Rsa::generate(2048).unwrap();
     let digest_info = {
-        let mut d = vec![
-            0x30, 0x31, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02,
-            0x01, 0x05, 0x00, 0x04, 0x20,
-        ];
+        let mut d = vec![0x30, 0x31, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x01, 0x05, 0x00, 0x04, 0x20];
         d.extend_from_slice(&[7u8; 32]);
         d
     };
     let mut out = vec![0u8; 256];
-    group.bench_function("openssl_rsa2048_sign", |b| {
-        b.iter(|| {
-            rsa.private_encrypt(black_box(&digest_info), &mut out, openssl::rsa::Padding::PKCS1)
-                .unwrap()
-        })
-    });
+    group.bench_function("openssl_rsa2048_sign", |b| b.iter(|| rsa.private_encrypt(black_box(&digest_info), &mut out, openssl::rsa::Padding::PKCS1).unwrap()));
     group.finish();
 }
 
@@ -118,13 +105,9 @@ fn modexp(c: &mut Criterion) {
     let ob = BigNum::from_slice(&base_bytes).unwrap();
     let mut oe = BigNum::from_slice(&exp_bytes).unwrap();
     let mut out = BigNum::new().unwrap();
-    group.bench_function("openssl_vartime", |bench| {
-        bench.iter(|| out.mod_exp(black_box(&ob), black_box(&oe), &on, &mut ctx).unwrap())
-    });
+    group.bench_function("openssl_vartime", |bench| bench.iter(|| out.mod_exp(black_box(&ob), black_box(&oe), &on, &mut ctx).unwrap()));
     oe.set_const_time();
-    group.bench_function("openssl_consttime", |bench| {
-        bench.iter(|| out.mod_exp(black_box(&ob), black_box(&oe), &on, &mut ctx).unwrap())
-    });
+    group.bench_function("openssl_consttime", |bench| bench.iter(|| out.mod_exp(black_box(&ob), black_box(&oe), &on, &mut ctx).unwrap()));
     group.finish();
 }
 
@@ -139,10 +122,7 @@ fn keygen(c: &mut Criterion) {
                     seed += 1;
                     ChaCha20Rng::seed_from_u64(seed)
                 },
-                |mut rng| {
-                    generate(BITS, players, shoup_rsa::default_threshold(players), &mut rng, &mut |_| {})
-                        .unwrap()
-                },
+                |mut rng| generate(BITS, players, shoup_rsa::default_threshold(players), &mut rng, &mut |_| {}).unwrap(),
                 BatchSize::PerIteration,
             )
         });
@@ -157,12 +137,8 @@ fn shares(c: &mut Criterion) {
     let mut group = c.benchmark_group("share_2048_n4");
     group.measurement_time(Duration::from_secs(4));
     group.bench_function("sign", |b| b.iter(|| key_shares[0].sign(pk, black_box(&msg)).unwrap()));
-    group.bench_function("sign_with_proof", |b| {
-        b.iter(|| key_shares[0].sign_with_proof(pk, black_box(&msg)).unwrap())
-    });
-    group.bench_function("verify_share", |b| {
-        b.iter(|| pk.verify_share(black_box(&msg), black_box(&proven)).unwrap())
-    });
+    group.bench_function("sign_with_proof", |b| b.iter(|| key_shares[0].sign_with_proof(pk, black_box(&msg)).unwrap()));
+    group.bench_function("verify_share", |b| b.iter(|| pk.verify_share(black_box(&msg), black_box(&proven)).unwrap()));
     group.finish();
 }
 
@@ -172,44 +148,25 @@ fn combination(c: &mut Criterion) {
         let msg = message(pk);
         let k = usize::from(pk.threshold());
         let t = usize::from(pk.max_faults());
-        let plain: Vec<SignatureShare> =
-            key_shares.iter().map(|s| s.sign(pk, &msg).unwrap()).collect();
-        let proven: Vec<SignatureShare> =
-            key_shares.iter().map(|s| s.sign_with_proof(pk, &msg).unwrap()).collect();
+        let plain: Vec<SignatureShare> = key_shares.iter().map(|s| s.sign(pk, &msg).unwrap()).collect();
+        let proven: Vec<SignatureShare> = key_shares.iter().map(|s| s.sign_with_proof(pk, &msg).unwrap()).collect();
         // t corrupted shares first: the worst case for OPT-TE's lexicographic search.
-        let faulty: Vec<SignatureShare> = plain[..2 * t + 1]
-            .iter()
-            .enumerate()
-            .map(|(i, s)| if i < t { corrupt(pk, s) } else { s.clone() })
-            .collect();
+        let faulty: Vec<SignatureShare> = plain[..2 * t + 1].iter().enumerate().map(|(i, s)| if i < t { corrupt(pk, s) } else { s.clone() }).collect();
         // Bad shares that pass every structural check (shares of another message): each
         // failed subset costs a full combination.
         let other = pk.encode_message(HashAlg::Sha256, b"another message").unwrap();
-        let wrong: Vec<SignatureShare> = key_shares[..2 * t + 1]
-            .iter()
-            .enumerate()
-            .map(|(i, s)| s.sign(pk, if i < t { &other } else { &msg }).unwrap())
-            .collect();
+        let wrong: Vec<SignatureShare> =
+            key_shares[..2 * t + 1].iter().enumerate().map(|(i, s)| s.sign(pk, if i < t { &other } else { &msg }).unwrap()).collect();
         let inverted_out_of_range = faulty[..t].iter().filter(|s| &s.value >= pk.modulus()).count();
         eprintln!("n={players}: {inverted_out_of_range} of {t} inverted shares fall outside [0, N)");
         let mut group = c.benchmark_group(format!("combine_2048_n{players}"));
         group.measurement_time(Duration::from_secs(3));
         group.bench_function("combine_k", |b| b.iter(|| pk.combine(&msg, &plain[..k]).unwrap()));
-        group.bench_function("opt_te_0_faults", |b| {
-            b.iter(|| combine_opt_te(pk, &msg, &plain[..k]).unwrap())
-        });
-        group.bench_function(format!("opt_te_{t}_faults"), |b| {
-            b.iter(|| combine_opt_te(pk, &msg, &faulty).unwrap())
-        });
-        group.bench_function(format!("opt_te_{t}_wrong_in_range"), |b| {
-            b.iter(|| combine_opt_te(pk, &msg, &wrong).unwrap())
-        });
-        group.bench_function("opt_proof_0_faults", |b| {
-            b.iter(|| combine_opt_proof(pk, &msg, &plain[..k]).unwrap())
-        });
-        group.bench_function("basic_k_with_proofs", |b| {
-            b.iter(|| combine_basic(pk, &msg, &proven[..k]).unwrap())
-        });
+        group.bench_function("opt_te_0_faults", |b| b.iter(|| combine_opt_te(pk, &msg, &plain[..k]).unwrap()));
+        group.bench_function(format!("opt_te_{t}_faults"), |b| b.iter(|| combine_opt_te(pk, &msg, &faulty).unwrap()));
+        group.bench_function(format!("opt_te_{t}_wrong_in_range"), |b| b.iter(|| combine_opt_te(pk, &msg, &wrong).unwrap()));
+        group.bench_function("opt_proof_0_faults", |b| b.iter(|| combine_opt_proof(pk, &msg, &plain[..k]).unwrap()));
+        group.bench_function("basic_k_with_proofs", |b| b.iter(|| combine_basic(pk, &msg, &proven[..k]).unwrap()));
         group.finish();
     }
 }

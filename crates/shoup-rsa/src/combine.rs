@@ -76,11 +76,7 @@ fn is_signature(pk: &PublicKey, y: &BoxedMontyForm, x: &BigUint) -> bool {
 ///
 /// All public arithmetic runs on Montgomery forms with the key's cached parameters, and the
 /// negative exponents (of λ_j, a, b) are gathered in one denominator: one inversion in total.
-fn combine_exact(
-    pk: &PublicKey,
-    msg: &Message,
-    shares: &[&SignatureShare],
-) -> Result<Signature, CombineError> {
+fn combine_exact(pk: &PublicKey, msg: &Message, shares: &[&SignatureShare]) -> Result<Signature, CombineError> {
     let used: Vec<u16> = shares.iter().map(|s| s.index).collect();
     let failed = || CombineError::Verification { used: used.clone() };
     let one = BoxedMontyForm::one(&pk.params);
@@ -101,11 +97,8 @@ fn combine_exact(
     let x = monty(pk, &msg.x).ok_or_else(failed)?;
     let (a_negative, a) = split_sign(&pk.euclid_a);
     let (b_negative, b) = split_sign(&pk.euclid_b);
-    let (mut numerator, mut denominator) = if a_negative {
-        (pow_public(&negative, &a), pow_public(&positive, &a))
-    } else {
-        (pow_public(&positive, &a), pow_public(&negative, &a))
-    };
+    let (mut numerator, mut denominator) =
+        if a_negative { (pow_public(&negative, &a), pow_public(&positive, &a)) } else { (pow_public(&positive, &a), pow_public(&negative, &a)) };
     if b_negative {
         denominator *= &pow_public(&x, &b);
     } else {
@@ -149,19 +142,14 @@ impl PublicKey {
         message_matches(self, msg)?;
         check_duplicates(shares)?;
         let k = usize::from(self.threshold);
-        let chosen = shares
-            .get(..k)
-            .ok_or(CombineError::NotEnoughShares { have: shares.len(), need: k })?;
+        let chosen = shares.get(..k).ok_or(CombineError::NotEnoughShares { have: shares.len(), need: k })?;
         for share in chosen {
             check_cheap(self, share)?;
         }
         let refs: Vec<&SignatureShare> = chosen.iter().collect();
         combine_exact(self, msg, &refs).map_err(|err| {
             // Name a share outside Z_N* if there is one; the gcd is paid only on failure.
-            chosen
-                .iter()
-                .find_map(|s| check_structure(self, s).err())
-                .map_or(err, CombineError::InvalidShare)
+            chosen.iter().find_map(|s| check_structure(self, s).err()).map_or(err, CombineError::InvalidShare)
         })
     }
 
@@ -177,11 +165,7 @@ impl PublicKey {
 
 /// BASIC: verify each share's proof (in order) until k are valid, then combine those.
 /// Shares without or with a failing proof, or malformed, are reported in `bad`.
-pub fn combine_basic(
-    pk: &PublicKey,
-    msg: &Message,
-    shares: &[SignatureShare],
-) -> Result<Combined, CombineError> {
+pub fn combine_basic(pk: &PublicKey, msg: &Message, shares: &[SignatureShare]) -> Result<Combined, CombineError> {
     message_matches(pk, msg)?;
     check_duplicates(shares)?;
     let k = usize::from(pk.threshold);
@@ -207,11 +191,7 @@ pub fn combine_basic(
 /// signature. If that fails and at least k shares carry proofs, behaves like BASIC on those;
 /// otherwise returns `NeedProofs` (ask the players for shares with proofs, then call again).
 /// If every share carries a proof, this is BASIC.
-pub fn combine_opt_proof(
-    pk: &PublicKey,
-    msg: &Message,
-    shares: &[SignatureShare],
-) -> Result<Combined, CombineError> {
+pub fn combine_opt_proof(pk: &PublicKey, msg: &Message, shares: &[SignatureShare]) -> Result<Combined, CombineError> {
     message_matches(pk, msg)?;
     check_duplicates(shares)?;
     if !shares.is_empty() && shares.iter().all(|s| s.proof.is_some()) {
@@ -219,19 +199,11 @@ pub fn combine_opt_proof(
     }
     let k = usize::from(pk.threshold);
     let (ok, bad) = triage(pk, shares);
-    let chosen = ok
-        .get(..k)
-        .ok_or(CombineError::NotEnoughShares { have: ok.len(), need: k })?;
+    let chosen = ok.get(..k).ok_or(CombineError::NotEnoughShares { have: ok.len(), need: k })?;
     match combine_exact(pk, msg, chosen) {
-        Ok(signature) => Ok(Combined {
-            signature,
-            used: chosen.iter().map(|s| s.index).collect(),
-            bad,
-            attempts: 1,
-        }),
+        Ok(signature) => Ok(Combined { signature, used: chosen.iter().map(|s| s.index).collect(), bad, attempts: 1 }),
         Err(_) => {
-            let proven: Vec<SignatureShare> =
-                shares.iter().filter(|s| s.proof.is_some()).cloned().collect();
+            let proven: Vec<SignatureShare> = shares.iter().filter(|s| s.proof.is_some()).cloned().collect();
             if proven.len() >= k {
                 let mut combined = combine_basic(pk, msg, &proven)?;
                 combined.bad.extend(bad);
@@ -276,11 +248,7 @@ fn next_combination(combo: &mut [usize], m: usize) -> bool {
 /// remaining share is tested by one combination with k-1 shares of the successful subset, so
 /// `bad` names every faulty share received. With no failed attempt nothing more is spent.
 /// Returns `NeedMoreShares` when no subset works yet.
-pub fn combine_opt_te(
-    pk: &PublicKey,
-    msg: &Message,
-    shares: &[SignatureShare],
-) -> Result<Combined, CombineError> {
+pub fn combine_opt_te(pk: &PublicKey, msg: &Message, shares: &[SignatureShare]) -> Result<Combined, CombineError> {
     message_matches(pk, msg)?;
     check_duplicates(shares)?;
     let k = usize::from(pk.threshold);
@@ -345,13 +313,7 @@ pub fn combine_opt_te(
 }
 
 /// Tests every candidate outside the good subset against k-1 known good shares.
-fn classify_rest(
-    pk: &PublicKey,
-    msg: &Message,
-    good: &[&SignatureShare],
-    candidates: &[&SignatureShare],
-    bad: &mut Vec<u16>,
-) {
+fn classify_rest(pk: &PublicKey, msg: &Message, good: &[&SignatureShare], candidates: &[&SignatureShare], bad: &mut Vec<u16>) {
     let base = &good[..good.len() - 1];
     for share in candidates {
         if good.iter().any(|g| g.index == share.index) {

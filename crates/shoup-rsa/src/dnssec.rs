@@ -86,20 +86,11 @@ impl PublicKey {
         let (name, _) = zone_name(zone)?;
         check_alg(alg)?;
         let ttl = ttl.map(|t| format!("{t} ")).unwrap_or_default();
-        Ok(format!(
-            "{name} {ttl}IN DNSKEY {flags} 3 {alg} {}",
-            base64_encode(&self.rfc3110_key())
-        ))
+        Ok(format!("{name} {ttl}IN DNSKEY {flags} 3 {alg} {}", base64_encode(&self.rfc3110_key())))
     }
 
     /// BIND's public key file: (file name `K<zone>+<alg>+<tag>.key`, contents).
-    pub fn bind_key_file(
-        &self,
-        zone: &str,
-        flags: u16,
-        alg: u8,
-        ttl: Option<u32>,
-    ) -> Result<(String, String), Error> {
+    pub fn bind_key_file(&self, zone: &str, flags: u16, alg: u8, ttl: Option<u32>) -> Result<(String, String), Error> {
         let (name, _) = zone_name(zone)?;
         let tag = self.key_tag(flags, alg)?;
         let kind = if flags & 1 == 1 { "key-signing" } else { "zone-signing" };

@@ -130,8 +130,7 @@ impl FixedBase {
 
     /// g^exponent, constant time in `exponent` for a given table (`None` if it is too long).
     pub(crate) fn pow_secret(&self, exponent: &BoxedUint) -> Option<BoxedMontyForm> {
-        let words: Zeroizing<Vec<u64>> =
-            Zeroizing::new(exponent.as_words().iter().map(|w| u64::from(*w)).collect());
+        let words: Zeroizing<Vec<u64>> = Zeroizing::new(exponent.as_words().iter().map(|w| u64::from(*w)).collect());
         if exponent.bits_precision() as usize > self.columns * WINDOW as usize {
             return None;
         }

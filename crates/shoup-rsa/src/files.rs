@@ -47,9 +47,7 @@ fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<(), Error> {
 /// Saves one key share, readable by the owner only (0600).
 pub fn save_share(path: impl AsRef<Path>, share: &KeyShare) -> Result<(), Error> {
     let path = path.as_ref();
-    let text = Zeroizing::new(
-        serde_json::to_string_pretty(&share.to_repr()).map_err(|e| corrupt(path, e))?,
-    );
+    let text = Zeroizing::new(serde_json::to_string_pretty(&share.to_repr()).map_err(|e| corrupt(path, e))?);
     write_atomic(path, text.as_bytes(), 0o600)
 }
 

@@ -48,11 +48,17 @@ pub fn max_faults(players: u16) -> u16 {
 #[non_exhaustive]
 pub enum Progress {
     /// A sieved candidate for prime `prime` (0 or 1) failed a primality test.
-    Candidate { prime: u8 },
+    Candidate {
+        prime: u8,
+    },
     /// Candidate q passed its Fermat test; p = 2q + 1 is being tested.
-    Promising { prime: u8 },
+    Promising {
+        prime: u8,
+    },
     /// Safe prime `prime` found.
-    PrimeFound { prime: u8 },
+    PrimeFound {
+        prime: u8,
+    },
     /// Both primes found; computing shares and verification keys.
     Dealing,
     Done,
@@ -164,10 +170,7 @@ impl TryFrom<PublicKeyRepr> for PublicKey {
     type Error = Error;
     fn try_from(repr: PublicKeyRepr) -> Result<Self, Error> {
         if repr.format != PUBLIC_FORMAT {
-            return Err(Error::InvalidKey(format!(
-                "format {:?}, expected {PUBLIC_FORMAT:?}",
-                repr.format
-            )));
+            return Err(Error::InvalidKey(format!("format {:?}, expected {PUBLIC_FORMAT:?}", repr.format)));
         }
         let vks = repr
             .verification_keys
@@ -175,14 +178,7 @@ impl TryFrom<PublicKeyRepr> for PublicKey {
             .map(|h| util::hex_to_big(h))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| Error::InvalidKey("verification key is not hex".into()))?;
-        let pk = PublicKey::from_parts(
-            repr.modulus,
-            repr.public_exponent,
-            repr.players,
-            repr.threshold,
-            repr.verification_base,
-            vks,
-        )?;
+        let pk = PublicKey::from_parts(repr.modulus, repr.public_exponent, repr.players, repr.threshold, repr.verification_base, vks)?;
         if pk.bits != repr.modulus_bits {
             return Err(Error::InvalidKey("modulus_bits does not match the modulus".into()));
         }
@@ -230,14 +226,7 @@ fn factorial(n: u16) -> BigUint {
 
 impl PublicKey {
     /// Validates the parts and precomputes Δ, the Euclid coefficients and Montgomery parameters.
-    pub(crate) fn from_parts(
-        n: BigUint,
-        e: u32,
-        players: u16,
-        threshold: u16,
-        v: BigUint,
-        vks: Vec<BigUint>,
-    ) -> Result<Self, Error> {
+    pub(crate) fn from_parts(n: BigUint, e: u32, players: u16, threshold: u16, v: BigUint, vks: Vec<BigUint>) -> Result<Self, Error> {
         let bits = n.bits() as u32;
         if bits < min_bits() || bits > MAX_MODULUS_BITS || !bits.is_multiple_of(2) {
             return Err(Error::ModulusBits { bits, min: min_bits(), max: MAX_MODULUS_BITS });
@@ -250,10 +239,7 @@ impl PublicKey {
         }
         check_players(players, threshold)?;
         if vks.len() != usize::from(players) {
-            return Err(Error::InvalidKey(format!(
-                "{} verification keys for {players} players",
-                vks.len()
-            )));
+            return Err(Error::InvalidKey(format!("{} verification keys for {players} players", vks.len())));
         }
         let in_group = |x: &BigUint| !x.is_zero() && !x.is_one() && x < &n && x.gcd(&n).is_one();
         if !in_group(&v) || !vks.iter().all(|x| !x.is_zero() && x < &n) {
@@ -271,22 +257,8 @@ impl PublicKey {
         let odd = odd.ok_or_else(|| Error::InvalidKey("modulus is even".into()))?;
         let params = BoxedMontyParams::new_vartime(odd);
         let bytes = bits.div_ceil(8) as usize;
-        let mut pk = PublicKey {
-            n,
-            e,
-            players,
-            threshold,
-            v,
-            vks,
-            bits,
-            bytes,
-            delta,
-            euclid_a,
-            euclid_b,
-            params,
-            fingerprint: [0; 32],
-            v_table: Arc::default(),
-        };
+        let mut pk =
+            PublicKey { n, e, players, threshold, v, vks, bits, bytes, delta, euclid_a, euclid_b, params, fingerprint: [0; 32], v_table: Arc::default() };
         pk.fingerprint = pk.compute_fingerprint();
         Ok(pk)
     }
@@ -350,9 +322,7 @@ impl PublicKey {
 
     /// The fixed-base table of v, covering exponents as long as a proof's z.
     pub(crate) fn v_table(&self) -> Option<&FixedBase> {
-        self.v_table
-            .get_or_init(|| FixedBase::new(&self.v, &self.params, crate::share::v_exponent_bits(self)))
-            .as_ref()
+        self.v_table.get_or_init(|| FixedBase::new(&self.v, &self.params, crate::share::v_exponent_bits(self))).as_ref()
     }
 }
 
@@ -373,21 +343,13 @@ impl Drop for KeyShare {
 
 impl fmt::Debug for KeyShare {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyShare")
-            .field("index", &self.index)
-            .field("secret", &"<redacted>")
-            .finish_non_exhaustive()
+        f.debug_struct("KeyShare").field("index", &self.index).field("secret", &"<redacted>").finish_non_exhaustive()
     }
 }
 
 impl Clone for KeyShare {
     fn clone(&self) -> Self {
-        KeyShare {
-            index: self.index,
-            secret: self.secret.clone(),
-            modulus_bits: self.modulus_bits,
-            fingerprint: self.fingerprint,
-        }
+        KeyShare { index: self.index, secret: self.secret.clone(), modulus_bits: self.modulus_bits, fingerprint: self.fingerprint }
     }
 }
 
@@ -405,10 +367,7 @@ impl KeyShare {
     /// Costs one modular exponentiation; call it once after loading.
     pub fn validate(&self, pk: &PublicKey) -> Result<(), Error> {
         self.check_key(pk)?;
-        let v = BoxedMontyForm::new(
-            to_boxed(&pk.v, pk.precision()).ok_or(Error::KeyMismatch)?,
-            &pk.params,
-        );
+        let v = BoxedMontyForm::new(to_boxed(&pk.v, pk.precision()).ok_or(Error::KeyMismatch)?, &pk.params);
         let vi = from_boxed(&v.pow(&self.secret).retrieve());
         if Some(&vi) != pk.verification_key(self.index) {
             return Err(Error::ShareInconsistent { index: self.index });
@@ -452,17 +411,13 @@ impl KeyShare {
                 return Err(format!("index {} out of range", repr.index));
             }
             let bytes = repr.modulus_bits.div_ceil(8) as usize;
-            let secret = zeroize::Zeroizing::new(
-                util::hex_decode(&repr.secret).ok_or("secret is not hex")?,
-            );
+            let secret = zeroize::Zeroizing::new(util::hex_decode(&repr.secret).ok_or("secret is not hex")?);
             if secret.len() != bytes {
                 return Err(format!("secret has {} bytes, expected {bytes}", secret.len()));
             }
-            let fingerprint: [u8; 32] = util::hex_decode(&repr.public_key_fingerprint)
-                .and_then(|f| f.try_into().ok())
-                .ok_or("public_key_fingerprint is not 32 hex bytes")?;
-            let secret = BoxedUint::from_be_slice(&secret, precision(repr.modulus_bits))
-                .map_err(|_| "secret does not fit the modulus size".to_string())?;
+            let fingerprint: [u8; 32] =
+                util::hex_decode(&repr.public_key_fingerprint).and_then(|f| f.try_into().ok()).ok_or("public_key_fingerprint is not 32 hex bytes")?;
+            let secret = BoxedUint::from_be_slice(&secret, precision(repr.modulus_bits)).map_err(|_| "secret does not fit the modulus size".to_string())?;
             Ok(KeyShare { index: repr.index, secret, modulus_bits: repr.modulus_bits, fingerprint })
         })();
         repr.secret.zeroize();
@@ -539,11 +494,7 @@ fn generate_unchecked<R: CryptoRng + ?Sized>(
 
 /// Two distinct safe primes of `bits` bits each, searched in parallel on two threads, each with
 /// its own ChaCha20 generator seeded from `rng` (so the result does not depend on scheduling).
-pub(crate) fn safe_prime_pair<R: CryptoRng + ?Sized>(
-    bits: u32,
-    rng: &mut R,
-    progress: &mut dyn FnMut(Progress),
-) -> Result<(BigUint, BigUint), Error> {
+pub(crate) fn safe_prime_pair<R: CryptoRng + ?Sized>(bits: u32, rng: &mut R, progress: &mut dyn FnMut(Progress)) -> Result<(BigUint, BigUint), Error> {
     for _ in 0..4 {
         let mut seeds = [[0u8; 32]; 2];
         rng.fill_bytes(&mut seeds[0]);
@@ -570,10 +521,7 @@ pub(crate) fn safe_prime_pair<R: CryptoRng + ?Sized>(
                     Event::Found => Progress::PrimeFound { prime: which },
                 });
             }
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or(Err(Error::PrimeSearchExhausted(0))))
-                .collect::<Vec<_>>()
+            handles.into_iter().map(|h| h.join().unwrap_or(Err(Error::PrimeSearchExhausted(0)))).collect::<Vec<_>>()
         });
         seeds.zeroize();
         let mut results = results.into_iter();
@@ -598,13 +546,7 @@ fn random_below(rng: &mut (impl Rng + ?Sized), bound: &BigUint) -> BigUint {
 }
 
 /// Splits the key given by safe primes p, q into shares (Shoup, Section 2).
-pub(crate) fn deal<R: CryptoRng + ?Sized>(
-    p: &BigUint,
-    q: &BigUint,
-    players: u16,
-    threshold: u16,
-    rng: &mut R,
-) -> Result<(PublicKey, Vec<KeyShare>), Error> {
+pub(crate) fn deal<R: CryptoRng + ?Sized>(p: &BigUint, q: &BigUint, players: u16, threshold: u16, rng: &mut R) -> Result<(PublicKey, Vec<KeyShare>), Error> {
     check_players(players, threshold)?;
     let n = p * q;
     let m = (p >> 1u32) * (q >> 1u32);
@@ -640,26 +582,14 @@ pub(crate) fn deal<R: CryptoRng + ?Sized>(
         .collect::<Result<_, _>>()?;
     drop(coefficients);
     let params = {
-        let odd: Option<Odd<BoxedUint>> =
-            Odd::new(to_boxed(&n, prec).ok_or_else(|| Error::InvalidKey("modulus".into()))?).into();
+        let odd: Option<Odd<BoxedUint>> = Odd::new(to_boxed(&n, prec).ok_or_else(|| Error::InvalidKey("modulus".into()))?).into();
         BoxedMontyParams::new_vartime(odd.ok_or_else(|| Error::InvalidKey("modulus".into()))?)
     };
-    let v_monty = BoxedMontyForm::new(
-        to_boxed(&v, prec).ok_or_else(|| Error::InvalidKey("v".into()))?,
-        &params,
-    );
+    let v_monty = BoxedMontyForm::new(to_boxed(&v, prec).ok_or_else(|| Error::InvalidKey("v".into()))?, &params);
     let vks = secrets.iter().map(|s| from_boxed(&v_monty.pow(s).retrieve())).collect();
     let pk = PublicKey::from_parts(n, PUBLIC_EXPONENT, players, threshold, v, vks)?;
-    let shares = secrets
-        .into_iter()
-        .zip(1..=players)
-        .map(|(secret, index)| KeyShare {
-            index,
-            secret,
-            modulus_bits: bits,
-            fingerprint: pk.fingerprint,
-        })
-        .collect();
+    let shares =
+        secrets.into_iter().zip(1..=players).map(|(secret, index)| KeyShare { index, secret, modulus_bits: bits, fingerprint: pk.fingerprint }).collect();
     Ok((pk, shares))
 }
 

@@ -50,20 +50,17 @@ mod prime;
 pub mod share;
 mod util;
 
-pub use combine::{
-    binomial, check_share_structure, combine_basic, combine_opt_proof, combine_opt_te, Combined,
-    Signature,
-};
+pub use combine::{binomial, check_share_structure, combine_basic, combine_opt_proof, combine_opt_te, Combined, Signature};
 pub use dnssec::{FLAGS_KSK, FLAGS_ZSK};
 pub use encode::{HashAlg, Message};
 pub use error::{CombineError, Error, ShareError};
 pub use files::{load_public, load_share, save_public, save_share};
+pub use keys::{
+    default_threshold, generate, max_faults, stderr_progress, KeyShare, Progress, PublicKey, DEFAULT_MODULUS_BITS, MAX_MODULUS_BITS, MAX_PLAYERS,
+    MIN_MODULUS_BITS, PUBLIC_EXPONENT,
+};
 #[cfg(any(test, feature = "insecure-small-keys"))]
 pub use keys::{generate_insecure, INSECURE_MIN_MODULUS_BITS};
-pub use keys::{
-    default_threshold, generate, max_faults, stderr_progress, KeyShare, Progress, PublicKey,
-    DEFAULT_MODULUS_BITS, MAX_MODULUS_BITS, MAX_PLAYERS, MIN_MODULUS_BITS, PUBLIC_EXPONENT,
-};
 pub use share::{corrupt, ShareProof, SignatureShare};
 
 // The versions in this crate's API (BigUint in shares, the CryptoRng trait of `generate`).

@@ -122,11 +122,7 @@ fn rem_small(digits_be: &[u32], r: u32) -> u32 {
 /// The search starts at a random q0 and walks windows of consecutive odd candidates upwards,
 /// updating each small prime's residue incrementally, and restarts from a fresh random q0
 /// every `WINDOWS_PER_START` windows.
-pub(crate) fn safe_prime(
-    bits: u32,
-    rng: &mut (impl Rng + ?Sized),
-    report: &mut dyn FnMut(Event),
-) -> Result<BigUint, Error> {
+pub(crate) fn safe_prime(bits: u32, rng: &mut (impl Rng + ?Sized), report: &mut dyn FnMut(Event)) -> Result<BigUint, Error> {
     debug_assert!(bits >= 64);
     let primes = small_primes();
     let q_bits = bits - 1;
@@ -182,11 +178,7 @@ fn strike(sieve: &mut [bool], r: u32, res: u32) {
 }
 
 /// Fermat base 2 on q, then on p = 2q + 1, then Miller-Rabin on q.
-fn test_candidate(
-    q: BigUint,
-    rng: &mut (impl Rng + ?Sized),
-    report: &mut dyn FnMut(Event),
-) -> Option<BigUint> {
+fn test_candidate(q: BigUint, rng: &mut (impl Rng + ?Sized), report: &mut dyn FnMut(Event)) -> Option<BigUint> {
     if !fermat_base2(&q) {
         report(Event::Rejected);
         return None;

@@ -58,9 +58,7 @@ impl SignatureShare {
     /// Wire form: index (u16 BE) | x_i (|N| bytes) | flag (0 or 1) | [c (32 bytes) | z].
     pub fn to_bytes(&self, pk: &PublicKey) -> Result<Vec<u8>, ShareError> {
         let mut out = self.index.to_be_bytes().to_vec();
-        out.extend(
-            to_fixed_be(&self.value, pk.bytes).ok_or(ShareError::OutOfRange { index: self.index })?,
-        );
+        out.extend(to_fixed_be(&self.value, pk.bytes).ok_or(ShareError::OutOfRange { index: self.index })?);
         match &self.proof {
             None => out.push(0),
             Some(proof) => {
@@ -200,10 +198,7 @@ impl PublicKey {
         check_structure(self, share)?;
         let proof = share.proof.as_ref().ok_or(ShareError::MissingProof { index: share.index })?;
         let bad = ShareError::BadProof { index: share.index };
-        if msg.fingerprint != self.fingerprint
-            || proof.c.bits() > u64::from(CHALLENGE_BITS)
-            || proof.z.bits() > 8 * proof_z_bytes(self) as u64
-        {
+        if msg.fingerprint != self.fingerprint || proof.c.bits() > u64::from(CHALLENGE_BITS) || proof.z.bits() > 8 * proof_z_bytes(self) as u64 {
             return Err(bad);
         }
         let vi = self.verification_key(share.index).ok_or(bad.clone())?;

@@ -37,12 +37,8 @@ fn rsa_hash(alg: HashAlg) -> (rsa::Pkcs1v15Sign, HashFn) {
     use sha2::Digest;
     match alg {
         HashAlg::Sha1 => (rsa::Pkcs1v15Sign::new::<sha1::Sha1>(), |d| sha1::Sha1::digest(d).to_vec()),
-        HashAlg::Sha256 => {
-            (rsa::Pkcs1v15Sign::new::<sha2::Sha256>(), |d| sha2::Sha256::digest(d).to_vec())
-        }
-        HashAlg::Sha512 => {
-            (rsa::Pkcs1v15Sign::new::<sha2::Sha512>(), |d| sha2::Sha512::digest(d).to_vec())
-        }
+        HashAlg::Sha256 => (rsa::Pkcs1v15Sign::new::<sha2::Sha256>(), |d| sha2::Sha256::digest(d).to_vec()),
+        HashAlg::Sha512 => (rsa::Pkcs1v15Sign::new::<sha2::Sha512>(), |d| sha2::Sha512::digest(d).to_vec()),
     }
 }
 
@@ -70,15 +66,7 @@ fn openssl_verifies(dir: &Path, pk: &PublicKey, alg: HashAlg, data: &[u8], sig: 
         HashAlg::Sha512 => "-sha512",
     };
     let out = Command::new("openssl")
-        .args([
-            "dgst",
-            digest,
-            "-verify",
-            "pub.pem",
-            "-signature",
-            "sig",
-            "data",
-        ])
+        .args(["dgst", digest, "-verify", "pub.pem", "-signature", "sig", "data"])
         .current_dir(dir)
         .output()
         .expect("openssl command runs");
@@ -111,19 +99,14 @@ fn jacobi(a: &BigUint, n: &BigUint) -> i32 {
 }
 
 fn sign_all(pk: &PublicKey, shares: &[KeyShare], msg: &Message, proof: bool) -> Vec<SignatureShare> {
-    shares
-        .iter()
-        .map(|s| if proof { s.sign_with_proof(pk, msg) } else { s.sign(pk, msg) }.unwrap())
-        .collect()
+    shares.iter().map(|s| if proof { s.sign_with_proof(pk, msg) } else { s.sign(pk, msg) }.unwrap()).collect()
 }
 
 #[test]
 fn default_2048_key_signs_and_openssl_verifies() {
     let mut rng = ChaCha20Rng::seed_from_u64(2048);
     let mut events = Vec::new();
-    let (pk, shares) =
-        generate(DEFAULT_MODULUS_BITS, 4, default_threshold(4), &mut rng, &mut |e| events.push(e))
-            .unwrap();
+    let (pk, shares) = generate(DEFAULT_MODULUS_BITS, 4, default_threshold(4), &mut rng, &mut |e| events.push(e)).unwrap();
     assert_eq!(pk.modulus_bits(), 2048);
     assert_eq!(pk.threshold(), 2);
     assert_eq!(events.iter().filter(|e| matches!(e, Progress::PrimeFound { .. })).count(), 2);
@@ -196,10 +179,7 @@ fn corruption_case(players: u16, faulty: &[u16]) {
     let data = b"update example.com A 192.0.2.1";
     let msg = pk.encode_message(HashAlg::Sha256, data).unwrap();
     let with_faults = |proof: bool| -> Vec<SignatureShare> {
-        sign_all(&pk, &shares, &msg, proof)
-            .into_iter()
-            .map(|s| if faulty.contains(&s.index) { corrupt(&pk, &s) } else { s })
-            .collect()
+        sign_all(&pk, &shares, &msg, proof).into_iter().map(|s| if faulty.contains(&s.index) { corrupt(&pk, &s) } else { s }).collect()
     };
     let expected_bad: Vec<u16> = faulty.to_vec();
 
@@ -210,10 +190,7 @@ fn corruption_case(players: u16, faulty: &[u16]) {
     let examined: Vec<u16> = faulty.iter().copied().filter(|&f| f <= *basic.used.last().unwrap()).collect();
     assert_eq!(basic.bad, examined);
     for &f in faulty {
-        assert!(matches!(
-            pk.verify_share(&msg, &proven[usize::from(f) - 1]),
-            Err(ShareError::BadProof { .. } | ShareError::OutOfRange { .. })
-        ));
+        assert!(matches!(pk.verify_share(&msg, &proven[usize::from(f) - 1]), Err(ShareError::BadProof { .. } | ShareError::OutOfRange { .. })));
         assert!(!basic.used.contains(&f));
     }
 
@@ -221,11 +198,7 @@ fn corruption_case(players: u16, faulty: &[u16]) {
     // and succeeds with the proofs.
     let plain = with_faults(false);
     // Inverted bits may push a value past N; such shares are dropped before combining.
-    let well_formed: Vec<u16> = plain
-        .iter()
-        .filter(|s| !s.value.is_zero() && &s.value < pk.modulus())
-        .map(|s| s.index)
-        .collect();
+    let well_formed: Vec<u16> = plain.iter().filter(|s| !s.value.is_zero() && &s.value < pk.modulus()).map(|s| s.index).collect();
     let first_k_faulty = well_formed[..usize::from(t + 1)].iter().any(|i| faulty.contains(i));
     match combine_opt_proof(&pk, &msg, &plain) {
         Ok(c) => {
@@ -244,8 +217,7 @@ fn corruption_case(players: u16, faulty: &[u16]) {
     let te = combine_opt_te(&pk, &msg, received).unwrap();
     assert!(rsa_crate_verifies(&pk, HashAlg::Sha256, data, &te.signature));
     assert!(te.attempts <= binomial(u64::from(2 * t + 1), u64::from(t + 1)));
-    let bad_received: Vec<u16> =
-        expected_bad.iter().copied().filter(|&f| f <= 2 * t + 1).collect();
+    let bad_received: Vec<u16> = expected_bad.iter().copied().filter(|&f| f <= 2 * t + 1).collect();
     if te.attempts > 1 {
         assert_eq!(te.bad, bad_received);
     } else {
@@ -317,9 +289,7 @@ fn dnskey_and_ds_match_bind() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let bind = String::from_utf8_lossy(&out.stdout).to_string();
         let ours = pk.ds_record(zone, flags, alg).unwrap();
-        let fields = |s: &str| -> Vec<String> {
-            s.split_whitespace().map(|f| f.to_ascii_uppercase()).collect()
-        };
+        let fields = |s: &str| -> Vec<String> { s.split_whitespace().map(|f| f.to_ascii_uppercase()).collect() };
         // owner IN DS tag alg 2 digest
         assert_eq!(fields(&bind), fields(&ours), "BIND: {bind} ours: {ours}");
         assert_eq!(fields(&ours)[3], tag.to_string());
@@ -384,19 +354,10 @@ fn files_round_trip_with_modes_and_reject_corruption() {
         load_share(&share_path)
     };
     assert!(matches!(corrupt_share(&|t| t[..t.len() / 2].to_string()), Err(Error::Corrupt { .. })));
-    assert!(matches!(
-        corrupt_share(&|t| t.replace("shoup-rsa-share/1", "shoup-rsa-share/9")),
-        Err(Error::Corrupt { .. })
-    ));
+    assert!(matches!(corrupt_share(&|t| t.replace("shoup-rsa-share/1", "shoup-rsa-share/9")), Err(Error::Corrupt { .. })));
     let secret_hex = text.split("\"secret\": \"").nth(1).unwrap().split('"').next().unwrap().to_string();
-    assert!(matches!(
-        corrupt_share(&|t| t.replace(&secret_hex, &format!("zz{}", &secret_hex[2..]))),
-        Err(Error::Corrupt { .. })
-    ));
-    assert!(matches!(
-        corrupt_share(&|t| t.replace(&secret_hex, &secret_hex[2..])),
-        Err(Error::Corrupt { .. })
-    ));
+    assert!(matches!(corrupt_share(&|t| t.replace(&secret_hex, &format!("zz{}", &secret_hex[2..]))), Err(Error::Corrupt { .. })));
+    assert!(matches!(corrupt_share(&|t| t.replace(&secret_hex, &secret_hex[2..])), Err(Error::Corrupt { .. })));
     // A flipped secret bit loads but fails validation against the public key.
     let flipped = corrupt_share(&|t| {
         let last = secret_hex.chars().last().unwrap();
@@ -445,10 +406,7 @@ fn share_errors_are_typed() {
     for share in [&good, &no_proof] {
         let bytes = share.to_bytes(&pk).unwrap();
         assert_eq!(&SignatureShare::from_bytes(&pk, &bytes).unwrap(), share);
-        assert!(matches!(
-            SignatureShare::from_bytes(&pk, &bytes[..bytes.len() - 1]),
-            Err(ShareError::WrongLength { .. })
-        ));
+        assert!(matches!(SignatureShare::from_bytes(&pk, &bytes[..bytes.len() - 1]), Err(ShareError::WrongLength { .. })));
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(matches!(SignatureShare::from_bytes(&pk, &longer), Err(ShareError::WrongLength { .. })));
@@ -466,14 +424,8 @@ fn share_errors_are_typed() {
     assert_eq!(pk.combine(&msg, &[good.clone(), good.clone()]), Err(CombineError::DuplicateIndex(1)));
     assert_eq!(combine_opt_te(&pk, &msg, &[good.clone(), good.clone()]), Err(CombineError::DuplicateIndex(1)));
     assert_eq!(pk.combine(&msg, std::slice::from_ref(&good)), Err(CombineError::NotEnoughShares { have: 1, need: 2 }));
-    assert_eq!(
-        pk.combine(&msg, &[unknown.clone(), second.clone()]),
-        Err(CombineError::InvalidShare(ShareError::UnknownIndex { index: 5, players: 4 }))
-    );
-    assert_eq!(
-        pk.combine(&msg, &[not_unit.clone(), second.clone()]),
-        Err(CombineError::InvalidShare(ShareError::NotInvertible { index: 1 }))
-    );
+    assert_eq!(pk.combine(&msg, &[unknown.clone(), second.clone()]), Err(CombineError::InvalidShare(ShareError::UnknownIndex { index: 5, players: 4 })));
+    assert_eq!(pk.combine(&msg, &[not_unit.clone(), second.clone()]), Err(CombineError::InvalidShare(ShareError::NotInvertible { index: 1 })));
     let third = shares[2].sign(&pk, &msg).unwrap();
     let te = combine_opt_te(&pk, &msg, &[not_unit, second.clone(), third.clone()]).unwrap();
     assert_eq!(te.bad, vec![1]);

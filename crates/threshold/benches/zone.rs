@@ -26,8 +26,7 @@ fn keys() -> &'static Vec<Keys> {
     static KEYS: OnceLock<Vec<Keys>> = OnceLock::new();
     KEYS.get_or_init(|| {
         let mut rng = ChaCha20Rng::seed_from_u64(13);
-        let (pk, shares) =
-            shoup_rsa::generate(2048, N, shoup_rsa::default_threshold(N), &mut rng, &mut |_| {}).unwrap();
+        let (pk, shares) = shoup_rsa::generate(2048, N, shoup_rsa::default_threshold(N), &mut rng, &mut |_| {}).unwrap();
         let pk = Arc::new(pk);
         shares.into_iter().map(|s| Keys::new(pk.clone(), Arc::new(s)).unwrap()).collect()
     })
@@ -47,10 +46,7 @@ fn run_jobs(jobs: Vec<(usize, Job)>, workers: usize) -> Vec<(usize, threshold::J
         lanes[k % workers].push(job);
     }
     std::thread::scope(|scope| {
-        let handles: Vec<_> = lanes
-            .into_iter()
-            .map(|lane| scope.spawn(move || lane.into_iter().map(|(i, job)| (i, job.run())).collect::<Vec<_>>()))
-            .collect();
+        let handles: Vec<_> = lanes.into_iter().map(|lane| scope.spawn(move || lane.into_iter().map(|(i, job)| (i, job.run())).collect::<Vec<_>>())).collect();
         handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
     })
 }
@@ -70,9 +66,7 @@ fn sign_batch(mut cores: Vec<SignerCore>, requests: &[Vec<u8>], workers: usize, 
         for (i, core) in cores.iter_mut().enumerate() {
             while let Some(out) = core.poll_output() {
                 match out {
-                    Output::Broadcast { message } => {
-                        messages.extend((0..N as usize).filter(|&j| j != i).map(|j| (i, j, message.clone())))
-                    }
+                    Output::Broadcast { message } => messages.extend((0..N as usize).filter(|&j| j != i).map(|j| (i, j, message.clone()))),
                     Output::Send { to, message } => messages.push_back((i, usize::from(to), message)),
                     Output::Compute(job) => jobs.push((i, job)),
                     Output::Done { .. } => signed += 1,
@@ -130,8 +124,7 @@ fn zone(c: &mut Criterion) {
                 b.iter_batched(
                     || {
                         round += 1;
-                        let requests: Vec<Vec<u8>> =
-                            (0..RRSETS).map(|r| format!("round {round} rrset {r}").into_bytes()).collect();
+                        let requests: Vec<Vec<u8>> = (0..RRSETS).map(|r| format!("round {round} rrset {r}").into_bytes()).collect();
                         (cores(protocol), requests)
                     },
                     |(cores, requests)| {

@@ -5,9 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
-use shoup_rsa::{
-    combine_basic, combine_opt_proof, combine_opt_te, CombineError, Combined, Message, PublicKey, SignatureShare,
-};
+use shoup_rsa::{combine_basic, combine_opt_proof, combine_opt_te, CombineError, Combined, Message, PublicKey, SignatureShare};
 
 use crate::keys::Keys;
 use crate::message::{Digest, SignMessage};
@@ -68,9 +66,7 @@ enum Work {
 impl Job {
     pub fn run(self) -> JobDone {
         let result = match self.work {
-            Work::Share { keys, message, proof, corrupt } => {
-                Finished::Share { proof, result: keys.my_share(&message, proof, corrupt) }
-            }
+            Work::Share { keys, message, proof, corrupt } => Finished::Share { proof, result: keys.my_share(&message, proof, corrupt) },
             Work::Combine { pk, message, protocol, shares } => {
                 let result = match protocol {
                     Protocol::Basic => combine_basic(&pk, &message, &shares),
@@ -115,17 +111,31 @@ enum Finished {
 
 #[derive(Debug)]
 pub enum Output {
-    Send { to: u16, message: SignMessage },
-    Broadcast { message: SignMessage },
+    Send {
+        to: u16,
+        message: SignMessage,
+    },
+    Broadcast {
+        message: SignMessage,
+    },
     /// Run this job (on any thread); hand the result to `job_done`. Jobs are independent and
     /// may run in parallel and finish in any order.
     Compute(Job),
     /// The signature for a session is ready (and has been checked against the public key).
-    Done { digest: Digest, signature: Vec<u8> },
+    Done {
+        digest: Digest,
+        signature: Vec<u8>,
+    },
     /// The session ended without a signature (this replica's share could not be computed).
-    Failed { digest: Digest, reason: String },
+    Failed {
+        digest: Digest,
+        reason: String,
+    },
     /// A peer sent something provably wrong (a bad share, a forged final signature).
-    Misbehaved { peer: u16, what: &'static str },
+    Misbehaved {
+        peer: u16,
+        what: &'static str,
+    },
 }
 
 /// Counters for metrics.
@@ -526,12 +536,8 @@ impl SignerCore {
         // BASIC, and OPT-PROOF after its fallback, count only shares with proofs; shares
         // still without one are waited for (their senders are asked again).
         let proofs_only = self.protocol == Protocol::Basic || s.fallback;
-        let mut candidates: Vec<SignatureShare> = s
-            .shares
-            .iter()
-            .filter(|(i, sh)| !s.rejected.contains(i) && (!proofs_only || sh.proof.is_some()))
-            .map(|(_, sh)| sh.clone())
-            .collect();
+        let mut candidates: Vec<SignatureShare> =
+            s.shares.iter().filter(|(i, sh)| !s.rejected.contains(i) && (!proofs_only || sh.proof.is_some())).map(|(_, sh)| sh.clone()).collect();
         if self.protocol == Protocol::OptTe {
             // Any 2t+1 shares hold t+1 good ones; try subsets of at most that many (or k,
             // when the dealer chose a threshold above 2t+1), and only with more shares than
@@ -546,12 +552,7 @@ impl SignerCore {
         }
         s.combining = true;
         s.dirty = false;
-        let work = Work::Combine {
-            pk: self.keys.public_arc(),
-            message: s.message.clone(),
-            protocol: self.protocol,
-            shares: candidates,
-        };
+        let work = Work::Combine { pk: self.keys.public_arc(), message: s.message.clone(), protocol: self.protocol, shares: candidates };
         self.outputs.push_back(Output::Compute(Job { digest, work }));
     }
 
@@ -659,12 +660,7 @@ impl SignerCore {
             self.early_order.push_back(digest);
             *self.early_count.entry(from).or_default() += 1;
         }
-        put(self.early.entry(digest).or_insert_with(|| Early {
-            creator: from,
-            shares: BTreeMap::new(),
-            finals: Vec::new(),
-            proof_wanted: BTreeSet::new(),
-        }));
+        put(self.early.entry(digest).or_insert_with(|| Early { creator: from, shares: BTreeMap::new(), finals: Vec::new(), proof_wanted: BTreeSet::new() }));
     }
 
     fn take_early(&mut self, digest: &Digest) -> Option<Early> {

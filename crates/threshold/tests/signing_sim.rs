@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use shoup_rsa::{KeyShare, PublicKey};
-use threshold::{Keys, Limits, Output, Protocol, Job, SignMessage, SignerCore};
+use threshold::{Job, Keys, Limits, Output, Protocol, SignMessage, SignerCore};
 
 const ALG: u8 = 8;
 
@@ -215,11 +215,8 @@ impl Sim {
                     }
                 }
             }
-            let honest_done = askers
-                .iter()
-                .copied()
-                .filter(|&i| self.faults[usize::from(i)] == Fault::Honest)
-                .all(|i| self.done[usize::from(i)].len() == requests.len());
+            let honest_done =
+                askers.iter().copied().filter(|&i| self.faults[usize::from(i)] == Fault::Honest).all(|i| self.done[usize::from(i)].len() == requests.len());
             if honest_done && asks.peek().is_none() {
                 return;
             }
@@ -313,9 +310,7 @@ fn corrupted_replicas_are_blamed_by_opt_te() {
         sim.cores[usize::from(i)].request(0, ALG, data).unwrap();
         sim.drain(i);
     }
-    let share_from = |sim: &Sim, from: u16| {
-        sim.queue.iter().find(|q| q.1 == from && q.2 == 0 && matches!(q.3, SignMessage::Share { .. })).unwrap().3.clone()
-    };
+    let share_from = |sim: &Sim, from: u16| sim.queue.iter().find(|q| q.1 == from && q.2 == 0 && matches!(q.3, SignMessage::Share { .. })).unwrap().3.clone();
     let bad = share_from(&sim, 1);
     let good = share_from(&sim, 2);
     sim.cores[0].handle_message(1, 1, bad);
@@ -340,7 +335,10 @@ fn no_share_for_data_not_asked_locally() {
         let due: Vec<_> = std::mem::take(&mut sim.queue);
         for (_, from, to, message) in due {
             if from != 1 && message.digest() == &digest {
-                assert!(!matches!(message, SignMessage::Share { .. } | SignMessage::Final { .. }), "replica {from} helped sign data it was not asked for (step {step})");
+                assert!(
+                    !matches!(message, SignMessage::Share { .. } | SignMessage::Final { .. }),
+                    "replica {from} helped sign data it was not asked for (step {step})"
+                );
             }
             sim.cores[usize::from(to)].handle_message(sim.now_us, from, message);
             sim.drain(to);
@@ -410,10 +408,12 @@ fn early_proof_request_is_answered_when_named_asks() {
     sim.cores[2].request(1, ALG, data).unwrap();
     sim.drain(2);
     let proven_to_0 = sim.queue.iter().any(|q| {
-        q.1 == 2 && q.2 == 0 && matches!(&q.3, SignMessage::Share { digest: d, share } if d == &digest && {
-            let pk = keys(n).0;
-            shoup_rsa::SignatureShare::from_bytes(&pk, share).map(|s| s.proof.is_some()).unwrap_or(false)
-        })
+        q.1 == 2
+            && q.2 == 0
+            && matches!(&q.3, SignMessage::Share { digest: d, share } if d == &digest && {
+                let pk = keys(n).0;
+                shoup_rsa::SignatureShare::from_bytes(&pk, share).map(|s| s.proof.is_some()).unwrap_or(false)
+            })
     });
     assert!(proven_to_0, "replica 2 did not send replica 0 its proven share at once");
 }
@@ -442,9 +442,8 @@ fn shares_of_different_sessions_are_asked_for_at_once() {
     for job in jobs.into_iter().rev() {
         let digest = job.digest;
         core.job_done(job.run());
-        let sent = std::iter::from_fn(|| core.poll_output()).any(|out| {
-            matches!(out, Output::Broadcast { message: SignMessage::Share { digest: d, .. } } if d == digest)
-        });
+        let sent = std::iter::from_fn(|| core.poll_output())
+            .any(|out| matches!(out, Output::Broadcast { message: SignMessage::Share { digest: d, .. } } if d == digest));
         assert!(sent, "a finished share is broadcast for its own session");
     }
 }

@@ -157,7 +157,8 @@ mod tests {
     fn data_rcode_and_authority_do_matter() {
         let honest = canonical(&wire(&response(1, vec![a("www.example.test.", 300, [192, 0, 2, 1])]))).unwrap();
         let wrong_address = canonical(&wire(&response(1, vec![a("www.example.test.", 300, [6, 6, 6, 6])]))).unwrap();
-        let extra_record = canonical(&wire(&response(1, vec![a("www.example.test.", 300, [192, 0, 2, 1]), a("www.example.test.", 300, [6, 6, 6, 6])]))).unwrap();
+        let extra_record =
+            canonical(&wire(&response(1, vec![a("www.example.test.", 300, [192, 0, 2, 1]), a("www.example.test.", 300, [6, 6, 6, 6])]))).unwrap();
         let withheld = canonical(&wire(&response(1, vec![]))).unwrap();
         let mut nx = response(1, vec![]);
         nx.metadata.response_code = ResponseCode::NXDomain;
@@ -165,7 +166,9 @@ mod tests {
         let mut not_aa = response(1, vec![a("www.example.test.", 300, [192, 0, 2, 1])]);
         not_aa.metadata.authoritative = false;
         let not_authoritative = canonical(&wire(&not_aa)).unwrap();
-        for (what, other) in [("wrong address", wrong_address), ("extra record", extra_record), ("withheld", withheld), ("nxdomain", nxdomain), ("not aa", not_authoritative)] {
+        for (what, other) in
+            [("wrong address", wrong_address), ("extra record", extra_record), ("withheld", withheld), ("nxdomain", nxdomain), ("not aa", not_authoritative)]
+        {
             assert_ne!(honest, other, "{what}");
         }
     }

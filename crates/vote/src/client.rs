@@ -364,7 +364,10 @@ mod tests {
             addrs.push(fake_replica(b).await);
         }
         let timeouts = Timeouts { udp_attempt: Duration::from_millis(150), udp_attempts: 2, tcp: Duration::from_millis(300) };
-        VotingClient::new(Replicas::new(addrs, None).unwrap(), Options { timeouts, round: Duration::from_secs(2), linger: Duration::from_millis(200), voting_reads: true })
+        VotingClient::new(
+            Replicas::new(addrs, None).unwrap(),
+            Options { timeouts, round: Duration::from_secs(2), linger: Duration::from_millis(200), voting_reads: true },
+        )
     }
 
     fn answered(o: &Outcome) -> Vec<Ipv4Addr> {

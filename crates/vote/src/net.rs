@@ -119,9 +119,11 @@ pub fn answers(answer: &Message, request: &Message) -> bool {
         && answer.metadata.id == request.metadata.id
         && answer.metadata.op_code == request.metadata.op_code
         && answer.queries.len() == request.queries.len()
-        && answer.queries.iter().zip(&request.queries).all(|(a, q)| {
-            a.name() == q.name() && a.query_type() == q.query_type() && a.query_class() == q.query_class()
-        })
+        && answer
+            .queries
+            .iter()
+            .zip(&request.queries)
+            .all(|(a, q)| a.name() == q.name() && a.query_type() == q.query_type() && a.query_class() == q.query_class())
 }
 
 /// A message id no off-path spoofer can predict.

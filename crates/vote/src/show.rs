@@ -32,11 +32,7 @@ pub fn full(outcome: &Outcome, question: &str) -> String {
             Decision::NoQuorum => "NO QUORUM: the replicas' answers disagree".to_string(),
             Decision::TooFewAnswers | Decision::Wait => "TIMEOUT: too few replicas answered".to_string(),
         };
-        let _ = writeln!(
-            s,
-            ";; {}: {answered} of {n} replicas answered, quorum {} (n = {n}, t = {}); {verdict}",
-            round.kind, round.quorum, outcome.faults
-        );
+        let _ = writeln!(s, ";; {}: {answered} of {n} replicas answered, quorum {} (n = {n}, t = {}); {verdict}", round.kind, round.quorum, outcome.faults);
     }
     if let Some(m) = outcome.answer() {
         s += &message(m);
@@ -76,7 +72,14 @@ pub fn message(m: &Message) -> String {
     let meta = &m.metadata;
     let _ = writeln!(s, ";; ->>HEADER<<- opcode: {}, status: {}", format!("{}", meta.op_code).to_uppercase(), rcode(m));
     let mut flags = vec!["qr"];
-    for (on, name) in [(meta.authoritative, "aa"), (meta.truncation, "tc"), (meta.recursion_desired, "rd"), (meta.recursion_available, "ra"), (meta.authentic_data, "ad"), (meta.checking_disabled, "cd")] {
+    for (on, name) in [
+        (meta.authoritative, "aa"),
+        (meta.truncation, "tc"),
+        (meta.recursion_desired, "rd"),
+        (meta.recursion_available, "ra"),
+        (meta.authentic_data, "ad"),
+        (meta.checking_disabled, "cd"),
+    ] {
         if on {
             flags.push(name);
         }
@@ -121,11 +124,5 @@ fn record(r: &Record) -> String {
 /// One line about a disagreeing answer: its status and answer records.
 fn summary(m: &Message) -> String {
     let records: Vec<String> = m.answers.iter().map(|r| format!("{} {} {}", r.name, r.record_type(), r.data)).collect();
-    format!(
-        "status {}, {} answer record(s){}{}",
-        rcode(m),
-        m.answers.len(),
-        if records.is_empty() { "" } else { ": " },
-        records.join("; ")
-    )
+    format!("status {}, {} answer record(s){}{}", rcode(m), m.answers.len(), if records.is_empty() { "" } else { ": " }, records.join("; "))
 }

@@ -30,8 +30,8 @@ impl TsigKey {
         if secret.is_empty() {
             return Err(TsigError::Key("empty secret".into()));
         }
-        let key = Key::new(&name.to_ascii(), Algorithm::HmacSha256, &secret)
-            .ok_or_else(|| TsigError::Key(format!("key name {name} is not a valid DNS name")))?;
+        let key =
+            Key::new(&name.to_ascii(), Algorithm::HmacSha256, &secret).ok_or_else(|| TsigError::Key(format!("key name {name} is not a valid DNS name")))?;
         Ok(TsigKey { name, key })
     }
 

@@ -96,11 +96,7 @@ impl FromStr for Prefix {
         let (b, _) = bits(addr);
         if b & !mask(len, width) != 0 {
             let net = b & mask(len, width);
-            let net_addr = if addr.is_ipv4() {
-                IpAddr::V4(std::net::Ipv4Addr::from(net as u32))
-            } else {
-                IpAddr::V6(std::net::Ipv6Addr::from(net))
-            };
+            let net_addr = if addr.is_ipv4() { IpAddr::V4(std::net::Ipv4Addr::from(net as u32)) } else { IpAddr::V6(std::net::Ipv6Addr::from(net)) };
             return Err(PrefixError::HostBits(s.to_string(), format!("{net_addr}/{len}")));
         }
         Ok(Prefix { addr, len })
@@ -138,10 +134,7 @@ pub struct AccessSection {
 
 impl Default for AccessSection {
     fn default() -> Self {
-        AccessSection {
-            allow_query: vec!["0.0.0.0/0".parse().expect("literal"), "::/0".parse().expect("literal")],
-            allow_transfer: Vec::new(),
-        }
+        AccessSection { allow_query: vec!["0.0.0.0/0".parse().expect("literal"), "::/0".parse().expect("literal")], allow_transfer: Vec::new() }
     }
 }
 

@@ -52,8 +52,7 @@ pub fn classify(bytes: &[u8], transport_is_tcp: bool) -> Verdict {
         OPCODE_QUERY if transport_is_tcp => {
             // Only a question named can read makes a transfer; anything else it
             // answers in one message.
-            let transfer = RawMessage::parse(bytes)
-                .is_ok_and(|m| m.questions.iter().any(|q| q.qtype == TYPE_AXFR || q.qtype == TYPE_IXFR));
+            let transfer = RawMessage::parse(bytes).is_ok_and(|m| m.questions.iter().any(|q| q.qtype == TYPE_AXFR || q.qtype == TYPE_IXFR));
             Verdict::Order(if transfer { Kind::Transfer } else { Kind::Read })
         }
         // Over UDP named answers AXFR and IXFR in one datagram (an error, or the
@@ -160,7 +159,14 @@ mod tests {
         assert!(matches!(classify(&resp.to_vec().unwrap(), false), Verdict::Drop(_)));
         let mut state = 0x9e3779b97f4a7c15u64;
         for len in 0..600 {
-            let buf: Vec<u8> = (0..len).map(|_| { state ^= state << 13; state ^= state >> 7; state ^= state << 17; state as u8 }).collect();
+            let buf: Vec<u8> = (0..len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect();
             let _ = classify(&buf, len % 2 == 0);
         }
     }

@@ -196,7 +196,10 @@ pub fn down(replicas: u16, dir: &Path) -> Result<()> {
 }
 
 pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
-    println!("{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {:<13} {}", "replica", "pid", "view", "primary", "executed", "checkpoint", "peers", "named", "health", "re-signing");
+    println!(
+        "{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {:<13} {}",
+        "replica", "pid", "view", "primary", "executed", "checkpoint", "peers", "named", "health", "re-signing"
+    );
     let mut all_ok = true;
     let mut reports = Vec::new();
     let rows: Vec<(Option<i32>, Option<Status>)> = (0..p.replicas)
@@ -207,7 +210,8 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
         .collect();
     for (i, (pid, status)) in (0..p.replicas).zip(rows.iter().cloned()) {
         let answering = wait_answering(p.layout.client(i), &Name::from_ascii(&p.zone)?, Duration::from_millis(1500)).is_ok();
-        let others_stable = rows.iter().enumerate().filter(|(j, _)| *j != usize::from(i)).filter_map(|(_, (_, s))| s.as_ref().map(|s| s.stable_checkpoint)).max().unwrap_or(0);
+        let others_stable =
+            rows.iter().enumerate().filter(|(j, _)| *j != usize::from(i)).filter_map(|(_, (_, s))| s.as_ref().map(|s| s.stable_checkpoint)).max().unwrap_or(0);
         let health = match (pid, &status, answering) {
             (None, _, _) => "down".to_string(),
             (Some(_), None, _) => "starting".to_string(),
@@ -224,7 +228,8 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
         // A background whole-zone signing: RRsets signed of those the zone will hold, the
         // rate since it began and the time left at it.
         let resign = if let Some(z) = &s.zone_signing {
-            let state = if z.signed { "signed here, installing once t+1 are done".to_string() } else { z.eta_s.map(|e| format!("eta {e} s")).unwrap_or_default() };
+            let state =
+                if z.signed { "signed here, installing once t+1 are done".to_string() } else { z.eta_s.map(|e| format!("eta {e} s")).unwrap_or_default() };
             format!("signing zone (seq {}): {}/{} RRsets, {:.1}/s, {state}", z.seq, z.done, z.total, z.rate)
         } else if s.rrsigs == 0 {
             "-".to_string()
@@ -434,10 +439,7 @@ mod tests {
         ];
         assert_eq!(
             attribution(&reports),
-            vec![
-                "replica 2: silent (seen by 0)".to_string(),
-                "replica 3: bad_signature_share x4 (seen by 0), bad_signature_share x2 (seen by 1)".to_string(),
-            ]
+            vec!["replica 2: silent (seen by 0)".to_string(), "replica 3: bad_signature_share x4 (seen by 0), bad_signature_share x2 (seen by 1)".to_string(),]
         );
         assert!(attribution(&[]).is_empty());
     }

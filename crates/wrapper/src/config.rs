@@ -141,10 +141,7 @@ impl NamedSection {
     /// The update-policy rules, parsed (validate() has checked that they parse).
     pub fn policy_rules(&self) -> Option<Result<Vec<named_glue::conf::PolicyRule>, String>> {
         self.update_policy.as_ref().map(|rules| {
-            rules
-                .iter()
-                .map(|r| named_glue::conf::PolicyRule::parse(&r.split_whitespace().collect::<Vec<_>>()).map_err(|e| format!("{r:?}: {e}")))
-                .collect()
+            rules.iter().map(|r| named_glue::conf::PolicyRule::parse(&r.split_whitespace().collect::<Vec<_>>()).map_err(|e| format!("{r:?}: {e}"))).collect()
         })
     }
 }
@@ -313,8 +310,7 @@ pub enum ConfigError {
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         // Absolute, because named changes into its own directory before opening files.
         let absolute = std::path::absolute(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         let base = absolute.parent().map(Path::to_owned).unwrap_or_default();
@@ -322,8 +318,7 @@ impl Config {
     }
 
     pub fn parse(text: &str, path: &Path, base_dir: &Path) -> Result<Config, ConfigError> {
-        let mut config: Config = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })?;
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })?;
         config.base_dir = base_dir.to_owned();
         config.validate(path)?;
         Ok(config)
@@ -358,11 +353,7 @@ impl Config {
     }
 
     fn validate(&self, path: &Path) -> Result<(), ConfigError> {
-        let bad = |field: &str, problem: String| ConfigError::Invalid {
-            path: path.to_owned(),
-            field: field.to_owned(),
-            problem,
-        };
+        let bad = |field: &str, problem: String| ConfigError::Invalid { path: path.to_owned(), field: field.to_owned(), problem };
         let n = self.cluster.replicas;
         if n == 0 {
             return Err(bad("cluster.replicas", "must be at least 1".into()));
@@ -407,7 +398,10 @@ impl Config {
             return Err(bad("named.port", "must not be 0".into()));
         }
         if !(8..=3660).contains(&self.named.signature_validity_days) {
-            return Err(bad("named.signature_validity_days", format!("{} is outside 8..=3660 (named's sig-validity-interval range)", self.named.signature_validity_days)));
+            return Err(bad(
+                "named.signature_validity_days",
+                format!("{} is outside 8..=3660 (named's sig-validity-interval range)", self.named.signature_validity_days),
+            ));
         }
         let o = &self.ordering;
         if o.batch_max_requests == 0 {

@@ -206,12 +206,26 @@ impl<G: UpdateGate + 'static> Executor<G> {
         if intent.seq <= executed {
             if serial_before(serial, intent.serial) {
                 self.metrics.inc_execute_error();
-                tracing::error!(replica = self.id, serial, recorded = intent.serial, seq = intent.seq, "named's zone is older than what this replica executed (its journal lost writes); it needs a state transfer");
+                tracing::error!(
+                    replica = self.id,
+                    serial,
+                    recorded = intent.serial,
+                    seq = intent.seq,
+                    "named's zone is older than what this replica executed (its journal lost writes); it needs a state transfer"
+                );
             }
             return;
         }
         let applied = serial != intent.serial;
-        info!(replica = self.id, seq = intent.seq, index = intent.index, serial_before = intent.serial, serial, applied, "resuming the batch a crash interrupted at a write");
+        info!(
+            replica = self.id,
+            seq = intent.seq,
+            index = intent.index,
+            serial_before = intent.serial,
+            serial,
+            applied,
+            "resuming the batch a crash interrupted at a write"
+        );
         self.core.resume_at(Resume { seq: intent.seq, index: intent.index, state: intent.state, applied });
     }
 
@@ -259,7 +273,13 @@ impl<G: UpdateGate + 'static> Executor<G> {
                         // Ordered under our identity but not what we submitted: a forged
                         // request. Every replica still executes it (the order is agreed); we
                         // only refuse to hand its answer to our client, who will retry.
-                        warn!(replica = self.id, seq = batch.seq, client = request.client, number = request.number, "delivered request differs from what this gateway submitted");
+                        warn!(
+                            replica = self.id,
+                            seq = batch.seq,
+                            client = request.client,
+                            number = request.number,
+                            "delivered request differs from what this gateway submitted"
+                        );
                         self.metrics.inc_dropped("forged_request");
                         None
                     }
@@ -340,7 +360,8 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 });
             }
             Command::FinishSigning { seq, run, times } => {
-                let (maintenance, metrics, events, tx, background) = (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone(), self.background.clone());
+                let (maintenance, metrics, events, tx, background) =
+                    (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone(), self.background.clone());
                 let (id, cache) = (self.id, self.cache.clone());
                 let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
                 tokio::spawn(async move {
@@ -373,7 +394,14 @@ impl<G: UpdateGate + 'static> Executor<G> {
                         Err(e) => Err(e),
                     };
                     match &result {
-                        Ok(changed) => info!(replica = id, seq, began = run.seq, changed, ms = started.elapsed().as_millis() as u64, "zone signed with the distributed key installed"),
+                        Ok(changed) => info!(
+                            replica = id,
+                            seq,
+                            began = run.seq,
+                            changed,
+                            ms = started.elapsed().as_millis() as u64,
+                            "zone signed with the distributed key installed"
+                        ),
                         Err(e) => {
                             metrics.inc_execute_error();
                             warn!(replica = id, seq, error = %e, "whole-zone signing failed; zone left as it was");
@@ -398,7 +426,14 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     let result = match result {
                         Ok(report) => {
                             if report.resigned > 0 {
-                                info!(replica = id, seq, resigned = report.resigned, due = report.due, ms = started.elapsed().as_millis() as u64, "re-signing slice");
+                                info!(
+                                    replica = id,
+                                    seq,
+                                    resigned = report.resigned,
+                                    due = report.due,
+                                    ms = started.elapsed().as_millis() as u64,
+                                    "re-signing slice"
+                                );
                             }
                             metrics.observe_slice(report, started.elapsed());
                             Ok(report.resigned)
@@ -620,7 +655,13 @@ fn remember_digested(digested: &DigestedRecords, seq: u64, records: Vec<Vec<u8>>
 /// A re-signing slice; a zone that cannot be read is retried (named restarting), since
 /// giving up on a local timer would make this replica differ. named's refusal is an
 /// outcome, the same on every honest replica.
-async fn resign_slice(maintenance: &ZoneMaintenance, seq: u64, due_before_s: u32, max_rrsets: u32, times: SignatureTimes) -> Result<crate::zone::SliceReport, String> {
+async fn resign_slice(
+    maintenance: &ZoneMaintenance,
+    seq: u64,
+    due_before_s: u32,
+    max_rrsets: u32,
+    times: SignatureTimes,
+) -> Result<crate::zone::SliceReport, String> {
     let mut pause = Duration::from_millis(100);
     loop {
         match maintenance.resign_slice(seq, due_before_s, max_rrsets, times).await {

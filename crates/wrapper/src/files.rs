@@ -90,9 +90,7 @@ impl TsigKey {
 /// The demo zone `sdns cluster up` serves when none is given.
 pub fn demo_zone(zone: &str, replicas: u16) -> String {
     let zone = zone.trim_end_matches('.');
-    let mut z = format!(
-        "$ORIGIN {zone}.\n$TTL 300\n@\tIN\tSOA\tns0.{zone}. hostmaster.{zone}. ( 1 3600 900 604800 300 )\n"
-    );
+    let mut z = format!("$ORIGIN {zone}.\n$TTL 300\n@\tIN\tSOA\tns0.{zone}. hostmaster.{zone}. ( 1 3600 900 604800 300 )\n");
     for i in 0..replicas {
         z += &format!("@\tIN\tNS\tns{i}.{zone}.\nns{i}\tIN\tA\t127.0.0.1\n");
     }

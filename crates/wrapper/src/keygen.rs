@@ -240,7 +240,11 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
     // A directory dealt by `sdns adopt` keeps the operator's keys and update-policy.
     let adopted = crate::adopt::adopted_for(out, &p.zone)?;
     let (tsig_keys, transfer_keys, policy) = match &adopted {
-        Some(a) => (crate::adopt::toml_list(&a.tsig_keys), crate::adopt::toml_list(&a.transfer_keys), format!("update_policy = {}\n", crate::adopt::toml_list(&a.update_policy))),
+        Some(a) => (
+            crate::adopt::toml_list(&a.tsig_keys),
+            crate::adopt::toml_list(&a.transfer_keys),
+            format!("update_policy = {}\n", crate::adopt::toml_list(&a.update_policy)),
+        ),
         None => ("[\"tsig.key\"]".to_owned(), "[\"transfer.key\"]".to_owned(), String::new()),
     };
     for i in 0..n {
@@ -284,7 +288,12 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
             tsig_keys = tsig_keys,
             policy = policy,
         );
-        if p.resign_after_s.is_some() || p.sign_zone_interval_s.is_some() || p.validity_s.is_some() || p.resign_slice_interval_s.is_some() || p.resign_slice_rrsets.is_some() {
+        if p.resign_after_s.is_some()
+            || p.sign_zone_interval_s.is_some()
+            || p.validity_s.is_some()
+            || p.resign_slice_interval_s.is_some()
+            || p.resign_slice_rrsets.is_some()
+        {
             c += "\n[signing]\n";
         }
         if let Some(v) = p.validity_s {

@@ -121,7 +121,13 @@ pub struct ClientRequest {
 /// Largest DNS message over UDP we accept (EDNS allows up to 65535).
 const UDP_MAX: usize = 65_535;
 
-pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRequest>, metrics: Arc<Metrics>, access: Arc<AccessSection>, filters: Arc<ClientFilters>) {
+pub async fn serve_udp(
+    socket: Arc<UdpSocket>,
+    to_gateway: mpsc::Sender<ClientRequest>,
+    metrics: Arc<Metrics>,
+    access: Arc<AccessSection>,
+    filters: Arc<ClientFilters>,
+) {
     let mut buf = vec![0u8; UDP_MAX];
     loop {
         let (len, peer) = match socket.recv_from(&mut buf).await {
@@ -138,7 +144,16 @@ pub async fn serve_udp(socket: Arc<UdpSocket>, to_gateway: mpsc::Sender<ClientRe
     }
 }
 
-async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, peer: SocketAddr, access: &AccessSection, filters: &ClientFilters, to_gateway: &mpsc::Sender<ClientRequest>, metrics: &Metrics) {
+async fn dispatch(
+    bytes: Vec<u8>,
+    tcp: bool,
+    reply: ReplyTo,
+    peer: SocketAddr,
+    access: &AccessSection,
+    filters: &ClientFilters,
+    to_gateway: &mpsc::Sender<ClientRequest>,
+    metrics: &Metrics,
+) {
     let verdict = classify(&bytes, tcp);
     // A transfer is allowed by address OR by a transfer key, as in BIND's allow-transfer list;
     // the key check (and the update-signature check) answers as named would.
@@ -165,14 +180,15 @@ async fn dispatch(bytes: Vec<u8>, tcp: bool, reply: ReplyTo, peer: SocketAddr, a
                 }
             }
         }
-        Verdict::Order(Kind::Read) if filters.local_reads.as_ref().is_some_and(|cache| {
-            // A local read the cache holds: answered here, as the gateway would answer it.
-            let Some(answer) = cache.hit(&bytes, tcp) else { return false };
-            metrics.inc_request(Kind::Read);
-            metrics.inc_read_cache(true);
-            crate::read::deliver(&reply, answer, metrics);
-            true
-        }) => {}
+        Verdict::Order(Kind::Read)
+            if filters.local_reads.as_ref().is_some_and(|cache| {
+                // A local read the cache holds: answered here, as the gateway would answer it.
+                let Some(answer) = cache.hit(&bytes, tcp) else { return false };
+                metrics.inc_request(Kind::Read);
+                metrics.inc_read_cache(true);
+                crate::read::deliver(&reply, answer, metrics);
+                true
+            }) => {}
         Verdict::Order(_) => {
             // The gateway's queue is bounded; when full the client's retry will do.
             if to_gateway.try_send(ClientRequest { bytes, tcp, reply }).is_err() {
@@ -205,7 +221,14 @@ pub struct TcpLimits {
 /// messages wait for room instead, bounded by the write timeout).
 const ANSWER_QUEUE: usize = 64;
 
-pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientRequest>, limits: TcpLimits, metrics: Arc<Metrics>, access: Arc<AccessSection>, filters: Arc<ClientFilters>) {
+pub async fn serve_tcp(
+    listener: TcpListener,
+    to_gateway: mpsc::Sender<ClientRequest>,
+    limits: TcpLimits,
+    metrics: Arc<Metrics>,
+    access: Arc<AccessSection>,
+    filters: Arc<ClientFilters>,
+) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let limits = Arc::new(limits);
     loop {
@@ -237,7 +260,15 @@ pub async fn serve_tcp(listener: TcpListener, to_gateway: mpsc::Sender<ClientReq
 /// One TCP connection: several messages, answers in completion order (RFC 7766
 /// allows that; clients match them by message id), closed when idle, when a write
 /// stalls, or when the client closes.
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, to_gateway: mpsc::Sender<ClientRequest>, limits: &TcpLimits, metrics: Arc<Metrics>, access: Arc<AccessSection>, filters: Arc<ClientFilters>) {
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    to_gateway: mpsc::Sender<ClientRequest>,
+    limits: &TcpLimits,
+    metrics: Arc<Metrics>,
+    access: Arc<AccessSection>,
+    filters: Arc<ClientFilters>,
+) {
     let (mut reader, mut writer) = stream.into_split();
     let (answers_tx, mut answers_rx) = mpsc::channel::<Outgoing>(ANSWER_QUEUE);
     let write_timeout = limits.write_timeout;

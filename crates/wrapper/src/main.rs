@@ -273,11 +273,7 @@ fn main() -> ExitCode {
             wrapper::adopt::adopt(&options, &cluster.params(), &out)
         }
         Cmd::Run { config } => match Config::load(&config) {
-            Ok(c) => {
-                tokio::runtime::Runtime::new()
-                .map_err(anyhow::Error::from)
-                    .and_then(|rt| rt.block_on(wrapper::run::run(c)))
-            }
+            Ok(c) => tokio::runtime::Runtime::new().map_err(anyhow::Error::from).and_then(|rt| rt.block_on(wrapper::run::run(c))),
             Err(e) => Err(e.into()),
         },
         Cmd::SignZone { admin, token } => wrapper::cluster::sign_zone(&admin, &token).map(|outcome| println!("{outcome}")),

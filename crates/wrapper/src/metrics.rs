@@ -24,7 +24,12 @@ const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 
 impl Histogram {
     fn new() -> Self {
-        Self { bounds: LATENCY_BUCKETS, counts: LATENCY_BUCKETS.iter().map(|_| AtomicU64::new(0)).collect(), sum_us: AtomicU64::new(0), total: AtomicU64::new(0) }
+        Self {
+            bounds: LATENCY_BUCKETS,
+            counts: LATENCY_BUCKETS.iter().map(|_| AtomicU64::new(0)).collect(),
+            sum_us: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+        }
     }
     fn observe_us(&self, us: u64) {
         let s = us as f64 / 1e6;
@@ -146,8 +151,7 @@ impl Status {
             return Some(format!("catching up: fetching the state of checkpoint {seq} from peers"));
         }
         let certified = self.stable_checkpoint.max(others_stable);
-        (self.last_executed < certified)
-            .then(|| format!("catching up: executed batch {} is below the certified checkpoint {certified}", self.last_executed))
+        (self.last_executed < certified).then(|| format!("catching up: executed batch {} is below the certified checkpoint {certified}", self.last_executed))
     }
 }
 
@@ -370,14 +374,30 @@ impl Metrics {
         let _ = writeln!(out, "# HELP sdns_zone_install_seconds How long installing the last signed zone held the executor.\n# TYPE sdns_zone_install_seconds gauge\nsdns_zone_install_seconds{{replica=\"{id}\"}} {}", s.zone_install_s);
         let _ = writeln!(out, "# HELP sdns_resigned_rrsets_total RRsets re-signed by incremental re-signing slices.\n# TYPE sdns_resigned_rrsets_total counter\nsdns_resigned_rrsets_total{{replica=\"{id}\"}} {}", s.resigned_rrsets);
         let _ = writeln!(out, "# HELP sdns_resign_slices_total Re-signing slices run (with or without anything due).\n# TYPE sdns_resign_slices_total counter\nsdns_resign_slices_total{{replica=\"{id}\"}} {}", s.resign_slices);
-        let _ = writeln!(out, "# HELP sdns_rrsigs Signatures in the zone at the last slice that read it.\n# TYPE sdns_rrsigs gauge\nsdns_rrsigs{{replica=\"{id}\"}} {}", s.rrsigs);
-        let _ = writeln!(out, "# HELP sdns_rrsigs_due Signatures due for re-signing and not yet re-signed.\n# TYPE sdns_rrsigs_due gauge\nsdns_rrsigs_due{{replica=\"{id}\"}} {}", s.rrsigs_due);
-        let _ = writeln!(out, "# HELP sdns_resign_rate RRsets per second while a slice runs (smoothed).\n# TYPE sdns_resign_rate gauge\nsdns_resign_rate{{replica=\"{id}\"}} {}", s.resign_rate);
+        let _ = writeln!(
+            out,
+            "# HELP sdns_rrsigs Signatures in the zone at the last slice that read it.\n# TYPE sdns_rrsigs gauge\nsdns_rrsigs{{replica=\"{id}\"}} {}",
+            s.rrsigs
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sdns_rrsigs_due Signatures due for re-signing and not yet re-signed.\n# TYPE sdns_rrsigs_due gauge\nsdns_rrsigs_due{{replica=\"{id}\"}} {}",
+            s.rrsigs_due
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sdns_resign_rate RRsets per second while a slice runs (smoothed).\n# TYPE sdns_resign_rate gauge\nsdns_resign_rate{{replica=\"{id}\"}} {}",
+            s.resign_rate
+        );
         if let Some(eta) = s.resign_eta_s {
             let _ = writeln!(out, "# HELP sdns_resign_eta_seconds Time until the signatures due are re-signed at the slice pace.\n# TYPE sdns_resign_eta_seconds gauge\nsdns_resign_eta_seconds{{replica=\"{id}\"}} {eta}");
         }
         let _ = writeln!(out, "# HELP sdns_view Current PBFT view.\n# TYPE sdns_view gauge\nsdns_view{{replica=\"{id}\"}} {}", s.view);
-        let _ = writeln!(out, "# HELP sdns_last_executed_seq Last ordered batch executed.\n# TYPE sdns_last_executed_seq gauge\nsdns_last_executed_seq{{replica=\"{id}\"}} {}", s.last_executed);
+        let _ = writeln!(
+            out,
+            "# HELP sdns_last_executed_seq Last ordered batch executed.\n# TYPE sdns_last_executed_seq gauge\nsdns_last_executed_seq{{replica=\"{id}\"}} {}",
+            s.last_executed
+        );
         let _ = writeln!(out, "# HELP sdns_stable_checkpoint_seq Latest checkpoint 2t+1 replicas certified.\n# TYPE sdns_stable_checkpoint_seq gauge\nsdns_stable_checkpoint_seq{{replica=\"{id}\"}} {}", s.stable_checkpoint);
         let _ = writeln!(out, "# HELP sdns_catching_up 1 while this replica is not in agreement: behind the certified checkpoint, fetching state from peers, or diverged.\n# TYPE sdns_catching_up gauge\nsdns_catching_up{{replica=\"{id}\"}} {}", u8::from(s.disagreement(0).is_some()));
         let _ = writeln!(out, "# HELP sdns_state_diverged 1 while this replica's state differs from the certified checkpoint (it repairs itself by state transfer).\n# TYPE sdns_state_diverged gauge\nsdns_state_diverged{{replica=\"{id}\"}} {}", u8::from(s.diverged.is_some()));

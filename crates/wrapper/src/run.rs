@@ -150,9 +150,10 @@ pub async fn run(config: Config) -> Result<()> {
     // The key of the ordered re-signing updates (granted RRSIG only), fresh each start.
     let mut maintenance_secret = vec![0u8; 32];
     getrandom::fill(&mut maintenance_secret).map_err(|e| anyhow!("no OS randomness for the maintenance key: {e}"))?;
-    let maintenance_key = tsig::Key::new(MAINTENANCE_KEY, tsig::Algorithm::HmacSha256, &maintenance_secret)
-        .ok_or_else(|| anyhow!("bad maintenance key name"))?;
-    conf.maintenance_key = Some(TsigKey { name: MAINTENANCE_KEY.trim_end_matches('.').to_string(), algorithm: "hmac-sha256".into(), secret: maintenance_secret });
+    let maintenance_key =
+        tsig::Key::new(MAINTENANCE_KEY, tsig::Algorithm::HmacSha256, &maintenance_secret).ok_or_else(|| anyhow!("bad maintenance key name"))?;
+    conf.maintenance_key =
+        Some(TsigKey { name: MAINTENANCE_KEY.trim_end_matches('.').to_string(), algorithm: "hmac-sha256".into(), secret: maintenance_secret });
     // The catch-up key after a background signing: granted what the update keys are (no
     // DNSSEC types), fresh each start.
     let mut catchup_secret = vec![0u8; 32];
@@ -176,11 +177,8 @@ pub async fn run(config: Config) -> Result<()> {
     // The mesh to the other replicas: ordering on channel 0, signing on channel 1.
     let me = config.me().clone();
     let peers: Vec<(u16, SocketAddr)> = config.peers.iter().filter(|p| p.id != id).map(|p| (p.id, p.peer)).collect();
-    let (ca_pem, cert_pem, tls_key_pem) = (
-        read(&config.resolve(&config.cluster.ca_cert))?,
-        read(&config.resolve(&config.replica.cert))?,
-        read(&config.resolve(&config.replica.tls_key))?,
-    );
+    let (ca_pem, cert_pem, tls_key_pem) =
+        (read(&config.resolve(&config.cluster.ca_cert))?, read(&config.resolve(&config.replica.cert))?, read(&config.resolve(&config.replica.tls_key))?);
     // Sign-zone requests are signed with the mesh identity and checked against the CA.
     let sign_zone_verifier = SignZoneVerifier::new(&config.cluster.zone, bft::transport::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?);
     let sign_zone_signer = SignZoneSigner::new(id, &config.cluster.zone, &cert_pem, tls_key_pem.clone()).map_err(anyhow::Error::msg).context("replica.cert")?;
@@ -205,8 +203,8 @@ pub async fn run(config: Config) -> Result<()> {
     let (times_tx, times_rx) = watch::channel(None);
     let socket_path = state.join("signer.sock");
     // No timeout anywhere on this path: a signature takes as long as the replicas take.
-    let _signing_service = SigningService::bind(&socket_path, signer.clone(), watch_time_source(times_rx), ServiceLimits::default())
-        .context("binding the signing socket")?;
+    let _signing_service =
+        SigningService::bind(&socket_path, signer.clone(), watch_time_source(times_rx), ServiceLimits::default()).context("binding the signing socket")?;
     // Background whole-zone signings have a socket of their own: its times are the running
     // signing's while writes execute with theirs, and what it signs is counted for progress.
     let (background, background_times) = crate::executor::Background::new();
@@ -258,7 +256,14 @@ pub async fn run(config: Config) -> Result<()> {
     let replica = match store.load().context("the ordering state")? {
         Some(persisted) => {
             let deliverable = persisted.deliverable();
-            info!(replica = id, view = persisted.view(), stable = persisted.stable_checkpoint().seq, deliverable, executed = exec_state.executed, "resuming the ordering from its persisted state");
+            info!(
+                replica = id,
+                view = persisted.view(),
+                stable = persisted.stable_checkpoint().seq,
+                deliverable,
+                executed = exec_state.executed,
+                "resuming the ordering from its persisted state"
+            );
             if deliverable < exec_state.executed {
                 // The ordering state is older than what named applied: a crash between a state
                 // transfer's install and the ordering's record of it, or a copied directory.
@@ -518,10 +523,8 @@ impl Attribution {
             }
         }
         let now = tokio::time::Instant::now();
-        let silent: Vec<u16> = (0..n)
-            .filter(|&p| p != me)
-            .filter(|p| now.duration_since(s.last_heard.get(p).copied().unwrap_or(started)) >= metrics::SILENT_AFTER)
-            .collect();
+        let silent: Vec<u16> =
+            (0..n).filter(|&p| p != me).filter(|p| now.duration_since(s.last_heard.get(p).copied().unwrap_or(started)) >= metrics::SILENT_AFTER).collect();
         for p in &silent {
             if self.silent.insert(*p) {
                 tracing::warn!(replica = me, peer = p, "peer silent: no ordering message for {:?}", metrics::SILENT_AFTER);
@@ -574,16 +577,20 @@ async fn repair(
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
         let stable = status.borrow_and_update().core.stable_claim;
-        let (last_installed, fetching, transfers) =
-            stats.lock().map(|s| (s.last_installed.unwrap_or(0), s.fetching, s.installed)).unwrap_or_default();
+        let (last_installed, fetching, transfers) = stats.lock().map(|s| (s.last_installed.unwrap_or(0), s.fetching, s.installed)).unwrap_or_default();
         let executed = metrics.status.lock().map(|s| s.last_executed).unwrap_or(0);
         let diverged_at = *diverged_tx.borrow();
         let differs = own_digests.lock().map(|own| crate::statexfer::diverged(&stable, &own)).unwrap_or(false);
         if differs && stable.seq > diverged_at && stable.seq > last_installed {
-            tracing::error!(replica = id, checkpoint = stable.seq, "this replica's state differs from the checkpoint 2t+1 replicas certified; execution stops until the certified state is installed");
+            tracing::error!(
+                replica = id,
+                checkpoint = stable.seq,
+                "this replica's state differs from the checkpoint 2t+1 replicas certified; execution stops until the certified state is installed"
+            );
             diverged_tx.send_replace(stable.seq);
             metrics.update_status(|s| {
-                s.diverged = Some(format!("state at checkpoint {} differs from the certified one (zone or write outcomes); repairing by state transfer", stable.seq))
+                s.diverged =
+                    Some(format!("state at checkpoint {} differs from the certified one (zone or write outcomes); repairing by state transfer", stable.seq))
             });
         }
         let diverged_at = *diverged_tx.borrow();

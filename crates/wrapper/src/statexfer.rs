@@ -213,10 +213,7 @@ impl SnapshotStore {
     /// Checkpoints with a kept snapshot.
     pub fn seqs(&self) -> Vec<u64> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
-        entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".snap")?.parse::<u64>().ok())
-            .collect()
+        entries.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str()?.strip_suffix(".snap")?.parse::<u64>().ok()).collect()
     }
 
     /// The encoded snapshot of checkpoint `seq` if this replica kept one with `digest`.
@@ -421,12 +418,7 @@ impl<O: StateOutbound> StateTransfer<O> {
     }
 
     /// Fetches the snapshot of `claim` from `peer`, chunk by chunk, and verifies it.
-    async fn fetch_from(
-        &self,
-        peer: u16,
-        claim: &CheckpointClaim,
-        answers: &mut mpsc::Receiver<(u16, StateMessage)>,
-    ) -> Result<Snapshot, FetchError> {
+    async fn fetch_from(&self, peer: u16, claim: &CheckpointClaim, answers: &mut mpsc::Receiver<(u16, StateMessage)>) -> Result<Snapshot, FetchError> {
         // Answers to an earlier fetch are stale now.
         while answers.try_recv().is_ok() {}
         let (seq, digest) = (claim.seq, claim.state_digest);
@@ -443,12 +435,8 @@ impl<O: StateOutbound> StateTransfer<O> {
                     continue;
                 }
                 match message {
-                    StateMessage::Chunk { seq: s, digest: d, total, offset: o, data } if s == seq && d == digest && o == offset => {
-                        break (total, data)
-                    }
-                    StateMessage::Unavailable { seq: s, digest: d } if s == seq && d == digest => {
-                        return Err(FetchError::Unavailable)
-                    }
+                    StateMessage::Chunk { seq: s, digest: d, total, offset: o, data } if s == seq && d == digest && o == offset => break (total, data),
+                    StateMessage::Unavailable { seq: s, digest: d } if s == seq && d == digest => return Err(FetchError::Unavailable),
                     _ => continue,
                 }
             };
@@ -582,11 +570,10 @@ mod tests {
         ];
         let text = render_zone(&records);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines, vec![
-            "example.test. 300 IN TYPE6 \\# 2 0102",
-            "a\\032b.example.test. 60 IN TYPE16 \\# 3 026869",
-            "e.example.test. 5 IN TYPE10 \\# 0",
-        ]);
+        assert_eq!(
+            lines,
+            vec!["example.test. 300 IN TYPE6 \\# 2 0102", "a\\032b.example.test. 60 IN TYPE16 \\# 3 026869", "e.example.test. 5 IN TYPE10 \\# 0",]
+        );
     }
 
     #[test]

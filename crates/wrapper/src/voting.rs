@@ -290,7 +290,15 @@ mod tests {
         assert_eq!((del.authorities[0].record_type(), del.authorities[0].dns_class), (RecordType::A, DNSClass::ANY));
         let txt = build_update(&words("add t.example.test. 60 TXT \"two words\""), &zone).unwrap();
         assert_eq!(txt.authorities[0].record_type(), RecordType::TXT);
-        for bad in ["add new 300 A 192.0.2.7", "add new.other.test 300 A 192.0.2.7", "add x 300 A", "add x ttl A 1.2.3.4", "add x 300 A not-an-address", "remove x", "delete"] {
+        for bad in [
+            "add new 300 A 192.0.2.7",
+            "add new.other.test 300 A 192.0.2.7",
+            "add x 300 A",
+            "add x ttl A 1.2.3.4",
+            "add x 300 A not-an-address",
+            "remove x",
+            "delete",
+        ] {
             assert!(build_update(&words(bad), &zone).is_err(), "{bad}");
         }
     }

@@ -294,7 +294,9 @@ impl ZoneMaintenance {
             }
             _ => {
                 let base = tokio::fs::read(self.file(BASE_RECORDS)).await.map_err(|source| ZoneError::Io { path: self.file(BASE_RECORDS), source })?;
-                let base = decode_records(&base, run).and_then(|mut p| p.pop()).ok_or_else(|| ZoneError::Background("the kept zone content does not decode".into()))?;
+                let base = decode_records(&base, run)
+                    .and_then(|mut p| p.pop())
+                    .ok_or_else(|| ZoneError::Background("the kept zone content does not decode".into()))?;
                 let now = self.unsigned_records().await?;
                 let diff = ZoneDiff::between(&base, &now);
                 let messages = diff.updates(&self.zone)?;
@@ -559,7 +561,9 @@ fn rrsig_expiration(r: &RawRecord) -> Option<u32> {
 /// are compared as plain numbers: agreed times stay far from the 2106 wrap.
 fn plan_slice(records: &[RawRecord], due_before_s: u32, max: usize) -> SlicePlan<'_> {
     let mut sigs: Vec<(u32, &RawRecord)> = records.iter().filter(|r| r.rtype == TYPE_RRSIG).filter_map(|r| rrsig_expiration(r).map(|e| (e, r))).collect();
-    sigs.sort_by(|(ea, a), (eb, b)| ea.cmp(eb).then_with(|| a.owner.cmp(&b.owner)).then_with(|| a.rdata[..2].cmp(&b.rdata[..2])).then_with(|| a.rdata.cmp(&b.rdata)));
+    sigs.sort_by(|(ea, a), (eb, b)| {
+        ea.cmp(eb).then_with(|| a.owner.cmp(&b.owner)).then_with(|| a.rdata[..2].cmp(&b.rdata[..2])).then_with(|| a.rdata.cmp(&b.rdata))
+    });
     sigs.dedup_by(|(_, a), (_, b)| a.owner == b.owner && a.rdata == b.rdata);
     let total = sigs.len();
     let due = sigs.iter().take_while(|(e, _)| *e <= due_before_s).count();
@@ -720,8 +724,18 @@ mod tests {
 
     #[test]
     fn the_catch_up_after_a_background_signing_is_what_the_writes_changed() {
-        let mut before = vec![soa(7), rec("a.example.test.", 1, 300, &[192, 0, 2, 1]), rec("b.example.test.", 1, 300, &[192, 0, 2, 2]), rec("c.example.test.", 1, 300, &[192, 0, 2, 3])];
-        let mut now = vec![soa(9), rec("a.example.test.", 1, 300, &[192, 0, 2, 1]), rec("c.example.test.", 1, 600, &[192, 0, 2, 3]), rec("d.example.test.", 1, 300, &[192, 0, 2, 4])];
+        let mut before = vec![
+            soa(7),
+            rec("a.example.test.", 1, 300, &[192, 0, 2, 1]),
+            rec("b.example.test.", 1, 300, &[192, 0, 2, 2]),
+            rec("c.example.test.", 1, 300, &[192, 0, 2, 3]),
+        ];
+        let mut now = vec![
+            soa(9),
+            rec("a.example.test.", 1, 300, &[192, 0, 2, 1]),
+            rec("c.example.test.", 1, 600, &[192, 0, 2, 3]),
+            rec("d.example.test.", 1, 300, &[192, 0, 2, 4]),
+        ];
         before.sort();
         now.sort();
         let diff = ZoneDiff::between(&before, &now);

@@ -18,7 +18,9 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest as _, Sha256};
 use wrapper::envelope::Op;
-use wrapper::exec::{Command, Delivered, Event, ExecConfig, ExecCore, ExecState, Item, SignZoneAuth, SignZoneSigner, SignZoneVerifier, Unchanged, UpdateDecision, UpdateGate};
+use wrapper::exec::{
+    Command, Delivered, Event, ExecConfig, ExecCore, ExecState, Item, SignZoneAuth, SignZoneSigner, SignZoneVerifier, Unchanged, UpdateDecision, UpdateGate,
+};
 
 const N: u16 = 4;
 const T: u16 = 1;
@@ -231,17 +233,31 @@ enum Due {
     /// Try to hand the node its next batch.
     Deliver,
     /// A command's result arrives (dropped if the node restarted since).
-    Done { incarnation: u64, effect: Effect, event: Event },
+    Done {
+        incarnation: u64,
+        effect: Effect,
+        event: Event,
+    },
     Crash,
 }
 
 enum Effect {
     None,
-    Write { k: u16 },
-    Read { expected: Option<usize> },
+    Write {
+        k: u16,
+    },
+    Read {
+        expected: Option<usize>,
+    },
     /// A signed zone installed (`None`: this replica's signing failed, zone unchanged).
-    Sign { times: Option<(u32, u32)> },
-    Slice { seq: u64, due_before_s: u32, times: (u32, u32) },
+    Sign {
+        times: Option<(u32, u32)>,
+    },
+    Slice {
+        seq: u64,
+        due_before_s: u32,
+        times: (u32, u32),
+    },
 }
 
 struct Sim {
@@ -445,7 +461,13 @@ impl Sim {
                     if self.nodes[i].write_in_flight {
                         self.fail(format!("replica {id}: a read was issued while a write runs"));
                     }
-                    let expected = self.log.batches.iter().flat_map(|(_, r)| r).find(|r| matches!(Op::decode(&r.payload), Ok(Op::Dns { message: m, .. }) if m == message)).and_then(|r| r.expected_applied);
+                    let expected = self
+                        .log
+                        .batches
+                        .iter()
+                        .flat_map(|(_, r)| r)
+                        .find(|r| matches!(Op::decode(&r.payload), Ok(Op::Dns { message: m, .. }) if m == message))
+                        .and_then(|r| r.expected_applied);
                     self.nodes[i].reads.insert(read, 0);
                     self.max_reads_seen = self.max_reads_seen.max(self.nodes[i].reads.len());
                     let delay = 1 + self.rng.next_u64() % 40;
@@ -738,7 +760,8 @@ fn batch(seq: u64, time_s: u64, requests: Vec<(u16, Op, Option<u64>)>) -> Delive
 fn the_gate_decides_what_reaches_named_and_what_the_client_gets() {
     let mut core = ExecCore::new(config(0), OddRefused, ExecState::default());
     let mut refused = ExecState::default();
-    let cmds = core.deliver(batch(1, start_s(), vec![(0, Op::Dns { tcp: true, message: update(1) }, Some(7)), (1, Op::Dns { tcp: true, message: update(2) }, None)]));
+    let cmds =
+        core.deliver(batch(1, start_s(), vec![(0, Op::Dns { tcp: true, message: update(1) }, Some(7)), (1, Op::Dns { tcp: true, message: update(2) }, None)]));
     // Update 1 is refused without reaching named; its client gets the gate's answer.
     assert_eq!(cmds[0], Command::Answer { reply: 7, bytes: answer(&update(1), ResponseCode::NotAuth) });
     refused.record(1, 0, u32::from(u16::from(ResponseCode::NotAuth)));
@@ -902,7 +925,13 @@ fn re_signing_runs_in_slices_at_most_once_per_interval_of_agreed_time() {
 fn a_slice_waits_for_the_reads_ordered_before_it() {
     let mut core = ExecCore::new(config(0), Unchanged, ExecState { last_signed_s: start_s(), ..Default::default() });
     let cmds = core.deliver(batch(1, start_s() + 10, vec![(0, Op::Dns { tcp: false, message: query(1) }, Some(1)), (2, Op::Resign, None)]));
-    let read = cmds.iter().find_map(|c| match c { Command::Read { id, .. } => Some(*id), _ => None }).expect("the read runs");
+    let read = cmds
+        .iter()
+        .find_map(|c| match c {
+            Command::Read { id, .. } => Some(*id),
+            _ => None,
+        })
+        .expect("the read runs");
     assert!(!cmds.iter().any(|c| matches!(c, Command::ResignSlice { .. })), "{cmds:?}");
     let cmds = core.handle(Event::ReadDone { id: read });
     let Some(Command::ResignSlice { seq, .. }) = cmds.first() else { panic!("the slice follows the read: {cmds:?}") };
@@ -1174,7 +1203,8 @@ fn a_whole_zone_signing_runs_beside_reads_and_writes_until_t_plus_one_replicas_a
     assert!(core.is_idle(), "the executor goes on");
 
     // Reads and writes run meanwhile, as ever.
-    let cmds = core.deliver(batch(3, s + 2, vec![(0, Op::Dns { tcp: false, message: query(1) }, Some(8)), (2, Op::Dns { tcp: true, message: update(1) }, None)]));
+    let cmds =
+        core.deliver(batch(3, s + 2, vec![(0, Op::Dns { tcp: false, message: query(1) }, Some(8)), (2, Op::Dns { tcp: true, message: update(1) }, None)]));
     let Some(Command::Read { id, .. }) = cmds.first() else { panic!("the read runs: {cmds:?}") };
     let cmds = core.handle(Event::ReadDone { id: *id });
     let Some(Command::Write { seq: 3, index: 1, message, .. }) = cmds.first() else { panic!("then the write: {cmds:?}") };
@@ -1191,7 +1221,13 @@ fn a_whole_zone_signing_runs_beside_reads_and_writes_until_t_plus_one_replicas_a
     assert_eq!((run.seq, run.time_s, u64::from(times.expiration)), (2, s + 1, s + 4 + 600));
     assert!(!core.is_idle(), "installing holds the executor");
     let cmds = core.handle(Event::SigningFinished { seq: 5, result: Ok(1) });
-    let texts: Vec<(u64, String)> = cmds.iter().filter_map(|c| match c { Command::Answer { reply, bytes } => Some((*reply, String::from_utf8_lossy(bytes).into_owned())), _ => None }).collect();
+    let texts: Vec<(u64, String)> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            Command::Answer { reply, bytes } => Some((*reply, String::from_utf8_lossy(bytes).into_owned())),
+            _ => None,
+        })
+        .collect();
     assert_eq!(texts, vec![(7, "signed at seq 2".to_string()), (10, "finished: signed at seq 2".to_string())]);
     assert_eq!((core.state().signing, core.state().last_signed_s), (None, s + 1), "the signatures carry the beginning's time");
     // Late ones change nothing.

@@ -81,8 +81,7 @@ impl Byzantine {
             Behaviour::ForgedRelays => self.forge(to, message),
             Behaviour::Flooder => self.flood(to, message),
             Behaviour::StatusSpammer => {
-                let report =
-                    StatusReport { sender: self.me, view: 0, view_changing: true, last_delivered: 0, stable_seq: 0, oldest_retained: 1 };
+                let report = StatusReport { sender: self.me, view: 0, view_changing: true, last_delivered: 0, stable_seq: 0, oldest_retained: 1 };
                 let mut out = vec![(to, message)];
                 out.extend((0..4).map(|_| (to, Message::Status(report))));
                 out
@@ -143,9 +142,7 @@ impl Byzantine {
                 let per = self.max_request_bytes.max(25);
                 let count = (self.batch_max_bytes.saturating_sub(16) / per).max(1);
                 let fill = self.next() as u8;
-                let requests = (0..count)
-                    .map(|i| Request { origin: self.me, client: 9, number: i as u64 + 1, payload: vec![fill; per - 24] })
-                    .collect();
+                let requests = (0..count).map(|i| Request { origin: self.me, client: 9, number: i as u64 + 1, payload: vec![fill; per - 24] }).collect();
                 let ahead = seq + 1 + self.next() % self.window.max(1);
                 out.push((to, Message::Committed { sender: self.me, seq: ahead, proposal: Proposal { time: Time(3), requests } }));
             }
@@ -189,13 +186,14 @@ mod tests {
         assert_eq!(spammer.rewrite(3, prepare(1)).len(), 5);
 
         let mut forger = Byzantine::new(Behaviour::ForgedRelays, &config);
-        let forged = (0..50)
-            .flat_map(|_| forger.rewrite(0, prepare(1)))
-            .filter(|(_, m)| matches!(m, Message::Request { request, .. } if request.origin != 1))
-            .count();
+        let forged =
+            (0..50).flat_map(|_| forger.rewrite(0, prepare(1))).filter(|(_, m)| matches!(m, Message::Request { request, .. } if request.origin != 1)).count();
         assert!(forged > 0, "forged relays name another origin");
 
-        let proposal = Proposal { time: Time(10), requests: vec![Request { origin: 0, client: 1, number: 1, payload: vec![1] }, Request { origin: 0, client: 1, number: 2, payload: vec![2] }] };
+        let proposal = Proposal {
+            time: Time(10),
+            requests: vec![Request { origin: 0, client: 1, number: 1, payload: vec![1] }, Request { origin: 0, client: 1, number: 2, payload: vec![2] }],
+        };
         let pp = Message::PrePrepare { sender: 0, view: 0, seq: 1, proposal };
         let mut eq = Byzantine::new(Behaviour::Equivocator, &Config::new(4, 0));
         let to_even = eq.rewrite(2, pp.clone());

@@ -120,11 +120,7 @@ pub fn now() -> Time {
 /// [`super::Mesh::subscribe`]`(CHANNEL_ORDERING)`) and `outbound` (a [`MeshSender`]). Returns
 /// the handle and the receiver of delivered batches. Decoding uses the replica's own limits, so
 /// the mesh's `max_frame_bytes` should be at least the config's `max_message_bytes`.
-pub fn spawn_replica<O: Outbound>(
-    replica: Replica,
-    outbound: O,
-    incoming: mpsc::Receiver<(u16, Bytes)>,
-) -> (ReplicaHandle, mpsc::UnboundedReceiver<Batch>) {
+pub fn spawn_replica<O: Outbound>(replica: Replica, outbound: O, incoming: mpsc::Receiver<(u16, Bytes)>) -> (ReplicaHandle, mpsc::UnboundedReceiver<Batch>) {
     spawn_replica_with(replica, outbound, incoming, None, None)
 }
 
@@ -179,14 +175,7 @@ pub fn spawn_replica_with<O: Outbound>(
         persist_failed: None,
     };
     let task = tokio::spawn(driver.run());
-    let handle = ReplicaHandle {
-        submit: submit_tx,
-        checkpoint: checkpoint_tx,
-        status: status_rx,
-        state_transfer: transfer_rx,
-        installed: installed_tx,
-        task,
-    };
+    let handle = ReplicaHandle { submit: submit_tx, checkpoint: checkpoint_tx, status: status_rx, state_transfer: transfer_rx, installed: installed_tx, task };
     (handle, deliver_rx)
 }
 
@@ -380,11 +369,7 @@ impl<O: Outbound> Driver<O> {
                 Action::NeedStateTransfer { last_delivered, checkpoint } => {
                     // The application fetches this checkpoint's state and reports it installed.
                     self.state_transfer_needed = Some(checkpoint.seq);
-                    tracing::warn!(
-                        last_delivered,
-                        checkpoint = checkpoint.seq,
-                        "replica fell behind the retained log; state transfer needed"
-                    );
+                    tracing::warn!(last_delivered, checkpoint = checkpoint.seq, "replica fell behind the retained log; state transfer needed");
                     self.transfer_tx.send_replace(Some(checkpoint));
                 }
                 #[allow(unreachable_patterns)]
@@ -427,11 +412,7 @@ fn deadline_instant(deadline: Time) -> Instant {
 pub fn local_network(n: u16, queue: usize) -> Vec<(LocalOutbound, mpsc::Receiver<(u16, Bytes)>)> {
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::channel(queue)).unzip();
     let senders = Arc::new(senders);
-    receivers
-        .into_iter()
-        .enumerate()
-        .map(|(id, rx)| (LocalOutbound { id: id as u16, peers: senders.clone() }, rx))
-        .collect()
+    receivers.into_iter().enumerate().map(|(id, rx)| (LocalOutbound { id: id as u16, peers: senders.clone() }, rx)).collect()
 }
 
 /// The sending side of [`local_network`]; drops (like the mesh) when a receiver is full.

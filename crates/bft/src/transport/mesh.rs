@@ -186,14 +186,7 @@ impl std::fmt::Debug for MeshConfig {
 impl MeshConfig {
     /// A configuration with defaults: 4 MiB frames, 4096-frame and 64 MiB queues, backoff 50 ms to 5 s,
     /// 5 s handshake timeout, 10 s keepalive.
-    pub fn new(
-        id: u16,
-        listen: SocketAddr,
-        peers: Vec<(u16, SocketAddr)>,
-        ca_cert_pem: String,
-        cert_pem: String,
-        key_pem: String,
-    ) -> Self {
+    pub fn new(id: u16, listen: SocketAddr, peers: Vec<(u16, SocketAddr)>, ca_cert_pem: String, cert_pem: String, key_pem: String) -> Self {
         MeshConfig {
             id,
             listen,
@@ -254,10 +247,7 @@ impl MeshConfig {
         parse_key(&self.key_pem)?;
         // rustls checks that the key belongs to the certificate.
         tls_configs(&self.ca_cert_pem, &self.cert_pem, &self.key_pem).map_err(|e| match e {
-            TransportError::Tls(reason) => TransportError::Config {
-                field: "key_pem",
-                reason: format!("unusable with cert_pem: {reason}"),
-            },
+            TransportError::Tls(reason) => TransportError::Config { field: "key_pem", reason: format!("unusable with cert_pem: {reason}") },
             other => other,
         })?;
         Ok(())
@@ -352,9 +342,7 @@ impl Mesh {
     /// Binds `cfg.listen` and starts the mesh.
     pub async fn start(cfg: MeshConfig) -> Result<Mesh, TransportError> {
         cfg.validate()?;
-        let listener = TcpListener::bind(cfg.listen)
-            .await
-            .map_err(|source| TransportError::Io { during: "binding the listen address", source })?;
+        let listener = TcpListener::bind(cfg.listen).await.map_err(|source| TransportError::Io { during: "binding the listen address", source })?;
         Self::start_with_listener(cfg, listener).await
     }
 
@@ -362,9 +350,7 @@ impl Mesh {
     /// bind port 0 for every replica first and hand out the real addresses.
     pub async fn start_with_listener(cfg: MeshConfig, listener: TcpListener) -> Result<Mesh, TransportError> {
         cfg.validate()?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|source| TransportError::Io { during: "reading the listen address", source })?;
+        let local_addr = listener.local_addr().map_err(|source| TransportError::Io { during: "reading the listen address", source })?;
         let (client_config, server_config) = tls_configs(&cfg.ca_cert_pem, &cfg.cert_pem, &cfg.key_pem)?;
         let (shutdown, _) = watch::channel(false);
         let peers = cfg
@@ -404,14 +390,7 @@ impl Mesh {
         tasks.push(tokio::spawn(accept_loop(shared.clone(), listener, acceptor, cfg.handshake_timeout)));
         let connector = TlsConnector::from(client_config);
         for peer in shared.peers.values() {
-            tasks.push(tokio::spawn(dial_loop(
-                shared.clone(),
-                peer.clone(),
-                connector.clone(),
-                cfg.backoff_min,
-                cfg.backoff_max,
-                cfg.handshake_timeout,
-            )));
+            tasks.push(tokio::spawn(dial_loop(shared.clone(), peer.clone(), connector.clone(), cfg.backoff_min, cfg.backoff_max, cfg.handshake_timeout)));
         }
         tracing::info!(id = cfg.id, %local_addr, peers = cfg.peers.len(), "mesh started");
         Ok(Mesh { shared, local_addr, tasks })
@@ -439,10 +418,7 @@ impl Mesh {
         }
         let mut subscribers = self.shared.subscribers.write().map_err(|_| TransportError::Shutdown)?;
         if subscribers.get(&channel).is_some_and(|s| s.values().any(|q| !q.tx.is_closed())) {
-            return Err(TransportError::Config {
-                field: "channel",
-                reason: format!("channel {channel} already has a subscriber"),
-            });
+            return Err(TransportError::Config { field: "channel", reason: format!("channel {channel} already has a subscriber") });
         }
         // The peers share the frame bound; the merged queue the consumer reads stays short,
         // so a frame waits behind at most a few frames of other peers.
@@ -554,10 +530,7 @@ impl MeshSender {
             return Err(TransportError::Config { field: "channel", reason: "255 is reserved".into() });
         }
         if payload.len() > self.shared.max_frame_bytes {
-            return Err(TransportError::FrameTooLarge {
-                len: payload.len(),
-                max: self.shared.max_frame_bytes,
-            });
+            return Err(TransportError::FrameTooLarge { len: payload.len(), max: self.shared.max_frame_bytes });
         }
         Ok(())
     }
@@ -565,9 +538,7 @@ impl MeshSender {
     fn enqueue(&self, peer: &Peer, channel: u8, payload: Bytes) {
         if let Ok(mut queue) = peer.queue.lock() {
             // Bounded: each pass removes one frame; `check` kept the new one within queue_bytes.
-            while queue.frames.len() >= self.shared.queue_frames
-                || queue.bytes.saturating_add(payload.len()) > self.shared.queue_bytes
-            {
+            while queue.frames.len() >= self.shared.queue_frames || queue.bytes.saturating_add(payload.len()) > self.shared.queue_bytes {
                 let Some((_, old)) = queue.frames.pop_front() else { break };
                 queue.bytes -= old.len();
                 peer.frames_dropped.fetch_add(1, Ordering::Relaxed);
@@ -581,11 +552,7 @@ impl MeshSender {
 
 /// Builds the dialing and accepting TLS configurations (TLS 1.3 only, ring provider, mutual
 /// authentication against the cluster CA). Public so tests can build raw peers.
-pub fn tls_configs(
-    ca_cert_pem: &str,
-    cert_pem: &str,
-    key_pem: &str,
-) -> Result<(Arc<ClientConfig>, Arc<ServerConfig>), TransportError> {
+pub fn tls_configs(ca_cert_pem: &str, cert_pem: &str, key_pem: &str) -> Result<(Arc<ClientConfig>, Arc<ServerConfig>), TransportError> {
     let tls = |e: rustls::Error| TransportError::Tls(e.to_string());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
@@ -594,9 +561,8 @@ pub fn tls_configs(
     let chain = vec![parse_cert(cert_pem, "cert_pem")?];
     let key = parse_key(key_pem)?;
 
-    let client_verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-        .build()
-        .map_err(|e| TransportError::Tls(e.to_string()))?;
+    let client_verifier =
+        WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone()).build().map_err(|e| TransportError::Tls(e.to_string()))?;
     let mut server = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(tls)?
@@ -616,14 +582,12 @@ pub fn tls_configs(
 }
 
 fn parse_cert(pem: &str, what: &'static str) -> Result<CertificateDer<'static>, TransportError> {
-    CertificateDer::from_pem_slice(pem.as_bytes())
-        .map_err(|e| TransportError::Pem { what, reason: e.to_string() })
+    CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| TransportError::Pem { what, reason: e.to_string() })
 }
 
 fn parse_key(pem: &str) -> Result<PrivateKeyDer<'static>, TransportError> {
     // The parse error can quote key material; do not include it.
-    PrivateKeyDer::from_pem_slice(pem.as_bytes())
-        .map_err(|_| TransportError::Pem { what: "key_pem", reason: "no usable private key".into() })
+    PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|_| TransportError::Pem { what: "key_pem", reason: "no usable private key".into() })
 }
 
 /// Appends one frame to `out`. The caller has checked `payload.len() <= max_frame_bytes`.
@@ -643,10 +607,7 @@ pub enum ReadFrameError {
 }
 
 /// Reads one frame: (channel, payload). Allocates only after the length passed the limit.
-pub async fn read_frame<R: AsyncRead + Unpin>(
-    reader: &mut R,
-    max_frame_bytes: usize,
-) -> Result<(u8, Bytes), ReadFrameError> {
+pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R, max_frame_bytes: usize) -> Result<(u8, Bytes), ReadFrameError> {
     let mut header = [0u8; HEADER_BYTES];
     reader.read_exact(&mut header).await.map_err(ReadFrameError::Io)?;
     let len = u32::from_be_bytes(header) as usize;
@@ -675,14 +636,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     Ok((channel, payload))
 }
 
-async fn dial_loop(
-    shared: Arc<Shared>,
-    peer: Arc<Peer>,
-    connector: TlsConnector,
-    backoff_min: Duration,
-    backoff_max: Duration,
-    handshake_timeout: Duration,
-) {
+async fn dial_loop(shared: Arc<Shared>, peer: Arc<Peer>, connector: TlsConnector, backoff_min: Duration, backoff_max: Duration, handshake_timeout: Duration) {
     let mut shutdown = shared.shutdown.subscribe();
     let mut backoff = backoff_min;
     loop {
@@ -727,28 +681,17 @@ fn jitter(d: Duration) -> Duration {
     half + Duration::from_nanos(extra_nanos)
 }
 
-async fn connect(
-    peer: &Peer,
-    connector: &TlsConnector,
-    handshake_timeout: Duration,
-) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+async fn connect(peer: &Peer, connector: &TlsConnector, handshake_timeout: Duration) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
     let name = ServerName::try_from(replica_dns_name(peer.id)).map_err(|e| e.to_string())?;
     let attempt = async {
         let tcp = TcpStream::connect(peer.addr).await.map_err(|e| e.to_string())?;
         tcp.set_nodelay(true).map_err(|e| e.to_string())?;
         connector.connect(name, tcp).await.map_err(|e| e.to_string())
     };
-    let stream = tokio::time::timeout(handshake_timeout, attempt)
-        .await
-        .map_err(|_| "handshake timed out".to_string())??;
+    let stream = tokio::time::timeout(handshake_timeout, attempt).await.map_err(|_| "handshake timed out".to_string())??;
     // The verifier already checked the name; re-derive the id as the mesh understands it, so a
     // certificate naming several replicas cannot pass.
-    let der = stream
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .ok_or_else(|| PeerError::NoCertificate.to_string())?;
+    let der = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).ok_or_else(|| PeerError::NoCertificate.to_string())?;
     match replica_id_from_cert_der(der) {
         Ok(id) if id == peer.id => Ok(stream),
         Ok(id) => Err(PeerError::WrongReplica { expected: peer.id, got: id }.to_string()),
@@ -757,12 +700,7 @@ async fn connect(
 }
 
 /// Sends queued frames until the connection fails (Err) or the mesh shuts down (Ok).
-async fn run_writer<S: AsyncRead + AsyncWrite + Unpin>(
-    shared: &Shared,
-    peer: &Peer,
-    stream: S,
-    shutdown: &mut watch::Receiver<bool>,
-) -> Result<(), String> {
+async fn run_writer<S: AsyncRead + AsyncWrite + Unpin>(shared: &Shared, peer: &Peer, stream: S, shutdown: &mut watch::Receiver<bool>) -> Result<(), String> {
     let (mut read_half, mut write_half) = tokio::io::split(stream);
     let mut buf = Vec::with_capacity(64 * 1024);
     let mut probe = [0u8; 64];
@@ -810,12 +748,7 @@ async fn run_writer<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-async fn accept_loop(
-    shared: Arc<Shared>,
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    handshake_timeout: Duration,
-) {
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, acceptor: TlsAcceptor, handshake_timeout: Duration) {
     let mut shutdown = shared.shutdown.subscribe();
     // Bounds unauthenticated work: handshakes in progress at once.
     let handshakes = Arc::new(Semaphore::new(4 * shared.peers.len() + 8));
@@ -857,16 +790,9 @@ async fn accept_one(
     handshake_timeout: Duration,
 ) -> Result<(Arc<Peer>, tokio_rustls::server::TlsStream<TcpStream>), String> {
     let _ = tcp.set_nodelay(true);
-    let stream = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp))
-        .await
-        .map_err(|_| "handshake timed out".to_string())?
-        .map_err(|e| e.to_string())?;
-    let der = stream
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .ok_or_else(|| PeerError::NoCertificate.to_string())?;
+    let stream =
+        tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await.map_err(|_| "handshake timed out".to_string())?.map_err(|e| e.to_string())?;
+    let der = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).ok_or_else(|| PeerError::NoCertificate.to_string())?;
     let id = replica_id_from_cert_der(der).map_err(|e| e.to_string())?;
     let peer = shared.peers.get(&id).ok_or_else(|| PeerError::NotAPeer(id).to_string())?;
     Ok((peer.clone(), stream))

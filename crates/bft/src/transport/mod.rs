@@ -11,6 +11,6 @@ pub mod store;
 
 pub use byzantine::{Behaviour, Byzantine};
 pub use driver::{spawn_replica, spawn_replica_with, DriverStatus, ReplicaHandle};
-pub use store::{Store, StoreError};
 pub use error::{PeerError, TransportError};
 pub use mesh::{Mesh, MeshConfig, MeshSender, PeerStatus};
+pub use store::{Store, StoreError};

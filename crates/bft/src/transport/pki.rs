@@ -10,10 +10,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
-};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
 
 use super::error::{PeerError, TransportError};
 
@@ -47,10 +44,7 @@ impl std::fmt::Debug for CaBundle {
 }
 impl std::fmt::Debug for ReplicaCert {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReplicaCert")
-            .field("replica_id", &self.replica_id)
-            .field("key_pem", &"<redacted>")
-            .finish_non_exhaustive()
+        f.debug_struct("ReplicaCert").field("replica_id", &self.replica_id).field("key_pem", &"<redacted>").finish_non_exhaustive()
     }
 }
 
@@ -62,9 +56,7 @@ pub fn replica_dns_name(replica_id: u16) -> String {
 /// Parses `replica-<id>.sdns.invalid` (canonical decimal only, so one id has one name).
 pub fn parse_replica_dns_name(name: &str) -> Option<u16> {
     let digits = name.strip_prefix(REPLICA_NAME_PREFIX)?.strip_suffix(REPLICA_NAME_SUFFIX)?;
-    let canonical = !digits.is_empty()
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && (digits == "0" || !digits.starts_with('0'));
+    let canonical = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && (digits == "0" || !digits.starts_with('0'));
     if !canonical {
         return None;
     }
@@ -95,8 +87,7 @@ fn ca_params(cluster_name: &str) -> CertificateParams {
     params.distinguished_name.push(DnType::OrganizationName, cluster_name.to_string());
     // Path length 0: the CA signs replica certificates only, never other CAs.
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages =
-        vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     set_validity(&mut params);
     params
 }
@@ -114,10 +105,8 @@ pub fn generate_ca(cluster_name: &str) -> Result<CaBundle, TransportError> {
 /// Issues the certificate of replica `replica_id`, signed by the cluster CA. It is valid for
 /// both TLS roles because every replica both dials and accepts.
 pub fn issue_replica_cert(ca: &CaBundle, replica_id: u16) -> Result<ReplicaCert, TransportError> {
-    let ca_key = KeyPair::from_pem(&ca.key_pem)
-        .map_err(|e| TransportError::Pem { what: "CA key", reason: e.to_string() })?;
-    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)
-        .map_err(|e| TransportError::Pem { what: "CA certificate", reason: e.to_string() })?;
+    let ca_key = KeyPair::from_pem(&ca.key_pem).map_err(|e| TransportError::Pem { what: "CA key", reason: e.to_string() })?;
+    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key).map_err(|e| TransportError::Pem { what: "CA certificate", reason: e.to_string() })?;
     let name = replica_dns_name(replica_id);
     let mut params = CertificateParams::default();
     params.distinguished_name = rcgen::DistinguishedName::new();
@@ -125,8 +114,7 @@ pub fn issue_replica_cert(ca: &CaBundle, replica_id: u16) -> Result<ReplicaCert,
     params.subject_alt_names = vec![SanType::DnsName(name.try_into().map_err(gen_err)?)];
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages =
-        vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
     params.use_authority_key_identifier_extension = true;
     set_validity(&mut params);
     let key = KeyPair::generate().map_err(gen_err)?;
@@ -138,8 +126,7 @@ pub fn issue_replica_cert(ca: &CaBundle, replica_id: u16) -> Result<ReplicaCert,
 /// one `replica-<id>.sdns.invalid` name. Call this only on a certificate whose chain to the
 /// cluster CA has been verified; the function itself checks no signature.
 pub fn replica_id_from_cert_der(der: &[u8]) -> Result<u16, PeerError> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der)
-        .map_err(|e| PeerError::BadIdentity(format!("unparsable certificate: {e}")))?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| PeerError::BadIdentity(format!("unparsable certificate: {e}")))?;
     let san = cert
         .subject_alternative_name()
         .map_err(|e| PeerError::BadIdentity(format!("bad subjectAltName: {e}")))?
@@ -260,13 +247,10 @@ mod tests {
     fn issued_certificate_binds_the_replica_id() {
         let ca = generate_ca("test").unwrap();
         let cert = issue_replica_cert(&ca, 7).unwrap();
-        let der = rustls_pki_types::pem::PemObject::from_pem_slice(cert.cert_pem.as_bytes())
-            .map(|c: rustls_pki_types::CertificateDer<'static>| c)
-            .unwrap();
+        let der = rustls_pki_types::pem::PemObject::from_pem_slice(cert.cert_pem.as_bytes()).map(|c: rustls_pki_types::CertificateDer<'static>| c).unwrap();
         assert_eq!(replica_id_from_cert_der(&der), Ok(7));
         // The CA certificate names no replica.
-        let ca_der: rustls_pki_types::CertificateDer<'static> =
-            rustls_pki_types::pem::PemObject::from_pem_slice(ca.cert_pem.as_bytes()).unwrap();
+        let ca_der: rustls_pki_types::CertificateDer<'static> = rustls_pki_types::pem::PemObject::from_pem_slice(ca.cert_pem.as_bytes()).unwrap();
         assert!(replica_id_from_cert_der(&ca_der).is_err());
         assert!(replica_id_from_cert_der(b"garbage").is_err());
     }

@@ -76,8 +76,7 @@ impl Store {
             Some(rest) if rest.len() >= 32 && Sha256::digest(&rest[32..]).as_slice() == &rest[..32] => &rest[32..],
             _ => return Err(StoreError::Damaged { path }),
         };
-        let mut state =
-            PersistedState::decode_snapshot(body).map_err(|source| StoreError::Restore { path: path.clone(), source })?;
+        let mut state = PersistedState::decode_snapshot(body).map_err(|source| StoreError::Restore { path: path.clone(), source })?;
         let log_path = self.dir.join(LOG);
         let log = match std::fs::read(&log_path) {
             Ok(bytes) => bytes,

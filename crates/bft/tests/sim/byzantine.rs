@@ -101,14 +101,7 @@ pub mod forged_relays {
     use super::ByzantineState;
     use crate::cluster::SimRng;
 
-    pub fn rewrite(
-        state: &mut ByzantineState,
-        rng: &mut SimRng,
-        me: ReplicaId,
-        n: u16,
-        to: ReplicaId,
-        message: Message,
-    ) -> Vec<(ReplicaId, Message)> {
+    pub fn rewrite(state: &mut ByzantineState, rng: &mut SimRng, me: ReplicaId, n: u16, to: ReplicaId, message: Message) -> Vec<(ReplicaId, Message)> {
         let mut out = vec![(to, message)];
         if rng.chance(0.3) {
             state.counter += 1;
@@ -133,14 +126,7 @@ pub mod flooder {
     use super::ByzantineState;
     use crate::cluster::{sim_config, SimRng};
 
-    pub fn rewrite(
-        state: &mut ByzantineState,
-        rng: &mut SimRng,
-        me: ReplicaId,
-        n: u16,
-        to: ReplicaId,
-        message: Message,
-    ) -> Vec<(ReplicaId, Message)> {
+    pub fn rewrite(state: &mut ByzantineState, rng: &mut SimRng, me: ReplicaId, n: u16, to: ReplicaId, message: Message) -> Vec<(ReplicaId, Message)> {
         let config = sim_config(n, me);
         let seq_hint = match &message {
             Message::PrePrepare { seq, .. } | Message::Prepare { seq, .. } | Message::Commit { seq, .. } => Some(*seq),
@@ -164,9 +150,7 @@ pub mod flooder {
             if rng.chance(0.5) {
                 let per = config.max_request_bytes;
                 let count = (config.batch_max_bytes - 16) / per;
-                let requests = (0..count)
-                    .map(|i| Request { origin: me, client: 9, number: i as u64 + 1, payload: vec![rng.next() as u8; per - 24] })
-                    .collect();
+                let requests = (0..count).map(|i| Request { origin: me, client: 9, number: i as u64 + 1, payload: vec![rng.next() as u8; per - 24] }).collect();
                 let ahead = seq + 1 + rng.below(config.watermark_window);
                 out.push((to, Message::Committed { sender: me, seq: ahead, proposal: Proposal { time: Time(3), requests } }));
             }
@@ -285,14 +269,7 @@ pub mod replayer {
 
     const HISTORY: usize = 256;
 
-    pub fn rewrite(
-        state: &mut ByzantineState,
-        rng: &mut SimRng,
-        n: u16,
-        me: ReplicaId,
-        to: ReplicaId,
-        message: Message,
-    ) -> Vec<(ReplicaId, Message)> {
+    pub fn rewrite(state: &mut ByzantineState, rng: &mut SimRng, n: u16, me: ReplicaId, to: ReplicaId, message: Message) -> Vec<(ReplicaId, Message)> {
         let mut out = vec![(to, message.clone())];
         if rng.chance(0.3) && !state.history.is_empty() {
             let old = state.history[rng.below(state.history.len() as u64) as usize].clone();

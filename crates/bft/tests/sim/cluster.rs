@@ -208,9 +208,7 @@ impl Cluster {
         }
         let mut nodes = Vec::new();
         for id in 0..n {
-            let behaviour = byzantine_ids
-                .contains(&id)
-                .then(|| forced.unwrap_or_else(|| byzantine::ALL[rng.below(byzantine::ALL.len() as u64) as usize]));
+            let behaviour = byzantine_ids.contains(&id).then(|| forced.unwrap_or_else(|| byzantine::ALL[rng.below(byzantine::ALL.len() as u64) as usize]));
             let clock_offset_us = rng.below(CLOCK_SKEW_US);
             let now = Time(START_US + clock_offset_us);
             let copies = if behaviour == Some(Behaviour::Twins) { 2 } else { 1 };
@@ -268,12 +266,7 @@ impl Cluster {
 
     /// Describes the faulty nodes, for failure reports.
     pub fn describe(&self) -> String {
-        let faulty: Vec<String> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(id, node)| node.behaviour.map(|b| format!("{id}:{b:?}")))
-            .collect();
+        let faulty: Vec<String> = self.nodes.iter().enumerate().filter_map(|(id, node)| node.behaviour.map(|b| format!("{id}:{b:?}"))).collect();
         format!("n={} seed={} byzantine=[{}] loss={} dup={}", self.n, self.seed, faulty.join(","), self.loss, self.duplication)
     }
 
@@ -336,11 +329,7 @@ impl Cluster {
     }
 
     fn honest_max_view(&self) -> u64 {
-        (0..self.nodes.len())
-            .filter(|id| self.honest(*id))
-            .flat_map(|id| self.nodes[id].replicas.iter().map(|r| r.status().view))
-            .max()
-            .unwrap_or(0)
+        (0..self.nodes.len()).filter(|id| self.honest(*id)).flat_map(|id| self.nodes[id].replicas.iter().map(|r| r.status().view)).max().unwrap_or(0)
     }
 
     fn has(&self, behaviour: Behaviour) -> bool {
@@ -389,9 +378,11 @@ impl Cluster {
     }
 
     fn all_delivered(&self) -> bool {
-        self.nodes.iter().enumerate().filter(|(id, _)| self.honest(*id)).all(|(_, node)| {
-            node.apps.iter().all(|app| self.tracked.keys().all(|key| app.delivered.contains(key)))
-        })
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(id, _)| self.honest(*id))
+            .all(|(_, node)| node.apps.iter().all(|app| self.tracked.keys().all(|key| app.delivered.contains(key))))
     }
 
     fn drive(&mut self, end: u64, faults: bool) {
@@ -512,7 +503,8 @@ impl Cluster {
                         }
                         Persist::Append { generation, records } => {
                             if generation != disk.generation {
-                                self.failure = Some(Failure::Safety(format!("replica {id} appended to generation {generation}, disk holds {}", disk.generation)));
+                                self.failure =
+                                    Some(Failure::Safety(format!("replica {id} appended to generation {generation}, disk holds {}", disk.generation)));
                                 return;
                             }
                             disk.log.extend(records);
@@ -580,7 +572,16 @@ impl Cluster {
         let digest: [u8; 32] = hasher.finalize().into();
         if debug() {
             let status = self.nodes[id].replicas[copy].status();
-            eprintln!("{} deliver r{id}.{copy} seq {} view {} time {} n_req {} digest {:02x}{:02x}", self.now, batch.seq, status.view, batch.time.0, batch.requests.len(), digest[0], digest[1]);
+            eprintln!(
+                "{} deliver r{id}.{copy} seq {} view {} time {} n_req {} digest {:02x}{:02x}",
+                self.now,
+                batch.seq,
+                status.view,
+                batch.time.0,
+                batch.requests.len(),
+                digest[0],
+                digest[1]
+            );
         }
         self.mix(&[self.now, id as u64, batch.seq], &digest);
         let honest = self.honest(id);
@@ -681,7 +682,9 @@ impl Cluster {
             let heal_at = self.now + self.rng.between(50_000, 600_000);
             self.partition = Some((side, heal_at));
             self.stats.partitions += 1;
-            if debug() { eprintln!("{} partition {:?}", self.now, self.partition); }
+            if debug() {
+                eprintln!("{} partition {:?}", self.now, self.partition);
+            }
         }
         if self.rng.chance(0.005) {
             self.crash_one();
@@ -704,7 +707,9 @@ impl Cluster {
                 self.stats.crashes += 1;
             }
         }
-        if debug() { eprintln!("{} crash all", self.now); }
+        if debug() {
+            eprintln!("{} crash all", self.now);
+        }
         self.mix(&[self.now, 0xa11], &[]);
     }
 
@@ -751,7 +756,9 @@ impl Cluster {
         self.nodes[id].amnesiac |= lose;
         self.nodes[id].restart_at = Some((self.now + self.rng.between(20_000, 800_000), lose));
         self.stats.crashes += 1;
-        if debug() { eprintln!("{} crash r{id} lose={lose}", self.now); }
+        if debug() {
+            eprintln!("{} crash r{id} lose={lose}", self.now);
+        }
         self.mix(&[self.now, id as u64, 0xdead, u64::from(lose)], &[]);
     }
 
@@ -759,7 +766,9 @@ impl Cluster {
         let node = &mut self.nodes[id];
         node.up = true;
         node.restart_at = None;
-        if debug() { eprintln!("{} restart r{id} lose={lose} reboot={}", self.now, node.reboot_pending); }
+        if debug() {
+            eprintln!("{} restart r{id} lose={lose} reboot={}", self.now, node.reboot_pending);
+        }
         if std::mem::take(&mut node.reboot_pending) {
             self.reboot(id);
             return;
@@ -813,8 +822,7 @@ impl Cluster {
         // Clients of this gateway retry what they have not seen delivered.
         let origin = id as ReplicaId;
         let app = &node.apps[0];
-        let retries: Vec<Request> =
-            self.tracked.values().filter(|r| r.origin == origin && !app.delivered.contains(&r.key())).cloned().collect();
+        let retries: Vec<Request> = self.tracked.values().filter(|r| r.origin == origin && !app.delivered.contains(&r.key())).cloned().collect();
         for request in retries {
             let _ = self.nodes[id].replicas[0].submit(now, request);
         }
@@ -837,7 +845,13 @@ impl Cluster {
                             let status = node.replicas[0].status();
                             format!(
                                 "r{peer}{}: view {}{} delivered {} stable {}",
-                                if node.behaviour.is_some() { "(byz)" } else if node.amnesiac { "(amnesiac)" } else { "" },
+                                if node.behaviour.is_some() {
+                                    "(byz)"
+                                } else if node.amnesiac {
+                                    "(amnesiac)"
+                                } else {
+                                    ""
+                                },
                                 status.view,
                                 if status.view_changing { " changing" } else { "" },
                                 status.last_delivered,

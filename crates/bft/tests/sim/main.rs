@@ -173,10 +173,8 @@ fn run_reboots(n: u16, count: u64, reboots: Reboots) {
     let needs_transfer = failures.iter().filter(|f| f.contains("Liveness") && f.contains("state transfer needed true")).count();
     eprintln!("n={n} {reboots:?}: {needs_transfer} of {count} seeds ended needing a state transfer");
     assert!(needs_transfer as u64 <= count / 10, "{needs_transfer} of {count} seeds needed a state transfer");
-    let real: Vec<&String> = failures
-        .iter()
-        .filter(|f| !f.contains("no reboot happened") && !(f.contains("Liveness") && f.contains("state transfer needed true")))
-        .collect();
+    let real: Vec<&String> =
+        failures.iter().filter(|f| !f.contains("no reboot happened") && !(f.contains("Liveness") && f.contains("state transfer needed true"))).collect();
     assert!(real.is_empty(), "{} of {count} reboot seeds failed for n={n}:\n{}", real.len(), real.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"));
     // Crashes are drawn at random: most seeds must have exercised a restart.
     let idle = failures.iter().filter(|f| f.contains("no reboot happened")).count() as u64;
@@ -202,9 +200,7 @@ fn reboot_all_n7() {
 fn seed_repro() {
     let Some(seed) = env_u64("BFT_SEED") else { return };
     let n = env_u64("BFT_N").unwrap_or(4) as u16;
-    let forced = std::env::var("BFT_ACTOR").ok().map(|name| {
-        *byzantine::ALL.iter().find(|b| format!("{b:?}") == name).expect("BFT_ACTOR names a behaviour")
-    });
+    let forced = std::env::var("BFT_ACTOR").ok().map(|name| *byzantine::ALL.iter().find(|b| format!("{b:?}") == name).expect("BFT_ACTOR names a behaviour"));
     let reboots = std::env::var("BFT_REBOOTS").ok().map(|name| match name.as_str() {
         "Single" => Reboots::Single,
         "All" => Reboots::All,

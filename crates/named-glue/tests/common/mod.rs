@@ -12,9 +12,7 @@ use std::time::Duration;
 use hickory_proto::rr::Name;
 use named_glue::conf::{check_conf, NamedConf, TsigKey};
 use named_glue::keys::{ZoneKey, ALG_RSASHA256};
-use named_glue::signer::{
-    ServiceLimits, SignError, SignFuture, SignRequest, SignatureTimes, Signer, SigningService, TimeSource,
-};
+use named_glue::signer::{ServiceLimits, SignError, SignFuture, SignRequest, SignatureTimes, Signer, SigningService, TimeSource};
 use named_glue::signzone::sign_zone_file;
 use named_glue::supervisor::{NamedSpec, Supervisor};
 use named_glue::tools::BindTools;
@@ -56,14 +54,7 @@ impl RsaSigner {
                 shoup_rsa::generate(1024, 1, 1, &mut rng, &mut |_| {}).unwrap()
             })
             .clone();
-        let zone_key = ZoneKey::rsa(
-            &zone(),
-            ALG_RSASHA256,
-            &public.public_exponent().to_be_bytes(),
-            &public.modulus().to_bytes_be(),
-            3600,
-        )
-        .unwrap();
+        let zone_key = ZoneKey::rsa(&zone(), ALG_RSASHA256, &public.public_exponent().to_be_bytes(), &public.modulus().to_bytes_be(), 3600).unwrap();
         // The glue's DNSKEY encoding agrees with shoup-rsa's.
         assert_eq!(zone_key.rdata(), public.dnskey_rdata(257, ALG_RSASHA256).unwrap());
         assert_eq!(zone_key.key_tag(), public.key_tag(257, ALG_RSASHA256).unwrap());
@@ -75,8 +66,8 @@ impl RsaSigner {
         if request.key_tag != self.key_tag {
             return Err(SignError::UnknownKey { algorithm: request.algorithm, key_tag: request.key_tag });
         }
-        let alg = shoup_rsa::HashAlg::from_dnssec_alg(request.algorithm)
-            .ok_or(SignError::UnknownKey { algorithm: request.algorithm, key_tag: request.key_tag })?;
+        let alg =
+            shoup_rsa::HashAlg::from_dnssec_alg(request.algorithm).ok_or(SignError::UnknownKey { algorithm: request.algorithm, key_tag: request.key_tag })?;
         let fail = |e: &dyn std::fmt::Display| SignError::Failed(e.to_string());
         let message = self.public.encode_message(alg, &request.data).map_err(|e| fail(&e))?;
         let share = self.share.sign(&self.public, &message).map_err(|e| fail(&e))?;
@@ -170,18 +161,9 @@ impl Replica {
         let port = free_port();
         let tsig = tsig();
         let conf = NamedConf::new(base, port, &zone(), vec![tsig.clone()]);
-        sign_zone_file(
-            &tools,
-            &zone(),
-            &unsigned,
-            &conf.zone_file,
-            &key_dir,
-            &key,
-            &socket,
-            SignatureTimes::from_agreed(t0, VALIDITY_DAYS * 86_400),
-        )
-        .await
-        .unwrap();
+        sign_zone_file(&tools, &zone(), &unsigned, &conf.zone_file, &key_dir, &key, &socket, SignatureTimes::from_agreed(t0, VALIDITY_DAYS * 86_400))
+            .await
+            .unwrap();
         let conf_path = base.join("named.conf");
         conf.write(&conf_path).unwrap();
         check_conf(&tools, &conf_path).unwrap();
@@ -196,18 +178,7 @@ impl Replica {
             Ok(n) => n,
             Err(e) => panic!("{e}\n{}", std::fs::read_to_string(base.join("named.log")).unwrap_or_default()),
         };
-        Replica {
-            dir,
-            tools,
-            port,
-            socket,
-            service: Some(service),
-            named: Some(named),
-            tsig_file,
-            key,
-            times,
-            signer,
-        }
+        Replica { dir, tools, port, socket, service: Some(service), named: Some(named), tsig_file, key, times, signer }
     }
 
     pub fn path(&self) -> &Path {
@@ -278,12 +249,8 @@ impl Replica {
     }
 
     pub async fn dig(&self, args: &[&str]) -> Output {
-        let out = tokio::process::Command::new(self.tools.bin("dig"))
-            .arg("@127.0.0.1")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .kill_on_drop(true)
-            .output();
+        let out =
+            tokio::process::Command::new(self.tools.bin("dig")).arg("@127.0.0.1").args(["-p", &self.port.to_string()]).args(args).kill_on_drop(true).output();
         tokio::time::timeout(Duration::from_secs(30), out).await.unwrap().unwrap()
     }
 
@@ -327,10 +294,7 @@ impl Replica {
     }
 
     pub fn start_service(&mut self) {
-        self.service = Some(
-            SigningService::bind(&self.socket, self.signer.clone(), self.times.source(), ServiceLimits::default())
-                .unwrap(),
-        );
+        self.service = Some(SigningService::bind(&self.socket, self.signer.clone(), self.times.source(), ServiceLimits::default()).unwrap());
     }
 
     pub async fn shutdown(mut self) {

@@ -14,7 +14,10 @@ const MAX_DEPTH: usize = 32;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Token {
     /// A bare word (`type`, `192.0.2.0/24`, `!`) or a quoted string's contents.
-    Word { text: String, quoted: bool },
+    Word {
+        text: String,
+        quoted: bool,
+    },
     Open,
     Close,
     Semi,
@@ -313,7 +316,15 @@ zone "example.com" IN {
         assert_eq!(s[1].words(), vec!["g", "h"]);
         assert_eq!(s[1].line, 4);
         assert_eq!(parse("a//c\n;").unwrap()[0].words(), vec!["a"]);
-        for (bad, what) in [("a", "not ended"), ("a {", "not closed"), ("a { b; }", "not ended"), ("}", "unexpected"), ("a \"b", "unterminated"), ("/* x", "unterminated"), ("a { b };", "before")] {
+        for (bad, what) in [
+            ("a", "not ended"),
+            ("a {", "not closed"),
+            ("a { b; }", "not ended"),
+            ("}", "unexpected"),
+            ("a \"b", "unterminated"),
+            ("/* x", "unterminated"),
+            ("a { b };", "before"),
+        ] {
             let e = parse(bad).unwrap_err();
             assert!(e.message.contains(what), "{bad:?}: {e}");
         }

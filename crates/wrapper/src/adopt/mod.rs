@@ -148,11 +148,22 @@ const KNOWN_ZONE_OPTIONS: &[&str] = &[
 
 /// Known zone options the adoption reads past: the replicas' named has its own journal,
 /// key directory, serial method (increment) and checks.
-const NOT_CARRIED: &[&str] = &["check-names", "journal", "max-journal-size", "ixfr-from-differences", "zone-statistics", "serial-update-method", "key-directory", "notify-source", "notify-source-v6"];
+const NOT_CARRIED: &[&str] = &[
+    "check-names",
+    "journal",
+    "max-journal-size",
+    "ixfr-from-differences",
+    "zone-statistics",
+    "serial-update-method",
+    "key-directory",
+    "notify-source",
+    "notify-source-v6",
+];
 
 /// The zones Debian's named.conf.default-zones (and RFC 6761/6303 practice) defines
 /// locally: they belong to each host's own named, not to a replicated service.
-const BUILT_IN_ZONES: &[&str] = &["localhost.", "127.in-addr.arpa.", "0.in-addr.arpa.", "255.in-addr.arpa.", "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.ip6.arpa."];
+const BUILT_IN_ZONES: &[&str] =
+    &["localhost.", "127.in-addr.arpa.", "0.in-addr.arpa.", "255.in-addr.arpa.", "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.ip6.arpa."];
 
 fn absolute_name(name: &str) -> String {
     let lower = name.to_ascii_lowercase();
@@ -177,7 +188,10 @@ pub fn inventory(statements: &[Statement], conf_dir: &Path) -> Inventory {
         match s.keyword().as_deref() {
             Some("key") => {
                 if let (Some(name), Some(alg), Some(secret)) = (s.arg(), s.child("algorithm").and_then(|a| a.arg()), s.child("secret").and_then(|a| a.arg())) {
-                    keys.insert(key_name(name), ConfKey { name: name.trim_end_matches('.').to_owned(), algorithm: alg.to_ascii_lowercase(), secret_b64: secret.to_owned() });
+                    keys.insert(
+                        key_name(name),
+                        ConfKey { name: name.trim_end_matches('.').to_owned(), algorithm: alg.to_ascii_lowercase(), secret_b64: secret.to_owned() },
+                    );
                 }
             }
             Some("acl") => {
@@ -189,11 +203,7 @@ pub fn inventory(statements: &[Statement], conf_dir: &Path) -> Inventory {
             _ => {}
         }
     }
-    let directory = options
-        .and_then(|o| o.child("directory"))
-        .and_then(|d| d.arg())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| conf_dir.to_owned());
+    let directory = options.and_then(|o| o.child("directory")).and_then(|d| d.arg()).map(PathBuf::from).unwrap_or_else(|| conf_dir.to_owned());
     let ctx = Scope { keys: &keys, acls: &acls, options, directory };
     let mut zones = Vec::new();
     for s in statements {
@@ -309,7 +319,10 @@ impl Scope<'_> {
         let mut rules: Vec<(String, Vec<String>)> = Vec::new();
         if let Some(policy) = z.child("update-policy") {
             match policy.block() {
-                None => why.push(format!("update-policy {}: named's session key for `nsupdate -l` has no counterpart behind the wrapper; give those clients a TSIG key", policy.args().join(" "))),
+                None => why.push(format!(
+                    "update-policy {}: named's session key for `nsupdate -l` has no counterpart behind the wrapper; give those clients a TSIG key",
+                    policy.args().join(" ")
+                )),
                 Some(block) => {
                     for rule in block {
                         let words = rule.words();
@@ -336,7 +349,9 @@ impl Scope<'_> {
         for (identity, words) in &rules {
             if identity != "*" {
                 match self.keys.get(&key_name(identity)) {
-                    None => why.push(format!("update rule names `{identity}`, which is not a TSIG key in named.conf (Kerberos principals and SIG(0) KEYs are not adopted)")),
+                    None => why.push(format!(
+                        "update rule names `{identity}`, which is not a TSIG key in named.conf (Kerberos principals and SIG(0) KEYs are not adopted)"
+                    )),
                     Some(k) => match supported_algorithm(&k.algorithm) {
                         Ok(()) => {
                             if !plan.update_keys.contains(&key_name(identity)) {
@@ -407,13 +422,7 @@ impl Scope<'_> {
             }
         }
         // Known options whose setting the replicas' named does not take over.
-        let left: Vec<String> = z
-            .block()
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(|o| o.keyword())
-            .filter(|k| NOT_CARRIED.contains(&k.as_str()))
-            .collect();
+        let left: Vec<String> = z.block().unwrap_or(&[]).iter().filter_map(|o| o.keyword()).filter(|k| NOT_CARRIED.contains(&k.as_str())).collect();
         if !left.is_empty() {
             plan.notes.push(format!("not carried over (the replicas' named uses its own settings): {}", left.join(", ")));
         }

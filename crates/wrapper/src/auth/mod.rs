@@ -96,8 +96,14 @@ struct Identity {
 enum Outcome {
     /// Passed as this identity (index into `identities`); `body` is the request
     /// without its signature record.
-    Pass { identity: usize, body: Vec<u8> },
-    Refuse { rcode: u16, answer: Vec<u8> },
+    Pass {
+        identity: usize,
+        body: Vec<u8>,
+    },
+    Refuse {
+        rcode: u16,
+        answer: Vec<u8>,
+    },
 }
 
 pub struct Authenticator {
@@ -153,11 +159,7 @@ impl Authenticator {
     /// The local keys named.conf grants updates to (one per identity), and the
     /// transfer keys named must know to sign transfers (never granted updates).
     pub fn named_keys(&self, transfer_keys: &[TsigSecret]) -> (Vec<NamedKey>, Vec<NamedKey>) {
-        let local = self
-            .identities
-            .iter()
-            .map(|i| NamedKey { name: i.local.name.clone(), algorithm: "hmac-sha256", secret: i.local_secret.clone() })
-            .collect();
+        let local = self.identities.iter().map(|i| NamedKey { name: i.local.name.clone(), algorithm: "hmac-sha256", secret: i.local_secret.clone() }).collect();
         let transfer = transfer_keys
             .iter()
             .map(|k| NamedKey { name: k.name.trim_end_matches('.').to_ascii_lowercase(), algorithm: k.algorithm.name(), secret: k.secret.clone() })
@@ -215,7 +217,8 @@ impl Authenticator {
                 Err(tsig::Failure::BadTime) => {
                     // RFC 8945 5.2.3: signed, the request's time, our time in other data.
                     let other = now_s.to_be_bytes()[2..].to_vec();
-                    let answer = tsig::sign(&answer_header(msg, &layout, RCODE_NOTAUTH), key, t.time_signed, tsig::ANSWER_FUDGE, tsig::BADTIME, other, Some(&t.mac));
+                    let answer =
+                        tsig::sign(&answer_header(msg, &layout, RCODE_NOTAUTH), key, t.time_signed, tsig::ANSWER_FUDGE, tsig::BADTIME, other, Some(&t.mac));
                     return Outcome::Refuse { rcode: RCODE_NOTAUTH, answer };
                 }
             }

@@ -65,9 +65,8 @@ impl Sig0Key {
             return Err(KeyFileError::Bad(format!("flags {flags} forbid authentication")));
         }
         let b64: String = words.get(at + 4..).unwrap_or_default().concat();
-        let public_key = base64::engine::general_purpose::STANDARD
-            .decode(b64.as_bytes())
-            .map_err(|e| KeyFileError::Bad(format!("public key is not base64: {e}")))?;
+        let public_key =
+            base64::engine::general_purpose::STANDARD.decode(b64.as_bytes()).map_err(|e| KeyFileError::Bad(format!("public key is not base64: {e}")))?;
         let signer = wire::name_to_wire(owner).ok_or_else(|| KeyFileError::Bad(format!("owner {owner:?} is not a name")))?;
         let mut rdata = flags.to_be_bytes().to_vec();
         rdata.push(protocol);
@@ -102,11 +101,7 @@ impl Sig0Key {
             ALG_ED25519 => signature::UnparsedPublicKey::new(&signature::ED25519, &self.public_key).verify(data, sig).is_ok(),
             ALG_RSASHA256 | ALG_RSASHA512 => {
                 let Some((e, n)) = rsa_parts(&self.public_key) else { return false };
-                let alg = if self.algorithm == ALG_RSASHA256 {
-                    &signature::RSA_PKCS1_2048_8192_SHA256
-                } else {
-                    &signature::RSA_PKCS1_2048_8192_SHA512
-                };
+                let alg = if self.algorithm == ALG_RSASHA256 { &signature::RSA_PKCS1_2048_8192_SHA256 } else { &signature::RSA_PKCS1_2048_8192_SHA512 };
                 signature::RsaPublicKeyComponents { n, e }.verify(alg, data, sig).is_ok()
             }
             _ => false,
@@ -160,10 +155,7 @@ pub fn verify<'k>(msg: &[u8], rec: &RecordAt, keys: &'k [Sig0Key], now_s: u64) -
     let sig_at = signer_at + signer_len;
     let signer = rd[signer_at..sig_at].to_ascii_lowercase();
     let sig = &rd[sig_at..end];
-    let key = keys
-        .iter()
-        .find(|k| k.signer == signer && k.algorithm == algorithm && k.tag == tag)
-        .ok_or(Failure::UnknownKey)?;
+    let key = keys.iter().find(|k| k.signer == signer && k.algorithm == algorithm && k.tag == tag).ok_or(Failure::UnknownKey)?;
     // RFC 1982 serial comparison around the given time.
     let now = now_s as u32;
     if (now.wrapping_sub(inception) as i32) < 0 || (expiration.wrapping_sub(now) as i32) < 0 {

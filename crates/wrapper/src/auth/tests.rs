@@ -256,7 +256,14 @@ fn garbage_never_panics() {
     }
     let mut state = 0x243f6a8885a308d3u64;
     for len in 0..400 {
-        let buf: Vec<u8> = (0..len).map(|_| { state ^= state << 13; state ^= state >> 7; state ^= state << 17; state as u8 }).collect();
+        let buf: Vec<u8> = (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
         let _ = a.decide(&buf, 1);
     }
 }

@@ -46,7 +46,11 @@ pub fn signed_bytes(zone: &str, replica: u16, stamp_us: u64) -> Vec<u8> {
 
 fn canonical_zone(zone: &str) -> String {
     let z = zone.to_ascii_lowercase();
-    if z.ends_with('.') { z } else { z + "." }
+    if z.ends_with('.') {
+        z
+    } else {
+        z + "."
+    }
 }
 
 /// The check every replica runs at execution: deterministic, no clock.

@@ -126,18 +126,36 @@ pub enum Command<R> {
 /// Results of commands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    ReadDone { id: u64 },
+    ReadDone {
+        id: u64,
+    },
     /// named's answer to the write (the tokio side waits until there is one).
-    WriteAnswered { seq: u64, index: u32, answer: Vec<u8> },
+    WriteAnswered {
+        seq: u64,
+        index: u32,
+        answer: Vec<u8>,
+    },
     /// The zone's content was kept for a background signing (or could not be).
-    SigningBegun { seq: u64, result: Result<(), String> },
+    SigningBegun {
+        seq: u64,
+        result: Result<(), String>,
+    },
     /// The signed zone is installed: how many records changed since the signing began
     /// (applied on top), or why it failed (the zone is then left as it was).
-    SigningFinished { seq: u64, result: Result<u32, String> },
+    SigningFinished {
+        seq: u64,
+        result: Result<u32, String>,
+    },
     /// How many RRsets the slice re-signed, or why named refused it.
-    SliceDone { seq: u64, result: Result<u32, String> },
+    SliceDone {
+        seq: u64,
+        result: Result<u32, String>,
+    },
     /// `None`: the zone could not be read; this replica's checkpoint will not match.
-    ZoneDigest { seq: u64, digest: Option<[u8; 32]> },
+    ZoneDigest {
+        seq: u64,
+        digest: Option<[u8; 32]>,
+    },
 }
 
 /// Why the core's current batch is not advancing.
@@ -147,12 +165,29 @@ enum Wait<R> {
     Barrier,
     /// All read slots are taken.
     ReadSlot,
-    Write { index: u32, request: Vec<u8>, reply: Option<R>, window: Option<([u8; 32], u64)> },
+    Write {
+        index: u32,
+        request: Vec<u8>,
+        reply: Option<R>,
+        window: Option<([u8; 32], u64)>,
+    },
     /// A signing decided at this point of the log, waiting for earlier reads.
-    SignPending { index: u32, reply: Option<R> },
-    Begin { index: u32, reply: Option<R> },
-    Finish { index: u32, reply: Option<R> },
-    Slice { index: u32, reply: Option<R> },
+    SignPending {
+        index: u32,
+        reply: Option<R>,
+    },
+    Begin {
+        index: u32,
+        reply: Option<R>,
+    },
+    Finish {
+        index: u32,
+        reply: Option<R>,
+    },
+    Slice {
+        index: u32,
+        reply: Option<R>,
+    },
     Digest,
 }
 
@@ -202,7 +237,19 @@ pub struct ExecCore<R, G> {
 
 impl<R, G: UpdateGate> ExecCore<R, G> {
     pub fn new(config: ExecConfig, gate: G, state: ExecState) -> Self {
-        ExecCore { config, gate, durable: state.clone(), state, running: None, reads: BTreeSet::new(), next_read: 0, answers: BTreeMap::new(), answer_order: VecDeque::new(), resume: None, sign_reply: None }
+        ExecCore {
+            config,
+            gate,
+            durable: state.clone(),
+            state,
+            running: None,
+            reads: BTreeSet::new(),
+            next_read: 0,
+            answers: BTreeMap::new(),
+            answer_order: VecDeque::new(),
+            resume: None,
+            sign_reply: None,
+        }
     }
 
     /// After a crash in the middle of batch `resume.seq`: when that batch is delivered
@@ -281,14 +328,17 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             from = resume.index;
             applied = resume.applied.then_some(resume.index);
         }
-        let items = batch
-            .requests
-            .into_iter()
-            .enumerate()
-            .map(|(i, item)| (u32::try_from(i).unwrap_or(u32::MAX), item))
-            .filter(|(i, _)| *i >= from)
-            .collect();
-        self.running = Some(Running { seq: batch.seq, time_us: batch.time_us, checkpoint_due: batch.checkpoint_due, items, wait: None, digest_done: false, applied, before: None });
+        let items = batch.requests.into_iter().enumerate().map(|(i, item)| (u32::try_from(i).unwrap_or(u32::MAX), item)).filter(|(i, _)| *i >= from).collect();
+        self.running = Some(Running {
+            seq: batch.seq,
+            time_us: batch.time_us,
+            checkpoint_due: batch.checkpoint_due,
+            items,
+            wait: None,
+            digest_done: false,
+            applied,
+            before: None,
+        });
         self.advance(&mut out);
         out
     }

@@ -180,7 +180,13 @@ impl ExecState {
             Err(CodecError::Version { got: 1, .. }) => {
                 let v1: StateV1 = codec::decode("execution state", 1, MAX_STATE_BYTES, bytes)?;
                 // Requests counted under v1 were not proven by their replicas: dropped.
-                Ok(ExecState { executed: v1.executed, last_signed_s: v1.last_signed_s, outcomes: v1.outcomes, recent_writes: v1.recent_writes, ..Default::default() })
+                Ok(ExecState {
+                    executed: v1.executed,
+                    last_signed_s: v1.last_signed_s,
+                    outcomes: v1.outcomes,
+                    recent_writes: v1.recent_writes,
+                    ..Default::default()
+                })
             }
             Err(CodecError::Version { got: 2, .. }) => {
                 let v2: StateV2 = codec::decode("execution state", 2, MAX_STATE_BYTES, bytes)?;
@@ -375,7 +381,15 @@ mod tests {
             recent_writes: BTreeMap<[u8; 32], RecentWrite>,
             next_slice_s: u64,
         }
-        let old = V2 { executed: 8, last_signed_s: 90, sign_zone_requests: BTreeMap::new(), sign_zone_stamps: [(1, 4)].into(), outcomes: [3; 32], recent_writes: BTreeMap::new(), next_slice_s: 12 };
+        let old = V2 {
+            executed: 8,
+            last_signed_s: 90,
+            sign_zone_requests: BTreeMap::new(),
+            sign_zone_stamps: [(1, 4)].into(),
+            outcomes: [3; 32],
+            recent_writes: BTreeMap::new(),
+            next_slice_s: 12,
+        };
         let s = ExecState::decode(&codec::encode(2, &old)).unwrap();
         assert_eq!((s.executed, s.last_signed_s, s.next_slice_s, s.signing), (8, 90, 12, None));
         assert_eq!(s.sign_zone_stamps.get(&1), Some(&4));

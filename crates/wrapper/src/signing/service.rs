@@ -42,10 +42,7 @@ impl Signer for ThresholdSigner {
                 return Err(SignError::UnknownKey { algorithm: request.algorithm, key_tag: request.key_tag });
             }
             let (reply, answer) = oneshot::channel();
-            commands
-                .send(Command::Sign { algorithm: request.algorithm, data: request.data, reply })
-                .await
-                .map_err(|_| SignError::ShuttingDown)?;
+            commands.send(Command::Sign { algorithm: request.algorithm, data: request.data, reply }).await.map_err(|_| SignError::ShuttingDown)?;
             answer.await.map_err(|_| SignError::ShuttingDown)?
         })
     }
