@@ -142,11 +142,7 @@ impl Forwarder {
     }
 
     async fn udp_socket(&self) -> Result<UdpSocket, ForwardError> {
-        let bind: SocketAddr = if self.addr.is_ipv4() {
-            SocketAddr::from(([127, 0, 0, 1], 0))
-        } else {
-            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 0))
-        };
+        let bind: SocketAddr = if self.addr.is_ipv4() { SocketAddr::from(([127, 0, 0, 1], 0)) } else { SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 0)) };
         let socket = UdpSocket::bind(bind).await?;
         socket.connect(self.addr).await?;
         Ok(socket)
@@ -180,20 +176,9 @@ impl Forwarder {
         let deadline = tokio::time::Instant::now() + self.transfer_timeout;
         let parsed = RawMessage::parse(request).map_err(|e| ForwardError::BadRequest(e.to_string()))?;
         let end = TransferEnd::for_request(&parsed);
-        let mut stream = tokio::time::timeout_at(deadline, self.connect())
-            .await
-            .map_err(|_| ForwardError::Timeout(self.transfer_timeout))??;
+        let mut stream = tokio::time::timeout_at(deadline, self.connect()).await.map_err(|_| ForwardError::Timeout(self.transfer_timeout))??;
         write_framed(&mut stream, request, self.tcp_timeout.min(self.transfer_timeout)).await?;
-        Ok(AxfrStream {
-            stream,
-            id: parsed.header.id,
-            timeout: self.tcp_timeout,
-            deadline,
-            total: self.transfer_timeout,
-            end,
-            messages: 0,
-            done: false,
-        })
+        Ok(AxfrStream { stream, id: parsed.header.id, timeout: self.tcp_timeout, deadline, total: self.transfer_timeout, end, messages: 0, done: false })
     }
 }
 
@@ -337,31 +322,30 @@ async fn write_framed(stream: &mut TcpStream, msg: &[u8], timeout: Duration) -> 
     let mut framed = Vec::with_capacity(msg.len() + 2);
     framed.extend_from_slice(&len.to_be_bytes());
     framed.extend_from_slice(msg);
-    tokio::time::timeout(timeout, stream.write_all(&framed))
-        .await
-        .map_err(|_| ForwardError::Timeout(timeout))??;
+    tokio::time::timeout(timeout, stream.write_all(&framed)).await.map_err(|_| ForwardError::Timeout(timeout))??;
     Ok(())
 }
 
 /// One framed message; `None` on a clean close before its length.
 async fn read_framed(stream: &mut TcpStream, timeout: Duration) -> Result<Option<Vec<u8>>, ForwardError> {
-    let read = async {
-        let mut len = [0u8; 2];
-        match stream.read_exact(&mut len).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-            Err(e) => return Err(ForwardError::Io(e)),
-        }
-        let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
-        stream.read_exact(&mut buf).await.map_err(|e| {
-            if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                ForwardError::Closed
-            } else {
-                ForwardError::Io(e)
+    let read =
+        async {
+            let mut len = [0u8; 2];
+            match stream.read_exact(&mut len).await {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+                Err(e) => return Err(ForwardError::Io(e)),
             }
-        })?;
-        Ok(Some(buf))
-    };
+            let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
+            stream.read_exact(&mut buf).await.map_err(|e| {
+                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    ForwardError::Closed
+                } else {
+                    ForwardError::Io(e)
+                }
+            })?;
+            Ok(Some(buf))
+        };
     tokio::time::timeout(timeout, read).await.map_err(|_| ForwardError::Timeout(timeout))?
 }
 
@@ -372,12 +356,17 @@ pub fn build_query(id: u16, name: &Name, rtype: RecordType) -> Result<Vec<u8>, F
     message.to_vec().map_err(|e| ForwardError::BadRequest(e.to_string()))
 }
 
-/// Asks named for the zone's SOA over UDP; `Ok(true)` once it answers
-/// authoritatively with the SOA (the zone is loaded).
+/// Asks named for the zone's SOA over UDP, once its TCP port takes connections;
+/// `Ok(true)` once it answers authoritatively with the SOA (the zone is loaded).
 pub async fn zone_answers(addr: SocketAddr, zone: &Name, timeout: Duration) -> Result<bool, ForwardError> {
     let id = (crate::time::unix_now() as u16) ^ (std::process::id() as u16);
     let query = build_query(id, zone, RecordType::SOA)?;
     let forwarder = Forwarder { udp_timeout: timeout, udp_attempts: 1, tcp_timeout: timeout, transfer_timeout: timeout, ..Forwarder::new(addr) };
+    // named binds UDP and TCP apart and keeps running without TCP when its port is taken
+    // ("creating TCP socket: address in use"); transfers, digests and large answers need it.
+    if !matches!(tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await, Ok(Ok(_))) {
+        return Ok(false);
+    }
     let answer = forwarder.forward_udp(&query).await?;
     let message = Message::from_vec(&answer).map_err(|e| ForwardError::BadAnswer(e.to_string()))?;
     Ok(message.metadata.response_code == ResponseCode::NoError
@@ -476,11 +465,7 @@ mod deadline {
             tokio::time::sleep(Duration::from_secs(30)).await;
             drop(s);
         });
-        let fwd = Forwarder {
-            tcp_timeout: Duration::from_secs(60),
-            transfer_timeout: Duration::from_millis(300),
-            ..Forwarder::new(addr)
-        };
+        let fwd = Forwarder { tcp_timeout: Duration::from_secs(60), transfer_timeout: Duration::from_millis(300), ..Forwarder::new(addr) };
         let request = build_query(77, &Name::from_ascii("example.test.").unwrap(), RecordType::AXFR).unwrap();
         let mut stream = fwd.axfr(&request).await.unwrap();
         assert!(stream.next_message().await.unwrap().is_ok(), "the first message is relayed");
