@@ -202,7 +202,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
             warn!(replica = self.id, intent = intent.seq, executed, "write intent inconsistent with its own state (ignored)");
             return;
         }
-        let serial = soa_serial(&self.named, &self.maintenance.zone, self.id).await;
+        let serial = soa_serial(&self.named, &self.maintenance.zone, self.id, &self.metrics).await;
         if intent.seq <= executed {
             if serial_before(serial, intent.serial) {
                 self.metrics.inc_execute_error();
@@ -236,9 +236,10 @@ impl<G: UpdateGate + 'static> Executor<G> {
     /// A signing or re-signing slice interrupted by a crash runs again (the same signing,
     /// or the slice's own journal), so only for a write does "applied" decide anything.
     fn intent(&self, seq: u64, index: u32, state: crate::exec::ExecState) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (named, zone, path, id) = (self.named.clone(), self.maintenance.zone.clone(), WriteIntent::path_for(&self.state_file), self.id);
+        let (named, zone, path, id, metrics) =
+            (self.named.clone(), self.maintenance.zone.clone(), WriteIntent::path_for(&self.state_file), self.id, self.metrics.clone());
         async move {
-            let serial = soa_serial(&named, &zone, id).await;
+            let serial = soa_serial(&named, &zone, id, &metrics).await;
             let intent = WriteIntent { seq, index, serial, state };
             let stored = tokio::task::spawn_blocking(move || intent.store(&path).map_err(|e| e.to_string())).await;
             if let Err(e) = stored.map_err(|e| e.to_string()).and_then(|r| r) {
@@ -552,7 +553,7 @@ async fn write(named: &Forwarder, message: &[u8], metrics: &Metrics, id: u16, se
 
 /// named's SOA serial for the zone, waiting for named however long it takes (it may be
 /// starting or restarting).
-async fn soa_serial(named: &Forwarder, zone: &hickory_proto::rr::Name, id: u16) -> u32 {
+async fn soa_serial(named: &Forwarder, zone: &hickory_proto::rr::Name, id: u16, metrics: &Metrics) -> u32 {
     let mut pause = Duration::from_millis(50);
     loop {
         let query = named_glue::forward::build_query(rand_id(), zone, hickory_proto::rr::RecordType::SOA);
@@ -574,6 +575,8 @@ async fn soa_serial(named: &Forwarder, zone: &hickory_proto::rr::Name, id: u16) 
         match serial {
             Ok(serial) => return serial,
             Err(e) => {
+                // named failing under a zone change is an execution error like a failed write.
+                metrics.inc_execute_error();
                 warn!(replica = id, error = %e, "named did not tell the zone's serial; asking again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(WRITE_RETRY_MAX);
