@@ -354,6 +354,10 @@ fn a_replica_whose_state_differs_from_the_certified_checkpoint_repairs_itself() 
 
     c.stop(3);
     std::fs::copy(&saved, c.path("replica-3/state/exec.state")).expect("put the old execution state back");
+    // Without its write intent too: with it, the restart would see named's serial moved and
+    // record the update as applied (the crash repair, exec::state::WriteIntent) instead of
+    // sending it again.
+    let _ = std::fs::remove_file(c.path("replica-3/state/exec.intent"));
     start_replica(&c, 3);
     // Checkpoints come every 8 batches: ordered reads make a few while replica 3 runs.
     let start = Instant::now();
