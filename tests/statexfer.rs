@@ -74,13 +74,7 @@ fn assert_converged(c: &Cluster) {
     // another order than one that built it by updates (same records, same signatures).
     let mut last = String::new();
     for _ in 0..10 {
-        let zones: Vec<Vec<String>> = (0..c.n)
-            .map(|i| {
-                let mut lines: Vec<String> = c.axfr(i).lines().map(str::to_string).collect();
-                lines.sort();
-                lines
-            })
-            .collect();
+        let zones: Vec<Vec<String>> = (0..c.n).map(|i| c.axfr_sorted(i)).collect();
         if zones.iter().all(|z| z == &zones[0]) {
             c.verify_zone(3);
             return;
@@ -237,13 +231,7 @@ fn restart_and_converge(c: &Cluster, i: u16, reference: u16, limit: Duration) ->
 fn assert_zones_identical(c: &Cluster) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let zones: Vec<Vec<String>> = (0..c.n)
-            .map(|i| {
-                let mut lines: Vec<String> = c.axfr(i).lines().map(str::to_string).collect();
-                lines.sort();
-                lines
-            })
-            .collect();
+        let zones: Vec<Vec<String>> = (0..c.n).map(|i| c.axfr_sorted(i)).collect();
         if zones.iter().all(|z| z == &zones[0]) {
             break;
         }

@@ -237,6 +237,14 @@ impl Cluster {
     }
 
     /// `nsupdate -k KEY` (a TSIG key file or a SIG(0) `.private`), or unsigned.
+    /// Replica `i`'s AXFR as sorted lines: a named that loaded a transferred or restarted zone
+    /// may list an RRset's records in another order than one that built it by updates.
+    pub fn axfr_sorted(&self, i: u16) -> Vec<String> {
+        let mut lines: Vec<String> = self.axfr(i).lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    }
+
     pub fn nsupdate_key(&self, i: u16, commands: &str, key: Option<&std::path::Path>) -> (bool, String) {
         use std::io::Write;
         let mut cmd = Command::new(tool("nsupdate"));
