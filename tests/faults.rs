@@ -632,7 +632,7 @@ fn kill9_at_random_moments() {
     // zone change that named had applied or not.
     let log_path = c.path(&format!("replica-{victim}/sdns.log"));
     let mut resumed = [0usize; 2];
-    let mut count_resumed = |resumed: &mut [usize; 2]| {
+    let count_resumed = |resumed: &mut [usize; 2]| {
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();
         for line in log.lines().filter(|l| l.contains("resuming the batch a crash interrupted")) {
             resumed[usize::from(line.contains("applied=false"))] += 1;
