@@ -210,8 +210,7 @@ impl Cluster {
         for i in 0..self.n {
             let p = self.dir.path().join(format!("replica-{i}/sdns.log"));
             let log = std::fs::read_to_string(&p).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(15).collect();
-            s += &format!("--- replica {i} ({})\n{}\n", p.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            s += &format!("--- replica {i} ({})\n{}\n", p.display(), log_tail(&log, 15));
         }
         s
     }
@@ -370,8 +369,65 @@ pub fn ports(base: u16) -> Vec<String> {
         .collect()
 }
 
+impl Cluster {
+    /// After a failed test the whole logs outlive the cluster's directory (the failure message
+    /// shows only their tails): copied to `<tmp>/sdns-failed-<dir>/replica-<i>.log`.
+    fn keep_logs(&self) {
+        let name = self.dir.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let to = std::env::temp_dir().join(format!("sdns-failed-{name}"));
+        if std::fs::create_dir_all(&to).is_err() {
+            return;
+        }
+        for i in 0..self.n {
+            let _ = std::fs::copy(self.dir.path().join(format!("replica-{i}/sdns.log")), to.join(format!("replica-{i}.log")));
+        }
+        eprintln!("the replicas' whole logs are kept in {}", to.display());
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = Command::new(sdns_bin()).args(["cluster", "down", "--replicas", &self.n.to_string()]).arg("--dir").arg(self.dir.path()).output();
+        if std::thread::panicking() {
+            self.keep_logs();
+        }
+    }
+}
+
+/// The last `lines` distinct events of a log: a message repeated back to back (a warning said
+/// every checkpoint) is shown once with its count, so the tail still shows what led to it.
+pub fn log_tail(log: &str, lines: usize) -> String {
+    // The message without its timestamp (the first field) and its key=value fields, which
+    // tracing writes after the message, separated by spaces.
+    let message = |l: &str| {
+        let rest = l.split_once(' ').map_or(l, |(_, rest)| rest);
+        rest.split(' ').take_while(|w| !w.contains('=')).collect::<Vec<_>>().join(" ")
+    };
+    let mut kept: Vec<(String, String, usize)> = Vec::new();
+    for line in log.lines() {
+        let m = message(line);
+        match kept.last_mut() {
+            Some((last, shown, count)) if *last == m => {
+                *shown = line.to_string();
+                *count += 1;
+            }
+            _ => kept.push((m, line.to_string(), 1)),
+        }
+    }
+    let start = kept.len().saturating_sub(lines);
+    kept[start..]
+        .iter()
+        .map(|(_, line, count)| if *count > 1 { format!("{line}  [said {count} times in a row; the last shown]") } else { line.clone() })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod log_tail_tests {
+    #[test]
+    fn repeats_are_counted_not_shown() {
+        let log = "t1 a\nt2 b x=1\nt3 b x=2\nt4 b x=3\nt5 c";
+        assert_eq!(super::log_tail(log, 2), "t4 b x=3  [said 3 times in a row; the last shown]\nt5 c");
+        assert_eq!(super::log_tail(log, 10), "t1 a\nt4 b x=3  [said 3 times in a row; the last shown]\nt5 c");
     }
 }
