@@ -79,6 +79,9 @@ pub struct Executor<G: UpdateGate> {
     /// The records each pending checkpoint digest was computed from.
     pub digested: DigestedRecords,
     /// Verified snapshots to install (from state transfer).
+    /// The tasks the running batch's commands started: aborted when a transferred state
+    /// replaces what that batch was doing (see [`Executor::preempt`]).
+    pub tasks: CommandTasks,
     pub installs: Option<mpsc::Receiver<Install>>,
     pub background: Arc<Background>,
     /// This replica's own state digest at each recent checkpoint, to compare with the
@@ -92,6 +95,31 @@ pub struct Executor<G: UpdateGate> {
 
 /// Own checkpoint digests by batch, the newest few.
 pub type OwnDigests = Arc<Mutex<std::collections::BTreeMap<u64, Digest>>>;
+/// The tasks started for the running batch's commands.
+#[derive(Default)]
+pub struct CommandTasks(std::sync::Mutex<Vec<tokio::task::AbortHandle>>);
+
+impl CommandTasks {
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(task).abort_handle();
+        let mut tasks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(handle);
+    }
+
+    fn abort_all(&self) -> usize {
+        let mut tasks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let running = tasks.iter().filter(|t| !t.is_finished()).count();
+        for task in tasks.drain(..) {
+            task.abort();
+        }
+        running
+    }
+}
+
+/// How often a batch that does not finish is reported (first after one to two periods).
+const STALL_WARNING: Duration = Duration::from_secs(10);
+
 /// Own digests remembered (the stable checkpoint trails the newest by about one interval).
 const OWN_DIGESTS_KEPT: usize = 8;
 
@@ -118,13 +146,39 @@ impl<G: UpdateGate + 'static> Executor<G> {
             info!(replica = self.id, began = run.seq, "resuming the background whole-zone signing");
             start_background(&self.maintenance, &self.background, &self.metrics, run.seq, times, self.id);
         }
+        // A batch that does not finish holds every later one and any state install: said
+        // every STALL_WARNING while it lasts, with what it waits for.
+        let mut stall_check = tokio::time::interval(STALL_WARNING);
+        stall_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut stalled: Option<(u64, std::time::Instant)> = None;
         loop {
             let paused = *diverged_at.borrow_and_update() > installed_at;
             let commands = tokio::select! {
                 biased;
                 Some(event) = events.recv() => self.core.handle(event),
-                Some((snapshot, ack)) = installs.recv(), if self.core.is_idle() => {
+                _ = stall_check.tick() => {
+                    match self.core.waiting_for() {
+                        Some((seq, what)) => match stalled {
+                            Some((at, since)) if at == seq => warn!(
+                                replica = self.id,
+                                seq,
+                                secs = since.elapsed().as_secs(),
+                                reads_in_flight = self.core.reads_in_flight(),
+                                "a batch has been executing for long; waiting for {what}"
+                            ),
+                            _ => stalled = Some((seq, std::time::Instant::now())),
+                        },
+                        None => stalled = None,
+                    }
+                    Vec::new()
+                }
+                Some((snapshot, ack)) = installs.recv() => {
                     let seq = snapshot.seq;
+                    if !self.core.is_idle() {
+                        // The batch may never finish (a write whose signature its peers, far
+                        // ahead, no longer help with) and the snapshot replaces its effects.
+                        self.preempt(seq, &mut events);
+                    }
                     let result = self.install(snapshot).await;
                     if result.is_ok() {
                         installed_at = installed_at.max(seq);
@@ -146,6 +200,18 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 self.perform(command, &events_tx).await;
             }
         }
+    }
+
+    /// Abandons the running batch for a transferred state at checkpoint `seq` (at or past
+    /// that batch: a replica fetches only checkpoints ahead of its execution): the batch's
+    /// tasks are aborted, so a write cannot reach the named that the install restarts, and
+    /// their late events are dropped (the core ignores events of batches it does not run).
+    fn preempt(&mut self, seq: u64, events: &mut mpsc::UnboundedReceiver<Event>) {
+        let (running, what) = self.core.waiting_for().unwrap_or((0, "nothing"));
+        let aborted = self.tasks.abort_all();
+        while events.try_recv().is_ok() {}
+        self.core.abandon();
+        warn!(replica = self.id, batch = running, checkpoint = seq, aborted, "batch abandoned for the transferred state (it waited for {what})");
     }
 
     /// Installs a snapshot that state transfer fetched and verified: named is stopped, its
@@ -170,6 +236,8 @@ impl<G: UpdateGate + 'static> Executor<G> {
         written.map_err(|e| format!("writing the transferred zone: {e}"))?;
         self.core.install(state.clone());
         state.store(&self.state_file).map_err(|e| e.to_string())?;
+        // An intent names a write of a batch the transferred state already covers.
+        let _ = std::fs::remove_file(WriteIntent::path_for(&self.state_file));
         if let Some((run, times)) = self.core.signing_run() {
             // Its zone content was not transferred: this part fails, and so will the
             // installation here (visible at the next checkpoint; another transfer repairs it).
@@ -314,7 +382,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     },
                 };
                 let (named, metrics, events, cache) = (self.named.clone(), self.metrics.clone(), events.clone(), self.cache.clone());
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     if transfer {
                         transfer_to(named, message, reply, metrics, id, events).await;
                     } else {
@@ -329,7 +397,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 // Begun before named can apply the write; ended once it answered.
                 let change = self.cache.begin_change();
                 let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     if let Some(intent) = intent {
                         intent.await;
                     }
@@ -344,7 +412,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 let (maintenance, metrics, events, background) = (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.background.clone());
                 let id = self.id;
                 // The zone does not change here: only its content is kept.
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     let result = begin_signing(&maintenance, seq).await;
                     match &result {
                         Ok(total) => {
@@ -365,7 +433,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone(), self.background.clone());
                 let (id, cache) = (self.id, self.cache.clone());
                 let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     // This replica's part, however long it takes (t+1 others are done).
                     let mut done = background.finished.subscribe();
                     let part = loop {
@@ -416,7 +484,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 let (maintenance, metrics, events, tx) = (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone());
                 let id = self.id;
                 let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     if let Some(intent) = intent {
                         intent.await;
                     }
@@ -466,7 +534,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 let (maintenance, events, cache, last_digest, digested) =
                     (self.maintenance.clone(), events.clone(), self.cache.clone(), self.last_digest.clone(), self.digested.clone());
                 let id = self.id;
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     let digest = zone_digest(&maintenance, id).await.map(|(digest, records)| {
                         let records = Arc::new(records);
                         if keep {

@@ -340,6 +340,7 @@ pub async fn run(config: Config) -> Result<()> {
         metrics.clone(),
     ));
     let executor = Executor {
+        tasks: Default::default(),
         id,
         cache: cache.clone(),
         last_digest: Default::default(),

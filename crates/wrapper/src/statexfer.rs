@@ -391,6 +391,13 @@ impl<O: StateOutbound> StateTransfer<O> {
             };
             let fetch_ms = started.elapsed().as_millis() as u64;
             let records = snapshot.records.len();
+            info!(
+                replica = self.id,
+                seq = claim.seq,
+                records,
+                fetch_ms,
+                "state fetched and verified; the executor installs it after the batch it is executing"
+            );
             let (ack_tx, ack_rx) = oneshot::channel();
             if installs.send((snapshot, ack_tx)).await.is_err() {
                 return;
@@ -426,11 +433,13 @@ impl<O: StateOutbound> StateTransfer<O> {
         let mut total: Option<u64> = None;
         loop {
             let offset = buffer.len() as u64;
+            debug!(replica = self.id, peer, seq, offset, "asking for a snapshot chunk");
             self.outbound.send(peer, Bytes::from(StateMessage::Request { seq, digest, offset }.encode()));
             let deadline = tokio::time::Instant::now() + CHUNK_TIMEOUT;
             let (chunk_total, data) = loop {
                 let answer = tokio::time::timeout_at(deadline, answers.recv()).await.map_err(|_| FetchError::Timeout)?;
                 let Some((from, message)) = answer else { return Err(FetchError::Closed) };
+                debug!(replica = self.id, from, "state-transfer answer");
                 if from != peer {
                     continue;
                 }

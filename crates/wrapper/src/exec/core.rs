@@ -271,6 +271,14 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// Replaces the state with one transferred from peers (its batch is executed: named
     /// holds its zone). Call only when [`Self::is_idle`]; the cached answers of earlier
     /// writes go, since the transferred state's recent writes are not this replica's.
+    /// Drops the running batch and the reads in flight (their tasks were aborted): a
+    /// transferred state replaces whatever they would have done. Call [`Self::install`] next.
+    pub fn abandon(&mut self) {
+        self.running = None;
+        self.reads.clear();
+        self.resume = None;
+    }
+
     pub fn install(&mut self, state: ExecState) {
         debug_assert!(self.running.is_none());
         self.durable = state.clone();
@@ -307,6 +315,23 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// Reads issued and not yet reported done.
     pub fn reads_in_flight(&self) -> usize {
         self.reads.len()
+    }
+
+    /// The batch being executed and what it waits for (for the executor's stall warning).
+    pub fn waiting_for(&self) -> Option<(u64, &'static str)> {
+        let run = self.running.as_ref()?;
+        let what = match &run.wait {
+            None => "nothing (runnable)",
+            Some(Wait::Barrier) => "earlier reads to finish before a write",
+            Some(Wait::ReadSlot) => "a free read slot",
+            Some(Wait::Write { .. }) => "named's answer to a write",
+            Some(Wait::SignPending { .. }) => "earlier reads to finish before a signing",
+            Some(Wait::Begin { .. }) => "the zone content for a whole-zone signing",
+            Some(Wait::Finish { .. }) => "the installation of a signed zone",
+            Some(Wait::Slice { .. }) => "a re-signing slice",
+            Some(Wait::Digest) => "the zone digest of a checkpoint",
+        };
+        Some((run.seq, what))
     }
 
     /// True when the next batch may be delivered (reads of earlier batches may still run).
