@@ -449,7 +449,6 @@ fn full_cluster_restart() {
 }
 
 #[test]
-#[ignore = "fails with the 2 s default minimum request timeout (2 of 2 runs, 2026-11-23: the restored replica does not answer within 90 s); passed with 250 ms in the merged tree's CI run; docs/RELIABILITY.md, Failover"]
 fn restored_from_an_old_copy() {
     let c = Cluster::up(ClusterOpts::default());
     let load = Load::start(&c, "old-copy", 2, &[], 0);

@@ -58,6 +58,9 @@ pub struct Status {
     pub faults: BTreeMap<(ReplicaId, &'static str), u64>,
 }
 
+/// A gap between inputs of this many retransmit intervals is a pause (see `Replica::observe`):
+/// ticks come every interval while the process runs.
+const RESUME_INTERVALS: u64 = 4;
 /// Most checkpoint votes remembered per peer (its latest ones).
 const VOTES_PER_PEER: usize = 4;
 /// Most digests remembered per seq in the Q set.
@@ -203,6 +206,11 @@ pub struct Replica {
     view_change_deadline: Option<Time>,
     tick_deadline: Time,
     peer_status: BTreeMap<ReplicaId, StatusReport>,
+    /// When each peer's latest status report arrived.
+    peer_status_at: BTreeMap<ReplicaId, Time>,
+    /// This replica started, or resumed after a pause (its clock jumped): reports older than
+    /// this say nothing about its peers now, and it suspects no primary before 2f fresh ones.
+    reports_needed_after: Time,
     state_transfer_requested: u64,
     /// The latest checkpoints this replica asked the application to fetch (newest last): a
     /// transfer that took long may install one of these after the stable checkpoint moved on.
@@ -231,7 +239,10 @@ impl Replica {
     pub fn new(config: Config, now: Time) -> Result<Replica, ConfigError> {
         config.validate()?;
         let n = usize::from(config.n);
-        let tick_deadline = now.plus(config.retransmit_interval);
+        // The first status report goes out at once: peers answer a replica that just
+        // started (with what it missed, or the view they are in), and it hears from them
+        // before it may suspect a primary (see `reports_needed_after`).
+        let tick_deadline = now;
         Ok(Replica {
             now,
             view: 0,
@@ -273,6 +284,8 @@ impl Replica {
             view_change_deadline: None,
             tick_deadline,
             peer_status: BTreeMap::new(),
+            peer_status_at: BTreeMap::new(),
+            reports_needed_after: now,
             state_transfer_requested: 0,
             transfer_claims: VecDeque::new(),
             view_anchor: CheckpointClaim::genesis(),
@@ -606,7 +619,7 @@ impl Replica {
 
     /// A request from a local client. Idempotent for a request already pending.
     pub fn submit(&mut self, now: Time, request: Request) -> Result<(), SubmitError> {
-        self.now = now;
+        self.observe(now);
         if request.origin != self.config.id {
             return Err(SubmitError::NotOwnOrigin { origin: request.origin, id: self.config.id });
         }
@@ -629,7 +642,7 @@ impl Replica {
 
     /// A message from peer `from`, as authenticated by the transport.
     pub fn handle_message(&mut self, now: Time, from: ReplicaId, message: Message) {
-        self.now = now;
+        self.observe(now);
         if from >= self.config.n || from == self.config.id {
             return;
         }
@@ -653,7 +666,7 @@ impl Replica {
 
     /// Fires due timers. Safe to call at any time.
     pub fn handle_timeout(&mut self, now: Time) {
-        self.now = now;
+        self.observe(now);
         if self.tick_deadline <= now {
             self.tick_deadline = now.plus(self.config.retransmit_interval);
             self.tick();
@@ -663,6 +676,11 @@ impl Replica {
             if self.lagging() {
                 // f+1 peers delivered more: catch up first, the primary may be fine.
                 self.request_deadline = Some(now.plus(self.request_timeout()));
+            } else if !self.heard_peers_since_resume() {
+                // Just started or resumed: what peers reported before says nothing about now
+                // (they may be far ahead, in another view). A lone suspicion would leave this
+                // replica waiting in a view change nobody else makes: wait for fresh reports.
+                self.request_deadline = Some(now.plus(self.config.retransmit_interval.min(self.request_timeout())));
             } else if !self.view_changing {
                 // Peers that have not seen these requests yet (they reach everyone only after a
                 // retransmit interval) start their own timers now, so f+1 suspicions, and with
@@ -1568,7 +1586,25 @@ impl Replica {
             self.last_push.insert(from, self.now);
         }
         self.peer_status.insert(from, report);
+        self.peer_status_at.insert(from, self.now);
         self.check_state_transfer();
+    }
+
+    /// Takes the time of an input; a jump of several retransmit intervals (the process was
+    /// stopped, or the host slept) makes the peers' reports stale.
+    fn observe(&mut self, now: Time) {
+        let pause = duration_us(self.config.retransmit_interval).saturating_mul(RESUME_INTERVALS);
+        if now.0 > self.now.0.saturating_add(pause) {
+            self.reports_needed_after = now;
+        }
+        self.now = now;
+    }
+
+    /// 2f peers reported since this replica started or resumed (all that may be heard from
+    /// when f are silent).
+    fn heard_peers_since_resume(&self) -> bool {
+        let fresh = self.peer_status_at.values().filter(|at| **at >= self.reports_needed_after).count();
+        fresh >= 2 * usize::from(self.config.f)
     }
 
     /// At least f+1 peers (so one honest) reported delivering beyond us.

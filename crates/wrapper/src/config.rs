@@ -157,11 +157,9 @@ pub struct OrderingSection {
     pub request_timeout_ms: u64,
     /// The shortest such wait (a quick cluster notices a crashed primary this soon); it
     /// doubles per view change without progress and grows with the ordering latency
-    /// observed. Must exceed the ordering latency of the cluster's first requests. The
-    /// default equals `request_timeout_ms` (no adaptation) until a replica that has just
-    /// restarted, and has not yet heard that its peers are ahead, can no longer suspect a
-    /// working primary alone: with 250 ms, restarted replicas in CI stayed out of the
-    /// ordering (docs/RELIABILITY.md, "Failover").
+    /// observed. Must exceed the ordering latency of the cluster's first requests. A replica
+    /// that has just started or resumed suspects no primary before fresh status reports from
+    /// 2t peers (docs/RELIABILITY.md, "Failover").
     pub min_request_timeout_ms: u64,
     pub view_change_timeout_ms: u64,
     pub max_clock_skew_ms: u64,
@@ -185,7 +183,7 @@ impl Default for OrderingSection {
             batch_delay_ms: 1,
             checkpoint_interval: 64,
             request_timeout_ms: 2000,
-            min_request_timeout_ms: 2000,
+            min_request_timeout_ms: 250,
             view_change_timeout_ms: 2000,
             max_clock_skew_ms: 30_000,
             retained_batches: 1024,
