@@ -8,10 +8,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
+
+use dnswire::framing;
 
 use crate::access::AccessSection;
 use crate::answer::{error_answer, RCODE_REFUSED};
@@ -279,10 +281,7 @@ async fn serve_connection(
             if lie {
                 answer.bytes = crate::byzantine::lie(std::mem::take(&mut answer.bytes));
             }
-            let Ok(len) = u16::try_from(answer.bytes.len()) else { continue };
-            let mut framed = Vec::with_capacity(answer.bytes.len() + 2);
-            framed.extend_from_slice(&len.to_be_bytes());
-            framed.extend_from_slice(&answer.bytes);
+            let Some(framed) = framing::frame(&answer.bytes) else { continue };
             match tokio::time::timeout(write_timeout, writer.write_all(&framed)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => break,
@@ -301,13 +300,8 @@ async fn serve_connection(
             s = pipelined.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => break },
             _ = &mut write_task => { writer_done = true; break }
         };
-        let read = async {
-            let mut len_bytes = [0u8; 2];
-            tokio::time::timeout(limits.idle, reader.read_exact(&mut len_bytes)).await.ok()?.ok()?;
-            let mut bytes = vec![0u8; usize::from(u16::from_be_bytes(len_bytes))];
-            tokio::time::timeout(limits.idle, reader.read_exact(&mut bytes)).await.ok()?.ok()?;
-            Some(bytes)
-        };
+        // The whole message within the idle time.
+        let read = async { tokio::time::timeout(limits.idle, framing::read_message(&mut reader)).await.ok()?.ok()? };
         let bytes = tokio::select! {
             b = read => match b { Some(b) => b, None => break }, // idle, or closed
             _ = &mut write_task => { writer_done = true; break }
