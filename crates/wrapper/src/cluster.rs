@@ -345,7 +345,7 @@ pub fn admin_post(addr: SocketAddr, path: &str, token: &str) -> Result<String> {
 
 /// Where replica `i` of a local cluster writes its admin token.
 pub fn admin_token_file(dir: &Path, i: u16) -> std::path::PathBuf {
-    replica_dir(dir, i).join("state").join(crate::metrics::ADMIN_TOKEN_FILE)
+    replica_dir(dir, i).join("state").join(crate::endpoint::ADMIN_TOKEN_FILE)
 }
 
 /// Reads an admin token file; a replica writes it as it starts, so wait a little for it.

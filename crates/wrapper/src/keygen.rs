@@ -24,8 +24,7 @@ use rand_chacha::rand_core::SeedableRng;
 
 use crate::auth::Mode;
 use crate::config::{Protocol, ReadMode};
-use crate::files::{demo_zone, write_public, write_secret, TsigKey};
-use crate::run::zone_key;
+use crate::files::{demo_zone, write_public, write_secret, zone_key, TsigKey};
 
 /// Where each replica listens. Defaults put a whole cluster on one host.
 #[derive(Clone, Debug)]

@@ -15,7 +15,6 @@ use bft::Replica;
 use hickory_proto::rr::Name;
 use named_glue::conf::{NamedConf, TsigKey};
 use named_glue::forward::Forwarder;
-use named_glue::keys::ZoneKey;
 use named_glue::signer::{watch_time_source, ServiceLimits, SigningService};
 use named_glue::supervisor::{NamedSpec, Supervisor};
 use named_glue::tools::BindTools;
@@ -30,21 +29,15 @@ use crate::byzantine::{Mode, SigningFault};
 use crate::config::Config;
 use crate::exec::{ExecConfig, ExecCore, ExecState, SignZoneSigner, SignZoneVerifier, UpdateGate};
 use crate::executor::Executor;
-use crate::files::{check_secret_mode, TsigKey as DealerTsig};
+use crate::files::{check_secret_mode, zone_key, TsigKey as DealerTsig};
 use crate::gateway::Gateway;
 use crate::listener::{serve_tcp, serve_udp, TcpLimits};
+use crate::endpoint;
 use crate::metrics::{self, Metrics};
 use crate::pending::Pending;
 use crate::signing::{service, Keys, SignerCore, SignerLimits};
 use crate::statexfer::{SnapshotStore, StateTransfer};
 use crate::zone::ZoneMaintenance;
-
-/// The zone's key as named must see it, from the threshold public key.
-pub fn zone_key(zone: &Name, algorithm: u8, public: &shoup_rsa::PublicKey) -> Result<ZoneKey> {
-    let e = public.public_exponent().to_be_bytes();
-    let first = e.iter().position(|&b| b != 0).unwrap_or(e.len() - 1);
-    ZoneKey::rsa(zone, algorithm, &e[first..], &public.modulus().to_bytes_be(), 3600).context("zone key for named")
-}
 
 fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
@@ -417,10 +410,10 @@ pub async fn run(config: Config) -> Result<()> {
     tokio::spawn(serve_tcp(tcp, client_tx, tcp_limits, metrics.clone(), access, filters));
     if let Some(addr) = config.metrics.listen {
         let m = metrics.clone();
-        let token = metrics::write_admin_token(&state.join(metrics::ADMIN_TOKEN_FILE)).context("writing the admin token")?;
-        let admin = Arc::new(metrics::Admin { gateway: gateway.clone(), token, signer: sign_zone_signer });
+        let token = endpoint::write_admin_token(&state.join(endpoint::ADMIN_TOKEN_FILE)).context("writing the admin token")?;
+        let admin = Arc::new(endpoint::Admin { gateway: gateway.clone(), token, signer: sign_zone_signer });
         tokio::spawn(async move {
-            if let Err(e) = metrics::serve(addr, m, Some(admin)).await {
+            if let Err(e) = endpoint::serve(addr, m, Some(admin)).await {
                 tracing::error!(%addr, error = %e, "metrics endpoint stopped");
             }
         });
@@ -617,7 +610,7 @@ async fn resign_timer(gateway: Arc<Gateway>, last_signed: Arc<AtomicU64>, slice_
         tokio::time::sleep(check).await;
         let last = last_signed.load(std::sync::atomic::Ordering::Relaxed);
         if last != 0 {
-            let (reply, mut rx) = crate::listener::ReplyTo::internal();
+            let (reply, mut rx) = crate::reply::ReplyTo::internal();
             gateway.order(crate::envelope::Op::Resign, reply).await;
             // Wait for it to be ordered and executed (or expire) before checking again.
             let _ = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
@@ -636,7 +629,7 @@ async fn finish_voter(gateway: Arc<Gateway>, mut finished: watch::Receiver<Optio
         }
         let Some(run) = finished.borrow_and_update().as_ref().map(|(seq, _)| *seq) else { continue };
         loop {
-            let (reply, mut rx) = crate::listener::ReplyTo::internal();
+            let (reply, mut rx) = crate::reply::ReplyTo::internal();
             gateway.order(crate::envelope::Op::SignZoneFinish, reply).await;
             let answer = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
             let text = match answer {
