@@ -29,6 +29,7 @@ pub mod reply;
 pub mod run;
 pub mod signing;
 pub mod statexfer;
+pub mod tasks;
 pub mod transfer;
 pub mod voting;
 pub mod voting_read;

@@ -273,7 +273,13 @@ fn main() -> ExitCode {
             wrapper::adopt::adopt(&options, &cluster.params(), &out)
         }
         Cmd::Run { config } => match Config::load(&config) {
-            Ok(c) => tokio::runtime::Runtime::new().map_err(anyhow::Error::from).and_then(|rt| rt.block_on(wrapper::run::run(c))),
+            Ok(c) => tokio::runtime::Runtime::new().map_err(anyhow::Error::from).and_then(|rt| {
+                let result = rt.block_on(wrapper::run::run(c));
+                // A blocking job still running (a share being computed) must not hold up the
+                // exit, least of all after an essential task ended.
+                rt.shutdown_timeout(std::time::Duration::from_secs(5));
+                result
+            }),
             Err(e) => Err(e.into()),
         },
         Cmd::SignZone { admin, token } => wrapper::cluster::sign_zone(&admin, &token).map(|outcome| println!("{outcome}")),
