@@ -4,7 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use wrapper::config::{Config, Protocol, ReadMode};
 use wrapper::keygen::{ClusterParams, Layout};
 
@@ -111,19 +111,6 @@ enum ClusterCmd {
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum ProtocolArg {
-    Basic,
-    OptProof,
-    OptTe,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum ReadsArg {
-    Ordered,
-    Local,
-}
-
 #[derive(Args, Clone)]
 struct ClusterArgs {
     #[arg(long, default_value = "example.test.")]
@@ -140,9 +127,9 @@ struct ClusterArgs {
     #[arg(long, default_value_t = 8)]
     algorithm: u8,
     #[arg(long, value_enum, default_value = "opt-te")]
-    protocol: ProtocolArg,
+    protocol: Protocol,
     #[arg(long, value_enum, default_value = "ordered")]
-    reads: ReadsArg,
+    reads: ReadMode,
     /// Replicas that invert every bit of their signature shares (the paper's corrupted mode).
     #[arg(long, value_delimiter = ',')]
     corrupt: Vec<u16>,
@@ -187,7 +174,7 @@ struct ClusterArgs {
     /// What authorizes updates: tsig (a shared key every replica holds), sig0 (a KEY
     /// pair whose private half only the operator has), or both.
     #[arg(long, value_enum, default_value = "tsig")]
-    update_auth: UpdateAuthArg,
+    update_auth: wrapper::auth::Mode,
     /// Replicas that order updates without checking them first (fault injection, tests).
     #[arg(long, value_delimiter = ',')]
     skip_precheck: Vec<u16>,
@@ -204,13 +191,6 @@ struct ClusterArgs {
     retained_batches: Option<u64>,
 }
 
-#[derive(ValueEnum, Clone, Copy)]
-enum UpdateAuthArg {
-    Tsig,
-    Sig0,
-    Both,
-}
-
 impl ClusterArgs {
     fn params(&self) -> ClusterParams {
         ClusterParams {
@@ -219,15 +199,8 @@ impl ClusterArgs {
             threshold: self.threshold,
             bits: self.bits,
             algorithm: self.algorithm,
-            protocol: match self.protocol {
-                ProtocolArg::Basic => Protocol::Basic,
-                ProtocolArg::OptProof => Protocol::OptProof,
-                ProtocolArg::OptTe => Protocol::OptTe,
-            },
-            reads: match self.reads {
-                ReadsArg::Ordered => ReadMode::Ordered,
-                ReadsArg::Local => ReadMode::Local,
-            },
+            protocol: self.protocol,
+            reads: self.reads,
             corrupt: self.corrupt.clone(),
             byzantine: self.byzantine.clone(),
             layout: Layout {
@@ -244,11 +217,7 @@ impl ClusterArgs {
             validity_s: self.signature_validity_s,
             resign_slice_interval_s: self.resign_slice_interval_s,
             resign_slice_rrsets: self.resign_slice_rrsets,
-            update_auth: match self.update_auth {
-                UpdateAuthArg::Tsig => wrapper::auth::Mode::Tsig,
-                UpdateAuthArg::Sig0 => wrapper::auth::Mode::Sig0,
-                UpdateAuthArg::Both => wrapper::auth::Mode::Both,
-            },
+            update_auth: self.update_auth,
             skip_precheck: self.skip_precheck.clone(),
             rrl_responses_per_second: self.rrl_responses_per_second,
             checkpoint_interval: self.checkpoint_interval,

@@ -23,7 +23,7 @@ use std::process::Command;
 use anyhow::{anyhow, bail, Context, Result};
 
 use self::bindconf::Statement;
-pub use self::record::{absolute_name, adopted_for, toml_list, toml_string, Adopted, ADOPTED_FILE};
+pub use self::record::{absolute_name, adopted_for, Adopted, ADOPTED_FILE};
 use crate::files::{write_public, write_secret, TsigKey};
 use crate::keygen::{keygen, replica_dir, write_configs, ClusterParams};
 
@@ -561,17 +561,11 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
         update_policy: plan.policy.clone(),
         allow_transfer: plan.transfer_addresses.clone(),
     };
-    let record = format!(
-        "# Written by sdns adopt from {conf}: zone {zone}. sdns cluster up and write_configs\n\
-         # read it; the keys are the operator's own (0600 files next to this one).\n\
-         zone = {z}\ntsig_keys = {t}\ntransfer_keys = {x}\nupdate_policy = {u}\nallow_transfer = {a}\n",
-        a = toml_list(&adopted.allow_transfer),
+    let record = adopted.to_toml(&format!(
+        "Written by sdns adopt from {conf}: zone {zone}. sdns cluster up and write_configs\n\
+         read it; the keys are the operator's own (0600 files next to this one).",
         conf = o.named_conf.display(),
-        z = toml_string(&adopted.zone),
-        t = toml_list(&adopted.tsig_keys),
-        x = toml_list(&adopted.transfer_keys),
-        u = toml_list(&adopted.update_policy),
-    );
+    ))?;
     write_public(&out.join(ADOPTED_FILE), record.as_bytes())?;
     write_configs(&p, out)?;
     print!("{}", render_report(&inv.zones, Some(&zone)));

@@ -30,6 +30,12 @@ pub struct Adopted {
 }
 
 impl Adopted {
+    /// The record as `adopted.toml` holds it, after a comment saying where it came from.
+    pub fn to_toml(&self, comment: &str) -> Result<String> {
+        let comment: String = comment.lines().map(|l| format!("# {l}\n")).collect();
+        Ok(comment + &toml::to_string(self).context("writing the adoption record")?)
+    }
+
     /// The adoption record in `dir`, if the directory was dealt by `sdns adopt`.
     pub fn load(dir: &Path) -> Result<Option<Adopted>> {
         let path = dir.join(ADOPTED_FILE);
@@ -39,15 +45,6 @@ impl Adopted {
             Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
         }
     }
-}
-
-/// A TOML string literal.
-pub fn toml_string(s: &str) -> String {
-    toml::Value::String(s.to_owned()).to_string()
-}
-
-pub fn toml_list(items: &[String]) -> String {
-    format!("[{}]", items.iter().map(|s| toml_string(s)).collect::<Vec<_>>().join(", "))
 }
 
 /// A domain name in lower case with its trailing dot.
