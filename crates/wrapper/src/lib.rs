@@ -4,6 +4,8 @@
 //! An update: the same path, executed by every replica; while named executes it,
 //! its signing requests come through named-glue's socket to `signing`, which runs
 //! the threshold protocol with the other replicas over the mesh.
+#![forbid(unsafe_code)]
+
 pub mod access;
 pub mod adopt;
 pub mod answer;

@@ -1,4 +1,5 @@
 //! `sdns`: the replicated, threshold-signed DNS service.
+#![forbid(unsafe_code)]
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
