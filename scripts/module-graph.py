@@ -196,12 +196,30 @@ def absolute(segs, here):
     return None
 
 
+def purpose(raw):
+    """The first sentence of a module's `//!` comment."""
+    lines = []
+    for ln in raw.splitlines():
+        if not ln.startswith("//!"):
+            if lines or ln.strip():
+                break
+            continue
+        text = ln[3:].strip()
+        if not text:
+            if lines:
+                break
+            continue
+        lines.append(text)
+    para = " ".join(lines)
+    m = re.search(r"^(.*?[a-z0-9)`'\]]\.)(\s|$)", para)
+    return (m.group(1) if m else para) if para else ""
+
+
 def load_file(crate, path, file, test, bin_root=False):
     mod = Module(path, file, test)
     crate.modules[path] = mod
     raw = open(file, encoding="utf-8").read()
-    docs = [ln[3:].strip() for ln in raw.splitlines() if ln.startswith("//!")]
-    mod.doc = docs[0] if docs else ""
+    mod.doc = purpose(raw)
     text = strip(raw)
     dir_ = os.path.dirname(file)
     if not (file.endswith("mod.rs") or file.endswith("lib.rs") or file.endswith("main.rs")):
