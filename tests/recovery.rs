@@ -119,8 +119,8 @@ fn whole_cluster_restart_resumes_after_traffic() {
 /// running on without the part.
 #[test]
 fn a_replica_whose_essential_task_ends_exits_non_zero_and_names_it() {
-    use std::process::{Command, Stdio};
     use sdns_system_tests::{bind_dir, free_port_block, ports, sdns_bin, text};
+    use std::process::{Command, Stdio};
 
     let dir = tempfile::tempdir().expect("tempdir");
     let base = free_port_block(1);
