@@ -16,6 +16,8 @@ if cargo fmt --version >/dev/null 2>&1; then
 else
   echo "test.sh: rustfmt is not installed (rustup component add rustfmt); format check skipped" >&2
 fi
+# No module loops inside any crate: the graph docs/ARCHITECTURE.md shows, checked here.
+python3 scripts/module-graph.py >/dev/null
 cargo build --workspace --bins
 # The Docker tests (tests/docker.rs) run the replica image: build it from what was just built
 # (the base image once, with debootstrap where no registry is reachable; a no-op when unchanged).

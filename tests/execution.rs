@@ -3,7 +3,6 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -31,18 +30,7 @@ fn any_dnssec_query(id: u16) -> Vec<u8> {
 /// buffer and never reads. Returns the socket, which the caller holds open.
 fn slow_reader(port: u16, count: u16) -> TcpStream {
     let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    let small: libc::c_int = 1024;
-    // SAFETY: setsockopt on an open socket with a pointer to a live c_int of the given size.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            &small as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "SO_RCVBUF");
+    socket2::SockRef::from(&s).set_recv_buffer_size(1024).expect("SO_RCVBUF");
     let mut w = s.try_clone().expect("clone");
     w.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
     std::thread::spawn(move || {

@@ -112,3 +112,47 @@ fn whole_cluster_restart_resumes_after_traffic() {
     let logs = c.logs();
     assert!(logs.contains("resuming the ordering from its persisted state"), "the replicas did not restore their ordering state\n{logs}");
 }
+
+/// A replica stops as a whole, naming the part, when one of its essential tasks ends: here its
+/// metrics/admin endpoint cannot take its port (another process holds it), so that task fails
+/// at once. The process exits non-zero for its service manager to restart it, instead of
+/// running on without the part.
+#[test]
+fn a_replica_whose_essential_task_ends_exits_non_zero_and_names_it() {
+    use sdns_system_tests::{bind_dir, free_port_block, ports, sdns_bin, text};
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = free_port_block(1);
+    let out = Command::new(sdns_bin())
+        .args(["keygen", "--bits", "1024", "--replicas", "1", "--out"])
+        .arg(dir.path())
+        .arg("--bind-dir")
+        .arg(bind_dir())
+        .args(ports(base))
+        .output()
+        .expect("keygen");
+    assert!(out.status.success(), "keygen: {}", text(&out));
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", base + 301)).expect("the metrics port");
+    let mut replica = Command::new(sdns_bin())
+        .args(["run", "--config"])
+        .arg(dir.path().join("replica-0/replica.toml"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sdns run");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while replica.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = replica.kill();
+            let out = replica.wait_with_output().expect("output");
+            panic!("the replica kept running without its endpoint:\n{}", text(&out));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = replica.wait_with_output().expect("output");
+    let log = text(&out);
+    assert!(!out.status.success(), "exit status {:?}:\n{log}", out.status);
+    assert!(log.contains("essential task `metrics and admin endpoint` failed"), "{log}");
+    drop(squatter);
+}

@@ -181,6 +181,19 @@ fn write_request(out: &mut Vec<u8>, request: &Request) {
     out.extend_from_slice(&request.payload);
 }
 
+impl Proposal {
+    /// The digest that prepares, commits and certificates refer to; it binds the sequence number.
+    /// Over the proposal's encoding, so it lives with the codec.
+    pub fn digest(&self, seq: u64) -> Digest {
+        use sha2::{Digest as _, Sha256};
+        let mut bytes = Vec::with_capacity(64);
+        bytes.extend_from_slice(b"sdns-bft-proposal-v1");
+        bytes.extend_from_slice(&seq.to_le_bytes());
+        write_proposal(&mut bytes, self);
+        Sha256::digest(&bytes).into()
+    }
+}
+
 pub(crate) fn write_proposal(out: &mut Vec<u8>, proposal: &Proposal) {
     put_u64(out, proposal.time.0);
     put_len(out, proposal.requests.len());

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use sha2::{Digest as _, Sha256};
-
 /// Index of a replica, `0..n`.
 pub type ReplicaId = u16;
 
@@ -86,15 +84,6 @@ impl Proposal {
 
     pub fn is_null(&self) -> bool {
         self.requests.is_empty()
-    }
-
-    /// The digest that prepares, commits and certificates refer to; it binds the sequence number.
-    pub fn digest(&self, seq: u64) -> Digest {
-        let mut bytes = Vec::with_capacity(64);
-        bytes.extend_from_slice(b"sdns-bft-proposal-v1");
-        bytes.extend_from_slice(&seq.to_le_bytes());
-        crate::codec::write_proposal(&mut bytes, self);
-        Sha256::digest(&bytes).into()
     }
 }
 

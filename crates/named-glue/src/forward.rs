@@ -13,8 +13,8 @@ use hickory_proto::op::{Header, Message, MessageType, OpCode, Query, ResponseCod
 use hickory_proto::rr::{Name, RecordType};
 
 use crate::rrwire::{RawMessage, RawRecord, TYPE_IXFR};
+use dnswire::framing;
 use hickory_proto::serialize::binary::BinDecodable;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
 /// Largest UDP answer accepted (EDNS maximum).
@@ -318,35 +318,21 @@ impl AxfrStream {
 }
 
 async fn write_framed(stream: &mut TcpStream, msg: &[u8], timeout: Duration) -> Result<(), ForwardError> {
-    let len = u16::try_from(msg.len()).map_err(|_| ForwardError::TooLarge(msg.len()))?;
-    let mut framed = Vec::with_capacity(msg.len() + 2);
-    framed.extend_from_slice(&len.to_be_bytes());
-    framed.extend_from_slice(msg);
-    tokio::time::timeout(timeout, stream.write_all(&framed)).await.map_err(|_| ForwardError::Timeout(timeout))??;
+    if msg.len() > framing::MAX_MESSAGE {
+        return Err(ForwardError::TooLarge(msg.len()));
+    }
+    tokio::time::timeout(timeout, framing::write_message(stream, msg)).await.map_err(|_| ForwardError::Timeout(timeout))??;
     Ok(())
 }
 
 /// One framed message; `None` on a clean close before its length.
 async fn read_framed(stream: &mut TcpStream, timeout: Duration) -> Result<Option<Vec<u8>>, ForwardError> {
-    let read =
-        async {
-            let mut len = [0u8; 2];
-            match stream.read_exact(&mut len).await {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-                Err(e) => return Err(ForwardError::Io(e)),
-            }
-            let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
-            stream.read_exact(&mut buf).await.map_err(|e| {
-                if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                    ForwardError::Closed
-                } else {
-                    ForwardError::Io(e)
-                }
-            })?;
-            Ok(Some(buf))
-        };
-    tokio::time::timeout(timeout, read).await.map_err(|_| ForwardError::Timeout(timeout))?
+    let read = framing::read_message(stream);
+    match tokio::time::timeout(timeout, read).await.map_err(|_| ForwardError::Timeout(timeout))? {
+        Ok(message) => Ok(message),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(ForwardError::Closed),
+        Err(e) => Err(ForwardError::Io(e)),
+    }
 }
 
 /// Builds a query for (`name`, `rtype`) with the given id.

@@ -20,6 +20,8 @@
 //! - [`signzone`]: initial signing of an unsigned zone through the socket
 //!   with the patched dnssec-signzone ([`signzone::sign_zone_file`]).
 //! - [`supervisor`]: named as a supervised child ([`supervisor::Supervisor`]).
+//! - [`signal`]: signals to processes by pid (kill(2)), the crate's one `unsafe` call
+//!   besides the child set-up in `supervisor` (`PR_SET_PDEATHSIG`).
 //! - [`forward`]: forwarding a DNS message to named over UDP/TCP and zone
 //!   transfers as message streams ([`forward::Forwarder`]).
 //! - [`rrwire`]: DNS messages walked as wire bytes (transfers, digests,
@@ -51,6 +53,7 @@ pub mod conf;
 pub mod forward;
 pub mod keys;
 pub use dnswire::rrwire;
+pub mod signal;
 pub mod signer;
 pub mod signzone;
 pub mod supervisor;

@@ -134,6 +134,12 @@ impl SigningService {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Whether the service's task has ended. It serves until dropped, so before that an end
+    /// is a failure (a panic included): named's signing requests go unanswered.
+    pub fn has_stopped(&self) -> bool {
+        self.task.is_finished()
+    }
 }
 
 impl Drop for SigningService {

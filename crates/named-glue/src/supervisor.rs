@@ -127,6 +127,12 @@ impl Supervisor {
         Err(SuperviseError::NotReady(self.spec.ready_timeout, self.spec.log_file.clone()))
     }
 
+    /// Whether the supervision task has ended. It runs until [`Self::stop`] or drop, so
+    /// before that an end is a failure (a panic included): named is no longer restarted.
+    pub fn has_stopped(&self) -> bool {
+        self.task.as_ref().is_none_or(|t| t.is_finished())
+    }
+
     /// Stops named (SIGTERM, SIGKILL after the grace), starts it again and
     /// waits until it is ready.
     pub async fn restart(&self) -> Result<(), SuperviseError> {
@@ -183,10 +189,7 @@ impl Drop for Supervisor {
             let pid = self.pid.swap(0, Ordering::SeqCst);
             if pid != 0 {
                 // The task may be gone without a runtime to run kill_on_drop.
-                // SAFETY: kill(2) has no memory-safety preconditions.
-                unsafe {
-                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
-                }
+                crate::signal::send(pid as i32, crate::signal::SIGKILL);
             }
         }
     }
@@ -218,10 +221,8 @@ async fn claim_port(spec: &NamedSpec) -> Result<(), SuperviseError> {
         return Err(SuperviseError::PortHeld(spec.listen));
     };
     tracing::warn!(pid, port = spec.listen.port(), "a named of an earlier run still holds the port; stopping it");
-    // SAFETY: kill(2) has no memory-safety preconditions; the pid was just checked to run named.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
+    // The pid was just checked to run named.
+    crate::signal::send(pid, crate::signal::SIGKILL);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while port_held(spec.listen) {
         if tokio::time::Instant::now() >= deadline {
@@ -276,10 +277,7 @@ fn spawn(spec: &NamedSpec, starts: &AtomicU64) -> Result<Child, SuperviseError> 
 
 async fn terminate(child: &mut Child, grace: Duration) {
     if let Some(pid) = child.id() {
-        // SAFETY: kill(2) has no memory-safety preconditions.
-        unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGTERM);
-        }
+        crate::signal::send(pid as i32, crate::signal::SIGTERM);
         if tokio::time::timeout(grace, child.wait()).await.is_ok() {
             return;
         }
@@ -365,6 +363,7 @@ pub(crate) fn die_with_parent(cmd: &mut tokio::process::Command) {
     let parent = std::process::id();
     // SAFETY: the closure runs in the child between fork and exec and only calls the
     // async-signal-safe prctl(2) and getppid(2).
+    #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {

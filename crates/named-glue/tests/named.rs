@@ -298,8 +298,7 @@ async fn supervisor_restarts_named() {
     let named = r.named.as_ref().unwrap();
     let first_pid = named.pid();
     assert_ne!(first_pid, 0);
-    // SAFETY: kill(2) on the child we started.
-    unsafe { libc::kill(first_pid as libc::pid_t, libc::SIGKILL) };
+    assert!(named_glue::signal::send(first_pid as i32, named_glue::signal::SIGKILL));
     // Back within the backoff plus startup.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while named.starts() < 2 || named.pid() == 0 {
@@ -321,8 +320,7 @@ async fn supervisor_restarts_named() {
 
     let last_pid = named.pid();
     r.named.take().unwrap().stop().await;
-    // SAFETY: signal 0 only checks whether the process exists.
-    let alive = unsafe { libc::kill(last_pid as libc::pid_t, 0) } == 0;
+    let alive = named_glue::signal::alive(last_pid as i32);
     assert!(!alive, "named still running after stop");
     let _ = &mut r;
 }

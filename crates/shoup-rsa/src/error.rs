@@ -58,7 +58,7 @@ pub enum CombineError {
 pub enum Error {
     #[error("modulus size {bits} bits not allowed (even sizes {min}..={max})")]
     ModulusBits { bits: u32, min: u32, max: u32 },
-    #[error("player count {0} out of range (1..={max})", max = crate::MAX_PLAYERS)]
+    #[error("player count {0} out of range (1..={max})", max = crate::util::MAX_PLAYERS)]
     Players(u16),
     #[error("threshold {threshold} out of range for {players} players (1..={players})")]
     Threshold { threshold: u16, players: u16 },

@@ -16,13 +16,12 @@ use zeroize::Zeroize;
 
 use crate::exp::FixedBase;
 use crate::prime::{self, Event};
+pub use crate::util::MAX_PLAYERS;
 use crate::util::{self, from_boxed, precision, to_boxed, to_fixed_be};
 use crate::Error;
 
 /// The public exponent (prime, larger than any player count, so gcd(e, 4Δ²) = 1).
 pub const PUBLIC_EXPONENT: u32 = 65537;
-/// Largest number of players (Δ = n! stays a few thousand bits).
-pub const MAX_PLAYERS: u16 = 255;
 pub const MIN_MODULUS_BITS: u32 = 1024;
 pub const MAX_MODULUS_BITS: u32 = 4096;
 pub const DEFAULT_MODULUS_BITS: u32 = 2048;
@@ -318,11 +317,6 @@ impl PublicKey {
     }
     pub(crate) fn precision(&self) -> u32 {
         precision(self.bits)
-    }
-
-    /// The fixed-base table of v, covering exponents as long as a proof's z.
-    pub(crate) fn v_table(&self) -> Option<&FixedBase> {
-        self.v_table.get_or_init(|| FixedBase::new(&self.v, &self.params, crate::share::v_exponent_bits(self))).as_ref()
     }
 }
 

@@ -54,6 +54,13 @@ fn proof_z_bytes(pk: &PublicKey) -> usize {
     ((pk.bits + 2 * CHALLENGE_BITS + 1) as usize).div_ceil(8)
 }
 
+impl PublicKey {
+    /// The fixed-base table of v, covering exponents as long as a proof's z.
+    pub(crate) fn v_table(&self) -> Option<&exp::FixedBase> {
+        self.v_table.get_or_init(|| exp::FixedBase::new(&self.v, &self.params, v_exponent_bits(self))).as_ref()
+    }
+}
+
 impl SignatureShare {
     /// Wire form: index (u16 BE) | x_i (|N| bytes) | flag (0 or 1) | [c (32 bytes) | z].
     pub fn to_bytes(&self, pk: &PublicKey) -> Result<Vec<u8>, ShareError> {

@@ -1,9 +1,13 @@
 //! Conversions between num-bigint (public arithmetic) and crypto-bigint (constant-time secret
-//! arithmetic), hex and base64 text, fixed-width big-endian encodings.
+//! arithmetic), hex and base64 text, fixed-width big-endian encodings; the player limit that keys and
+//! errors both name.
 
 use crypto_bigint::BoxedUint;
 use num_bigint::BigUint;
 use zeroize::Zeroizing;
+
+/// Largest number of players (Δ = n! stays a few thousand bits).
+pub const MAX_PLAYERS: u16 = 255;
 
 /// Limb-rounded precision (bits) of a value of `bits` bits.
 pub(crate) fn precision(bits: u32) -> u32 {

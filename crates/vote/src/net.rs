@@ -5,8 +5,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use dnswire::framing;
 use hickory_proto::op::{Message, MessageType};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UdpSocket};
 
 /// Largest UDP answer accepted (the EDNS maximum).
@@ -87,11 +88,8 @@ pub async fn ask_udp(addr: SocketAddr, request: &[u8], expect: &Message, t: Time
 
 /// Sends `request` over TCP and returns the parsed answer.
 pub async fn ask_tcp(addr: SocketAddr, request: &[u8], expect: &Message, t: Timeouts) -> Result<Message, AskError> {
-    let len = u16::try_from(request.len()).map_err(|_| AskError::TooLarge(request.len()))?;
+    let framed = framing::frame(request).ok_or(AskError::TooLarge(request.len()))?;
     let mut stream = tokio::time::timeout(t.tcp, TcpStream::connect(addr)).await.map_err(|_| AskError::Timeout(t.tcp))??;
-    let mut framed = Vec::with_capacity(request.len() + 2);
-    framed.extend_from_slice(&len.to_be_bytes());
-    framed.extend_from_slice(request);
     tokio::time::timeout(t.tcp, stream.write_all(&framed)).await.map_err(|_| AskError::Timeout(t.tcp))??;
     for _ in 0..MAX_STRAY_TCP_MESSAGES {
         let bytes = tokio::time::timeout(t.tcp, read_framed(&mut stream)).await.map_err(|_| AskError::Timeout(t.tcp))??;
@@ -105,11 +103,12 @@ pub async fn ask_tcp(addr: SocketAddr, request: &[u8], expect: &Message, t: Time
 }
 
 async fn read_framed(stream: &mut TcpStream) -> Result<Vec<u8>, AskError> {
-    let mut len = [0u8; 2];
-    stream.read_exact(&mut len).await.map_err(|e| if e.kind() == std::io::ErrorKind::UnexpectedEof { AskError::Closed } else { AskError::Io(e) })?;
-    let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
-    stream.read_exact(&mut buf).await.map_err(|e| if e.kind() == std::io::ErrorKind::UnexpectedEof { AskError::Closed } else { AskError::Io(e) })?;
-    Ok(buf)
+    match framing::read_message(stream).await {
+        Ok(Some(message)) => Ok(message),
+        Ok(None) => Err(AskError::Closed),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(AskError::Closed),
+        Err(e) => Err(AskError::Io(e)),
+    }
 }
 
 /// True if `answer` is a response to `request`: same id, same opcode, same question (names

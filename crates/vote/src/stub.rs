@@ -10,8 +10,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dnswire::framing;
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, ResponseCode};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{mpsc, Semaphore};
 use tracing::{debug, warn};
@@ -97,28 +98,18 @@ async fn connection(stream: TcpStream, client: Arc<VotingClient>, slots: Arc<Sem
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
     let writer_task = tokio::spawn(async move {
         while let Some(a) = rx.recv().await {
-            let Ok(len) = u16::try_from(a.len()) else { continue };
-            let write = async {
-                writer.write_all(&len.to_be_bytes()).await?;
-                writer.write_all(&a).await
-            };
-            match tokio::time::timeout(TCP_IDLE, write).await {
+            let Some(framed) = framing::frame(&a) else { continue };
+            match tokio::time::timeout(TCP_IDLE, writer.write_all(&framed)).await {
                 Ok(Ok(())) => {}
                 _ => break,
             }
         }
     });
     loop {
-        let mut len = [0u8; 2];
-        match tokio::time::timeout(TCP_IDLE, reader.read_exact(&mut len)).await {
-            Ok(Ok(_)) => {}
+        let bytes = match tokio::time::timeout(TCP_IDLE, framing::read_message(&mut reader)).await {
+            Ok(Ok(Some(bytes))) => bytes,
             _ => break,
-        }
-        let mut bytes = vec![0u8; usize::from(u16::from_be_bytes(len))];
-        match tokio::time::timeout(TCP_IDLE, reader.read_exact(&mut bytes)).await {
-            Ok(Ok(_)) => {}
-            _ => break,
-        }
+        };
         let Ok(permit) = slots.clone().try_acquire_owned() else { continue };
         let (client, tx) = (client.clone(), tx.clone());
         tokio::spawn(async move {

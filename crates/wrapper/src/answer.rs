@@ -57,6 +57,11 @@ pub fn error_answer(request: &[u8], rcode: u8) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The SERVFAIL named would give for a request (id, opcode, question, OPT kept).
+pub fn servfail(request: &[u8]) -> Option<Vec<u8>> {
+    error_answer(request, RCODE_SERVFAIL)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

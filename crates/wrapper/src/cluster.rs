@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
+use named_glue::signal;
 
 use crate::keygen::{keygen, replica_dir, write_configs, ClusterParams};
 use crate::metrics::Status;
@@ -18,9 +19,7 @@ fn pid_file(dir: &Path, i: u16) -> std::path::PathBuf {
 }
 
 fn alive(pid: i32) -> bool {
-    // Signal 0 checks existence without touching the process.
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe { libc::kill(pid, 0) == 0 }
+    signal::alive(pid)
 }
 
 fn read_pid(path: &Path) -> Option<i32> {
@@ -171,15 +170,13 @@ pub fn down(replicas: u16, dir: &Path) -> Result<()> {
         let pf = pid_file(dir, i);
         let Some(pid) = read_pid(&pf) else { continue };
         if alive(pid) {
-            // SAFETY: kill(2) has no memory-safety preconditions; pid is this cluster's replica.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
+            signal::send(pid, signal::SIGTERM);
             let deadline = Instant::now() + Duration::from_secs(10);
             while alive(pid) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(100));
             }
             if alive(pid) {
-                // SAFETY: as above.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+                signal::send(pid, signal::SIGKILL);
             }
             stopped += 1;
         }
@@ -187,8 +184,7 @@ pub fn down(replicas: u16, dir: &Path) -> Result<()> {
         // A named left behind by a killed wrapper.
         let named_pid = replica_dir(dir, i).join("state/named/named.pid");
         if let Some(pid) = read_pid(&named_pid).filter(|&p| alive(p)) {
-            // SAFETY: kill(2) has no memory-safety preconditions; pid is this cluster's replica.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
+            signal::send(pid, signal::SIGTERM);
         }
     }
     eprintln!("sdns cluster: stopped {stopped} replicas");
@@ -349,7 +345,7 @@ pub fn admin_post(addr: SocketAddr, path: &str, token: &str) -> Result<String> {
 
 /// Where replica `i` of a local cluster writes its admin token.
 pub fn admin_token_file(dir: &Path, i: u16) -> std::path::PathBuf {
-    replica_dir(dir, i).join("state").join(crate::metrics::ADMIN_TOKEN_FILE)
+    replica_dir(dir, i).join("state").join(crate::endpoint::ADMIN_TOKEN_FILE)
 }
 
 /// Reads an admin token file; a replica writes it as it starts, so wait a little for it.

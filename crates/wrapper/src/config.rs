@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// Which of the paper's threshold-signature protocols the replicas run (Section 3.5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Which of the paper's threshold-signature protocols the replicas run (Section 3.5). The
+/// same names in the configuration (serde) and on the command line (clap).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Protocol {
     /// Every share carries its proof; verify each, combine k valid ones.
@@ -21,8 +22,18 @@ pub enum Protocol {
     OptTe,
 }
 
+impl From<Protocol> for threshold::Protocol {
+    fn from(p: Protocol) -> Self {
+        match p {
+            Protocol::Basic => threshold::Protocol::Basic,
+            Protocol::OptProof => threshold::Protocol::OptProof,
+            Protocol::OptTe => threshold::Protocol::OptTe,
+        }
+    }
+}
+
 /// Whether reads go through the ordering (the paper's default) or are answered locally.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReadMode {
     Ordered,

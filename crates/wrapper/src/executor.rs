@@ -22,10 +22,10 @@ use crate::classify::{classify, Verdict};
 use crate::envelope::Op;
 use crate::exec::state::serial_before;
 use crate::exec::{Command, Delivered, Event, ExecCore, Item, Resume, UpdateGate, WriteIntent};
-use crate::listener::{Delivery, ReplyTo};
 use crate::metrics::Metrics;
 use crate::pending::Pending;
 use crate::read::{Lookup, ReadCache};
+use crate::reply::{Delivery, ReplyTo};
 use crate::statexfer::{write_zone_files, DigestedRecords, Install, Snapshot, SnapshotStore};
 use crate::zone::{zone_digest_of, ZoneError, ZoneMaintenance};
 
@@ -773,9 +773,4 @@ async fn zone_digest(maintenance: &ZoneMaintenance, id: u16) -> Option<([u8; 32]
 async fn transfer_to(named: Forwarder, message: Vec<u8>, reply: ReplyTo, metrics: Arc<Metrics>, id: u64, events: mpsc::UnboundedSender<Event>) {
     crate::transfer::relay(&named, message, reply, metrics).await;
     let _ = events.send(Event::ReadDone { id });
-}
-
-/// The SERVFAIL named would give for a request (id, opcode, question, OPT kept).
-pub fn servfail(request: &[u8]) -> Option<Vec<u8>> {
-    crate::answer::error_answer(request, crate::answer::RCODE_SERVFAIL)
 }

@@ -6,6 +6,8 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use base64::Engine as _;
+use hickory_proto::rr::Name;
+use named_glue::keys::ZoneKey;
 
 /// Writes a secret file with mode 0600 from the start (no window where it is readable).
 pub fn write_secret(path: &Path, contents: &[u8]) -> std::io::Result<()> {
@@ -97,6 +99,13 @@ pub fn demo_zone(zone: &str, replicas: u16) -> String {
     z += "@\tIN\tMX\t10 mail\nwww\tIN\tA\t192.0.2.80\nwww\tIN\tAAAA\t2001:db8::80\nmail\tIN\tA\t192.0.2.25\n";
     z += "@\tIN\tTXT\t\"served by sdns: Byzantine-fault-tolerant, threshold-signed\"\n";
     z
+}
+
+/// The zone's key as named must see it, from the threshold public key.
+pub fn zone_key(zone: &Name, algorithm: u8, public: &shoup_rsa::PublicKey) -> anyhow::Result<ZoneKey> {
+    let e = public.public_exponent().to_be_bytes();
+    let first = e.iter().position(|&b| b != 0).unwrap_or(e.len() - 1);
+    ZoneKey::rsa(zone, algorithm, &e[first..], &public.modulus().to_bytes_be(), 3600).map_err(|e| anyhow::anyhow!("zone key for named: {e}"))
 }
 
 #[cfg(test)]

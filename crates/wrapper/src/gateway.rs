@@ -13,14 +13,14 @@ use named_glue::forward::Forwarder;
 use tokio::sync::mpsc;
 use tracing::debug;
 
+use crate::answer::servfail;
 use crate::classify::{classify, Kind, Verdict};
 use crate::config::ReadMode;
 use crate::envelope::Op;
-use crate::executor::servfail;
-use crate::listener::{ClientRequest, ReplyTo};
 use crate::metrics::Metrics;
 use crate::pending::{payload_digest, Pending};
 use crate::read::{Lookup, ReadCache};
+use crate::reply::{ClientRequest, ReplyTo};
 
 pub struct Gateway {
     pub id: u16,

@@ -23,9 +23,11 @@ use hickory_proto::rr::Name;
 use rand_chacha::rand_core::SeedableRng;
 
 use crate::auth::Mode;
-use crate::config::{Protocol, ReadMode};
-use crate::files::{demo_zone, write_public, write_secret, TsigKey};
-use crate::run::zone_key;
+use serde::Serialize;
+
+use crate::access::AccessSection;
+use crate::config::{AuthSection, ClusterSection, MetricsSection, PeerSection, Protocol, ReadMode, ReplicaSection};
+use crate::files::{demo_zone, write_public, write_secret, zone_key, TsigKey};
 
 /// Where each replica listens. Defaults put a whole cluster on one host.
 #[derive(Clone, Debug)]
@@ -215,18 +217,66 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// What `sdns keygen` writes to a replica's `replica.toml`: the settings it decides, every
+/// other one left to its default (config.rs). Serialized with toml and read back with
+/// `Config::parse` before it is written.
+#[derive(Serialize)]
+struct ReplicaFile {
+    cluster: ClusterSection,
+    replica: ReplicaSection,
+    named: NamedFile,
+    metrics: MetricsSection,
+    access: AccessSection,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signing: Option<SigningFile>,
+    auth: AuthSection,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ordering: Option<OrderingFile>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rrl: Option<RrlFile>,
+    peer: Vec<PeerSection>,
+}
+
+#[derive(Serialize)]
+struct NamedFile {
+    bind_dir: PathBuf,
+    port: u16,
+    zone_file: PathBuf,
+    tsig_keys: Vec<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    update_policy: Option<Vec<String>>,
+}
+
+#[derive(Clone, Serialize)]
+struct SigningFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    validity_s: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resign_slice_interval_s: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resign_slice_rrsets: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resign_after_s: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sign_zone_interval_s: Option<u64>,
+}
+
+#[derive(Clone, Serialize)]
+struct OrderingFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checkpoint_interval: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retained_batches: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct RrlFile {
+    responses_per_second: u32,
+}
+
 /// (Re)writes every replica's `replica.toml` from the cluster parameters; keys are untouched.
 pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
     let n = p.replicas;
-    let protocol = match p.protocol {
-        Protocol::Basic => "basic",
-        Protocol::OptProof => "opt-proof",
-        Protocol::OptTe => "opt-te",
-    };
-    let reads = match p.reads {
-        ReadMode::Ordered => "ordered",
-        ReadMode::Local => "local",
-    };
     let bind_dir = std::path::absolute(&p.bind_dir).unwrap_or_else(|_| p.bind_dir.clone());
     for (k, (id, _)) in p.byzantine.iter().enumerate() {
         if *id >= n {
@@ -239,100 +289,92 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
     let test_cluster = !p.corrupt.is_empty() || !p.byzantine.is_empty();
     // A directory dealt by `sdns adopt` keeps the operator's keys and update-policy.
     let adopted = crate::adopt::adopted_for(out, &p.zone)?;
-    let (tsig_keys, transfer_keys, policy) = match &adopted {
-        Some(a) => (
-            crate::adopt::toml_list(&a.tsig_keys),
-            crate::adopt::toml_list(&a.transfer_keys),
-            format!("update_policy = {}\n", crate::adopt::toml_list(&a.update_policy)),
-        ),
-        None => ("[\"tsig.key\"]".to_owned(), "[\"transfer.key\"]".to_owned(), String::new()),
+    let paths = |names: &[String]| names.iter().map(PathBuf::from).collect::<Vec<_>>();
+    let (tsig_keys, transfer_keys, update_policy) = match &adopted {
+        Some(a) => (paths(&a.tsig_keys), paths(&a.transfer_keys), Some(a.update_policy.clone())),
+        None => (vec![PathBuf::from("tsig.key")], vec![PathBuf::from("transfer.key")], None),
     };
+    let mut allow_transfer: Vec<String> = if p.layout.addresses.iter().all(|a| a.is_loopback()) {
+        // A cluster on this machine only: clients on this machine's own
+        // address may transfer (other loopback addresses may not, as a test needs).
+        vec!["127.0.0.1".into(), "::1".into()]
+    } else {
+        Vec::new()
+    };
+    // An adopted zone's allow-transfer addresses.
+    for a in adopted.iter().flat_map(|a| &a.allow_transfer) {
+        if !allow_transfer.contains(a) {
+            allow_transfer.push(a.clone());
+        }
+    }
+    let allow_transfer =
+        allow_transfer.iter().map(|a| a.parse().map_err(|e| anyhow::anyhow!("allow_transfer {a:?}: {e}"))).collect::<Result<Vec<crate::access::Prefix>>>()?;
+    let signing = [
+        p.validity_s.is_some(),
+        p.resign_slice_interval_s.is_some(),
+        p.resign_slice_rrsets.is_some(),
+        p.resign_after_s.is_some(),
+        p.sign_zone_interval_s.is_some(),
+    ]
+    .contains(&true)
+    .then_some(SigningFile {
+        validity_s: p.validity_s,
+        resign_slice_interval_s: p.resign_slice_interval_s,
+        resign_slice_rrsets: p.resign_slice_rrsets,
+        resign_after_s: p.resign_after_s,
+        sign_zone_interval_s: p.sign_zone_interval_s,
+    });
+    let ordering = (p.checkpoint_interval.is_some() || p.retained_batches.is_some())
+        .then_some(OrderingFile { checkpoint_interval: p.checkpoint_interval, retained_batches: p.retained_batches });
     for i in 0..n {
-        let mut c = format!(
+        let file = ReplicaFile {
+            cluster: ClusterSection {
+                zone: p.zone.clone(),
+                replicas: n,
+                faults: None,
+                protocol: p.protocol,
+                reads: p.reads,
+                ca_cert: "ca.pem".into(),
+                public_key: "zone.pub.json".into(),
+                algorithm: p.algorithm,
+                test_cluster,
+            },
+            replica: ReplicaSection {
+                id: i,
+                key_share: "share.json".into(),
+                cert: "tls.pem".into(),
+                tls_key: "tls.key".into(),
+                corrupt_shares: p.corrupt.contains(&i),
+                byzantine: p.byzantine.iter().find(|(id, _)| *id == i).map(|(_, mode)| *mode),
+                state_dir: "state".into(),
+            },
+            named: NamedFile {
+                bind_dir: bind_dir.clone(),
+                port: p.layout.named_port(i),
+                zone_file: "zone.db".into(),
+                tsig_keys: tsig_keys.clone(),
+                update_policy: update_policy.clone(),
+            },
+            metrics: MetricsSection { listen: Some(p.layout.metrics(i)) },
+            access: AccessSection { allow_transfer: allow_transfer.clone(), ..AccessSection::default() },
+            signing: signing.clone(),
+            auth: AuthSection {
+                mode: p.update_auth,
+                sig0_keys: if p.update_auth != Mode::Tsig { vec!["sig0.key".into()] } else { Vec::new() },
+                transfer_keys: transfer_keys.clone(),
+                skip_precheck: p.skip_precheck.contains(&i),
+            },
+            ordering: ordering.clone(),
+            rrl: (p.rrl_responses_per_second > 0).then_some(RrlFile { responses_per_second: p.rrl_responses_per_second }),
+            peer: (0..n).map(|j| PeerSection { id: j, client: p.layout.client(j), peer: p.layout.peer(j) }).collect(),
+        };
+        let c = format!(
             "# Replica {i} of {n} for {zone}. Written by sdns; paths are relative to this file.\n\
-             [cluster]\nzone = \"{zone}\"\nreplicas = {n}\nprotocol = \"{protocol}\"\nreads = \"{reads}\"\n\
-             ca_cert = \"ca.pem\"\npublic_key = \"zone.pub.json\"\nalgorithm = {alg}\ntest_cluster = {test_cluster}\n\n\
-             [replica]\nid = {i}\nkey_share = \"share.json\"\ncert = \"tls.pem\"\ntls_key = \"tls.key\"\n\
-             corrupt_shares = {corrupt}\n{byzantine}state_dir = \"state\"\n\n\
-             [named]\nbind_dir = {bind:?}\nport = {named_port}\nzone_file = \"zone.db\"\ntsig_keys = {tsig_keys}\n{policy}\n\
-             [metrics]\nlisten = \"{metrics}\"\n\n\
-             # Client-address ACLs, enforced by the wrapper: named sees every client as\n\
-             # 127.0.0.1, so it cannot. REFUSED, as named would answer, to the others.\n\
-             [access]\nallow_query = [\"0.0.0.0/0\", \"::/0\"]\nallow_transfer = [{transfer}]\n",
-            transfer = {
-                let mut allow: Vec<String> = if p.layout.addresses.iter().all(|a| a.is_loopback()) {
-                    // A cluster on this machine only: clients on this machine's own
-                    // address may transfer (other loopback addresses may not, as a test needs).
-                    vec!["127.0.0.1".into(), "::1".into()]
-                } else {
-                    Vec::new()
-                };
-                // An adopted zone's allow-transfer addresses.
-                for a in adopted.iter().flat_map(|a| &a.allow_transfer) {
-                    if !allow.contains(a) {
-                        allow.push(a.clone());
-                    }
-                }
-                allow.iter().map(|a| crate::adopt::toml_string(a)).collect::<Vec<_>>().join(", ")
-            },
+             # [access]: client-address ACLs, enforced by the wrapper (named sees every client as\n\
+             # 127.0.0.1, so it cannot); the others get REFUSED, as named would answer.\n\n{body}",
             zone = p.zone,
-            alg = p.algorithm,
-            corrupt = p.corrupt.contains(&i),
-            byzantine = match p.byzantine.iter().find(|(id, _)| *id == i) {
-                Some((_, mode)) => format!("byzantine = \"{mode}\"\n"),
-                None => String::new(),
-            },
-            bind = bind_dir.display().to_string(),
-            named_port = p.layout.named_port(i),
-            metrics = p.layout.metrics(i),
-            tsig_keys = tsig_keys,
-            policy = policy,
+            body = toml::to_string(&file).context("writing replica.toml")?,
         );
-        if p.resign_after_s.is_some()
-            || p.sign_zone_interval_s.is_some()
-            || p.validity_s.is_some()
-            || p.resign_slice_interval_s.is_some()
-            || p.resign_slice_rrsets.is_some()
-        {
-            c += "\n[signing]\n";
-        }
-        if let Some(v) = p.validity_s {
-            c += &format!("validity_s = {v}\n");
-        }
-        if let Some(v) = p.resign_slice_interval_s {
-            c += &format!("resign_slice_interval_s = {v}\n");
-        }
-        if let Some(v) = p.resign_slice_rrsets {
-            c += &format!("resign_slice_rrsets = {v}\n");
-        }
-        if let Some(r) = p.resign_after_s {
-            c += &format!("resign_after_s = {r}\n");
-        }
-        if let Some(r) = p.sign_zone_interval_s {
-            c += &format!("sign_zone_interval_s = {r}\n");
-        }
-        c += &format!("\n[auth]\nmode = \"{}\"\ntransfer_keys = {transfer_keys}\n", p.update_auth.as_str());
-        if p.update_auth != Mode::Tsig {
-            c += "sig0_keys = [\"sig0.key\"]\n";
-        }
-        if p.skip_precheck.contains(&i) {
-            c += "skip_precheck = true\n";
-        }
-        if p.checkpoint_interval.is_some() || p.retained_batches.is_some() {
-            c += "\n[ordering]\n";
-        }
-        if let Some(v) = p.checkpoint_interval {
-            c += &format!("checkpoint_interval = {v}\n");
-        }
-        if let Some(v) = p.retained_batches {
-            c += &format!("retained_batches = {v}\n");
-        }
-        if p.rrl_responses_per_second > 0 {
-            c += &format!("\n[rrl]\nresponses_per_second = {}\n", p.rrl_responses_per_second);
-        }
-        for j in 0..n {
-            c += &format!("\n[[peer]]\nid = {j}\nclient = \"{}\"\npeer = \"{}\"\n", p.layout.client(j), p.layout.peer(j));
-        }
         let path = replica_dir(out, i).join("replica.toml");
         // Validate what we wrote, so a bad parameter fails here and not at start-up.
         crate::config::Config::parse(&c, &path, &replica_dir(out, i)).with_context(|| format!("generated {}", path.display()))?;

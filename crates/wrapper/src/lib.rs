@@ -4,6 +4,8 @@
 //! An update: the same path, executed by every replica; while named executes it,
 //! its signing requests come through named-glue's socket to `signing`, which runs
 //! the threshold protocol with the other replicas over the mesh.
+#![forbid(unsafe_code)]
+
 pub mod access;
 pub mod adopt;
 pub mod answer;
@@ -13,6 +15,7 @@ pub mod classify;
 pub mod cluster;
 pub mod codec;
 pub mod config;
+pub mod endpoint;
 pub mod envelope;
 pub mod exec;
 pub mod executor;
@@ -24,9 +27,11 @@ pub mod metrics;
 pub mod pending;
 pub mod read;
 pub mod read_cache;
+pub mod reply;
 pub mod run;
 pub mod signing;
 pub mod statexfer;
+pub mod tasks;
 pub mod transfer;
 pub mod voting;
 pub mod voting_read;

@@ -8,115 +8,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tracing::{debug, warn};
+
+use dnswire::framing;
 
 use crate::access::AccessSection;
 use crate::answer::{error_answer, RCODE_REFUSED};
-use crate::auth::rrl::Limiter;
 use crate::auth::ClientFilters;
 use crate::classify::{classify, precheck, Kind, Verdict};
 use crate::metrics::Metrics;
-
-/// One answer on its way to a TCP connection's writer. It holds the request's
-/// pipelining slot until it is written (or dropped), so a connection whose client does
-/// not read stops being read.
-#[derive(Debug)]
-pub struct Outgoing {
-    pub bytes: Vec<u8>,
-    _slot: Option<Arc<OwnedSemaphorePermit>>,
-}
-
-/// Where an answer for a client goes. Sending never waits for the client: a full queue
-/// or socket buffer drops the answer (the client retries).
-#[derive(Clone, Debug)]
-pub enum ReplyTo {
-    /// `rrl`: response rate limiting for this socket's answers, when configured.
-    /// `lie`: the Byzantine mode wrong-answers (test clusters only).
-    Udp { socket: Arc<UdpSocket>, peer: SocketAddr, rrl: Option<Arc<Limiter>>, lie: bool },
-    /// The connection's writer task (bounded queue); a closed connection drops answers.
-    /// `slot` is the request's pipelining slot on that connection.
-    Tcp { writer: mpsc::Sender<Outgoing>, slot: Option<Arc<OwnedSemaphorePermit>> },
-}
-
-/// What became of an answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Delivery {
-    Sent,
-    /// Dropped, and why (a metrics label).
-    Dropped(&'static str),
-}
-
-impl ReplyTo {
-    /// A reply channel inside this process (the admin endpoint, the re-sign timer).
-    pub fn internal() -> (ReplyTo, mpsc::Receiver<Outgoing>) {
-        let (writer, rx) = mpsc::channel(1);
-        (ReplyTo::Tcp { writer, slot: None }, rx)
-    }
-
-    /// Hands the answer over without waiting: a UDP send that would block, a full
-    /// answer queue or a closed connection drops it.
-    pub fn try_send(&self, answer: Vec<u8>) -> Delivery {
-        match self {
-            ReplyTo::Udp { socket, peer, rrl, lie } => match match rrl {
-                Some(limiter) if *lie => limiter.filter(peer.ip(), crate::byzantine::lie(answer)),
-                None if *lie => Some(crate::byzantine::lie(answer)),
-                Some(limiter) => limiter.filter(peer.ip(), answer),
-                None => Some(answer),
-            } {
-                // Rate-limited (BIND's RRL): dropped, or a truncated "slip" answer sent instead.
-                None => Delivery::Dropped("rate_limited"),
-                Some(answer) => match socket.try_send_to(&answer, *peer) {
-                    Ok(_) => Delivery::Sent,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Delivery::Dropped("udp_send_would_block"),
-                    Err(e) => {
-                        debug!(%peer, error = %e, "udp answer not sent");
-                        Delivery::Dropped("udp_send_error")
-                    }
-                },
-            },
-            ReplyTo::Tcp { writer, slot } => match writer.try_send(Outgoing { bytes: answer, _slot: slot.clone() }) {
-                Ok(()) => Delivery::Sent,
-                Err(mpsc::error::TrySendError::Full(_)) => Delivery::Dropped("answer_queue_full"),
-                Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Dropped("connection_closed"),
-            },
-        }
-    }
-
-    /// [`Self::try_send`] for callers that do not count drops. Never waits for the client.
-    pub async fn send(&self, answer: Vec<u8>) {
-        if let Delivery::Dropped(why) = self.try_send(answer) {
-            debug!(why, "answer dropped");
-        }
-    }
-
-    /// Waits up to `within` for room in a TCP connection's queue (the later messages of
-    /// a zone transfer, sent by a task of their own); UDP as [`Self::try_send`].
-    pub async fn send_within(&self, answer: Vec<u8>, within: Duration) -> Delivery {
-        match self {
-            ReplyTo::Udp { .. } => self.try_send(answer),
-            ReplyTo::Tcp { writer, slot } => match writer.send_timeout(Outgoing { bytes: answer, _slot: slot.clone() }, within).await {
-                Ok(()) => Delivery::Sent,
-                Err(mpsc::error::SendTimeoutError::Timeout(_)) => Delivery::Dropped("answer_queue_full"),
-                Err(mpsc::error::SendTimeoutError::Closed(_)) => Delivery::Dropped("connection_closed"),
-            },
-        }
-    }
-
-    pub fn is_tcp(&self) -> bool {
-        matches!(self, ReplyTo::Tcp { .. })
-    }
-}
-
-/// A client message that passed the classifier, to be ordered.
-#[derive(Debug)]
-pub struct ClientRequest {
-    pub bytes: Vec<u8>,
-    pub tcp: bool,
-    pub reply: ReplyTo,
-}
+use crate::reply::{ClientRequest, Delivery, Outgoing, ReplyTo};
 
 /// Largest DNS message over UDP we accept (EDNS allows up to 65535).
 const UDP_MAX: usize = 65_535;
@@ -279,10 +183,7 @@ async fn serve_connection(
             if lie {
                 answer.bytes = crate::byzantine::lie(std::mem::take(&mut answer.bytes));
             }
-            let Ok(len) = u16::try_from(answer.bytes.len()) else { continue };
-            let mut framed = Vec::with_capacity(answer.bytes.len() + 2);
-            framed.extend_from_slice(&len.to_be_bytes());
-            framed.extend_from_slice(&answer.bytes);
+            let Some(framed) = framing::frame(&answer.bytes) else { continue };
             match tokio::time::timeout(write_timeout, writer.write_all(&framed)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => break,
@@ -301,13 +202,8 @@ async fn serve_connection(
             s = pipelined.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => break },
             _ = &mut write_task => { writer_done = true; break }
         };
-        let read = async {
-            let mut len_bytes = [0u8; 2];
-            tokio::time::timeout(limits.idle, reader.read_exact(&mut len_bytes)).await.ok()?.ok()?;
-            let mut bytes = vec![0u8; usize::from(u16::from_be_bytes(len_bytes))];
-            tokio::time::timeout(limits.idle, reader.read_exact(&mut bytes)).await.ok()?.ok()?;
-            Some(bytes)
-        };
+        // The whole message within the idle time.
+        let read = async { tokio::time::timeout(limits.idle, framing::read_message(&mut reader)).await.ok()?.ok()? };
         let bytes = tokio::select! {
             b = read => match b { Some(b) => b, None => break }, // idle, or closed
             _ = &mut write_task => { writer_done = true; break }

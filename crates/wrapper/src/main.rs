@@ -1,10 +1,11 @@
 //! `sdns`: the replicated, threshold-signed DNS service.
+#![forbid(unsafe_code)]
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use wrapper::config::{Config, Protocol, ReadMode};
 use wrapper::keygen::{ClusterParams, Layout};
 
@@ -111,19 +112,6 @@ enum ClusterCmd {
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum ProtocolArg {
-    Basic,
-    OptProof,
-    OptTe,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum ReadsArg {
-    Ordered,
-    Local,
-}
-
 #[derive(Args, Clone)]
 struct ClusterArgs {
     #[arg(long, default_value = "example.test.")]
@@ -140,9 +128,9 @@ struct ClusterArgs {
     #[arg(long, default_value_t = 8)]
     algorithm: u8,
     #[arg(long, value_enum, default_value = "opt-te")]
-    protocol: ProtocolArg,
+    protocol: Protocol,
     #[arg(long, value_enum, default_value = "ordered")]
-    reads: ReadsArg,
+    reads: ReadMode,
     /// Replicas that invert every bit of their signature shares (the paper's corrupted mode).
     #[arg(long, value_delimiter = ',')]
     corrupt: Vec<u16>,
@@ -187,7 +175,7 @@ struct ClusterArgs {
     /// What authorizes updates: tsig (a shared key every replica holds), sig0 (a KEY
     /// pair whose private half only the operator has), or both.
     #[arg(long, value_enum, default_value = "tsig")]
-    update_auth: UpdateAuthArg,
+    update_auth: wrapper::auth::Mode,
     /// Replicas that order updates without checking them first (fault injection, tests).
     #[arg(long, value_delimiter = ',')]
     skip_precheck: Vec<u16>,
@@ -204,13 +192,6 @@ struct ClusterArgs {
     retained_batches: Option<u64>,
 }
 
-#[derive(ValueEnum, Clone, Copy)]
-enum UpdateAuthArg {
-    Tsig,
-    Sig0,
-    Both,
-}
-
 impl ClusterArgs {
     fn params(&self) -> ClusterParams {
         ClusterParams {
@@ -219,15 +200,8 @@ impl ClusterArgs {
             threshold: self.threshold,
             bits: self.bits,
             algorithm: self.algorithm,
-            protocol: match self.protocol {
-                ProtocolArg::Basic => Protocol::Basic,
-                ProtocolArg::OptProof => Protocol::OptProof,
-                ProtocolArg::OptTe => Protocol::OptTe,
-            },
-            reads: match self.reads {
-                ReadsArg::Ordered => ReadMode::Ordered,
-                ReadsArg::Local => ReadMode::Local,
-            },
+            protocol: self.protocol,
+            reads: self.reads,
             corrupt: self.corrupt.clone(),
             byzantine: self.byzantine.clone(),
             layout: Layout {
@@ -244,11 +218,7 @@ impl ClusterArgs {
             validity_s: self.signature_validity_s,
             resign_slice_interval_s: self.resign_slice_interval_s,
             resign_slice_rrsets: self.resign_slice_rrsets,
-            update_auth: match self.update_auth {
-                UpdateAuthArg::Tsig => wrapper::auth::Mode::Tsig,
-                UpdateAuthArg::Sig0 => wrapper::auth::Mode::Sig0,
-                UpdateAuthArg::Both => wrapper::auth::Mode::Both,
-            },
+            update_auth: self.update_auth,
             skip_precheck: self.skip_precheck.clone(),
             rrl_responses_per_second: self.rrl_responses_per_second,
             checkpoint_interval: self.checkpoint_interval,
@@ -275,7 +245,13 @@ fn main() -> ExitCode {
             wrapper::adopt::adopt(&options, &cluster.params(), &out)
         }
         Cmd::Run { config } => match Config::load(&config) {
-            Ok(c) => tokio::runtime::Runtime::new().map_err(anyhow::Error::from).and_then(|rt| rt.block_on(wrapper::run::run(c))),
+            Ok(c) => tokio::runtime::Runtime::new().map_err(anyhow::Error::from).and_then(|rt| {
+                let result = rt.block_on(wrapper::run::run(c));
+                // A blocking job still running (a share being computed) must not hold up the
+                // exit, least of all after an essential task ended.
+                rt.shutdown_timeout(std::time::Duration::from_secs(5));
+                result
+            }),
             Err(e) => Err(e.into()),
         },
         Cmd::SignZone { admin, token } => wrapper::cluster::sign_zone(&admin, &token).map(|outcome| println!("{outcome}")),

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::listener::ReplyTo;
+use crate::reply::ReplyTo;
 
 pub struct PendingEntry {
     pub reply: ReplyTo,

@@ -20,8 +20,8 @@ use tracing::debug;
 
 pub use crate::read_cache::{Fill, Lookup, ReadCache};
 
-use crate::listener::{Delivery, ReplyTo};
 use crate::metrics::Metrics;
+use crate::reply::{Delivery, ReplyTo};
 
 /// Answers `message` (a query, never a transfer) from the cache, or asks named over the
 /// client's transport, and hands what the client should get to `reply`.

@@ -15,7 +15,6 @@ use bft::Replica;
 use hickory_proto::rr::Name;
 use named_glue::conf::{NamedConf, TsigKey};
 use named_glue::forward::Forwarder;
-use named_glue::keys::ZoneKey;
 use named_glue::signer::{watch_time_source, ServiceLimits, SigningService};
 use named_glue::supervisor::{NamedSpec, Supervisor};
 use named_glue::tools::BindTools;
@@ -28,23 +27,18 @@ use crate::auth::sig0::Sig0Key;
 use crate::auth::{tsig, Authenticator, ClientFilters, TsigSecret};
 use crate::byzantine::{Mode, SigningFault};
 use crate::config::Config;
+use crate::endpoint;
 use crate::exec::{ExecConfig, ExecCore, ExecState, SignZoneSigner, SignZoneVerifier, UpdateGate};
 use crate::executor::Executor;
-use crate::files::{check_secret_mode, TsigKey as DealerTsig};
+use crate::files::{check_secret_mode, zone_key, TsigKey as DealerTsig};
 use crate::gateway::Gateway;
 use crate::listener::{serve_tcp, serve_udp, TcpLimits};
 use crate::metrics::{self, Metrics};
 use crate::pending::Pending;
 use crate::signing::{service, Keys, SignerCore, SignerLimits};
 use crate::statexfer::{SnapshotStore, StateTransfer};
+use crate::tasks::Essential;
 use crate::zone::ZoneMaintenance;
-
-/// The zone's key as named must see it, from the threshold public key.
-pub fn zone_key(zone: &Name, algorithm: u8, public: &shoup_rsa::PublicKey) -> Result<ZoneKey> {
-    let e = public.public_exponent().to_be_bytes();
-    let first = e.iter().position(|&b| b != 0).unwrap_or(e.len() - 1);
-    ZoneKey::rsa(zone, algorithm, &e[first..], &public.modulus().to_bytes_be(), 3600).context("zone key for named")
-}
 
 fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
@@ -108,6 +102,9 @@ const MAX_READS_IN_FLIGHT: usize = 64;
 const MAINTENANCE_KEY: &str = "resign.sdns-local.";
 /// The key of the update that brings a zone signed in the background up to date.
 const CATCHUP_KEY: &str = "catchup.sdns-local.";
+/// How often the parts that own their tasks (mesh, named's supervisor, signing sockets, the
+/// ordering driver) are asked whether those still run.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs one replica; its execution core asks the update authenticator about every
 /// ordered write.
@@ -199,19 +196,24 @@ pub async fn run(config: Config) -> Result<()> {
     let corrupt = config.replica.corrupt_shares || byzantine == Some(Mode::CorruptShares);
     let core = SignerCore::new(id, n, config.cluster.protocol.into(), corrupt, keys, limits);
     let fault = byzantine.map_or(SigningFault::None, Mode::signing);
-    let signer = service::spawn(core, key.key_tag(), mesh.sender(), signing_rx, metrics.clone(), fault);
+    // Every task the replica cannot run without is kept here: the first to end stops it.
+    let mut tasks = Essential::new();
+    let (signer, signing_task) = service::spawn(core, key.key_tag(), mesh.sender(), signing_rx, metrics.clone(), fault);
+    tasks.spawn("threshold signing service", signing_task);
     let (times_tx, times_rx) = watch::channel(None);
     let socket_path = state.join("signer.sock");
     // No timeout anywhere on this path: a signature takes as long as the replicas take.
-    let _signing_service =
+    let signing_service =
         SigningService::bind(&socket_path, signer.clone(), watch_time_source(times_rx), ServiceLimits::default()).context("binding the signing socket")?;
+    tasks.watch("signing socket", WATCH_EVERY, move || signing_service.has_stopped());
     // Background whole-zone signings have a socket of their own: its times are the running
     // signing's while writes execute with theirs, and what it signs is counted for progress.
     let (background, background_times) = crate::executor::Background::new();
     let background_socket = state.join("signzone.sock");
     let counting = Arc::new(service::Counting { inner: signer, metrics: metrics.clone() });
-    let _background_service = SigningService::bind(&background_socket, counting, watch_time_source(background_times), ServiceLimits::default())
+    let background_service = SigningService::bind(&background_socket, counting, watch_time_source(background_times), ServiceLimits::default())
         .context("binding the background signing socket")?;
+    tasks.watch("background signing socket", WATCH_EVERY, move || background_service.has_stopped());
 
     // named, supervised, asking our socket for every signature.
     let mut spec = NamedSpec::new(tools.named(), conf_path.clone(), config.named.port, zone.clone(), named_dir.join("named.log"));
@@ -222,6 +224,8 @@ pub async fn run(config: Config) -> Result<()> {
     let supervisor = Arc::new(Supervisor::start(spec).await.context("starting named")?);
     supervisor.wait_ready().await.context("named did not become ready")?;
     metrics.update_status(|s| s.named_running = true);
+    let watched = supervisor.clone();
+    tasks.watch("named supervisor", WATCH_EVERY, move || watched.has_stopped());
     let named = Forwarder::new(SocketAddr::from(([127, 0, 0, 1], config.named.port)));
     // An ordered write waits for named, which waits for its threshold signatures: no
     // local timer decides that a write failed. The long read timeout only notices a
@@ -326,19 +330,22 @@ pub async fn run(config: Config) -> Result<()> {
     let (installed_tx, installed_rx) = mpsc::channel(4);
     let (diverged_tx, diverged_rx) = watch::channel(0u64);
     let own_digests: crate::executor::OwnDigests = Default::default();
-    tokio::spawn(transfer.run(state_rx, needed_rx, installs_tx, installed_tx));
-    tokio::spawn(repair(
-        id,
-        handle.status.clone(),
-        handle.state_transfer.clone(),
-        needed_tx,
-        installed_rx,
-        handle.installed.clone(),
-        diverged_tx,
-        own_digests.clone(),
-        transfer_stats,
-        metrics.clone(),
-    ));
+    tasks.spawn("state transfer", transfer.run(state_rx, needed_rx, installs_tx, installed_tx));
+    tasks.spawn(
+        "checkpoint repair",
+        repair(
+            id,
+            handle.status.clone(),
+            handle.state_transfer.clone(),
+            needed_tx,
+            installed_rx,
+            handle.installed.clone(),
+            diverged_tx,
+            own_digests.clone(),
+            transfer_stats,
+            metrics.clone(),
+        ),
+    );
     let executor = Executor {
         tasks: Default::default(),
         id,
@@ -377,7 +384,7 @@ pub async fn run(config: Config) -> Result<()> {
     };
     // Subscribed before the executor can resume a signing and finish its part.
     let voter_rx = background.finished.subscribe();
-    tokio::spawn(executor.run(batches));
+    tasks.spawn("executor", executor.run(batches));
 
     let incarnation = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
     let gateway = Arc::new(Gateway {
@@ -393,10 +400,10 @@ pub async fn run(config: Config) -> Result<()> {
         next_number: AtomicU64::new(0),
     });
     metrics.set_slice_pace(config.signing.resign_slice_rrsets, config.signing.resign_slice_interval_s);
-    tokio::spawn(resign_timer(gateway.clone(), last_signed, config.signing.resign_slice_interval_s));
-    tokio::spawn(finish_voter(gateway.clone(), voter_rx));
+    tasks.spawn("re-sign timer", resign_timer(gateway.clone(), last_signed, config.signing.resign_slice_interval_s));
+    tasks.spawn("sign-zone finish voter", finish_voter(gateway.clone(), voter_rx));
     let (client_tx, client_rx) = mpsc::channel(config.client.max_pending);
-    tokio::spawn(gateway.clone().run(client_rx));
+    tasks.spawn("gateway", gateway.clone().run(client_rx));
 
     let udp = Arc::new(UdpSocket::bind(me.client).await.with_context(|| format!("binding UDP {}", me.client))?);
     let tcp = TcpListener::bind(me.client).await.with_context(|| format!("binding TCP {}", me.client))?;
@@ -408,23 +415,19 @@ pub async fn run(config: Config) -> Result<()> {
         lie: byzantine == Some(Mode::WrongAnswers),
         local_reads: (config.cluster.reads == crate::config::ReadMode::Local).then(|| cache.clone()),
     });
-    tokio::spawn(serve_udp(udp, client_tx.clone(), metrics.clone(), access.clone(), filters.clone()));
+    tasks.spawn("UDP listener", serve_udp(udp, client_tx.clone(), metrics.clone(), access.clone(), filters.clone()));
     let tcp_limits = TcpLimits {
         idle: Duration::from_millis(config.client.tcp_idle_timeout_ms),
         max_connections: config.client.tcp_max_connections,
         max_pipelined: config.client.tcp_max_pipelined,
         write_timeout: Duration::from_millis(config.client.tcp_write_timeout_ms),
     };
-    tokio::spawn(serve_tcp(tcp, client_tx, tcp_limits, metrics.clone(), access, filters));
+    tasks.spawn("TCP listener", serve_tcp(tcp, client_tx, tcp_limits, metrics.clone(), access, filters));
     if let Some(addr) = config.metrics.listen {
         let m = metrics.clone();
-        let token = metrics::write_admin_token(&state.join(metrics::ADMIN_TOKEN_FILE)).context("writing the admin token")?;
-        let admin = Arc::new(metrics::Admin { gateway: gateway.clone(), token, signer: sign_zone_signer });
-        tokio::spawn(async move {
-            if let Err(e) = metrics::serve(addr, m, Some(admin)).await {
-                tracing::error!(%addr, error = %e, "metrics endpoint stopped");
-            }
-        });
+        let token = endpoint::write_admin_token(&state.join(endpoint::ADMIN_TOKEN_FILE)).context("writing the admin token")?;
+        let admin = Arc::new(endpoint::Admin { gateway: gateway.clone(), token, signer: sign_zone_signer });
+        tasks.spawn("metrics and admin endpoint", endpoint::serve(addr, m, Some(admin)));
     }
 
     // Status for /status and `cluster status`.
@@ -432,8 +435,9 @@ pub async fn run(config: Config) -> Result<()> {
     let m = metrics.clone();
     let mesh_status = Arc::new(mesh);
     let ms = mesh_status.clone();
+    tasks.watch("mesh", WATCH_EVERY, move || mesh_status.has_stopped());
     let started = tokio::time::Instant::now();
-    tokio::spawn(async move {
+    tasks.spawn("status", async move {
         let mut last_view = 0;
         let mut attribution = Attribution::default();
         loop {
@@ -462,30 +466,37 @@ pub async fn run(config: Config) -> Result<()> {
     });
 
     info!(replica = id, client = %me.client, peer = %me.peer, named_port = config.named.port, protocol = ?config.cluster.protocol, "replica running");
-    match byzantine {
-        Some(Mode::CrashAfter(batches)) => {
-            let mut status = handle.status.clone();
-            let crash = async move {
-                while status.borrow_and_update().batches_delivered < batches {
-                    if status.changed().await.is_err() {
-                        break;
-                    }
-                }
-            };
-            tokio::select! {
-                _ = wait_for_shutdown() => {}
-                _ = crash => {
-                    tracing::error!(replica = id, batches, "BYZANTINE MODE crash-after-{batches}: stopping now");
-                    bail!("crashed on purpose after {batches} batches (Byzantine mode crash-after-{batches})");
-                }
+    let mut status = handle.status.clone();
+    tasks.watch("ordering driver", WATCH_EVERY, move || handle.has_stopped());
+    let crash_after = match byzantine {
+        Some(Mode::CrashAfter(batches)) => Some(batches),
+        _ => None,
+    };
+    let crash = async move {
+        let Some(batches) = crash_after else { return std::future::pending().await };
+        while status.borrow_and_update().batches_delivered < batches {
+            if status.changed().await.is_err() {
+                break;
             }
         }
-        _ => wait_for_shutdown().await,
-    }
+        batches
+    };
+    let outcome = tokio::select! {
+        _ = wait_for_shutdown() => Ok(()),
+        ended = tasks.ended() => {
+            tracing::error!(replica = id, task = ended.task, why = %ended.why, "an essential task ended: stopping the replica (its service manager starts it again)");
+            Err(anyhow::Error::new(ended))
+        }
+        batches = crash => {
+            tracing::error!(replica = id, batches, "BYZANTINE MODE crash-after-{batches}: stopping now");
+            Err(anyhow!("crashed on purpose after {batches} batches (Byzantine mode crash-after-{batches})"))
+        }
+    };
     info!(replica = id, "shutting down");
-    drop(handle);
+    // Every task stops (the ordering driver with them), then named.
+    drop(tasks);
     drop(supervisor);
-    Ok(())
+    outcome
 }
 
 /// Turns the ordering driver's and the signer's per-peer counts into the status's
@@ -618,7 +629,7 @@ async fn resign_timer(gateway: Arc<Gateway>, last_signed: Arc<AtomicU64>, slice_
         tokio::time::sleep(check).await;
         let last = last_signed.load(std::sync::atomic::Ordering::Relaxed);
         if last != 0 {
-            let (reply, mut rx) = crate::listener::ReplyTo::internal();
+            let (reply, mut rx) = crate::reply::ReplyTo::internal();
             gateway.order(crate::envelope::Op::Resign, reply).await;
             // Wait for it to be ordered and executed (or expire) before checking again.
             let _ = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
@@ -637,7 +648,7 @@ async fn finish_voter(gateway: Arc<Gateway>, mut finished: watch::Receiver<Optio
         }
         let Some(run) = finished.borrow_and_update().as_ref().map(|(seq, _)| *seq) else { continue };
         loop {
-            let (reply, mut rx) = crate::listener::ReplyTo::internal();
+            let (reply, mut rx) = crate::reply::ReplyTo::internal();
             gateway.order(crate::envelope::Op::SignZoneFinish, reply).await;
             let answer = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
             let text = match answer {

@@ -19,9 +19,9 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use crate::classify::Kind;
-use crate::listener::ClientRequest;
 use crate::metrics::Metrics;
 use crate::read::ReadCache;
+use crate::reply::ClientRequest;
 
 /// Voting reads being answered at once, per replica process.
 const MAX_IN_FLIGHT: usize = 128;

@@ -102,6 +102,12 @@ impl ReplicaHandle {
     pub fn abort(&self) {
         self.task.abort();
     }
+
+    /// Whether the driver task has ended. It runs until the handle is dropped, so before
+    /// that an end is a failure (a panic included): the owner should stop the replica.
+    pub fn has_stopped(&self) -> bool {
+        self.task.is_finished()
+    }
 }
 
 impl Drop for ReplicaHandle {

@@ -464,6 +464,12 @@ impl Mesh {
         all
     }
 
+    /// Whether one of the mesh's own tasks (the accept loop, a peer's dial loop) has ended.
+    /// They run until shutdown, so before it an end is a failure (a panic included).
+    pub fn has_stopped(&self) -> bool {
+        self.tasks.iter().any(|t| t.is_finished())
+    }
+
     /// Stops every task and closes every connection.
     pub async fn shutdown(mut self) {
         self.signal_shutdown();

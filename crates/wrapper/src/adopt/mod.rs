@@ -13,6 +13,7 @@
 //! directory); the report names every other zone and why it was not taken.
 
 pub mod bindconf;
+pub mod record;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,54 +21,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{anyhow, bail, Context, Result};
-use hickory_proto::rr::Name;
-use serde::{Deserialize, Serialize};
 
 use self::bindconf::Statement;
+pub use self::record::{absolute_name, adopted_for, Adopted, ADOPTED_FILE};
 use crate::files::{write_public, write_secret, TsigKey};
 use crate::keygen::{keygen, replica_dir, write_configs, ClusterParams};
-
-/// What `sdns adopt` leaves in the output directory for `write_configs` (so `sdns cluster
-/// up` on that directory keeps the adopted keys and policy).
-pub const ADOPTED_FILE: &str = "adopted.toml";
-
-/// The adopted zone's update authorization, as written to `adopted.toml`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Adopted {
-    /// The zone this directory was dealt for.
-    pub zone: String,
-    /// `named.tsig_keys`: the dealer's key first, then the operator's update keys.
-    pub tsig_keys: Vec<String>,
-    /// `auth.transfer_keys`: the dealer's transfer key, then the operator's.
-    pub transfer_keys: Vec<String>,
-    /// `named.update_policy`: the operator's rules in order.
-    pub update_policy: Vec<String>,
-    /// `[access] allow_transfer` additions: the prefixes of the zone's allow-transfer.
-    #[serde(default)]
-    pub allow_transfer: Vec<String>,
-}
-
-impl Adopted {
-    /// The adoption record in `dir`, if the directory was dealt by `sdns adopt`.
-    pub fn load(dir: &Path) -> Result<Option<Adopted>> {
-        let path = dir.join(ADOPTED_FILE);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Ok(Some(toml::from_str(&text).with_context(|| format!("reading {}", path.display()))?)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-        }
-    }
-}
-
-/// A TOML string literal.
-pub fn toml_string(s: &str) -> String {
-    toml::Value::String(s.to_owned()).to_string()
-}
-
-pub fn toml_list(items: &[String]) -> String {
-    format!("[{}]", items.iter().map(|s| toml_string(s)).collect::<Vec<_>>().join(", "))
-}
 
 /// A TSIG key from a `key` statement.
 #[derive(Clone)]
@@ -164,15 +122,6 @@ const NOT_CARRIED: &[&str] = &[
 /// locally: they belong to each host's own named, not to a replicated service.
 const BUILT_IN_ZONES: &[&str] =
     &["localhost.", "127.in-addr.arpa.", "0.in-addr.arpa.", "255.in-addr.arpa.", "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.ip6.arpa."];
-
-fn absolute_name(name: &str) -> String {
-    let lower = name.to_ascii_lowercase();
-    if lower.ends_with('.') {
-        lower
-    } else {
-        format!("{lower}.")
-    }
-}
 
 fn key_name(name: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
@@ -612,17 +561,11 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
         update_policy: plan.policy.clone(),
         allow_transfer: plan.transfer_addresses.clone(),
     };
-    let record = format!(
-        "# Written by sdns adopt from {conf}: zone {zone}. sdns cluster up and write_configs\n\
-         # read it; the keys are the operator's own (0600 files next to this one).\n\
-         zone = {z}\ntsig_keys = {t}\ntransfer_keys = {x}\nupdate_policy = {u}\nallow_transfer = {a}\n",
-        a = toml_list(&adopted.allow_transfer),
+    let record = adopted.to_toml(&format!(
+        "Written by sdns adopt from {conf}: zone {zone}. sdns cluster up and write_configs\n\
+         read it; the keys are the operator's own (0600 files next to this one).",
         conf = o.named_conf.display(),
-        z = toml_string(&adopted.zone),
-        t = toml_list(&adopted.tsig_keys),
-        x = toml_list(&adopted.transfer_keys),
-        u = toml_list(&adopted.update_policy),
-    );
+    ))?;
     write_public(&out.join(ADOPTED_FILE), record.as_bytes())?;
     write_configs(&p, out)?;
     print!("{}", render_report(&inv.zones, Some(&zone)));
@@ -724,18 +667,6 @@ fn axfr(server: std::net::SocketAddr, zone: &str, key: Option<&Path>, plan: &Pla
     let path = out.join(".adopt-axfr.db");
     write_public(&path, (records.join("\n") + "\n").as_bytes())?;
     Ok(path)
-}
-
-/// Checks a directory's adoption record against the zone being configured.
-pub fn adopted_for(dir: &Path, zone: &str) -> Result<Option<Adopted>> {
-    let Some(a) = Adopted::load(dir)? else { return Ok(None) };
-    if absolute_name(&a.zone) != absolute_name(zone) {
-        bail!("{} was adopted for zone {}; give --zone {}", dir.display(), a.zone, a.zone);
-    }
-    if Name::from_ascii(&a.zone).is_err() {
-        bail!("{}: zone {:?} is not a domain name", dir.join(ADOPTED_FILE).display(), a.zone);
-    }
-    Ok(Some(a))
 }
 
 #[cfg(test)]

@@ -196,14 +196,7 @@ fn adoption_record_round_trips_and_guards_the_zone() {
         update_policy: vec!["grant dhcp-key zonesub A".into()],
         allow_transfer: vec!["192.0.2.0/24".into()],
     };
-    let text = format!(
-        "zone = {}\ntsig_keys = {}\ntransfer_keys = {}\nupdate_policy = {}\nallow_transfer = {}\n",
-        toml_string(&a.zone),
-        toml_list(&a.tsig_keys),
-        toml_list(&a.transfer_keys),
-        toml_list(&a.update_policy),
-        toml_list(&a.allow_transfer)
-    );
+    let text = a.to_toml("a test's record").unwrap();
     std::fs::write(dir.path().join(ADOPTED_FILE), text).unwrap();
     assert_eq!(adopted_for(dir.path(), "EXAMPLE.com").unwrap(), Some(a));
     let e = adopted_for(dir.path(), "example.test.").unwrap_err().to_string();

@@ -27,8 +27,9 @@ use self::wire::{Layout, TYPE_TSIG};
 // The execution core owns the question (crate::exec::gate); this module answers it.
 pub use crate::exec::gate::{UpdateDecision, UpdateGate};
 
-/// Which signatures may authorize an update.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Which signatures may authorize an update (the same names in the configuration and on
+/// the command line).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// Shared TSIG keys: every replica holds the secret, so one corrupted replica can

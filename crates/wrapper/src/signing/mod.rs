@@ -7,13 +7,3 @@ pub mod wire;
 
 pub use threshold::{Digest, Keys, Limits as SignerLimits, SignMessage, SignerCore};
 pub use wire::WireFormat;
-
-impl From<crate::config::Protocol> for threshold::Protocol {
-    fn from(p: crate::config::Protocol) -> Self {
-        match p {
-            crate::config::Protocol::Basic => threshold::Protocol::Basic,
-            crate::config::Protocol::OptProof => threshold::Protocol::OptProof,
-            crate::config::Protocol::OptTe => threshold::Protocol::OptTe,
-        }
-    }
-}

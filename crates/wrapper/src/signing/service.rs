@@ -16,6 +16,7 @@ use bytes::Bytes;
 use named_glue::signer::{SignError, SignFuture, SignRequest, Signer};
 use threshold::{JobDone, Output, SignerCore};
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 use super::wire::{SignMessage, WireFormat};
@@ -75,7 +76,8 @@ pub fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Starts the task; returns the `Signer` to hand to named-glue's `SigningService`.
+/// Starts the task; returns the `Signer` to hand to named-glue's `SigningService` and the
+/// task (it runs as long as the mesh and a signer are there: an earlier end is a failure).
 pub fn spawn(
     core: SignerCore,
     zone_key_tag: u16,
@@ -83,10 +85,10 @@ pub fn spawn(
     incoming: mpsc::Receiver<(u16, Bytes)>,
     metrics: Arc<Metrics>,
     fault: SigningFault,
-) -> Arc<ThresholdSigner> {
+) -> (Arc<ThresholdSigner>, JoinHandle<()>) {
     let (commands, rx) = mpsc::channel(1024);
-    tokio::spawn(run(core, mesh, incoming, rx, metrics, default_workers(), fault));
-    Arc::new(ThresholdSigner { commands, zone_key_tag })
+    let task = tokio::spawn(run(core, mesh, incoming, rx, metrics, default_workers(), fault));
+    (Arc::new(ThresholdSigner { commands, zone_key_tag }), task)
 }
 
 struct Waiter {
