@@ -411,7 +411,7 @@ impl Metrics {
 pub struct Admin {
     pub gateway: Arc<crate::gateway::Gateway>,
     pub token: String,
-    pub signer: crate::exec::SignZoneSigner,
+    pub signer: Arc<crate::exec::SignZoneSigner>,
 }
 
 /// The admin token's file in a replica's state directory.
