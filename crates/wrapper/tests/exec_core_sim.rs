@@ -211,12 +211,19 @@ fn generate(rng: &mut ChaCha8Rng, batches: usize) -> Log {
                 }
                 (Op::SignZone(pki().signers[origin as usize].sign_at(time_us + requests.len() as u64).unwrap()), None)
             } else if r < 96 {
-                // A replica's part of a background signing is done (a no-op when none runs),
-                // claimed for one of the last runs that may have begun; now and then claimed
-                // under another replica's origin, as a Byzantine primary could order it.
-                let back = (rng.next_u64() % 3) as usize;
-                let run_seq = sign_zone_seqs.len().checked_sub(1 + back).map_or(0, |k| sign_zone_seqs[k]);
+                // A replica's part of a background signing is done (a no-op when none runs).
+                // The generator does not know where a signing began, so the replica claims it
+                // for each of the last runs that may have begun (all but one refused); now and
+                // then one is ordered under another replica's origin, as a Byzantine primary
+                // could order it.
                 let signer = if rng.next_u64() % 10 == 0 { (origin + 1) % N } else { origin };
+                for back in 1..3 {
+                    if let Some(k) = sign_zone_seqs.len().checked_sub(1 + back) {
+                        let payload = finish(origin, sign_zone_seqs[k]).encode();
+                        requests.push(Logged { origin, payload, client_waits, expected_applied: None });
+                    }
+                }
+                let run_seq = sign_zone_seqs.last().copied().unwrap_or(0);
                 (finish(signer, run_seq), None)
             } else {
                 (Op::Resign, None)
