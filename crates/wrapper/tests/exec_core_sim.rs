@@ -216,7 +216,7 @@ fn generate(rng: &mut ChaCha8Rng, batches: usize) -> Log {
                 // for each of the last runs that may have begun (all but one refused); now and
                 // then one is ordered under another replica's origin, as a Byzantine primary
                 // could order it.
-                let signer = if rng.next_u64() % 10 == 0 { (origin + 1) % N } else { origin };
+                let signer = if rng.next_u64().is_multiple_of(10) { (origin + 1) % N } else { origin };
                 for back in 1..3 {
                     if let Some(k) = sign_zone_seqs.len().checked_sub(1 + back) {
                         let payload = finish(origin, sign_zone_seqs[k]).encode();
