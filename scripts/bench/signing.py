@@ -9,7 +9,8 @@ reads `www A` from replica 0 every 50 ms and an update goes to replica 1 every 2
 signing runs in the background of `cluster up` (measured from the first answer to the end of
 `cluster up`; the replicas' CPU since their start, so start-up counts too). For smaller
 zones `sdns sign-zone` then signs the whole zone again under the same load (CPU measured
-over just that). Recorded: the CPU time each replica spent (its sdns process with the
+over just that; the load's own CPU per second is measured in a window before it), and once
+more with the probe and the updates stopped (the CPU of the signing alone). Recorded: the CPU time each replica spent (its sdns process with the
 dnssec-signzone it ran, plus its named; from /proc/PID/stat), the wall time, the largest
 gap between probe answers, the slowest update acknowledgement, and how long installing the
 signed zone held each replica's executor (metric sdns_zone_install_seconds).
@@ -34,6 +35,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SDNS = os.environ.get("SDNS_BIN", os.path.join(ROOT, "target/debug/sdns"))
 BIND = os.environ.get("SDNS_BIND_DIR", os.path.join(ROOT, "target/bind9"))
 ZONE = "example.test"
+# Seconds of load alone (probe and updates, no signing) measured between the signings.
+LOAD_WINDOW_S = float(os.environ.get("SDNS_BENCH_LOAD_WINDOW_S", "20"))
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -157,8 +160,14 @@ def metric(port, name):
 
 
 def max_gap(points, start, end):
+    if not points:
+        return None
     inside = [start] + [t for t in points if start <= t <= end] + [end]
     return max(b - a for a, b in zip(inside, inside[1:]))
+
+
+def rounded(x):
+    return None if x is None else round(x, 3)
 
 
 def sign_zone_args(cdir, base):
@@ -181,9 +190,9 @@ def observed(kind, names, plain_cpu, start, end, cpu, answers, acks, state, inst
         "cpu_ratio_max": round(max(cpu) / plain_cpu, 2) if plain_cpu > 0 else None,
         "probe_answers_during": len([t for t in answers if start <= t <= end]),
         "probe_unanswered": state["unanswered"],
-        "max_read_gap_s": round(max_gap(answers, start, end), 3),
+        "max_read_gap_s": rounded(max_gap(answers, start, end)),
         # Before the installation (the last hold before `end`): the background part alone.
-        "max_read_gap_before_install_s": round(max_gap(answers, start, end - max((x or 0.0) for x in install) - 0.5), 3) if end - start > 5 else None,
+        "max_read_gap_before_install_s": rounded(max_gap(answers, start, end - max((x or 0.0) for x in install) - 0.5)) if end - start > 5 else None,
         "updates": len(acks),
         "updates_failed": len([1 for _, ok, _ in acks if not ok]),
         "max_update_ack_s": round(max((a for a, _, _ in acks), default=0.0), 3),
@@ -227,7 +236,12 @@ def one_size(names, base, again):
         install = [metric(base + 301 + i, "sdns_zone_install_seconds") for i in range(4)]
         results.append(observed("first (cluster up; CPU since start)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, cluster.returncode == 0, output))
         if again:
+            # What the load alone (probe and updates, no whole-zone signing) costs each
+            # replica per second, over a window of its own: the signing rows below include it.
             time.sleep(1.0)
+            cpu0, t0 = replica_cpu(pids), time.monotonic()
+            time.sleep(LOAD_WINDOW_S)
+            load_rate = [(b - a) / (time.monotonic() - t0) for a, b in zip(cpu0, replica_cpu(pids))]
             acks.clear()
             cpu0 = replica_cpu(pids)
             start = time.monotonic()
@@ -236,7 +250,23 @@ def one_size(names, base, again):
             cpu = [b - a for a, b in zip(cpu0, replica_cpu(pids))]
             install = [metric(base + 301 + i, "sdns_zone_install_seconds") for i in range(4)]
             ok = out.returncode == 0 and "signed at seq" in out.stdout + out.stderr
-            results.append(observed("again (sdns sign-zone)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, ok, out.stdout + out.stderr))
+            row = observed("again (sdns sign-zone)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, ok, out.stdout + out.stderr)
+            row["load_only_cpu_per_s"] = [round(x, 4) for x in load_rate]
+            results.append(row)
+            # The same signing without the probe and the updates: the CPU of signing alone
+            # (what the CPU bar compares), and the wall time on an otherwise idle cluster.
+            stop.set()
+            for t in threads:
+                t.join()
+            time.sleep(1.0)
+            cpu0 = replica_cpu(pids)
+            start = time.monotonic()
+            out = subprocess.run(sign_zone_args(cdir, base), capture_output=True, text=True)
+            end = time.monotonic()
+            cpu = [b - a for a, b in zip(cpu0, replica_cpu(pids))]
+            install = [metric(base + 301 + i, "sdns_zone_install_seconds") for i in range(4)]
+            ok = out.returncode == 0 and "signed at seq" in out.stdout + out.stderr
+            results.append(observed("again, no load (sdns sign-zone)", names, plain_cpu, start, end, cpu, [], [], {"unanswered": 0}, install, ok, out.stdout + out.stderr))
     finally:
         stop.set()
         for t in threads:

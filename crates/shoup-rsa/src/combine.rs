@@ -13,6 +13,7 @@ use num_bigint::{BigInt, BigUint};
 use num_traits::{One, Signed};
 use serde::{Deserialize, Serialize};
 
+use crate::exp;
 use crate::keys::split_sign;
 use crate::share::{check_cheap, check_structure, message_matches};
 use crate::util::{from_boxed, to_boxed, to_fixed_be};
@@ -79,37 +80,23 @@ fn is_signature(pk: &PublicKey, y: &BoxedMontyForm, x: &BigUint) -> bool {
 fn combine_exact(pk: &PublicKey, msg: &Message, shares: &[&SignatureShare]) -> Result<Signature, CombineError> {
     let used: Vec<u16> = shares.iter().map(|s| s.index).collect();
     let failed = || CombineError::Verification { used: used.clone() };
-    let one = BoxedMontyForm::one(&pk.params);
-    // w = positive / negative.
-    let mut positive = one.clone();
-    let mut negative = one.clone();
-    for share in shares {
-        let lambda = lagrange(&used, share.index, &pk.delta);
-        let value = monty(pk, &share.value).ok_or_else(failed)?;
-        let term = pow_public(&value, &(lambda.magnitude() << 1u32));
-        if lambda.is_negative() {
-            negative *= &term;
-        } else {
-            positive *= &term;
-        }
-    }
-    // y = w^a x^b = numerator / denominator.
-    let x = monty(pk, &msg.x).ok_or_else(failed)?;
+    // w = ∏ x_j^{2λ_j}; y = w^a x^b, so x_j's exponent is 2λ_j·a and x's is b. Every exponent
+    // is small (λ_j up to Δ times a product of indices, |a| < e, |b| < 4Δ²): one modexp per
+    // share and one for x, the negative ones gathered in one denominator.
     let (a_negative, a) = split_sign(&pk.euclid_a);
     let (b_negative, b) = split_sign(&pk.euclid_b);
-    let (mut numerator, mut denominator) =
-        if a_negative { (pow_public(&negative, &a), pow_public(&positive, &a)) } else { (pow_public(&positive, &a), pow_public(&negative, &a)) };
-    if b_negative {
-        denominator *= &pow_public(&x, &b);
-    } else {
-        numerator *= &pow_public(&x, &b);
+    let mut exponents = Vec::with_capacity(shares.len() + 1);
+    for share in shares {
+        let lambda = lagrange(&used, share.index, &pk.delta);
+        exponents.push(((lambda.magnitude() << 1u32) * &a, lambda.is_negative() != a_negative));
     }
-    let inverse: Option<BoxedMontyForm> = denominator.invert_vartime().into();
-    let y = numerator * &inverse.ok_or_else(failed)?;
-    if !is_signature(pk, &y, &msg.x) {
+    let mut terms: Vec<(&BigUint, &BigUint, bool)> = shares.iter().zip(&exponents).map(|(s, (e, neg))| (&s.value, e, *neg)).collect();
+    terms.push((&msg.x, &b, b_negative));
+    let y = exp::public_product(&terms, &pk.n).map_err(|_| failed())?.ok_or_else(failed)?;
+    if exp::pow_public(&y, &BigUint::from(pk.e), &pk.n).map_err(|_| failed())? != msg.x {
         return Err(failed());
     }
-    Ok(Signature(to_fixed_be(&from_boxed(&y.retrieve()), pk.bytes).ok_or_else(failed)?))
+    Ok(Signature(to_fixed_be(&y, pk.bytes).ok_or_else(failed)?))
 }
 
 fn check_duplicates(shares: &[SignatureShare]) -> Result<(), CombineError> {

@@ -67,6 +67,36 @@ pub(crate) fn pow_public(base: &BigUint, exponent: &BigUint, n: &BigUint) -> Res
     Ok(big(&out))
 }
 
+/// The public arithmetic of a combination on OpenSSL's variable-time Montgomery code (every
+/// input is public: the shares, their Lagrange coefficients, a, b and the message), about 3x
+/// faster per multiplication than crypto-bigint's: ∏ bases[j]^exponents[j] · ∏ over the
+/// negative ones inverted, that is numerator / denominator with one inversion. `None` when
+/// a base is not below n or the denominator has no inverse (a share outside Z_N*).
+pub(crate) fn public_product(terms: &[(&BigUint, &BigUint, bool)], n: &BigUint) -> Result<Option<BigUint>, Error> {
+    let mut ctx = BigNumContext::new().map_err(backend)?;
+    let modulus = bn(n)?;
+    let mut numerator = BigNum::from_u32(1).map_err(backend)?;
+    let mut denominator = BigNum::from_u32(1).map_err(backend)?;
+    let mut term = BigNum::new().map_err(backend)?;
+    let mut product = BigNum::new().map_err(backend)?;
+    for &(base, exponent, negative) in terms {
+        if base >= n {
+            return Ok(None);
+        }
+        let (base, exponent) = (bn(base)?, bn(exponent)?);
+        term.mod_exp(&base, &exponent, &modulus, &mut ctx).map_err(backend)?;
+        let into = if negative { &mut denominator } else { &mut numerator };
+        product.mod_mul(into, &term, &modulus, &mut ctx).map_err(backend)?;
+        std::mem::swap(into, &mut product);
+    }
+    let mut inverse = BigNum::new().map_err(backend)?;
+    if inverse.mod_inverse(&denominator, &modulus, &mut ctx).is_err() {
+        return Ok(None);
+    }
+    product.mod_mul(&numerator, &inverse, &modulus, &mut ctx).map_err(backend)?;
+    Ok(Some(big(&product)))
+}
+
 /// 6-bit digits: 428 multiplications for a 2560-bit exponent (4-bit digits: 642), for a
 /// column scan of 64 entries (vectorised masks, cheap next to a multiplication) and a 7 MB
 /// table for a 2048-bit key.

@@ -16,7 +16,7 @@ use crate::metrics::Metrics;
 pub struct Admin {
     pub gateway: Arc<crate::gateway::Gateway>,
     pub token: String,
-    pub signer: crate::exec::SignZoneSigner,
+    pub signer: Arc<crate::exec::SignZoneSigner>,
 }
 
 /// The admin token's file in a replica's state directory.

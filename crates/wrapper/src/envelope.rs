@@ -6,10 +6,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, CodecError};
-use crate::exec::authority::SignZoneAuth;
+use crate::exec::authority::{SignFinishAuth, SignZoneAuth};
 
 // 2: sign-zone requests carry their replica's signature.
-const VERSION: u8 = 2;
+// 3: finish claims too.
+const VERSION: u8 = 3;
 /// A DNS message over TCP is at most 65535 bytes; leave room for the envelope.
 pub const MAX_ENVELOPE_BYTES: usize = 65_535 + 64;
 
@@ -29,8 +30,10 @@ pub enum Op {
     Resign,
     /// The sender's own part of the running background whole-zone signing is done; once
     /// t+1 replicas said so, every replica installs its signed zone at that point of the
-    /// log (waiting for its own part if need be). Ignored when no signing runs.
-    SignZoneFinish,
+    /// log (waiting for its own part if need be). Ignored when no signing runs. Carries
+    /// the replica's signature over the run's seq: it counts only for the replica whose
+    /// key signed it, and only for that run (`crate::exec::authority`).
+    SignZoneFinish(SignFinishAuth),
 }
 
 impl Op {
@@ -50,7 +53,8 @@ mod tests {
     #[test]
     fn round_trip_and_rejects() {
         let auth = SignZoneAuth { replica: 1, stamp_us: 7, cert: vec![1; 9], signature: vec![2; 70] };
-        for op in [Op::Dns { tcp: true, message: vec![1, 2, 3] }, Op::SignZone(auth), Op::Resign, Op::SignZoneFinish] {
+        let finish = SignFinishAuth { replica: 2, run_seq: 9, cert: vec![3; 9], signature: vec![4; 70] };
+        for op in [Op::Dns { tcp: true, message: vec![1, 2, 3] }, Op::SignZone(auth), Op::Resign, Op::SignZoneFinish(finish)] {
             assert_eq!(Op::decode(&op.encode()), Ok(op));
         }
         assert!(matches!(Op::decode(&[]), Err(CodecError::Empty { .. })));

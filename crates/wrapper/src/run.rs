@@ -178,7 +178,8 @@ pub async fn run(config: Config) -> Result<()> {
         (read(&config.resolve(&config.cluster.ca_cert))?, read(&config.resolve(&config.replica.cert))?, read(&config.resolve(&config.replica.tls_key))?);
     // Sign-zone requests are signed with the mesh identity and checked against the CA.
     let sign_zone_verifier = SignZoneVerifier::new(&config.cluster.zone, bft::transport::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?);
-    let sign_zone_signer = SignZoneSigner::new(id, &config.cluster.zone, &cert_pem, tls_key_pem.clone()).map_err(anyhow::Error::msg).context("replica.cert")?;
+    let sign_zone_signer =
+        Arc::new(SignZoneSigner::new(id, &config.cluster.zone, &cert_pem, tls_key_pem.clone()).map_err(anyhow::Error::msg).context("replica.cert")?);
     let mut mesh_config = MeshConfig::new(id, me.peer, peers, ca_pem, cert_pem, tls_key_pem);
     // Every ordering message the core may send must fit a frame: a view change reports up to
     // a window of prepared batches (tens of MiB when peers fill batches, as a flooder does),
@@ -401,7 +402,7 @@ pub async fn run(config: Config) -> Result<()> {
     });
     metrics.set_slice_pace(config.signing.resign_slice_rrsets, config.signing.resign_slice_interval_s);
     tasks.spawn("re-sign timer", resign_timer(gateway.clone(), last_signed, config.signing.resign_slice_interval_s));
-    tasks.spawn("sign-zone finish voter", finish_voter(gateway.clone(), voter_rx));
+    tasks.spawn("sign-zone finish voter", finish_voter(gateway.clone(), sign_zone_signer.clone(), voter_rx));
     let (client_tx, client_rx) = mpsc::channel(config.client.max_pending);
     tasks.spawn("gateway", gateway.clone().run(client_rx));
 
@@ -640,16 +641,25 @@ async fn resign_timer(gateway: Arc<Gateway>, last_signed: Arc<AtomicU64>, slice_
 /// Once this replica's part of a background whole-zone signing is done, says so through
 /// the ordering (`Op::SignZoneFinish`) until the signing is finished: t+1 such requests
 /// install the signed zone everywhere. Said again every second while others are not done
-/// (a request lost with a primary that failed is thereby replaced).
-async fn finish_voter(gateway: Arc<Gateway>, mut finished: watch::Receiver<Option<(u64, Result<(), String>)>>) {
+/// (a request lost with a primary that failed is thereby replaced). Each claim is signed
+/// with this replica's identity key over the run's seq (`exec::authority`): a primary
+/// cannot make one up.
+async fn finish_voter(gateway: Arc<Gateway>, signer: Arc<SignZoneSigner>, mut finished: watch::Receiver<Option<(u64, Result<(), String>)>>) {
     loop {
         if finished.changed().await.is_err() {
             return;
         }
         let Some(run) = finished.borrow_and_update().as_ref().map(|(seq, _)| *seq) else { continue };
+        let auth = match signer.sign_finish(run) {
+            Ok(auth) => auth,
+            Err(e) => {
+                tracing::error!(run, error = %e, "cannot sign this replica's finish claim");
+                continue;
+            }
+        };
         loop {
             let (reply, mut rx) = crate::reply::ReplyTo::internal();
-            gateway.order(crate::envelope::Op::SignZoneFinish, reply).await;
+            gateway.order(crate::envelope::Op::SignZoneFinish(auth.clone()), reply).await;
             let answer = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
             let text = match answer {
                 Ok(Some(a)) => String::from_utf8_lossy(&a.bytes).into_owned(),

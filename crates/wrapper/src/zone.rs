@@ -286,6 +286,7 @@ impl ZoneMaintenance {
         if tokio::fs::read(self.file(SIGNED_MARK)).await.ok().as_deref() != Some(&run.to_be_bytes()[..]) {
             return Err(ZoneError::Background(format!("no signed zone of the signing begun at seq {run}")));
         }
+        let started = std::time::Instant::now();
         let journal = self.file(FINISH_JOURNAL);
         let (changed, messages) = match tokio::fs::read(&journal).await.ok().and_then(|b| decode_records(&b, seq)) {
             Some(mut parts) if !parts.is_empty() => {
@@ -307,6 +308,7 @@ impl ZoneMaintenance {
                 (changed as u32, messages)
             }
         };
+        let diffed = started.elapsed();
         let (signed, zone_file, named_journal) = (self.file(SIGNED), self.conf.zone_file.clone(), self.conf.journal.clone());
         let installed = self
             .supervisor
@@ -323,6 +325,7 @@ impl ZoneMaintenance {
             .await
             .map_err(|e| ZoneError::Restart(e.to_string()))?;
         installed.map_err(|source| ZoneError::Io { path: self.conf.zone_file.clone(), source })?;
+        let restarted = started.elapsed();
         for body in &messages {
             let answer = self.send_maintenance(body, &self.catchup_key).await;
             let rcode = named_glue::rrwire::RawHeader::parse(&answer).map(|h| h.rcode()).unwrap_or(2);
@@ -330,6 +333,17 @@ impl ZoneMaintenance {
                 return Err(ZoneError::Refused(rcode));
             }
         }
+        // Where an installation's hold goes (issue 13: the hold is the read gap).
+        tracing::info!(
+            seq,
+            run,
+            changed,
+            messages = messages.len(),
+            diff_ms = diffed.as_millis() as u64,
+            restart_ms = (restarted - diffed).as_millis() as u64,
+            catch_up_ms = (started.elapsed() - restarted).as_millis() as u64,
+            "signed zone installed"
+        );
         Ok(changed)
     }
 

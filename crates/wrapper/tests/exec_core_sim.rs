@@ -67,6 +67,11 @@ fn pki() -> &'static Pki {
     })
 }
 
+/// Replica `replica`'s genuine claim that its part of the signing begun at `run_seq` is done.
+fn finish(replica: u16, run_seq: u64) -> Op {
+    Op::SignZoneFinish(pki().signers[replica as usize].sign_finish(run_seq).unwrap())
+}
+
 /// Replica `origin`'s genuine sign-zone request, signed at `time_s`.
 fn sz(origin: u16, time_s: u64) -> Op {
     Op::SignZone(pki().signers[origin as usize].sign_at(time_s * 1_000_000).unwrap())
@@ -179,7 +184,10 @@ fn generate(rng: &mut ChaCha8Rng, batches: usize) -> Log {
     let (mut writes, mut reads) = (0u16, 0u16);
     let mut applied = 0usize;
     let mut time_us = start_s() * 1_000_000;
-    for _ in 0..batches {
+    // Seqs of batches holding a sign-zone request: a signing can only have begun at one.
+    let mut sign_zone_seqs: Vec<u64> = Vec::new();
+    for b in 0..batches {
+        let seq = b as u64 + 1;
         time_us += 200_000 + rng.next_u64() % 3_000_000;
         let mut requests = Vec::new();
         for _ in 0..rng.next_u64() % 6 {
@@ -198,10 +206,25 @@ fn generate(rng: &mut ChaCha8Rng, batches: usize) -> Log {
                 (Op::Dns { tcp: true, message: update(writes) }, None)
             } else if r < 92 {
                 // Stamped with the agreed time and the request's place: each counts once.
+                if sign_zone_seqs.last() != Some(&seq) {
+                    sign_zone_seqs.push(seq);
+                }
                 (Op::SignZone(pki().signers[origin as usize].sign_at(time_us + requests.len() as u64).unwrap()), None)
             } else if r < 96 {
                 // A replica's part of a background signing is done (a no-op when none runs).
-                (Op::SignZoneFinish, None)
+                // The generator does not know where a signing began, so the replica claims it
+                // for each of the last runs that may have begun (all but one refused); now and
+                // then one is ordered under another replica's origin, as a Byzantine primary
+                // could order it.
+                let signer = if rng.next_u64().is_multiple_of(10) { (origin + 1) % N } else { origin };
+                for back in 1..3 {
+                    if let Some(k) = sign_zone_seqs.len().checked_sub(1 + back) {
+                        let payload = finish(origin, sign_zone_seqs[k]).encode();
+                        requests.push(Logged { origin, payload, client_waits, expected_applied: None });
+                    }
+                }
+                let run_seq = sign_zone_seqs.last().copied().unwrap_or(0);
+                (finish(signer, run_seq), None)
             } else {
                 (Op::Resign, None)
             };
@@ -848,7 +871,8 @@ fn drive(core: &mut ExecCore<u64, Unchanged>, seq: &mut u64, time_s: u64, reques
             return (texts, ran, slices);
         }
         *seq += 1;
-        cmds = core.deliver(batch(*seq, time_s, vec![(0, Op::SignZoneFinish, None), (1, Op::SignZoneFinish, None)]));
+        let run = core.state().signing.map(|r| r.seq).unwrap_or(0);
+        cmds = core.deliver(batch(*seq, time_s, vec![(0, finish(0, run), None), (1, finish(1, run), None)]));
     }
 }
 
@@ -1212,11 +1236,11 @@ fn a_whole_zone_signing_runs_beside_reads_and_writes_until_t_plus_one_replicas_a
     assert!(matches!(cmds.last(), Some(Command::Persist(_))) && core.is_idle(), "{cmds:?}");
 
     // One replica saying it is done, however often, does not finish it.
-    let cmds = core.deliver(batch(4, s + 3, vec![(3, Op::SignZoneFinish, Some(9)), (3, Op::SignZoneFinish, None)]));
+    let cmds = core.deliver(batch(4, s + 3, vec![(3, finish(3, 2), Some(9)), (3, finish(3, 2), None)]));
     assert!(!cmds.iter().any(|c| matches!(c, Command::FinishSigning { .. })), "{cmds:?}");
     assert!(cmds.iter().any(|c| matches!(c, Command::Answer { bytes, .. } if bytes.starts_with(b"counted: 1 of the 2"))), "{cmds:?}");
     // A second one does, at its point of the log, with the signing's run and its own times.
-    let cmds = core.deliver(batch(5, s + 4, vec![(0, Op::SignZoneFinish, Some(10))]));
+    let cmds = core.deliver(batch(5, s + 4, vec![(0, finish(0, 2), Some(10))]));
     let Some(Command::FinishSigning { seq: 5, run, times }) = cmds.first() else { panic!("t+1 finish it: {cmds:?}") };
     assert_eq!((run.seq, run.time_s, u64::from(times.expiration)), (2, s + 1, s + 4 + 600));
     assert!(!core.is_idle(), "installing holds the executor");
@@ -1231,6 +1255,66 @@ fn a_whole_zone_signing_runs_beside_reads_and_writes_until_t_plus_one_replicas_a
     assert_eq!(texts, vec![(7, "signed at seq 2".to_string()), (10, "finished: signed at seq 2".to_string())]);
     assert_eq!((core.state().signing, core.state().last_signed_s), (None, s + 1), "the signatures carry the beginning's time");
     // Late ones change nothing.
-    let cmds = core.deliver(batch(6, s + 5, vec![(1, Op::SignZoneFinish, Some(11))]));
+    let cmds = core.deliver(batch(6, s + 5, vec![(1, finish(1, 2), Some(11))]));
     assert!(cmds.iter().any(|c| matches!(c, Command::Answer { bytes, .. } if bytes == b"no signing running")), "{cmds:?}");
+}
+
+/// A Byzantine primary orders finish claims under any origin it likes (the ordering does not
+/// authenticate a request's origin end to end). None of the claims no replica made counts:
+/// not a real claim ordered under another origin, not one for another run, not one signed
+/// with another cluster's certificate or for another zone, not a sign-zone signature, not
+/// garbage. Only then do two genuine claims finish the signing.
+#[test]
+fn a_byzantine_primary_cannot_forge_finish_claims() {
+    let s = start_s();
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    core.deliver(batch(1, s, vec![(3, sz(3, s), None)]));
+    let cmds = core.deliver(batch(2, s + 1, vec![(1, sz(1, s + 1), None)]));
+    assert!(matches!(cmds.first(), Some(Command::BeginSigning { seq: 2, .. })), "{cmds:?}");
+    core.handle(Event::SigningBegun { seq: 2, result: Ok(()) });
+    assert!(core.is_idle());
+
+    // Replica 3 (the Byzantine primary) says it is done, honestly signed: counts for 3 only.
+    let genuine3 = finish(3, 2);
+    let Op::SignZoneFinish(auth3) = genuine3.clone() else { unreachable!() };
+    let sz_auth = pki().signers[2].sign_at(2).unwrap();
+    let forged = vec![
+        (3, genuine3.clone(), Some(1)),
+        // Its own claim ordered again under every other origin.
+        (0, genuine3.clone(), Some(2)),
+        (1, genuine3.clone(), Some(3)),
+        (2, genuine3, Some(4)),
+        // Claims that name replicas 0, 1 and 2 but carry replica 3's certificate and signature.
+        (0, Op::SignZoneFinish(wrapper::exec::SignFinishAuth { replica: 0, ..auth3.clone() }), Some(5)),
+        (1, Op::SignZoneFinish(wrapper::exec::SignFinishAuth { replica: 1, ..auth3.clone() }), Some(6)),
+        // Replica 2's genuine claim for another run (an earlier signing's claim, replayed).
+        (2, finish(2, 1), Some(7)),
+        // Another cluster's replica 2, and replica 2's key for another zone.
+        (2, Op::SignZoneFinish(pki().outsiders[2].sign_finish(2).unwrap()), Some(8)),
+        (2, Op::SignZoneFinish(pki().other_zone[2].sign_finish(2).unwrap()), Some(9)),
+        // Replica 2's sign-zone signature (stamp 2) passed off as a finish claim for run 2.
+        (2, Op::SignZoneFinish(wrapper::exec::SignFinishAuth { replica: 2, run_seq: 2, cert: sz_auth.cert, signature: sz_auth.signature }), Some(10)),
+        // Garbage.
+        (1, Op::SignZoneFinish(wrapper::exec::SignFinishAuth { replica: 1, run_seq: 2, cert: vec![0x30; 40], signature: vec![7; 64] }), Some(11)),
+    ];
+    let cmds = core.deliver(batch(3, s + 2, forged));
+    assert!(!cmds.iter().any(|c| matches!(c, Command::FinishSigning { .. })), "forged claims finished the signing: {cmds:?}");
+    let texts: Vec<(u64, String)> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            Command::Answer { reply, bytes } => Some((*reply, String::from_utf8_lossy(bytes).into_owned())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts.len(), 11, "{texts:?}");
+    assert!(texts[0].1.starts_with("counted: 1 of the 2"), "{texts:?}");
+    for (reply, text) in &texts[1..] {
+        assert!(text.starts_with("refused: "), "claim {reply} was not refused: {text}");
+    }
+    assert_eq!(core.state().sign_finish_votes.iter().copied().collect::<Vec<_>>(), vec![3]);
+    assert!(core.state().signing.is_some() && core.is_idle(), "the signing runs on, the executor is not held");
+
+    // Replica 0's own claim completes t+1.
+    let cmds = core.deliver(batch(4, s + 3, vec![(0, finish(0, 2), Some(12))]));
+    assert!(matches!(cmds.first(), Some(Command::FinishSigning { seq: 4, .. })), "{cmds:?}");
 }

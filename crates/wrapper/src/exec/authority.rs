@@ -9,6 +9,12 @@
 //! replica whose key signed it, never for the one it claims. The stamp (the signer's
 //! clock, made strictly increasing) bounds how long a signed request counts and makes
 //! each one count at most once (`ExecState::sign_zone_stamps`).
+//!
+//! A replica's claim that its part of a running background signing is done
+//! (`Op::SignZoneFinish`) is bound to its origin the same way: signed with its identity
+//! key over (label, zone, replica, the run's beginning seq), so a Byzantine primary cannot
+//! order t+1 finish claims that no replica made. The run's seq makes a claim count for
+//! that run only; within the run a replayed claim is still true (counted once, as a set).
 
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -17,6 +23,7 @@ use bft::transport::pki;
 use serde::{Deserialize, Serialize};
 
 const LABEL: &[u8] = b"sdns sign-zone request v1\0";
+const FINISH_LABEL: &[u8] = b"sdns sign-zone finish v1\0";
 
 /// The authenticator of one replica's sign-zone request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,15 +39,39 @@ pub struct SignZoneAuth {
     pub signature: Vec<u8>,
 }
 
+/// The authenticator of one replica's claim that its part of the background signing that
+/// began at `run_seq` is done.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignFinishAuth {
+    /// The replica whose part is done (must be the one whose certificate follows).
+    pub replica: u16,
+    /// The seq of the batch where the signing began (`SigningRun::seq`).
+    pub run_seq: u64,
+    /// That replica's mesh certificate (DER).
+    pub cert: Vec<u8>,
+    /// ECDSA P-256 SHA-256 over [`finish_signed_bytes`].
+    pub signature: Vec<u8>,
+}
+
 /// What a sign-zone signature covers. The zone name is compared case-insensitively.
 pub fn signed_bytes(zone: &str, replica: u16, stamp_us: u64) -> Vec<u8> {
+    claim_bytes(LABEL, zone, replica, stamp_us)
+}
+
+/// What a finish claim's signature covers (another label: a sign-zone signature is never
+/// a finish claim, whatever its stamp).
+pub fn finish_signed_bytes(zone: &str, replica: u16, run_seq: u64) -> Vec<u8> {
+    claim_bytes(FINISH_LABEL, zone, replica, run_seq)
+}
+
+fn claim_bytes(label: &[u8], zone: &str, replica: u16, value: u64) -> Vec<u8> {
     let zone = canonical_zone(zone);
-    let mut m = Vec::with_capacity(LABEL.len() + zone.len() + 12);
-    m.extend_from_slice(LABEL);
+    let mut m = Vec::with_capacity(label.len() + zone.len() + 12);
+    m.extend_from_slice(label);
     m.extend_from_slice(&(zone.len() as u16).to_be_bytes());
     m.extend_from_slice(zone.as_bytes());
     m.extend_from_slice(&replica.to_be_bytes());
-    m.extend_from_slice(&stamp_us.to_be_bytes());
+    m.extend_from_slice(&value.to_be_bytes());
     m
 }
 
@@ -68,6 +99,16 @@ impl SignZoneVerifier {
     /// The replica `auth` proves, judged at agreed time `time_s`.
     pub fn verify(&self, auth: &SignZoneAuth, time_s: u64) -> Result<u16, String> {
         let msg = signed_bytes(&self.zone, auth.replica, auth.stamp_us);
+        let signer = pki::verify_replica_signature(&self.ca_der, &auth.cert, time_s, &msg, &auth.signature).map_err(|e| e.to_string())?;
+        if signer != auth.replica {
+            return Err(format!("signed with replica {signer}'s certificate, claims replica {}", auth.replica));
+        }
+        Ok(signer)
+    }
+
+    /// The replica a finish claim proves, judged at agreed time `time_s`.
+    pub fn verify_finish(&self, auth: &SignFinishAuth, time_s: u64) -> Result<u16, String> {
+        let msg = finish_signed_bytes(&self.zone, auth.replica, auth.run_seq);
         let signer = pki::verify_replica_signature(&self.ca_der, &auth.cert, time_s, &msg, &auth.signature).map_err(|e| e.to_string())?;
         if signer != auth.replica {
             return Err(format!("signed with replica {signer}'s certificate, claims replica {}", auth.replica));
@@ -116,6 +157,13 @@ impl SignZoneSigner {
         let signature = pki::sign_as_replica(&self.key_pem, &msg).map_err(|e| e.to_string())?;
         Ok(SignZoneAuth { replica: self.id, stamp_us, cert: self.cert.clone(), signature })
     }
+
+    /// This replica's claim that its part of the signing begun at `run_seq` is done.
+    pub fn sign_finish(&self, run_seq: u64) -> Result<SignFinishAuth, String> {
+        let msg = finish_signed_bytes(&self.zone, self.id, run_seq);
+        let signature = pki::sign_as_replica(&self.key_pem, &msg).map_err(|e| e.to_string())?;
+        Ok(SignFinishAuth { replica: self.id, run_seq, cert: self.cert.clone(), signature })
+    }
 }
 
 #[cfg(test)]
@@ -140,5 +188,29 @@ mod tests {
         // Stamps from one signer strictly increase.
         let (x, y) = (signer.sign().unwrap(), signer.sign().unwrap());
         assert!(y.stamp_us > x.stamp_us);
+    }
+
+    #[test]
+    fn a_finish_claim_binds_zone_replica_and_run() {
+        let ca = pki::generate_ca("t").unwrap();
+        let ca_der = pki::cert_der_from_pem(&ca.cert_pem).unwrap();
+        let r1 = pki::issue_replica_cert(&ca, 1).unwrap();
+        let r2 = pki::issue_replica_cert(&ca, 2).unwrap();
+        let signer = SignZoneSigner::new(1, "example.test", &r1.cert_pem, r1.key_pem.clone()).unwrap();
+        let v = SignZoneVerifier::new("example.test.", ca_der.clone());
+        let t = 1_800_000_000;
+        let a = signer.sign_finish(42).unwrap();
+        assert_eq!(v.verify_finish(&a, t), Ok(1));
+        // Another run, another replica, another zone: no longer valid.
+        assert!(v.verify_finish(&SignFinishAuth { run_seq: 43, ..a.clone() }, t).is_err());
+        assert!(v.verify_finish(&SignFinishAuth { replica: 2, ..a.clone() }, t).is_err());
+        assert!(SignZoneVerifier::new("other.test", ca_der).verify_finish(&a, t).is_err());
+        // Replica 2's certificate with replica 1's signature, or claiming replica 2.
+        let r2_cert = pki::cert_der_from_pem(&r2.cert_pem).unwrap();
+        assert!(v.verify_finish(&SignFinishAuth { cert: r2_cert.clone(), ..a.clone() }, t).is_err());
+        assert!(v.verify_finish(&SignFinishAuth { replica: 2, cert: r2_cert, ..a.clone() }, t).is_err());
+        // A sign-zone signature over the same numbers is not a finish claim.
+        let sz = signer.sign_at(42).unwrap();
+        assert!(v.verify_finish(&SignFinishAuth { signature: sz.signature, ..a }, t).is_err());
     }
 }

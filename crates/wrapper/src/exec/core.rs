@@ -35,7 +35,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::classify::{classify, Kind, Verdict};
 use crate::envelope::Op;
-use crate::exec::authority::{SignZoneAuth, SignZoneVerifier};
+use crate::exec::authority::{SignFinishAuth, SignZoneAuth, SignZoneVerifier};
 use crate::exec::gate::{UpdateDecision, UpdateGate};
 use crate::exec::state::{code, ExecState, RecentWrite, SigningRun};
 
@@ -626,7 +626,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         }
                     }
                 }
-                Op::SignZoneFinish => {
+                Op::SignZoneFinish(auth) => {
                     self.keep_before();
                     let Some(signing) = self.state.signing else {
                         if let Some(reply) = item.reply {
@@ -634,6 +634,12 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         }
                         continue;
                     };
+                    if let Err(text) = self.finish_claim(item.origin, &auth, signing.seq, time_us / 1_000_000) {
+                        if let Some(reply) = item.reply {
+                            out.push(Command::Answer { reply, bytes: text.into_bytes() });
+                        }
+                        continue;
+                    }
                     self.state.sign_finish_votes.insert(item.origin);
                     let needed = usize::from(self.config.faults) + 1;
                     if self.state.sign_finish_votes.len() < needed {
@@ -710,6 +716,24 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         } else {
             run.wait = Some(Wait::SignPending { index, reply });
         }
+    }
+
+    /// Whether an ordered finish claim proves that replica `origin`'s part of the signing
+    /// begun at `run_seq` is done: signed by `origin`'s key (checked at agreed time
+    /// `time_s`), for this run. A Byzantine primary can order claims under any origin;
+    /// only the claims replicas made count.
+    fn finish_claim(&self, origin: u16, auth: &SignFinishAuth, run_seq: u64, time_s: u64) -> Result<(), String> {
+        if auth.replica != origin {
+            return Err(format!("refused: a finish claim signed for replica {} was ordered as replica {origin}'s", auth.replica));
+        }
+        if auth.run_seq != run_seq {
+            return Err(format!("refused: replica {origin}'s finish claim is for the signing begun at seq {}, not {run_seq}", auth.run_seq));
+        }
+        self.config
+            .sign_zone_verifier
+            .verify_finish(auth, time_s)
+            .map(|_| ())
+            .map_err(|e| format!("refused: the finish claim does not prove replica {origin}: {e}"))
     }
 
     /// Counts an ordered sign-zone request; `Ok` when it completes the t+1 needed (the

@@ -12,6 +12,6 @@ pub mod gate;
 pub mod state;
 
 pub use self::core::{Command, Delivered, Event, ExecConfig, ExecCore, Item, Resume};
-pub use authority::{SignZoneAuth, SignZoneSigner, SignZoneVerifier};
+pub use authority::{SignFinishAuth, SignZoneAuth, SignZoneSigner, SignZoneVerifier};
 pub use gate::{Unchanged, UpdateDecision, UpdateGate};
 pub use state::{ExecState, SigningRun, WriteIntent};
