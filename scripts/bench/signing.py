@@ -177,6 +177,19 @@ def sign_zone_args(cdir, base):
     return args
 
 
+def timed_sign_zone(cdir, base, pids):
+    """Runs `sdns sign-zone` once: (start, end, CPU seconds per replica, install seconds
+    per replica, whether it signed, its output)."""
+    cpu0 = replica_cpu(pids)
+    start = time.monotonic()
+    out = subprocess.run(sign_zone_args(cdir, base), capture_output=True, text=True)
+    end = time.monotonic()
+    cpu = [b - a for a, b in zip(cpu0, replica_cpu(pids))]
+    install = [metric(base + 301 + i, "sdns_zone_install_seconds") for i in range(4)]
+    text = out.stdout + out.stderr
+    return start, end, cpu, install, out.returncode == 0 and "signed at seq" in text, text
+
+
 def observed(kind, names, plain_cpu, start, end, cpu, answers, acks, state, install, ok, output):
     return {
         "names": names,
@@ -243,14 +256,8 @@ def one_size(names, base, again):
             time.sleep(LOAD_WINDOW_S)
             load_rate = [(b - a) / (time.monotonic() - t0) for a, b in zip(cpu0, replica_cpu(pids))]
             acks.clear()
-            cpu0 = replica_cpu(pids)
-            start = time.monotonic()
-            out = subprocess.run(sign_zone_args(cdir, base), capture_output=True, text=True)
-            end = time.monotonic()
-            cpu = [b - a for a, b in zip(cpu0, replica_cpu(pids))]
-            install = [metric(base + 301 + i, "sdns_zone_install_seconds") for i in range(4)]
-            ok = out.returncode == 0 and "signed at seq" in out.stdout + out.stderr
-            row = observed("again (sdns sign-zone)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, ok, out.stdout + out.stderr)
+            start, end, cpu, install, ok, text = timed_sign_zone(cdir, base, pids)
+            row = observed("again (sdns sign-zone)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, ok, text)
             row["load_only_cpu_per_s"] = [round(x, 4) for x in load_rate]
             results.append(row)
             # The same signing without the probe and the updates: the CPU of signing alone
@@ -259,14 +266,8 @@ def one_size(names, base, again):
             for t in threads:
                 t.join()
             time.sleep(1.0)
-            cpu0 = replica_cpu(pids)
-            start = time.monotonic()
-            out = subprocess.run(sign_zone_args(cdir, base), capture_output=True, text=True)
-            end = time.monotonic()
-            cpu = [b - a for a, b in zip(cpu0, replica_cpu(pids))]
-            install = [metric(base + 301 + i, "sdns_zone_install_seconds") for i in range(4)]
-            ok = out.returncode == 0 and "signed at seq" in out.stdout + out.stderr
-            results.append(observed("again, no load (sdns sign-zone)", names, plain_cpu, start, end, cpu, [], [], {"unanswered": 0}, install, ok, out.stdout + out.stderr))
+            start, end, cpu, install, ok, text = timed_sign_zone(cdir, base, pids)
+            results.append(observed("again, no load (sdns sign-zone)", names, plain_cpu, start, end, cpu, [], [], {"unanswered": 0}, install, ok, text))
     finally:
         stop.set()
         for t in threads:

@@ -770,6 +770,16 @@ impl UpdateGate for OddRefused {
     }
 }
 
+/// The answers among `cmds`: (reply handle, text).
+fn answer_texts(cmds: &[Command<u64>]) -> Vec<(u64, String)> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Answer { reply, bytes } => Some((*reply, String::from_utf8_lossy(bytes).into_owned())),
+            _ => None,
+        })
+        .collect()
+}
+
 fn batch(seq: u64, time_s: u64, requests: Vec<(u16, Op, Option<u64>)>) -> Delivered<u64> {
     Delivered {
         seq,
@@ -1245,13 +1255,7 @@ fn a_whole_zone_signing_runs_beside_reads_and_writes_until_t_plus_one_replicas_a
     assert_eq!((run.seq, run.time_s, u64::from(times.expiration)), (2, s + 1, s + 4 + 600));
     assert!(!core.is_idle(), "installing holds the executor");
     let cmds = core.handle(Event::SigningFinished { seq: 5, result: Ok(1) });
-    let texts: Vec<(u64, String)> = cmds
-        .iter()
-        .filter_map(|c| match c {
-            Command::Answer { reply, bytes } => Some((*reply, String::from_utf8_lossy(bytes).into_owned())),
-            _ => None,
-        })
-        .collect();
+    let texts = answer_texts(&cmds);
     assert_eq!(texts, vec![(7, "signed at seq 2".to_string()), (10, "finished: signed at seq 2".to_string())]);
     assert_eq!((core.state().signing, core.state().last_signed_s), (None, s + 1), "the signatures carry the beginning's time");
     // Late ones change nothing.
@@ -1299,13 +1303,7 @@ fn a_byzantine_primary_cannot_forge_finish_claims() {
     ];
     let cmds = core.deliver(batch(3, s + 2, forged));
     assert!(!cmds.iter().any(|c| matches!(c, Command::FinishSigning { .. })), "forged claims finished the signing: {cmds:?}");
-    let texts: Vec<(u64, String)> = cmds
-        .iter()
-        .filter_map(|c| match c {
-            Command::Answer { reply, bytes } => Some((*reply, String::from_utf8_lossy(bytes).into_owned())),
-            _ => None,
-        })
-        .collect();
+    let texts = answer_texts(&cmds);
     assert_eq!(texts.len(), 11, "{texts:?}");
     assert!(texts[0].1.starts_with("counted: 1 of the 2"), "{texts:?}");
     for (reply, text) in &texts[1..] {
