@@ -255,3 +255,52 @@ fn the_timeout_follows_the_observed_ordering_latency() {
         assert!(timeout >= Duration::from_millis(1500), "replica {at}'s timeout {timeout:?}");
     }
 }
+
+/// A replica that resumes after a pause (a stopped process, a host that slept) fires its
+/// request timer at once, before any fresh status report says its peers went on without it.
+/// It must not suspect the working primary alone (a view change nobody else makes would
+/// keep it out of the ordering): it waits for reports, catches up, and its request is
+/// ordered in the view everyone is in.
+#[test]
+fn a_replica_resuming_after_a_pause_does_not_suspect_a_working_primary_alone() {
+    let mut net = Net::new(|_| {}, Duration::from_millis(1));
+    warm_up(&mut net, 5);
+    net.down[3] = true;
+    // Its own request, sent as it stops: the relay is lost with it.
+    net.submit(3, request(3, 9, 1));
+    for number in 1..=20 {
+        net.submit(1, request(1, 10, number));
+        let until = Time(net.now.0 + 250_000);
+        net.run_until(until);
+    }
+    net.down[3] = false;
+    let resumed = net.now;
+    net.run_until(Time(resumed.0 + 3_000_000));
+    assert_eq!(net.reached(3, 1), None, "replica 3 changed views alone after its pause: {:?}", net.views);
+    for at in 0..4 {
+        assert_eq!(net.replicas[at].status().view, 0, "replica {at}");
+        assert_eq!(net.delivered_numbers(at, 9), vec![1], "replica {at}: the resumed replica's request");
+    }
+    assert_eq!(net.delivered_numbers(3, 10).len(), 20, "replica 3 caught up");
+}
+
+/// The same for a replica that starts again with no state while the others are ahead: its
+/// first status report goes out at once, the answers say it is behind, and it catches up
+/// instead of suspecting (with the first report one interval later it suspected alone).
+#[test]
+fn a_restarted_replica_does_not_suspect_a_working_primary_alone() {
+    let mut net = Net::new(|_| {}, Duration::from_millis(1));
+    warm_up(&mut net, 5);
+    let mut config = Config::new(4, 3);
+    config.persist = false;
+    net.replicas[3] = Replica::new(config, net.now).unwrap();
+    net.delivered[3].clear();
+    net.submit(3, request(3, 9, 1));
+    let started = net.now;
+    net.run_until(Time(started.0 + 3_000_000));
+    assert_eq!(net.replicas[3].status().view, 0, "views: {:?}", net.views);
+    assert!(!net.views.iter().any(|(at, r, v)| *r == 3 && *v > 0 && *at >= started), "replica 3 changed views alone: {:?}", net.views);
+    for at in 0..4 {
+        assert_eq!(net.delivered_numbers(at, 9), vec![1], "replica {at}: the restarted replica's request");
+    }
+}
