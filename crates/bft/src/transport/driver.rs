@@ -394,8 +394,20 @@ impl<O: Outbound> Driver<O> {
     }
 
     fn publish_status(&self) {
+        let core = self.replica.status();
+        let before = self.status_tx.borrow();
+        let (view, changing) = (before.core.view, before.core.view_changing);
+        drop(before);
+        // View changes are rare and an operator wants to see each (and so does a failed test).
+        if (core.view, core.view_changing) != (view, changing) {
+            if core.view_changing {
+                tracing::info!(view = core.view, from = view, last_delivered = core.last_delivered, "changing views");
+            } else {
+                tracing::info!(view = core.view, primary = core.primary, last_delivered = core.last_delivered, "view installed");
+            }
+        }
         self.status_tx.send_replace(DriverStatus {
-            core: self.replica.status(),
+            core,
             decode_errors: self.decode_errors,
             decode_errors_by_peer: self.decode_errors_by_peer.clone(),
             last_heard: self.last_heard.clone(),
