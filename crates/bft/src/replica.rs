@@ -205,9 +205,8 @@ pub struct Replica {
     view_began: Time,
     view_change_deadline: Option<Time>,
     tick_deadline: Time,
-    peer_status: BTreeMap<ReplicaId, StatusReport>,
-    /// When each peer's latest status report arrived.
-    peer_status_at: BTreeMap<ReplicaId, Time>,
+    /// Each peer's latest status report, and when it arrived.
+    peer_status: BTreeMap<ReplicaId, (StatusReport, Time)>,
     /// This replica started, or resumed after a pause (its clock jumped): reports older than
     /// this say nothing about its peers now, and it suspects no primary before 2f fresh ones.
     reports_needed_after: Time,
@@ -284,7 +283,6 @@ impl Replica {
             view_change_deadline: None,
             tick_deadline,
             peer_status: BTreeMap::new(),
-            peer_status_at: BTreeMap::new(),
             reports_needed_after: now,
             state_transfer_requested: 0,
             transfer_claims: VecDeque::new(),
@@ -1585,8 +1583,7 @@ impl Replica {
         if answered {
             self.last_push.insert(from, self.now);
         }
-        self.peer_status.insert(from, report);
-        self.peer_status_at.insert(from, self.now);
+        self.peer_status.insert(from, (report, self.now));
         self.check_state_transfer();
     }
 
@@ -1603,13 +1600,13 @@ impl Replica {
     /// 2f peers reported since this replica started or resumed (all that may be heard from
     /// when f are silent).
     fn heard_peers_since_resume(&self) -> bool {
-        let fresh = self.peer_status_at.values().filter(|at| **at >= self.reports_needed_after).count();
+        let fresh = self.peer_status.values().filter(|(_, at)| *at >= self.reports_needed_after).count();
         fresh >= 2 * usize::from(self.config.f)
     }
 
     /// At least f+1 peers (so one honest) reported delivering beyond us.
     fn lagging(&self) -> bool {
-        let ahead = self.peer_status.values().filter(|report| report.last_delivered > self.last_delivered).count();
+        let ahead = self.peer_status.values().filter(|(report, _)| report.last_delivered > self.last_delivered).count();
         ahead > usize::from(self.config.f)
     }
 
@@ -1618,7 +1615,7 @@ impl Replica {
         if self.stable.seq < next || self.state_transfer_requested >= self.stable.seq {
             return;
         }
-        let gone = self.peer_status.values().filter(|report| report.oldest_retained > next).count();
+        let gone = self.peer_status.values().filter(|(report, _)| report.oldest_retained > next).count();
         if gone > usize::from(self.config.f) {
             self.state_transfer_requested = self.stable.seq;
             self.transfer_claims.push_back(self.stable);

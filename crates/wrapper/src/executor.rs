@@ -78,10 +78,10 @@ pub struct Executor<G: UpdateGate> {
     pub snapshots: Option<SnapshotStore>,
     /// The records each pending checkpoint digest was computed from.
     pub digested: DigestedRecords,
-    /// Verified snapshots to install (from state transfer).
     /// The tasks the running batch's commands started: aborted when a transferred state
     /// replaces what that batch was doing (see [`Executor::preempt`]).
     pub tasks: CommandTasks,
+    /// Verified snapshots to install (from state transfer).
     pub installs: Option<mpsc::Receiver<Install>>,
     pub background: Arc<Background>,
     /// This replica's own state digest at each recent checkpoint, to compare with the
@@ -95,6 +95,7 @@ pub struct Executor<G: UpdateGate> {
 
 /// Own checkpoint digests by batch, the newest few.
 pub type OwnDigests = Arc<Mutex<std::collections::BTreeMap<u64, Digest>>>;
+
 /// The tasks started for the running batch's commands.
 #[derive(Default)]
 pub struct CommandTasks(std::sync::Mutex<Vec<tokio::task::AbortHandle>>);

@@ -268,9 +268,6 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         &self.state
     }
 
-    /// Replaces the state with one transferred from peers (its batch is executed: named
-    /// holds its zone). Call only when [`Self::is_idle`]; the cached answers of earlier
-    /// writes go, since the transferred state's recent writes are not this replica's.
     /// Drops the running batch and the reads in flight (their tasks were aborted): a
     /// transferred state replaces whatever they would have done. Call [`Self::install`] next.
     pub fn abandon(&mut self) {
@@ -279,6 +276,10 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         self.resume = None;
     }
 
+    /// Replaces the state with one transferred from peers (its batch is executed: named
+    /// holds its zone). Call only when [`Self::is_idle`] (after [`Self::abandon`] if need
+    /// be); the cached answers of earlier writes go, since the transferred state's recent
+    /// writes are not this replica's.
     pub fn install(&mut self, state: ExecState) {
         debug_assert!(self.running.is_none());
         self.durable = state.clone();
