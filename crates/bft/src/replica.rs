@@ -827,6 +827,13 @@ impl Replica {
         if self.is_delivered(&key) || self.awaited.contains_key(&key) {
             return;
         }
+        if self.number_jump_too_far(&key) {
+            // It would never be delivered; ordering it anyway lets one replica make the
+            // cluster order empty batches as fast as it sends (an honest gateway numbers its
+            // requests consecutively, so it never gets here, even at a replica far behind).
+            self.blame(from, "request number jumps beyond max_number_jump");
+            return;
+        }
         let held = self.relayed_bytes.get(&from).copied().unwrap_or(0);
         if held.saturating_add(charge(&request)) > self.config.max_pending_bytes_per_origin {
             // Over this origin's budget: dropped, not blamed (an honest origin under load gets

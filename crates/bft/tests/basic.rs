@@ -311,3 +311,23 @@ fn an_installed_checkpoint_resumes_delivery_after_it() {
     assert_eq!(delivered, vec![(41, 1)]);
     assert!(replica.status().last_time >= Time(50));
 }
+
+#[test]
+fn a_request_that_could_never_be_delivered_is_not_ordered() {
+    // Replica 3 sends the primary its own requests with numbers no honest gateway uses:
+    // ordering them would cost the cluster a batch each while delivering nothing.
+    let start = Time(1_000_000);
+    let mut replicas: Vec<Replica> = (0..4).map(|id| Replica::new(Config::new(4, id), start).unwrap()).collect();
+    let jump = replicas[0].config().max_number_jump;
+    for number in [jump + 1, u64::MAX] {
+        replicas[0].handle_message(start, 3, Message::Request { sender: 3, request: request(3, 5, number) });
+    }
+    assert_eq!(replicas[0].status().misbehaviour, vec![0, 0, 0, 2], "the sender is blamed for each");
+    replicas[3].submit(start, request(3, 5, jump)).unwrap();
+    let delivered = run(&mut replicas, start, 50);
+    for batches in &delivered {
+        let numbers: Vec<u64> = batches.iter().flat_map(|b| b.requests.iter().map(|r| r.number)).collect();
+        assert_eq!(numbers, vec![jump], "only the deliverable request is ordered");
+        assert_eq!(batches.len(), 1, "no batch was spent on the others");
+    }
+}
