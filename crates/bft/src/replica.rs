@@ -1,5 +1,6 @@
 //! The replica state machine: events in (`submit`, `handle_message`, `handle_timeout`,
-//! `checkpoint`), actions out (`poll_action`), one timer (`poll_timeout`).
+//! `checkpoint`), actions out (`poll_action`), one wake-up time (`poll_timeout`: the earliest
+//! deadline in its timer table, [`Timers`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -92,6 +93,74 @@ const LATENCY_DECAY: u64 = 8;
 const RECORDS_PER_WINDOW: u64 = 8;
 /// Windows of committed batches below the delivery base kept in a snapshot to serve laggards.
 const RETAINED_WINDOWS: u64 = 2;
+
+/// What a deadline in [`Timers`] is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer {
+    /// Every `retransmit_interval`: the status report and retransmissions. Always armed.
+    Tick,
+    /// A request this replica knows was not ordered in time: suspect the primary. Armed
+    /// only while a request is awaited and no view change is under way.
+    Request,
+    /// The view change under way did not install in time: try the next view. Armed only
+    /// while changing views, once a quorum asks for this view or a later one.
+    ViewChange,
+    /// The primary's next batch: its oldest unproposed request has waited `batch_delay`, or
+    /// a parked origin's balance is back. Derived from the queue and the clock, so it is
+    /// re-armed after every input (see [`Replica::arm_batch_timer`]).
+    Batch,
+}
+
+impl Timer {
+    /// Every kind, in the order [`Replica::handle_timeout`] fires them when several are due.
+    const ALL: [Timer; 4] = [Timer::Tick, Timer::Request, Timer::ViewChange, Timer::Batch];
+}
+
+/// Every deadline the replica keeps, one per [`Timer`] kind; the next wake-up is the earliest.
+#[derive(Clone, Debug, Default)]
+struct Timers([Option<Time>; Timer::ALL.len()]);
+
+impl Timers {
+    fn get(&self, timer: Timer) -> Option<Time> {
+        self.0[timer as usize]
+    }
+
+    fn is_armed(&self, timer: Timer) -> bool {
+        self.get(timer).is_some()
+    }
+
+    fn set(&mut self, timer: Timer, at: Option<Time>) {
+        self.0[timer as usize] = at;
+    }
+
+    fn arm(&mut self, timer: Timer, at: Time) {
+        self.set(timer, Some(at));
+    }
+
+    /// Arms `timer` unless it already runs (a running timer keeps its earlier deadline).
+    fn arm_if_idle(&mut self, timer: Timer, at: Time) {
+        if !self.is_armed(timer) {
+            self.arm(timer, at);
+        }
+    }
+
+    fn cancel(&mut self, timer: Timer) {
+        self.set(timer, None);
+    }
+
+    /// Disarms `timer` and says so if it was due at `now`.
+    fn take_due(&mut self, timer: Timer, now: Time) -> bool {
+        let due = self.get(timer).is_some_and(|at| at <= now);
+        if due {
+            self.cancel(timer);
+        }
+        due
+    }
+
+    fn next(&self) -> Option<Time> {
+        self.0.iter().flatten().min().copied()
+    }
+}
 
 #[derive(Clone, Debug)]
 struct Accepted {
@@ -192,7 +261,8 @@ pub struct Replica {
     pending_new_view: Option<NewView>,
     current_new_view: Option<NewView>,
     relayed_new_views: BTreeMap<ReplicaId, (Digest, NewView)>,
-    request_deadline: Option<Time>,
+    /// Every deadline this replica keeps (see [`Timer`]).
+    timers: Timers,
     /// Slowest recent ordering latency (a request learned in the current view, until its
     /// delivery), decaying per delivered batch: the adaptive request timeout follows it.
     order_latency_us: u64,
@@ -203,8 +273,6 @@ pub struct Replica {
     /// When the current view began (installed, or this replica started): requests learned
     /// before it waited through a view change, which says nothing about the new primary.
     view_began: Time,
-    view_change_deadline: Option<Time>,
-    tick_deadline: Time,
     /// Each peer's latest status report, and when it arrived.
     peer_status: BTreeMap<ReplicaId, (StatusReport, Time)>,
     /// This replica started, or resumed after a pause (its clock jumped): reports older than
@@ -241,8 +309,9 @@ impl Replica {
         // The first status report goes out at once: peers answer a replica that just
         // started (with what it missed, or the view they are in), and it hears from them
         // before it may suspect a primary (see `reports_needed_after`).
-        let tick_deadline = now;
-        Ok(Replica {
+        let mut timers = Timers::default();
+        timers.arm(Timer::Tick, now);
+        let mut replica = Replica {
             now,
             view: 0,
             view_changing: false,
@@ -276,12 +345,10 @@ impl Replica {
             pending_new_view: None,
             current_new_view: None,
             relayed_new_views: BTreeMap::new(),
-            request_deadline: None,
+            timers,
             order_latency_us: 0,
             suspicions: 0,
             view_began: now,
-            view_change_deadline: None,
-            tick_deadline,
             peer_status: BTreeMap::new(),
             reports_needed_after: now,
             state_transfer_requested: 0,
@@ -300,7 +367,9 @@ impl Replica {
             records_since_snapshot: 0,
             bases: BTreeMap::from([(0, DeliveryBase::genesis())]),
             config,
-        })
+        };
+        replica.arm_batch_timer();
+        Ok(replica)
     }
 
     /// A replica resuming from what it persisted (snapshot plus records, see
@@ -606,13 +675,10 @@ impl Replica {
         self.actions.pop_front()
     }
 
-    /// When to call [`Replica::handle_timeout`] next.
+    /// When to call [`Replica::handle_timeout`] next: the earliest deadline in the timer
+    /// table (never `None` today: the tick always runs).
     pub fn poll_timeout(&self) -> Option<Time> {
-        let mut deadline = self.tick_deadline;
-        for candidate in [self.request_deadline, self.view_change_deadline, self.batch_deadline()].into_iter().flatten() {
-            deadline = deadline.min(candidate);
-        }
-        Some(deadline)
+        self.timers.next()
     }
 
     /// A request from a local client. Idempotent for a request already pending.
@@ -665,35 +731,47 @@ impl Replica {
     /// Fires due timers. Safe to call at any time.
     pub fn handle_timeout(&mut self, now: Time) {
         self.observe(now);
-        if self.tick_deadline <= now {
-            self.tick_deadline = now.plus(self.config.retransmit_interval);
-            self.tick();
-        }
-        if self.request_deadline.is_some_and(|deadline| deadline <= now) {
-            self.request_deadline = None;
-            if self.lagging() {
-                // f+1 peers delivered more: catch up first, the primary may be fine.
-                self.request_deadline = Some(now.plus(self.request_timeout()));
-            } else if !self.heard_peers_since_resume() {
-                // Just started or resumed: what peers reported before says nothing about now
-                // (they may be far ahead, in another view). A lone suspicion would leave this
-                // replica waiting in a view change nobody else makes: wait for fresh reports.
-                self.request_deadline = Some(now.plus(self.config.retransmit_interval.min(self.request_timeout())));
-            } else if !self.view_changing {
-                // Peers that have not seen these requests yet (they reach everyone only after a
-                // retransmit interval) start their own timers now, so f+1 suspicions, and with
-                // them the view change, follow one timeout later rather than two intervals.
-                self.relay_own_requests(true);
-                self.start_view_change(self.view + 1);
-            }
-        }
-        if self.view_change_deadline.is_some_and(|deadline| deadline <= now) {
-            self.view_change_deadline = None;
-            if self.view_changing {
-                self.start_view_change(self.view + 1);
+        // One kind after the other, each checked after the previous one fired (firing one
+        // can cancel or re-arm another).
+        for timer in Timer::ALL {
+            if self.timers.take_due(timer, now) {
+                self.fire(timer, now);
             }
         }
         self.after_step();
+    }
+
+    fn fire(&mut self, timer: Timer, now: Time) {
+        match timer {
+            Timer::Tick => {
+                self.timers.arm(Timer::Tick, now.plus(self.config.retransmit_interval));
+                self.tick();
+            }
+            Timer::Request => {
+                if self.lagging() {
+                    // f+1 peers delivered more: catch up first, the primary may be fine.
+                    self.timers.arm(Timer::Request, now.plus(self.request_timeout()));
+                } else if !self.heard_peers_since_resume() {
+                    // Just started or resumed: what peers reported before says nothing about now
+                    // (they may be far ahead, in another view). A lone suspicion would leave this
+                    // replica waiting in a view change nobody else makes: wait for fresh reports.
+                    self.timers.arm(Timer::Request, now.plus(self.config.retransmit_interval.min(self.request_timeout())));
+                } else if !self.view_changing {
+                    // Peers that have not seen these requests yet (they reach everyone only after a
+                    // retransmit interval) start their own timers now, so f+1 suspicions, and with
+                    // them the view change, follow one timeout later rather than two intervals.
+                    self.relay_own_requests(true);
+                    self.start_view_change(self.view + 1);
+                }
+            }
+            Timer::ViewChange => {
+                if self.view_changing {
+                    self.start_view_change(self.view + 1);
+                }
+            }
+            // Proposing what is due is `after_step`'s, which every input ends with.
+            Timer::Batch => {}
+        }
     }
 
     /// The application's state digest after executing batch `seq` (a checkpoint).
@@ -748,7 +826,7 @@ impl Replica {
         }
         self.clear_fresh();
         self.proposed.clear();
-        self.request_deadline = None;
+        self.timers.cancel(Timer::Request);
         if self.next_seq <= claim.seq {
             self.next_seq = claim.seq + 1;
         }
@@ -796,8 +874,8 @@ impl Replica {
         }
         // The primary runs the timer too: a primary whose proposals cannot commit (its backups
         // moved to other views) must not wait forever.
-        if self.request_deadline.is_none() && !self.view_changing {
-            self.request_deadline = Some(self.now.plus(self.request_timeout()));
+        if !self.view_changing {
+            self.timers.arm_if_idle(Timer::Request, self.now.plus(self.request_timeout()));
         }
     }
 
@@ -903,6 +981,13 @@ impl Replica {
     }
 
     // ----- normal case -----
+
+    /// Re-derives [`Timer::Batch`] from the queue and the clock, after anything that may
+    /// have moved it.
+    fn arm_batch_timer(&mut self) {
+        let at = self.batch_deadline();
+        self.timers.set(Timer::Batch, at);
+    }
 
     fn batch_deadline(&self) -> Option<Time> {
         if !self.is_primary() || self.view_changing || self.next_seq > self.high_watermark() {
@@ -1366,13 +1451,13 @@ impl Replica {
             self.snapshot_due |= seq <= self.stable.seq;
         }
         if progressed {
-            self.request_deadline = None;
+            self.timers.cancel(Timer::Request);
             if !self.view_changing {
                 self.suspicions = 0;
             }
         }
-        if self.request_deadline.is_none() && !self.awaited.is_empty() && !self.view_changing {
-            self.request_deadline = Some(self.now.plus(self.request_timeout()));
+        if !self.awaited.is_empty() && !self.view_changing {
+            self.timers.arm_if_idle(Timer::Request, self.now.plus(self.request_timeout()));
         }
         self.actions.push_back(Action::Deliver(Batch { seq, view: self.view, time, requests, checkpoint_due }));
         self.collect_garbage();
@@ -1595,6 +1680,9 @@ impl Replica {
             self.reports_needed_after = now;
         }
         self.now = now;
+        // The batch timer follows the clock (a parked origin's balance refills with it), also
+        // on the paths that end without `after_step` (an input refused before any change).
+        self.arm_batch_timer();
     }
 
     /// 2f peers reported since this replica started or resumed (all that may be heard from
@@ -1706,8 +1794,8 @@ impl Replica {
         self.view_changing = true;
         // Counted however this replica came to suspect (its timer, f+1 others, a failed view).
         self.suspicions = self.suspicions.saturating_add(1);
-        self.request_deadline = None;
-        self.view_change_deadline = None;
+        self.timers.cancel(Timer::Request);
+        self.timers.cancel(Timer::ViewChange);
         self.pending_new_view = None;
         self.clear_fresh();
         let view_change = self.build_view_change(target);
@@ -1845,11 +1933,11 @@ impl Replica {
         // exactly this view, which can leave replicas split across two views waiting forever
         // when a new-view cannot be checked).
         let senders: BTreeSet<ReplicaId> = self.view_changes.keys().filter(|(_, view)| *view >= self.view).map(|(sender, _)| *sender).collect();
-        if senders.len() >= self.config.quorum() && self.view_change_deadline.is_none() {
+        if senders.len() >= self.config.quorum() && !self.timers.is_armed(Timer::ViewChange) {
             let attempt = self.view.saturating_sub(self.last_normal_view).saturating_sub(1);
             let shift = u32::try_from(attempt).unwrap_or(MAX_BACKOFF_SHIFT).min(MAX_BACKOFF_SHIFT);
             let timeout = self.config.view_change_timeout.saturating_mul(1u32 << shift);
-            self.view_change_deadline = Some(self.now.plus(timeout));
+            self.timers.arm(Timer::ViewChange, self.now.plus(timeout));
         }
         if self.is_primary() {
             self.try_new_view();
@@ -1970,7 +2058,7 @@ impl Replica {
         self.view_changing = false;
         self.last_normal_view = view;
         self.mark_meta();
-        self.view_change_deadline = None;
+        self.timers.cancel(Timer::ViewChange);
         self.view_began = self.now;
         self.pending_new_view = None;
         self.own_view_change = None;
@@ -2007,11 +2095,11 @@ impl Replica {
     /// After a view change: hand every known request to the new primary.
     fn restart_requests(&mut self) {
         self.clear_fresh();
-        self.request_deadline = None;
+        self.timers.cancel(Timer::Request);
         if self.awaited.is_empty() {
             return;
         }
-        self.request_deadline = Some(self.now.plus(self.request_timeout()));
+        self.timers.arm(Timer::Request, self.now.plus(self.request_timeout()));
         if self.is_primary() {
             let mut keys: Vec<(Time, RequestKey)> = self.awaited.iter().map(|(key, a)| (a.since, *key)).collect();
             keys.sort_unstable();
@@ -2059,6 +2147,7 @@ impl Replica {
             self.fresh.retain(|(key, _)| awaited.contains_key(key));
             self.fresh_bytes = self.fresh.iter().map(|(_, size)| size).sum();
         }
+        self.arm_batch_timer();
         self.check_invariants();
     }
 
@@ -2080,6 +2169,9 @@ impl Replica {
         debug_assert!(self.slots.keys().next_back().is_none_or(|seq| *seq <= self.high_watermark().max(self.last_delivered + self.config.watermark_window)));
         debug_assert!(self.slots.get(&(self.last_delivered + 1)).is_none_or(|slot| slot.committed.is_none()));
         debug_assert!(!self.is_primary() || self.view_changing || self.next_seq > self.last_delivered.min(self.stable.seq));
+        debug_assert!(self.timers.is_armed(Timer::Tick));
+        debug_assert!(!self.view_changing || !self.timers.is_armed(Timer::Request));
+        debug_assert!(self.view_changing || !self.timers.is_armed(Timer::ViewChange));
     }
 }
 
