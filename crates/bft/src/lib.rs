@@ -23,6 +23,16 @@
 //! Messages travel as bytes: [`Message::encode`] and [`Message::decode`] (versioned, size limits
 //! checked before allocation, never panics on arbitrary input).
 //!
+//! Inside, a replica's view protocol state is one phase: normal operation in a view (with the
+//! new view that installed it) or a view change (with its own view-change message, the last
+//! view it ordered in, and the new primary's new view while it is being checked). Data of one
+//! phase does not exist in the other, and each transition happens in one place (start a view
+//! change; install a new view). Every deadline it keeps (the status and retransmission tick,
+//! the request timer, the view-change timer, the primary's next batch) sits in one timer
+//! table; [`Replica::poll_timeout`] is the earliest of them. Per-peer rate limits (answers to
+//! status reports) are timestamps checked when a message comes, not deadlines: nothing
+//! happens when they pass.
+//!
 //! # Protocol
 //! - Normal case: pre-prepare, prepare, commit; batching bounded by count, bytes and delay
 //!   (a batch goes at once when nothing is in flight); water marks `(stable, stable + L]`.

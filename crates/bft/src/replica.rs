@@ -1,5 +1,6 @@
 //! The replica state machine: events in (`submit`, `handle_message`, `handle_timeout`,
-//! `checkpoint`), actions out (`poll_action`), one timer (`poll_timeout`).
+//! `checkpoint`), actions out (`poll_action`), one wake-up time (`poll_timeout`: the earliest
+//! deadline in its timer table, [`Timers`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -93,6 +94,126 @@ const RECORDS_PER_WINDOW: u64 = 8;
 /// Windows of committed batches below the delivery base kept in a snapshot to serve laggards.
 const RETAINED_WINDOWS: u64 = 2;
 
+/// Where the replica stands in the view protocol. What exists in one phase only lives in
+/// its variant, so a view change without its own message, a pending new view outside a view
+/// change and the like cannot be represented. Transitions: [`Replica::start_view_change`]
+/// (to `ViewChanging`, from either phase) and [`Replica::install_new_view`] (to `Normal`);
+/// [`Replica::restore`] resumes the persisted one.
+#[derive(Clone, Debug)]
+enum Phase {
+    /// Ordering requests in `view`.
+    Normal {
+        view: u64,
+        /// The new view that installed `view` (none in view 0, which starts without one):
+        /// sent to a peer that reports an older view or still changing to this one.
+        new_view: Option<NewView>,
+        /// When `view` began here (installed, or this replica started): requests learned
+        /// before it waited through a view change, which says nothing about its primary.
+        began: Time,
+    },
+    /// Changing to `own.view` (the target view).
+    ViewChanging {
+        /// The view change this replica sent for the target view, retransmitted every tick.
+        own: ViewChange,
+        /// The last view this replica ordered in: the view-change timeout doubles per view
+        /// tried since.
+        last_normal_view: u64,
+        /// The target view's new view from its primary, held until this replica holds every
+        /// view change it names and can check its decision.
+        pending_new_view: Option<NewView>,
+    },
+}
+
+impl Phase {
+    /// The current view, or the target view while changing.
+    fn view(&self) -> u64 {
+        match self {
+            Phase::Normal { view, .. } => *view,
+            Phase::ViewChanging { own, .. } => own.view,
+        }
+    }
+
+    fn is_changing(&self) -> bool {
+        matches!(self, Phase::ViewChanging { .. })
+    }
+
+    /// The view this replica orders in, if it is not changing views.
+    fn ordering_view(&self) -> Option<u64> {
+        match self {
+            Phase::Normal { view, .. } => Some(*view),
+            Phase::ViewChanging { .. } => None,
+        }
+    }
+}
+
+/// What a deadline in [`Timers`] is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer {
+    /// Every `retransmit_interval`: the status report and retransmissions. Always armed.
+    Tick,
+    /// A request this replica knows was not ordered in time: suspect the primary. Armed
+    /// only while a request is awaited and no view change is under way.
+    Request,
+    /// The view change under way did not install in time: try the next view. Armed only
+    /// while changing views, once a quorum asks for this view or a later one.
+    ViewChange,
+    /// The primary's next batch: its oldest unproposed request has waited `batch_delay`, or
+    /// a parked origin's balance is back. Derived from the queue and the clock, so it is
+    /// re-armed after every input (see [`Replica::arm_batch_timer`]).
+    Batch,
+}
+
+impl Timer {
+    /// Every kind, in the order [`Replica::handle_timeout`] fires them when several are due.
+    const ALL: [Timer; 4] = [Timer::Tick, Timer::Request, Timer::ViewChange, Timer::Batch];
+}
+
+/// Every deadline the replica keeps, one per [`Timer`] kind; the next wake-up is the earliest.
+#[derive(Clone, Debug, Default)]
+struct Timers([Option<Time>; Timer::ALL.len()]);
+
+impl Timers {
+    fn get(&self, timer: Timer) -> Option<Time> {
+        self.0[timer as usize]
+    }
+
+    fn is_armed(&self, timer: Timer) -> bool {
+        self.get(timer).is_some()
+    }
+
+    fn set(&mut self, timer: Timer, at: Option<Time>) {
+        self.0[timer as usize] = at;
+    }
+
+    fn arm(&mut self, timer: Timer, at: Time) {
+        self.set(timer, Some(at));
+    }
+
+    /// Arms `timer` unless it already runs (a running timer keeps its earlier deadline).
+    fn arm_if_idle(&mut self, timer: Timer, at: Time) {
+        if !self.is_armed(timer) {
+            self.arm(timer, at);
+        }
+    }
+
+    fn cancel(&mut self, timer: Timer) {
+        self.set(timer, None);
+    }
+
+    /// Disarms `timer` and says so if it was due at `now`.
+    fn take_due(&mut self, timer: Timer, now: Time) -> bool {
+        let due = self.get(timer).is_some_and(|at| at <= now);
+        if due {
+            self.cancel(timer);
+        }
+        due
+    }
+
+    fn next(&self) -> Option<Time> {
+        self.0.iter().flatten().min().copied()
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Accepted {
     view: u64,
@@ -144,9 +265,8 @@ struct ClientRecord {
 pub struct Replica {
     config: Config,
     now: Time,
-    view: u64,
-    view_changing: bool,
-    last_normal_view: u64,
+    /// Normal operation in a view, or a view change and its data (see [`Phase`]).
+    phase: Phase,
     slots: BTreeMap<u64, Slot>,
     last_delivered: u64,
     last_time: Time,
@@ -188,11 +308,9 @@ pub struct Replica {
     /// A second, different view change from the same sender for the same view (equivocation):
     /// kept so a new view that used that version can still be checked.
     alternate_view_changes: BTreeMap<(ReplicaId, u64), (ViewChange, Digest)>,
-    own_view_change: Option<ViewChange>,
-    pending_new_view: Option<NewView>,
-    current_new_view: Option<NewView>,
     relayed_new_views: BTreeMap<ReplicaId, (Digest, NewView)>,
-    request_deadline: Option<Time>,
+    /// Every deadline this replica keeps (see [`Timer`]).
+    timers: Timers,
     /// Slowest recent ordering latency (a request learned in the current view, until its
     /// delivery), decaying per delivered batch: the adaptive request timeout follows it.
     order_latency_us: u64,
@@ -200,11 +318,6 @@ pub struct Replica {
     /// the request timeout, so a cluster that is slow for reasons a view change cannot cure
     /// (executors behind their checkpoints) backs off to `request_timeout`.
     suspicions: u32,
-    /// When the current view began (installed, or this replica started): requests learned
-    /// before it waited through a view change, which says nothing about the new primary.
-    view_began: Time,
-    view_change_deadline: Option<Time>,
-    tick_deadline: Time,
     /// Each peer's latest status report, and when it arrived.
     peer_status: BTreeMap<ReplicaId, (StatusReport, Time)>,
     /// This replica started, or resumed after a pause (its clock jumped): reports older than
@@ -241,12 +354,11 @@ impl Replica {
         // The first status report goes out at once: peers answer a replica that just
         // started (with what it missed, or the view they are in), and it hears from them
         // before it may suspect a primary (see `reports_needed_after`).
-        let tick_deadline = now;
-        Ok(Replica {
+        let mut timers = Timers::default();
+        timers.arm(Timer::Tick, now);
+        let mut replica = Replica {
             now,
-            view: 0,
-            view_changing: false,
-            last_normal_view: 0,
+            phase: Phase::Normal { view: 0, new_view: None, began: now },
             slots: BTreeMap::new(),
             last_delivered: 0,
             last_time: Time(0),
@@ -272,16 +384,10 @@ impl Replica {
             last_proposed_time: Time(0),
             view_changes: BTreeMap::new(),
             alternate_view_changes: BTreeMap::new(),
-            own_view_change: None,
-            pending_new_view: None,
-            current_new_view: None,
             relayed_new_views: BTreeMap::new(),
-            request_deadline: None,
+            timers,
             order_latency_us: 0,
             suspicions: 0,
-            view_began: now,
-            view_change_deadline: None,
-            tick_deadline,
             peer_status: BTreeMap::new(),
             reports_needed_after: now,
             state_transfer_requested: 0,
@@ -300,7 +406,9 @@ impl Replica {
             records_since_snapshot: 0,
             bases: BTreeMap::from([(0, DeliveryBase::genesis())]),
             config,
-        })
+        };
+        replica.arm_batch_timer();
+        Ok(replica)
     }
 
     /// A replica resuming from what it persisted (snapshot plus records, see
@@ -326,14 +434,13 @@ impl Replica {
         {
             return Err(RestoreError::Config("replica count or id"));
         }
+        if meta.view_changing && meta.last_normal_view >= meta.view {
+            return Err(RestoreError::Inconsistent("view change not above the last normal view"));
+        }
         replica.generation = generation;
-        replica.view = meta.view;
-        replica.view_changing = meta.view_changing;
-        replica.last_normal_view = meta.last_normal_view;
         replica.stable = meta.stable;
         replica.stable_voters = meta.stable_voters;
         replica.view_anchor = meta.view_anchor;
-        replica.current_new_view = meta.current_new_view;
         for claim in meta.own_checkpoints.into_iter().filter(|c| c.seq > meta.stable.seq && c.seq % interval == 0) {
             replica.own_checkpoints.insert(claim.seq, claim);
             replica.record_vote(id, claim);
@@ -363,6 +470,17 @@ impl Replica {
             slot.committed = record.committed.map(|proposal| (proposal.digest(seq), proposal));
         }
         replica.retained = delivered.range(..=base_seq).map(|(s, p)| (*s, p.clone())).collect();
+        replica.phase = if meta.view_changing {
+            // Delivering below does not change what a view change reports (entries above the
+            // stable checkpoint, own checkpoint claims), so one built now is the one to send.
+            let own = match meta.own_view_change {
+                Some(view_change) if view_change.view == meta.view => view_change,
+                _ => replica.build_view_change(meta.view),
+            };
+            Phase::ViewChanging { own, last_normal_view: meta.last_normal_view, pending_new_view: None }
+        } else {
+            Phase::Normal { view: meta.view, new_view: meta.current_new_view, began: now }
+        };
         // Deliver again from the base: rebuilds the deduplication table, log digest and times.
         loop {
             let seq = replica.last_delivered + 1;
@@ -370,18 +488,14 @@ impl Replica {
             let Some(proposal) = delivered.get(&seq).or(committed).cloned() else { break };
             replica.deliver(seq, proposal.digest(seq), proposal);
         }
-        if replica.view_changing {
-            let view_change = match meta.own_view_change {
-                Some(view_change) if view_change.view == replica.view => view_change,
-                _ => replica.build_view_change(replica.view),
-            };
+        if let Phase::ViewChanging { own, .. } = &replica.phase {
+            let view_change = own.clone();
             let digest = view_change_digest(&view_change);
-            replica.own_view_change = Some(view_change.clone());
             replica.store_view_change(id, view_change.clone(), digest);
             replica.broadcast(Message::ViewChange(view_change));
         } else if replica.is_primary() {
             // Never assign a sequence number again that this primary already pre-prepared.
-            let view = replica.view;
+            let view = replica.view();
             let mut next = replica.low_watermark().max(replica.last_delivered);
             let mut time = replica.last_time;
             let mut proposed = BTreeSet::new();
@@ -420,16 +534,20 @@ impl Replica {
     }
 
     fn meta(&self) -> Meta {
+        let (view_changing, last_normal_view, own_view_change, current_new_view) = match &self.phase {
+            Phase::Normal { view, new_view, .. } => (false, *view, None, new_view.clone()),
+            Phase::ViewChanging { own, last_normal_view, .. } => (true, *last_normal_view, Some(own.clone()), None),
+        };
         Meta {
-            view: self.view,
-            view_changing: self.view_changing,
-            last_normal_view: self.last_normal_view,
+            view: self.view(),
+            view_changing,
+            last_normal_view,
             stable: self.stable,
             stable_voters: self.stable_voters.clone(),
             own_checkpoints: self.own_checkpoints.values().copied().collect(),
             view_anchor: self.view_anchor,
-            own_view_change: self.own_view_change.clone(),
-            current_new_view: self.current_new_view.clone(),
+            own_view_change,
+            current_new_view,
         }
     }
 
@@ -515,12 +633,13 @@ impl Replica {
     }
 
     pub fn status(&self) -> Status {
-        let primary = self.config.primary(self.view);
+        let primary = self.primary();
+        let view_changing = self.phase.is_changing();
         Status {
-            view: self.view,
-            view_changing: self.view_changing,
+            view: self.view(),
+            view_changing,
             primary,
-            is_primary: primary == self.config.id && !self.view_changing,
+            is_primary: primary == self.config.id && !view_changing,
             last_delivered: self.last_delivered,
             last_time: self.last_time,
             stable_checkpoint: self.stable.seq,
@@ -559,7 +678,11 @@ impl Replica {
         for (view_change, _) in self.view_changes.values().chain(self.alternate_view_changes.values()) {
             total = total.saturating_add(view_change_bytes(view_change));
         }
-        let new_views = self.relayed_new_views.values().map(|(_, nv)| nv).chain(self.pending_new_view.iter()).chain(self.current_new_view.iter());
+        let own_new_view = match &self.phase {
+            Phase::Normal { new_view, .. } => new_view.as_ref(),
+            Phase::ViewChanging { pending_new_view, .. } => pending_new_view.as_ref(),
+        };
+        let new_views = self.relayed_new_views.values().map(|(_, nv)| nv).chain(own_new_view);
         for new_view in new_views {
             total = total.saturating_add(new_view_bytes(new_view));
         }
@@ -606,13 +729,10 @@ impl Replica {
         self.actions.pop_front()
     }
 
-    /// When to call [`Replica::handle_timeout`] next.
+    /// When to call [`Replica::handle_timeout`] next: the earliest deadline in the timer
+    /// table (never `None` today: the tick always runs).
     pub fn poll_timeout(&self) -> Option<Time> {
-        let mut deadline = self.tick_deadline;
-        for candidate in [self.request_deadline, self.view_change_deadline, self.batch_deadline()].into_iter().flatten() {
-            deadline = deadline.min(candidate);
-        }
-        Some(deadline)
+        self.timers.next()
     }
 
     /// A request from a local client. Idempotent for a request already pending.
@@ -665,35 +785,47 @@ impl Replica {
     /// Fires due timers. Safe to call at any time.
     pub fn handle_timeout(&mut self, now: Time) {
         self.observe(now);
-        if self.tick_deadline <= now {
-            self.tick_deadline = now.plus(self.config.retransmit_interval);
-            self.tick();
-        }
-        if self.request_deadline.is_some_and(|deadline| deadline <= now) {
-            self.request_deadline = None;
-            if self.lagging() {
-                // f+1 peers delivered more: catch up first, the primary may be fine.
-                self.request_deadline = Some(now.plus(self.request_timeout()));
-            } else if !self.heard_peers_since_resume() {
-                // Just started or resumed: what peers reported before says nothing about now
-                // (they may be far ahead, in another view). A lone suspicion would leave this
-                // replica waiting in a view change nobody else makes: wait for fresh reports.
-                self.request_deadline = Some(now.plus(self.config.retransmit_interval.min(self.request_timeout())));
-            } else if !self.view_changing {
-                // Peers that have not seen these requests yet (they reach everyone only after a
-                // retransmit interval) start their own timers now, so f+1 suspicions, and with
-                // them the view change, follow one timeout later rather than two intervals.
-                self.relay_own_requests(true);
-                self.start_view_change(self.view + 1);
-            }
-        }
-        if self.view_change_deadline.is_some_and(|deadline| deadline <= now) {
-            self.view_change_deadline = None;
-            if self.view_changing {
-                self.start_view_change(self.view + 1);
+        // One kind after the other, each checked after the previous one fired (firing one
+        // can cancel or re-arm another).
+        for timer in Timer::ALL {
+            if self.timers.take_due(timer, now) {
+                self.fire(timer, now);
             }
         }
         self.after_step();
+    }
+
+    fn fire(&mut self, timer: Timer, now: Time) {
+        match timer {
+            Timer::Tick => {
+                self.timers.arm(Timer::Tick, now.plus(self.config.retransmit_interval));
+                self.tick();
+            }
+            Timer::Request => {
+                if self.lagging() {
+                    // f+1 peers delivered more: catch up first, the primary may be fine.
+                    self.timers.arm(Timer::Request, now.plus(self.request_timeout()));
+                } else if !self.heard_peers_since_resume() {
+                    // Just started or resumed: what peers reported before says nothing about now
+                    // (they may be far ahead, in another view). A lone suspicion would leave this
+                    // replica waiting in a view change nobody else makes: wait for fresh reports.
+                    self.timers.arm(Timer::Request, now.plus(self.config.retransmit_interval.min(self.request_timeout())));
+                } else if let Some(view) = self.phase.ordering_view() {
+                    // Peers that have not seen these requests yet (they reach everyone only after a
+                    // retransmit interval) start their own timers now, so f+1 suspicions, and with
+                    // them the view change, follow one timeout later rather than two intervals.
+                    self.relay_own_requests(true);
+                    self.start_view_change(view + 1);
+                }
+            }
+            Timer::ViewChange => {
+                if self.phase.is_changing() {
+                    self.start_view_change(self.view() + 1);
+                }
+            }
+            // Proposing what is due is `after_step`'s, which every input ends with.
+            Timer::Batch => {}
+        }
     }
 
     /// The application's state digest after executing batch `seq` (a checkpoint).
@@ -748,7 +880,7 @@ impl Replica {
         }
         self.clear_fresh();
         self.proposed.clear();
-        self.request_deadline = None;
+        self.timers.cancel(Timer::Request);
         if self.next_seq <= claim.seq {
             self.next_seq = claim.seq + 1;
         }
@@ -767,12 +899,24 @@ impl Replica {
 
     // ----- requests -----
 
+    /// The current view, or the target view while changing.
+    fn view(&self) -> u64 {
+        self.phase.view()
+    }
+
+    /// Whether this replica is the primary of [`Replica::view`] (whether or not it is
+    /// installed yet).
     fn is_primary(&self) -> bool {
-        self.config.primary(self.view) == self.config.id
+        self.primary() == self.config.id
     }
 
     fn primary(&self) -> ReplicaId {
-        self.config.primary(self.view)
+        self.config.primary(self.view())
+    }
+
+    /// The primary of an installed view: the one that proposes.
+    fn is_proposing(&self) -> bool {
+        self.is_primary() && !self.phase.is_changing()
     }
 
     fn learn_request(&mut self, request: Request, own: bool) {
@@ -784,11 +928,12 @@ impl Replica {
             *self.relayed_bytes.entry(key.origin).or_default() += charge(&request);
         }
         self.awaited.insert(key, Awaited { request: request.clone(), since: self.now, own });
+        let changing = self.phase.is_changing();
         if self.is_primary() {
-            if !self.view_changing {
+            if !changing {
                 self.push_fresh(key, request.wire_size());
             }
-        } else if own && !self.view_changing {
+        } else if own && !changing {
             // Only the origin relays its requests: a relayed request names its sender as origin,
             // so nobody can submit (or burn the numbers of) another replica's clients.
             let primary = self.primary();
@@ -796,8 +941,8 @@ impl Replica {
         }
         // The primary runs the timer too: a primary whose proposals cannot commit (its backups
         // moved to other views) must not wait forever.
-        if self.request_deadline.is_none() && !self.view_changing {
-            self.request_deadline = Some(self.now.plus(self.request_timeout()));
+        if !changing {
+            self.timers.arm_if_idle(Timer::Request, self.now.plus(self.request_timeout()));
         }
     }
 
@@ -911,8 +1056,15 @@ impl Replica {
 
     // ----- normal case -----
 
+    /// Re-derives [`Timer::Batch`] from the queue and the clock, after anything that may
+    /// have moved it.
+    fn arm_batch_timer(&mut self) {
+        let at = self.batch_deadline();
+        self.timers.set(Timer::Batch, at);
+    }
+
     fn batch_deadline(&self) -> Option<Time> {
-        if !self.is_primary() || self.view_changing || self.next_seq > self.high_watermark() {
+        if !self.is_proposing() || self.next_seq > self.high_watermark() {
             return None;
         }
         let unpark = self.unpark_deadline();
@@ -935,7 +1087,7 @@ impl Replica {
     }
 
     fn try_propose(&mut self) {
-        if !self.is_primary() || self.view_changing {
+        if !self.is_proposing() {
             return;
         }
         self.unpark();
@@ -1117,7 +1269,7 @@ impl Replica {
         let seq = self.next_seq;
         self.next_seq += 1;
         let digest = proposal.digest(seq);
-        self.broadcast(Message::PrePrepare { sender: self.config.id, view: self.view, seq, proposal: proposal.clone() });
+        self.broadcast(Message::PrePrepare { sender: self.config.id, view: self.view(), seq, proposal: proposal.clone() });
         self.accept_pre_prepare(seq, digest, proposal);
         true
     }
@@ -1127,7 +1279,7 @@ impl Replica {
     }
 
     fn on_pre_prepare(&mut self, from: ReplicaId, view: u64, seq: u64, proposal: Proposal) {
-        if self.view_changing || view != self.view || !self.in_window(seq) {
+        if self.phase.ordering_view() != Some(view) || !self.in_window(seq) {
             return;
         }
         if from != self.primary() {
@@ -1165,7 +1317,7 @@ impl Replica {
                 }
             }
             match &slot.accepted {
-                Some(accepted) if accepted.view == self.view && !accepted.proposal.is_null() => Some(accepted.proposal.time),
+                Some(accepted) if accepted.view == self.view() && !accepted.proposal.is_null() => Some(accepted.proposal.time),
                 _ => None,
             }
         };
@@ -1184,7 +1336,7 @@ impl Replica {
     }
 
     fn accept_pre_prepare(&mut self, seq: u64, digest: Digest, proposal: Proposal) {
-        let view = self.view;
+        let view = self.view();
         let primary = self.is_primary();
         for request in &proposal.requests {
             self.proposed.insert(request.key());
@@ -1211,7 +1363,7 @@ impl Replica {
     }
 
     fn on_prepare(&mut self, from: ReplicaId, view: u64, seq: u64, digest: Digest) {
-        if view != self.view || self.view_changing || !self.in_window(seq) {
+        if self.phase.ordering_view() != Some(view) || !self.in_window(seq) {
             return;
         }
         if from == self.primary() {
@@ -1225,7 +1377,7 @@ impl Replica {
     }
 
     fn on_commit(&mut self, from: ReplicaId, view: u64, seq: u64, digest: Digest) {
-        if view != self.view || self.view_changing || !self.in_window(seq) {
+        if self.phase.ordering_view() != Some(view) || !self.in_window(seq) {
             return;
         }
         if !self.record_vote_in_slot(from, view, seq, digest, false) {
@@ -1254,7 +1406,7 @@ impl Replica {
     }
 
     fn check_prepared(&mut self, seq: u64) {
-        let view = self.view;
+        let view = self.view();
         let primary = self.primary();
         if self.primary_equivocated(seq) {
             self.blame(primary, "equivocating pre-prepares");
@@ -1292,7 +1444,7 @@ impl Replica {
     /// replica accepted for `seq`: at least one of them is honest and prepared only what the
     /// primary sent it, so the primary sent two pre-prepares (true once per slot and view).
     fn primary_equivocated(&mut self, seq: u64) -> bool {
-        let (view, primary, f) = (self.view, self.primary(), usize::from(self.config.f));
+        let (view, primary, f) = (self.view(), self.primary(), usize::from(self.config.f));
         let Some(slot) = self.slots.get_mut(&seq) else { return false };
         let Some(accepted) = slot.accepted.as_ref().filter(|a| a.view == view) else { return false };
         if slot.equivocation_blamed == Some(view) {
@@ -1312,7 +1464,7 @@ impl Replica {
     }
 
     fn check_committed(&mut self, seq: u64) {
-        let view = self.view;
+        let view = self.view();
         let quorum = self.config.quorum();
         let Some(slot) = self.slots.get_mut(&seq) else { return };
         let Some(prepared) = slot.prepared.as_ref() else { return };
@@ -1343,10 +1495,14 @@ impl Replica {
         let mut requests = Vec::with_capacity(proposal.requests.len());
         let mut progressed = false;
         self.order_latency_us -= self.order_latency_us / LATENCY_DECAY;
+        let view_began = match self.phase {
+            Phase::Normal { began, .. } => Some(began),
+            Phase::ViewChanging { .. } => None,
+        };
         for request in &proposal.requests {
             let key = request.key();
             if let Some(since) = self.awaited.get(&key).map(|awaited| awaited.since) {
-                if since >= self.view_began && !self.view_changing {
+                if view_began.is_some_and(|began| since >= began) {
                     self.order_latency_us = self.order_latency_us.max(self.now.0.saturating_sub(since.0));
                 }
             }
@@ -1372,16 +1528,17 @@ impl Replica {
             // Caught up to a checkpoint already stable: the durable base can move up.
             self.snapshot_due |= seq <= self.stable.seq;
         }
+        let changing = self.phase.is_changing();
         if progressed {
-            self.request_deadline = None;
-            if !self.view_changing {
+            self.timers.cancel(Timer::Request);
+            if !changing {
                 self.suspicions = 0;
             }
         }
-        if self.request_deadline.is_none() && !self.awaited.is_empty() && !self.view_changing {
-            self.request_deadline = Some(self.now.plus(self.request_timeout()));
+        if !self.awaited.is_empty() && !changing {
+            self.timers.arm_if_idle(Timer::Request, self.now.plus(self.request_timeout()));
         }
-        self.actions.push_back(Action::Deliver(Batch { seq, view: self.view, time, requests, checkpoint_due }));
+        self.actions.push_back(Action::Deliver(Batch { seq, view: self.view(), time, requests, checkpoint_due }));
         self.collect_garbage();
     }
 
@@ -1467,12 +1624,12 @@ impl Replica {
     fn tick(&mut self) {
         let report = self.report();
         self.broadcast(Message::Status(report));
-        if self.view_changing {
-            if let Some(view_change) = self.own_view_change.clone() {
+        match &self.phase {
+            Phase::ViewChanging { own, .. } => {
+                let view_change = own.clone();
                 self.broadcast(Message::ViewChange(view_change));
             }
-        } else {
-            self.retransmit_slots();
+            Phase::Normal { .. } => self.retransmit_slots(),
         }
         if let Some(claim) = self.own_checkpoints.values().next_back().copied() {
             self.broadcast(Message::Checkpoint { sender: self.config.id, checkpoint: claim });
@@ -1488,8 +1645,8 @@ impl Replica {
     fn report(&self) -> StatusReport {
         StatusReport {
             sender: self.config.id,
-            view: self.view,
-            view_changing: self.view_changing,
+            view: self.view(),
+            view_changing: self.phase.is_changing(),
             last_delivered: self.last_delivered,
             stable_seq: self.stable.seq,
             oldest_retained: self.retained.keys().next().copied().unwrap_or(self.last_delivered + 1),
@@ -1497,7 +1654,7 @@ impl Replica {
     }
 
     fn retransmit_slots(&mut self) {
-        let view = self.view;
+        let view = self.view();
         let id = self.config.id;
         let primary = self.is_primary();
         let old = Time(self.now.0.saturating_sub(duration_us(self.config.retransmit_interval)));
@@ -1525,7 +1682,7 @@ impl Replica {
     }
 
     fn retransmit_requests(&mut self) {
-        if self.is_primary() && !self.view_changing {
+        if self.is_proposing() {
             return;
         }
         self.relay_own_requests(false);
@@ -1581,8 +1738,9 @@ impl Replica {
                 self.send(from, message);
             }
         }
-        if may_answer && !self.view_changing && (report.view < self.view || (report.view == self.view && report.view_changing)) {
-            if let Some(new_view) = self.current_new_view.clone() {
+        if let Phase::Normal { view, new_view: Some(new_view), .. } = &self.phase {
+            if may_answer && (report.view < *view || (report.view == *view && report.view_changing)) {
+                let new_view = new_view.clone();
                 answered = true;
                 self.send(from, Message::NewView { sender: self.config.id, new_view });
             }
@@ -1602,6 +1760,9 @@ impl Replica {
             self.reports_needed_after = now;
         }
         self.now = now;
+        // The batch timer follows the clock (a parked origin's balance refills with it), also
+        // on the paths that end without `after_step` (an input refused before any change).
+        self.arm_batch_timer();
     }
 
     /// 2f peers reported since this replica started or resumed (all that may be heard from
@@ -1705,21 +1866,24 @@ impl Replica {
 
     // ----- view changes -----
 
+    /// To [`Phase::ViewChanging`] for `target`, from either phase (a later target replaces
+    /// the view change under way, with its pending new view).
     fn start_view_change(&mut self, target: u64) {
-        if target <= self.view && (self.view_changing || target < self.view || target == self.view) {
+        if target <= self.view() {
             return;
         }
-        self.view = target;
-        self.view_changing = true;
+        let last_normal_view = match &self.phase {
+            Phase::Normal { view, .. } => *view,
+            Phase::ViewChanging { last_normal_view, .. } => *last_normal_view,
+        };
         // Counted however this replica came to suspect (its timer, f+1 others, a failed view).
         self.suspicions = self.suspicions.saturating_add(1);
-        self.request_deadline = None;
-        self.view_change_deadline = None;
-        self.pending_new_view = None;
+        self.timers.cancel(Timer::Request);
+        self.timers.cancel(Timer::ViewChange);
         self.clear_fresh();
         let view_change = self.build_view_change(target);
         let digest = view_change_digest(&view_change);
-        self.own_view_change = Some(view_change.clone());
+        self.phase = Phase::ViewChanging { own: view_change.clone(), last_normal_view, pending_new_view: None };
         self.mark_meta();
         self.store_view_change(self.config.id, view_change.clone(), digest);
         self.broadcast(Message::ViewChange(view_change));
@@ -1796,7 +1960,7 @@ impl Replica {
             self.blame(from, "view change claims batches beyond its checkpoints");
             return;
         }
-        if view_change.view < self.view || (view_change.view == self.view && !self.view_changing) {
+        if view_change.view < self.view() || (view_change.view == self.view() && !self.phase.is_changing()) {
             return;
         }
         let digest = view_change_digest(&view_change);
@@ -1816,7 +1980,7 @@ impl Replica {
     fn store_view_change(&mut self, sender: ReplicaId, view_change: ViewChange, digest: Digest) {
         let view = view_change.view;
         self.view_changes.insert((sender, view), (view_change, digest));
-        let mine = self.view;
+        let mine = self.view();
         self.view_changes.retain(|(_, v), _| *v >= mine);
         let views: Vec<u64> = self.view_changes.range((sender, 0)..=(sender, u64::MAX)).map(|((_, v), _)| *v).collect();
         if views.len() > VIEW_CHANGES_PER_PEER {
@@ -1839,24 +2003,23 @@ impl Replica {
             let entry = highest.entry(*sender).or_insert(*view);
             *entry = (*entry).max(*view);
         }
-        let mut higher: Vec<u64> = highest.into_values().filter(|v| *v > self.view).collect();
+        let view = self.view();
+        let mut higher: Vec<u64> = highest.into_values().filter(|v| *v > view).collect();
         higher.sort_unstable_by(|a, b| b.cmp(a));
         if let Some(target) = higher.get(usize::from(self.config.f)).copied() {
             self.start_view_change(target);
             return;
         }
-        if !self.view_changing {
-            return;
-        }
+        let Phase::ViewChanging { last_normal_view, .. } = self.phase else { return };
         // The timer runs once a quorum is at this view or beyond (Castro waits for a quorum at
         // exactly this view, which can leave replicas split across two views waiting forever
         // when a new-view cannot be checked).
-        let senders: BTreeSet<ReplicaId> = self.view_changes.keys().filter(|(_, view)| *view >= self.view).map(|(sender, _)| *sender).collect();
-        if senders.len() >= self.config.quorum() && self.view_change_deadline.is_none() {
-            let attempt = self.view.saturating_sub(self.last_normal_view).saturating_sub(1);
+        let senders: BTreeSet<ReplicaId> = self.view_changes.keys().filter(|(_, v)| *v >= view).map(|(sender, _)| *sender).collect();
+        if senders.len() >= self.config.quorum() && !self.timers.is_armed(Timer::ViewChange) {
+            let attempt = view.saturating_sub(last_normal_view).saturating_sub(1);
             let shift = u32::try_from(attempt).unwrap_or(MAX_BACKOFF_SHIFT).min(MAX_BACKOFF_SHIFT);
             let timeout = self.config.view_change_timeout.saturating_mul(1u32 << shift);
-            self.view_change_deadline = Some(self.now.plus(timeout));
+            self.timers.arm(Timer::ViewChange, self.now.plus(timeout));
         }
         if self.is_primary() {
             self.try_new_view();
@@ -1889,12 +2052,13 @@ impl Replica {
     }
 
     fn try_new_view(&mut self) {
-        let held: Vec<(&ViewChange, Digest)> = self.view_changes.values().filter(|(vc, _)| vc.view == self.view).map(|(vc, d)| (vc, *d)).collect();
+        let view = self.view();
+        let held: Vec<(&ViewChange, Digest)> = self.view_changes.values().filter(|(vc, _)| vc.view == view).map(|(vc, d)| (vc, *d)).collect();
         let Some(own) = held.iter().position(|(vc, _)| vc.sender == self.config.id) else { return };
         let set: Vec<&ViewChange> = held.iter().map(|(vc, _)| *vc).collect();
         let Some((used, (checkpoint, proposals))) = search(&self.config, &set, own) else { return };
         let view_changes = used.iter().map(|i| (held[*i].0.sender, held[*i].1)).collect();
-        let new_view = NewView { view: self.view, view_changes, checkpoint, proposals };
+        let new_view = NewView { view, view_changes, checkpoint, proposals };
         self.broadcast(Message::NewView { sender: self.config.id, new_view: new_view.clone() });
         self.install_new_view(new_view);
     }
@@ -1925,7 +2089,7 @@ impl Replica {
             self.blame(from, "malformed new view");
             return;
         }
-        if new_view.view < self.view || (new_view.view == self.view && !self.view_changing) {
+        if new_view.view < self.view() || (new_view.view == self.view() && !self.phase.is_changing()) {
             return;
         }
         let digest = new_view_digest(&new_view);
@@ -1937,18 +2101,20 @@ impl Replica {
             self.install_new_view(new_view);
             return;
         }
-        if from == self.config.primary(new_view.view) && new_view.view == self.view && self.view_changing {
-            self.pending_new_view = Some(new_view);
-            self.try_pending_new_view();
+        let from_primary = from == self.config.primary(new_view.view);
+        if let Phase::ViewChanging { own, pending_new_view, .. } = &mut self.phase {
+            if from_primary && new_view.view == own.view {
+                *pending_new_view = Some(new_view);
+                self.try_pending_new_view();
+            }
         }
     }
 
+    /// Installs the pending new view once every view change it names is held, if it
+    /// decides what they decide; otherwise its primary is blamed and the next view tried.
     fn try_pending_new_view(&mut self) {
-        let Some(new_view) = self.pending_new_view.clone() else { return };
-        if new_view.view != self.view || !self.view_changing {
-            self.pending_new_view = None;
-            return;
-        }
+        let Phase::ViewChanging { pending_new_view: Some(new_view), .. } = &self.phase else { return };
+        let new_view = new_view.clone();
         let mut set = Vec::with_capacity(new_view.view_changes.len());
         for (sender, digest) in &new_view.view_changes {
             let key = (*sender, new_view.view);
@@ -1965,60 +2131,56 @@ impl Replica {
         } else {
             let primary = self.primary();
             self.blame(primary, "new view contradicts its view changes");
-            self.pending_new_view = None;
-            self.start_view_change(self.view + 1);
+            self.start_view_change(new_view.view + 1);
         }
     }
 
+    /// To [`Phase::Normal`] in `new_view.view`, from either phase (f+1 relays may install a
+    /// later view directly).
     fn install_new_view(&mut self, new_view: NewView) {
         let view = new_view.view;
-        debug_assert!(view >= self.view);
-        self.view = view;
-        self.view_changing = false;
-        self.last_normal_view = view;
+        debug_assert!(view >= self.view());
+        let (proposals, checkpoint) = (new_view.proposals.clone(), new_view.checkpoint);
+        self.phase = Phase::Normal { view, new_view: Some(new_view), began: self.now };
         self.mark_meta();
-        self.view_change_deadline = None;
-        self.view_began = self.now;
-        self.pending_new_view = None;
-        self.own_view_change = None;
+        self.timers.cancel(Timer::ViewChange);
         self.view_changes.retain(|(_, v), _| *v > view);
         self.alternate_view_changes.retain(|(_, v), _| *v > view);
         self.relayed_new_views.retain(|_, (_, nv)| nv.view > view);
         // Do not collect garbage on the strength of a new view's checkpoint: only f+1 replicas
         // vouch for it, possibly one honest, and the log below it may still be needed to decide
         // later views. It moves the window and anchors fetching instead.
-        if new_view.checkpoint.seq > self.view_anchor.seq && new_view.checkpoint.seq > self.stable.seq {
-            self.view_anchor = new_view.checkpoint;
+        if checkpoint.seq > self.view_anchor.seq && checkpoint.seq > self.stable.seq {
+            self.view_anchor = checkpoint;
         }
         self.proposed.clear();
         let primary = self.is_primary();
         let mut max_seq = self.low_watermark().max(self.last_delivered);
         let mut max_time = self.last_time;
-        for (seq, proposal) in &new_view.proposals {
-            max_seq = max_seq.max(*seq);
+        for (seq, proposal) in proposals {
+            max_seq = max_seq.max(seq);
             max_time = max_time.max(proposal.time);
-            if *seq <= self.low_watermark() {
+            if seq <= self.low_watermark() {
                 continue;
             }
-            let digest = proposal.digest(*seq);
-            self.accept_pre_prepare(*seq, digest, proposal.clone());
+            let digest = proposal.digest(seq);
+            self.accept_pre_prepare(seq, digest, proposal);
         }
         if primary {
             self.next_seq = max_seq + 1;
             self.last_proposed_time = self.last_proposed_time.max(max_time);
         }
-        self.current_new_view = Some(new_view);
         self.restart_requests();
     }
 
     /// After a view change: hand every known request to the new primary.
     fn restart_requests(&mut self) {
         self.clear_fresh();
-        self.request_deadline = None;
+        self.timers.cancel(Timer::Request);
         if self.awaited.is_empty() {
             return;
         }
-        self.request_deadline = Some(self.now.plus(self.request_timeout()));
+        self.timers.arm(Timer::Request, self.now.plus(self.request_timeout()));
         if self.is_primary() {
             let mut keys: Vec<(Time, RequestKey)> = self.awaited.iter().map(|(key, a)| (a.since, *key)).collect();
             keys.sort_unstable();
@@ -2066,6 +2228,7 @@ impl Replica {
             self.fresh.retain(|(key, _)| awaited.contains_key(key));
             self.fresh_bytes = self.fresh.iter().map(|(_, size)| size).sum();
         }
+        self.arm_batch_timer();
         self.check_invariants();
     }
 
@@ -2086,7 +2249,14 @@ impl Replica {
         debug_assert!(self.slots.keys().next().is_none_or(|seq| *seq > self.stable.seq.min(self.last_delivered)));
         debug_assert!(self.slots.keys().next_back().is_none_or(|seq| *seq <= self.high_watermark().max(self.last_delivered + self.config.watermark_window)));
         debug_assert!(self.slots.get(&(self.last_delivered + 1)).is_none_or(|slot| slot.committed.is_none()));
-        debug_assert!(!self.is_primary() || self.view_changing || self.next_seq > self.last_delivered.min(self.stable.seq));
+        debug_assert!(!self.is_proposing() || self.next_seq > self.last_delivered.min(self.stable.seq));
+        debug_assert!(self.timers.is_armed(Timer::Tick));
+        debug_assert!(!self.phase.is_changing() || !self.timers.is_armed(Timer::Request));
+        debug_assert!(self.phase.is_changing() || !self.timers.is_armed(Timer::ViewChange));
+        if let Phase::ViewChanging { own, last_normal_view, pending_new_view } = &self.phase {
+            debug_assert!(own.sender == self.config.id && *last_normal_view < own.view);
+            debug_assert!(pending_new_view.as_ref().is_none_or(|nv| nv.view == own.view));
+        }
     }
 }
 

@@ -285,3 +285,35 @@ fn soak() {
         run_many(n, first, count);
     }
 }
+
+/// Prints one line per seed (cluster size, actor or reboots, seed, outcome, event-trace hash)
+/// over a spread of random, actor and reboot seeds: run it before and after a refactoring of
+/// the core that must not change behaviour, and diff the two outputs (the hash covers every
+/// message and timer firing, so equal hashes mean the same run).
+#[test]
+#[ignore = "measurement; prints trace hashes"]
+fn trace_hashes() {
+    let count = env_u64("BFT_TRACE_SEEDS").unwrap_or(100);
+    let line = |label: String, seed: u64, cluster: &mut Cluster| {
+        let outcome = match cluster.run(SAFETY_US, LIVENESS_US) {
+            Ok(_) => "ok".to_string(),
+            Err(failure) => format!("{failure:?}").chars().take(60).collect(),
+        };
+        println!("{label} seed={seed} {outcome} trace={:016x}", cluster.trace_hash());
+    };
+    for n in [4u16, 7, 10] {
+        for seed in 0..count {
+            line(format!("n={n}"), seed, &mut Cluster::new(n, seed));
+        }
+    }
+    for behaviour in byzantine::ALL {
+        for seed in 0..count / 4 {
+            line(format!("n=4 {behaviour:?}"), seed, &mut Cluster::with_behaviour(4, seed, Some(behaviour)));
+        }
+    }
+    for reboots in [Reboots::Single, Reboots::All] {
+        for seed in 0..count / 2 {
+            line(format!("n=4 {reboots:?}"), seed, &mut Cluster::with_reboots(4, seed, reboots));
+        }
+    }
+}
