@@ -201,7 +201,7 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
     let rows: Vec<(Option<i32>, Option<Status>)> = (0..p.replicas)
         .map(|i| {
             let pid = read_pid(&pid_file(dir, i)).filter(|&pid| alive(pid));
-            (pid, admin_get(p.layout.metrics(i), "/status").ok().and_then(|b| serde_json::from_str(&b).ok()))
+            (pid, crate::endpoint::get(p.layout.metrics(i), "/status").ok().and_then(|b| serde_json::from_str(&b).ok()))
         })
         .collect();
     for (i, (pid, status)) in (0..p.replicas).zip(rows.iter().cloned()) {
@@ -315,34 +315,6 @@ fn wait_for(addr: SocketAddr, zone: &Name, rtype: RecordType, within: Duration, 
     }
 }
 
-fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, timeout: Duration) -> Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).with_context(|| format!("connecting to {addr}"))?;
-    s.set_read_timeout(Some(timeout))?;
-    // One write: the server reads the request head in one go.
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    s.write_all(format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\n\r\n").as_bytes())?;
-    let mut response = String::new();
-    s.read_to_string(&mut response)?;
-    let code = response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").trim().to_string();
-    Ok((code, body))
-}
-
-pub fn admin_get(addr: SocketAddr, path: &str) -> Result<String> {
-    Ok(http(addr, "GET", path, None, Duration::from_secs(3))?.1)
-}
-
-/// A POST to a replica's admin route with its bearer token.
-pub fn admin_post(addr: SocketAddr, path: &str, token: &str) -> Result<String> {
-    // A whole-zone signing answers once the signed zone is installed: minutes for a big zone.
-    let (code, body) = http(addr, "POST", path, Some(token), Duration::from_secs(3600))?;
-    if code != 200 {
-        bail!("{path} at {addr}: HTTP {code}: {body}");
-    }
-    Ok(body)
-}
-
 /// Where replica `i` of a local cluster writes its admin token.
 pub fn admin_token_file(dir: &Path, i: u16) -> std::path::PathBuf {
     replica_dir(dir, i).join("state").join(crate::endpoint::ADMIN_TOKEN_FILE)
@@ -370,7 +342,7 @@ pub fn sign_zone(admins: &[SocketAddr], tokens: &[std::path::PathBuf]) -> Result
     }
     let tokens = tokens.iter().map(|t| read_token(t)).collect::<Result<Vec<_>>>()?;
     let outcomes: Vec<Result<String>> = std::thread::scope(|s| {
-        let asks: Vec<_> = admins.iter().zip(&tokens).map(|(&addr, token)| s.spawn(move || admin_post(addr, "/admin/sign-zone", token))).collect();
+        let asks: Vec<_> = admins.iter().zip(&tokens).map(|(&addr, token)| s.spawn(move || crate::endpoint::post(addr, "/admin/sign-zone", token))).collect();
         asks.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the request thread panicked")))).collect()
     });
     let mut signed = None;

@@ -1,12 +1,20 @@
-//! The replica's loopback HTTP endpoint: GET /metrics (Prometheus text) and GET /status
+//! The replica's loopback HTTP endpoint: GET /metrics (OpenMetrics text) and GET /status
 //! (JSON) from [`Metrics`], and the admin route POST /admin/sign-zone, which orders through
-//! the gateway. A deliberately tiny HTTP/1.0 responder (no HTTP framework for three routes).
+//! the gateway; and the small client `sdns cluster status` and `sdns sign-zone` use. Both are
+//! hyper's HTTP/1 (server and client connections, no framework: three routes).
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use anyhow::{anyhow, Context as _};
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty, Full, Limited};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
 use tracing::debug;
 
 use crate::metrics::Metrics;
@@ -43,68 +51,96 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The value of header `name` (case-insensitive) in a request head.
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.split("\r\n").skip(1).find_map(|line| {
-        let (k, v) = line.split_once(':')?;
-        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
+/// Connections served at once; more are closed as they arrive, so that no local client can
+/// make the replica hold an unbounded number of sockets and tasks.
+const MAX_CONNECTIONS: usize = 16;
+/// A client must have sent its whole request head by then.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// The most a connection buffers of a request (hyper's smallest allowed buffer): heads are a
+/// few hundred bytes, and no route reads a body.
+const MAX_REQUEST: usize = 8192;
+/// How long an authorised sign-zone request waits for its outcome.
+const SIGN_ZONE_WAIT: Duration = Duration::from_secs(3600);
+/// Every connection ends by then, whatever it does (a sign-zone request waits longest).
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(3600 + 60);
 
-/// Serves GET /metrics (Prometheus text), GET /status (JSON) and, with an admin,
+/// Serves GET /metrics (OpenMetrics text), GET /status (JSON) and, with an admin,
 /// POST /admin/sign-zone (orders this replica's sign-zone request and waits for its
 /// outcome). The admin route wants `Authorization: Bearer <token>` (the token file in
 /// the state directory) and refuses any request with an `Origin` header, so neither
 /// another local user nor a web page the operator visits can use it.
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, admin: Option<Arc<Admin>>) -> std::io::Result<()> {
-    let listener = TcpListener::bind(addr).await?;
+    serve_on(TcpListener::bind(addr).await?, metrics, admin).await
+}
+
+async fn serve_on(listener: TcpListener, metrics: Arc<Metrics>, admin: Option<Arc<Admin>>) -> std::io::Result<()> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    // One request per connection: nothing to gain from keeping a scrape's connection open.
+    http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).max_buf_size(MAX_REQUEST).max_headers(32).keep_alive(false);
     loop {
-        let (mut stream, _) = listener.accept().await?;
-        let metrics = metrics.clone();
-        let admin = admin.clone();
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            // Out of descriptors or a connection reset before it was accepted: the endpoint
+            // goes on (a pause, so that a lasting error does not spin).
+            Err(e) => {
+                debug!(error = %e, "accepting an endpoint connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            debug!("endpoint connection limit reached; closing a new connection");
+            continue;
+        };
+        let (metrics, admin) = (metrics.clone(), admin.clone());
+        let service = hyper::service::service_fn(move |request| respond(request, metrics.clone(), admin.clone()));
+        let connection = http.serve_connection(TokioIo::new(stream), service);
         tokio::spawn(async move {
-            // Read the request head (bounded): a client may send it in several pieces.
-            let mut buf = [0u8; 2048];
-            let mut n = 0;
-            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
-            while n < buf.len() && !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                match tokio::time::timeout_at(deadline, stream.read(&mut buf[n..])).await {
-                    Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-                    Ok(Ok(k)) => n += k,
-                }
+            match tokio::time::timeout(CONNECTION_LIFETIME, connection).await {
+                Ok(Err(e)) => debug!(error = %e, "endpoint connection"),
+                Err(_) => debug!("endpoint connection outlived its lifetime"),
+                Ok(Ok(())) => {}
             }
-            let request = String::from_utf8_lossy(&buf[..n]);
-            let mut words = request.split_whitespace();
-            let method = words.next().unwrap_or("");
-            let path = words.next().unwrap_or("");
-            let (code, ctype, body) = if header(&request, "origin").is_some() {
-                ("403 Forbidden", "text/plain", "requests from web pages are refused\n".to_string())
-            } else {
-                match (method, path) {
-                    ("POST", "/admin/sign-zone") => match admin {
-                        Some(admin) => {
-                            let presented = header(&request, "authorization").and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
-                            if same_secret(presented.trim().as_bytes(), admin.token.as_bytes()) {
-                                let outcome = sign_zone(&admin).await;
-                                let code = if outcome.starts_with("error") { "500 Internal Server Error" } else { "200 OK" };
-                                (code, "text/plain", outcome + "\n")
-                            } else {
-                                ("401 Unauthorized", "text/plain", "the admin token (state directory, admin.token) is required\n".to_string())
-                            }
-                        }
-                        None => ("404 Not Found", "text/plain", "no admin here\n".to_string()),
-                    },
-                    (_, "/metrics") => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
-                    (_, "/status") => ("200 OK", "application/json", serde_json::to_string(&metrics.status()).unwrap_or_default()),
-                    _ => ("404 Not Found", "text/plain", "try /metrics or /status\n".to_string()),
-                }
-            };
-            let response = format!("HTTP/1.0 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-            if let Err(e) = stream.write_all(response.as_bytes()).await {
-                debug!(error = %e, "metrics response");
-            }
+            drop(slot);
         });
     }
+}
+
+fn reply(code: StatusCode, ctype: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
+    *response.status_mut() = code;
+    response.headers_mut().insert(CONTENT_TYPE, hyper::header::HeaderValue::from_static(ctype));
+    response
+}
+
+/// One request's answer. The request's body is never read (no route takes one), so its size
+/// does not matter.
+async fn respond(request: Request<hyper::body::Incoming>, metrics: Arc<Metrics>, admin: Option<Arc<Admin>>) -> Result<Response<Full<Bytes>>, Infallible> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    if request.headers().contains_key(ORIGIN) {
+        return Ok(reply(StatusCode::FORBIDDEN, TEXT, "requests from web pages are refused\n"));
+    }
+    let response = match (request.method(), request.uri().path()) {
+        (&Method::POST, "/admin/sign-zone") => match admin {
+            Some(admin) => {
+                let presented = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+                if same_secret(presented.trim().as_bytes(), admin.token.as_bytes()) {
+                    let outcome = sign_zone(&admin).await;
+                    let code = if outcome.starts_with("error") { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::OK };
+                    reply(code, TEXT, outcome + "\n")
+                } else {
+                    reply(StatusCode::UNAUTHORIZED, TEXT, "the admin token (state directory, admin.token) is required\n")
+                }
+            }
+            None => reply(StatusCode::NOT_FOUND, TEXT, "no admin here\n"),
+        },
+        (&Method::GET, "/metrics") => reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", metrics.render()),
+        (&Method::GET, "/status") => reply(StatusCode::OK, "application/json", serde_json::to_string(&metrics.status()).unwrap_or_default()),
+        (_, "/metrics" | "/status") => reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "GET only\n"),
+        _ => reply(StatusCode::NOT_FOUND, TEXT, "try /metrics or /status\n"),
+    };
+    Ok(response)
 }
 
 async fn sign_zone(admin: &Admin) -> String {
@@ -115,11 +151,58 @@ async fn sign_zone(admin: &Admin) -> String {
     let (reply, mut rx) = crate::reply::ReplyTo::internal();
     admin.gateway.order(crate::envelope::Op::SignZone(auth), reply).await;
     // Answered once the signed zone is installed (the signing runs in the background).
-    match tokio::time::timeout(std::time::Duration::from_secs(3600), rx.recv()).await {
+    match tokio::time::timeout(SIGN_ZONE_WAIT, rx.recv()).await {
         Ok(Some(answer)) => String::from_utf8_lossy(&answer.bytes).into_owned(),
         Ok(None) => "error: the request was dropped before it was ordered".into(),
         Err(_) => "error: not signed within 3600 s (see sdns cluster status for its progress)".into(),
     }
+}
+
+/// The most of an answer the client keeps (a /metrics text is a few KiB).
+const MAX_ANSWER: usize = 4 << 20;
+
+/// One request to a replica's endpoint: the status code and the body. The answer must be
+/// complete within `within` (connecting within 2 s of it).
+pub async fn request(addr: SocketAddr, method: Method, path: &str, headers: &[(&str, &str)], within: Duration) -> anyhow::Result<(u16, String)> {
+    let exchange = async {
+        let stream = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr))
+            .await
+            .map_err(|_| anyhow!("connecting to {addr}: timed out"))?
+            .with_context(|| format!("connecting to {addr}"))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream)).await?;
+        let driver = tokio::spawn(connection);
+        let mut builder = Request::builder().method(method).uri(path).header(HOST, addr.to_string());
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let response = sender.send_request(builder.body(Empty::new())?).await?;
+        let code = response.status().as_u16();
+        let body = Limited::new(response.into_body(), MAX_ANSWER).collect().await.map_err(|e| anyhow!("reading the answer from {addr}: {e}"))?.to_bytes();
+        driver.abort();
+        Ok::<_, anyhow::Error>((code, String::from_utf8_lossy(&body).trim().to_string()))
+    };
+    tokio::time::timeout(within, exchange).await.map_err(|_| anyhow!("no answer from {addr} within {within:?}"))?
+}
+
+/// The CLI's commands are synchronous: each request runs on a runtime of its own.
+fn block_on<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting a runtime for the request")?.block_on(f)
+}
+
+/// GET `path` (the body, whatever the status code).
+pub fn get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
+    Ok(block_on(request(addr, Method::GET, path, &[], Duration::from_secs(3)))?.1)
+}
+
+/// POST to a replica's admin route with its bearer token; an error unless it answers 200.
+pub fn post(addr: SocketAddr, path: &str, token: &str) -> anyhow::Result<String> {
+    let auth = format!("Bearer {token}");
+    // A whole-zone signing answers once the signed zone is installed: minutes for a big zone.
+    let (code, body) = block_on(request(addr, Method::POST, path, &[("authorization", &auth)], SIGN_ZONE_WAIT + Duration::from_secs(30)))?;
+    if code != 200 {
+        anyhow::bail!("{path} at {addr}: HTTP {code}: {body}");
+    }
+    Ok(body)
 }
 
 #[cfg(test)]
@@ -142,12 +225,63 @@ mod tests {
         assert!(!same_secret(b"abc", b"abd") && !same_secret(b"abc", b"ab") && !same_secret(b"", b"a"));
     }
 
-    #[test]
-    fn headers_are_found_case_insensitively() {
-        let head = "POST /admin/sign-zone HTTP/1.0\r\nHost: x\r\nAUTHORIZATION: Bearer t0k\r\norigin: https://evil.example\r\n\r\n";
-        assert_eq!(header(head, "authorization"), Some("Bearer t0k"));
-        assert_eq!(header(head, "Origin"), Some("https://evil.example"));
-        assert_eq!(header(head, "cookie"), None);
-        assert_eq!(header("GET / HTTP/1.0\r\n\r\n", "origin"), None);
+    /// A server on an ephemeral loopback port, without an admin.
+    async fn server() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let metrics = Metrics::new(7);
+        metrics.inc_request(crate::classify::Kind::Write);
+        tokio::spawn(serve_on(listener, metrics, None));
+        addr
+    }
+
+    #[tokio::test]
+    async fn routes_answer_and_a_web_page_is_refused() {
+        let addr = server().await;
+        let within = Duration::from_secs(5);
+        let (code, text) = request(addr, Method::GET, "/metrics", &[], within).await.unwrap();
+        assert_eq!(code, 200);
+        assert!(text.contains("sdns_requests_total{replica=\"7\",kind=\"write\"} 1"), "{text}");
+        let (code, json) = request(addr, Method::GET, "/status", &[], within).await.unwrap();
+        assert_eq!(code, 200);
+        let status: crate::metrics::Status = serde_json::from_str(&json).unwrap();
+        assert_eq!(status.id, 7);
+        assert_eq!(request(addr, Method::GET, "/metrics", &[("origin", "https://evil.example")], within).await.unwrap().0, 403);
+        assert_eq!(request(addr, Method::POST, "/admin/sign-zone", &[("authorization", "Bearer x")], within).await.unwrap().0, 404);
+        assert_eq!(request(addr, Method::POST, "/status", &[], within).await.unwrap().0, 405);
+        assert_eq!(request(addr, Method::GET, "/", &[], within).await.unwrap().0, 404);
+    }
+
+    #[tokio::test]
+    async fn slow_and_oversized_requests_and_idle_clients_are_bounded() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let addr = server().await;
+        // A head never finished: the connection is closed after the header-read timeout.
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        let mut buf = Vec::new();
+        let closed = tokio::time::timeout(HEADER_READ_TIMEOUT * 3, slow.read_to_end(&mut buf)).await;
+        assert!(closed.is_ok(), "an unfinished head held its connection open");
+        // A head larger than the request buffer is refused, not buffered.
+        let mut big = TcpStream::connect(addr).await.unwrap();
+        let filler = format!("GET /metrics HTTP/1.1\r\nHost: x\r\nX-Filler: {}\r\n\r\n", "a".repeat(MAX_REQUEST * 2));
+        let _ = big.write_all(filler.as_bytes()).await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), big.read_to_end(&mut answer)).await.expect("closed");
+        assert!(!String::from_utf8_lossy(&answer).contains(" 200 "), "an oversized head was served");
+        // Idle connections beyond the limit are closed at once; the held ones end by the
+        // header-read timeout, after which the endpoint serves again.
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut extra = TcpStream::connect(addr).await.unwrap();
+        let mut one = [0u8; 1];
+        let refused = tokio::time::timeout(Duration::from_secs(1), extra.read(&mut one)).await;
+        assert!(matches!(refused, Ok(Ok(0)) | Ok(Err(_))), "a connection over the limit was kept: {refused:?}");
+        tokio::time::sleep(HEADER_READ_TIMEOUT + Duration::from_millis(500)).await;
+        let (code, _) = request(addr, Method::GET, "/status", &[], Duration::from_secs(5)).await.unwrap();
+        assert_eq!(code, 200, "served again once the idle connections timed out");
     }
 }

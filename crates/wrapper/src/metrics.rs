@@ -1,54 +1,21 @@
-//! The replica's counters, histograms and status, rendered as Prometheus text and JSON
-//! (served by `crate::endpoint`).
+//! The replica's counters, histograms and status, as a `prometheus-client` registry encoded in
+//! the OpenMetrics text format, and the status as JSON (both served by `crate::endpoint`).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use serde::Serialize;
 
-/// A latency histogram with fixed buckets (seconds).
-struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<AtomicU64>,
-    sum_us: AtomicU64,
-    total: AtomicU64,
-}
-
-const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
-
-impl Histogram {
-    fn new() -> Self {
-        Self {
-            bounds: LATENCY_BUCKETS,
-            counts: LATENCY_BUCKETS.iter().map(|_| AtomicU64::new(0)).collect(),
-            sum_us: AtomicU64::new(0),
-            total: AtomicU64::new(0),
-        }
-    }
-    fn observe_us(&self, us: u64) {
-        let s = us as f64 / 1e6;
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            if s <= *b {
-                c.fetch_add(1, Relaxed);
-            }
-        }
-        self.sum_us.fetch_add(us, Relaxed);
-        self.total.fetch_add(1, Relaxed);
-    }
-    fn render(&self, out: &mut String, name: &str, help: &str, labels: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        let sep = if labels.is_empty() { "" } else { "," };
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {}", c.load(Relaxed));
-        }
-        let total = self.total.load(Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {total}");
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum_us.load(Relaxed) as f64 / 1e6);
-        let _ = writeln!(out, "{name}_count{{{labels}}} {total}");
-    }
-}
+/// Latency buckets (seconds): 0.5 ms to 10 s.
+const LATENCY_BUCKETS: [f64; 14] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 /// What `sdns cluster status` shows for one replica.
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
@@ -151,79 +118,208 @@ impl Status {
     }
 }
 
-pub struct Metrics {
-    pub id: u16,
-    requests: [AtomicU64; 3], // read, transfer, write
-    refused: AtomicU64,
-    dropped: Mutex<BTreeMap<&'static str, u64>>,
-    ordering_latency: Histogram,
-    signing_latency: Histogram,
-    execute_errors: AtomicU64,
-    /// Reads answered from the read cache, and reads that asked named.
-    read_cache: [AtomicU64; 2],
-    view_changes: AtomicU64,
-    slice_latency: Histogram,
-    /// Pace of the slices: at most this many RRsets per this many seconds.
-    slice_pace: Mutex<(u32, u64)>,
-    bad_shares: Mutex<BTreeMap<u16, u64>>,
+/// What the status collector reads at every scrape: the status the replica's tasks update,
+/// and the progress of a background whole-zone signing.
+#[derive(Debug)]
+struct Progress {
+    status: Mutex<Status>,
     /// Signatures the background whole-zone signer received (RRsets signed).
     zone_signed: AtomicU64,
-    /// The background signing running: (began at seq, expected RRsets, since).
+    /// The background signing running: (began at seq, expected RRsets, since, this part done).
     zone_signing: Mutex<Option<(u64, u64, std::time::Instant, bool)>>,
-    pub status: Mutex<Status>,
+}
+
+impl Progress {
+    fn zone_signing(&self) -> Option<ZoneSigning> {
+        let (seq, total, since, signed) = (*self.zone_signing.lock().ok()?)?;
+        let done = self.zone_signed.load(Relaxed);
+        let rate = done as f64 / since.elapsed().as_secs_f64().max(1e-3);
+        let left = total.saturating_sub(done);
+        let eta_s = if signed { Some(0) } else { (rate > 0.0).then(|| (left as f64 / rate).ceil() as u64) };
+        Some(ZoneSigning { seq, done, total, rate, eta_s, signed })
+    }
+
+    fn snapshot(&self) -> Status {
+        let mut s = self.status.lock().map(|s| s.clone()).unwrap_or_default();
+        s.zone_signing = self.zone_signing();
+        s
+    }
+}
+
+/// The metrics read from [`Status`] at each scrape: their values are kept there (for
+/// `/status` too), so they are encoded as constant metrics of one snapshot rather than
+/// mirrored into counters and gauges that could disagree with it.
+#[derive(Debug)]
+struct StatusCollector(Arc<Progress>);
+
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    let c = ConstCounter::new(v);
+    c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
+}
+
+fn gauge<N: prometheus_client::encoding::EncodeGaugeValue>(e: &mut DescriptorEncoder, name: &str, help: &str, v: N) -> std::fmt::Result {
+    let g = ConstGauge::new(v);
+    g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+impl Collector for StatusCollector {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        let s = self.0.snapshot();
+        if !s.peer_faults.is_empty() {
+            let mut family =
+                e.encode_descriptor("peer_faults", "Misbehaviour seen from each peer, by kind.", None, prometheus_client::metrics::MetricType::Counter)?;
+            for f in &s.peer_faults {
+                let labels = [("peer", f.peer.to_string()), ("kind", f.kind.clone())];
+                ConstCounter::new(f.count).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        if !s.silent_peers.is_empty() {
+            let mut family = e.encode_descriptor(
+                "peer_silent",
+                "Peers silent on the ordering channel (1: nothing heard for 5 s).",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for peer in &s.silent_peers {
+                ConstGauge::new(1i64).encode(family.encode_family(&[("peer", *peer)])?)?;
+            }
+        }
+        let z = s.zone_signing.clone().unwrap_or_default();
+        gauge(&mut e, "zone_signing", "Whether a background whole-zone signing runs (1) or not (0).", i64::from(s.zone_signing.is_some()))?;
+        gauge(&mut e, "zone_signing_rrsets_done", "RRsets signed so far by the running background whole-zone signing.", z.done)?;
+        gauge(&mut e, "zone_signing_rrsets", "RRsets the running background whole-zone signing signs.", z.total)?;
+        gauge(&mut e, "zone_signing_rate", "RRsets per second since the running whole-zone signing began.", z.rate)?;
+        if let Some(eta) = z.eta_s {
+            gauge(&mut e, "zone_signing_eta_seconds", "Time until the running whole-zone signing is done at its rate.", eta)?;
+        }
+        counter(&mut e, "zone_signings", "Whole-zone signings finished (installed or failed).", s.zone_signings)?;
+        gauge(&mut e, "zone_install_seconds", "How long installing the last signed zone held the executor.", s.zone_install_s)?;
+        counter(&mut e, "resigned_rrsets", "RRsets re-signed by incremental re-signing slices.", s.resigned_rrsets)?;
+        counter(&mut e, "resign_slices", "Re-signing slices run (with or without anything due).", s.resign_slices)?;
+        gauge(&mut e, "rrsigs", "Signatures in the zone at the last slice that read it.", s.rrsigs)?;
+        gauge(&mut e, "rrsigs_due", "Signatures due for re-signing and not yet re-signed.", s.rrsigs_due)?;
+        gauge(&mut e, "resign_rate", "RRsets per second while a slice runs (smoothed).", s.resign_rate)?;
+        if let Some(eta) = s.resign_eta_s {
+            gauge(&mut e, "resign_eta_seconds", "Time until the signatures due are re-signed at the slice pace.", eta)?;
+        }
+        gauge(&mut e, "view", "Current PBFT view.", s.view)?;
+        gauge(&mut e, "last_executed_seq", "Last ordered batch executed.", s.last_executed)?;
+        gauge(&mut e, "stable_checkpoint_seq", "Latest checkpoint 2t+1 replicas certified.", s.stable_checkpoint)?;
+        gauge(
+            &mut e,
+            "catching_up",
+            "1 while this replica is not in agreement: behind the certified checkpoint, fetching state from peers, or diverged.",
+            i64::from(s.disagreement(0).is_some()),
+        )?;
+        gauge(
+            &mut e,
+            "state_diverged",
+            "1 while this replica's state differs from the certified checkpoint (it repairs itself by state transfer).",
+            i64::from(s.diverged.is_some()),
+        )?;
+        counter(&mut e, "state_transfers", "Checkpoint states fetched from peers and installed.", s.state_transfers)
+    }
+}
+
+/// One label, for the families: kind, reason or peer.
+type Label<V> = [(&'static str, V); 1];
+
+pub struct Metrics {
+    pub id: u16,
+    /// Every metric below, under the prefix `sdns` and the label `replica`.
+    registry: Registry,
+    requests: Family<Label<&'static str>, Counter>,
+    refused: Counter,
+    dropped: Family<Label<&'static str>, Counter>,
+    ordering_latency: Histogram,
+    signing_latency: Histogram,
+    execute_errors: Counter,
+    read_cache_hits: Counter,
+    read_cache_misses: Counter,
+    view_changes: Counter,
+    slice_latency: Histogram,
+    bad_shares: Family<Label<u16>, Counter>,
+    /// The same counts, which `bad_shares()` hands to the attribution (a family cannot be read
+    /// back as a whole).
+    bad_share_counts: Mutex<BTreeMap<u16, u64>>,
+    /// Pace of the slices: at most this many RRsets per this many seconds.
+    slice_pace: Mutex<(u32, u64)>,
+    progress: Arc<Progress>,
 }
 
 impl Metrics {
     pub fn new(id: u16) -> Arc<Metrics> {
-        Arc::new(Metrics {
+        let mut registry = Registry::with_prefix_and_labels("sdns", [("replica".into(), id.to_string().into())].into_iter());
+        let m = Metrics {
             id,
-            requests: Default::default(),
-            refused: AtomicU64::new(0),
-            dropped: Mutex::new(BTreeMap::new()),
-            ordering_latency: Histogram::new(),
-            signing_latency: Histogram::new(),
-            execute_errors: AtomicU64::new(0),
-            read_cache: Default::default(),
-            view_changes: AtomicU64::new(0),
-            slice_latency: Histogram::new(),
+            registry: Registry::default(),
+            requests: Family::default(),
+            refused: Counter::default(),
+            dropped: Family::default(),
+            ordering_latency: Histogram::new(LATENCY_BUCKETS),
+            signing_latency: Histogram::new(LATENCY_BUCKETS),
+            execute_errors: Counter::default(),
+            read_cache_hits: Counter::default(),
+            read_cache_misses: Counter::default(),
+            view_changes: Counter::default(),
+            slice_latency: Histogram::new(LATENCY_BUCKETS),
+            bad_shares: Family::default(),
+            bad_share_counts: Mutex::new(BTreeMap::new()),
             slice_pace: Mutex::new((0, 0)),
-            bad_shares: Mutex::new(BTreeMap::new()),
-            zone_signed: AtomicU64::new(0),
-            zone_signing: Mutex::new(None),
-            status: Mutex::new(Status { id, ..Default::default() }),
-        })
+            progress: Arc::new(Progress {
+                status: Mutex::new(Status { id, ..Default::default() }),
+                zone_signed: AtomicU64::new(0),
+                zone_signing: Mutex::new(None),
+            }),
+        };
+        // Every kind shows from the start, at 0, so a scrape tells "none yet" from "not exported".
+        for kind in ["read", "transfer", "write"] {
+            let _ = m.requests.get_or_create(&[("kind", kind)]);
+        }
+        registry.register("requests", "Client requests ordered, by kind.", m.requests.clone());
+        registry.register("refused", "Requests answered before ordering (REFUSED, FORMERR).", m.refused.clone());
+        registry.register("dropped", "Client messages dropped, by reason.", m.dropped.clone());
+        registry.register("ordering_latency_seconds", "From a client request's arrival to its delivery by the ordering.", m.ordering_latency.clone());
+        registry.register("signing_latency_seconds", "From named's signing request to the threshold signature.", m.signing_latency.clone());
+        registry.register("execute_errors", "Ordered requests named did not answer.", m.execute_errors.clone());
+        registry.register("read_cache_hits", "Reads answered from the replica's read cache.", m.read_cache_hits.clone());
+        registry.register("read_cache_misses", "Reads answered by asking named.", m.read_cache_misses.clone());
+        registry.register("view_changes", "Views installed after the first.", m.view_changes.clone());
+        registry.register("bad_shares", "Bad signature shares or signatures, by sending replica.", m.bad_shares.clone());
+        registry.register("resign_slice_seconds", "How long a re-signing slice that re-signed something held the executor.", m.slice_latency.clone());
+        registry.register_collector(Box::new(StatusCollector(m.progress.clone())));
+        Arc::new(Metrics { registry, ..m })
     }
 
     pub fn inc_request(&self, kind: crate::classify::Kind) {
-        let i = match kind {
-            crate::classify::Kind::Read => 0,
-            crate::classify::Kind::Transfer => 1,
-            crate::classify::Kind::Write => 2,
+        let kind = match kind {
+            crate::classify::Kind::Read => "read",
+            crate::classify::Kind::Transfer => "transfer",
+            crate::classify::Kind::Write => "write",
         };
-        self.requests[i].fetch_add(1, Relaxed);
+        self.requests.get_or_create(&[("kind", kind)]).inc();
     }
     pub fn inc_refused(&self) {
-        self.refused.fetch_add(1, Relaxed);
+        self.refused.inc();
     }
+    /// `why`: a snake_case reason, the label value as it is.
     pub fn inc_dropped(&self, why: &'static str) {
-        if let Ok(mut d) = self.dropped.lock() {
-            *d.entry(why).or_default() += 1;
-        }
+        self.dropped.get_or_create(&[("reason", why)]).inc();
     }
     pub fn inc_execute_error(&self) {
-        self.execute_errors.fetch_add(1, Relaxed);
+        self.execute_errors.inc();
     }
     pub fn inc_read_cache(&self, hit: bool) {
-        self.read_cache[usize::from(!hit)].fetch_add(1, Relaxed);
+        if hit { &self.read_cache_hits } else { &self.read_cache_misses }.inc();
     }
     pub fn inc_view_change(&self) {
-        self.view_changes.fetch_add(1, Relaxed);
+        self.view_changes.inc();
     }
     pub fn observe_ordering_us(&self, us: u64) {
-        self.ordering_latency.observe_us(us);
+        self.ordering_latency.observe(us as f64 / 1e6);
     }
     pub fn observe_signing_us(&self, us: u64) {
-        self.signing_latency.observe_us(us);
+        self.signing_latency.observe(us as f64 / 1e6);
     }
     /// The configured slice size and interval, for the ETA.
     pub fn set_slice_pace(&self, rrsets: u32, interval_s: u64) {
@@ -235,7 +331,7 @@ impl Metrics {
     /// One re-signing slice done: how long it held the executor, and progress.
     pub fn observe_slice(&self, report: crate::zone::SliceReport, took: std::time::Duration) {
         if report.resigned > 0 {
-            self.slice_latency.observe_us(took.as_micros() as u64);
+            self.slice_latency.observe(took.as_secs_f64());
         }
         let (size, interval) = self.slice_pace.lock().map(|p| *p).unwrap_or((0, 0));
         self.update_status(|s| {
@@ -259,18 +355,18 @@ impl Metrics {
 
     /// A background whole-zone signing began at batch `seq`; it signs `total` RRsets.
     pub fn zone_signing_begun(&self, seq: u64, total: u64) {
-        self.zone_signed.store(0, Relaxed);
-        if let Ok(mut z) = self.zone_signing.lock() {
+        self.progress.zone_signed.store(0, Relaxed);
+        if let Ok(mut z) = self.progress.zone_signing.lock() {
             *z = Some((seq, total, std::time::Instant::now(), false));
         }
     }
     /// One signature made for the background signing.
     pub fn inc_zone_signed(&self) {
-        self.zone_signed.fetch_add(1, Relaxed);
+        self.progress.zone_signed.fetch_add(1, Relaxed);
     }
     /// This replica's part of the background signing is done.
     pub fn zone_signing_part_done(&self) {
-        if let Ok(mut z) = self.zone_signing.lock() {
+        if let Ok(mut z) = self.progress.zone_signing.lock() {
             if let Some(z) = z.as_mut() {
                 z.3 = true;
             }
@@ -279,7 +375,7 @@ impl Metrics {
     /// The signed zone is installed (or the signing failed); `held`: how long the
     /// installation held the executor.
     pub fn zone_signing_finished(&self, held: std::time::Duration) {
-        if let Ok(mut z) = self.zone_signing.lock() {
+        if let Ok(mut z) = self.progress.zone_signing.lock() {
             *z = None;
         }
         self.update_status(|s| {
@@ -287,117 +383,32 @@ impl Metrics {
             s.zone_install_s = held.as_secs_f64();
         });
     }
-    fn zone_signing_progress(&self) -> Option<ZoneSigning> {
-        let (seq, total, since, signed) = (*self.zone_signing.lock().ok()?)?;
-        let done = self.zone_signed.load(Relaxed);
-        let rate = done as f64 / since.elapsed().as_secs_f64().max(1e-3);
-        let left = total.saturating_sub(done);
-        let eta_s = if signed { Some(0) } else { (rate > 0.0).then(|| (left as f64 / rate).ceil() as u64) };
-        Some(ZoneSigning { seq, done, total, rate, eta_s, signed })
-    }
-
     pub fn add_bad_share(&self, peer: u16) {
-        if let Ok(mut b) = self.bad_shares.lock() {
+        self.bad_shares.get_or_create(&[("peer", peer)]).inc();
+        if let Ok(mut b) = self.bad_share_counts.lock() {
             *b.entry(peer).or_default() += 1;
         }
     }
     /// Bad shares per peer so far (merged into the status's `peer_faults`).
     pub fn bad_shares(&self) -> BTreeMap<u16, u64> {
-        self.bad_shares.lock().map(|b| b.clone()).unwrap_or_default()
+        self.bad_share_counts.lock().map(|b| b.clone()).unwrap_or_default()
     }
     pub fn update_status(&self, f: impl FnOnce(&mut Status)) {
-        if let Ok(mut s) = self.status.lock() {
+        if let Ok(mut s) = self.progress.status.lock() {
             f(&mut s);
         }
     }
     pub fn status(&self) -> Status {
-        let mut s = self.status.lock().map(|s| s.clone()).unwrap_or_default();
-        s.zone_signing = self.zone_signing_progress();
-        s
+        self.progress.snapshot()
     }
 
+    /// The OpenMetrics text of every metric (what GET /metrics serves).
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let id = self.id;
-        let _ = writeln!(out, "# HELP sdns_requests_total Client requests ordered, by kind.\n# TYPE sdns_requests_total counter");
-        for (i, kind) in ["read", "transfer", "write"].iter().enumerate() {
-            let _ = writeln!(out, "sdns_requests_total{{replica=\"{id}\",kind=\"{kind}\"}} {}", self.requests[i].load(Relaxed));
+        // Writing to a String cannot fail; a collector's error would leave the text cut short.
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "encoding the metrics");
         }
-        let _ = writeln!(out, "# HELP sdns_refused_total Requests answered before ordering (REFUSED, FORMERR).\n# TYPE sdns_refused_total counter");
-        let _ = writeln!(out, "sdns_refused_total{{replica=\"{id}\"}} {}", self.refused.load(Relaxed));
-        let _ = writeln!(out, "# HELP sdns_dropped_total Client messages dropped, by reason.\n# TYPE sdns_dropped_total counter");
-        if let Ok(d) = self.dropped.lock() {
-            for (why, n) in d.iter() {
-                let _ = writeln!(out, "sdns_dropped_total{{replica=\"{id}\",reason=\"{}\"}} {n}", why.replace(' ', "_"));
-            }
-        }
-        let labels = format!("replica=\"{id}\"");
-        self.ordering_latency.render(&mut out, "sdns_ordering_latency_seconds", "From a client request's arrival to its delivery by the ordering.", &labels);
-        self.signing_latency.render(&mut out, "sdns_signing_latency_seconds", "From named's signing request to the threshold signature.", &labels);
-        let _ = writeln!(out, "# HELP sdns_execute_errors_total Ordered requests named did not answer.\n# TYPE sdns_execute_errors_total counter");
-        let _ = writeln!(out, "sdns_execute_errors_total{{replica=\"{id}\"}} {}", self.execute_errors.load(Relaxed));
-        let _ = writeln!(out, "# HELP sdns_read_cache_hits_total Reads answered from the replica's read cache.\n# TYPE sdns_read_cache_hits_total counter");
-        let _ = writeln!(out, "sdns_read_cache_hits_total{{replica=\"{id}\"}} {}", self.read_cache[0].load(Relaxed));
-        let _ = writeln!(out, "# HELP sdns_read_cache_misses_total Reads answered by asking named.\n# TYPE sdns_read_cache_misses_total counter");
-        let _ = writeln!(out, "sdns_read_cache_misses_total{{replica=\"{id}\"}} {}", self.read_cache[1].load(Relaxed));
-        let _ = writeln!(out, "# HELP sdns_view_changes_total Views installed after the first.\n# TYPE sdns_view_changes_total counter");
-        let _ = writeln!(out, "sdns_view_changes_total{{replica=\"{id}\"}} {}", self.view_changes.load(Relaxed));
-        let _ = writeln!(out, "# HELP sdns_bad_shares_total Bad signature shares or signatures, by sending replica.\n# TYPE sdns_bad_shares_total counter");
-        if let Ok(b) = self.bad_shares.lock() {
-            for (peer, n) in b.iter() {
-                let _ = writeln!(out, "sdns_bad_shares_total{{replica=\"{id}\",peer=\"{peer}\"}} {n}");
-            }
-        }
-        self.slice_latency.render(&mut out, "sdns_resign_slice_seconds", "How long a re-signing slice that re-signed something held the executor.", &labels);
-        let s = self.status();
-        let _ = writeln!(out, "# HELP sdns_peer_faults_total Misbehaviour seen from each peer, by kind.\n# TYPE sdns_peer_faults_total counter");
-        for f in &s.peer_faults {
-            let _ = writeln!(out, "sdns_peer_faults_total{{replica=\"{id}\",peer=\"{}\",kind=\"{}\"}} {}", f.peer, f.kind, f.count);
-        }
-        let _ = writeln!(out, "# HELP sdns_peer_silent Peers silent on the ordering channel (1: nothing heard for 5 s).\n# TYPE sdns_peer_silent gauge");
-        for peer in &s.silent_peers {
-            let _ = writeln!(out, "sdns_peer_silent{{replica=\"{id}\",peer=\"{peer}\"}} 1");
-        }
-        let z = s.zone_signing.clone().unwrap_or_default();
-        let _ = writeln!(out, "# HELP sdns_zone_signing Whether a background whole-zone signing runs (1) or not (0).\n# TYPE sdns_zone_signing gauge\nsdns_zone_signing{{replica=\"{id}\"}} {}", u8::from(s.zone_signing.is_some()));
-        let _ = writeln!(out, "# HELP sdns_zone_signing_rrsets_done RRsets signed so far by the running background whole-zone signing.\n# TYPE sdns_zone_signing_rrsets_done gauge\nsdns_zone_signing_rrsets_done{{replica=\"{id}\"}} {}", z.done);
-        let _ = writeln!(out, "# HELP sdns_zone_signing_rrsets RRsets the running background whole-zone signing signs.\n# TYPE sdns_zone_signing_rrsets gauge\nsdns_zone_signing_rrsets{{replica=\"{id}\"}} {}", z.total);
-        let _ = writeln!(out, "# HELP sdns_zone_signing_rate RRsets per second since the running whole-zone signing began.\n# TYPE sdns_zone_signing_rate gauge\nsdns_zone_signing_rate{{replica=\"{id}\"}} {}", z.rate);
-        if let Some(eta) = z.eta_s {
-            let _ = writeln!(out, "# HELP sdns_zone_signing_eta_seconds Time until the running whole-zone signing is done at its rate.\n# TYPE sdns_zone_signing_eta_seconds gauge\nsdns_zone_signing_eta_seconds{{replica=\"{id}\"}} {eta}");
-        }
-        let _ = writeln!(out, "# HELP sdns_zone_signings_total Whole-zone signings finished (installed or failed).\n# TYPE sdns_zone_signings_total counter\nsdns_zone_signings_total{{replica=\"{id}\"}} {}", s.zone_signings);
-        let _ = writeln!(out, "# HELP sdns_zone_install_seconds How long installing the last signed zone held the executor.\n# TYPE sdns_zone_install_seconds gauge\nsdns_zone_install_seconds{{replica=\"{id}\"}} {}", s.zone_install_s);
-        let _ = writeln!(out, "# HELP sdns_resigned_rrsets_total RRsets re-signed by incremental re-signing slices.\n# TYPE sdns_resigned_rrsets_total counter\nsdns_resigned_rrsets_total{{replica=\"{id}\"}} {}", s.resigned_rrsets);
-        let _ = writeln!(out, "# HELP sdns_resign_slices_total Re-signing slices run (with or without anything due).\n# TYPE sdns_resign_slices_total counter\nsdns_resign_slices_total{{replica=\"{id}\"}} {}", s.resign_slices);
-        let _ = writeln!(
-            out,
-            "# HELP sdns_rrsigs Signatures in the zone at the last slice that read it.\n# TYPE sdns_rrsigs gauge\nsdns_rrsigs{{replica=\"{id}\"}} {}",
-            s.rrsigs
-        );
-        let _ = writeln!(
-            out,
-            "# HELP sdns_rrsigs_due Signatures due for re-signing and not yet re-signed.\n# TYPE sdns_rrsigs_due gauge\nsdns_rrsigs_due{{replica=\"{id}\"}} {}",
-            s.rrsigs_due
-        );
-        let _ = writeln!(
-            out,
-            "# HELP sdns_resign_rate RRsets per second while a slice runs (smoothed).\n# TYPE sdns_resign_rate gauge\nsdns_resign_rate{{replica=\"{id}\"}} {}",
-            s.resign_rate
-        );
-        if let Some(eta) = s.resign_eta_s {
-            let _ = writeln!(out, "# HELP sdns_resign_eta_seconds Time until the signatures due are re-signed at the slice pace.\n# TYPE sdns_resign_eta_seconds gauge\nsdns_resign_eta_seconds{{replica=\"{id}\"}} {eta}");
-        }
-        let _ = writeln!(out, "# HELP sdns_view Current PBFT view.\n# TYPE sdns_view gauge\nsdns_view{{replica=\"{id}\"}} {}", s.view);
-        let _ = writeln!(
-            out,
-            "# HELP sdns_last_executed_seq Last ordered batch executed.\n# TYPE sdns_last_executed_seq gauge\nsdns_last_executed_seq{{replica=\"{id}\"}} {}",
-            s.last_executed
-        );
-        let _ = writeln!(out, "# HELP sdns_stable_checkpoint_seq Latest checkpoint 2t+1 replicas certified.\n# TYPE sdns_stable_checkpoint_seq gauge\nsdns_stable_checkpoint_seq{{replica=\"{id}\"}} {}", s.stable_checkpoint);
-        let _ = writeln!(out, "# HELP sdns_catching_up 1 while this replica is not in agreement: behind the certified checkpoint, fetching state from peers, or diverged.\n# TYPE sdns_catching_up gauge\nsdns_catching_up{{replica=\"{id}\"}} {}", u8::from(s.disagreement(0).is_some()));
-        let _ = writeln!(out, "# HELP sdns_state_diverged 1 while this replica's state differs from the certified checkpoint (it repairs itself by state transfer).\n# TYPE sdns_state_diverged gauge\nsdns_state_diverged{{replica=\"{id}\"}} {}", u8::from(s.diverged.is_some()));
-        let _ = writeln!(out, "# HELP sdns_state_transfers_total Checkpoint states fetched from peers and installed.\n# TYPE sdns_state_transfers_total counter\nsdns_state_transfers_total{{replica=\"{id}\"}} {}", s.state_transfers);
         out
     }
 }
@@ -430,13 +441,13 @@ mod tests {
             st.stable_checkpoint = 256;
             st.state_transfer = Some(320);
         });
-        let s = m.status.lock().unwrap().clone();
+        let s = m.status();
         assert!(s.disagreement(0).is_some_and(|r| r.contains("fetching the state of checkpoint 320")));
         m.update_status(|st| {
             st.state_transfer = None;
             st.diverged = Some("checkpoint 256 differs".into());
         });
-        let s = m.status.lock().unwrap().clone();
+        let s = m.status();
         assert_eq!(s.disagreement(0).as_deref(), Some("diverged: checkpoint 256 differs"));
         assert!(m.render().contains("sdns_state_diverged{replica=\"1\"} 1"));
         assert!(m.render().contains("sdns_catching_up{replica=\"1\"} 1"));
@@ -447,7 +458,7 @@ mod tests {
         assert!(m.render().contains("sdns_state_diverged{replica=\"1\"} 0"));
         assert!(m.render().contains("sdns_state_transfers_total{replica=\"1\"} 1"));
         // The status travels as JSON to `sdns cluster status`, which shows the reason.
-        let s: Status = serde_json::from_str(&serde_json::to_string(&*m.status.lock().unwrap()).unwrap()).unwrap();
+        let s: Status = serde_json::from_str(&serde_json::to_string(&m.status()).unwrap()).unwrap();
         assert_eq!(s.state_transfers, 1);
     }
 

@@ -591,7 +591,7 @@ async fn repair(
         }
         let stable = status.borrow_and_update().core.stable_claim;
         let (last_installed, fetching, transfers) = stats.lock().map(|s| (s.last_installed.unwrap_or(0), s.fetching, s.installed)).unwrap_or_default();
-        let executed = metrics.status.lock().map(|s| s.last_executed).unwrap_or(0);
+        let executed = metrics.status().last_executed;
         let diverged_at = *diverged_tx.borrow();
         let differs = own_digests.lock().map(|own| crate::statexfer::diverged(&stable, &own)).unwrap_or(false);
         if differs && stable.seq > diverged_at && stable.seq > last_installed {
