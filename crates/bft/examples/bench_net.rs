@@ -26,10 +26,9 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bft::transport::driver::{local_network, now, spawn_replica, ReplicaHandle};
-use bft::transport::mesh::CHANNEL_ORDERING;
-use bft::transport::pki::write_cluster_pki;
-use bft::transport::{Mesh, MeshConfig};
 use bft::{Batch, Config, Replica, Request};
+use mesh::pki::write_cluster_pki;
+use mesh::{Mesh, MeshConfig, CHANNEL_ORDERING};
 use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;

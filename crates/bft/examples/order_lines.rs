@@ -19,10 +19,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bft::transport::driver::{now, spawn_replica};
-use bft::transport::mesh::CHANNEL_ORDERING;
-use bft::transport::pki::write_cluster_pki;
-use bft::transport::{Mesh, MeshConfig};
 use bft::{Config, Replica, Request};
+use mesh::pki::write_cluster_pki;
+use mesh::{Mesh, MeshConfig, CHANNEL_ORDERING};
 use sha2::{Digest as _, Sha256};
 
 struct Args {

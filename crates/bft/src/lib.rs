@@ -92,11 +92,12 @@
 //!   duplication by the network never makes an honest replica look guilty.
 //!
 //! # Transport (feature `transport`, off by default)
-//! [`transport`] holds the network side, kept out of the core: a cluster PKI (`transport::pki`),
-//! a mutually authenticated TLS mesh with numbered channels (`transport::mesh`), and the tokio
-//! driver that runs a [`Replica`] over it (`transport::driver`). `transport::byzantine` carries
-//! the simulator's Byzantine actors over to real processes: the driver passes a Byzantine
-//! replica's outgoing messages through one (test clusters only; honest drivers have none).
+//! [`transport`] runs a [`Replica`] over the network, kept out of the core: the tokio driver
+//! (`transport::driver`) carries its messages on the ordering channel of the replicas' TLS mesh
+//! (crate `mesh`, which holds the links and the cluster PKI and knows nothing of PBFT), and
+//! writes what it persists through `transport::store`. `transport::byzantine` carries the
+//! simulator's Byzantine actors over to real processes: the driver passes a Byzantine replica's
+//! outgoing messages through one (test clusters only; honest drivers have none).
 //!
 //! # Known limits (not defended by this crate, each with why it is tolerable or who defends it)
 //! - A replica that loses its state (a restart without its log) forgets what it prepared and

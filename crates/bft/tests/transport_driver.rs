@@ -6,11 +6,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bft::transport::driver::{local_network, now, spawn_replica, Outbound, ReplicaHandle};
-use bft::transport::mesh::CHANNEL_ORDERING;
-use bft::transport::pki::{generate_ca, issue_replica_cert};
-use bft::transport::{Mesh, MeshConfig};
 use bft::{Batch, Config, Replica, Request, RequestKey, Time};
 use bytes::Bytes;
+use mesh::pki::{generate_ca, issue_replica_cert};
+use mesh::{Mesh, MeshConfig, CHANNEL_ORDERING};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
@@ -186,7 +185,7 @@ async fn delivered_until(rx: &mut mpsc::UnboundedReceiver<Entry>, log: &mut Deli
 }
 
 async fn start_replica(
-    ca: &bft::transport::pki::CaBundle,
+    ca: &mesh::pki::CaBundle,
     id: u16,
     addrs: &[SocketAddr],
     listener: TcpListener,

@@ -18,8 +18,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use bft::transport::pki::{generate_ca, issue_replica_cert};
 use hickory_proto::rr::Name;
+use mesh::pki::{generate_ca, issue_replica_cert};
 use rand_chacha::rand_core::SeedableRng;
 
 use crate::auth::Mode;

@@ -8,11 +8,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bft::transport::driver::{now, spawn_replica_with};
-use bft::transport::mesh::{CHANNEL_ORDERING, CHANNEL_SIGNING, CHANNEL_STATE};
 use bft::transport::Store;
-use bft::transport::{Mesh, MeshConfig};
 use bft::Replica;
 use hickory_proto::rr::Name;
+use mesh::{Mesh, MeshConfig, CHANNEL_ORDERING, CHANNEL_SIGNING, CHANNEL_STATE};
 use named_glue::conf::{NamedConf, TsigKey};
 use named_glue::forward::Forwarder;
 use named_glue::signer::{watch_time_source, ServiceLimits, SigningService};
@@ -177,7 +176,7 @@ pub async fn run(config: Config) -> Result<()> {
     let (ca_pem, cert_pem, tls_key_pem) =
         (read(&config.resolve(&config.cluster.ca_cert))?, read(&config.resolve(&config.replica.cert))?, read(&config.resolve(&config.replica.tls_key))?);
     // Sign-zone requests are signed with the mesh identity and checked against the CA.
-    let sign_zone_verifier = SignZoneVerifier::new(&config.cluster.zone, bft::transport::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?);
+    let sign_zone_verifier = SignZoneVerifier::new(&config.cluster.zone, mesh::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?);
     let sign_zone_signer =
         Arc::new(SignZoneSigner::new(id, &config.cluster.zone, &cert_pem, tls_key_pem.clone()).map_err(anyhow::Error::msg).context("replica.cert")?);
     let mut mesh_config = MeshConfig::new(id, me.peer, peers, ca_pem, cert_pem, tls_key_pem);
@@ -185,7 +184,7 @@ pub async fn run(config: Config) -> Result<()> {
     // a window of prepared batches (tens of MiB when peers fill batches, as a flooder does),
     // and one that cannot be sent stalls the view change.
     let max_message = bft::Config::new(n, id).max_message_bytes;
-    mesh_config.max_frame_bytes = mesh_config.max_frame_bytes.max(max_message).min(bft::transport::mesh::MAX_FRAME_BYTES_LIMIT);
+    mesh_config.max_frame_bytes = mesh_config.max_frame_bytes.max(max_message).min(mesh::MAX_FRAME_BYTES_LIMIT);
     mesh_config.queue_bytes = mesh_config.queue_bytes.max(mesh_config.max_frame_bytes);
     let mesh = Mesh::start(mesh_config).await.context("starting the replica mesh")?;
     let signing_rx = mesh.subscribe(CHANNEL_SIGNING).context("mesh signing channel")?;

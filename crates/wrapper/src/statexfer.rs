@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bft::transport::mesh::{MeshSender, CHANNEL_STATE};
 use bft::CheckpointClaim;
 use bytes::Bytes;
+use mesh::{MeshSender, CHANNEL_STATE};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};

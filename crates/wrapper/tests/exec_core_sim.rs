@@ -50,9 +50,9 @@ struct Pki {
 fn pki() -> &'static Pki {
     static PKI: std::sync::OnceLock<Pki> = std::sync::OnceLock::new();
     PKI.get_or_init(|| {
-        use bft::transport::pki::{cert_der_from_pem, generate_ca, issue_replica_cert};
+        use mesh::pki::{cert_der_from_pem, generate_ca, issue_replica_cert};
         let certs = |ca| (0..N).map(|i| issue_replica_cert(ca, i).unwrap()).collect::<Vec<_>>();
-        let signers = |certs: &[bft::transport::pki::ReplicaCert], zone| {
+        let signers = |certs: &[mesh::pki::ReplicaCert], zone| {
             certs.iter().map(|c| SignZoneSigner::new(c.replica_id, zone, &c.cert_pem, c.key_pem.clone()).unwrap()).collect::<Vec<_>>()
         };
         let ca = generate_ca("sim").unwrap();

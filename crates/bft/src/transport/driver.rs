@@ -22,12 +22,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use mesh::{MeshSender, CHANNEL_ORDERING};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::byzantine::Byzantine;
-use super::mesh::{MeshSender, CHANNEL_ORDERING};
 use super::store::Store;
 use crate::{Action, Batch, CheckpointClaim, Digest, Limits, Message, Replica, Request, Status, Time};
 

@@ -19,7 +19,7 @@
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bft::transport::pki;
+use mesh::pki;
 use serde::{Deserialize, Serialize};
 
 const LABEL: &[u8] = b"sdns sign-zone request v1\0";

@@ -10,9 +10,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bft::transport::mesh::CHANNEL_SIGNING;
-use bft::transport::MeshSender;
 use bytes::Bytes;
+use mesh::{MeshSender, CHANNEL_SIGNING};
 use named_glue::signer::{SignError, SignFuture, SignRequest, Signer};
 use threshold::{JobDone, Output, SignerCore};
 use tokio::sync::{mpsc, oneshot, Semaphore};

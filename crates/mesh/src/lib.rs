@@ -1,4 +1,11 @@
-//! A full mesh of mutually authenticated TLS 1.3 links between the replicas of one cluster.
+//! A full mesh of mutually authenticated TLS 1.3 links between the replicas of one cluster,
+//! carrying several protocols on numbered channels, with the cluster PKI ([`pki`]) that
+//! names its replicas.
+//!
+//! The crate knows nothing of what travels over it: PBFT ordering (bft's `transport` feature
+//! runs a replica over a [`MeshSender`]), threshold signing and state transfer (the wrapper)
+//! are each a channel. So consensus and transport stay apart: the ordering core is tested
+//! without a network, the mesh without a protocol.
 //!
 //! # Topology
 //! Every ordered pair of replicas (i, j) has its own TCP+TLS connection, dialed by i: replica i
@@ -12,7 +19,7 @@
 //! `WebPkiClientVerifier`); the dialer verifies the server certificate against the same CA and
 //! for the name `replica-<j>.sdns.invalid` of the replica it meant to reach. A received frame is
 //! attributed to the replica id bound into the certificate of the connection it arrived on
-//! ([`crate::transport::pki::replica_id_from_cert_der`]), never to anything inside the frame.
+//! ([`pki::replica_id_from_cert_der`]), never to anything inside the frame.
 //! When a peer opens a new connection, its older incoming connection is closed, so a peer holds
 //! at most one receiving connection here.
 //!
@@ -41,6 +48,10 @@
 //! arrive, so what one peer can make this replica hold per channel is its byte budget, one
 //! frame being read and the short merged queue, however fast or slowly it sends. Frames queued while a peer is unreachable are sent once it is
 //! back; frames in flight when a connection breaks are lost.
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod pki;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -59,8 +70,8 @@ use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use super::error::{PeerError, TransportError};
-use super::pki::{replica_dns_name, replica_id_from_cert_der};
+pub use error::{PeerError, TransportError};
+use pki::{replica_dns_name, replica_id_from_cert_der};
 
 /// PBFT ordering messages.
 pub const CHANNEL_ORDERING: u8 = 0;

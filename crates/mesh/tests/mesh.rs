@@ -3,10 +3,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bft::transport::mesh::{encode_frame, tls_configs, CHANNEL_ORDERING, CHANNEL_SIGNING};
-use bft::transport::pki::{generate_ca, issue_replica_cert, replica_dns_name, CaBundle};
-use bft::transport::{Mesh, MeshConfig, TransportError};
 use bytes::Bytes;
+use mesh::pki::{generate_ca, issue_replica_cert, replica_dns_name, CaBundle};
+use mesh::{encode_frame, tls_configs, Mesh, MeshConfig, TransportError, CHANNEL_ORDERING, CHANNEL_SIGNING};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -1,4 +1,4 @@
-//! Errors of the transport, split by whose fault they are: the caller's configuration,
+//! Errors of the mesh and its PKI, split by whose fault they are: the caller's configuration,
 //! local I/O, or a peer's misbehaviour.
 
 use std::io;

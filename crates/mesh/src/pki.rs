@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
 
-use super::error::{PeerError, TransportError};
+use crate::error::{PeerError, TransportError};
 
 /// Domain under which replica identities are named.
 pub const REPLICA_NAME_SUFFIX: &str = ".sdns.invalid";
