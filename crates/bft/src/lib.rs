@@ -13,7 +13,7 @@
 //!     replica.submit(now, request)?;                    // a request from a local client
 //!     replica.handle_message(now, peer, message);       // `peer` = authenticated channel id
 //!     replica.handle_timeout(now);                      // when poll_timeout() is due (spurious calls are fine)
-//!     replica.checkpoint(seq, state_digest)?;           // after executing a batch with checkpoint_due
+//!     replica.checkpoint(seq, app_digest)?;             // after executing a batch with checkpoint_due
 //!     // drain
 //!     while let Some(action) = replica.poll_action() { /* Send, Broadcast, Deliver, NeedStateTransfer */ }
 //!     let wake_at = replica.poll_timeout();
@@ -67,8 +67,10 @@
 //!   Byzantine view change that makes every set containing it undecidable is left out. A replica that
 //!   missed a new-view accepts it once f+1 replicas relay the same one. Timeouts double per
 //!   failed view.
-//! - Checkpoints every K with a quorum of matching `(seq, time, log digest, state digest)`; the
-//!   log below the stable checkpoint is collected, `retained_batches` committed batches are kept
+//! - Checkpoints every K with a quorum of matching `(seq, time, log digest, state digest)`. The
+//!   state digest covers the application's digest and the request deduplication table at `seq`
+//!   ([`checkpoint_state_digest`]; the table rides on the checkpoint's [`Batch::base`]), as
+//!   PBFT's checkpointed state includes its reply table. The log below the stable checkpoint is collected, `retained_batches` committed batches are kept
 //!   below it to serve laggards. The log digest is a hash chain over every committed
 //!   `(seq, proposal digest)`.
 //! - Catch-up: replicas broadcast a status report every `retransmit_interval`; peers push the
@@ -77,8 +79,10 @@
 //!   the log digest of a certified checkpoint. (Messages are unsigned, so a commit certificate
 //!   relayed by one peer could be forged; these two rules replace it.) When the batches are gone
 //!   on f+1 replicas the core emits [`Action::NeedStateTransfer`]: fetching application state is
-//!   the application's business; it then calls [`Replica::state_transferred`] with that
-//!   checkpoint and delivery resumes after it.
+//!   the application's business (its snapshot carries the checkpoint's delivery base); it then
+//!   calls [`Replica::state_transferred`] with that checkpoint, its own digest and the base,
+//!   the core checks them against the certified state digest and installs the table, and
+//!   delivery resumes after it.
 //!
 //! - Attribution: every violation a replica can prove is blamed on its sender and counted per
 //!   peer and reason ([`Status::faults`]). Besides malformed or conflicting messages, a primary
@@ -104,13 +108,6 @@
 //!   promised; PBFT's proactive recovery, which makes that safe, is not implemented. Count such
 //!   a replica against `f` until it has caught up. A restart that keeps the `Replica` is safe.
 //!   Safety and liveness hold as long as such replicas plus Byzantine ones are at most `f`.
-//! - [`Replica::state_transferred`] does not carry the request deduplication records of the
-//!   skipped part of the log: a request delivered there and proposed again (only a Byzantine
-//!   primary does that) is delivered by the transferred replica alone, whose state then differs
-//!   at the next checkpoint. The other honest replicas agree (their records are complete), so
-//!   the cluster's safety and liveness hold with that replica counted against `f`; its own
-//!   divergence is the application's to detect at the next certified checkpoint (not shown end
-//!   to end yet, see docs/RELIABILITY.md).
 //! - A request's `origin` is not authenticated end to end (requests carry no signatures): a
 //!   Byzantine *primary* can still order requests it made up under any origin. Safety: every
 //!   honest replica delivers the same batches, forged or not. Liveness: a made-up number more
@@ -187,11 +184,11 @@ mod types;
 
 pub use codec::{new_view_digest, view_change_digest, DecodeError, WIRE_VERSION};
 pub use message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
-pub use persist::{ClientEntry, DeliveryBase, Persist, PersistedState, RestoreError};
+pub use persist::{checkpoint_state_digest, Persist, PersistedState, RestoreError, Transferred};
 pub use replica::{Action, Replica, Status};
 pub use types::{
-    Batch, CheckpointError, Config, ConfigError, Digest, Limits, Proposal, ReplicaId, Request, RequestKey, StateTransferError, SubmitError, Time, DEDUP_WINDOW,
-    REQUEST_OVERHEAD,
+    Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, Limits, Proposal, ReplicaId, Request, RequestKey, StateTransferError,
+    SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
 };
 
 #[cfg(feature = "transport")]

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 
 use crate::codec::{put_len, put_u64, write_checkpoint, write_new_view, write_proposal, write_view_change, DecodeError, Reader};
 use crate::message::{CheckpointClaim, NewView, ViewChange};
-use crate::types::{Digest, Limits, Proposal, ReplicaId, Time};
+use crate::types::{ClientEntry, DeliveryBase, Digest, Limits, Proposal, ReplicaId, Time};
 
 const SNAPSHOT_MAGIC: &[u8; 16] = b"sdns-bft-state-1";
 const TAG_META: u8 = 1;
@@ -41,33 +41,6 @@ pub enum Persist {
     /// Append these records to the log of `generation` and make them durable (one fsync).
     /// A record torn by a crash was never acted upon and is dropped on restore.
     Append { generation: u64, records: Vec<Vec<u8>> },
-}
-
-/// One remembered `(origin, client)` pair of the request deduplication table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClientEntry {
-    pub origin: ReplicaId,
-    pub client: u64,
-    /// Highest delivered number.
-    pub high: u64,
-    /// Bit i set: number `high - i` was delivered.
-    pub mask: u128,
-    /// Sequence number of the pair's last delivery (eviction order).
-    pub last_seq: u64,
-}
-
-/// Where delivery resumes from: the state of the ordering's own delivery bookkeeping after
-/// batch `seq` (a checkpoint). Together with the application state certified at that checkpoint
-/// it is what a replica needs to go on delivering after `seq`, which also makes it what a state
-/// transfer has to carry besides the application state.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeliveryBase {
-    pub seq: u64,
-    /// Agreed time of batch `seq`.
-    pub time: Time,
-    /// Log digest after batch `seq`.
-    pub log_digest: Digest,
-    pub clients: Vec<ClientEntry>,
 }
 
 impl DeliveryBase {
@@ -87,6 +60,54 @@ impl DeliveryBase {
         finish(&reader)?;
         Ok(base)
     }
+}
+
+/// The state digest a checkpoint certifies: the application's digest at that checkpoint
+/// together with the ordering's deduplication table there. PBFT counts the table of client
+/// replies and timestamps as part of the checkpointed state; here it is what keeps a replica
+/// that installed a transferred checkpoint from delivering again a request delivered in the
+/// part of the log it skipped. [`crate::Replica::checkpoint`] folds its own table in, so the
+/// application passes only its own digest there.
+pub fn checkpoint_state_digest(application: &Digest, clients: &[ClientEntry]) -> Digest {
+    fold_state_digest(application, &table_digest(clients))
+}
+
+/// The deduplication table's digest, in the order given (the core's is sorted by origin and
+/// client), so two tables have the same digest only if they are the same list.
+pub(crate) fn table_digest(clients: &[ClientEntry]) -> Digest {
+    use sha2::{Digest as _, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(b"sdns bft deduplication table v1");
+    hasher.update((clients.len() as u64).to_le_bytes());
+    for entry in clients {
+        hasher.update(entry.origin.to_le_bytes());
+        hasher.update(entry.client.to_le_bytes());
+        hasher.update(entry.high.to_le_bytes());
+        hasher.update(entry.mask.to_le_bytes());
+        hasher.update(entry.last_seq.to_le_bytes());
+    }
+    hasher.finalize().into()
+}
+
+/// Domain-separated from the application's own digests and from the table's.
+pub(crate) fn fold_state_digest(application: &Digest, table: &Digest) -> Digest {
+    use sha2::{Digest as _, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(b"sdns bft checkpoint state v1");
+    hasher.update(application);
+    hasher.update(table);
+    hasher.finalize().into()
+}
+
+/// What the application hands the ordering after installing a transferred checkpoint
+/// ([`crate::Replica::state_transferred`]): the certified claim, the application's own digest
+/// of the installed state, and the ordering's delivery base at that checkpoint as the peer's
+/// snapshot carried it. The core checks that the two digests fold into the certified one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transferred {
+    pub claim: CheckpointClaim,
+    pub application_digest: Digest,
+    pub base: DeliveryBase,
 }
 
 /// The view state: changes rarely (view changes, own checkpoints).

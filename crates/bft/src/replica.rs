@@ -7,10 +7,12 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::codec::{new_view_digest, view_change_digest};
 use crate::decide::{decide, search};
 use crate::message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
-use crate::persist::{meta_record, slot_record, ClientEntry, DeliveryBase, Meta, Persist, PersistedState, RestoreError, SlotRecord};
+use crate::persist::{
+    checkpoint_state_digest, fold_state_digest, meta_record, slot_record, table_digest, Meta, Persist, PersistedState, RestoreError, SlotRecord, Transferred,
+};
 use crate::types::{
-    duration_us, Batch, CheckpointError, Config, ConfigError, Digest, Proposal, ReplicaId, Request, RequestKey, StateTransferError, SubmitError, Time,
-    DEDUP_WINDOW, REQUEST_OVERHEAD,
+    duration_us, Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, Proposal, ReplicaId, Request, RequestKey, StateTransferError,
+    SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
 };
 
 /// Something the driver must do.
@@ -272,8 +274,9 @@ pub struct Replica {
     last_time: Time,
     stable: CheckpointClaim,
     own_checkpoints: BTreeMap<u64, CheckpointClaim>,
-    /// Delivered checkpoint seqs awaiting the application's digest: (time, log digest).
-    checkpoint_times: BTreeMap<u64, (Time, Digest)>,
+    /// Delivered checkpoint seqs awaiting the application's digest: (time, log digest,
+    /// deduplication table digest).
+    checkpoint_times: BTreeMap<u64, (Time, Digest, Digest)>,
     /// Hash chain over delivered (seq, proposal digest).
     log_digest: Digest,
     checkpoint_votes: BTreeMap<ReplicaId, Vec<CheckpointClaim>>,
@@ -448,14 +451,7 @@ impl Replica {
         replica.last_delivered = base.seq;
         replica.last_time = base.time;
         replica.log_digest = base.log_digest;
-        for entry in &base.clients {
-            let record = ClientRecord { high: entry.high, mask: entry.mask, last_seq: entry.last_seq };
-            if replica.clients.insert((entry.origin, entry.client), record).is_none() {
-                *replica.clients_per_origin.entry(entry.origin).or_default() += 1;
-            }
-            replica.clients_by_age.insert((entry.origin, entry.last_seq, entry.client));
-        }
-        if replica.clients.len() != base.clients.len() || replica.clients.len() > replica.config.max_clients {
+        if !replica.install_table(&base.clients) {
             return Err(RestoreError::Inconsistent("deduplication table"));
         }
         let base_seq = base.seq;
@@ -522,6 +518,31 @@ impl Replica {
     /// besides the application state.
     pub fn delivery_base(&self, seq: u64) -> Option<&DeliveryBase> {
         self.bases.get(&seq)
+    }
+
+    /// Replaces the deduplication table with `clients` (a delivery base's). False, with the
+    /// table left empty, when the entries cannot be an honest replica's: a pair twice, an
+    /// unknown origin, or more pairs than `max_clients`.
+    fn install_table(&mut self, clients: &[ClientEntry]) -> bool {
+        self.clients.clear();
+        self.clients_by_age.clear();
+        self.clients_per_origin.clear();
+        let n = self.config.n;
+        let fits = clients.len() <= self.config.max_clients && clients.iter().all(|entry| entry.origin < n);
+        for entry in clients.iter().filter(|_| fits) {
+            let record = ClientRecord { high: entry.high, mask: entry.mask, last_seq: entry.last_seq };
+            if self.clients.insert((entry.origin, entry.client), record).is_none() {
+                *self.clients_per_origin.entry(entry.origin).or_default() += 1;
+            }
+            self.clients_by_age.insert((entry.origin, entry.last_seq, entry.client));
+        }
+        if !fits || self.clients.len() != clients.len() || self.clients_per_origin.values().any(|count| *count > self.clients_per_origin_cap()) {
+            self.clients.clear();
+            self.clients_by_age.clear();
+            self.clients_per_origin.clear();
+            return false;
+        }
+        true
     }
 
     fn capture_base(&self) -> DeliveryBase {
@@ -841,9 +862,12 @@ impl Replica {
             // A quorum already certified this checkpoint while we caught up: nothing to add.
             return Ok(());
         }
-        let Some((time, log_digest)) = self.checkpoint_times.remove(&seq) else {
+        let Some((time, log_digest, table)) = self.checkpoint_times.remove(&seq) else {
             return Err(CheckpointError::Stale { seq });
         };
+        // The certified state covers this replica's deduplication table at `seq`, so a state
+        // transfer can carry it (see `state_transferred`).
+        let state_digest = fold_state_digest(&state_digest, &table);
         let claim = CheckpointClaim { seq, time, log_digest, state_digest };
         self.own_checkpoints.insert(seq, claim);
         self.mark_meta();
@@ -858,16 +882,31 @@ impl Replica {
     /// `claim.state_digest`): delivery resumes after `claim.seq`. `claim` must be the stable
     /// checkpoint or one this replica asked for with [`Action::NeedStateTransfer`].
     ///
-    /// Requests this replica awaited are forgotten, since some were delivered in the skipped
-    /// part of the log: their origins retransmit the rest, its own clients retry. The
-    /// deduplication records of the skipped part are not transferred (see
-    /// docs/RELIABILITY.md, "State transfer").
-    pub fn state_transferred(&mut self, claim: CheckpointClaim) -> Result<(), StateTransferError> {
+    /// The deduplication table becomes the one `transferred.base` carries, after checking
+    /// that it and the application's digest fold into the certified state digest: a request
+    /// delivered in the skipped part of the log is then not delivered again. Requests this
+    /// replica awaited are forgotten, since some were delivered in the skipped part: their
+    /// origins retransmit the rest, its own clients retry. See docs/RELIABILITY.md,
+    /// "State transfer".
+    pub fn state_transferred(&mut self, transferred: Transferred) -> Result<(), StateTransferError> {
+        let Transferred { claim, application_digest, base } = transferred;
         if claim.seq <= self.last_delivered {
             return Err(StateTransferError::NotAhead { seq: claim.seq, last_delivered: self.last_delivered });
         }
         if claim != self.stable && !self.transfer_claims.contains(&claim) {
             return Err(StateTransferError::NotCertified { seq: claim.seq, stable: self.stable.seq });
+        }
+        let bad = |why| Err(StateTransferError::BadBase { seq: claim.seq, why });
+        if base.seq != claim.seq || base.time != claim.time || base.log_digest != claim.log_digest {
+            return bad("position, time or log digest");
+        }
+        if checkpoint_state_digest(&application_digest, &base.clients) != claim.state_digest {
+            return bad("state digest");
+        }
+        if !self.install_table(&base.clients) {
+            // Certified by 2t+1, so only a configuration unlike the cluster's gets here; the
+            // table is empty now, as a replica that lost its state has it.
+            return bad("deduplication table out of this replica's bounds");
         }
         self.last_delivered = claim.seq;
         self.last_time = Time(self.last_time.0.max(claim.time.0));
@@ -1520,11 +1559,12 @@ impl Replica {
         self.last_time = time;
         self.retained.insert(seq, proposal);
         let checkpoint_due = seq % self.config.checkpoint_interval == 0;
-        if checkpoint_due && seq > self.stable.seq {
-            self.checkpoint_times.insert(seq, (time, self.log_digest));
+        let base = checkpoint_due.then(|| self.capture_base());
+        if let Some(base) = base.as_ref().filter(|_| seq > self.stable.seq) {
+            self.checkpoint_times.insert(seq, (time, self.log_digest, table_digest(&base.clients)));
         }
-        if checkpoint_due && self.config.persist {
-            self.bases.insert(seq, self.capture_base());
+        if let Some(base) = base.as_ref().filter(|_| self.config.persist) {
+            self.bases.insert(seq, base.clone());
             // Caught up to a checkpoint already stable: the durable base can move up.
             self.snapshot_due |= seq <= self.stable.seq;
         }
@@ -1538,7 +1578,7 @@ impl Replica {
         if !self.awaited.is_empty() && !changing {
             self.timers.arm_if_idle(Timer::Request, self.now.plus(self.request_timeout()));
         }
-        self.actions.push_back(Action::Deliver(Batch { seq, view: self.view(), time, requests, checkpoint_due }));
+        self.actions.push_back(Action::Deliver(Batch { seq, view: self.view(), time, requests, checkpoint_due, base }));
         self.collect_garbage();
     }
 

@@ -87,6 +87,33 @@ impl Proposal {
     }
 }
 
+/// One remembered `(origin, client)` pair of the request deduplication table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientEntry {
+    pub origin: ReplicaId,
+    pub client: u64,
+    /// Highest delivered number.
+    pub high: u64,
+    /// Bit i set: number `high - i` was delivered.
+    pub mask: u128,
+    /// Sequence number of the pair's last delivery (eviction order).
+    pub last_seq: u64,
+}
+
+/// Where delivery resumes from: the state of the ordering's own delivery bookkeeping after
+/// batch `seq` (a checkpoint). Together with the application state certified at that checkpoint
+/// it is what a replica needs to go on delivering after `seq`, which also makes it what a state
+/// transfer has to carry besides the application state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeliveryBase {
+    pub seq: u64,
+    /// Agreed time of batch `seq`.
+    pub time: Time,
+    /// Log digest after batch `seq`.
+    pub log_digest: Digest,
+    pub clients: Vec<ClientEntry>,
+}
+
 /// A batch delivered to the application, in strict sequence order, one per sequence number.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Batch {
@@ -104,6 +131,11 @@ pub struct Batch {
     /// True when `seq` is a checkpoint (`seq % checkpoint_interval == 0`): the application must
     /// call [`crate::Replica::checkpoint`] with its state digest after executing this batch.
     pub checkpoint_due: bool,
+    /// With `checkpoint_due`: the ordering's delivery base after this batch, whose
+    /// deduplication table the certified checkpoint covers (see
+    /// [`crate::checkpoint_state_digest`]). A snapshot of this checkpoint carries it for state
+    /// transfer.
+    pub base: Option<DeliveryBase>,
 }
 
 /// Static configuration of one replica. Build with [`Config::new`] and adjust fields.
@@ -338,4 +370,6 @@ pub enum StateTransferError {
     NotAhead { seq: u64, last_delivered: u64 },
     #[error("checkpoint {seq} is not the stable one ({stable}) nor an earlier certified one this replica asked for")]
     NotCertified { seq: u64, stable: u64 },
+    #[error("the delivery base of checkpoint {seq} does not match it ({why})")]
+    BadBase { seq: u64, why: &'static str },
 }

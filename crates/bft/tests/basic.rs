@@ -261,13 +261,17 @@ fn state_transfer_is_requested_when_the_log_is_gone() {
     assert_eq!(requested, vec![(0, claim)]);
 }
 
-#[test]
-fn an_installed_checkpoint_resumes_delivery_after_it() {
+/// Replica 3 of four (checkpoints every 4 batches), behind checkpoint 40, which peers 0 to 2
+/// certified with `clients` as their deduplication table there and sent it to state transfer.
+fn replica_behind_checkpoint_40(clients: Vec<bft::ClientEntry>) -> (Replica, bft::Transferred) {
     let mut config = Config::new(4, 3);
     config.checkpoint_interval = 4;
     config.watermark_window = 8;
     let mut replica = Replica::new(config, Time(0)).unwrap();
-    let claim = bft::CheckpointClaim { seq: 40, time: Time(40), log_digest: [4; 32], state_digest: [5; 32] };
+    let application_digest = [5; 32];
+    let base = bft::DeliveryBase { seq: 40, time: Time(40), log_digest: [4; 32], clients };
+    let state_digest = bft::checkpoint_state_digest(&application_digest, &base.clients);
+    let claim = bft::CheckpointClaim { seq: 40, time: Time(40), log_digest: [4; 32], state_digest };
     for peer in 0..3u16 {
         replica.handle_message(Time(1), peer, Message::Checkpoint { sender: peer, checkpoint: claim });
     }
@@ -276,14 +280,36 @@ fn an_installed_checkpoint_resumes_delivery_after_it() {
         replica.handle_message(Time(2), peer, Message::Status(report(peer)));
     }
     while replica.poll_action().is_some() {}
+    (replica, bft::Transferred { claim, application_digest, base })
+}
+
+/// Batch 41, pushed by f+1 peers: the (seq, number of requests) the replica delivers.
+fn push_batch_41(replica: &mut Replica, requests: Vec<Request>) -> Vec<(u64, usize)> {
+    let proposal = bft::Proposal { time: Time(50), requests };
+    for peer in 0..2u16 {
+        replica.handle_message(Time(3), peer, Message::Committed { sender: peer, seq: 41, proposal: proposal.clone() });
+    }
+    let mut delivered = Vec::new();
+    while let Some(action) = replica.poll_action() {
+        if let Action::Deliver(batch) = action {
+            delivered.push((batch.seq, batch.requests.len()));
+        }
+    }
+    delivered
+}
+
+#[test]
+fn an_installed_checkpoint_resumes_delivery_after_it() {
+    let (mut replica, transferred) = replica_behind_checkpoint_40(Vec::new());
+    let claim = transferred.claim;
 
     // Only the certified checkpoint can be installed, and only ahead of the log.
     let forged = bft::CheckpointClaim { state_digest: [6; 32], ..claim };
-    assert!(matches!(replica.state_transferred(forged), Err(bft::StateTransferError::NotCertified { .. })));
+    assert!(matches!(replica.state_transferred(bft::Transferred { claim: forged, ..transferred.clone() }), Err(bft::StateTransferError::NotCertified { .. })));
     assert_eq!(replica.status().last_delivered, 0);
-    replica.state_transferred(claim).unwrap();
+    replica.state_transferred(transferred.clone()).unwrap();
     assert_eq!(replica.status().last_delivered, 40);
-    assert!(matches!(replica.state_transferred(claim), Err(bft::StateTransferError::NotAhead { .. })));
+    assert!(matches!(replica.state_transferred(transferred), Err(bft::StateTransferError::NotAhead { .. })));
 
     // What it persists now resumes at the installed checkpoint (the application executed up to
     // there), so a restart right after the transfer starts cleanly.
@@ -298,17 +324,7 @@ fn an_installed_checkpoint_resumes_delivery_after_it() {
     assert!(std::iter::from_fn(|| restarted.poll_action()).all(|a| !matches!(a, Action::Deliver(_))), "nothing to deliver again below the checkpoint");
 
     // Batches after the checkpoint, pushed by f+1 peers, are delivered from 41 on.
-    let proposal = bft::Proposal { time: Time(50), requests: vec![request(1, 7, 1)] };
-    for peer in 0..2u16 {
-        replica.handle_message(Time(3), peer, Message::Committed { sender: peer, seq: 41, proposal: proposal.clone() });
-    }
-    let mut delivered = Vec::new();
-    while let Some(action) = replica.poll_action() {
-        if let Action::Deliver(batch) = action {
-            delivered.push((batch.seq, batch.requests.len()));
-        }
-    }
-    assert_eq!(delivered, vec![(41, 1)]);
+    assert_eq!(push_batch_41(&mut replica, vec![request(1, 7, 1)]), vec![(41, 1)]);
     assert!(replica.status().last_time >= Time(50));
 }
 
@@ -330,4 +346,26 @@ fn a_request_that_could_never_be_delivered_is_not_ordered() {
         assert_eq!(numbers, vec![jump], "only the deliverable request is ordered");
         assert_eq!(batches.len(), 1, "no batch was spent on the others");
     }
+}
+
+/// Request (origin 1, client 7, number 1) was delivered in batch 37, which this replica
+/// skipped by installing checkpoint 40. A Byzantine primary proposes it again in batch 41:
+/// the replica does not deliver it again, as its peers (whose table has it) do not.
+#[test]
+fn a_transferred_replica_does_not_deliver_a_request_of_the_skipped_part_again() {
+    let delivered_at_37 = bft::ClientEntry { origin: 1, client: 7, high: 1, mask: 1, last_seq: 37 };
+    let (mut replica, transferred) = replica_behind_checkpoint_40(vec![delivered_at_37]);
+
+    // A table other than the certified one (a lying peer's snapshot) is refused, and nothing
+    // is installed.
+    let mut emptied = transferred.clone();
+    emptied.base.clients.clear();
+    assert!(matches!(replica.state_transferred(emptied), Err(bft::StateTransferError::BadBase { .. })));
+    let mut moved = transferred.clone();
+    moved.base.log_digest = [9; 32];
+    assert!(matches!(replica.state_transferred(moved), Err(bft::StateTransferError::BadBase { .. })));
+    assert_eq!(replica.status().last_delivered, 0);
+
+    replica.state_transferred(transferred).unwrap();
+    assert_eq!(push_batch_41(&mut replica, vec![request(1, 7, 1), request(1, 7, 2)]), vec![(41, 1)], "only the new number is delivered");
 }

@@ -78,6 +78,9 @@ pub struct Executor<G: UpdateGate> {
     pub snapshots: Option<SnapshotStore>,
     /// The records each pending checkpoint digest was computed from.
     pub digested: DigestedRecords,
+    /// The ordering's delivery base of each checkpoint batch taken but not yet digested: the
+    /// certified digest covers its deduplication table, and the snapshot carries it.
+    pub bases: OrderingBases,
     /// The tasks the running batch's commands started: aborted when a transferred state
     /// replaces what that batch was doing (see [`Executor::preempt`]).
     pub tasks: CommandTasks,
@@ -92,6 +95,13 @@ pub struct Executor<G: UpdateGate> {
     /// executing on a diverged state would only spread the difference.
     pub diverged_at: Option<watch::Receiver<u64>>,
 }
+
+/// Delivery bases of checkpoint batches by batch, the newest few.
+pub type OrderingBases = Arc<Mutex<std::collections::BTreeMap<u64, bft::DeliveryBase>>>;
+
+/// Delivery bases held: one per checkpoint batch between its delivery and its digest, and
+/// those of checkpoints a restart or a transfer skipped until newer ones push them out.
+const BASES_KEPT: usize = 4;
 
 /// Own checkpoint digests by batch, the newest few.
 pub type OwnDigests = Arc<Mutex<std::collections::BTreeMap<u64, Digest>>>;
@@ -236,6 +246,9 @@ impl<G: UpdateGate + 'static> Executor<G> {
         drop(change);
         written.map_err(|e| format!("writing the transferred zone: {e}"))?;
         self.core.install(state.clone());
+        if let Ok(mut bases) = self.bases.lock() {
+            bases.retain(|at, _| *at > seq);
+        }
         state.store(&self.state_file).map_err(|e| e.to_string())?;
         // An intent names a write of a batch the transferred state already covers.
         let _ = std::fs::remove_file(WriteIntent::path_for(&self.state_file));
@@ -320,6 +333,14 @@ impl<G: UpdateGate + 'static> Executor<G> {
     /// The batch with the reply handles this gateway holds for its own requests.
     fn resolve(&self, batch: Batch) -> Delivered<ReplyTo> {
         let executed = self.core.state().executed;
+        if let Some(base) = batch.base.filter(|_| batch.seq > executed) {
+            if let Ok(mut bases) = self.bases.lock() {
+                bases.insert(batch.seq, base);
+                while bases.len() > BASES_KEPT {
+                    bases.pop_first();
+                }
+            }
+        }
         let requests = batch
             .requests
             .into_iter()
@@ -553,13 +574,26 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 });
             }
             Command::Checkpoint { seq, digest } => {
-                if let Ok(mut own) = self.own_digests.lock() {
-                    own.insert(seq, digest);
-                    while own.len() > OWN_DIGESTS_KEPT {
-                        own.pop_first();
+                let base = self.bases.lock().ok().and_then(|mut bases| {
+                    let base = bases.remove(&seq);
+                    bases.retain(|at, _| *at > seq);
+                    base
+                });
+                // The ordering folds its own table into what it certifies; this replica's copy
+                // of that digest is what its divergence check and its snapshot go by.
+                match base {
+                    Some(base) => {
+                        let certified = bft::checkpoint_state_digest(&digest, &base.clients);
+                        if let Ok(mut own) = self.own_digests.lock() {
+                            own.insert(seq, certified);
+                            while own.len() > OWN_DIGESTS_KEPT {
+                                own.pop_first();
+                            }
+                        }
+                        self.keep_snapshot(seq, certified, base);
                     }
+                    None => warn!(replica = self.id, seq, "no delivery base for this checkpoint: no snapshot kept, no divergence check"),
                 }
-                self.keep_snapshot(seq, digest);
                 let _ = self.checkpoints.send((seq, digest)).await;
             }
             Command::Persist(state) => {
@@ -584,9 +618,10 @@ impl<G: UpdateGate + 'static> Executor<G> {
 }
 
 impl<G: UpdateGate + 'static> Executor<G> {
-    /// Keeps the snapshot of checkpoint `seq` (its digested records and the execution state
-    /// at that position) for peers that need state transfer; written off the executor.
-    fn keep_snapshot(&self, seq: u64, digest: Digest) {
+    /// Keeps the snapshot of checkpoint `seq` (its digested records, the execution state at
+    /// that position and the ordering's delivery base) for peers that need state transfer;
+    /// written off the executor.
+    fn keep_snapshot(&self, seq: u64, digest: Digest, base: bft::DeliveryBase) {
         let Some(store) = self.snapshots.clone() else { return };
         let records = self.digested.lock().ok().and_then(|mut map| map.remove(&seq));
         let Some(records) = records else { return };
@@ -594,7 +629,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
         state.executed = seq;
         let id = self.id;
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = store.save(&Snapshot { seq, digest, state, records }) {
+            if let Err(e) = store.save(&Snapshot { seq, digest, state, records, base: base.encode() }) {
                 warn!(replica = id, seq, error = %e, "cannot keep the checkpoint snapshot");
             }
         });

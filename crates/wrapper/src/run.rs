@@ -377,6 +377,7 @@ pub async fn run(config: Config) -> Result<()> {
         last_signed: last_signed.clone(),
         snapshots: Some(snapshots),
         digested: Default::default(),
+        bases: Default::default(),
         installs: Some(installs_rx),
         background: background.clone(),
         own_digests,
@@ -560,8 +561,8 @@ async fn repair(
     mut status: watch::Receiver<bft::transport::DriverStatus>,
     mut ordering_needs: watch::Receiver<Option<bft::CheckpointClaim>>,
     needed: watch::Sender<Option<bft::CheckpointClaim>>,
-    mut installed: mpsc::Receiver<bft::CheckpointClaim>,
-    ordering_installed: mpsc::Sender<bft::CheckpointClaim>,
+    mut installed: mpsc::Receiver<bft::Transferred>,
+    ordering_installed: mpsc::Sender<bft::Transferred>,
     diverged_tx: watch::Sender<u64>,
     own_digests: crate::executor::OwnDigests,
     stats: Arc<std::sync::Mutex<crate::statexfer::TransferStats>>,
@@ -578,11 +579,11 @@ async fn repair(
                     needed.send_replace(claim);
                 }
             }
-            Some(claim) = installed.recv() => {
+            Some(transferred) = installed.recv() => {
                 // The ordering resumes after it only if it has not delivered that far itself
                 // (after a divergence it has: the executor skips what it delivered up to there).
-                if status.borrow().core.last_delivered < claim.seq {
-                    let _ = ordering_installed.send(claim).await;
+                if status.borrow().core.last_delivered < transferred.claim.seq {
+                    let _ = ordering_installed.send(transferred).await;
                 }
             }
             r = status.changed() => if r.is_err() { return },

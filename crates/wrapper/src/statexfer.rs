@@ -1,7 +1,9 @@
 //! State transfer (PBFT's, for a replica that fell behind the log its peers retain).
 //!
 //! At every checkpoint the executor keeps the snapshot it digested: the zone's records in
-//! canonical form as read from named at that log position, and the execution state. A
+//! canonical form as read from named at that log position, the execution state, and the
+//! ordering's delivery base there (its request deduplication table, which the certified
+//! state digest covers too, see [`bft::checkpoint_state_digest`]). A
 //! replica the ordering core sends to state transfer asks its peers for the snapshot of the
 //! stable checkpoint over mesh channel [`CHANNEL_STATE`], one chunk per request, checks it
 //! against the state digest 2t+1 replicas certified, and has the executor install it.
@@ -27,7 +29,8 @@ use crate::codec::{self, CodecError};
 use crate::exec::ExecState;
 use crate::zone::zone_digest_of;
 
-const SNAPSHOT_VERSION: u8 = 1;
+/// 2: with the ordering's delivery base.
+const SNAPSHOT_VERSION: u8 = 2;
 const MESSAGE_VERSION: u8 = 1;
 /// Snapshots kept on disk: the stable checkpoint and the ones after it that may become stable
 /// while a peer fetches.
@@ -38,6 +41,9 @@ pub const CHUNK_BYTES: usize = 1024 * 1024;
 const CHUNK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause before trying the peers again when none had the snapshot.
 const ROUND_PAUSE: Duration = Duration::from_secs(1);
+/// Bytes of encoded delivery base a snapshot may carry: the ordering's `max_clients` (a
+/// million by default) entries of at most 49 bytes each fit.
+pub const MAX_BASE_BYTES: usize = 64 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -50,6 +56,8 @@ pub enum SnapshotError {
     WrongPosition { executed: u64, seq: u64 },
     #[error("snapshot of checkpoint {seq} does not match the certified state digest")]
     DigestMismatch { seq: u64 },
+    #[error("snapshot's delivery base: {0}")]
+    BadBase(String),
     #[error("snapshot record {index} is malformed")]
     BadRecord { index: usize },
     #[error("io on {path}: {source}")]
@@ -66,6 +74,9 @@ pub struct Snapshot {
     pub state: ExecState,
     /// The zone's records in canonical wire form, sorted, without duplicates.
     pub records: Vec<Vec<u8>>,
+    /// The ordering's delivery base after batch `seq` ([`bft::DeliveryBase::encode`]), at
+    /// most [`MAX_BASE_BYTES`].
+    pub base: Vec<u8>,
 }
 
 impl Snapshot {
@@ -78,8 +89,9 @@ impl Snapshot {
     }
 
     /// Checks this snapshot against a certified checkpoint: same position, and the
-    /// checkpoint digest recomputed from its own records and state equals the certified one.
-    pub fn verify(&self, claim: &CheckpointClaim) -> Result<(), SnapshotError> {
+    /// checkpoint digest recomputed from its own records, state and delivery base equals the
+    /// certified one. Returns what the ordering installs with it.
+    pub fn verify(&self, claim: &CheckpointClaim) -> Result<bft::Transferred, SnapshotError> {
         if self.seq != claim.seq {
             return Err(SnapshotError::WrongSeq { got: self.seq, want: claim.seq });
         }
@@ -91,12 +103,20 @@ impl Snapshot {
                 return Err(SnapshotError::BadRecord { index });
             }
         }
+        if self.base.len() > MAX_BASE_BYTES {
+            return Err(SnapshotError::BadBase(format!("{} bytes, over {MAX_BASE_BYTES}", self.base.len())));
+        }
+        let base = bft::DeliveryBase::decode(&self.base).map_err(|e| SnapshotError::BadBase(e.to_string()))?;
+        if base.seq != claim.seq || base.time != claim.time || base.log_digest != claim.log_digest {
+            return Err(SnapshotError::BadBase("not the checkpoint's position, time or log digest".into()));
+        }
         let mut records = self.records.clone();
         let zone = zone_digest_of(&mut records);
-        if self.state.checkpoint_digest(&zone) != claim.state_digest {
+        let application_digest = self.state.checkpoint_digest(&zone);
+        if bft::checkpoint_state_digest(&application_digest, &base.clients) != claim.state_digest {
             return Err(SnapshotError::DigestMismatch { seq: self.seq });
         }
-        Ok(())
+        Ok(bft::Transferred { claim: *claim, application_digest, base })
     }
 }
 
@@ -310,7 +330,7 @@ impl<O: StateOutbound> StateTransfer<O> {
         mut incoming: mpsc::Receiver<(u16, Bytes)>,
         needed: watch::Receiver<Option<CheckpointClaim>>,
         installs: mpsc::Sender<Install>,
-        installed: mpsc::Sender<CheckpointClaim>,
+        installed: mpsc::Sender<bft::Transferred>,
     ) {
         let this = Arc::new(self);
         // Answers for the fetcher; bounded, and a full queue drops (the fetch times out).
@@ -344,7 +364,7 @@ impl<O: StateOutbound> StateTransfer<O> {
         mut answers: mpsc::Receiver<(u16, StateMessage)>,
         mut needed: watch::Receiver<Option<CheckpointClaim>>,
         installs: mpsc::Sender<Install>,
-        installed: mpsc::Sender<CheckpointClaim>,
+        installed: mpsc::Sender<bft::Transferred>,
     ) {
         let mut done: u64 = 0;
         let mut next_peer = 0usize;
@@ -369,8 +389,8 @@ impl<O: StateOutbound> StateTransfer<O> {
                 let peer = self.peers[next_peer % self.peers.len()];
                 next_peer += 1;
                 match self.fetch_from(peer, &claim, &mut answers).await {
-                    Ok(snapshot) => {
-                        fetched = Some(snapshot);
+                    Ok(verified) => {
+                        fetched = Some(verified);
                         break;
                     }
                     Err(e) => {
@@ -383,7 +403,7 @@ impl<O: StateOutbound> StateTransfer<O> {
                     }
                 }
             }
-            let Some(snapshot) = fetched else {
+            let Some((snapshot, transferred)) = fetched else {
                 // No peer had it (the stable checkpoint may have moved on): ask again, for the
                 // latest checkpoint the ordering wants.
                 tokio::time::sleep(ROUND_PAUSE).await;
@@ -411,7 +431,7 @@ impl<O: StateOutbound> StateTransfer<O> {
                         stats.last_installed = Some(claim.seq);
                         stats.fetching = None;
                     }
-                    if installed.send(claim).await.is_err() {
+                    if installed.send(transferred).await.is_err() {
                         return;
                     }
                 }
@@ -425,7 +445,12 @@ impl<O: StateOutbound> StateTransfer<O> {
     }
 
     /// Fetches the snapshot of `claim` from `peer`, chunk by chunk, and verifies it.
-    async fn fetch_from(&self, peer: u16, claim: &CheckpointClaim, answers: &mut mpsc::Receiver<(u16, StateMessage)>) -> Result<Snapshot, FetchError> {
+    async fn fetch_from(
+        &self,
+        peer: u16,
+        claim: &CheckpointClaim,
+        answers: &mut mpsc::Receiver<(u16, StateMessage)>,
+    ) -> Result<(Snapshot, bft::Transferred), FetchError> {
         // Answers to an earlier fetch are stale now.
         while answers.try_recv().is_ok() {}
         let (seq, digest) = (claim.seq, claim.state_digest);
@@ -465,8 +490,8 @@ impl<O: StateOutbound> StateTransfer<O> {
             }
         }
         let snapshot = Snapshot::decode(&buffer, self.max_snapshot_bytes)?;
-        snapshot.verify(claim)?;
-        Ok(snapshot)
+        let transferred = snapshot.verify(claim)?;
+        Ok((snapshot, transferred))
     }
 }
 
@@ -537,9 +562,18 @@ mod tests {
         let mut state = ExecState { executed: seq, last_signed_s: 77, ..Default::default() };
         state.record(seq, 0, 0);
         let zone = zone_digest_of(&mut records);
-        let digest = state.checkpoint_digest(&zone);
+        let clients = vec![bft::ClientEntry { origin: 1, client: 7, high: 3, mask: 0b111, last_seq: seq - 2 }];
+        let base = bft::DeliveryBase { seq, time: bft::Time(1), log_digest: [3; 32], clients };
+        let digest = bft::checkpoint_state_digest(&state.checkpoint_digest(&zone), &base.clients);
         let claim = CheckpointClaim { seq, time: bft::Time(1), log_digest: [3; 32], state_digest: digest };
-        (Snapshot { seq, digest, state, records }, claim)
+        (Snapshot { seq, digest, state, records, base: base.encode() }, claim)
+    }
+
+    /// The snapshot with its delivery base changed by `change` (re-encoded, well formed).
+    fn with_base(snapshot: &Snapshot, change: impl FnOnce(&mut bft::DeliveryBase)) -> Snapshot {
+        let mut base = bft::DeliveryBase::decode(&snapshot.base).unwrap();
+        change(&mut base);
+        Snapshot { base: base.encode(), ..snapshot.clone() }
     }
 
     #[test]
@@ -547,7 +581,8 @@ mod tests {
         let (good, claim) = snapshot(64, 20);
         let decoded = Snapshot::decode(&good.encode(), 1 << 20).unwrap();
         assert_eq!(decoded, good);
-        decoded.verify(&claim).unwrap();
+        let transferred = decoded.verify(&claim).unwrap();
+        assert_eq!((transferred.claim, transferred.base.encode()), (claim, good.base.clone()));
 
         let mut extra = good.clone();
         extra.records.push(record(&["evil", "example", "test"], 1, 300, &[10, 0, 0, 1]));
@@ -566,6 +601,17 @@ mod tests {
         let mut malformed = good.clone();
         malformed.records.push(vec![0xc0, 0x0c, 0, 1]);
         assert!(matches!(malformed.verify(&claim), Err(SnapshotError::BadRecord { .. })));
+
+        // The deduplication table is certified with the rest: a lying peer cannot hand over
+        // one that forgets (or invents) delivered requests.
+        let forgetful = with_base(&good, |base| base.clients[0].mask = 0b011);
+        assert!(matches!(forgetful.verify(&claim), Err(SnapshotError::DigestMismatch { .. })));
+        let emptied = with_base(&good, |base| base.clients.clear());
+        assert!(matches!(emptied.verify(&claim), Err(SnapshotError::DigestMismatch { .. })));
+        let elsewhere = with_base(&good, |base| base.log_digest = [4; 32]);
+        assert!(matches!(elsewhere.verify(&claim), Err(SnapshotError::BadBase(_))));
+        let garbage = Snapshot { base: vec![0xff; 12], ..good.clone() };
+        assert!(matches!(garbage.verify(&claim), Err(SnapshotError::BadBase(_))));
         assert!(matches!(good.verify(&CheckpointClaim { seq: 128, ..claim }), Err(SnapshotError::WrongSeq { .. })));
         assert!(matches!(Snapshot::decode(&good.encode(), 100), Err(SnapshotError::Codec(CodecError::TooLarge { .. }))));
     }
@@ -627,9 +673,10 @@ mod tests {
         }
     }
 
-    /// Replica 0 needs checkpoint 64. Replica 1 serves a forged snapshot under the right
-    /// name, replica 2 has none, replica 3 is honest, with a snapshot of several chunks:
-    /// replica 0 installs exactly the honest one.
+    /// Replica 0 needs checkpoint 64. Replica 1 serves a snapshot with a forged zone under the
+    /// right name, replica 2 one whose deduplication table forgets a delivered request,
+    /// replica 3 is honest, with a snapshot of several chunks: replica 0 installs exactly the
+    /// honest one, and hands the ordering the honest table.
     #[tokio::test]
     async fn a_lagging_replica_installs_only_the_certified_state() {
         let (honest, claim) = snapshot(64, 80_000);
@@ -639,6 +686,7 @@ mod tests {
         let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
         let stores: Vec<_> = dirs.iter().map(|d| SnapshotStore::new(d.path().to_path_buf()).unwrap()).collect();
         stores[1].save(&forged).unwrap();
+        stores[2].save(&with_base(&honest, |base| base.clients[0].mask = 0b110)).unwrap();
         stores[3].save(&honest).unwrap();
 
         let (txs, rxs): (Vec<_>, Vec<_>) = (0..4).map(|_| mpsc::channel(64)).unzip();
@@ -670,6 +718,7 @@ mod tests {
         let (got, ack) = tokio::time::timeout(Duration::from_secs(60), installs.recv()).await.unwrap().unwrap();
         assert_eq!(got, honest);
         ack.send(Ok(())).unwrap();
-        assert_eq!(installed.recv().await, Some(claim));
+        let transferred = installed.recv().await.unwrap();
+        assert_eq!((transferred.claim, transferred.base.encode()), (claim, honest.base));
     }
 }

@@ -1223,6 +1223,47 @@ fn a_crash_mid_batch_resumes_at_the_interrupted_write() {
     assert!(matches!(cmds[..], [Command::Write { index: 0, .. }]), "{cmds:?}");
 }
 
+/// What the executor does when a transferred state arrives while a batch waits for named's
+/// answer to a write (which may never come: its peers, far ahead, no longer help with it):
+/// the core abandons the batch, installs the transferred state, ignores the abandoned
+/// write's late answer and goes on from the installed position.
+#[test]
+fn a_transferred_state_preempts_a_batch_stuck_on_a_write() {
+    let t = start_s();
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    let cmds = core.deliver(batch(1, t, vec![(0, Op::Dns { tcp: true, message: update(2) }, Some(7)), (1, Op::Dns { tcp: true, message: update(4) }, None)]));
+    assert!(matches!(cmds[..], [Command::Write { seq: 1, index: 0, .. }]), "{cmds:?}");
+    assert_eq!(core.waiting_for(), Some((1, "named's answer to a write")));
+
+    // The state of checkpoint 5, as its peers certified it.
+    let mut transferred = ExecState::default();
+    transferred.record(3, 0, 0);
+    transferred.executed = 5;
+    core.abandon();
+    assert!(core.is_idle(), "the abandoned batch no longer holds the next one");
+    assert_eq!(core.zone_change_at(), None, "no write intent left to record");
+    core.install(transferred.clone());
+    assert_eq!(core.state(), &transferred);
+
+    // The abandoned write's answer comes late (its task was aborted mid-flight): ignored.
+    let cmds = core.handle(Event::WriteAnswered { seq: 1, index: 0, answer: answer(&update(2), ResponseCode::NoError) });
+    assert_eq!(cmds, Vec::<Command<u64>>::new());
+    let cmds = core.handle(Event::ZoneDigest { seq: 1, digest: Some([1; 32]) });
+    assert_eq!(cmds, Vec::<Command<u64>>::new());
+    assert_eq!(core.state(), &transferred, "late events change nothing");
+
+    // Batches the transferred state covers are skipped; the next one executes on top of it.
+    assert_eq!(core.deliver(batch(4, t, vec![(1, Op::Dns { tcp: true, message: update(6) }, None)])), Vec::<Command<u64>>::new());
+    assert!(core.is_idle());
+    let cmds = core.deliver(batch(6, t + 1, vec![(1, Op::Dns { tcp: true, message: update(8) }, None)]));
+    assert!(matches!(cmds[..], [Command::Write { seq: 6, index: 0, .. }]), "{cmds:?}");
+    let cmds = core.handle(Event::WriteAnswered { seq: 6, index: 0, answer: answer(&update(8), ResponseCode::NoError) });
+    let mut want = transferred;
+    want.record(6, 0, 0);
+    want.executed = 6;
+    assert_eq!(cmds, vec![Command::Persist(want)]);
+}
+
 #[test]
 fn a_whole_zone_signing_runs_beside_reads_and_writes_until_t_plus_one_replicas_are_done() {
     let s = start_s();

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use super::byzantine::Byzantine;
 use super::store::Store;
-use crate::{Action, Batch, CheckpointClaim, Digest, Limits, Message, Replica, Request, Status, Time};
+use crate::{Action, Batch, CheckpointClaim, Digest, Limits, Message, Replica, Request, Status, Time, Transferred};
 
 /// At most this many queued inputs are fed to the core before its actions are flushed, so one
 /// busy source cannot starve the others and output is flushed in reasonably sized bursts.
@@ -91,9 +91,9 @@ pub struct ReplicaHandle {
     /// The latest checkpoint whose state this replica must fetch from its peers (the core
     /// fell behind the log they retain); `None` until the first such request.
     pub state_transfer: watch::Receiver<Option<CheckpointClaim>>,
-    /// Report that the state of this checkpoint was fetched, verified and installed:
-    /// delivery resumes after it.
-    pub installed: mpsc::Sender<CheckpointClaim>,
+    /// Report that the state of this checkpoint was fetched, verified and installed (with the
+    /// ordering's delivery base there, from the snapshot): delivery resumes after it.
+    pub installed: mpsc::Sender<Transferred>,
     task: JoinHandle<()>,
 }
 
@@ -192,7 +192,7 @@ struct Driver<O: Outbound> {
     incoming: mpsc::Receiver<(u16, Bytes)>,
     submit_rx: mpsc::Receiver<Request>,
     checkpoint_rx: mpsc::Receiver<(u64, Digest)>,
-    installed_rx: mpsc::Receiver<CheckpointClaim>,
+    installed_rx: mpsc::Receiver<Transferred>,
     transfer_tx: watch::Sender<Option<CheckpointClaim>>,
     deliver_tx: mpsc::UnboundedSender<Batch>,
     status_tx: watch::Sender<DriverStatus>,
@@ -212,7 +212,7 @@ enum Input {
     Message(u16, Bytes),
     Submit(Request),
     Checkpoint(u64, Digest),
-    Installed(CheckpointClaim),
+    Installed(Transferred),
     Timer,
     /// Every input source is gone: the application dropped its handle and the network is down.
     Closed,
@@ -309,7 +309,7 @@ impl<O: Outbound> Driver<O> {
                     tracing::warn!(seq, error = %e, "checkpoint digest refused");
                 }
             }
-            Input::Installed(claim) => match self.replica.state_transferred(claim) {
+            Input::Installed(transferred @ Transferred { claim, .. }) => match self.replica.state_transferred(transferred) {
                 Ok(()) => {
                     tracing::info!(seq = claim.seq, "state transferred; delivery resumes after it");
                     if self.state_transfer_needed.is_some_and(|seq| seq <= claim.seq) {
