@@ -435,7 +435,7 @@ fn skewed_clock_replica() {
 }
 
 #[test]
-#[ignore = "long: scripts/faults.sh; not yet run since restart persistence landed (tests/recovery.rs covers a whole-cluster restart in CI)"]
+#[ignore = "long: scripts/faults.sh (tests/recovery.rs covers a whole-cluster restart in CI)"]
 fn full_cluster_restart() {
     let c = Cluster::up(ClusterOpts::default());
     let load = Load::start(&c, "restart", 2, &[], 20);
