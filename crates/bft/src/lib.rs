@@ -184,7 +184,7 @@ mod types;
 
 pub use codec::{new_view_digest, view_change_digest, DecodeError, WIRE_VERSION};
 pub use message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
-pub use persist::{checkpoint_state_digest, Persist, PersistedState, RestoreError, Transferred};
+pub use persist::{checkpoint_state_digest, Persist, PersistedState, RestoreError, TransferMismatch, Transferred};
 pub use replica::{Action, Replica, Status};
 pub use types::{
     Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, Limits, Proposal, ReplicaId, Request, RequestKey, StateTransferError,

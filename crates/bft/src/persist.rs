@@ -110,6 +110,39 @@ pub struct Transferred {
     pub base: DeliveryBase,
 }
 
+/// Why a [`Transferred`] cannot be the state its claim certifies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransferMismatch {
+    /// The delivery base is not at the claim's seq, time or log digest.
+    Position,
+    /// The application's digest and the base's table do not fold into the certified digest.
+    StateDigest,
+}
+
+impl TransferMismatch {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferMismatch::Position => "position, time or log digest",
+            TransferMismatch::StateDigest => "state digest",
+        }
+    }
+}
+
+impl Transferred {
+    /// Checks that this is the state `claim` certifies: the application checks a peer's
+    /// snapshot with it before installing anything, the core again before it takes the table.
+    pub fn check(&self) -> Result<(), TransferMismatch> {
+        let (claim, base) = (&self.claim, &self.base);
+        if base.seq != claim.seq || base.time != claim.time || base.log_digest != claim.log_digest {
+            return Err(TransferMismatch::Position);
+        }
+        if checkpoint_state_digest(&self.application_digest, &base.clients) != claim.state_digest {
+            return Err(TransferMismatch::StateDigest);
+        }
+        Ok(())
+    }
+}
+
 /// The view state: changes rarely (view changes, own checkpoints).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Meta {

@@ -7,9 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::codec::{new_view_digest, view_change_digest};
 use crate::decide::{decide, search};
 use crate::message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
-use crate::persist::{
-    checkpoint_state_digest, fold_state_digest, meta_record, slot_record, table_digest, Meta, Persist, PersistedState, RestoreError, SlotRecord, Transferred,
-};
+use crate::persist::{fold_state_digest, meta_record, slot_record, table_digest, Meta, Persist, PersistedState, RestoreError, SlotRecord, Transferred};
 use crate::types::{
     duration_us, Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, Proposal, ReplicaId, Request, RequestKey, StateTransferError,
     SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
@@ -524,25 +522,28 @@ impl Replica {
     /// table left empty, when the entries cannot be an honest replica's: a pair twice, an
     /// unknown origin, or more pairs than `max_clients`.
     fn install_table(&mut self, clients: &[ClientEntry]) -> bool {
-        self.clients.clear();
-        self.clients_by_age.clear();
-        self.clients_per_origin.clear();
-        let n = self.config.n;
-        let fits = clients.len() <= self.config.max_clients && clients.iter().all(|entry| entry.origin < n);
-        for entry in clients.iter().filter(|_| fits) {
+        self.clear_table();
+        if clients.len() > self.config.max_clients || clients.iter().any(|entry| entry.origin >= self.config.n) {
+            return false;
+        }
+        for entry in clients {
             let record = ClientRecord { high: entry.high, mask: entry.mask, last_seq: entry.last_seq };
             if self.clients.insert((entry.origin, entry.client), record).is_none() {
                 *self.clients_per_origin.entry(entry.origin).or_default() += 1;
             }
             self.clients_by_age.insert((entry.origin, entry.last_seq, entry.client));
         }
-        if !fits || self.clients.len() != clients.len() || self.clients_per_origin.values().any(|count| *count > self.clients_per_origin_cap()) {
-            self.clients.clear();
-            self.clients_by_age.clear();
-            self.clients_per_origin.clear();
+        if self.clients.len() != clients.len() || self.clients_per_origin.values().any(|count| *count > self.clients_per_origin_cap()) {
+            self.clear_table();
             return false;
         }
         true
+    }
+
+    fn clear_table(&mut self) {
+        self.clients.clear();
+        self.clients_by_age.clear();
+        self.clients_per_origin.clear();
     }
 
     fn capture_base(&self) -> DeliveryBase {
@@ -889,24 +890,21 @@ impl Replica {
     /// origins retransmit the rest, its own clients retry. See docs/RELIABILITY.md,
     /// "State transfer".
     pub fn state_transferred(&mut self, transferred: Transferred) -> Result<(), StateTransferError> {
-        let Transferred { claim, application_digest, base } = transferred;
+        let claim = transferred.claim;
         if claim.seq <= self.last_delivered {
             return Err(StateTransferError::NotAhead { seq: claim.seq, last_delivered: self.last_delivered });
         }
         if claim != self.stable && !self.transfer_claims.contains(&claim) {
             return Err(StateTransferError::NotCertified { seq: claim.seq, stable: self.stable.seq });
         }
-        let bad = |why| Err(StateTransferError::BadBase { seq: claim.seq, why });
-        if base.seq != claim.seq || base.time != claim.time || base.log_digest != claim.log_digest {
-            return bad("position, time or log digest");
+        if let Err(mismatch) = transferred.check() {
+            return Err(StateTransferError::BadBase { seq: claim.seq, why: mismatch.as_str() });
         }
-        if checkpoint_state_digest(&application_digest, &base.clients) != claim.state_digest {
-            return bad("state digest");
-        }
+        let base = transferred.base;
         if !self.install_table(&base.clients) {
             // Certified by 2t+1, so only a configuration unlike the cluster's gets here; the
             // table is empty now, as a replica that lost its state has it.
-            return bad("deduplication table out of this replica's bounds");
+            return Err(StateTransferError::BadBase { seq: claim.seq, why: "deduplication table out of this replica's bounds" });
         }
         self.last_delivered = claim.seq;
         self.last_time = Time(self.last_time.0.max(claim.time.0));

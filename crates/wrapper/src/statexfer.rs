@@ -107,16 +107,14 @@ impl Snapshot {
             return Err(SnapshotError::BadBase(format!("{} bytes, over {MAX_BASE_BYTES}", self.base.len())));
         }
         let base = bft::DeliveryBase::decode(&self.base).map_err(|e| SnapshotError::BadBase(e.to_string()))?;
-        if base.seq != claim.seq || base.time != claim.time || base.log_digest != claim.log_digest {
-            return Err(SnapshotError::BadBase("not the checkpoint's position, time or log digest".into()));
-        }
         let mut records = self.records.clone();
         let zone = zone_digest_of(&mut records);
-        let application_digest = self.state.checkpoint_digest(&zone);
-        if bft::checkpoint_state_digest(&application_digest, &base.clients) != claim.state_digest {
-            return Err(SnapshotError::DigestMismatch { seq: self.seq });
+        let transferred = bft::Transferred { claim: *claim, application_digest: self.state.checkpoint_digest(&zone), base };
+        match transferred.check() {
+            Ok(()) => Ok(transferred),
+            Err(bft::TransferMismatch::StateDigest) => Err(SnapshotError::DigestMismatch { seq: self.seq }),
+            Err(bft::TransferMismatch::Position) => Err(SnapshotError::BadBase("not the checkpoint's position, time or log digest".into())),
         }
-        Ok(bft::Transferred { claim: *claim, application_digest, base })
     }
 }
 
