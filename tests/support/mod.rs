@@ -196,6 +196,18 @@ impl Cluster {
         self.base + 1 + i
     }
 
+    /// Replica `i`'s own named (its private port).
+    pub fn named_port(&self, i: u16) -> u16 {
+        self.base + 201 + i
+    }
+
+    /// `dig` straight at replica `i`'s named, past the wrapper: what named answers now.
+    pub fn dig_named(&self, i: u16, args: &[&str]) -> String {
+        let out =
+            run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(self.named_port(i).to_string()).args(["+norec", "+time=5", "+tries=2"]).args(args));
+        text(&out)
+    }
+
     pub fn metrics_port(&self, i: u16) -> u16 {
         self.base + 301 + i
     }

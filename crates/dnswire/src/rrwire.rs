@@ -176,6 +176,21 @@ impl RawMessage {
     }
 }
 
+/// The value of the first option `code` in an OPT record's rdata; `None` when it is
+/// absent or the option list is malformed.
+pub fn opt_option(rdata: &[u8], code: u16) -> Option<&[u8]> {
+    let mut rest = rdata;
+    while let Some(head) = rest.get(..4) {
+        let (c, len) = (u16::from_be_bytes([head[0], head[1]]), usize::from(u16::from_be_bytes([head[2], head[3]])));
+        let value = rest.get(4..4 + len)?;
+        if c == code {
+            return Some(value);
+        }
+        rest = &rest[4 + len..];
+    }
+    None
+}
+
 /// Reads a possibly compressed name at `pos`; returns it uncompressed (case
 /// kept) and the offset just after it in the message.
 pub fn read_name(msg: &[u8], mut pos: usize) -> Result<(Vec<u8>, usize), WireError> {
@@ -426,6 +441,20 @@ mod tests {
                 })
                 .collect();
             let _ = RawMessage::parse(&buf);
+        }
+    }
+
+    #[test]
+    fn opt_options_are_found_by_code_and_malformed_lists_find_nothing() {
+        let rdata = [0, 10, 0, 2, 0xaa, 0xbb, 0xfe, 0x12, 0, 3, b'a', b'b', b'c'];
+        assert_eq!(opt_option(&rdata, 10), Some(&[0xaa, 0xbb][..]));
+        assert_eq!(opt_option(&rdata, 0xfe12), Some(&b"abc"[..]));
+        assert_eq!(opt_option(&rdata, 11), None);
+        assert_eq!(opt_option(&[], 10), None);
+        // The second option claims more bytes than there are.
+        assert_eq!(opt_option(&rdata[..12], 0xfe12), None);
+        for len in 0..rdata.len() {
+            let _ = opt_option(&rdata[..len], 0xfe12);
         }
     }
 }

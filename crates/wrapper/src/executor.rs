@@ -503,7 +503,8 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 });
             }
             Command::ResignSlice { seq, times, due_before_s, max_rrsets } => {
-                let (maintenance, metrics, events, tx) = (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone());
+                let (maintenance, metrics, events, tx, cache) =
+                    (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone(), self.cache.clone());
                 let id = self.id;
                 let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
                 self.tasks.spawn(async move {
@@ -512,7 +513,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     }
                     let _ = tx.send(Some(times));
                     let started = std::time::Instant::now();
-                    let result = resign_slice(&maintenance, seq, due_before_s, max_rrsets, times).await;
+                    let result = resign_slice(&maintenance, &cache, seq, due_before_s, max_rrsets, times).await;
                     let _ = tx.send(None);
                     let result = match result {
                         Ok(report) => {
@@ -764,6 +765,7 @@ fn remember_digested(digested: &DigestedRecords, seq: u64, records: Vec<Vec<u8>>
 /// outcome, the same on every honest replica.
 async fn resign_slice(
     maintenance: &ZoneMaintenance,
+    cache: &Arc<ReadCache>,
     seq: u64,
     due_before_s: u32,
     max_rrsets: u32,
@@ -771,7 +773,7 @@ async fn resign_slice(
 ) -> Result<crate::zone::SliceReport, String> {
     let mut pause = Duration::from_millis(100);
     loop {
-        match maintenance.resign_slice(seq, due_before_s, max_rrsets, times).await {
+        match maintenance.resign_slice(seq, due_before_s, max_rrsets, times, || cache.begin_change()).await {
             Ok(r) => return Ok(r),
             Err(ZoneError::Transfer(e)) => {
                 warn!(error = %e, "zone unreadable for a re-signing slice; trying again");

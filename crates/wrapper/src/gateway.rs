@@ -14,12 +14,11 @@ use tokio::sync::mpsc;
 use tracing::debug;
 
 use crate::answer::servfail;
-use crate::classify::{classify, Kind, Verdict};
 use crate::config::ReadMode;
 use crate::envelope::Op;
 use crate::metrics::Metrics;
 use crate::pending::{payload_digest, Pending};
-use crate::read::{Lookup, ReadCache};
+use crate::read::ReadCache;
 use crate::reply::{ClientRequest, ReplyTo};
 
 pub struct Gateway {
@@ -45,10 +44,6 @@ impl Gateway {
                     let Some(r) = r else { return };
                     // A voting client's read is answered without ordering (voting_read.rs).
                     let Some(r) = crate::voting_read::answer_unordered(&self.named, &self.cache, &self.metrics, r) else { continue };
-                    if self.reads == ReadMode::Local && matches!(classify(&r.bytes, r.tcp), Verdict::Order(Kind::Read)) {
-                        self.local_read(r);
-                        continue;
-                    }
                     self.order(Op::Dns { tcp: r.tcp, message: r.bytes }, r.reply).await;
                 }
                 _ = sweep.tick() => {
@@ -82,20 +77,5 @@ impl Gateway {
         if self.submit.send(request).await.is_err() {
             self.pending.take(&key);
         }
-    }
-
-    /// The paper's suggestion for rarely-updated zones: answer reads from the local
-    /// named without ordering (weaker freshness, no ordering cost).
-    fn local_read(&self, r: ClientRequest) {
-        self.metrics.inc_request(Kind::Read);
-        let fill = match self.cache.lookup(&r.bytes, r.tcp) {
-            Lookup::Hit(answer) => {
-                self.metrics.inc_read_cache(true);
-                return crate::read::deliver(&r.reply, answer, &self.metrics);
-            }
-            Lookup::Miss(fill) => fill,
-        };
-        let (named, cache, metrics) = (self.named.clone(), self.cache.clone(), self.metrics.clone());
-        tokio::spawn(async move { crate::read::forward_read(&named, &cache, fill, &r.bytes, r.tcp, &r.reply, &metrics).await });
     }
 }

@@ -56,7 +56,7 @@ async fn dispatch(
     access: &AccessSection,
     filters: &ClientFilters,
     to_gateway: &mpsc::Sender<ClientRequest>,
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
 ) {
     let verdict = classify(&bytes, tcp);
     // A transfer is allowed by address OR by a transfer key, as in BIND's allow-transfer list;
@@ -84,15 +84,11 @@ async fn dispatch(
                 }
             }
         }
-        Verdict::Order(Kind::Read)
-            if filters.local_reads.as_ref().is_some_and(|cache| {
-                // A local read the cache holds: answered here, as the gateway would answer it.
-                let Some(answer) = cache.hit(&bytes, tcp) else { return false };
-                metrics.inc_request(Kind::Read);
-                metrics.inc_read_cache(true);
-                crate::read::deliver(&reply, answer, metrics);
-                true
-            }) => {}
+        Verdict::Order(Kind::Read) if filters.local_reads.is_some() => {
+            if let Some(local) = &filters.local_reads {
+                local.answer(bytes, tcp, reply, metrics);
+            }
+        }
         Verdict::Order(_) => {
             // The gateway's queue is bounded; when full the client's retry will do.
             if to_gateway.try_send(ClientRequest { bytes, tcp, reply }).is_err() {
@@ -231,9 +227,9 @@ mod tests {
     }
 
     /// Local reads: a cache hit is answered by the listener (with the request's id), a miss
-    /// goes on to the gateway; without the local-read cache everything goes to the gateway.
+    /// is asked of named by the listener too; in ordered mode every read goes to the gateway.
     #[tokio::test]
-    async fn local_read_cache_hits_are_answered_without_the_gateway() {
+    async fn local_reads_are_answered_without_the_gateway() {
         let cache = Arc::new(ReadCache::default());
         let cached = query(1, "www.example.test.");
         let Lookup::Miss(Some(fill)) = cache.lookup(&cached, false) else { panic!("an empty cache misses") };
@@ -250,7 +246,10 @@ mod tests {
         let reply = || ReplyTo::Udp { socket: server.clone(), peer, rrl: None, lie: false };
         let (metrics, access) = (Metrics::new(0), AccessSection::default());
         let (to_gateway, mut gateway) = mpsc::channel(4);
-        let local = ClientFilters { auth: None, rrl: None, lie: false, local_reads: Some(cache.clone()) };
+        // named: answers every query with its bytes, QR set, and one extra byte.
+        let named = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let forwarder = named_glue::forward::Forwarder::new(named.local_addr().unwrap());
+        let local = ClientFilters { auth: None, rrl: None, lie: false, local_reads: Some(crate::read::LocalReads::new(cache.clone(), forwarder)) };
 
         dispatch(query(0x4242, "www.example.test."), false, reply(), peer, &access, &local, &to_gateway, &metrics).await;
         let mut buf = [0u8; 512];
@@ -261,7 +260,15 @@ mod tests {
         assert!(gateway.try_recv().is_err(), "a hit does not reach the gateway");
 
         dispatch(query(7, "other.example.test."), false, reply(), peer, &access, &local, &to_gateway, &metrics).await;
-        assert!(gateway.try_recv().is_ok(), "a miss goes to the gateway");
+        let (n, from) = tokio::time::timeout(Duration::from_secs(2), named.recv_from(&mut buf)).await.expect("named asked").unwrap();
+        let mut named_answer = buf[..n].to_vec();
+        assert_eq!(named_answer, query(7, "other.example.test."), "the miss reaches named as it came");
+        named_answer[2] |= 0x80;
+        named_answer.push(0);
+        named.send_to(&named_answer, from).await.unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(2), client.recv(&mut buf)).await.expect("miss answered").unwrap();
+        assert_eq!(&buf[..n], &named_answer[..]);
+        assert!(gateway.try_recv().is_err(), "a miss does not reach the gateway either");
 
         let ordered = ClientFilters { local_reads: None, ..local };
         dispatch(query(8, "www.example.test."), false, reply(), peer, &access, &ordered, &to_gateway, &metrics).await;

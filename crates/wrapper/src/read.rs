@@ -1,6 +1,7 @@
 //! The one way a read is answered from the local named: ordered reads (executor), local
-//! reads (`reads = "local"`, gateway) and voting reads (voting_read) all go through
-//! [`answer_read`], so the three paths cannot drift apart in what a client receives.
+//! reads (`reads = "local"`, listeners: [`LocalReads`]) and voting reads (voting_read) all
+//! go through the cache lookup and [`forward_read`] here, so the three paths cannot drift
+//! apart in what a client receives.
 //!
 //! What the client gets, by what named did:
 //! - named answered: its answer as it is (TC and all);
@@ -15,7 +16,10 @@
 //! Answers named gave are kept in a [`ReadCache`] (see there for why a cached answer is
 //! the one named would give at that point of the log).
 
+use std::sync::Arc;
+
 use named_glue::forward::{ForwardError, Forwarder};
+use tokio::sync::Semaphore;
 use tracing::debug;
 
 pub use crate::read_cache::{Fill, Lookup, ReadCache};
@@ -47,6 +51,48 @@ pub async fn forward_read(named: &Forwarder, cache: &ReadCache, fill: Option<Fil
     }
     let Some(answer) = client_answer(message, result) else { return };
     deliver(reply, answer, metrics);
+}
+
+/// `reads = "local"`: the listeners answer every read themselves, from the cache or from
+/// named, without the hop through the gateway task (each hop is a task wake-up, and the
+/// gateway would classify and look the request up again).
+pub struct LocalReads {
+    pub cache: Arc<ReadCache>,
+    pub named: Forwarder,
+    /// Reads waiting for named; beyond the bound a read is dropped (the client retries),
+    /// so a flood of distinct questions holds at most this many tasks.
+    in_flight: Arc<Semaphore>,
+}
+
+/// Local reads waiting for named at once, per replica process.
+const LOCAL_IN_FLIGHT: usize = 1024;
+
+impl LocalReads {
+    pub fn new(cache: Arc<ReadCache>, named: Forwarder) -> Self {
+        LocalReads { cache, named, in_flight: Arc::new(Semaphore::new(LOCAL_IN_FLIGHT)) }
+    }
+
+    /// Answers a read (a query, never a transfer) without waiting: a hit at once, a miss
+    /// by a task of its own.
+    pub fn answer(&self, message: Vec<u8>, tcp: bool, reply: ReplyTo, metrics: &Arc<Metrics>) {
+        metrics.inc_request(crate::classify::Kind::Read);
+        let fill = match self.cache.lookup(&message, tcp) {
+            Lookup::Hit(answer) => {
+                metrics.inc_read_cache(true);
+                return deliver(&reply, answer, metrics);
+            }
+            Lookup::Miss(fill) => fill,
+        };
+        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+            metrics.inc_dropped("local_reads_full");
+            return;
+        };
+        let (named, cache, metrics) = (self.named.clone(), self.cache.clone(), metrics.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            forward_read(&named, &cache, fill, &message, tcp, &reply, &metrics).await
+        });
+    }
 }
 
 /// Hands an answer over without waiting for the client.

@@ -3,8 +3,9 @@
 //!
 //! Why a cached answer is the one named would give now: named's answer to a plain query
 //! depends only on the request's bytes, the transport (UDP truncation) and the zone, and
-//! only two things change the zone, both ordered: a write and a whole-zone signing. The
-//! executor brackets each with [`ReadCache::begin_change`] (before named is asked) and
+//! only three things change the zone, all ordered: a write, a re-signing slice that
+//! re-signs something, and a whole-zone signing (or the install of a transferred state).
+//! The executor brackets each with [`ReadCache::begin_change`] (before named is asked) and
 //! [`ChangeGuard`]'s drop (after named answered), which empty the cache and advance its
 //! epoch. An answer is kept only if no change began or was running between the moment
 //! its read was sent to named and the moment it came back ([`Fill`] carries the epoch),

@@ -414,7 +414,7 @@ pub async fn run(config: Config) -> Result<()> {
         auth: (!config.auth.skip_precheck).then(|| auth.clone()),
         rrl: Limiter::new(config.rrl.clone()).map(Arc::new),
         lie: byzantine == Some(Mode::WrongAnswers),
-        local_reads: (config.cluster.reads == crate::config::ReadMode::Local).then(|| cache.clone()),
+        local_reads: (config.cluster.reads == crate::config::ReadMode::Local).then(|| crate::read::LocalReads::new(cache.clone(), named.clone())),
     });
     tasks.spawn("UDP listener", serve_udp(udp, client_tx.clone(), metrics.clone(), access.clone(), filters.clone()));
     let tcp_limits = TcpLimits {

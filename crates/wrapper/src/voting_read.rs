@@ -11,10 +11,8 @@
 //! answering one without ordering cannot make replicas diverge. Answers in flight are bounded;
 //! beyond the bound a voting read is dropped (the client retries or falls back), never queued.
 
-use hickory_proto::op::{Header, Message, MessageType, OpCode};
-use hickory_proto::rr::RecordType;
-use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
 use named_glue::forward::Forwarder;
+use named_glue::rrwire::{opt_option, RawHeader, RawMessage, TYPE_AXFR, TYPE_IXFR};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
@@ -22,6 +20,8 @@ use crate::classify::Kind;
 use crate::metrics::Metrics;
 use crate::read::ReadCache;
 use crate::reply::ClientRequest;
+
+const OPCODE_QUERY: u8 = 0;
 
 /// Voting reads being answered at once, per replica process.
 const MAX_IN_FLIGHT: usize = 128;
@@ -47,23 +47,24 @@ pub fn answer_unordered(named: &Forwarder, cache: &Arc<ReadCache>, metrics: &Arc
     None
 }
 
-/// A plain query carrying the voting-read option. Cheap checks on the header first: most
-/// requests have no additional record and are not parsed again.
+/// A plain query carrying the voting-read option. Walked, not decoded: this runs for every
+/// request the gateway gets, and most have no additional record at all.
 fn is_voting_read(bytes: &[u8]) -> bool {
-    let Ok(header) = Header::read(&mut BinDecoder::new(bytes)) else { return false };
-    if header.metadata.message_type != MessageType::Query || header.metadata.op_code != OpCode::Query || header.counts.additionals == 0 {
+    let Ok(header) = RawHeader::parse(bytes) else { return false };
+    if header.is_response() || header.opcode() != OPCODE_QUERY || header.arcount == 0 {
         return false;
     }
-    let Ok(message) = Message::from_vec(bytes) else { return false };
-    vote::is_voting_read(&message)
-        && !message.queries.is_empty()
-        && message.queries.iter().all(|q| !matches!(q.query_type(), RecordType::AXFR | RecordType::IXFR))
+    let Ok(message) = RawMessage::parse(bytes) else { return false };
+    !message.questions.is_empty()
+        && message.questions.iter().all(|q| q.qtype != TYPE_AXFR && q.qtype != TYPE_IXFR)
+        && message.opt().and_then(|opt| opt_option(&opt.rdata, vote::VOTING_READ_OPTION)) == Some(vote::VOTING_READ_TAG)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hickory_proto::rr::Name;
+    use hickory_proto::op::{Message, MessageType, OpCode};
+    use hickory_proto::rr::{Name, RecordType};
     use std::str::FromStr;
 
     fn query(rtype: RecordType, voting: bool) -> Vec<u8> {

@@ -147,8 +147,18 @@ impl ZoneMaintenance {
     /// signs those RRsets again through the signing service, which must be answering
     /// with the slice's agreed times meanwhile. Every honest replica holds the same
     /// zone, so all choose the same RRsets and get the same signatures. Waits for named
-    /// however long it takes, as an ordered write does.
-    pub async fn resign_slice(&self, seq: u64, due_before_s: u32, max_rrsets: u32, times: SignatureTimes) -> Result<SliceReport, ZoneError> {
+    /// however long it takes, as an ordered write does. `begin_change` is called just
+    /// before the update goes to named and its guard dropped once named answered (the read
+    /// cache and the reused checkpoint digest must not outlive a slice that changed the
+    /// zone); a slice with nothing due changes nothing and calls it not.
+    pub async fn resign_slice<G>(
+        &self,
+        seq: u64,
+        due_before_s: u32,
+        max_rrsets: u32,
+        times: SignatureTimes,
+        begin_change: impl FnOnce() -> G,
+    ) -> Result<SliceReport, ZoneError> {
         let (report, body, rest_earliest) = match self.journaled_slice(seq).await {
             Some((report, body)) => (report, body, None),
             None => {
@@ -175,6 +185,7 @@ impl ZoneMaintenance {
                 (report, body, plan.rest_earliest)
             }
         };
+        let change = begin_change();
         let mut pause = std::time::Duration::from_millis(50);
         let answer = loop {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
@@ -188,6 +199,7 @@ impl ZoneMaintenance {
                 }
             }
         };
+        drop(change);
         let rcode = named_glue::rrwire::RawHeader::parse(&answer).map(|h| h.rcode()).unwrap_or(2);
         if rcode != 0 {
             return Err(ZoneError::Refused(rcode));

@@ -299,9 +299,9 @@ pub struct ClientFilters {
     /// Fault injection (Byzantine mode wrong-answers, test clusters only): rewrite every
     /// answer this replica gives its clients.
     pub lie: bool,
-    /// `reads = "local"`: the read cache, whose hits the listener answers itself (no hop
-    /// through the gateway task).
-    pub local_reads: Option<std::sync::Arc<crate::read::ReadCache>>,
+    /// `reads = "local"`: the listeners answer reads themselves (no hop through the
+    /// gateway task).
+    pub local_reads: Option<crate::read::LocalReads>,
 }
 
 fn answer_of(o: Outcome) -> Vec<u8> {
