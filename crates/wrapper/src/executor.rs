@@ -735,7 +735,14 @@ fn start_background(maintenance: &Arc<ZoneMaintenance>, background: &Arc<Backgro
         let result = maintenance.sign_in_background(seq, times).await.map_err(|e| e.to_string());
         background.times.send_replace(None);
         match &result {
-            Ok(()) => info!(replica = id, seq, ms = started.elapsed().as_millis() as u64, "this replica's part of the whole-zone signing is done"),
+            // signatures: those this round asked for (a later round's are what changed).
+            Ok(()) => info!(
+                replica = id,
+                seq,
+                ms = started.elapsed().as_millis() as u64,
+                signatures = metrics.zone_signed(),
+                "this replica's part of the whole-zone signing is done"
+            ),
             Err(e) => warn!(replica = id, seq, error = %e, "this replica's part of the whole-zone signing failed"),
         }
         metrics.zone_signing_part_done();

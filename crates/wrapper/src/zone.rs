@@ -709,8 +709,10 @@ fn round_counts(kept: &[Vec<Vec<u8>>]) -> Vec<u32> {
 /// A round's input for dnssec-signzone: the zone's content now (`unsigned`, one record per
 /// line) with the RRSIGs of the last round's output (`signed`, the same style) that cover
 /// an RRset still in the zone: the DNSKEY's, each remaining RRset's, and the NSEC's of
-/// each remaining name. dnssec-signzone keeps those that still verify and signs the rest;
-/// the others (covering what the writes removed) would be left in the zone as orphans.
+/// each remaining name, whose NSEC comes along too (dnssec-signzone drops the signatures
+/// of a type the input lacks before it rebuilds the chain, so without it every NSEC would
+/// be signed again). dnssec-signzone rebuilds the chain, keeps the signatures that still
+/// verify and signs the rest; what the writes removed is left out.
 fn with_kept_signatures(unsigned: &str, signed: &str) -> String {
     use std::collections::BTreeSet;
     let mut rrsets: BTreeSet<(String, &str)> = BTreeSet::new();
@@ -731,12 +733,11 @@ fn with_kept_signatures(unsigned: &str, signed: &str) -> String {
     }
     for line in signed.lines() {
         let fields: Vec<&str> = line.split_whitespace().take(5).collect();
-        let [owner, _, _, "RRSIG", covered] = fields[..] else { continue };
-        let owner = owner.to_ascii_lowercase();
-        let keep = match covered {
-            "DNSKEY" => true,
-            "NSEC" => owners.contains(&owner),
-            _ => rrsets.contains(&(owner, covered)),
+        let keep = match fields[..] {
+            [owner, _, _, "NSEC", ..] | [owner, _, _, "RRSIG", "NSEC"] => owners.contains(&owner.to_ascii_lowercase()),
+            [_, _, _, "RRSIG", "DNSKEY"] => true,
+            [owner, _, _, "RRSIG", covered] => rrsets.contains(&(owner.to_ascii_lowercase(), covered)),
+            _ => false,
         };
         if keep {
             out.push_str(line);
@@ -949,15 +950,20 @@ mod tests {
                       example.test. 300 IN NSEC gone.example.test. SOA RRSIG NSEC DNSKEY\n\
                       example.test. 300 IN RRSIG NSEC 8 2 300 20300101000000 20200101000000 1 example.test. CCCC\n\
                       gone.example.test. 300 IN A 192.0.2.1\n\
+                      gone.example.test. 300 IN NSEC www.example.test. A RRSIG NSEC\n\
                       gone.example.test. 300 IN RRSIG A 8 3 300 20300101000000 20200101000000 1 example.test. DDDD\n\
                       gone.example.test. 300 IN RRSIG NSEC 8 3 300 20300101000000 20200101000000 1 example.test. EEEE\n\
                       WWW.example.test. 300 IN RRSIG A 8 3 300 20300101000000 20200101000000 1 example.test. FFFF\n\
                       www.example.test. 300 IN RRSIG AAAA 8 3 300 20300101000000 20200101000000 1 example.test. GGGG\n";
         let input = with_kept_signatures(unsigned, signed);
-        let kept: Vec<&str> = input.lines().filter(|l| l.contains(" RRSIG ")).map(|l| l.rsplit(' ').next().unwrap()).collect();
+        let kept: Vec<&str> = input.lines().filter(|l| l.split_whitespace().nth(3) == Some("RRSIG")).map(|l| l.rsplit(' ').next().unwrap()).collect();
         assert_eq!(kept, ["AAAA", "BBBB", "CCCC", "FFFF"], "SOA, DNSKEY, the apex NSEC, www A (owner case aside); not what the writes removed");
         assert!(input.starts_with(unsigned), "the content as it is now, unchanged");
-        assert!(!input.contains(" NSEC gone") && !input.contains(" DNSKEY 257"), "no NSEC or DNSKEY records: the signer makes those");
+        assert!(input.contains("example.test. 300 IN NSEC gone.example.test."), "the NSEC of a remaining name, for its signature to be kept");
+        assert!(
+            !input.contains("gone.example.test. 300 IN NSEC") && !input.contains(" DNSKEY 257"),
+            "no NSEC of a removed name, no DNSKEY (the signer adds it)"
+        );
         assert_eq!(round_counts(&[vec![b"r".to_vec()], vec![30u32.to_be_bytes().to_vec(), 7u32.to_be_bytes().to_vec()]]), [30, 7]);
         assert!(round_counts(&[vec![b"r".to_vec()]]).is_empty());
     }
