@@ -20,7 +20,8 @@
 //!   that point is what is signed, reads and writes go on meanwhile, and the signed zone
 //!   is installed (with the writes ordered meanwhile applied on top) at the point of the
 //!   log where `SignZoneFinish` from `faults + 1` replicas completes (docs/DETERMINISM.md,
-//!   "Background whole-zone signing");
+//!   "Background whole-zone signing"), unless the writes changed too much meanwhile: then
+//!   another round of the signing begins there (`Event::SigningRound`), with claims for it;
 //! - re-signing is incremental: an ordered `Resign` at agreed time T, once the zone was
 //!   signed and no earlier than `slice_interval_s` after the last slice, re-signs at most
 //!   `slice_rrsets` RRsets whose signatures expire by T + (validity - `resign_after_s`),
