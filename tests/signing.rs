@@ -155,3 +155,119 @@ fn a_replica_killed_during_a_background_signing_resumes_it_and_ends_with_the_sam
     let log = std::fs::read_to_string(c.path("replica-3/sdns.log")).unwrap_or_default();
     assert!(log.contains("resuming the background whole-zone signing"), "replica 3 did not resume its part:\n{}", c.logs());
 }
+
+/// The fields of replica `i`'s "signed zone installed" log line (`key=value`, quotes
+/// dropped).
+fn installation(c: &Cluster, i: u16) -> Option<std::collections::BTreeMap<String, String>> {
+    let log = std::fs::read_to_string(c.path(&format!("replica-{i}/sdns.log"))).ok()?;
+    let line = log.lines().rev().find(|l| l.contains("signed zone installed"))?;
+    let strip = |s: &str| -> String { s.chars().filter(|&ch| !ch.is_control()).collect::<String>() };
+    Some(
+        line.split_whitespace()
+            .filter_map(|field| field.split_once('='))
+            .map(|(k, v)| (strip(k).trim_start_matches(|ch: char| !ch.is_ascii_alphanumeric()).to_string(), strip(v).trim_matches('"').to_string()))
+            .collect(),
+    )
+}
+
+/// Updates keep coming to replica 1 (one every 200 ms) for the whole signing: the signing
+/// still ends with an installation (more rounds in the background while much changed, then
+/// a short catch-up), every update is in the zone, and the replicas' zones are the same and
+/// valid. How many records each round saw and how long the installation held the executor
+/// are recorded, not asserted; that each round but the last saw more than the catch-up
+/// bound, and the last at most that (or the round limit was reached), is asserted on every
+/// replica's log.
+#[test]
+fn a_zone_written_to_throughout_its_signing_is_still_installed() {
+    let names: usize = std::env::var("SDNS_SIGNING_NAMES").ok().and_then(|v| v.parse().ok()).unwrap_or(150);
+    let zone_dir = tempfile::tempdir().expect("tempdir");
+    let zone_path = zone_dir.path().join("zone.db");
+    std::fs::write(&zone_path, zone_file(names)).expect("zone file");
+    let c = Cluster::up(ClusterOpts {
+        sign_zone_interval_s: Some(1),
+        extra: vec!["--zone-file".into(), zone_path.to_str().expect("utf-8 path").into()],
+        ..Default::default()
+    });
+    let prober = ReadProbe::start(c.client_port(0));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (from, took, out, sent, acks) = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let (mut sent, mut acks) = (Vec::new(), Vec::new());
+            let mut next = Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let name = format!("w{}.example.test", sent.len());
+                let at = Instant::now();
+                let (ok, out) = c.nsupdate(1, &format!("update add {name} 300 A 192.0.2.{}", sent.len() % 250 + 1));
+                assert!(ok, "update {name}: {out}");
+                acks.push(at.elapsed());
+                sent.push(name);
+                next += Duration::from_millis(200);
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+            (sent, acks)
+        });
+        std::thread::sleep(Duration::from_millis(600));
+        let from = Instant::now();
+        let args: Vec<String> = (0..2u16)
+            .flat_map(|i| ["--admin".to_string(), format!("127.0.0.1:{}", c.metrics_port(i)), "--token".to_string(), c.admin_token(i).display().to_string()])
+            .collect();
+        let out = std::process::Command::new(sdns_system_tests::sdns_bin()).arg("sign-zone").args(&args).output().expect("sdns sign-zone");
+        let took = from.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (sent, acks) = writer.join().expect("writer thread");
+        (from, took, out, sent, acks)
+    });
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("signed at seq"), "sign-zone: {text}\n{}", c.logs());
+    std::thread::sleep(Duration::from_millis(500));
+    let s = prober.stop();
+
+    let reference = c.axfr(0);
+    for name in &sent {
+        assert!(reference.contains(&format!("{name}.")), "{name} is missing from the signed zone");
+    }
+    c.eventually("the replicas' zones agree after the signing", |i| c.axfr(i) == reference);
+    for i in 0..c.n {
+        c.verify_zone(i);
+    }
+    let last = sent.last().expect("updates were sent");
+    let delv = c.delv(2, last, "A");
+    assert!(delv.contains("; fully validated"), "delv on the last name added:\n{delv}");
+    assert!(s.bad.is_empty(), "the probe got wrong answers: {:?}", s.bad);
+
+    let mut rounds_seen = Vec::new();
+    for i in 0..c.n {
+        let fields = installation(&c, i).unwrap_or_else(|| panic!("replica {i} logged no installation\n{}", c.logs()));
+        let counts: Vec<u32> = fields.get("round_records").map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect()).unwrap_or_default();
+        assert_eq!(counts.len().to_string(), fields.get("rounds").cloned().unwrap_or_default(), "replica {i}: {fields:?}");
+        let (last, earlier) = counts.split_last().unwrap_or_else(|| panic!("replica {i}: no round counts: {fields:?}"));
+        assert!(earlier.iter().all(|&n| n > 16), "replica {i}: a round began although the catch-up was short: {counts:?}");
+        assert!(*last <= 16 || counts.len() == 8, "replica {i}: installed with {last} records to catch up before the round limit: {counts:?}");
+        rounds_seen.push((counts, fields.get("restart_ms").cloned(), fields.get("catch_up_ms").cloned()));
+    }
+    assert!(rounds_seen.iter().all(|r| r.0 == rounds_seen[0].0), "the replicas went different rounds: {rounds_seen:?}");
+    // A later round keeps the signatures of what did not change: it asks the threshold
+    // signers for far fewer than the first, which signs the whole zone.
+    let log = std::fs::read_to_string(c.path("replica-2/sdns.log")).unwrap_or_default();
+    let parts: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("this replica's part of the whole-zone signing is done"))
+        .filter_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("signatures=")).and_then(|v| v.parse().ok()))
+        .collect();
+    // The first part is the first signing's, at `cluster up`.
+    assert_eq!(parts.len(), 1 + rounds_seen[0].0.len(), "one part per round on replica 2: {parts:?}\n{log}");
+    if let Some((first, later)) = parts[1..].split_first() {
+        assert!(later.iter().all(|n| n * 2 < *first), "a later round signed the zone again instead of what changed: {parts:?}");
+    }
+    let install = metric(&c, 0, "sdns_zone_install_seconds").unwrap_or(-1.0);
+    let max_ack = acks.iter().max().copied().unwrap_or_default();
+    report("SDNS_SIGNING_REPORT", &format!(
+        "sign-zone written to every 200 ms, {names} names: took {took:?}; {} updates, max ack {max_ack:?}; rounds (records changed during each) {:?}, signatures per round (replica 2) {parts:?}; installation held replica 0's executor {install:.3} s (restart {} ms, catch-up {} ms); probe: max gap {:?} during the signing, {} unanswered",
+        sent.len(),
+        rounds_seen[0].0,
+        rounds_seen[0].1.clone().unwrap_or_default(),
+        rounds_seen[0].2.clone().unwrap_or_default(),
+        s.max_gap(from, from + took),
+        s.unanswered,
+    ));
+}

@@ -190,8 +190,29 @@ def timed_sign_zone(cdir, base, pids):
     return start, end, cpu, install, out.returncode == 0 and "signed at seq" in text, text
 
 
-def observed(kind, names, plain_cpu, start, end, cpu, answers, acks, state, install, ok, output):
+def installations(cdir):
+    """Each replica's last "signed zone installed" log line, as its key=value fields:
+    rounds, records changed during each (round_records), restart_ms, catch_up_ms."""
+    out = []
+    for i in range(4):
+        fields = {}
+        try:
+            with open(os.path.join(cdir, f"replica-{i}/sdns.log")) as f:
+                lines = [l for l in f if "signed zone installed" in l]
+        except OSError:
+            lines = []
+        if lines:
+            for part in lines[-1].split():
+                if "=" in part:
+                    k, v = part.split("=", 1)
+                    fields[k] = v.strip('"')
+        out.append({k: fields.get(k) for k in ("rounds", "round_records", "diff_ms", "restart_ms", "catch_up_ms")})
+    return out
+
+
+def observed(kind, names, plain_cpu, start, end, cpu, answers, acks, state, install, ok, output, cdir=None):
     return {
+        "installations": installations(cdir) if cdir else None,
         "names": names,
         "signing": kind,
         "ok": ok,
@@ -247,7 +268,7 @@ def one_size(names, base, again):
         pids = [int(open(os.path.join(cdir, f"replica-{i}/sdns.pid")).read()) for i in range(4)]
         cpu = replica_cpu(pids)
         install = [metric(base + 301 + i, "sdns_zone_install_seconds") for i in range(4)]
-        results.append(observed("first (cluster up; CPU since start)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, cluster.returncode == 0, output))
+        results.append(observed("first (cluster up; CPU since start)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, cluster.returncode == 0, output, cdir))
         if again:
             # What the load alone (probe and updates, no whole-zone signing) costs each
             # replica per second, over a window of its own: the signing rows below include it.
@@ -257,7 +278,7 @@ def one_size(names, base, again):
             load_rate = [(b - a) / (time.monotonic() - t0) for a, b in zip(cpu0, replica_cpu(pids))]
             acks.clear()
             start, end, cpu, install, ok, text = timed_sign_zone(cdir, base, pids)
-            row = observed("again (sdns sign-zone)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, ok, text)
+            row = observed("again (sdns sign-zone)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, ok, text, cdir)
             row["load_only_cpu_per_s"] = [round(x, 4) for x in load_rate]
             results.append(row)
             # The same signing without the probe and the updates: the CPU of signing alone
@@ -267,7 +288,7 @@ def one_size(names, base, again):
                 t.join()
             time.sleep(1.0)
             start, end, cpu, install, ok, text = timed_sign_zone(cdir, base, pids)
-            results.append(observed("again, no load (sdns sign-zone)", names, plain_cpu, start, end, cpu, [], [], {"unanswered": 0}, install, ok, text))
+            results.append(observed("again, no load (sdns sign-zone)", names, plain_cpu, start, end, cpu, [], [], {"unanswered": 0}, install, ok, text, cdir))
     finally:
         stop.set()
         for t in threads:
@@ -287,11 +308,13 @@ def main():
         for r in one_size(n, base, n <= again_up_to):
             print(json.dumps(r), flush=True)
             rows.append(r)
-    print("\n| names | signing | dnssec-signzone CPU | wall | CPU per replica | ratio mean / max | max read gap (before installing) | max update ack (before installing) | install hold |")
-    print("|---:|---|---:|---:|---|---|---:|---:|---|")
+    print("\n| names | signing | dnssec-signzone CPU | wall | CPU per replica | ratio mean / max | max read gap (before installing) | max update ack (before installing) | install hold | records changed per round; restart, catch-up (replica 0) |")
+    print("|---:|---|---:|---:|---|---|---:|---:|---|---|")
     for r in rows:
         hold = ", ".join(f"{x:.2f}" if x is not None else "-" for x in r["install_hold_s"])
-        print(f"| {r['names']} | {r['signing']} | {r['dnssec_signzone_cpu_s']} s | {r['wall_s']} s | {', '.join(str(c) for c in r['replica_cpu_s'])} s | {r['cpu_ratio_mean']}x / {r['cpu_ratio_max']}x | {r['max_read_gap_s']} s ({r['max_read_gap_before_install_s']} s) | {r['max_update_ack_s']} s ({r['max_update_ack_before_install_s']} s) | {hold} s |")
+        i0 = (r.get("installations") or [{}])[0]
+        rounds = f"{i0.get('round_records')}; {i0.get('restart_ms')} ms, {i0.get('catch_up_ms')} ms" if i0.get("rounds") else "-"
+        print(f"| {r['names']} | {r['signing']} | {r['dnssec_signzone_cpu_s']} s | {r['wall_s']} s | {', '.join(str(c) for c in r['replica_cpu_s'])} s | {r['cpu_ratio_mean']}x / {r['cpu_ratio_max']}x | {r['max_read_gap_s']} s ({r['max_read_gap_before_install_s']} s) | {r['max_update_ack_s']} s ({r['max_update_ack_before_install_s']} s) | {hold} s | {rounds} |")
 
 
 if __name__ == "__main__":

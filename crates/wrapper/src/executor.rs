@@ -27,7 +27,7 @@ use crate::pending::Pending;
 use crate::read::{Lookup, ReadCache};
 use crate::reply::{Delivery, ReplyTo};
 use crate::statexfer::{write_zone_files, DigestedRecords, Install, Snapshot, SnapshotStore};
-use crate::zone::{zone_digest_of, ZoneError, ZoneMaintenance};
+use crate::zone::{zone_digest_of, Finish, ZoneError, ZoneMaintenance};
 
 /// How long the later messages of a zone transfer may wait for room in the client's
 /// queue (the transfer runs in a task of its own; the executor does not wait for it).
@@ -455,6 +455,8 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone(), self.background.clone());
                 let (id, cache) = (self.id, self.cache.clone());
                 let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
+                // Another round signs with the signing's own times (its first round's).
+                let run_times = self.core.signing_run().map_or(times, |(_, t)| t);
                 self.tasks.spawn(async move {
                     // This replica's part, however long it takes (t+1 others are done).
                     let mut done = background.finished.subscribe();
@@ -482,6 +484,17 @@ impl<G: UpdateGate + 'static> Executor<G> {
                             drop(change);
                             r
                         }
+                        Err(e) => Err(e),
+                    };
+                    let result = match result {
+                        Ok(Finish::Round { changed, rrsets }) => {
+                            info!(replica = id, seq, previous = run.seq, changed, "another round of the whole-zone signing begun");
+                            metrics.zone_signing_begun(seq, rrsets);
+                            start_background(&maintenance, &background, &metrics, seq, run_times, id);
+                            let _ = events.send(Event::SigningRound { seq, changed });
+                            return;
+                        }
+                        Ok(Finish::Installed { changed }) => Ok(changed),
                         Err(e) => Err(e),
                     };
                     match &result {
@@ -723,7 +736,14 @@ fn start_background(maintenance: &Arc<ZoneMaintenance>, background: &Arc<Backgro
         let result = maintenance.sign_in_background(seq, times).await.map_err(|e| e.to_string());
         background.times.send_replace(None);
         match &result {
-            Ok(()) => info!(replica = id, seq, ms = started.elapsed().as_millis() as u64, "this replica's part of the whole-zone signing is done"),
+            // signatures: those this round asked for (a later round's are what changed).
+            Ok(()) => info!(
+                replica = id,
+                seq,
+                ms = started.elapsed().as_millis() as u64,
+                signatures = metrics.zone_signed(),
+                "this replica's part of the whole-zone signing is done"
+            ),
             Err(e) => warn!(replica = id, seq, error = %e, "this replica's part of the whole-zone signing failed"),
         }
         metrics.zone_signing_part_done();
@@ -734,7 +754,7 @@ fn start_background(maintenance: &Arc<ZoneMaintenance>, background: &Arc<Backgro
 /// Installs the zone signed in the background. named restarting, or a zone that cannot be
 /// read, is waited for and the installation done again (it is journaled: the same zone
 /// and the same update on top).
-async fn finish_signing(maintenance: &ZoneMaintenance, seq: u64, run: u64) -> Result<u32, String> {
+async fn finish_signing(maintenance: &ZoneMaintenance, seq: u64, run: u64) -> Result<Finish, String> {
     let mut pause = Duration::from_millis(100);
     loop {
         match maintenance.finish_signing(seq, run).await {

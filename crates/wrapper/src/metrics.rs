@@ -364,6 +364,10 @@ impl Metrics {
     pub fn inc_zone_signed(&self) {
         self.progress.zone_signed.fetch_add(1, Relaxed);
     }
+    /// Signatures made for the background signing's current round so far.
+    pub fn zone_signed(&self) -> u64 {
+        self.progress.zone_signed.load(Relaxed)
+    }
     /// This replica's part of the background signing is done.
     pub fn zone_signing_part_done(&self) {
         if let Ok(mut z) = self.progress.zone_signing.lock() {

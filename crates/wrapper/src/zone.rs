@@ -76,6 +76,27 @@ const SIGNED: &str = "signzone.signed";
 const SIGNED_MARK: &str = "signzone.done";
 const FINISH_JOURNAL: &str = "signzone.finish";
 
+/// A background signing is installed once the writes ordered during its last round
+/// changed at most this many records (named signs each of those, about three signatures
+/// per added name, while the executor waits); otherwise another round signs them in the
+/// background first.
+pub const CATCH_UP_RECORDS: usize = 16;
+/// Rounds (the whole-zone signing included) after which the signed zone is installed
+/// whatever the writes changed meanwhile: a zone written to faster than a round signs
+/// still gets installed, with a longer catch-up.
+pub const MAX_ROUNDS: usize = 8;
+
+/// What finishing a background signing round did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// The signed zone is installed; this many records changed on top (the catch-up).
+    Installed { changed: u32 },
+    /// Too much changed during the round: another round begins here, signing the zone
+    /// as it is now from the last round's output. `changed`: records changed during the
+    /// round just ended; `rrsets`: signatures the zone will hold (progress).
+    Round { changed: u32, rrsets: u64 },
+}
+
 pub struct ZoneMaintenance {
     pub tools: BindTools,
     pub zone: Name,
@@ -279,7 +300,13 @@ impl ZoneMaintenance {
             return Ok(());
         }
         let base = tokio::fs::read(self.file(BASE_RECORDS)).await.map_err(|source| ZoneError::Io { path: self.file(BASE_RECORDS), source })?;
-        if base.get(..8) != Some(&seq.to_be_bytes()[..]) {
+        let tag = base.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+        if tag.is_some_and(|t| t > seq) {
+            // A later round began from this one's output, which it found done (a restart
+            // between that round's beginning and its batch's persistence).
+            return Ok(());
+        }
+        if tag != Some(seq) {
             return Err(ZoneError::Background(format!("the zone content kept here is not that of the signing begun at seq {seq}")));
         }
         sign_zone_file(&self.tools, &self.zone, &self.file(BASE_TEXT), &self.file(SIGNED), &self.conf.key_directory, &self.key, &self.background_socket, times)
@@ -294,11 +321,23 @@ impl ZoneMaintenance {
     /// batch). The update is computed from the zone before it is replaced and journaled,
     /// so a finish executed again after a crash installs and applies the same. Returns the
     /// number of records changed on top.
-    pub async fn finish_signing(&self, seq: u64, run: u64) -> Result<u32, ZoneError> {
+    pub async fn finish_signing(&self, seq: u64, run: u64) -> Result<Finish, ZoneError> {
+        let base_bytes = tokio::fs::read(self.file(BASE_RECORDS)).await.map_err(|source| ZoneError::Io { path: self.file(BASE_RECORDS), source })?;
+        // A round already begun at this batch (executed again after a crash): the same outcome.
+        if let Some(kept) = decode_records(&base_bytes, seq) {
+            let rounds = round_counts(&kept);
+            let changed = rounds.last().copied().unwrap_or(0);
+            let rrsets = kept.first().map_or(0, |records| expected_signatures(&self.zone, records));
+            return Ok(Finish::Round { changed, rrsets });
+        }
         if tokio::fs::read(self.file(SIGNED_MARK)).await.ok().as_deref() != Some(&run.to_be_bytes()[..]) {
             return Err(ZoneError::Background(format!("no signed zone of the signing begun at seq {run}")));
         }
         let started = std::time::Instant::now();
+        let mut kept = decode_records(&base_bytes, run).ok_or_else(|| ZoneError::Background("the kept zone content does not decode".into()))?;
+        // Records changed during each earlier round (the rounds begun so far, less this one).
+        let mut rounds = round_counts(&kept);
+        let base = if kept.is_empty() { Vec::new() } else { kept.swap_remove(0) };
         let journal = self.file(FINISH_JOURNAL);
         let (changed, messages) = match tokio::fs::read(&journal).await.ok().and_then(|b| decode_records(&b, seq)) {
             Some(mut parts) if !parts.is_empty() => {
@@ -306,14 +345,24 @@ impl ZoneMaintenance {
                 (changed, parts.pop().unwrap_or_default())
             }
             _ => {
-                let base = tokio::fs::read(self.file(BASE_RECORDS)).await.map_err(|source| ZoneError::Io { path: self.file(BASE_RECORDS), source })?;
-                let base = decode_records(&base, run)
-                    .and_then(|mut p| p.pop())
-                    .ok_or_else(|| ZoneError::Background("the kept zone content does not decode".into()))?;
                 let now = self.unsigned_records().await?;
                 let diff = ZoneDiff::between(&base, &now);
-                let messages = diff.updates(&self.zone)?;
                 let changed = diff.len();
+                // Decided from the zone's content and the rounds so far, both functions of
+                // the log: every honest replica decides alike.
+                if changed > CATCH_UP_RECORDS && rounds.len() + 1 < MAX_ROUNDS {
+                    rounds.push(changed as u32);
+                    let rrsets = self.begin_round(seq, now, &rounds).await?;
+                    tracing::info!(
+                        seq,
+                        run,
+                        changed,
+                        round = rounds.len() + 1,
+                        "signing round begun: the writes made during the last one are signed in the background first"
+                    );
+                    return Ok(Finish::Round { changed: changed as u32, rrsets });
+                }
+                let messages = diff.updates(&self.zone)?;
                 // First part: one entry per changed record (only its count is read back).
                 let counted = vec![Vec::new(); changed];
                 write_atomic(&journal, &encode_records(seq, &[counted, messages.clone()])).await?;
@@ -345,18 +394,43 @@ impl ZoneMaintenance {
                 return Err(ZoneError::Refused(rcode));
             }
         }
+        rounds.push(changed);
+        let per_round: Vec<String> = rounds.iter().map(u32::to_string).collect();
         // Where an installation's hold goes (issue 13: the hold is the read gap).
         tracing::info!(
             seq,
             run,
             changed,
+            rounds = rounds.len(),
+            round_records = per_round.join(","),
             messages = messages.len(),
             diff_ms = diffed.as_millis() as u64,
             restart_ms = (restarted - diffed).as_millis() as u64,
             catch_up_ms = (started.elapsed() - restarted).as_millis() as u64,
             "signed zone installed"
         );
-        Ok(changed)
+        Ok(Finish::Installed { changed })
+    }
+
+    /// Begins another round of the signing at batch `seq`: keeps the zone's content now
+    /// (`records`, and as text for the signer) with, for the signer to keep, the last
+    /// round's signatures of what is still in the zone. Every signature of a signing
+    /// carries its first round's times, so an RRset that did not change gets the same
+    /// bytes whether dnssec-signzone keeps its signature (it keeps those that verify and
+    /// have not expired by its clock) or signs it again: the output is the same on every
+    /// replica whatever its clock, and only what changed costs threshold signatures.
+    /// `rounds`: records changed during each round so far. Returns the signatures the zone
+    /// will hold.
+    async fn begin_round(&self, seq: u64, records: Vec<Vec<u8>>, rounds: &[u32]) -> Result<u64, ZoneError> {
+        let text = self.unsigned_text().await?;
+        let signed = tokio::fs::read_to_string(self.file(SIGNED)).await.map_err(|source| ZoneError::Io { path: self.file(SIGNED), source })?;
+        let input = with_kept_signatures(&text, &signed);
+        let expected = expected_signatures(&self.zone, &records);
+        write_atomic(&self.file(BASE_TEXT), input.as_bytes()).await?;
+        let counts: Vec<Vec<u8>> = rounds.iter().map(|c| c.to_be_bytes().to_vec()).collect();
+        // Written last: its tag says the round has begun.
+        write_atomic(&self.file(BASE_RECORDS), &encode_records(seq, &[records, counts])).await?;
+        Ok(expected)
     }
 
     /// Sends a maintenance update to named until it answers (named restarting is waited
@@ -638,6 +712,53 @@ fn build_slice_update(zone: &Name, sigs: &[&RawRecord]) -> Result<Vec<u8>, ZoneE
     Ok(m)
 }
 
+/// Records changed during each round so far, as [`ZoneMaintenance::begin_round`] kept
+/// them after the zone's records (none for the whole-zone signing's first round).
+fn round_counts(kept: &[Vec<Vec<u8>>]) -> Vec<u32> {
+    kept.get(1).map_or_else(Vec::new, |counts| counts.iter().filter_map(|c| c.as_slice().try_into().ok().map(u32::from_be_bytes)).collect())
+}
+
+/// A round's input for dnssec-signzone: the zone's content now (`unsigned`, one record per
+/// line) with the RRSIGs of the last round's output (`signed`, the same style) that cover
+/// an RRset still in the zone: the DNSKEY's, each remaining RRset's, and the NSEC's of
+/// each remaining name, whose NSEC comes along too (dnssec-signzone drops the signatures
+/// of a type the input lacks before it rebuilds the chain, so without it every NSEC would
+/// be signed again). dnssec-signzone rebuilds the chain, keeps the signatures that still
+/// verify and signs the rest; what the writes removed is left out.
+fn with_kept_signatures(unsigned: &str, signed: &str) -> String {
+    use std::collections::BTreeSet;
+    let mut rrsets: BTreeSet<(String, &str)> = BTreeSet::new();
+    let mut owners: BTreeSet<String> = BTreeSet::new();
+    for line in unsigned.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(owner), Some(rtype)) = (fields.next(), fields.nth(2)) else { continue };
+        if owner.starts_with(';') {
+            continue;
+        }
+        owners.insert(owner.to_ascii_lowercase());
+        rrsets.insert((owner.to_ascii_lowercase(), rtype));
+    }
+    let mut out = String::with_capacity(unsigned.len() + signed.len() / 2);
+    out.push_str(unsigned);
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    for line in signed.lines() {
+        let fields: Vec<&str> = line.split_whitespace().take(5).collect();
+        let keep = match fields[..] {
+            [owner, _, _, "NSEC", ..] | [owner, _, _, "RRSIG", "NSEC"] => owners.contains(&owner.to_ascii_lowercase()),
+            [_, _, _, "RRSIG", "DNSKEY"] => true,
+            [owner, _, _, "RRSIG", covered] => rrsets.contains(&(owner.to_ascii_lowercase(), covered)),
+            _ => false,
+        };
+        if keep {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// Drops DNSSEC records from a zone in named-compilezone's full style
 /// (`owner ttl class type rdata`, one record per line).
 fn strip_dnssec(text: &str) -> String {
@@ -826,6 +947,37 @@ mod tests {
         assert_eq!(decode_records(&bytes, 42), Some(lists));
         assert_eq!(decode_records(&bytes, 41), None, "another signing's");
         assert_eq!(decode_records(&bytes[..bytes.len() - 1], 42), None, "cut short");
+    }
+
+    #[test]
+    fn a_round_keeps_the_signatures_of_what_is_still_in_the_zone() {
+        let unsigned = "example.test. 300 IN SOA ns0.example.test. h.example.test. 9 3600 900 604800 300\n\
+                        www.example.test. 300 IN A 192.0.2.80\n\
+                        new.example.test. 300 IN A 192.0.2.81\n";
+        let signed = "; comment\n\
+                      example.test. 300 IN SOA ns0.example.test. h.example.test. 7 3600 900 604800 300\n\
+                      example.test. 300 IN RRSIG SOA 8 2 300 20300101000000 20200101000000 1 example.test. AAAA\n\
+                      example.test. 300 IN DNSKEY 257 3 8 AwEAAQ==\n\
+                      example.test. 300 IN RRSIG DNSKEY 8 2 300 20300101000000 20200101000000 1 example.test. BBBB\n\
+                      example.test. 300 IN NSEC gone.example.test. SOA RRSIG NSEC DNSKEY\n\
+                      example.test. 300 IN RRSIG NSEC 8 2 300 20300101000000 20200101000000 1 example.test. CCCC\n\
+                      gone.example.test. 300 IN A 192.0.2.1\n\
+                      gone.example.test. 300 IN NSEC www.example.test. A RRSIG NSEC\n\
+                      gone.example.test. 300 IN RRSIG A 8 3 300 20300101000000 20200101000000 1 example.test. DDDD\n\
+                      gone.example.test. 300 IN RRSIG NSEC 8 3 300 20300101000000 20200101000000 1 example.test. EEEE\n\
+                      WWW.example.test. 300 IN RRSIG A 8 3 300 20300101000000 20200101000000 1 example.test. FFFF\n\
+                      www.example.test. 300 IN RRSIG AAAA 8 3 300 20300101000000 20200101000000 1 example.test. GGGG\n";
+        let input = with_kept_signatures(unsigned, signed);
+        let kept: Vec<&str> = input.lines().filter(|l| l.split_whitespace().nth(3) == Some("RRSIG")).map(|l| l.rsplit(' ').next().unwrap()).collect();
+        assert_eq!(kept, ["AAAA", "BBBB", "CCCC", "FFFF"], "SOA, DNSKEY, the apex NSEC, www A (owner case aside); not what the writes removed");
+        assert!(input.starts_with(unsigned), "the content as it is now, unchanged");
+        assert!(input.contains("example.test. 300 IN NSEC gone.example.test."), "the NSEC of a remaining name, for its signature to be kept");
+        assert!(
+            !input.contains("gone.example.test. 300 IN NSEC") && !input.contains(" DNSKEY 257"),
+            "no NSEC of a removed name, no DNSKEY (the signer adds it)"
+        );
+        assert_eq!(round_counts(&[vec![b"r".to_vec()], vec![30u32.to_be_bytes().to_vec(), 7u32.to_be_bytes().to_vec()]]), [30, 7]);
+        assert!(round_counts(&[vec![b"r".to_vec()]]).is_empty());
     }
 
     #[test]

@@ -1304,6 +1304,50 @@ fn a_whole_zone_signing_runs_beside_reads_and_writes_until_t_plus_one_replicas_a
     assert!(cmds.iter().any(|c| matches!(c, Command::Answer { bytes, .. } if bytes == b"no signing running")), "{cmds:?}");
 }
 
+/// When the writes made during a signing changed too much for a short catch-up, the
+/// executor reports another round instead of an installation: the same signing goes on
+/// (its signature times kept), begun at that batch, and only claims for the new round
+/// count towards finishing it.
+#[test]
+fn a_signing_that_was_written_to_goes_another_round_before_it_is_installed() {
+    let s = start_s();
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    core.deliver(batch(1, s, vec![(3, sz(3, s), None)]));
+    let cmds = core.deliver(batch(2, s + 1, vec![(1, sz(1, s + 1), Some(7))]));
+    assert!(matches!(cmds.first(), Some(Command::BeginSigning { seq: 2, .. })), "{cmds:?}");
+    core.handle(Event::SigningBegun { seq: 2, result: Ok(()) });
+    core.deliver(batch(3, s + 2, vec![(3, finish(3, 2), None)]));
+    let cmds = core.deliver(batch(4, s + 3, vec![(0, finish(0, 2), Some(8))]));
+    let Some(Command::FinishSigning { seq: 4, run, .. }) = cmds.first() else { panic!("t+1 finish the round: {cmds:?}") };
+    assert_eq!(run.seq, 2);
+    let before = core.state().outcomes;
+
+    let cmds = core.handle(Event::SigningRound { seq: 4, changed: 40 });
+    let texts = answer_texts(&cmds);
+    assert_eq!(texts.len(), 1, "only the claim is answered; the admin waits for the installation: {texts:?}");
+    assert!(texts[0].1.starts_with("finished round: another begun at seq 4 for the 40 records"), "{texts:?}");
+    assert!(matches!(cmds.last(), Some(Command::Persist(_))) && core.is_idle(), "the executor goes on: {cmds:?}");
+    let st = core.state();
+    assert_eq!(st.signing, Some(wrapper::exec::SigningRun { seq: 4, time_s: s + 1 }), "the new round, with the signing's first times");
+    assert!(st.sign_finish_votes.is_empty(), "the last round's claims are used up");
+    assert_ne!(st.outcomes, before, "the round is in the outcome chain");
+    let mut want = ExecState { outcomes: before, ..Default::default() };
+    want.record(4, 0, wrapper::exec::state::code::SIGNING_ROUND | 40);
+    assert_eq!(st.outcomes, want.outcomes, "recorded with the records changed");
+
+    // A claim for the round that ended no longer counts; two for the new one finish it.
+    let cmds = core.deliver(batch(5, s + 4, vec![(1, finish(1, 2), Some(9)), (3, finish(3, 4), None)]));
+    let texts = answer_texts(&cmds);
+    assert!(texts[0].1.starts_with("refused: "), "{texts:?}");
+    assert!(!cmds.iter().any(|c| matches!(c, Command::FinishSigning { .. })), "{cmds:?}");
+    let cmds = core.deliver(batch(6, s + 5, vec![(2, finish(2, 4), None)]));
+    let Some(Command::FinishSigning { seq: 6, run, times }) = cmds.first() else { panic!("t+1 claims for the round: {cmds:?}") };
+    assert_eq!((run.seq, run.time_s, u64::from(times.expiration)), (4, s + 1, s + 5 + 600));
+    let cmds = core.handle(Event::SigningFinished { seq: 6, result: Ok(3) });
+    assert_eq!(answer_texts(&cmds), vec![(7, "signed at seq 4".to_string())], "the admin hears of the installation");
+    assert_eq!((core.state().signing, core.state().last_signed_s), (None, s + 1), "the signatures carry the first round's time");
+}
+
 /// A Byzantine primary orders finish claims under any origin it likes (the ordering does not
 /// authenticate a request's origin end to end). None of the claims no replica made counts:
 /// not a real claim ordered under another origin, not one for another run, not one signed

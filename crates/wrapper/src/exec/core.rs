@@ -20,7 +20,8 @@
 //!   that point is what is signed, reads and writes go on meanwhile, and the signed zone
 //!   is installed (with the writes ordered meanwhile applied on top) at the point of the
 //!   log where `SignZoneFinish` from `faults + 1` replicas completes (docs/DETERMINISM.md,
-//!   "Background whole-zone signing");
+//!   "Background whole-zone signing"), unless the writes changed too much meanwhile: then
+//!   another round of the signing begins there (`Event::SigningRound`), with claims for it;
 //! - re-signing is incremental: an ordered `Resign` at agreed time T, once the zone was
 //!   signed and no earlier than `slice_interval_s` after the last slice, re-signs at most
 //!   `slice_rrsets` RRsets whose signatures expire by T + (validity - `resign_after_s`),
@@ -103,7 +104,10 @@ pub enum Command<R> {
     BeginSigning { seq: u64, times: SignatureTimes },
     /// Install the zone signed by background run `run` (waiting for this replica's part
     /// of it however long it takes), then apply on top of it what changed since `run`
-    /// began, with this batch's agreed `times`; report [`Event::SigningFinished`].
+    /// began, with this batch's agreed `times`; report [`Event::SigningFinished`]. When
+    /// that is more than a short catch-up (a function of the zone's content and of the
+    /// rounds so far, so the same on every honest replica), begin another round here
+    /// instead and report [`Event::SigningRound`].
     FinishSigning { seq: u64, run: SigningRun, times: SignatureTimes },
     /// Re-sign at most `max_rrsets` RRsets whose signatures expire at or before
     /// `due_before_s`, soonest first (ties by owner and type), with these agreed times;
@@ -145,6 +149,13 @@ pub enum Event {
     SigningFinished {
         seq: u64,
         result: Result<u32, String>,
+    },
+    /// Too much changed during the round that ended: another round of the same signing
+    /// began at `seq` (its content kept, the last round's signatures with it), to sign in
+    /// the background what the writes changed; `changed`: records they changed.
+    SigningRound {
+        seq: u64,
+        changed: u32,
     },
     /// How many RRsets the slice re-signed, or why named refused it.
     SliceDone {
@@ -453,6 +464,25 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 }
                 if let Some(reply) = reply {
                     out.push(Command::Answer { reply, bytes: format!("finished: {text}").into_bytes() });
+                }
+            }
+            Event::SigningRound { seq, changed } => {
+                let Some(run) = &mut self.running else { return out };
+                if run.seq != seq || !matches!(run.wait, Some(Wait::Finish { .. })) {
+                    return out;
+                }
+                let Some(Wait::Finish { index, reply }) = run.wait.take() else { return out };
+                // The same signing: its signatures keep the first round's times; the finish
+                // claims now name this round.
+                let time_s = self.state.signing.map_or(run.time_us / 1_000_000, |s| s.time_s);
+                self.state.signing = Some(SigningRun { seq, time_s });
+                self.state.sign_finish_votes.clear();
+                self.state.record(seq, index, code::SIGNING_ROUND | changed.min(0xffff));
+                if let Some(reply) = reply {
+                    out.push(Command::Answer {
+                        reply,
+                        bytes: format!("finished round: another begun at seq {seq} for the {changed} records changed meanwhile").into_bytes(),
+                    });
                 }
             }
             Event::SliceDone { seq, result } => {

@@ -38,6 +38,9 @@ pub mod code {
     /// A background whole-zone signing began: the zone's content at this point was
     /// taken as what it signs.
     pub const SIGNING_BEGUN: u32 = 0x0010_0000;
+    /// Another round of a background signing began: the low 16 bits hold how many records
+    /// the writes changed during the last one (capped).
+    pub const SIGNING_ROUND: u32 = 0x0020_0000;
 }
 
 /// A whole-zone signing running in the background: it signs the zone as it was at
