@@ -163,6 +163,17 @@ impl Adopted {
         self.base + 1 + i
     }
 
+    /// A counter or gauge from replica `i`'s /metrics (0 when absent).
+    fn metric(&self, i: u16, name: &str) -> u64 {
+        let out = run(Command::new("curl").args(["-s", "-m", "5"]).arg(format!("http://127.0.0.1:{}/metrics", self.base + 301 + i)));
+        text(&out)
+            .lines()
+            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
     fn logs(&self) -> String {
         (0..4).map(|i| std::fs::read_to_string(self.dir.join(format!("replica-{i}/sdns.log"))).unwrap_or_default()).collect::<Vec<_>>().join("\n---\n")
     }
@@ -624,12 +635,15 @@ fn a_zone_signed_with_the_operators_key_rolls_over_without_a_validation_outage()
     // Adopted from the zone file with its journal, where named keeps its signing.
     let conf = named.conf.clone();
     // The finish signs the zone again soon after the first signing: no hour between them.
+    // Re-signing slices run every second and take what expires within 25 days (30-day
+    // validity, renewed 5 days in): the old KSK's signature (20 days) is due by its date,
+    // the threshold key's are not, so a slice that took any key's signatures would take it.
     let cluster = Adopted::up(
         &conf,
         "signed.test",
         root.path().join("cluster"),
-        &["--dnssec-signzone", system_tool("dnssec-signzone").to_str().unwrap()],
-        &["--sign-zone-interval-s", "1"],
+        &["--dnssec-signzone", system_tool("dnssec-signzone").to_str().unwrap(), "--rollover-validity-days", "20"],
+        &["--sign-zone-interval-s", "1", "--resign-after-s", "432000", "--resign-slice-interval-s", "1"],
     );
     drop(named);
     let said_old = std::fs::read_to_string(cluster.dir.join("ds-old.txt")).unwrap();
@@ -666,6 +680,22 @@ fn a_zone_signed_with_the_operators_key_rolls_over_without_a_validation_outage()
     let (ok, said) = cluster.nsupdate(3, &cluster.dir.join("key-ops-key.key"), "update add laptop.signed.test 300 A 192.0.2.107");
     assert!(ok, "{said}\n{}", cluster.logs());
     old.validates("laptop.signed.test", "A", "192.0.2.107");
+    // Slices ran meanwhile (a few more are waited for) and left the old KSK's signature.
+    for i in 0..4 {
+        let ran = || cluster.metric(i, "sdns_resign_slices_total");
+        let (start, deadline) = (ran(), std::time::Instant::now() + std::time::Duration::from_secs(30));
+        while ran() < start + 3 {
+            assert!(std::time::Instant::now() < deadline, "replica {i} runs no re-signing slices:\n{}", cluster.logs());
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        let answer = cluster.dig(i, &["signed.test", "DNSKEY", "+dnssec", "+multiline"]);
+        assert!(answer.contains(&format!(" {old_tag} signed.test.")), "replica {i} lost the old KSK's signature to a slice:\n{answer}");
+    }
+    let first = sorted_zone(&cluster, 0);
+    for i in 1..4 {
+        assert_eq!(sorted_zone(&cluster, i), first, "replica {i}'s zone differs from replica 0's");
+    }
+    old.validates("www.signed.test", "A", "192.0.2.80");
     drop(old);
 
     // The finish: the old KSK and its signature leave every replica's zone, by ordered

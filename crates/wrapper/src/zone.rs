@@ -113,7 +113,7 @@ pub struct SliceReport {
     pub resigned: u32,
     /// Signatures that were due (this slice's and those left for later ones).
     pub due: u32,
-    /// Signatures in the zone; `None` when the AXFR was skipped.
+    /// The threshold key's signatures in the zone; `None` when the AXFR was skipped.
     pub total: Option<u32>,
 }
 
