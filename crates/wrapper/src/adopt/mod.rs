@@ -231,12 +231,12 @@ impl Scope<'_> {
             return report(Verdict::NotCandidate("a built-in local zone (it stays with each host's own named)".into()));
         }
         let mut why = Vec::new();
-        let mut plan = Plan::default();
-        plan.key_directory = match self.option(z, "key-directory").and_then(|d| d.arg()).map(PathBuf::from) {
+        let key_directory = match self.option(z, "key-directory").and_then(|d| d.arg()).map(PathBuf::from) {
             Some(d) if d.is_absolute() => d,
             Some(d) => self.directory.join(d),
             None => self.directory.clone(),
         };
+        let mut plan = Plan { key_directory, ..Plan::default() };
         if let Some(v) = &view {
             why.push(format!("in view {v:?}: views choose answers by client address, and named behind the wrapper sees one client only"));
         }
@@ -613,11 +613,12 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
     println!(
         "\nsdns adopt: dealt {zone} for {n} replicas in {dir}.\n\
          Your TSIG key files (for nsupdate -k) are there too: {keys}.\n\
-         The dealer's tsig.key is known to the replicas, but only rules naming `*` grant it anything.\n\
+         The dealer's tsig.key is known to the replicas, but only rules naming `*` grant it anything{finish}.\n\
          Next: copy replica-<i>/ to host i and install it there (scripts/install.sh --replica replica-<i>),\n\
          or try it on this machine: sdns cluster up --dir {dir} --zone {zone} --replicas {n} (with the same\n\
          address and port options as here). DS for the parent once every replica serves the signed zone: ds.txt.{rollover}",
-        rollover = rollover_note.map(|n| format!("\n\n{n}")).unwrap_or_default(),
+        finish = if rollover_note.is_some() { " (and the deletion of the rollover marker)" } else { "" },
+        rollover = rollover_note.as_ref().map(|n| format!("\n\n{n}")).unwrap_or_default(),
         n = p.replicas,
         dir = out.display(),
         keys = if files.is_empty() { "none".to_owned() } else { files.values().cloned().collect::<Vec<_>>().join(", ") },

@@ -204,6 +204,36 @@ fn zones_signed_with_the_operators_key_are_adopted_with_a_rollover() {
 }
 
 #[test]
+fn the_old_ksk_is_one_ksk_of_the_threshold_keys_algorithm_with_its_private_file() {
+    const KEY: &str = "AwEAAcMnWBKLuvG/LwnPVykcmpvnntwxfshHlHRhlY0F3oz8AMcuF8gw9McCw+BoC2YxWaiTpNPuxjSNhUlBtcbqXFj+rbR6DkymPPHPe9Y4+Xk6ah0m2HHVVFZJjNlH8Q==";
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Plan { signed: Some("dnssec-policy \"rsa\"".into()), key_directory: dir.path().to_owned(), ..Plan::default() };
+    let soa = "signed.test. 600 IN SOA ns.signed.test. h.signed.test. 1 3600 900 604800 300\n";
+    let ksk = format!("signed.test. 600 IN DNSKEY 257 3 8 {KEY}\n");
+    let zsk = format!("signed.test. 600 IN DNSKEY 256 3 8 {KEY}\n");
+    let err = |text: &str, alg| old_ksk(text, "signed.test.", &["DNSKEY"], &plan, alg, None).unwrap_err().to_string();
+    // No KSK in the data (a zone file without named's journal, say).
+    assert!(err(&format!("{soa}{zsk}"), 8).contains("holds no KSK") && err(soa, 8).contains("--server"));
+    // Two KSKs: the operator's own rollover is under way.
+    let other = ksk.replace("AwEAAc", "AwEAAd");
+    assert!(err(&format!("{soa}{ksk}{other}"), 8).contains("publishes 2 KSKs"));
+    // Another algorithm than the threshold key's.
+    assert!(err(&format!("{soa}{ksk}{zsk}"), 10).contains("uses DNSSEC algorithm 8, the threshold key 10"));
+    // The private key must be where named.conf (or --key-dir) says.
+    let text = format!("{soa}{zsk}{ksk}");
+    assert!(err(&text, 8).contains("is not there (give the key directory with --key-dir)"));
+    let stem = rollover::Dnskey::parse(ksk.trim()).unwrap().file_stem().unwrap();
+    for ext in ["key", "private"] {
+        std::fs::write(dir.path().join(format!("{stem}.{ext}")), "").unwrap();
+    }
+    let (found, key_dir) = old_ksk(&text, "signed.test.", &["DNSKEY"], &plan, 8, None).unwrap();
+    assert_eq!((found.flags, key_dir.as_path()), (257, dir.path()));
+    // --key-dir wins over named.conf's key-directory.
+    let elsewhere = tempfile::tempdir().unwrap();
+    assert!(old_ksk(&text, "signed.test.", &["DNSKEY"], &plan, 8, Some(elsewhere.path())).is_err());
+}
+
+#[test]
 fn zones_in_views_are_reported() {
     let conf = "view \"inside\" {\n\tzone \"example.com\" {\n\t\ttype master;\n\t\tfile \"db\";\n\t};\n};\n";
     let zones = inventory(&bindconf::parse(conf).unwrap(), Path::new("/etc/bind")).zones;
