@@ -8,6 +8,9 @@ pkgs=(
   build-essential pkg-config libssl-dev libuv1-dev libcap-dev xz-utils dpkg-dev
   # the real DNS tools the tests drive: dig, delv, nsupdate, dnssec-verify, dnssec-dsfromkey
   bind9-dnsutils bind9-utils dnsperf openssl
+  # tests/adopt.rs: the operator's stock named (bind9) that signs its zone with dnssec-policy,
+  # and validating resolvers (unbound) that trust the old and the new DS through the rollover
+  bind9 unbound
   # the fault scenarios' skewed clock (tests/faults.rs): LD_PRELOAD libfaketime for one replica
   faketime
   # misc

@@ -135,13 +135,14 @@ struct Adopted {
 }
 
 impl Adopted {
-    /// Adopts `zone` from `conf` into `dir` (with `extra` adopt arguments) and starts its
-    /// four replicas.
-    fn up(conf: &Path, zone: &str, dir: PathBuf, extra: &[&str]) -> Adopted {
+    /// Adopts `zone` from `conf` into `dir` (with `extra` adopt arguments, and `cluster`
+    /// arguments for both the adoption and `cluster up`) and starts its four replicas.
+    fn up(conf: &Path, zone: &str, dir: PathBuf, extra: &[&str], cluster: &[&str]) -> Adopted {
         let base = free_port_block(4);
         let port_args = ports(base);
         let mut args = adopt_args(conf.to_str().unwrap(), zone, dir.to_str().unwrap());
         args.extend(extra);
+        args.extend(cluster);
         let bind = bind_dir();
         args.extend(["--bind-dir", bind.to_str().unwrap()]);
         args.extend(port_args.iter().map(String::as_str));
@@ -151,6 +152,7 @@ impl Adopted {
         assert!(report.contains(&format!("adopted    {zone}.")), "{report}");
         let mut up = vec!["cluster", "up", "--replicas", "4", "--zone", zone, "--dir", dir.to_str().unwrap(), "--bind-dir", bind.to_str().unwrap()];
         up.extend(port_args.iter().map(String::as_str));
+        up.extend(cluster);
         let started = Adopted { dir: dir.clone(), zone: zone.to_owned(), base };
         let out = sdns(&up);
         assert!(out.status.success(), "cluster up:\n{}\n{}", text(&out), started.logs());
@@ -159,6 +161,17 @@ impl Adopted {
 
     fn port(&self, i: u16) -> u16 {
         self.base + 1 + i
+    }
+
+    /// A counter or gauge from replica `i`'s /metrics (0 when absent).
+    fn metric(&self, i: u16, name: &str) -> u64 {
+        let out = run(Command::new("curl").args(["-s", "-m", "5"]).arg(format!("http://127.0.0.1:{}/metrics", self.base + 301 + i)));
+        text(&out)
+            .lines()
+            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
     }
 
     fn logs(&self) -> String {
@@ -301,7 +314,6 @@ fn the_report_names_every_zone_and_why() {
         "adoptable  corp.test.  (update keys: dhcp-key, ops-key; transfer keys: ops-key; 2 update rule(s))",
         "adoptable  2.0.192.in-addr.arpa.  (update keys: dhcp-key; transfer keys: none; 1 update rule(s))",
         "cannot     signed.test.",
-        "because: dnssec-policy \"default\": the zone is signed by named with your own key",
         "because: inline-signing yes",
         "cannot     legacy.test.",
         "because: allow-update by address (`192.0.2.0/24`)",
@@ -316,7 +328,7 @@ fn the_report_names_every_zone_and_why() {
     let out = sdns(&adopt_args(conf.to_str().unwrap(), "signed.test", dealt.to_str().unwrap()));
     let said = text(&out);
     assert_eq!(out.status.code(), Some(2), "{said}");
-    assert!(said.contains("zone signed.test. cannot be adopted: dnssec-policy \"default\""), "{said}");
+    assert!(said.contains("zone signed.test. cannot be adopted: inline-signing yes"), "{said}");
     assert!(!dealt.join("replica-0").exists());
     let out = sdns(&adopt_args(conf.to_str().unwrap(), "nowhere.test", dealt.to_str().unwrap()));
     assert_eq!(out.status.code(), Some(2));
@@ -339,7 +351,7 @@ fn adopted_zones_take_updates_signed_with_the_operators_keys() {
     let ops_key = etc.join("ops.key");
 
     // The forward zone, with its update-policy.
-    let corp = Adopted::up(&conf, "corp.test", root.path().join("corp"), &[]);
+    let corp = Adopted::up(&conf, "corp.test", root.path().join("corp"), &[], &[]);
     let file = run(Command::new(system_tool("named-compilezone")).args(["-q", "-s", "full", "-o", "-", "corp.test"]).arg(etc.join("db.corp.test")));
     let before = records(&String::from_utf8_lossy(&file.stdout));
     assert!(before.len() == 6, "{before:?}");
@@ -375,14 +387,14 @@ fn adopted_zones_take_updates_signed_with_the_operators_keys() {
     assert!(axfr.contains("laptop-7.corp.test.") && axfr.contains("DNSKEY"), "{axfr}");
 
     // Taking the zone by AXFR from a running server works, and a zone that arrives signed
-    // is refused: its signatures are someone else's key.
+    // by a key whose private half is not at hand is refused: the rollover needs it.
     let again = root.path().join("again");
     let server = format!("127.0.0.1:{}", corp.port(0));
     let mut args = adopt_args(conf.to_str().unwrap(), "corp.test", again.to_str().unwrap());
     args.extend(["--server", &server, "--axfr-key", ops_key.to_str().unwrap()]);
     let out = sdns(&args);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("its data holds DNSKEY/RRSIG/NSEC records"), "{}", text(&out));
+    assert!(text(&out).contains("KSK file") && text(&out).contains("is not there (give the key directory with --key-dir)"), "{}", text(&out));
     drop(corp);
 
     // The reverse zone, with allow-update, in a cluster of its own, taken by AXFR from the
@@ -395,7 +407,7 @@ fn adopted_zones_take_updates_signed_with_the_operators_keys() {
     let before =
         records(&text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(running.port.to_string()).args(["2.0.192.in-addr.arpa", "AXFR"]))));
     assert!(before.iter().any(|r| r.contains("printer.corp.test.")), "{before:?}");
-    let reverse = Adopted::up(&conf, "2.0.192.in-addr.arpa", root.path().join("reverse"), &["--server", &server]);
+    let reverse = Adopted::up(&conf, "2.0.192.in-addr.arpa", root.path().join("reverse"), &["--server", &server], &[]);
     drop(running);
     // Every record the old server gave is served by every replica, DNSSEC records aside
     // (and the SOA serial, which the signing moved on).
@@ -415,4 +427,310 @@ fn adopted_zones_take_updates_signed_with_the_operators_keys() {
     let (ok, said) = reverse.nsupdate(0, &ops_key, "update add 108.2.0.192.in-addr.arpa 300 PTR x.corp.test.");
     assert!(!ok, "{said}");
     assert!(!reverse.dig(0, &["108.2.0.192.in-addr.arpa", "PTR"]).contains("x.corp.test."));
+}
+
+/// The operator's named for a zone it signs itself with `dnssec-policy` (a KSK and a ZSK,
+/// RSASHA256): Debian's /usr/sbin/named (the bind9 package) where installed, else the BIND
+/// build's named, which is the same 9.18 without the signing socket.
+struct SigningNamed {
+    child: std::process::Child,
+    port: u16,
+    dir: PathBuf,
+    conf: PathBuf,
+}
+
+impl SigningNamed {
+    fn start(root: &Path) -> SigningNamed {
+        let dir = root.join("signing-named");
+        std::fs::create_dir_all(dir.join("keys")).unwrap();
+        let out = run(Command::new(bind_dir().join("sbin/tsig-keygen")).args(["-a", "hmac-sha256", "ops-key"]));
+        assert!(out.status.success(), "tsig-keygen: {}", text(&out));
+        std::fs::write(dir.join("ops.key"), &out.stdout).unwrap();
+        std::fs::write(
+            dir.join("db.signed.test"),
+            "$TTL 3600\n@\tIN\tSOA\tns1.signed.test. hostmaster.signed.test. 2024060101 3600 900 604800 300\n\
+             \tIN\tNS\tns1\nns1\tIN\tA\t192.0.2.53\nwww\tIN\tA\t192.0.2.80\n",
+        )
+        .unwrap();
+        let port = free_port_block(1) + 1;
+        let d = dir.display();
+        let conf = dir.join("named.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "options {{\n\tdirectory \"{d}\";\n\tpid-file \"{d}/named.pid\";\n\tsession-keyfile \"{d}/session.key\";\n\
+                 \tlisten-on port {port} {{ 127.0.0.1; }};\n\tlisten-on-v6 {{ none; }};\n\trecursion no;\n\tdnssec-validation no;\n}};\n\
+                 controls {{ }};\ninclude \"{d}/ops.key\";\n\
+                 dnssec-policy \"rsa\" {{\n\tkeys {{\n\t\tksk lifetime unlimited algorithm rsasha256 2048;\n\
+                 \t\tzsk lifetime unlimited algorithm rsasha256 2048;\n\t}};\n}};\n\
+                 zone \"signed.test\" {{\n\ttype primary;\n\tfile \"{d}/db.signed.test\";\n\tkey-directory \"{d}/keys\";\n\
+                 \tdnssec-policy \"rsa\";\n\tupdate-policy {{\n\t\tgrant ops-key zonesub ANY;\n\t}};\n\
+                 \tallow-transfer {{ key ops-key; }};\n\tnotify no;\n}};\n"
+            ),
+        )
+        .unwrap();
+        let debian = Path::new("/usr/sbin/named");
+        let named = if debian.is_file() { debian.to_owned() } else { bind_dir().join("sbin/named") };
+        let log = std::fs::File::create(dir.join("named.log")).unwrap();
+        let child = Command::new(&named)
+            .args(["-g", "-4", "-n", "1", "-c"])
+            .arg(&conf)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", named.display()));
+        let n = SigningNamed { child, port, dir, conf };
+        // Signed when the apex DNSKEY RRset and an A RRset carry signatures.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let keys = n.dig(&["signed.test", "DNSKEY", "+dnssec"]);
+            let www = n.dig(&["www.signed.test", "A", "+dnssec"]);
+            if keys.contains("DNSKEY\t257 3 8") && keys.contains("RRSIG\tDNSKEY 8") && www.contains("RRSIG\tA 8") {
+                return n;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the operator's named never signed the zone:\n{keys}\n{www}\n{}",
+                std::fs::read_to_string(n.dir.join("named.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+    }
+
+    fn dig(&self, args: &[&str]) -> String {
+        text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(self.port.to_string()).args(["+norec", "+time=2", "+tries=1"]).args(args)))
+    }
+}
+
+impl Drop for SigningNamed {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A validating Unbound on a free port, unprivileged, that trusts `anchor` (a DS record)
+/// for signed.test. and asks replica port `stub` for it (test. is one of Unbound's
+/// built-in local zones, switched off here).
+struct Unbound {
+    child: std::process::Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Unbound {
+    fn start(root: &Path, name: &str, anchor: &str, stub: u16) -> Unbound {
+        let bin = Path::new("/usr/sbin/unbound");
+        assert!(bin.is_file(), "no {} (Debian's unbound; scripts/install-deps.sh installs it)", bin.display());
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = free_port_block(1) + 1;
+        let d = dir.display();
+        let conf = dir.join("unbound.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "server:\n\tinterface: 127.0.0.1\n\tport: {port}\n\tdo-ip6: no\n\tdo-not-query-localhost: no\n\
+                 \tusername: \"\"\n\tchroot: \"\"\n\tdirectory: \"{d}\"\n\tpidfile: \"{d}/unbound.pid\"\n\
+                 \tuse-syslog: no\n\tlogfile: \"{d}/unbound.log\"\n\tverbosity: 1\n\tval-log-level: 2\n\
+                 \tmodule-config: \"validator iterator\"\n\ttrust-anchor: \"{anchor}\"\n\
+                 \tlocal-zone: \"test.\" nodefault\n\
+                 remote-control:\n\tcontrol-enable: no\n\
+                 stub-zone:\n\tname: \"signed.test.\"\n\tstub-addr: 127.0.0.1@{stub}\n"
+            ),
+        )
+        .unwrap();
+        let check = run(Command::new("/usr/sbin/unbound-checkconf").arg(&conf));
+        assert!(check.status.success(), "unbound-checkconf: {}", text(&check));
+        let child =
+            Command::new(bin).arg("-d").arg("-c").arg(&conf).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().expect("unbound");
+        let u = Unbound { child, port, dir };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !u.query("signed.test", "SOA").contains("status:") {
+            assert!(std::time::Instant::now() < deadline, "unbound never answered:\n{}", u.log());
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        u
+    }
+
+    fn query(&self, name: &str, rtype: &str) -> String {
+        text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(self.port.to_string()).args(["+dnssec", "+time=5", "+tries=2", name, rtype])))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("unbound.log")).unwrap_or_default()
+    }
+
+    /// Asks until the answer is validated (the AD flag) with `want` in it.
+    fn validates(&self, name: &str, rtype: &str, want: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let answer = self.query(name, rtype);
+            let ad = answer.lines().any(|l| {
+                l.contains(";; flags:") && l.split("flags:").nth(1).is_some_and(|f| f.split(';').next().unwrap_or("").split_whitespace().any(|w| w == "ad"))
+            });
+            if ad && answer.contains("status: NOERROR") && answer.contains(want) {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "{} does not validate {name} {rtype}:\n{answer}\n{}", self.dir.display(), self.log());
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+}
+
+impl Drop for Unbound {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The zone as replica `i` serves it (AXFR with the transfer key), TSIG left out: for
+/// dnssec-verify and for comparing replicas.
+fn zone_text(cluster: &Adopted, i: u16) -> String {
+    let key = cluster.dir.join("transfer.key");
+    let axfr = cluster.dig(i, &["-k", key.to_str().unwrap(), &cluster.zone, "AXFR", "+onesoa", "+nocmd", "+nocomments", "+nostats"]);
+    let lines: Vec<&str> = axfr.lines().filter(|l| !l.starts_with(';') && !l.trim().is_empty() && l.split_whitespace().nth(3) != Some("TSIG")).collect();
+    lines.join("\n") + "\n"
+}
+
+/// The zone's records, sorted, to compare replicas.
+fn sorted_zone(cluster: &Adopted, i: u16) -> Vec<String> {
+    let mut lines: Vec<String> = zone_text(cluster, i).lines().map(str::to_owned).collect();
+    lines.sort();
+    lines
+}
+
+/// dnssec-verify (Debian's) on replica `i`'s zone.
+fn verify(cluster: &Adopted, i: u16, root: &Path) -> String {
+    let file = root.join(format!("verify-{i}.db"));
+    std::fs::write(&file, zone_text(cluster, i)).unwrap();
+    // -z: the threshold key is a KSK that signs everything (no ZSK).
+    let out = run(Command::new(system_tool("dnssec-verify")).args(["-z", "-o", &cluster.zone]).arg(&file));
+    assert!(out.status.success() && text(&out).contains("Zone fully signed"), "dnssec-verify on replica {i}'s zone:\n{}", text(&out));
+    text(&out)
+}
+
+fn dnskeys(answer: &str) -> usize {
+    answer.lines().filter(|l| !l.starts_with(';') && l.split_whitespace().nth(3) == Some("DNSKEY")).count()
+}
+
+#[test]
+fn a_zone_signed_with_the_operators_key_rolls_over_without_a_validation_outage() {
+    let root = tempfile::tempdir().unwrap();
+    let named = SigningNamed::start(root.path());
+    let keys = named.dig(&["signed.test", "DNSKEY"]);
+    let old_ksk = keys.lines().find(|l| l.contains("DNSKEY\t257 ")).unwrap_or_else(|| panic!("{keys}")).to_owned();
+    // The old DS, as the parent has it now: from the operator's key, by Debian's tool.
+    let ksk_file = std::fs::read_dir(named.dir.join("keys"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "key") && std::fs::read_to_string(p).unwrap().contains("DNSKEY 257 "))
+        .expect("the operator's KSK file");
+    let ds = run(Command::new(system_tool("dnssec-dsfromkey")).args(["-2"]).arg(&ksk_file));
+    assert!(ds.status.success(), "{}", text(&ds));
+    let old_ds = String::from_utf8_lossy(&ds.stdout).trim().to_owned();
+
+    // Adopted from the zone file with its journal, where named keeps its signing.
+    let conf = named.conf.clone();
+    // The finish signs the zone again soon after the first signing: no hour between them.
+    // Re-signing slices run every second and take what expires within 25 days (30-day
+    // validity, renewed 5 days in): the old KSK's signature (20 days) is due by its date,
+    // the threshold key's are not, so a slice that took any key's signatures would take it.
+    let cluster = Adopted::up(
+        &conf,
+        "signed.test",
+        root.path().join("cluster"),
+        &["--dnssec-signzone", system_tool("dnssec-signzone").to_str().unwrap(), "--rollover-validity-days", "20"],
+        &["--sign-zone-interval-s", "1", "--resign-after-s", "432000", "--resign-slice-interval-s", "1"],
+    );
+    drop(named);
+    let said_old = std::fs::read_to_string(cluster.dir.join("ds-old.txt")).unwrap();
+    let norm = |ds: &str| ds.split_whitespace().filter(|w| *w != "IN").map(str::to_ascii_uppercase).collect::<Vec<_>>().join(" ");
+    assert_eq!(norm(&said_old), norm(&old_ds), "the old DS the adoption prints is the parent's");
+    let new_ds = std::fs::read_to_string(cluster.dir.join("ds.txt")).unwrap().trim().to_owned();
+    let steps = std::fs::read_to_string(cluster.dir.join("rollover.txt")).unwrap();
+    assert!(steps.contains(&new_ds) && steps.contains("rollover-finish"), "{steps}");
+
+    // Both KSKs published, the DNSKEY RRset signed by both; the ZSK and the operator's
+    // other signatures are gone. Every replica holds the same zone, and it verifies.
+    let old_key = old_ksk.split_whitespace().skip(4).collect::<Vec<_>>().join(" ");
+    let old_tag = old_ds.split_whitespace().nth(3).unwrap().to_owned();
+    for i in 0..4 {
+        let answer = cluster.dig(i, &["signed.test", "DNSKEY", "+dnssec", "+multiline"]);
+        assert_eq!(dnskeys(&cluster.dig(i, &["signed.test", "DNSKEY"])), 2, "replica {i}:\n{answer}");
+        assert!(answer.contains(&format!(" {old_tag} signed.test.")), "replica {i}: no signature by the old KSK {old_tag}\n{answer}");
+    }
+    assert!(cluster.dig(0, &["signed.test", "DNSKEY"]).replace('\t', " ").contains(&old_key.replace('\t', " ")), "the old KSK is the operator's");
+    let first = sorted_zone(&cluster, 0);
+    for i in 1..4 {
+        assert_eq!(sorted_zone(&cluster, i), first, "replica {i}'s zone differs from replica 0's");
+    }
+    let said = verify(&cluster, 0, root.path());
+    assert!(said.contains("RSASHA256"), "{said}");
+
+    // A validator that trusts the OLD DS validates the adopted zone, and so does one that
+    // trusts the new DS.
+    let old = Unbound::start(root.path(), "unbound-old", &old_ds, cluster.port(1));
+    old.validates("www.signed.test", "A", "192.0.2.80");
+    let new = Unbound::start(root.path(), "unbound-new", &new_ds, cluster.port(2));
+    new.validates("www.signed.test", "A", "192.0.2.80");
+    // A dynamic update is signed by the threshold key and validates through the old DS.
+    let (ok, said) = cluster.nsupdate(3, &cluster.dir.join("key-ops-key.key"), "update add laptop.signed.test 300 A 192.0.2.107");
+    assert!(ok, "{said}\n{}", cluster.logs());
+    old.validates("laptop.signed.test", "A", "192.0.2.107");
+    // Slices ran meanwhile (a few more are waited for) and left the old KSK's signature.
+    for i in 0..4 {
+        let ran = || cluster.metric(i, "sdns_resign_slices_total");
+        let (start, deadline) = (ran(), std::time::Instant::now() + std::time::Duration::from_secs(30));
+        while ran() < start + 3 {
+            assert!(std::time::Instant::now() < deadline, "replica {i} runs no re-signing slices:\n{}", cluster.logs());
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        let answer = cluster.dig(i, &["signed.test", "DNSKEY", "+dnssec", "+multiline"]);
+        assert!(answer.contains(&format!(" {old_tag} signed.test.")), "replica {i} lost the old KSK's signature to a slice:\n{answer}");
+    }
+    let first = sorted_zone(&cluster, 0);
+    for i in 1..4 {
+        assert_eq!(sorted_zone(&cluster, i), first, "replica {i}'s zone differs from replica 0's");
+    }
+    old.validates("www.signed.test", "A", "192.0.2.80");
+    drop(old);
+
+    // The finish: the old KSK and its signature leave every replica's zone, by ordered
+    // operations, and the zone is the same everywhere.
+    let base = cluster.base;
+    let port_args = ports(base);
+    let mut args =
+        vec!["cluster", "rollover-finish", "--replicas", "4", "--zone", "signed.test", "--dir", cluster.dir.to_str().unwrap(), "--sign-zone-interval-s", "1"];
+    args.extend(port_args.iter().map(String::as_str));
+    let out = sdns(&args);
+    assert!(out.status.success(), "rollover-finish:\n{}\n{}", text(&out), cluster.logs());
+    for i in 0..4 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while dnskeys(&cluster.dig(i, &["signed.test", "DNSKEY"])) != 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "replica {i} still publishes the old KSK:\n{}",
+                cluster.dig(i, &["signed.test", "DNSKEY", "+dnssec"])
+            );
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        assert!(!cluster.dig(i, &["signed.test", "DNSKEY", "+dnssec", "+multiline"]).contains(&format!(" {old_tag} signed.test.")), "replica {i}");
+    }
+    let first = sorted_zone(&cluster, 0);
+    assert!(!first.iter().any(|l| l.contains("_sdns-rollover")) && first.iter().any(|l| l.starts_with("laptop.signed.test.")), "{first:?}");
+    for i in 1..4 {
+        assert_eq!(sorted_zone(&cluster, i), first, "replica {i}'s zone differs from replica 0's after the finish");
+    }
+    verify(&cluster, 3, root.path());
+    // The new-DS validator keeps validating (a fresh one too); one that only knows the old
+    // DS no longer can: the old key is really gone.
+    new.validates("www.signed.test", "A", "192.0.2.80");
+    let fresh = Unbound::start(root.path(), "unbound-new-2", &new_ds, cluster.port(0));
+    fresh.validates("laptop.signed.test", "A", "192.0.2.107");
+    let stale = Unbound::start(root.path(), "unbound-old-2", &old_ds, cluster.port(0));
+    let answer = stale.query("www.signed.test", "A");
+    assert!(answer.contains("status: SERVFAIL"), "{answer}");
 }

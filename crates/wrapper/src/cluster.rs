@@ -85,6 +85,42 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Finishes the double-KSK rollover of a zone adopted signed, on the cluster in `dir`: an
+/// ordered update (signed with the dealer's tsig.key) deletes the rollover marker, then an
+/// ordered sign-zone signs the zone without the operator's KSK and its signature. Both are
+/// ordered operations, so every replica's zone stays the same.
+pub fn rollover_finish(p: &ClusterParams, dir: &Path) -> Result<()> {
+    let adopted = crate::adopt::adopted_for(dir, &p.zone)?;
+    if adopted.is_none() || !dir.join(crate::adopt::rollover::ROLLOVER_FILE).exists() {
+        bail!("{} holds no rollover: it was not adopted from a signed zone", dir.display());
+    }
+    let marker = crate::adopt::rollover::marker_name(&p.zone);
+    let exe = std::env::current_exe().context("locating the sdns binary")?;
+    let out = Command::new(&exe)
+        .arg("update")
+        .arg("--config")
+        .arg(replica_dir(dir, 0).join("replica.toml"))
+        .arg("-k")
+        .arg(dir.join("tsig.key"))
+        .args(["delete", &marker, "TXT"])
+        .output()
+        .context("running sdns update")?;
+    if !out.status.success() {
+        bail!("deleting {marker} TXT failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+    eprintln!("sdns cluster: {marker} TXT deleted (an ordered update); signing the zone without your old KSK ...");
+    let waited: Vec<u16> = (0..p.replicas).filter(|&i| !p.byzantine.iter().any(|(id, _)| *id == i)).collect();
+    let admins: Vec<SocketAddr> = waited.iter().map(|&i| p.layout.metrics(i)).collect();
+    let tokens: Vec<std::path::PathBuf> = waited.iter().map(|&i| admin_token_file(dir, i)).collect();
+    let outcome = sign_zone(&admins, &tokens).context("sign-zone")?;
+    println!(
+        "sdns cluster: rollover finished ({}); now have the parent remove the old DS: {}",
+        outcome.trim(),
+        dir.join(crate::adopt::rollover::OLD_DS_FILE).display()
+    );
+    Ok(())
+}
+
 fn print_usage(p: &ClusterParams, dir: &Path) {
     let c0 = p.layout.client(0);
     let c1 = p.layout.client(p.replicas.min(2) - 1);

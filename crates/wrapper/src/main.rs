@@ -48,6 +48,15 @@ enum Cmd {
         /// named-compilezone, to check the zone data and write it in canonical form.
         #[arg(long, default_value = "named-compilezone")]
         named_compilezone: PathBuf,
+        /// A signed zone: the directory of your private KSK (default: the zone's key-directory).
+        #[arg(long)]
+        key_dir: Option<PathBuf>,
+        /// A signed zone: your dnssec-signzone, which signs the DNSKEY RRset with your KSK once.
+        #[arg(long, default_value = "dnssec-signzone")]
+        dnssec_signzone: PathBuf,
+        /// A signed zone: validity of that signature, in days (finish the rollover before it ends).
+        #[arg(long, default_value_t = 90)]
+        rollover_validity_days: u32,
         #[command(flatten)]
         cluster: ClusterArgs,
         /// Output directory (the dealer's files, as keygen writes them).
@@ -98,6 +107,15 @@ enum ClusterCmd {
     /// Stop every replica of the cluster in DIR (found by its pid files; the other
     /// cluster flags are accepted, so the same flags work for up, status and down).
     Down {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        #[arg(long, default_value = ".cluster")]
+        dir: PathBuf,
+    },
+    /// Finish the rollover of a zone adopted signed, once the parent serves the new DS:
+    /// an ordered update deletes the rollover marker, then an ordered sign-zone drops your
+    /// old KSK and its signature.
+    RolloverFinish {
         #[command(flatten)]
         cluster: ClusterArgs,
         #[arg(long, default_value = ".cluster")]
@@ -240,8 +258,30 @@ fn main() -> ExitCode {
         Cmd::Update(args) => return wrapper::voting::update(args),
         Cmd::Stub(args) => return wrapper::voting::stub(args),
         Cmd::Keygen { cluster, out } => wrapper::keygen::keygen(&cluster.params(), &out),
-        Cmd::Adopt { named_conf, list, server, axfr_key, named_checkconf, named_compilezone, cluster, out } => {
-            let options = wrapper::adopt::AdoptOptions { named_conf, checkconf: named_checkconf, compilezone: named_compilezone, server, axfr_key, list };
+        Cmd::Adopt {
+            named_conf,
+            list,
+            server,
+            axfr_key,
+            named_checkconf,
+            named_compilezone,
+            key_dir,
+            dnssec_signzone,
+            rollover_validity_days,
+            cluster,
+            out,
+        } => {
+            let options = wrapper::adopt::AdoptOptions {
+                named_conf,
+                checkconf: named_checkconf,
+                compilezone: named_compilezone,
+                server,
+                axfr_key,
+                list,
+                key_dir,
+                signzone: dnssec_signzone,
+                rollover_validity_days,
+            };
             wrapper::adopt::adopt(&options, &cluster.params(), &out)
         }
         Cmd::Run { config } => match Config::load(&config) {
@@ -258,6 +298,7 @@ fn main() -> ExitCode {
         Cmd::Cluster { action } => match action {
             ClusterCmd::Up { cluster, dir } => wrapper::cluster::up(&cluster.params(), &dir),
             ClusterCmd::Down { cluster, dir } => wrapper::cluster::down(cluster.replicas, &dir),
+            ClusterCmd::RolloverFinish { cluster, dir } => wrapper::cluster::rollover_finish(&cluster.params(), &dir),
             ClusterCmd::Status { cluster, dir } => match wrapper::cluster::status(&cluster.params(), &dir) {
                 Ok(true) => Ok(()),
                 Ok(false) => return ExitCode::from(1),

@@ -134,7 +134,7 @@ pub struct SliceReport {
     pub resigned: u32,
     /// Signatures that were due (this slice's and those left for later ones).
     pub due: u32,
-    /// Signatures in the zone; `None` when the AXFR was skipped.
+    /// The threshold key's signatures in the zone; `None` when the AXFR was skipped.
     pub total: Option<u32>,
 }
 
@@ -188,7 +188,7 @@ impl ZoneMaintenance {
                     return Ok(SliceReport::default());
                 }
                 let records = self.raw_records().await?;
-                let plan = plan_slice(&records, due_before_s, max_rrsets as usize);
+                let plan = plan_slice(&records, due_before_s, max_rrsets as usize, self.key.key_tag());
                 let report = SliceReport { resigned: plan.chosen.len() as u32, due: plan.due as u32, total: Some(plan.total as u32) };
                 if plan.chosen.is_empty() {
                     self.earliest_expiration.store(plan.rest_earliest.unwrap_or(0), Ordering::Relaxed);
@@ -264,7 +264,7 @@ impl ZoneMaintenance {
         }
         let text = tokio::fs::read_to_string(&merged).await.map_err(|source| ZoneError::Io { path: merged.clone(), source })?;
         let _ = tokio::fs::remove_file(&merged).await;
-        Ok(strip_dnssec(&text))
+        Ok(strip_dnssec(&text, &self.zone.to_ascii(), self.key.key_tag()))
     }
 
     /// The zone's records less the DNSSEC ones, canonical wire form, sorted.
@@ -655,12 +655,22 @@ fn rrsig_expiration(r: &RawRecord) -> Option<u32> {
     Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
-/// Chooses, from the zone's records, the RRSIGs expiring at or before `due_before_s`:
-/// soonest first, ties broken by owner (lowercased wire form) and covered type, then
-/// the rdata, so the choice is a function of the zone's content alone. Expirations
-/// are compared as plain numbers: agreed times stay far from the 2106 wrap.
-fn plan_slice(records: &[RawRecord], due_before_s: u32, max: usize) -> SlicePlan<'_> {
-    let mut sigs: Vec<(u32, &RawRecord)> = records.iter().filter(|r| r.rtype == TYPE_RRSIG).filter_map(|r| rrsig_expiration(r).map(|e| (e, r))).collect();
+/// The RRSIG rdata's key tag (RFC 4034 3.1: offset 16).
+fn rrsig_key_tag(r: &RawRecord) -> Option<u16> {
+    let b = r.rdata.get(16..18)?;
+    Some(u16::from_be_bytes([b[0], b[1]]))
+}
+
+/// Chooses, from the zone's records, the RRSIGs by the threshold key (tag `key_tag`)
+/// expiring at or before `due_before_s`: soonest first, ties broken by owner (lowercased
+/// wire form) and covered type, then the rdata, so the choice is a function of the zone's
+/// content alone. Expirations are compared as plain numbers: agreed times stay far from
+/// the 2106 wrap. Signatures by other keys (the operator's KSK over the DNSKEY RRset
+/// during an adopted zone's rollover) are not the slices' to renew: deleting one would
+/// only lose it, as named signs with the threshold key alone.
+fn plan_slice(records: &[RawRecord], due_before_s: u32, max: usize, key_tag: u16) -> SlicePlan<'_> {
+    let mut sigs: Vec<(u32, &RawRecord)> =
+        records.iter().filter(|r| r.rtype == TYPE_RRSIG && rrsig_key_tag(r) == Some(key_tag)).filter_map(|r| rrsig_expiration(r).map(|e| (e, r))).collect();
     sigs.sort_by(|(ea, a), (eb, b)| {
         ea.cmp(eb).then_with(|| a.owner.cmp(&b.owner)).then_with(|| a.rdata[..2].cmp(&b.rdata[..2])).then_with(|| a.rdata.cmp(&b.rdata))
     });
@@ -760,12 +770,16 @@ fn with_kept_signatures(unsigned: &str, signed: &str) -> String {
 }
 
 /// Drops DNSSEC records from a zone in named-compilezone's full style
-/// (`owner ttl class type rdata`, one record per line).
-fn strip_dnssec(text: &str) -> String {
+/// (`owner ttl class type rdata`, one record per line), except, during an adopted zone's
+/// rollover (the zone holds the marker), the operator's KSK and its signature over the
+/// DNSKEY RRset: dnssec-signzone keeps that signature (a published zone key's, valid, same
+/// TTL), so the signed zone still serves validators that trust the old DS.
+fn strip_dnssec(text: &str, zone: &str, key_tag: u16) -> String {
+    let marker = crate::adopt::rollover::has_marker(text, zone);
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
         let rtype = line.split_whitespace().nth(3).unwrap_or("");
-        if DNSSEC_TYPES.contains(&rtype) {
+        if DNSSEC_TYPES.contains(&rtype) && !crate::adopt::rollover::keep_rollover(line, zone, key_tag, marker) {
             continue;
         }
         out.push_str(line);
@@ -782,13 +796,20 @@ mod tests {
         Name::from_ascii(text).unwrap().to_bytes().unwrap()
     }
 
+    /// The threshold key's tag in these tests.
+    const TAG: u16 = 0x1234;
+
     fn rrsig(owner: &str, covered: u16, expiration: u32) -> RawRecord {
+        rrsig_by(owner, covered, expiration, TAG)
+    }
+
+    fn rrsig_by(owner: &str, covered: u16, expiration: u32, tag: u16) -> RawRecord {
         let mut rdata = Vec::new();
         rdata.extend_from_slice(&covered.to_be_bytes());
         rdata.extend_from_slice(&[8, 3, 0, 0, 1, 44]);
         rdata.extend_from_slice(&expiration.to_be_bytes());
         rdata.extend_from_slice(&expiration.saturating_sub(1000).to_be_bytes());
-        rdata.extend_from_slice(&[0x12, 0x34]);
+        rdata.extend_from_slice(&tag.to_be_bytes());
         rdata.extend_from_slice(&name_wire("example.test."));
         rdata.extend_from_slice(&[0xaa; 256]);
         RawRecord { owner: name_wire(owner), rtype: TYPE_RRSIG, class: CLASS_IN, ttl: 300, rdata, span: 0..0 }
@@ -809,7 +830,7 @@ mod tests {
             rrsig("d.example.test.", 1, 900),
             rrsig("e.example.test.", 1, 700),
         ];
-        let plan = plan_slice(&zone, 700, 3);
+        let plan = plan_slice(&zone, 700, 3, TAG);
         let picked: Vec<(Vec<u8>, u32)> = plan.chosen.iter().map(|r| (r.owner.clone(), rrsig_expiration(r).unwrap())).collect();
         assert_eq!(
             picked,
@@ -821,18 +842,39 @@ mod tests {
         // The same zone in another order gives the same choice.
         let mut shuffled = zone.clone();
         shuffled.reverse();
-        let again = plan_slice(&shuffled, 700, 3);
+        let again = plan_slice(&shuffled, 700, 3, TAG);
         assert_eq!(again.chosen.iter().map(|r| r.to_wire()).collect::<Vec<_>>(), plan.chosen.iter().map(|r| r.to_wire()).collect::<Vec<_>>());
         // Nothing due: nothing chosen, the earliest expiration reported.
-        let none = plan_slice(&zone, 299, 3);
+        let none = plan_slice(&zone, 299, 3, TAG);
         assert!(none.chosen.is_empty());
         assert_eq!((none.due, none.rest_earliest), (0, Some(300)));
     }
 
     #[test]
+    fn a_slice_leaves_signatures_by_other_keys_alone() {
+        // The operator's KSK signed the DNSKEY RRset during an adopted zone's rollover; its
+        // signature expires first, but only the threshold key's are renewed by slices.
+        let zone = vec![
+            rrsig_by("example.test.", 48, 100, 0x4242),
+            rrsig("example.test.", 48, 200),
+            rrsig("www.example.test.", 1, 300),
+            rrsig_by("www.example.test.", 1, 50, 0x4242),
+        ];
+        let plan = plan_slice(&zone, 1000, 10, TAG);
+        let picked: Vec<(u32, u16)> = plan.chosen.iter().map(|r| (rrsig_expiration(r).unwrap(), rrsig_key_tag(r).unwrap())).collect();
+        assert_eq!(picked, vec![(200, TAG), (300, TAG)]);
+        assert_eq!((plan.due, plan.total, plan.rest_earliest), (2, 2, None));
+        // Nothing of the threshold key's due: nothing chosen, whatever the others expire.
+        let none = plan_slice(&zone, 150, 10, TAG);
+        assert!(none.chosen.is_empty());
+        assert_eq!(none.rest_earliest, Some(200));
+        assert_eq!(plan_slice(&zone, 1000, 10, 0x4242).chosen.len(), 2, "the tag decides");
+    }
+
+    #[test]
     fn a_slice_stays_inside_one_message() {
         let zone: Vec<RawRecord> = (0..1000).map(|i| rrsig(&format!("n{i}.example.test."), 1, 100)).collect();
-        let plan = plan_slice(&zone, 100, 1000);
+        let plan = plan_slice(&zone, 100, 1000, TAG);
         assert!(plan.chosen.len() < 1000 && plan.chosen.len() > 100, "{}", plan.chosen.len());
         let m = build_slice_update(&Name::from_ascii("example.test.").unwrap(), &plan.chosen).unwrap();
         assert!(m.len() <= MAX_SLICE_MESSAGE);
@@ -988,8 +1030,29 @@ mod tests {
                     example.test. 300 IN NSEC www.example.test. SOA RRSIG NSEC DNSKEY\n\
                     www.example.test. 300 IN A 192.0.2.80\n\
                     txt.example.test. 300 IN TXT \"RRSIG in text is data\"\n";
-        let s = strip_dnssec(text);
+        let s = strip_dnssec(text, "example.test.", 1);
         assert_eq!(s.lines().count(), 3, "{s}");
         assert!(s.contains(" SOA ") && s.contains(" A 192.0.2.80") && s.contains("RRSIG in text"));
+    }
+
+    #[test]
+    fn during_a_rollover_the_old_ksk_and_its_dnskey_signature_are_kept() {
+        let old = "example.test. 3600 IN DNSKEY 257 3 8 AwEAAQ==";
+        let old_tag = crate::adopt::rollover::Dnskey::parse(old).unwrap().key_tag().unwrap();
+        let text = format!(
+            "example.test. 300 IN SOA ns0.example.test. h.example.test. 1 3600 900 604800 300\n\
+             {old}\n\
+             example.test. 3600 IN RRSIG DNSKEY 8 2 3600 20300101000000 20200101000000 {old_tag} example.test. AAAA\n\
+             example.test. 3600 IN RRSIG DNSKEY 8 2 3600 20300101000000 20200101000000 7 example.test. BBBB\n\
+             example.test. 300 IN RRSIG SOA 8 2 300 20300101000000 20200101000000 7 example.test. CCCC\n\
+             _sdns-rollover.example.test. 3600 IN TXT \"marker\"\n"
+        );
+        let s = strip_dnssec(&text, "example.test.", 7);
+        let kept: Vec<&str> = s.lines().collect();
+        assert_eq!(kept.len(), 4, "{s}");
+        assert!(kept[1] == old && kept[2].contains(&format!(" {old_tag} example.test. AAAA")));
+        // Once the marker is deleted, the next whole-zone signing drops them.
+        let finished = text.replace("_sdns-rollover", "other");
+        assert_eq!(strip_dnssec(&finished, "example.test.", 7).lines().count(), 2);
     }
 }

@@ -14,6 +14,7 @@
 
 pub mod bindconf;
 pub mod record;
+pub mod rollover;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -52,6 +53,11 @@ pub struct Plan {
     pub policy: Vec<String>,
     /// What is not carried over but does not stop the adoption.
     pub notes: Vec<String>,
+    /// Why the zone is signed with the operator's own key (`dnssec-policy NAME`, `auto-dnssec
+    /// MODE`); such a zone is adopted with a double-KSK rollover to the threshold key.
+    pub signed: Option<String>,
+    /// Where named keeps the zone's keys (`key-directory`, else `directory`).
+    pub key_directory: PathBuf,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -225,7 +231,12 @@ impl Scope<'_> {
             return report(Verdict::NotCandidate("a built-in local zone (it stays with each host's own named)".into()));
         }
         let mut why = Vec::new();
-        let mut plan = Plan::default();
+        let key_directory = match self.option(z, "key-directory").and_then(|d| d.arg()).map(PathBuf::from) {
+            Some(d) if d.is_absolute() => d,
+            Some(d) => self.directory.join(d),
+            None => self.directory.clone(),
+        };
+        let mut plan = Plan { key_directory, ..Plan::default() };
         if let Some(v) = &view {
             why.push(format!("in view {v:?}: views choose answers by client address, and named behind the wrapper sees one client only"));
         }
@@ -240,11 +251,10 @@ impl Scope<'_> {
                 why.push(format!("option `{keyword}` is not supported by the adoption"));
             }
         }
-        // Signing by named itself: the rollover from the operator's key to the
-        // threshold key is not built yet.
+        // Signed by named with the operator's key: adopted with a double-KSK rollover.
         if let Some(policy) = self.option(z, "dnssec-policy").and_then(|p| p.arg()) {
             if !policy.eq_ignore_ascii_case("none") {
-                why.push(format!("dnssec-policy {policy:?}: the zone is signed by named with your own key, and the rollover to the threshold key (issue 15) is not built yet"));
+                plan.signed = Some(format!("dnssec-policy {policy:?}"));
             }
         }
         if self.option(z, "inline-signing").and_then(|p| p.arg()).is_some_and(|v| ["yes", "true", "1"].contains(&v.to_ascii_lowercase().as_str())) {
@@ -252,8 +262,13 @@ impl Scope<'_> {
         }
         if let Some(a) = self.option(z, "auto-dnssec").and_then(|p| p.arg()) {
             if !a.eq_ignore_ascii_case("off") {
-                why.push(format!("auto-dnssec {a}: the zone is signed with your own key (rollover not built yet)"));
+                plan.signed = Some(format!("auto-dnssec {a}"));
             }
+        }
+        if let Some(how) = &plan.signed {
+            plan.notes.push(format!(
+                "signed with your own key ({how}): adopted with a double-KSK rollover (your KSK stays published, with its signature over the DNSKEY RRset, until `sdns cluster rollover-finish`; see rollover.txt)"
+            ));
         }
         match z.child("file").and_then(|f| f.arg()) {
             Some(f) => {
@@ -453,6 +468,13 @@ pub struct AdoptOptions {
     pub axfr_key: Option<PathBuf>,
     /// Only print the report.
     pub list: bool,
+    /// The operator's key directory, for the private KSK of a signed zone (default: the
+    /// zone's `key-directory` from named.conf, else its `directory`).
+    pub key_dir: Option<PathBuf>,
+    /// The operator's `dnssec-signzone`, which signs the DNSKEY RRset with the old KSK.
+    pub signzone: PathBuf,
+    /// Validity of that one signature, in days.
+    pub rollover_validity_days: u32,
 }
 
 /// Runs `named-checkconf -p` and parses what it prints.
@@ -523,22 +545,35 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
     };
     let format = if o.server.is_some() { None } else { plan.format.as_deref() };
     let normalized = out.join(".adopt-zone.db");
-    compile_zone(&o.compilezone, &zone, &raw, format, &normalized)?;
+    // From the file, with its journal (named keeps its own signing and updates there).
+    compile_zone(&o.compilezone, &zone, &raw, format, o.server.is_none(), &normalized)?;
     if o.server.is_some() {
         let _ = std::fs::remove_file(&raw);
     }
     let text = std::fs::read_to_string(&normalized)?;
     let signed: Vec<&str> = dnssec_types(&text);
-    if !signed.is_empty() {
-        let _ = std::fs::remove_file(&normalized);
-        bail!("zone {zone} cannot be adopted: its data holds {} records, so it is signed with your own key, and the rollover to the threshold key is not built yet", signed.join("/"));
-    }
+    // A signed zone: its KSK (the key the parent's DS names) stays published for the
+    // rollover; the data goes on without the operator's signatures.
+    let old_ksk = if signed.is_empty() && plan.signed.is_none() {
+        None
+    } else {
+        let found = old_ksk(&text, &zone, &signed, &plan, p.algorithm, o.key_dir.as_deref());
+        if found.is_err() {
+            let _ = std::fs::remove_file(&normalized);
+        }
+        Some(found?)
+    };
+    std::fs::write(&normalized, rollover::strip_signed(&text))?;
 
     let mut p = p.clone();
     p.zone = zone.clone();
     p.zone_file = Some(normalized.clone());
     keygen(&p, out)?;
     let _ = std::fs::remove_file(&normalized);
+    let rollover_note = match &old_ksk {
+        Some((ksk, key_dir)) => Some(add_old_ksk(o, &p, out, &zone, ksk, key_dir)?),
+        None => None,
+    };
 
     // The operator's keys, under their own names, for every replica and the operator.
     let mut files: BTreeMap<String, String> = BTreeMap::new();
@@ -558,7 +593,13 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
         zone: zone.clone(),
         tsig_keys: std::iter::once("tsig.key".to_owned()).chain(plan.update_keys.iter().map(|k| files[k].clone())).collect(),
         transfer_keys: std::iter::once("transfer.key".to_owned()).chain(plan.transfer_keys.iter().map(|k| files[k].clone())).collect(),
-        update_policy: plan.policy.clone(),
+        update_policy: plan
+            .policy
+            .iter()
+            .cloned()
+            // The dealer's key may delete the rollover marker (and change nothing else).
+            .chain(old_ksk.as_ref().map(|_| format!("grant sdns-update name {} TXT", rollover::marker_name(&zone))))
+            .collect(),
         allow_transfer: plan.transfer_addresses.clone(),
     };
     let record = adopted.to_toml(&format!(
@@ -572,15 +613,90 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
     println!(
         "\nsdns adopt: dealt {zone} for {n} replicas in {dir}.\n\
          Your TSIG key files (for nsupdate -k) are there too: {keys}.\n\
-         The dealer's tsig.key is known to the replicas, but only rules naming `*` grant it anything.\n\
+         The dealer's tsig.key is known to the replicas, but only rules naming `*` grant it anything{finish}.\n\
          Next: copy replica-<i>/ to host i and install it there (scripts/install.sh --replica replica-<i>),\n\
          or try it on this machine: sdns cluster up --dir {dir} --zone {zone} --replicas {n} (with the same\n\
-         address and port options as here). DS for the parent once every replica serves the signed zone: ds.txt.",
+         address and port options as here). DS for the parent once every replica serves the signed zone: ds.txt.{rollover}",
+        finish = if rollover_note.is_some() { " (and the deletion of the rollover marker)" } else { "" },
+        rollover = rollover_note.as_ref().map(|n| format!("\n\n{n}")).unwrap_or_default(),
         n = p.replicas,
         dir = out.display(),
         keys = if files.is_empty() { "none".to_owned() } else { files.values().cloned().collect::<Vec<_>>().join(", ") },
     );
     Ok(())
+}
+
+/// The operator's KSK of a signed zone, from its data, and the directory holding its
+/// private half. Refuses what the double-KSK rollover cannot do.
+fn old_ksk(text: &str, zone: &str, signed: &[&str], plan: &Plan, algorithm: u8, key_dir: Option<&Path>) -> Result<(rollover::Dnskey, PathBuf)> {
+    let how = plan.signed.clone().unwrap_or_else(|| format!("its data holds {} records", signed.join("/")));
+    let ksks = rollover::apex_ksks(text, zone);
+    let ksk = match ksks.as_slice() {
+        [] => bail!(
+            "zone {zone} is signed with your own key ({how}), but its data holds no KSK (DNSKEY with flags 257) to roll over from; take the data by AXFR from the running named (--server)"
+        ),
+        [one] => one.clone(),
+        many => bail!(
+            "zone {zone} publishes {} KSKs ({}): a key rollover of your own is under way; finish it before the adoption",
+            many.len(),
+            many.iter().map(|k| k.key_tag().map_or("?".into(), |t| t.to_string())).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    if ksk.algorithm != algorithm {
+        bail!(
+            "zone {zone}: your KSK uses DNSSEC algorithm {}, the threshold key {algorithm} (--algorithm): a rollover that also changes the algorithm is not supported (the zone would have to be signed with both algorithms meanwhile)",
+            ksk.algorithm
+        );
+    }
+    let dir = key_dir.map(Path::to_owned).unwrap_or_else(|| plan.key_directory.clone());
+    let stem = ksk.file_stem().ok_or_else(|| anyhow!("zone {zone}: the KSK's key field is not base64"))?;
+    rollover::key_files(&dir, &stem)?;
+    Ok((ksk, dir))
+}
+
+/// Publishes the operator's KSK `ksk` beside the threshold key, with its signature over the
+/// DNSKEY RRset, in every copy of the zone under `out`; writes the old DS and the rollover's
+/// steps. Returns what to tell the operator.
+fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk: &rollover::Dnskey, key_dir: &Path) -> Result<String> {
+    let public = shoup_rsa::load_public(replica_dir(out, 0).join("zone.pub.json")).context("reading the dealt public key")?;
+    let name = hickory_proto::rr::Name::from_ascii(zone)?;
+    let threshold = crate::files::zone_key(&name, p.algorithm, &public)?;
+    let data = std::fs::read_to_string(out.join("zone.db"))?;
+    let soa =
+        data.lines().find(|l| l.split_whitespace().nth(3).is_some_and(|t| t.eq_ignore_ascii_case("SOA"))).ok_or_else(|| anyhow!("zone {zone} has no SOA"))?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    // An hour back, for validators whose clocks are behind.
+    let validity = (now.saturating_sub(3600), now + u64::from(o.rollover_validity_days) * 86_400);
+    let dnskeys = [ksk.record(threshold.ttl), threshold.dnskey_record()];
+    let rrsig = rollover::sign_dnskey_rrset(&o.signzone, zone, soa, &dnskeys, ksk, key_dir, validity, &out.join(".adopt-sign"))?;
+    let records = rollover::rollover_records(zone, ksk, threshold.ttl, &rrsig);
+    for dir in std::iter::once(out.to_owned()).chain((0..p.replicas).map(|i| replica_dir(out, i))) {
+        let path = dir.join("zone.db");
+        let mut text = std::fs::read_to_string(&path)?;
+        text.push_str(&records);
+        write_public(&path, text.as_bytes())?;
+    }
+    let old_ds = ksk.ds().ok_or_else(|| anyhow!("the DS of your KSK"))?;
+    let new_ds = std::fs::read_to_string(out.join("ds.txt"))?.trim().to_owned();
+    write_public(&out.join(rollover::OLD_DS_FILE), format!("{old_ds}\n").as_bytes())?;
+    let until = named_glue::time::format_timestamp(validity.1);
+    let steps = format!(
+        "Rollover of {zone} from your KSK {old_tag} to the threshold key {new_tag} (double KSK).\n\
+         Both keys are published; your KSK signed the DNSKEY RRset once, valid until {until} UTC,\n\
+         so validators that trust the DS at the parent now keep validating.\n\
+         1. Once every replica serves the zone, give the parent the new DS (keep the old one):\n   {new_ds}\n\
+         2. Wait until the parent serves it and the parent's DS TTL has passed.\n\
+         3. Finish: sdns cluster rollover-finish --dir DIR (a local cluster), or delete {marker} TXT\n\
+            (nsupdate -k tsig.key) and run sdns sign-zone: your KSK and its signature leave the zone.\n\
+         4. Have the parent remove the old DS:\n   {old_ds}\n\
+         Finish before {until}: after it the old key's signature expires, and validators that only\n\
+         know the old DS fail.\n",
+        old_tag = ksk.key_tag().unwrap_or(0),
+        new_tag = threshold.key_tag(),
+        marker = rollover::marker_name(zone),
+    );
+    write_public(&out.join(rollover::ROLLOVER_FILE), steps.as_bytes())?;
+    Ok(steps)
 }
 
 /// A file name for a key: `key-<name>.key`, made safe and distinct from `taken`.
@@ -614,9 +730,12 @@ fn dnssec_types(text: &str) -> Vec<&'static str> {
 
 /// Checks the zone data and writes it in canonical text form (one record per line,
 /// absolute names), with the operator's `named-compilezone`.
-fn compile_zone(compilezone: &Path, zone: &str, input: &Path, format: Option<&str>, output: &Path) -> Result<()> {
+fn compile_zone(compilezone: &Path, zone: &str, input: &Path, format: Option<&str>, journal: bool, output: &Path) -> Result<()> {
     let mut cmd = Command::new(compilezone);
     cmd.args(["-q", "-s", "full", "-F", "text"]);
+    if journal {
+        cmd.arg("-j");
+    }
     if let Some(f) = format {
         cmd.arg("-f").arg(f);
     }

@@ -135,7 +135,8 @@ fn zones_it_cannot_take_are_named_with_every_reason() {
         other => panic!("{name}: {other:?}"),
     };
     let signed = why("signed.example.");
-    assert!(signed.contains("dnssec-policy \"default\"") && signed.contains("inline-signing"), "{signed}");
+    // Signed by named is not a reason any more (the rollover takes it); inline signing is.
+    assert!(signed.contains("inline-signing") && !signed.contains("dnssec-policy"), "{signed}");
     let odd = why("odd.example.");
     assert!(odd.contains("`self` is not supported"), "{odd}");
     assert!(odd.contains("`nobody`, which is not a TSIG key"), "{odd}");
@@ -175,6 +176,61 @@ fn allow_transfer_addresses_are_carried_unless_negated() {
     let none = "zone \"a.test\" {\n\ttype master;\n\tfile \"db\";\n};\n";
     let Verdict::Adoptable(p) = &inventory(&bindconf::parse(none).unwrap(), Path::new("/")).zones[0].verdict else { panic!() };
     assert!(p.transfer_addresses.is_empty() && p.notes.iter().any(|n| n.contains("no allow-transfer")), "{:?}", p.notes);
+}
+
+#[test]
+fn zones_signed_with_the_operators_key_are_adopted_with_a_rollover() {
+    let conf = "options {\n\tdirectory \"/var/cache/bind\";\n\tkey-directory \"/etc/bind/keys\";\n};\n\
+                zone \"policy.test\" {\n\ttype primary;\n\tfile \"db.policy\";\n\tdnssec-policy \"rsa\";\n\tkey-directory \"zone-keys\";\n\tupdate-policy {\n\t\tgrant \"k\" zonesub \"ANY\";\n\t};\n};\n\
+                zone \"auto.test\" {\n\ttype primary;\n\tfile \"db.auto\";\n\tauto-dnssec maintain;\n};\n\
+                zone \"plain.test\" {\n\ttype primary;\n\tfile \"db.plain\";\n\tdnssec-policy \"none\";\n};\n\
+                key \"k\" {\n\talgorithm \"hmac-sha256\";\n\tsecret \"c2VjcmV0\";\n};\n";
+    let zones = inventory(&bindconf::parse(conf).unwrap(), Path::new("/etc/bind")).zones;
+    let plan = |name| match find(&zones, name) {
+        Verdict::Adoptable(p) => p.clone(),
+        other => panic!("{name}: {other:?}"),
+    };
+    let policy = plan("policy.test.");
+    assert_eq!(policy.signed.as_deref(), Some("dnssec-policy \"rsa\""));
+    // The zone's key-directory, relative to options { directory }.
+    assert_eq!(policy.key_directory, Path::new("/var/cache/bind/zone-keys"));
+    assert!(policy.notes.iter().any(|n| n.contains("double-KSK rollover")), "{:?}", policy.notes);
+    let auto = plan("auto.test.");
+    assert_eq!(auto.signed.as_deref(), Some("auto-dnssec maintain"));
+    assert_eq!(auto.key_directory, Path::new("/etc/bind/keys"), "the global key-directory");
+    let plain = plan("plain.test.");
+    assert_eq!(plain.signed, None);
+    assert!(!plain.notes.iter().any(|n| n.contains("rollover")));
+}
+
+#[test]
+fn the_old_ksk_is_one_ksk_of_the_threshold_keys_algorithm_with_its_private_file() {
+    const KEY: &str = "AwEAAcMnWBKLuvG/LwnPVykcmpvnntwxfshHlHRhlY0F3oz8AMcuF8gw9McCw+BoC2YxWaiTpNPuxjSNhUlBtcbqXFj+rbR6DkymPPHPe9Y4+Xk6ah0m2HHVVFZJjNlH8Q==";
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Plan { signed: Some("dnssec-policy \"rsa\"".into()), key_directory: dir.path().to_owned(), ..Plan::default() };
+    let soa = "signed.test. 600 IN SOA ns.signed.test. h.signed.test. 1 3600 900 604800 300\n";
+    let ksk = format!("signed.test. 600 IN DNSKEY 257 3 8 {KEY}\n");
+    let zsk = format!("signed.test. 600 IN DNSKEY 256 3 8 {KEY}\n");
+    let err = |text: &str, alg| old_ksk(text, "signed.test.", &["DNSKEY"], &plan, alg, None).unwrap_err().to_string();
+    // No KSK in the data (a zone file without named's journal, say).
+    assert!(err(&format!("{soa}{zsk}"), 8).contains("holds no KSK") && err(soa, 8).contains("--server"));
+    // Two KSKs: the operator's own rollover is under way.
+    let other = ksk.replace("AwEAAc", "AwEAAd");
+    assert!(err(&format!("{soa}{ksk}{other}"), 8).contains("publishes 2 KSKs"));
+    // Another algorithm than the threshold key's.
+    assert!(err(&format!("{soa}{ksk}{zsk}"), 10).contains("uses DNSSEC algorithm 8, the threshold key 10"));
+    // The private key must be where named.conf (or --key-dir) says.
+    let text = format!("{soa}{zsk}{ksk}");
+    assert!(err(&text, 8).contains("is not there (give the key directory with --key-dir)"));
+    let stem = rollover::Dnskey::parse(ksk.trim()).unwrap().file_stem().unwrap();
+    for ext in ["key", "private"] {
+        std::fs::write(dir.path().join(format!("{stem}.{ext}")), "").unwrap();
+    }
+    let (found, key_dir) = old_ksk(&text, "signed.test.", &["DNSKEY"], &plan, 8, None).unwrap();
+    assert_eq!((found.flags, key_dir.as_path()), (257, dir.path()));
+    // --key-dir wins over named.conf's key-directory.
+    let elsewhere = tempfile::tempdir().unwrap();
+    assert!(old_ksk(&text, "signed.test.", &["DNSKEY"], &plan, 8, Some(elsewhere.path())).is_err());
 }
 
 #[test]
