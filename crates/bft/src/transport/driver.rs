@@ -81,6 +81,27 @@ pub struct DriverStatus {
     pub persist_failed: Option<String>,
 }
 
+/// What the application sends through the core for vouched reads.
+#[derive(Debug)]
+pub enum ReadOut {
+    /// Probe every peer with these reads (see [`Replica::probe_reads`]).
+    Probe(Vec<(u64, Vec<u8>)>),
+    /// Vouch for these answers to peer `to`'s probes (see [`Replica::vouch_reads`]).
+    Vouch { to: u16, answers: Vec<(u64, Digest)> },
+}
+
+/// What the core hands the application for vouched reads ([`Action::ReadProbes`],
+/// [`Action::ReadVouches`]).
+#[derive(Debug)]
+pub enum ReadIn {
+    Probes { from: u16, after: u64, probes: Vec<(u64, Vec<u8>)> },
+    Vouches { from: u16, answers: Vec<(u64, Digest)> },
+}
+
+/// Read messages queued for the application at most; more are dropped (a gateway that gets
+/// no vouch falls back to ordering its read).
+const READ_QUEUE: usize = 1024;
+
 /// The application's side of a running replica.
 pub struct ReplicaHandle {
     /// Submit a request at this replica (this replica is its gateway).
@@ -94,6 +115,14 @@ pub struct ReplicaHandle {
     /// Report that the state of this checkpoint was fetched, verified and installed (with the
     /// ordering's delivery base there, from the snapshot): delivery resumes after it.
     pub installed: mpsc::Sender<Transferred>,
+    /// Read probes and vouches to send (dropped when the driver's queue is full).
+    pub reads: mpsc::Sender<ReadOut>,
+    /// Read probes and vouches from peers; the application takes it once.
+    pub read_events: Option<mpsc::Receiver<ReadIn>>,
+    /// The core's read barrier ([`Replica::read_barrier`]), published after every turn's
+    /// inputs, before any of their actions is carried out: a batch is handed to the
+    /// application only after the barrier covering it is visible here.
+    pub read_barrier: watch::Receiver<u64>,
     task: JoinHandle<()>,
 }
 
@@ -146,6 +175,9 @@ pub fn spawn_replica_with<O: Outbound>(
     let (deliver_tx, deliver_rx) = mpsc::unbounded_channel();
     let (transfer_tx, transfer_rx) = watch::channel(None);
     let (installed_tx, installed_rx) = mpsc::channel(4);
+    let (reads_tx, reads_rx) = mpsc::channel(READ_QUEUE);
+    let (read_events_tx, read_events_rx) = mpsc::channel(READ_QUEUE);
+    let (barrier_tx, barrier_rx) = watch::channel(replica.read_barrier());
     let (status_tx, status_rx) = watch::channel(DriverStatus {
         core: replica.status(),
         decode_errors: 0,
@@ -166,6 +198,10 @@ pub fn spawn_replica_with<O: Outbound>(
         submit_rx,
         checkpoint_rx,
         installed_rx,
+        reads_rx,
+        read_events_tx,
+        barrier_tx,
+        reads_dropped: 0,
         transfer_tx,
         deliver_tx,
         status_tx,
@@ -181,7 +217,17 @@ pub fn spawn_replica_with<O: Outbound>(
         persist_failed: None,
     };
     let task = tokio::spawn(driver.run());
-    let handle = ReplicaHandle { submit: submit_tx, checkpoint: checkpoint_tx, status: status_rx, state_transfer: transfer_rx, installed: installed_tx, task };
+    let handle = ReplicaHandle {
+        submit: submit_tx,
+        checkpoint: checkpoint_tx,
+        status: status_rx,
+        state_transfer: transfer_rx,
+        installed: installed_tx,
+        reads: reads_tx,
+        read_events: Some(read_events_rx),
+        read_barrier: barrier_rx,
+        task,
+    };
     (handle, deliver_rx)
 }
 
@@ -193,6 +239,11 @@ struct Driver<O: Outbound> {
     submit_rx: mpsc::Receiver<Request>,
     checkpoint_rx: mpsc::Receiver<(u64, Digest)>,
     installed_rx: mpsc::Receiver<Transferred>,
+    reads_rx: mpsc::Receiver<ReadOut>,
+    read_events_tx: mpsc::Sender<ReadIn>,
+    barrier_tx: watch::Sender<u64>,
+    /// Read probes and vouches from peers dropped because the application's queue was full.
+    reads_dropped: u64,
     transfer_tx: watch::Sender<Option<CheckpointClaim>>,
     deliver_tx: mpsc::UnboundedSender<Batch>,
     status_tx: watch::Sender<DriverStatus>,
@@ -213,6 +264,7 @@ enum Input {
     Submit(Request),
     Checkpoint(u64, Digest),
     Installed(Transferred),
+    Read(ReadOut),
     Timer,
     /// Every input source is gone: the application dropped its handle and the network is down.
     Closed,
@@ -246,6 +298,9 @@ impl<O: Outbound> Driver<O> {
                     None => break,
                 }
             }
+            // Before any action of these inputs is carried out (a delivery above all).
+            let barrier = self.replica.read_barrier();
+            self.barrier_tx.send_if_modified(|b| std::mem::replace(b, barrier) != barrier);
         }
     }
 
@@ -267,6 +322,7 @@ impl<O: Outbound> Driver<O> {
             },
             Some((seq, digest)) = self.checkpoint_rx.recv() => Input::Checkpoint(seq, digest),
             Some(claim) = self.installed_rx.recv() => Input::Installed(claim),
+            Some(read) = self.reads_rx.recv() => Input::Read(read),
             _ = tokio::time::sleep_until(wake) => Input::Timer,
         }
     }
@@ -280,6 +336,9 @@ impl<O: Outbound> Driver<O> {
         }
         if let Ok((seq, digest)) = self.checkpoint_rx.try_recv() {
             return Some(Input::Checkpoint(seq, digest));
+        }
+        if let Ok(read) = self.reads_rx.try_recv() {
+            return Some(Input::Read(read));
         }
         None
     }
@@ -318,6 +377,10 @@ impl<O: Outbound> Driver<O> {
                 }
                 Err(e) => tracing::warn!(seq = claim.seq, error = %e, "installed state refused by the ordering"),
             },
+            Input::Read(ReadOut::Probe(probes)) => {
+                self.replica.probe_reads(probes);
+            }
+            Input::Read(ReadOut::Vouch { to, answers }) => self.replica.vouch_reads(to, answers),
             Input::Timer => {
                 if self.replica.poll_timeout().is_some_and(|deadline| deadline <= now) {
                     self.replica.handle_timeout(now);
@@ -378,8 +441,21 @@ impl<O: Outbound> Driver<O> {
                     tracing::warn!(last_delivered, checkpoint = checkpoint.seq, "replica fell behind the retained log; state transfer needed");
                     self.transfer_tx.send_replace(Some(checkpoint));
                 }
+                Action::ReadProbes { from, after, probes } => self.hand_read(ReadIn::Probes { from, after, probes }),
+                Action::ReadVouches { from, answers } => self.hand_read(ReadIn::Vouches { from, answers }),
                 #[allow(unreachable_patterns)]
                 other => tracing::trace!(?other, "action ignored by the driver"),
+            }
+        }
+    }
+
+    /// Hands a peer's read probe or vouch to the application without waiting: the ordering
+    /// never waits for reads.
+    fn hand_read(&mut self, read: ReadIn) {
+        if self.read_events_tx.try_send(read).is_err() {
+            self.reads_dropped += 1;
+            if self.reads_dropped.is_power_of_two() {
+                tracing::debug!(dropped = self.reads_dropped, "read probes or vouches dropped: the application's queue is full");
             }
         }
     }
