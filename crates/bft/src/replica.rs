@@ -816,16 +816,51 @@ impl Replica {
             Message::NewView { new_view, .. } => self.on_new_view(from, new_view),
             Message::Status(report) => self.on_status(from, report),
             Message::Committed { seq, proposal, .. } => self.on_committed(from, seq, proposal),
-            Message::ReadProbe { probes, .. } => self.on_read_probe(from, probes),
-            Message::ReadVouch { answers, .. } => {
-                if answers.len() > MAX_READ_PROBES {
-                    self.blame(from, "read vouch beyond its bounds");
-                } else if !answers.is_empty() {
-                    self.actions.push_back(Action::ReadVouches { from, answers });
+            message @ (Message::ReadProbe { .. } | Message::ReadVouch { .. }) => {
+                if let Some(action) = self.read_action(from, message) {
+                    self.actions.push_back(action);
                 }
+                // Reads change nothing the ordering keeps.
+                return;
             }
         }
         self.after_step();
+    }
+
+    /// A read probe or vouch from peer `from`, as the action it becomes, returned rather than
+    /// queued: a driver may take read traffic while an earlier action (a persist) is still
+    /// being carried out, since reads change nothing the ordering keeps. `None` for any
+    /// other message, and for a read message that is refused (blamed when beyond its bounds
+    /// or not from its sender).
+    pub fn read_message(&mut self, from: ReplicaId, message: Message) -> Option<Action> {
+        if from >= self.config.n || from == self.config.id {
+            return None;
+        }
+        if message.sender() != from {
+            self.blame(from, "claimed sender differs from channel");
+            return None;
+        }
+        self.read_action(from, message)
+    }
+
+    fn read_action(&mut self, from: ReplicaId, message: Message) -> Option<Action> {
+        match message {
+            Message::ReadProbe { probes, .. } => {
+                if !read_probes_within_bounds(&probes) {
+                    self.blame(from, "read probe beyond its bounds");
+                    return None;
+                }
+                (!probes.is_empty()).then(|| Action::ReadProbes { from, after: self.read_barrier(), probes })
+            }
+            Message::ReadVouch { answers, .. } => {
+                if answers.len() > MAX_READ_PROBES {
+                    self.blame(from, "read vouch beyond its bounds");
+                    return None;
+                }
+                (!answers.is_empty()).then_some(Action::ReadVouches { from, answers })
+            }
+            _ => None,
+        }
     }
 
     /// The read barrier: the highest seq for which this replica has sent a commit (it holds
@@ -842,28 +877,29 @@ impl Replica {
     /// ([`Message::ReadProbe`]); returns the read barrier now. The caller keeps each probe
     /// within [`MAX_READ_PROBES`] and [`MAX_READ_PROBE_BYTES`] (what is beyond is not sent).
     pub fn probe_reads(&mut self, probes: Vec<(u64, Vec<u8>)>) -> u64 {
-        if !probes.is_empty() && read_probes_within_bounds(&probes) {
-            self.broadcast(Message::ReadProbe { sender: self.config.id, probes });
+        if let Some(message) = self.read_probe_message(probes) {
+            self.broadcast(message);
         }
         self.read_barrier()
     }
 
     /// Sends peer `to` the digests of this replica's answers to reads it probed.
     pub fn vouch_reads(&mut self, to: ReplicaId, answers: Vec<(u64, Digest)>) {
-        if to < self.config.n && !answers.is_empty() && answers.len() <= MAX_READ_PROBES {
-            self.send(to, Message::ReadVouch { sender: self.config.id, answers });
+        if let Some(message) = self.vouch_message(to, answers) {
+            self.send(to, message);
         }
     }
 
-    fn on_read_probe(&mut self, from: ReplicaId, probes: Vec<(u64, Vec<u8>)>) {
-        if !read_probes_within_bounds(&probes) {
-            self.blame(from, "read probe beyond its bounds");
-            return;
-        }
-        if !probes.is_empty() {
-            let after = self.read_barrier();
-            self.actions.push_back(Action::ReadProbes { from, after, probes });
-        }
+    /// The probe [`Replica::probe_reads`] broadcasts, for a driver that sends it itself (see
+    /// [`Replica::read_message`]); `None` when empty or beyond the bounds.
+    pub fn read_probe_message(&self, probes: Vec<(u64, Vec<u8>)>) -> Option<Message> {
+        (!probes.is_empty() && read_probes_within_bounds(&probes)).then_some(Message::ReadProbe { sender: self.config.id, probes })
+    }
+
+    /// The vouch [`Replica::vouch_reads`] sends, for a driver that sends it itself.
+    pub fn vouch_message(&self, to: ReplicaId, answers: Vec<(u64, Digest)>) -> Option<Message> {
+        (to < self.config.n && to != self.config.id && !answers.is_empty() && answers.len() <= MAX_READ_PROBES)
+            .then_some(Message::ReadVouch { sender: self.config.id, answers })
     }
 
     /// Fires due timers. Safe to call at any time.

@@ -296,8 +296,9 @@ impl VouchedReads {
     }
 
     fn vouch(&self, to: u16, id: u64, answer: &[u8]) {
-        if self.vouches.try_send((to, id, answer_digest(answer))).is_err() {
-            self.metrics.inc_dropped("vouch_outbox_full");
+        match self.vouches.try_send((to, id, answer_digest(answer))) {
+            Ok(()) => self.metrics.inc_vouches_sent(1),
+            Err(_) => self.metrics.inc_dropped("vouch_outbox_full"),
         }
     }
 }

@@ -202,6 +202,7 @@ pub fn spawn_replica_with<O: Outbound>(
         read_events_tx,
         barrier_tx,
         reads_dropped: 0,
+        deferred: std::collections::VecDeque::new(),
         transfer_tx,
         deliver_tx,
         status_tx,
@@ -244,6 +245,8 @@ struct Driver<O: Outbound> {
     barrier_tx: watch::Sender<u64>,
     /// Read probes and vouches from peers dropped because the application's queue was full.
     reads_dropped: u64,
+    /// Peers' messages taken while a persist was written, fed at the next turn.
+    deferred: std::collections::VecDeque<(u16, Message)>,
     transfer_tx: watch::Sender<Option<CheckpointClaim>>,
     deliver_tx: mpsc::UnboundedSender<Batch>,
     status_tx: watch::Sender<DriverStatus>,
@@ -261,6 +264,8 @@ struct Driver<O: Outbound> {
 
 enum Input {
     Message(u16, Bytes),
+    /// A message taken while a persist was written (see `Driver::take_during_persist`).
+    Decoded(u16, Message),
     Submit(Request),
     Checkpoint(u64, Digest),
     Installed(Transferred),
@@ -305,6 +310,9 @@ impl<O: Outbound> Driver<O> {
     }
 
     async fn next_input(&mut self) -> Input {
+        if let Some((from, message)) = self.deferred.pop_front() {
+            return Input::Decoded(from, message);
+        }
         // Wake for the core's timer, and at least every STATUS_INTERVAL to refresh the status.
         let status_due = Instant::now() + STATUS_INTERVAL;
         let wake = match self.replica.poll_timeout().map(deadline_instant) {
@@ -328,6 +336,9 @@ impl<O: Outbound> Driver<O> {
     }
 
     fn try_next_input(&mut self) -> Option<Input> {
+        if let Some((from, message)) = self.deferred.pop_front() {
+            return Some(Input::Decoded(from, message));
+        }
         if let Ok((from, bytes)) = self.incoming.try_recv() {
             return Some(Input::Message(from, bytes));
         }
@@ -349,13 +360,10 @@ impl<O: Outbound> Driver<O> {
                 self.last_heard.insert(from, Instant::now());
                 match Message::decode(&bytes, self.limits) {
                     Ok(message) => self.replica.handle_message(now, from, message),
-                    Err(e) => {
-                        self.decode_errors += 1;
-                        *self.decode_errors_by_peer.entry(from).or_default() += 1;
-                        tracing::warn!(from, len = bytes.len(), error = %e, "undecodable message from peer");
-                    }
+                    Err(e) => self.decode_error(from, bytes.len(), e),
                 }
             }
+            Input::Decoded(from, message) => self.replica.handle_message(now, from, message),
             Input::Submit(request) => {
                 if let Err(e) = self.replica.submit(now, request) {
                     self.submit_rejected += 1;
@@ -403,11 +411,20 @@ impl<O: Outbound> Driver<O> {
                         // the blocking pool so that the runtime's few worker threads go on
                         // serving clients and the executor; this task waits for it, so nothing
                         // queued after the persist goes out before it is durable.
-                        let written = tokio::task::spawn_blocking(move || {
+                        let mut job = tokio::task::spawn_blocking(move || {
                             let result = store.write(&persist);
                             (store, result)
-                        })
-                        .await;
+                        });
+                        // Meanwhile read probes and vouches go on (they change nothing the
+                        // ordering keeps); other messages wait for the next turn.
+                        let written = loop {
+                            tokio::select! {
+                                biased;
+                                written = &mut job => break written,
+                                Some((from, bytes)) = self.incoming.recv() => self.take_during_persist(from, bytes),
+                                Some(read) = self.reads_rx.recv() => self.send_read(read),
+                            }
+                        };
                         let failure = match written {
                             Ok((store, result)) => {
                                 self.store = Some(store);
@@ -447,6 +464,48 @@ impl<O: Outbound> Driver<O> {
                 other => tracing::trace!(?other, "action ignored by the driver"),
             }
         }
+    }
+
+    /// A peer's message that arrived while a persist was being written: a read probe or vouch
+    /// is handed on at once (with the barrier now, which covers every commit sent or queued),
+    /// anything else is kept for the next turn.
+    fn take_during_persist(&mut self, from: u16, bytes: Bytes) {
+        self.last_heard.insert(from, Instant::now());
+        match Message::decode(&bytes, self.limits) {
+            Ok(message @ (Message::ReadProbe { .. } | Message::ReadVouch { .. })) => match self.replica.read_message(from, message) {
+                Some(Action::ReadProbes { from, after, probes }) => self.hand_read(ReadIn::Probes { from, after, probes }),
+                Some(Action::ReadVouches { from, answers }) => self.hand_read(ReadIn::Vouches { from, answers }),
+                _ => {}
+            },
+            Ok(message) => self.deferred.push_back((from, message)),
+            Err(e) => self.decode_error(from, bytes.len(), e),
+        }
+    }
+
+    /// Sends the application's probe or vouch itself, outside the core's action queue.
+    fn send_read(&mut self, read: ReadOut) {
+        let (to, message) = match read {
+            ReadOut::Probe(probes) => (None, self.replica.read_probe_message(probes)),
+            ReadOut::Vouch { to, answers } => (Some(to), self.replica.vouch_message(to, answers)),
+        };
+        let Some(message) = message else { return };
+        let (me, n) = (self.replica.id(), self.replica.config().n);
+        match to {
+            Some(to) if self.byzantine.is_some() => self.send_byzantine(to, message),
+            Some(to) => self.outbound.send(to, Bytes::from(message.encode())),
+            None if self.byzantine.is_some() => {
+                for to in (0..n).filter(|&to| to != me) {
+                    self.send_byzantine(to, message.clone());
+                }
+            }
+            None => self.outbound.broadcast(Bytes::from(message.encode())),
+        }
+    }
+
+    fn decode_error(&mut self, from: u16, len: usize, e: crate::DecodeError) {
+        self.decode_errors += 1;
+        *self.decode_errors_by_peer.entry(from).or_default() += 1;
+        tracing::warn!(from, len, error = %e, "undecodable message from peer");
     }
 
     /// Hands a peer's read probe or vouch to the application without waiting: the ordering
