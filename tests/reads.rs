@@ -1,6 +1,9 @@
 //! Reads and writes interleaved at one replica in ordered mode: every read sent after an
 //! update was acknowledged sees it, however warm the replica's read cache was, and no read
-//! ever sees an older value than one acknowledged before it was sent.
+//! ever sees an older value than one acknowledged before it was sent. Most of these reads
+//! take the vouched path (answered without ordering, 2t+1 replicas' answers matching); with
+//! a replica that vouches wrong digests they still do, and when too few honest replicas are
+//! left to vouch they fall back to ordering, answers as fresh as ever.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
@@ -23,6 +26,73 @@ fn read(port: u16, tcp: bool) -> Option<u32> {
     }
     let value = out.lines().filter(|l| !l.starts_with(';')).find_map(|l| l.split_whitespace().last()?.strip_prefix("192.0.2.")?.parse().ok());
     Some(value.unwrap_or(0))
+}
+
+/// Replica `i`'s count of vouched reads with this outcome (vouched, fell_back).
+fn vouched(c: &Cluster, i: u16, outcome: &str) -> u64 {
+    let metrics = c.metrics(i);
+    metrics
+        .lines()
+        .find(|l| l.starts_with("sdns_vouched_reads_total") && l.contains(&format!("outcome=\"{outcome}\"")))
+        .and_then(|l| l.split_whitespace().last()?.parse().ok())
+        .unwrap_or_else(|| panic!("no vouched-read counter for {outcome}:\n{metrics}"))
+}
+
+/// Updates at replica 0, each followed by reads that must see it, with concurrent readers
+/// (UDP and TCP) that must never see less than what was acknowledged before they asked.
+fn interleave(c: &Cluster, rounds: u32, first: u32) {
+    let port = c.client_port(0);
+    let acked = AtomicU32::new(first - 1);
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let readers: Vec<_> = [false, true]
+            .into_iter()
+            .map(|tcp| {
+                let (acked, done) = (&acked, &done);
+                s.spawn(move || {
+                    let mut reads = 0u32;
+                    while !done.load(Ordering::SeqCst) {
+                        let floor = acked.load(Ordering::SeqCst);
+                        let seen = read(port, tcp).unwrap_or_else(|| panic!("read unanswered (tcp {tcp})"));
+                        assert!(seen >= floor, "stale read (tcp {tcp}): saw {seen} after {floor} was acknowledged");
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        for k in first..first + rounds {
+            for _ in 0..3 {
+                assert_eq!(read(port, false), Some(k - 1), "before update {k}\n{}", c.logs());
+            }
+            let (ok, out) = c.nsupdate(0, &format!("update delete {NAME} A\nupdate add {NAME} 300 A 192.0.2.{k}"));
+            assert!(ok, "update {k} failed:\n{out}\n{}", c.logs());
+            acked.store(k, Ordering::SeqCst);
+            assert_eq!(read(port, false), Some(k), "UDP read right after update {k} was acknowledged");
+            assert_eq!(read(port, true), Some(k), "TCP read right after update {k} was acknowledged");
+        }
+        done.store(true, Ordering::SeqCst);
+        for r in readers {
+            assert!(r.join().expect("reader") > 0, "each reader read during the updates");
+        }
+    });
+}
+
+/// A replica that vouches wrong digests (t = 1) cannot stop reads from being vouched by the
+/// two honest peers, nor make a stale answer pass; with one honest peer stopped, 2t+1
+/// matching answers are out of reach and reads fall back to ordering, still fresh.
+#[test]
+fn a_wrong_voucher_cannot_make_reads_stale() {
+    let c = Cluster::up(ClusterOpts { byzantine: vec![(1, "wrong-vouches".into())], ..Default::default() });
+    interleave(&c, 3, 1);
+    let (vouched_before, fell_back_before) = (vouched(&c, 0, "vouched"), vouched(&c, 0, "fell_back"));
+    assert!(vouched_before > 0, "the two honest peers vouched for nothing (fell back {fell_back_before})");
+    c.stop(2);
+    interleave(&c, 3, 4);
+    let fell_back = vouched(&c, 0, "fell_back") - fell_back_before;
+    let vouched_after = vouched(&c, 0, "vouched") - vouched_before;
+    assert!(fell_back > 0, "with replica 2 stopped, reads fell back to ordering (vouched meanwhile: {vouched_after})");
+    assert_eq!(vouched_after, 0, "vouched with only one honest peer and a liar left");
 }
 
 #[test]
@@ -75,4 +145,7 @@ fn reads_after_an_acknowledged_update_see_it() {
         .and_then(|l| l.split_whitespace().last()?.parse().ok())
         .unwrap_or_else(|| panic!("no cache hit counter:\n{metrics}"));
     assert!(hits > 0, "the read cache answered nothing:\n{metrics}");
+    // Most of those reads were answered without ordering, 2t+1 answers matching.
+    let (vouched, fell_back) = (vouched(&c, 0, "vouched"), vouched(&c, 0, "fell_back"));
+    assert!(vouched > fell_back, "most reads were vouched: vouched {vouched}, fell back {fell_back}");
 }

@@ -32,11 +32,13 @@ pub enum Mode {
     GarbageShares,
     /// Rewrites the answers it gives its own clients (A and AAAA data, TXT strings).
     WrongAnswers,
+    /// Vouches for other answers than its own to its peers' read probes (vouched reads).
+    WrongVouches,
 }
 
 impl Mode {
     /// Every mode, with `crash-after-N` at N = 20 (for listings and tests).
-    pub const ALL: [Mode; 10] = [
+    pub const ALL: [Mode; 11] = [
         Mode::Silent,
         Mode::CrashAfter(20),
         Mode::Equivocator,
@@ -47,6 +49,7 @@ impl Mode {
         Mode::CorruptShares,
         Mode::GarbageShares,
         Mode::WrongAnswers,
+        Mode::WrongVouches,
     ];
 
     /// The ordering driver's behaviour for this mode, if it has one.
@@ -58,6 +61,7 @@ impl Mode {
             Mode::ForgedRelays => Some(Behaviour::ForgedRelays),
             Mode::Flooder => Some(Behaviour::Flooder),
             Mode::StatusSpammer => Some(Behaviour::StatusSpammer),
+            Mode::WrongVouches => Some(Behaviour::WrongVouches),
             _ => None,
         }
     }
@@ -93,6 +97,7 @@ impl fmt::Display for Mode {
             Mode::CorruptShares => f.write_str("corrupt-shares"),
             Mode::GarbageShares => f.write_str("garbage-shares"),
             Mode::WrongAnswers => f.write_str("wrong-answers"),
+            Mode::WrongVouches => f.write_str("wrong-vouches"),
         }
     }
 }
@@ -111,6 +116,7 @@ impl FromStr for Mode {
             "corrupt-shares" | "corrupt" => Mode::CorruptShares,
             "garbage-shares" => Mode::GarbageShares,
             "wrong-answers" => Mode::WrongAnswers,
+            "wrong-vouches" => Mode::WrongVouches,
             other => match other.strip_prefix("crash-after-").map(str::parse::<u64>) {
                 Some(Ok(n)) => Mode::CrashAfter(n),
                 _ => {

@@ -81,6 +81,16 @@ pub struct ClusterSection {
     pub protocol: Protocol,
     #[serde(default = "default_read_mode")]
     pub reads: ReadMode,
+    /// Ordered mode: answer a plain query without ordering it when 2t+1 replicas (the gateway
+    /// included) give the same answer, each after executing up to its read barrier (PBFT's
+    /// read-only optimisation inside the cluster; `crate::vouched`). Still linearizable;
+    /// `false` orders every read.
+    #[serde(default = "default_true")]
+    pub vouched_reads: bool,
+    /// How long a gateway waits for matching vouches once its own answer is in, before it
+    /// orders the read instead.
+    #[serde(default = "default_vouch_timeout_ms")]
+    pub vouch_timeout_ms: u64,
     /// The cluster CA certificate (PEM) that signs every replica's certificate.
     pub ca_cert: PathBuf,
     /// The threshold public key (shoup-rsa format).
@@ -299,6 +309,12 @@ pub struct AuthSection {
 fn default_protocol() -> Protocol {
     Protocol::OptTe
 }
+fn default_true() -> bool {
+    true
+}
+fn default_vouch_timeout_ms() -> u64 {
+    5
+}
 fn default_read_mode() -> ReadMode {
     ReadMode::Ordered
 }
@@ -388,6 +404,9 @@ impl Config {
             if self.replica.corrupt_shares {
                 return Err(bad("replica.corrupt_shares", "is fault injection; refused unless cluster.test_cluster = true".into()));
             }
+        }
+        if self.cluster.vouch_timeout_ms == 0 || self.cluster.vouch_timeout_ms > 10_000 {
+            return Err(bad("cluster.vouch_timeout_ms", format!("{} is outside 1..=10000", self.cluster.vouch_timeout_ms)));
         }
         if self.replica.id >= n {
             return Err(bad("replica.id", format!("{} is not below cluster.replicas = {n}", self.replica.id)));
@@ -510,6 +529,8 @@ tsig_keys = ["tsig.key"]
         assert_eq!(c.faults(), 1);
         assert_eq!(c.cluster.protocol, Protocol::OptTe);
         assert_eq!(c.cluster.reads, ReadMode::Ordered);
+        assert!(c.cluster.vouched_reads, "vouched reads are on by default");
+        assert_eq!(c.cluster.vouch_timeout_ms, 5);
         assert_eq!(c.resolve(Path::new("share.json")), Path::new("/etc/sdns/share.json"));
         assert_eq!(c.me().client.port(), 5301);
         assert_eq!(c.auth.mode, crate::auth::Mode::Tsig);

@@ -94,6 +94,9 @@ pub struct Executor<G: UpdateGate> {
     /// one (0: never). Until a transferred state after it is installed, no batch is executed:
     /// executing on a diverged state would only spread the difference.
     pub diverged_at: Option<watch::Receiver<u64>>,
+    /// The executed position, for reads that wait for it (`crate::vouched`): published as
+    /// soon as a batch's last write is answered by named, before the state is persisted.
+    pub executed: watch::Sender<u64>,
 }
 
 /// Delivery bases of checkpoint batches by batch, the newest few.
@@ -148,6 +151,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
         let mut installed_at = 0u64;
         let state = self.core.state();
         self.last_signed.store(state.last_signed_s, Ordering::Relaxed);
+        self.executed.send_replace(state.executed);
         if state.executed > 0 {
             info!(replica = self.id, last = state.executed, "resuming after executed batch");
         }
@@ -259,6 +263,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
         }
         self.last_signed.store(state.last_signed_s, Ordering::Relaxed);
         self.metrics.update_status(|s| s.last_executed = state.executed);
+        self.executed.send_replace(state.executed);
         info!(replica = self.id, seq, "transferred state installed");
         Ok(())
     }
@@ -615,6 +620,8 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 // and the ordering and the clients need them meanwhile), but still finished
                 // before the next batch starts.
                 let (path, (last_signed_s, executed)) = (self.state_file.clone(), (state.last_signed_s, state.executed));
+                // named holds the batch's writes: reads may go past it while it is written.
+                self.executed.send_replace(executed);
                 let stored = tokio::task::spawn_blocking(move || state.store(&path)).await;
                 match stored {
                     Ok(Ok(())) => {}
@@ -626,7 +633,10 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 self.last_signed.store(last_signed_s, Ordering::Relaxed);
                 self.metrics.update_status(|s| s.last_executed = executed);
             }
-            Command::Executed(seq) => self.metrics.update_status(|s| s.last_executed = seq),
+            Command::Executed(seq) => {
+                self.executed.send_replace(seq);
+                self.metrics.update_status(|s| s.last_executed = seq);
+            }
         }
     }
 }

@@ -334,6 +334,8 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
                 faults: None,
                 protocol: p.protocol,
                 reads: p.reads,
+                vouched_reads: true,
+                vouch_timeout_ms: 5,
                 ca_cert: "ca.pem".into(),
                 public_key: "zone.pub.json".into(),
                 algorithm: p.algorithm,

@@ -1,6 +1,8 @@
 //! The sdns wrapper: the paper's `Wrapper`, one per replica.
 //!
-//! A read: listener -> classify -> gateway -> ordering (bft) -> executor -> named -> client.
+//! A read: listener -> classify -> gateway -> ordering (bft) -> executor -> named -> client;
+//! in ordered mode a plain query first tries `vouched` (answered without ordering when 2t+1
+//! replicas' answers match).
 //! An update: the same path, executed by every replica; while named executes it,
 //! its signing requests come through named-glue's socket to `signing`, which runs
 //! the threshold protocol with the other replicas over the mesh.
@@ -35,4 +37,6 @@ pub mod tasks;
 pub mod transfer;
 pub mod voting;
 pub mod voting_read;
+pub mod vouch;
+pub mod vouched;
 pub mod zone;

@@ -17,10 +17,22 @@ use dnswire::framing;
 
 use crate::access::AccessSection;
 use crate::answer::{error_answer, RCODE_REFUSED};
-use crate::auth::ClientFilters;
 use crate::classify::{classify, precheck, Kind, Verdict};
 use crate::metrics::Metrics;
 use crate::reply::{ClientRequest, Delivery, Outgoing, ReplyTo};
+
+/// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
+#[derive(Default)]
+pub struct ClientFilters {
+    pub auth: Option<std::sync::Arc<crate::auth::Authenticator>>,
+    pub rrl: Option<std::sync::Arc<crate::auth::rrl::Limiter>>,
+    /// Fault injection (Byzantine mode wrong-answers, test clusters only): rewrite every
+    /// answer this replica gives its clients.
+    pub lie: bool,
+    /// `reads = "local"`: the listeners answer reads themselves (no hop through the
+    /// gateway task).
+    pub local_reads: Option<crate::read::LocalReads>,
+}
 
 /// Largest DNS message over UDP we accept (EDNS allows up to 65535).
 const UDP_MAX: usize = 65_535;

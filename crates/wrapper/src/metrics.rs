@@ -224,6 +224,9 @@ impl Collector for StatusCollector {
 /// One label, for the families: kind, reason or peer.
 type Label<V> = [(&'static str, V); 1];
 
+/// How an ordered-mode read that tried the vouched path ended.
+pub const VOUCH_OUTCOMES: [&str; 2] = ["vouched", "fell_back"];
+
 pub struct Metrics {
     pub id: u16,
     /// Every metric below, under the prefix `sdns` and the label `replica`.
@@ -236,6 +239,8 @@ pub struct Metrics {
     execute_errors: Counter,
     read_cache_hits: Counter,
     read_cache_misses: Counter,
+    vouched_reads: Family<Label<&'static str>, Counter>,
+    vouches_sent: Counter,
     view_changes: Counter,
     slice_latency: Histogram,
     bad_shares: Family<Label<u16>, Counter>,
@@ -261,6 +266,8 @@ impl Metrics {
             execute_errors: Counter::default(),
             read_cache_hits: Counter::default(),
             read_cache_misses: Counter::default(),
+            vouched_reads: Family::default(),
+            vouches_sent: Counter::default(),
             view_changes: Counter::default(),
             slice_latency: Histogram::new(LATENCY_BUCKETS),
             bad_shares: Family::default(),
@@ -284,6 +291,15 @@ impl Metrics {
         registry.register("execute_errors", "Ordered requests named did not answer.", m.execute_errors.clone());
         registry.register("read_cache_hits", "Reads answered from the replica's read cache.", m.read_cache_hits.clone());
         registry.register("read_cache_misses", "Reads answered by asking named.", m.read_cache_misses.clone());
+        for outcome in VOUCH_OUTCOMES {
+            let _ = m.vouched_reads.get_or_create(&[("outcome", outcome)]);
+        }
+        registry.register(
+            "vouched_reads",
+            "Ordered-mode reads by how they were answered: vouched (2t+1 replicas' answers matched, not ordered) or fell_back (ordered instead: mismatch, timeout, or no room).",
+            m.vouched_reads.clone(),
+        );
+        registry.register("vouches_sent", "Answers to peers' read probes vouched for.", m.vouches_sent.clone());
         registry.register("view_changes", "Views installed after the first.", m.view_changes.clone());
         registry.register("bad_shares", "Bad signature shares or signatures, by sending replica.", m.bad_shares.clone());
         registry.register("resign_slice_seconds", "How long a re-signing slice that re-signed something held the executor.", m.slice_latency.clone());
@@ -309,6 +325,15 @@ impl Metrics {
     pub fn inc_execute_error(&self) {
         self.execute_errors.inc();
     }
+    /// A vouched-read outcome: one of [`VOUCH_OUTCOMES`].
+    pub fn inc_vouched_read(&self, outcome: &'static str) {
+        self.vouched_reads.get_or_create(&[("outcome", outcome)]).inc();
+    }
+
+    pub fn inc_vouches_sent(&self, n: u64) {
+        self.vouches_sent.inc_by(n);
+    }
+
     pub fn inc_read_cache(&self, hit: bool) {
         if hit { &self.read_cache_hits } else { &self.read_cache_misses }.inc();
     }

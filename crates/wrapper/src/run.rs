@@ -23,7 +23,7 @@ use tracing::info;
 
 use crate::auth::rrl::Limiter;
 use crate::auth::sig0::Sig0Key;
-use crate::auth::{tsig, Authenticator, ClientFilters, TsigSecret};
+use crate::auth::{tsig, Authenticator, TsigSecret};
 use crate::byzantine::{Mode, SigningFault};
 use crate::config::Config;
 use crate::endpoint;
@@ -31,6 +31,7 @@ use crate::exec::{ExecConfig, ExecCore, ExecState, SignZoneSigner, SignZoneVerif
 use crate::executor::Executor;
 use crate::files::{check_secret_mode, zone_key, TsigKey as DealerTsig};
 use crate::gateway::Gateway;
+use crate::listener::ClientFilters;
 use crate::listener::{serve_tcp, serve_udp, TcpLimits};
 use crate::metrics::{self, Metrics};
 use crate::pending::Pending;
@@ -291,7 +292,8 @@ pub async fn run(config: Config) -> Result<()> {
         }
     };
     let behaviour = byzantine.and_then(Mode::ordering).map(|b| bft::transport::Byzantine::new(b, replica.config()));
-    let (handle, batches) = spawn_replica_with(replica, mesh.sender(), ordering_rx, behaviour, Some(store));
+    let (mut handle, batches) = spawn_replica_with(replica, mesh.sender(), ordering_rx, behaviour, Some(store));
+    let read_events = handle.read_events.take().context("the ordering's read events")?;
 
     let pending = Arc::new(Pending::new(config.client.max_pending));
     let core = ExecCore::new(
@@ -346,7 +348,9 @@ pub async fn run(config: Config) -> Result<()> {
             metrics.clone(),
         ),
     );
+    let (executed_tx, executed_rx) = watch::channel(0u64);
     let executor = Executor {
+        executed: executed_tx,
         tasks: Default::default(),
         id,
         cache: cache.clone(),
@@ -387,6 +391,27 @@ pub async fn run(config: Config) -> Result<()> {
     let voter_rx = background.finished.subscribe();
     tasks.spawn("executor", executor.run(batches));
 
+    // Vouched reads (ordered mode): probes and vouches travel through the ordering core; the
+    // peers' probes are answered whatever this replica's own setting (a gateway with it off
+    // sends none).
+    let (fallback_tx, fallback_rx) = mpsc::channel(config.client.max_pending);
+    let (vouched, vouched_task) = crate::vouched::VouchedReads::start(
+        n,
+        t,
+        named.clone(),
+        cache.clone(),
+        metrics.clone(),
+        Duration::from_millis(config.cluster.vouch_timeout_ms),
+        crate::vouched::Wiring {
+            out: handle.reads.clone(),
+            events: read_events,
+            barrier: handle.read_barrier.clone(),
+            executed: executed_rx,
+            fallback: fallback_tx,
+        },
+    );
+    tasks.spawn("vouched reads", vouched_task);
+    let vouched = (config.cluster.reads == crate::config::ReadMode::Ordered && config.cluster.vouched_reads).then_some(vouched);
     let incarnation = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
     let gateway = Arc::new(Gateway {
         id,
@@ -399,12 +424,13 @@ pub async fn run(config: Config) -> Result<()> {
         metrics: metrics.clone(),
         client_timeout: Duration::from_millis(config.client.request_timeout_ms),
         next_number: AtomicU64::new(0),
+        vouched,
     });
     metrics.set_slice_pace(config.signing.resign_slice_rrsets, config.signing.resign_slice_interval_s);
     tasks.spawn("re-sign timer", resign_timer(gateway.clone(), last_signed, config.signing.resign_slice_interval_s));
     tasks.spawn("sign-zone finish voter", finish_voter(gateway.clone(), sign_zone_signer.clone(), voter_rx));
     let (client_tx, client_rx) = mpsc::channel(config.client.max_pending);
-    tasks.spawn("gateway", gateway.clone().run(client_rx));
+    tasks.spawn("gateway", gateway.clone().run(client_rx, fallback_rx));
 
     let udp = Arc::new(UdpSocket::bind(me.client).await.with_context(|| format!("binding UDP {}", me.client))?);
     let tcp = TcpListener::bind(me.client).await.with_context(|| format!("binding TCP {}", me.client))?;

@@ -291,19 +291,6 @@ impl Authenticator {
     }
 }
 
-/// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
-#[derive(Default)]
-pub struct ClientFilters {
-    pub auth: Option<std::sync::Arc<Authenticator>>,
-    pub rrl: Option<std::sync::Arc<rrl::Limiter>>,
-    /// Fault injection (Byzantine mode wrong-answers, test clusters only): rewrite every
-    /// answer this replica gives its clients.
-    pub lie: bool,
-    /// `reads = "local"`: the listeners answer reads themselves (no hop through the
-    /// gateway task).
-    pub local_reads: Option<crate::read::LocalReads>,
-}
-
 fn answer_of(o: Outcome) -> Vec<u8> {
     match o {
         Outcome::Refuse { answer, .. } => answer,
