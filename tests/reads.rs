@@ -98,45 +98,7 @@ fn a_wrong_voucher_cannot_make_reads_stale() {
 #[test]
 fn reads_after_an_acknowledged_update_see_it() {
     let c = Cluster::up(ClusterOpts::default());
-    let port = c.client_port(0);
-    let acked = AtomicU32::new(0);
-    let done = AtomicBool::new(false);
-    let rounds = 12u32;
-    std::thread::scope(|s| {
-        // Concurrent readers at the same replica, over UDP and TCP: never older than what
-        // was acknowledged before the read was sent.
-        let readers: Vec<_> = [false, true]
-            .into_iter()
-            .map(|tcp| {
-                let (acked, done) = (&acked, &done);
-                s.spawn(move || {
-                    let mut reads = 0u32;
-                    while !done.load(Ordering::SeqCst) {
-                        let floor = acked.load(Ordering::SeqCst);
-                        let seen = read(port, tcp).unwrap_or_else(|| panic!("read unanswered (tcp {tcp})"));
-                        assert!(seen >= floor, "stale read (tcp {tcp}): saw {seen} after {floor} was acknowledged");
-                        reads += 1;
-                    }
-                    reads
-                })
-            })
-            .collect();
-        for k in 1..=rounds {
-            // Warm: the same question asked again and again before the update.
-            for _ in 0..3 {
-                assert_eq!(read(port, false), Some(k - 1), "before update {k}\n{}", c.logs());
-            }
-            let (ok, out) = c.nsupdate(0, &format!("update delete {NAME} A\nupdate add {NAME} 300 A 192.0.2.{k}"));
-            assert!(ok, "update {k} failed:\n{out}\n{}", c.logs());
-            acked.store(k, Ordering::SeqCst);
-            assert_eq!(read(port, false), Some(k), "UDP read right after update {k} was acknowledged");
-            assert_eq!(read(port, true), Some(k), "TCP read right after update {k} was acknowledged");
-        }
-        done.store(true, Ordering::SeqCst);
-        for r in readers {
-            assert!(r.join().expect("reader") > 0, "each reader read during the updates");
-        }
-    });
+    interleave(&c, 12, 1);
     // The answers above came from the cache too: replica 0 counted hits.
     let metrics = c.metrics(0);
     let hits: u64 = metrics
