@@ -38,4 +38,14 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 echo "install-deps: installing ${missing[*]}"
 $SUDO apt-get update -qq
+# bind9 and unbound are installed for their binaries only (the tests run them on their own
+# ports): their services must not start and take port 53 from each other or from a BIND
+# already there. Where no policy-rc.d exists, one refusing every start is kept for the install.
+guard=""
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  guard=/usr/sbin/policy-rc.d
+  printf '#!/bin/sh\n# sdns install-deps: no service starts during this install\nexit 101\n' | $SUDO tee "$guard" >/dev/null
+  $SUDO chmod 755 "$guard"
+  trap '$SUDO rm -f "$guard"' EXIT
+fi
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
