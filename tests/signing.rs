@@ -30,8 +30,9 @@ fn zone_file(names: usize) -> String {
     z
 }
 
-#[test]
-fn a_whole_zone_signing_runs_in_the_background_while_reads_and_updates_go_on() {
+/// A cluster serving the demo zone plus `SDNS_SIGNING_NAMES` (default 150) hosts, sign-zone
+/// allowed every second; the zone file's directory lives as long as the returned handle.
+fn signing_cluster() -> (usize, tempfile::TempDir, Cluster) {
     let names: usize = std::env::var("SDNS_SIGNING_NAMES").ok().and_then(|v| v.parse().ok()).unwrap_or(150);
     let zone_dir = tempfile::tempdir().expect("tempdir");
     let zone_path = zone_dir.path().join("zone.db");
@@ -41,6 +42,12 @@ fn a_whole_zone_signing_runs_in_the_background_while_reads_and_updates_go_on() {
         extra: vec!["--zone-file".into(), zone_path.to_str().expect("utf-8 path").into()],
         ..Default::default()
     });
+    (names, zone_dir, c)
+}
+
+#[test]
+fn a_whole_zone_signing_runs_in_the_background_while_reads_and_updates_go_on() {
+    let (names, _zone_dir, c) = signing_cluster();
     c.verify_zone(0);
 
     let prober = ReadProbe::start(c.client_port(0));
@@ -179,15 +186,7 @@ fn installation(c: &Cluster, i: u16) -> Option<std::collections::BTreeMap<String
 /// replica's log.
 #[test]
 fn a_zone_written_to_throughout_its_signing_is_still_installed() {
-    let names: usize = std::env::var("SDNS_SIGNING_NAMES").ok().and_then(|v| v.parse().ok()).unwrap_or(150);
-    let zone_dir = tempfile::tempdir().expect("tempdir");
-    let zone_path = zone_dir.path().join("zone.db");
-    std::fs::write(&zone_path, zone_file(names)).expect("zone file");
-    let c = Cluster::up(ClusterOpts {
-        sign_zone_interval_s: Some(1),
-        extra: vec!["--zone-file".into(), zone_path.to_str().expect("utf-8 path").into()],
-        ..Default::default()
-    });
+    let (names, _zone_dir, c) = signing_cluster();
     let prober = ReadProbe::start(c.client_port(0));
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (from, took, out, sent, acks) = std::thread::scope(|scope| {

@@ -15,7 +15,6 @@ use tracing::debug;
 
 use crate::answer::servfail;
 use crate::classify::{classify, Kind, Verdict};
-use crate::config::ReadMode;
 use crate::envelope::Op;
 use crate::metrics::Metrics;
 use crate::pending::{payload_digest, Pending};
@@ -26,7 +25,6 @@ use crate::vouched::VouchedReads;
 pub struct Gateway {
     pub id: u16,
     pub incarnation: u64,
-    pub reads: ReadMode,
     pub pending: Arc<Pending>,
     pub submit: mpsc::Sender<Request>,
     pub named: Forwarder,

@@ -416,7 +416,6 @@ pub async fn run(config: Config) -> Result<()> {
     let gateway = Arc::new(Gateway {
         id,
         incarnation,
-        reads: config.cluster.reads,
         pending,
         submit: handle.submit.clone(),
         named: named.clone(),
