@@ -16,7 +16,9 @@ gap between probe answers, the slowest update acknowledgement, and how long inst
 signed zone held each replica's executor (metric sdns_zone_install_seconds).
 
 Usage: scripts/bench-signing.sh [NAMES ...]   (default: 1000 10000; a second signing by
-`sdns sign-zone` for zones up to SDNS_BENCH_AGAIN_UP_TO names, default 2000)
+`sdns sign-zone` for zones up to SDNS_BENCH_AGAIN_UP_TO names, default 2000;
+SDNS_BENCH_SIGNER_THREADS sets the replicas' --zone-signer-threads; run under `taskset -c 0`
+to give the whole cluster one core)
 Needs the sdns binary (SDNS_BIN, default target/debug/sdns) and the patched BIND
 (SDNS_BIND_DIR, default target/bind9).
 """
@@ -38,6 +40,9 @@ ZONE = "example.test"
 # Seconds of load alone (probe and updates, no signing) measured between the signings.
 LOAD_WINDOW_S = float(os.environ.get("SDNS_BENCH_LOAD_WINDOW_S", "20"))
 TICK = os.sysconf("SC_CLK_TCK")
+# Signatures each replica's whole-zone signing keeps in flight (--zone-signer-threads);
+# empty: the replicas' default, one per core they may run on (taskset narrows it).
+SIGNER_THREADS = os.environ.get("SDNS_BENCH_SIGNER_THREADS", "")
 
 
 def zone_text(names):
@@ -115,6 +120,14 @@ def replica_cpu(pids):
     return out
 
 
+def replica_parts(pid):
+    """One replica's CPU seconds split: the sdns process itself, the children it reaped
+    (dnssec-signzone, named-compilezone), and its named."""
+    own = proc_cpu(pid, False)
+    npid = named_pid(pid)
+    return [own, proc_cpu(pid, True) - own, proc_cpu(npid, False) if npid else 0.0]
+
+
 def probe(port, stop, answers, state):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.settimeout(2.0)
@@ -180,11 +193,12 @@ def sign_zone_args(cdir, base):
 def timed_sign_zone(cdir, base, pids):
     """Runs `sdns sign-zone` once: (start, end, CPU seconds per replica, install seconds
     per replica, whether it signed, its output)."""
-    cpu0 = replica_cpu(pids)
+    cpu0, parts0 = replica_cpu(pids), replica_parts(pids[0])
     start = time.monotonic()
     out = subprocess.run(sign_zone_args(cdir, base), capture_output=True, text=True)
     end = time.monotonic()
     cpu = [b - a for a, b in zip(cpu0, replica_cpu(pids))]
+    timed_sign_zone.parts = [round(b - a, 2) for a, b in zip(parts0, replica_parts(pids[0]))]
     install = [metric(base + 301 + i, "sdns_zone_install_seconds") for i in range(4)]
     text = out.stdout + out.stderr
     return start, end, cpu, install, out.returncode == 0 and "signed at seq" in text, text
@@ -233,6 +247,8 @@ def observed(kind, names, plain_cpu, start, end, cpu, answers, acks, state, inst
         "max_update_ack_before_install_s": round(max((a for a, _, t in acks if t + a < end - max((x or 0.0) for x in install) - 0.5), default=0.0), 3),
         "install_hold_s": install,
         "load_average": [round(x, 1) for x in os.getloadavg()],
+        "signer_threads": SIGNER_THREADS or "default",
+        "cpus": len(os.sched_getaffinity(0)),
     }
 
 
@@ -247,6 +263,8 @@ def one_size(names, base, again):
     cdir = os.path.join(work, "cluster")
     ports = ["--client-port", str(base + 1), "--peer-port", str(base + 101), "--named-port", str(base + 201), "--metrics-port", str(base + 301)]
     up = [SDNS, "cluster", "up", "--replicas", "4", "--dir", cdir, "--bind-dir", BIND, "--zone-file", zone_file, "--sign-zone-interval-s", "1"] + ports
+    if SIGNER_THREADS:
+        up += ["--zone-signer-threads", SIGNER_THREADS]
     results = []
     stop, answers, acks, state = threading.Event(), [], [], {"unanswered": 0}
     threads = [
@@ -268,7 +286,9 @@ def one_size(names, base, again):
         pids = [int(open(os.path.join(cdir, f"replica-{i}/sdns.pid")).read()) for i in range(4)]
         cpu = replica_cpu(pids)
         install = [metric(base + 301 + i, "sdns_zone_install_seconds") for i in range(4)]
-        results.append(observed("first (cluster up; CPU since start)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, cluster.returncode == 0, output, cdir))
+        row = observed("first (cluster up; CPU since start)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, cluster.returncode == 0, output, cdir)
+        row["replica0_cpu_sdns_children_named_s"] = [round(x, 2) for x in replica_parts(pids[0])]
+        results.append(row)
         if again:
             # What the load alone (probe and updates, no whole-zone signing) costs each
             # replica per second, over a window of its own: the signing rows below include it.
@@ -279,6 +299,7 @@ def one_size(names, base, again):
             acks.clear()
             start, end, cpu, install, ok, text = timed_sign_zone(cdir, base, pids)
             row = observed("again (sdns sign-zone)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, ok, text, cdir)
+            row["replica0_cpu_sdns_children_named_s"] = timed_sign_zone.parts
             row["load_only_cpu_per_s"] = [round(x, 4) for x in load_rate]
             results.append(row)
             # The same signing without the probe and the updates: the CPU of signing alone
@@ -288,7 +309,9 @@ def one_size(names, base, again):
                 t.join()
             time.sleep(1.0)
             start, end, cpu, install, ok, text = timed_sign_zone(cdir, base, pids)
-            results.append(observed("again, no load (sdns sign-zone)", names, plain_cpu, start, end, cpu, [], [], {"unanswered": 0}, install, ok, text, cdir))
+            row = observed("again, no load (sdns sign-zone)", names, plain_cpu, start, end, cpu, [], [], {"unanswered": 0}, install, ok, text, cdir)
+            row["replica0_cpu_sdns_children_named_s"] = timed_sign_zone.parts
+            results.append(row)
     finally:
         stop.set()
         for t in threads:

@@ -2,10 +2,12 @@
 //!
 //! The patched dnssec-signzone goes through the same dns_dnssec_sign as
 //! named, so with SDNS_SIGNER_SOCKET set its every signature comes from the
-//! signing service (and thus from the threshold signers). Deterministic:
-//! one thread, no jitter, NSEC (no random salt), -s/-e from the agreed time
+//! signing service (and thus from the threshold signers). Deterministic in
+//! content: no jitter, NSEC (no random salt), -s/-e from the agreed time
 //! (the service overwrites them anyway), and the "File written on" comment,
-//! the one line holding the wall clock, is dropped from the output. The
+//! the one line holding the wall clock, is dropped from the output. With
+//! several threads the names come out in the order they were signed, so
+//! only the records, not the file's bytes, are the same everywhere. The
 //! tool verifies every signature before it writes the zone. RRSIGs in the
 //! input are kept when they still verify (`-i 0`: unless expired).
 
@@ -18,6 +20,10 @@ use crate::keys::ZoneKey;
 use crate::signer::SignatureTimes;
 use crate::time::format_timestamp;
 use crate::tools::BindTools;
+
+/// More signer threads than the signing service takes requests at once
+/// (`ServiceLimits::max_in_flight`'s default) would only have requests dropped and re-sent.
+pub const MAX_THREADS: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -47,6 +53,7 @@ pub async fn sign_zone_file(
     key: &ZoneKey,
     socket: &Path,
     times: SignatureTimes,
+    threads: usize,
 ) -> Result<(), SignZoneError> {
     let mut zone_lc = zone.to_lowercase();
     zone_lc.set_fqdn(true);
@@ -73,7 +80,14 @@ pub async fn sign_zone_file(
         .env(crate::SIGNER_SOCKET_ENV, socket)
         .current_dir(&work)
         .arg("-q")
-        .args(["-n", "1", "-j", "0", "-z"])
+        // Several threads keep several signatures in flight, so the threshold signers'
+        // share exchanges overlap and their shares run on every core. The output differs
+        // only in the order of names in the file (each name is written whole, by the thread
+        // that signed it); named loads it into its sorted database, so the zone it serves is
+        // the same (docs/DETERMINISM.md).
+        .arg("-n")
+        .arg(threads.clamp(1, MAX_THREADS).to_string())
+        .args(["-j", "0", "-z"])
         // Signatures already in the input (a later round of a background signing) are kept
         // while they verify and have not expired: by default it would also re-sign those
         // within a quarter of their validity of expiring, which for the short validities of

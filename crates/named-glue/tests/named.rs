@@ -347,7 +347,7 @@ async fn initial_signing_is_deterministic() {
         times.set_agreed(t);
         let signed = dir.path().join(format!("signed{i}.db"));
         let agreed = SignatureTimes::from_agreed(t, VALIDITY_DAYS * 86_400);
-        sign_zone_file(&tools, &zone(), &unsigned, &signed, &key_dir, &key, &socket, agreed).await.unwrap();
+        sign_zone_file(&tools, &zone(), &unsigned, &signed, &key_dir, &key, &socket, agreed, 1).await.unwrap();
         outputs.push(std::fs::read(&signed).unwrap());
         if i == 0 {
             // Different wall-clock time for the second run.
@@ -359,13 +359,25 @@ async fn initial_signing_is_deterministic() {
     let text0 = String::from_utf8(outputs[0].clone()).unwrap();
     assert!(text0.contains("RRSIG") && text0.contains("DNSKEY"), "{text0}");
 
+    // Several threads: names may come out in another order, never other records.
+    times.set_agreed(t0);
+    let threaded = dir.path().join("threaded.db");
+    sign_zone_file(&tools, &zone(), &unsigned, &threaded, &key_dir, &key, &socket, SignatureTimes::from_agreed(t0, VALIDITY_DAYS * 86_400), 4).await.unwrap();
+    let sorted = |text: &str| {
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    };
+    let threaded_text = std::fs::read_to_string(&threaded).unwrap();
+    assert_eq!(sorted(&threaded_text), sorted(&text0), "four signer threads gave other records than one");
+
     // No signing socket: the tool neither signs locally nor gives up on a timer of its own;
     // it waits (re-sending) for the service. Stopping it (kill_on_drop) leaves no output.
     drop(_service);
     let signed = dir.path().join("nosigner.db");
     let agreed = SignatureTimes::from_agreed(t0, VALIDITY_DAYS * 86_400);
     let waited =
-        tokio::time::timeout(std::time::Duration::from_secs(5), sign_zone_file(&tools, &zone(), &unsigned, &signed, &key_dir, &key, &socket, agreed)).await;
+        tokio::time::timeout(std::time::Duration::from_secs(5), sign_zone_file(&tools, &zone(), &unsigned, &signed, &key_dir, &key, &socket, agreed, 1)).await;
     assert!(waited.is_err(), "without a signer the tool finished: {:?}", waited.map(|r| r.map(|_| ())));
     assert!(!signed.exists(), "signed without a signer");
 }

@@ -425,6 +425,7 @@ mod tests {
             validity_s: None,
             resign_slice_interval_s: None,
             resign_slice_rrsets: None,
+            zone_signer_threads: None,
             update_auth: crate::auth::Mode::Tsig,
             skip_precheck: Vec::new(),
             rrl_responses_per_second: 0,

@@ -237,6 +237,17 @@ pub struct SigningSection {
     /// A replica's ordered sign-zone request counts toward the t+1 needed for this long
     /// (agreed time).
     pub sign_zone_window_s: u64,
+    /// Signatures a whole-zone signing keeps in flight at once (dnssec-signzone's threads,
+    /// at most `named_glue::signzone::MAX_THREADS`); default: one per core, as many as the
+    /// signing pool computes at once. Only the order of names in the signed file depends
+    /// on it, never the zone, so replicas may differ here.
+    pub zone_signer_threads: Option<usize>,
+}
+
+impl SigningSection {
+    pub fn zone_signer_threads(&self) -> usize {
+        self.zone_signer_threads.unwrap_or_else(|| crate::signing::service::default_workers().min(named_glue::signzone::MAX_THREADS))
+    }
 }
 
 impl Default for SigningSection {
@@ -249,6 +260,7 @@ impl Default for SigningSection {
             resign_slice_rrsets: 16,
             sign_zone_interval_s: 3600,
             sign_zone_window_s: 600,
+            zone_signer_threads: None,
         }
     }
 }
@@ -451,6 +463,11 @@ impl Config {
         if let Some(v) = self.signing.validity_s {
             if v < 60 || v > self.named.signature_validity_days.saturating_mul(86_400) {
                 return Err(bad("signing.validity_s", format!("{v} must be at least 60 and at most named.signature_validity_days")));
+            }
+        }
+        if let Some(threads) = self.signing.zone_signer_threads {
+            if !(1..=named_glue::signzone::MAX_THREADS).contains(&threads) {
+                return Err(bad("signing.zone_signer_threads", format!("{threads} is outside 1..={}", named_glue::signzone::MAX_THREADS)));
             }
         }
         if self.signing.resign_slice_interval_s == 0 || self.signing.resign_slice_rrsets == 0 {

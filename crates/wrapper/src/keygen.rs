@@ -96,6 +96,8 @@ pub struct ClusterParams {
     pub validity_s: Option<u32>,
     pub resign_slice_interval_s: Option<u64>,
     pub resign_slice_rrsets: Option<u32>,
+    /// Written as `[signing] zone_signer_threads` when set.
+    pub zone_signer_threads: Option<usize>,
     /// Which signatures authorize updates (`[auth] mode`).
     pub update_auth: Mode,
     /// Replicas that order updates without the pre-ordering check (fault injection).
@@ -259,6 +261,8 @@ struct SigningFile {
     resign_after_s: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sign_zone_interval_s: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    zone_signer_threads: Option<usize>,
 }
 
 #[derive(Clone, Serialize)]
@@ -315,6 +319,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         p.resign_slice_rrsets.is_some(),
         p.resign_after_s.is_some(),
         p.sign_zone_interval_s.is_some(),
+        p.zone_signer_threads.is_some(),
     ]
     .contains(&true)
     .then_some(SigningFile {
@@ -323,6 +328,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         resign_slice_rrsets: p.resign_slice_rrsets,
         resign_after_s: p.resign_after_s,
         sign_zone_interval_s: p.sign_zone_interval_s,
+        zone_signer_threads: p.zone_signer_threads,
     });
     let ordering = (p.checkpoint_interval.is_some() || p.retained_batches.is_some())
         .then_some(OrderingFile { checkpoint_interval: p.checkpoint_interval, retained_batches: p.retained_batches });
@@ -408,6 +414,7 @@ mod tests {
             validity_s: None,
             resign_slice_interval_s: None,
             resign_slice_rrsets: None,
+            zone_signer_threads: Some(3),
             update_auth,
             skip_precheck: vec![2],
             rrl_responses_per_second: 7,
@@ -435,6 +442,7 @@ mod tests {
                 assert_eq!(c.replica.byzantine, (i == 1).then_some(crate::byzantine::Mode::Flooder));
                 assert_eq!((c.rrl.responses_per_second, c.rrl.slip), (7, 2));
                 assert_eq!((c.ordering.checkpoint_interval, c.ordering.retained_batches), (8, 16));
+                assert_eq!(c.signing.zone_signer_threads(), 3);
             }
         }
         assert_eq!(sig0_signer("example.test."), "sdns-update.example.test.");

@@ -190,6 +190,9 @@ struct ClusterArgs {
     /// Incremental re-signing: at most this many RRsets per slice (default 16).
     #[arg(long)]
     resign_slice_rrsets: Option<u32>,
+    /// Signatures a whole-zone signing keeps in flight per replica (default: one per core).
+    #[arg(long)]
+    zone_signer_threads: Option<usize>,
     /// What authorizes updates: tsig (a shared key every replica holds), sig0 (a KEY
     /// pair whose private half only the operator has), or both.
     #[arg(long, value_enum, default_value = "tsig")]
@@ -236,6 +239,7 @@ impl ClusterArgs {
             validity_s: self.signature_validity_s,
             resign_slice_interval_s: self.resign_slice_interval_s,
             resign_slice_rrsets: self.resign_slice_rrsets,
+            zone_signer_threads: self.zone_signer_threads,
             update_auth: self.update_auth,
             skip_precheck: self.skip_precheck.clone(),
             rrl_responses_per_second: self.rrl_responses_per_second,

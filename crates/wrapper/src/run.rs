@@ -374,6 +374,7 @@ pub async fn run(config: Config) -> Result<()> {
             writes: writes.clone(),
             earliest_expiration: std::sync::atomic::AtomicU32::new(0),
             slice_journal: state.join("resign.pending"),
+            signer_threads: config.signing.zone_signer_threads(),
             catchup_key,
             background_socket: background_socket.clone(),
         }),

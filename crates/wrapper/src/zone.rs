@@ -125,6 +125,8 @@ pub struct ZoneMaintenance {
     /// same deletions, which find nothing and change nothing, instead of choosing anew
     /// from a zone it already changed.
     pub slice_journal: PathBuf,
+    /// dnssec-signzone's threads in a whole-zone signing (`signing.zone_signer_threads`).
+    pub signer_threads: usize,
 }
 
 /// What one slice did, for the log and the progress metrics.
@@ -309,9 +311,19 @@ impl ZoneMaintenance {
         if tag != Some(seq) {
             return Err(ZoneError::Background(format!("the zone content kept here is not that of the signing begun at seq {seq}")));
         }
-        sign_zone_file(&self.tools, &self.zone, &self.file(BASE_TEXT), &self.file(SIGNED), &self.conf.key_directory, &self.key, &self.background_socket, times)
-            .await
-            .map_err(|e| ZoneError::Sign(e.to_string()))?;
+        sign_zone_file(
+            &self.tools,
+            &self.zone,
+            &self.file(BASE_TEXT),
+            &self.file(SIGNED),
+            &self.conf.key_directory,
+            &self.key,
+            &self.background_socket,
+            times,
+            self.signer_threads,
+        )
+        .await
+        .map_err(|e| ZoneError::Sign(e.to_string()))?;
         write_atomic(&self.file(SIGNED_MARK), &seq.to_be_bytes()).await
     }
 
