@@ -184,6 +184,8 @@ fn installation(c: &Cluster, i: u16) -> Option<std::collections::BTreeMap<String
 /// are recorded, not asserted; that each round but the last saw more than the catch-up
 /// bound, and the last at most that (or the round limit was reached), is asserted on every
 /// replica's log.
+const NAMES_PER_UPDATE: usize = 8;
+
 #[test]
 fn a_zone_written_to_throughout_its_signing_is_still_installed() {
     let (names, _zone_dir, c) = signing_cluster();
@@ -194,12 +196,18 @@ fn a_zone_written_to_throughout_its_signing_is_still_installed() {
             let (mut sent, mut acks) = (Vec::new(), Vec::new());
             let mut next = Instant::now();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let name = format!("w{}.example.test", sent.len());
+                // Several names per update: shared signing made the signing of this zone take
+                // about a second, and the catch-up rounds are only reached when more than 16
+                // records change during one.
+                let first = sent.len();
+                let names: Vec<String> = (first..first + NAMES_PER_UPDATE).map(|k| format!("w{k}.example.test")).collect();
+                let lines: Vec<String> =
+                    names.iter().enumerate().map(|(j, name)| format!("update add {name} 300 A 192.0.2.{}", (first + j) % 250 + 1)).collect();
                 let at = Instant::now();
-                let (ok, out) = c.nsupdate(1, &format!("update add {name} 300 A 192.0.2.{}", sent.len() % 250 + 1));
-                assert!(ok, "update {name}: {out}");
+                let (ok, out) = c.nsupdate(1, &lines.join("\n"));
+                assert!(ok, "update {names:?}: {out}");
                 acks.push(at.elapsed());
-                sent.push(name);
+                sent.extend(names);
                 next += Duration::from_millis(200);
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
             }
@@ -245,6 +253,9 @@ fn a_zone_written_to_throughout_its_signing_is_still_installed() {
         rounds_seen.push((counts, fields.get("restart_ms").cloned(), fields.get("catch_up_ms").cloned()));
     }
     assert!(rounds_seen.iter().all(|r| r.0 == rounds_seen[0].0), "the replicas went different rounds: {rounds_seen:?}");
+    // What this test is for: 8 names every 200 ms from before the signing began put more than
+    // 16 changed records into its first round, however fast the signing.
+    assert!(rounds_seen[0].0.len() >= 2, "the signing was installed after one round; the rounds were not exercised: {rounds_seen:?}");
     // A later round keeps the signatures of what did not change: it asks the threshold
     // signers for far fewer than the first, which signs the whole zone.
     let log = std::fs::read_to_string(c.path("replica-2/sdns.log")).unwrap_or_default();
@@ -261,7 +272,8 @@ fn a_zone_written_to_throughout_its_signing_is_still_installed() {
     let install = metric(&c, 0, "sdns_zone_install_seconds").unwrap_or(-1.0);
     let max_ack = acks.iter().max().copied().unwrap_or_default();
     report("SDNS_SIGNING_REPORT", &format!(
-        "sign-zone written to every 200 ms, {names} names: took {took:?}; {} updates, max ack {max_ack:?}; rounds (records changed during each) {:?}, signatures per round (replica 2) {parts:?}; installation held replica 0's executor {install:.3} s (restart {} ms, catch-up {} ms); probe: max gap {:?} during the signing, {} unanswered",
+        "sign-zone written to every 200 ms, {names} names: took {took:?}; {} updates ({} names), max ack {max_ack:?}; rounds (records changed during each) {:?}, signatures per round (replica 2) {parts:?}; installation held replica 0's executor {install:.3} s (restart {} ms, catch-up {} ms); probe: max gap {:?} during the signing, {} unanswered",
+        acks.len(),
         sent.len(),
         rounds_seen[0].0,
         rounds_seen[0].1.clone().unwrap_or_default(),

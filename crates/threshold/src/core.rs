@@ -41,11 +41,27 @@ pub struct Limits {
     /// is replaying old writes). Sooner, the broadcast is still on its way and an answer would
     /// only double the traffic of every signing.
     pub late_share_after_us: u64,
+    /// A shared session (see [`SignerCore::request_shared`]) still without a signature this
+    /// long (µs) after it opened stops waiting for its designated replicas: it makes its own
+    /// share and combines, as an ordinary session does.
+    pub shared_fallback_us: u64,
+    /// A designated replica that let a shared session fall back is passed over in later
+    /// designations for this long (µs).
+    pub suspect_for_us: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_sessions: 4096, early_digests: 4096, early_per_peer: 1024, finals_cache: 4096, retry_after_us: 500_000, late_share_after_us: 100_000 }
+        Self {
+            max_sessions: 4096,
+            early_digests: 4096,
+            early_per_peer: 1024,
+            finals_cache: 4096,
+            retry_after_us: 500_000,
+            late_share_after_us: 100_000,
+            shared_fallback_us: 250_000,
+            suspect_for_us: 10_000_000,
+        }
     }
 }
 
@@ -148,6 +164,11 @@ pub struct Stats {
     pub early_dropped: u64,
     /// Late shares answered with the finished signature (a peer catching up).
     pub late_answered: u64,
+    /// Shared sessions opened, and those of them that had to fall back.
+    pub shared: u64,
+    pub shared_fallbacks: u64,
+    /// Shared sessions that finished without this replica computing its share.
+    pub shares_spared: u64,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -179,6 +200,20 @@ struct Session {
     /// Peers waiting for my proven share while it is computed.
     proof_waiters: BTreeSet<u16>,
     last_ask_us: u64,
+    /// My share (without proof) was asked of the worker pool.
+    share_requested: bool,
+    /// While `Some`, only the designated replicas work on this session.
+    shared: Option<Designated>,
+}
+
+/// Who works on a shared session: `makers` (k replicas) compute their shares, the first of
+/// them (`combiner`) combines and broadcasts the signature; everyone else waits for it until
+/// `fallback_at_us`.
+#[derive(Clone, Debug)]
+struct Designated {
+    makers: Vec<u16>,
+    combiner: u16,
+    fallback_at_us: u64,
 }
 
 struct Early {
@@ -209,6 +244,8 @@ pub struct SignerCore {
     /// The latest time any input carried: when a combination job finishes (an input without
     /// a time) the signature counts as finished then. Only inputs move it, so runs replay.
     now_us: u64,
+    /// Peers passed over in designations until the time given (at most n entries).
+    suspects: BTreeMap<u16, u64>,
 }
 
 struct FinalSig {
@@ -236,6 +273,7 @@ impl SignerCore {
             outputs: VecDeque::new(),
             stats: Stats::default(),
             now_us: 0,
+            suspects: BTreeMap::new(),
         }
     }
 
@@ -249,6 +287,23 @@ impl SignerCore {
     /// The local named asks for a signature on `data` (already carrying the agreed
     /// times). Returns the session's digest; the result comes as `Output::Done`.
     pub fn request(&mut self, now_us: u64, alg: u8, data: &[u8]) -> Result<Digest, RequestError> {
+        self.open(now_us, alg, data, false)
+    }
+
+    /// As [`request`](Self::request), for data every replica is asking to sign at about the
+    /// same time (a whole-zone signing), where throughput matters more than latency: only k
+    /// designated replicas (chosen from the digest, passing over suspects) compute their
+    /// shares, the first of them combines, and the others wait for its signature, which they
+    /// check as any final signature. A session that waits longer than
+    /// `Limits::shared_fallback_us` proceeds as an ordinary one and the designated replicas
+    /// that kept it waiting are suspected for `Limits::suspect_for_us`. The signature is the
+    /// same either way (RSA PKCS#1 v1.5 is deterministic); only who spends the CPU differs:
+    /// per signature the cluster computes k shares and one combination instead of n of each.
+    pub fn request_shared(&mut self, now_us: u64, alg: u8, data: &[u8]) -> Result<Digest, RequestError> {
+        self.open(now_us, alg, data, true)
+    }
+
+    fn open(&mut self, now_us: u64, alg: u8, data: &[u8], shared: bool) -> Result<Digest, RequestError> {
         self.tick(now_us);
         let digest = Self::digest(alg, data);
         if let Some(f) = self.finals.get(&digest) {
@@ -264,6 +319,11 @@ impl SignerCore {
         }
         let message = self.keys.encode(alg, data).map_err(|reason| RequestError::Encode { alg, reason })?;
         let with_proof = self.protocol == Protocol::Basic;
+        let shared = if shared { self.designate(&digest, now_us) } else { None };
+        if shared.is_some() {
+            self.stats.shared += 1;
+        }
+        let makes_share = shared.as_ref().is_none_or(|d| d.makers.contains(&self.id));
         let session = Session {
             message,
             shares: BTreeMap::new(),
@@ -271,11 +331,13 @@ impl SignerCore {
             fallback: false,
             tried_with: 0,
             my_proven: None,
-            proven_pending: with_proof,
+            proven_pending: with_proof && makes_share,
             combining: false,
             dirty: false,
             proof_waiters: BTreeSet::new(),
             last_ask_us: now_us,
+            share_requested: makes_share,
+            shared,
         };
         self.sessions.insert(digest, session);
 
@@ -295,8 +357,10 @@ impl SignerCore {
             }
         }
         if let Some(s) = self.sessions.get(&digest) {
-            let message = s.message.clone();
-            self.compute(digest, &message, with_proof);
+            if makes_share {
+                let message = s.message.clone();
+                self.compute(digest, &message, with_proof);
+            }
         }
         if let Some(early) = early {
             if let Some(s) = self.sessions.get_mut(&digest) {
@@ -378,6 +442,13 @@ impl SignerCore {
 
     pub fn handle_timeout(&mut self, now_us: u64) {
         self.tick(now_us);
+        let mut overdue: Vec<Digest> =
+            self.sessions.iter().filter(|(_, s)| s.shared.as_ref().is_some_and(|d| d.fallback_at_us <= now_us)).map(|(d, _)| *d).collect();
+        overdue.sort();
+        for digest in overdue {
+            self.fall_back(digest);
+        }
+        self.suspects.retain(|_, until| *until > now_us);
         let mut asks = Vec::new();
         for (digest, s) in self.sessions.iter_mut() {
             if now_us.saturating_sub(s.last_ask_us) >= self.limits.retry_after_us {
@@ -392,7 +463,58 @@ impl SignerCore {
     }
 
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.sessions.values().map(|s| s.last_ask_us + self.limits.retry_after_us).min()
+        self.sessions
+            .values()
+            .map(|s| {
+                let ask = s.last_ask_us + self.limits.retry_after_us;
+                s.shared.as_ref().map_or(ask, |d| ask.min(d.fallback_at_us))
+            })
+            .min()
+    }
+
+    /// The designated replicas of a shared session on `digest`: k of the peers not suspected
+    /// (this replica never suspects itself), in the order of ids from a start taken from the
+    /// digest, so the work spreads evenly. `None` (an ordinary session) when fewer than k
+    /// are left.
+    fn designate(&self, digest: &Digest, now_us: u64) -> Option<Designated> {
+        let k = usize::from(self.keys.threshold());
+        let start = u16::from_be_bytes([digest[0], digest[1]]) % self.n;
+        let makers: Vec<u16> = (0..self.n)
+            .map(|offset| (start + offset) % self.n)
+            .filter(|&peer| peer == self.id || self.suspects.get(&peer).is_none_or(|&until| until <= now_us))
+            .take(k)
+            .collect();
+        if makers.len() < k {
+            return None;
+        }
+        Some(Designated { combiner: makers[0], makers, fallback_at_us: now_us + self.limits.shared_fallback_us })
+    }
+
+    /// A shared session stops waiting for its designated replicas: those that sent nothing
+    /// it needed are suspected, and it goes on as an ordinary session (my share, and a
+    /// combination as soon as there are enough shares).
+    fn fall_back(&mut self, digest: Digest) {
+        let until = self.now_us + self.limits.suspect_for_us;
+        let Some(s) = self.sessions.get_mut(&digest) else { return };
+        let Some(designated) = s.shared.take() else { return };
+        self.stats.shared_fallbacks += 1;
+        for &peer in &designated.makers {
+            // A maker's share is what it owed; the combiner also owed the signature, which
+            // has not come (the session would be over).
+            if peer != self.id && (!s.shares.contains_key(&peer) || peer == designated.combiner) {
+                self.suspects.insert(peer, until);
+            }
+        }
+        if !s.share_requested {
+            s.share_requested = true;
+            let with_proof = self.protocol == Protocol::Basic || s.fallback;
+            if with_proof {
+                s.proven_pending = true;
+            }
+            let message = s.message.clone();
+            self.compute(digest, &message, with_proof);
+        }
+        self.progress(digest);
     }
 
     pub fn poll_output(&mut self) -> Option<Output> {
@@ -482,7 +604,12 @@ impl SignerCore {
         if self.keys.verify_signature(&s.message, &signature) {
             self.finish(digest, signature, false);
         } else {
+            // A designated combiner that lies is not waited for any longer.
+            let from_combiner = s.shared.as_ref().is_some_and(|d| d.combiner == from);
             self.blame(from, "final signature does not verify");
+            if from_combiner {
+                self.fall_back(digest);
+            }
         }
     }
 
@@ -531,6 +658,10 @@ impl SignerCore {
         let Some(s) = self.sessions.get_mut(&digest) else { return };
         if s.combining {
             s.dirty = true;
+            return;
+        }
+        if s.shared.as_ref().is_some_and(|d| d.combiner != self.id) {
+            // The designated combiner's signature is on its way; shares wait for a fallback.
             return;
         }
         // BASIC, and OPT-PROOF after its fallback, count only shares with proofs; shares
@@ -615,10 +746,11 @@ impl SignerCore {
     }
 
     fn finish(&mut self, digest: Digest, signature: Vec<u8>, announce: bool) {
-        if self.sessions.remove(&digest).is_none() {
-            return;
-        }
+        let Some(session) = self.sessions.remove(&digest) else { return };
         self.stats.signatures += 1;
+        if !session.share_requested {
+            self.stats.shares_spared += 1;
+        }
         if announce {
             // Others may lack honest shares (a corrupted peer's, a lost frame); the
             // finished signature ends their wait as in OPT-PROOF.
@@ -642,6 +774,9 @@ impl SignerCore {
 
     fn blame(&mut self, peer: u16, what: &'static str) {
         *self.stats.bad_shares_by_peer.entry(peer).or_default() += 1;
+        // Provably faulty: not designated for shared sessions for a while, so its bad shares
+        // stop costing fallbacks. Only a peer's own messages can get it blamed.
+        self.suspects.insert(peer, self.now_us + self.limits.suspect_for_us);
         self.outputs.push_back(Output::Misbehaved { peer, what });
     }
 

@@ -64,6 +64,8 @@ struct Sim {
     /// Retry messages each replica sent, and share jobs each one was asked to run.
     retries_sent: Vec<u64>,
     share_jobs: Vec<u64>,
+    /// Named asks through `request_shared` (a whole-zone signing) instead of `request`.
+    shared: bool,
 }
 
 impl Sim {
@@ -94,6 +96,7 @@ impl Sim {
             down: BTreeSet::new(),
             retries_sent: vec![0; usize::from(n)],
             share_jobs: vec![0; usize::from(n)],
+            shared: false,
         }
     }
 
@@ -198,7 +201,12 @@ impl Sim {
                 self.drain(i);
             } else if next_ask == Some(next) {
                 let (_, i, r) = asks.next().unwrap();
-                self.cores[usize::from(i)].request(self.now_us, ALG, &requests[r]).unwrap();
+                let core = &mut self.cores[usize::from(i)];
+                if self.shared {
+                    core.request_shared(self.now_us, ALG, &requests[r]).unwrap();
+                } else {
+                    core.request(self.now_us, ALG, &requests[r]).unwrap();
+                }
                 self.drain(i);
             } else if next_msg == Some(next) {
                 // Deliver one of the due messages at random: reordering.
@@ -225,11 +233,16 @@ impl Sim {
 }
 
 fn check(seed: u64, n: u16, protocol: Protocol, faults: Vec<Fault>, loss: u32) {
+    check_mode(seed, n, protocol, faults, loss, false);
+}
+
+fn check_mode(seed: u64, n: u16, protocol: Protocol, faults: Vec<Fault>, loss: u32, shared: bool) {
     let (pk, _) = keys(n);
     let requests: Vec<Vec<u8>> = (0..3).map(|r| format!("rrset {r} of seed {seed}").into_bytes()).collect();
     let mut sim = Sim::new(seed, n, protocol, faults.clone(), loss);
+    sim.shared = shared;
     sim.run(&requests, 200_000);
-    let ctx = format!("seed {seed} n {n} {protocol:?} faults {faults:?} loss {loss}‰ (SIGN_SEED={seed})");
+    let ctx = format!("seed {seed} n {n} {protocol:?} faults {faults:?} loss {loss}‰ shared {shared} (SIGN_SEED={seed})");
     for i in 0..n {
         if faults[usize::from(i)] != Fault::Honest {
             continue;
@@ -293,6 +306,85 @@ fn silent_and_forging_replicas() {
         for (n, kinds) in [(4u16, vec![Fault::Silent]), (4, vec![Fault::Forger]), (7, vec![Fault::Forger, Fault::Silent])] {
             for protocol in [Protocol::Basic, Protocol::OptProof, Protocol::OptTe] {
                 check(seed, n, protocol, faults_for(n, &kinds), 50);
+            }
+        }
+    }
+}
+
+/// The whole matrix again with shared sessions (a whole-zone signing): designated replicas
+/// that lie, corrupt their shares or stay silent only cost a fallback.
+#[test]
+fn shared_sessions_all_protocols_with_faults_and_loss() {
+    for seed in seeds(4) {
+        for (n, kinds) in [
+            (1u16, vec![]),
+            (4, vec![]),
+            (4, vec![Fault::CorruptShares]),
+            (4, vec![Fault::Silent]),
+            (4, vec![Fault::Forger]),
+            (7, vec![Fault::Forger, Fault::Silent]),
+            (7, vec![Fault::CorruptShares, Fault::CorruptShares]),
+        ] {
+            for protocol in [Protocol::Basic, Protocol::OptProof, Protocol::OptTe] {
+                check_mode(seed, n, protocol, faults_for(n, &kinds), 50, true);
+            }
+        }
+    }
+}
+
+#[test]
+fn shared_sessions_compute_k_shares_and_one_combination_per_signature() {
+    for seed in seeds(4) {
+        for n in [4u16, 7] {
+            let k = u64::from((n - 1) / 3 + 1);
+            let requests: Vec<Vec<u8>> = (0..24).map(|r| format!("rrset {r} of seed {seed}").into_bytes()).collect();
+            let mut sim = Sim::new(seed, n, Protocol::OptTe, vec![Fault::Honest; usize::from(n)], 0);
+            sim.shared = true;
+            sim.run(&requests, 200_000);
+            let ctx = format!("seed {seed} n {n}");
+            for i in 0..usize::from(n) {
+                assert_eq!(sim.done[i].len(), requests.len(), "replica {i} did not finish: {ctx}");
+                assert_eq!(sim.cores[i].stats().shared_fallbacks, 0, "replica {i} fell back with every replica honest: {ctx}");
+            }
+            let shares: u64 = sim.share_jobs.iter().sum();
+            assert_eq!(shares, k * requests.len() as u64, "k shares per signature over the cluster: {ctx}");
+            let spared: u64 = sim.cores.iter().map(|c| c.stats().shares_spared).sum();
+            assert_eq!(spared, (u64::from(n) - k) * requests.len() as u64, "{ctx}");
+            // Every replica is designated about equally often (the start comes from the digest).
+            assert!(sim.share_jobs.iter().all(|&jobs| jobs > 0), "a replica never designated: {:?} {ctx}", sim.share_jobs);
+        }
+    }
+}
+
+#[test]
+fn a_faulty_designated_replica_is_suspected_and_passed_over() {
+    // Replica 1 sends nothing, corrupts its shares, or forges. The first signatures it was
+    // designated for wait for the fallback; once suspected (for what it failed to send, or
+    // blamed for what it sent), it is no longer designated, so a second round of requests
+    // needs no fallback at all.
+    for fault in [Fault::Silent, Fault::CorruptShares, Fault::Forger] {
+        for protocol in [Protocol::OptTe, Protocol::OptProof, Protocol::Basic] {
+            let n = 4;
+            let faults = faults_for(n, &[fault]);
+            let mut sim = Sim::new(3, n, protocol, faults.clone(), 0);
+            sim.shared = true;
+            let ctx = format!("{fault:?} {protocol:?}");
+            let first: Vec<Vec<u8>> = (0..16).map(|r| format!("first {r}").into_bytes()).collect();
+            sim.run(&first, 200_000);
+            let honest: Vec<usize> = (0..usize::from(n)).filter(|&i| faults[i] == Fault::Honest).collect();
+            let fallbacks = |sim: &Sim| honest.iter().map(|&i| sim.cores[i].stats().shared_fallbacks).sum::<u64>();
+            let after_first = fallbacks(&sim);
+            let second: Vec<Vec<u8>> = (0..16).map(|r| format!("second {r}").into_bytes()).collect();
+            sim.run(&second, 200_000);
+            for &i in &honest {
+                assert_eq!(sim.done[i].len(), first.len() + second.len(), "honest replica {i} did not finish: {ctx}");
+                for blamed in &sim.blamed[i] {
+                    assert_eq!(faults[usize::from(*blamed)], fault, "honest replica {i} blamed honest {blamed}: {ctx}");
+                }
+            }
+            assert_eq!(fallbacks(&sim), after_first, "the suspected replica was designated again within its suspicion: {ctx}");
+            if fault == Fault::Silent {
+                assert!(after_first > 0, "no session waited for the silent replica: was it never designated? {ctx}");
             }
         }
     }

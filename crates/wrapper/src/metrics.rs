@@ -244,6 +244,8 @@ pub struct Metrics {
     view_changes: Counter,
     slice_latency: Histogram,
     bad_shares: Family<Label<u16>, Counter>,
+    shares_spared: Counter,
+    shared_fallbacks: Counter,
     /// The same counts, which `bad_shares()` hands to the attribution (a family cannot be read
     /// back as a whole).
     bad_share_counts: Mutex<BTreeMap<u16, u64>>,
@@ -271,6 +273,8 @@ impl Metrics {
             view_changes: Counter::default(),
             slice_latency: Histogram::new(LATENCY_BUCKETS),
             bad_shares: Family::default(),
+            shares_spared: Counter::default(),
+            shared_fallbacks: Counter::default(),
             bad_share_counts: Mutex::new(BTreeMap::new()),
             slice_pace: Mutex::new((0, 0)),
             progress: Arc::new(Progress {
@@ -288,6 +292,16 @@ impl Metrics {
         registry.register("dropped", "Client messages dropped, by reason.", m.dropped.clone());
         registry.register("ordering_latency_seconds", "From a client request's arrival to its delivery by the ordering.", m.ordering_latency.clone());
         registry.register("signing_latency_seconds", "From named's signing request to the threshold signature.", m.signing_latency.clone());
+        registry.register(
+            "signing_shares_spared",
+            "Whole-zone signing: signatures this replica got from the designated replicas without computing its own share.",
+            m.shares_spared.clone(),
+        );
+        registry.register(
+            "signing_shared_fallbacks",
+            "Whole-zone signing: signatures whose designated replicas did not deliver in time, so this replica computed its share and combined.",
+            m.shared_fallbacks.clone(),
+        );
         registry.register("execute_errors", "Ordered requests named did not answer.", m.execute_errors.clone());
         registry.register("read_cache_hits", "Reads answered from the replica's read cache.", m.read_cache_hits.clone());
         registry.register("read_cache_misses", "Reads answered by asking named.", m.read_cache_misses.clone());
@@ -342,6 +356,11 @@ impl Metrics {
     }
     pub fn observe_ordering_us(&self, us: u64) {
         self.ordering_latency.observe(us as f64 / 1e6);
+    }
+    /// Shared-signing counters grown by these amounts.
+    pub fn add_shared_signing(&self, spared: u64, fallbacks: u64) {
+        self.shares_spared.inc_by(spared);
+        self.shared_fallbacks.inc_by(fallbacks);
     }
     pub fn observe_signing_us(&self, us: u64) {
         self.signing_latency.observe(us as f64 / 1e6);

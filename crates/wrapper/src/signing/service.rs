@@ -24,7 +24,9 @@ use crate::byzantine::SigningFault;
 use crate::metrics::Metrics;
 
 enum Command {
-    Sign { algorithm: u8, data: Vec<u8>, reply: oneshot::Sender<Result<Vec<u8>, SignError>> },
+    /// `shared`: a whole-zone signing's request, which every replica makes at about the same
+    /// time (`SignerCore::request_shared`).
+    Sign { algorithm: u8, data: Vec<u8>, shared: bool, reply: oneshot::Sender<Result<Vec<u8>, SignError>> },
 }
 
 /// named-glue's `Signer`, backed by the task that runs the threshold protocol.
@@ -35,6 +37,12 @@ pub struct ThresholdSigner {
 
 impl Signer for ThresholdSigner {
     fn sign(&self, request: SignRequest) -> SignFuture {
+        self.sign_as(request, false)
+    }
+}
+
+impl ThresholdSigner {
+    fn sign_as(&self, request: SignRequest, shared: bool) -> SignFuture {
         let commands = self.commands.clone();
         let expected_tag = self.zone_key_tag;
         Box::pin(async move {
@@ -42,14 +50,16 @@ impl Signer for ThresholdSigner {
                 return Err(SignError::UnknownKey { algorithm: request.algorithm, key_tag: request.key_tag });
             }
             let (reply, answer) = oneshot::channel();
-            commands.send(Command::Sign { algorithm: request.algorithm, data: request.data, reply }).await.map_err(|_| SignError::ShuttingDown)?;
+            commands.send(Command::Sign { algorithm: request.algorithm, data: request.data, shared, reply }).await.map_err(|_| SignError::ShuttingDown)?;
             answer.await.map_err(|_| SignError::ShuttingDown)?
         })
     }
 }
 
 /// The signer of background whole-zone signings: the same threshold signer, each
-/// signature counted for the signing's progress.
+/// signature counted for the signing's progress. Every replica asks for every signature of
+/// the zone, so these are shared sessions: k designated replicas make the shares and one
+/// combines for all (docs/ARCHITECTURE.md, "Shared signing").
 pub struct Counting {
     pub inner: Arc<ThresholdSigner>,
     pub metrics: Arc<Metrics>,
@@ -57,7 +67,7 @@ pub struct Counting {
 
 impl Signer for Counting {
     fn sign(&self, request: SignRequest) -> SignFuture {
-        let (signing, metrics) = (self.inner.sign(request), self.metrics.clone());
+        let (signing, metrics) = (self.inner.sign_as(request, true), self.metrics.clone());
         Box::pin(async move {
             let signature = signing.await?;
             metrics.inc_zone_signed();
@@ -110,12 +120,14 @@ async fn run(
     // Finished jobs; a job's task waits for room here, the loop never does.
     let (done_tx, mut done_rx) = mpsc::channel::<JobDone>(1024);
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
+    let mut shared_seen = (0u64, 0u64);
     loop {
         let timer = core.poll_timeout().map(|t| Duration::from_micros(t.saturating_sub(now_us())));
         tokio::select! {
             command = commands.recv() => {
-                let Some(Command::Sign { algorithm, data, reply }) = command else { return };
-                match core.request(now_us(), algorithm, &data) {
+                let Some(Command::Sign { algorithm, data, shared, reply }) = command else { return };
+                let opened = if shared { core.request_shared(now_us(), algorithm, &data) } else { core.request(now_us(), algorithm, &data) };
+                match opened {
                     Ok(digest) => waiters.entry(digest).or_default().push(Waiter { reply, since: Instant::now() }),
                     Err(e) => { let _ = reply.send(Err(SignError::Failed(e.to_string()))); }
                 }
@@ -192,6 +204,12 @@ async fn run(
                     }
                 }
             }
+        }
+        let stats = core.stats();
+        let now = (stats.shares_spared, stats.shared_fallbacks);
+        if now != shared_seen {
+            metrics.add_shared_signing(now.0 - shared_seen.0, now.1 - shared_seen.1);
+            shared_seen = now;
         }
     }
 }
