@@ -61,7 +61,10 @@ fn whole_cluster_restart_resumes_after_traffic() {
     let mut acknowledged = Vec::new();
     let started = Instant::now();
     let mut k = 0u32;
-    while started.elapsed() < Duration::from_secs(8) || k < 4 {
+    // At least 8 s and 256 batches of traffic (a loaded machine orders fewer per second),
+    // at most 90 s.
+    let executed_min = |c: &Cluster| (0..c.n).map(|i| last_executed(c, i)).min().unwrap_or(0);
+    while (started.elapsed() < Duration::from_secs(8) || k < 4 || executed_min(&c) < 256) && started.elapsed() < Duration::from_secs(90) {
         let name = format!("before{k}.example.test");
         let (ok, out) = c.nsupdate((k % u32::from(c.n)) as u16, &format!("update add {name} 300 A 192.0.2.{}", k % 250 + 1));
         if ok {

@@ -98,6 +98,12 @@ pub struct NamedConf {
     /// The operator's update-policy (an adopted zone), its identities already the local
     /// keys; `None`: every key in `tsig_keys` may update the whole zone.
     pub update_policy: Option<Vec<PolicyRule>>,
+    /// `zone_file` is in BIND's raw format (`masterfile-format raw`), which named loads
+    /// several times faster than text: a replica restarting named on a freshly signed zone
+    /// holds its executor that much shorter. Write such files with [`BindTools::compile_raw`].
+    ///
+    /// [`BindTools::compile_raw`]: crate::tools::BindTools::compile_raw
+    pub raw_zone_file: bool,
 }
 
 /// The update-policy rule types that decide by the key's name and the updated name only.
@@ -198,6 +204,7 @@ impl NamedConf {
             maintenance_key: None,
             sig_validity_days: 30,
             update_policy: None,
+            raw_zone_file: false,
         }
     }
 
@@ -254,6 +261,7 @@ impl NamedConf {
             "zone \"{zone}\" {{\n\
              \ttype primary;\n\
              \tfile {zone_file};\n\
+             {format}\
              \tjournal {journal};\n\
              \tkey-directory {key_dir};\n\
              \tsig-validity-interval {v} {v};\n\
@@ -262,6 +270,7 @@ impl NamedConf {
              \tupdate-policy {{\n{policy}\t}};\n\
              }};\n",
             v = self.sig_validity_days,
+            format = if self.raw_zone_file { "\tmasterfile-format raw;\n" } else { "" },
             policy = self.update_policy()?,
         ));
         Ok(out)

@@ -49,6 +49,25 @@ impl BindTools {
         self.prefix.join("sbin/named")
     }
 
+    /// Writes `text` (a zone file in text, for `zone`) to `raw` in BIND's raw format, through
+    /// a temporary file renamed into place. named-compilezone checks the zone as named
+    /// would load it; its complaint is the error.
+    pub fn compile_raw(&self, zone: &str, text: &Path, raw: &Path) -> Result<(), String> {
+        let tmp = raw.with_extension("compiling");
+        let out = std::process::Command::new(self.bin("named-compilezone"))
+            .args(["-q", "-f", "text", "-F", "raw", "-o"])
+            .arg(&tmp)
+            .arg(zone)
+            .arg(text)
+            .output()
+            .map_err(|e| format!("named-compilezone: {e}"))?;
+        if !out.status.success() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(format!("named-compilezone {}: {}{}", text.display(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+        }
+        std::fs::rename(&tmp, raw).map_err(|e| format!("{}: {e}", raw.display()))
+    }
+
     /// A tool from `bin/` (dig, nsupdate, delv, dnssec-*, named-checkconf),
     /// falling back to `sbin/` (tsig-keygen, ddns-confgen).
     pub fn bin(&self, name: &str) -> PathBuf {
@@ -58,6 +77,20 @@ impl BindTools {
         } else {
             self.prefix.join("sbin").join(name)
         }
+    }
+}
+
+/// Whether `path` holds a zone in BIND's raw format: its header starts with the format
+/// number 2 (`dns_masterformat_raw`), four bytes in network order; a text zone file starts
+/// with text.
+pub fn is_raw_zone_file(path: &Path) -> std::io::Result<bool> {
+    use std::io::Read;
+    let mut head = [0u8; 4];
+    let mut file = std::fs::File::open(path)?;
+    match file.read_exact(&mut head) {
+        Ok(()) => Ok(head == [0, 0, 0, 2]),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

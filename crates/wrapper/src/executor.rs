@@ -237,6 +237,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
         let Snapshot { seq, state, records, .. } = snapshot;
         info!(replica = self.id, seq, records = records.len(), "installing the state transferred from peers");
         let (zone_file, journal) = (self.maintenance.conf.zone_file.clone(), self.maintenance.conf.journal.clone());
+        let (tools, zone) = (self.maintenance.tools.clone(), self.maintenance.zone.to_ascii());
         // The zone changes under the read cache and the reused checkpoint digest: neither may
         // outlive the install (a stale digest made the next checkpoint differ).
         let change = self.cache.begin_change();
@@ -244,7 +245,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
         let written = self
             .maintenance
             .supervisor
-            .replace_files(move || write_zone_files(&zone_file, &journal, &records))
+            .replace_files(move || write_zone_files(&tools, &zone, &zone_file, &journal, &records))
             .await
             .map_err(|e| format!("named did not come back on the transferred zone: {e}"))?;
         drop(change);

@@ -159,16 +159,28 @@ pub async fn run(config: Config) -> Result<()> {
     conf.tsig_keys.push(TsigKey { name: CATCHUP_KEY.trim_end_matches('.').to_string(), algorithm: "hmac-sha256".into(), secret: catchup_secret });
     conf.sig_validity_days = config.named.signature_validity_days;
     conf.update_policy = local_policy(&config, &auth)?;
+    // named loads its zone file in raw format several times faster than text (a 10,000-name
+    // signed zone: 0.3 s against 1.1 s), and a signed zone is installed by restarting named.
+    conf.raw_zone_file = true;
     let conf_path = named_dir.join("named.conf");
     conf.write(&conf_path).context("writing named.conf")?;
     let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0).saturating_sub(86_400);
     key.write_files(&conf.key_directory, created).context("writing the zone key files")?;
-    if !conf.zone_file.exists() {
-        let src = config.resolve(&config.named.zone_file);
-        std::fs::copy(&src, &conf.zone_file).with_context(|| format!("copying named.zone_file {}", src.display()))?;
-    }
     let tools = BindTools::new(&config.resolve(&config.named.bind_dir));
     tools.check().context("named.bind_dir")?;
+    // The operator's zone file only on first start (afterwards named's file and journal
+    // rule), compiled to raw; a state directory of a version that kept it in text is
+    // compiled once (named's journal still applies: the serial is the same).
+    if !conf.zone_file.exists() {
+        let src = config.resolve(&config.named.zone_file);
+        tools.compile_raw(&zone.to_ascii(), &src, &conf.zone_file).map_err(|e| anyhow!("named.zone_file {}: {e}", src.display()))?;
+    } else if !named_glue::tools::is_raw_zone_file(&conf.zone_file).with_context(|| format!("reading {}", conf.zone_file.display()))? {
+        let text = conf.zone_file.with_extension("text");
+        std::fs::rename(&conf.zone_file, &text).with_context(|| format!("moving {} aside", conf.zone_file.display()))?;
+        tools.compile_raw(&zone.to_ascii(), &text, &conf.zone_file).map_err(|e| anyhow!("compiling {} to raw: {e}", text.display()))?;
+        std::fs::remove_file(&text).with_context(|| format!("removing {}", text.display()))?;
+        info!(replica = id, "named's zone file converted from text to raw format");
+    }
     named_glue::conf::check_conf(&tools, &conf_path).context("named-checkconf rejects the generated named.conf")?;
 
     // The mesh to the other replicas: ordering on channel 0, signing on channel 1.

@@ -13,6 +13,7 @@
 //! request, a deadline per chunk); a peer that lies, stalls or lacks the snapshot is left
 //! for the next one.
 
+use named_glue::tools::BindTools;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -516,11 +517,14 @@ impl From<CodecError> for FetchError {
 }
 
 /// Installs a verified snapshot's zone into named's directory (run while named is stopped):
-/// the zone file is replaced and named's journal removed, so named loads exactly these records.
-pub fn write_zone_files(zone_file: &Path, journal: &Path, records: &[Vec<u8>]) -> std::io::Result<()> {
+/// the zone file is replaced (in BIND's raw format, which named.conf names) and named's
+/// journal removed, so named loads exactly these records.
+pub fn write_zone_files(tools: &BindTools, zone: &str, zone_file: &Path, journal: &Path, records: &[Vec<u8>]) -> std::io::Result<()> {
     let tmp = zone_file.with_extension("transfer");
     std::fs::write(&tmp, render_zone(records))?;
-    std::fs::rename(&tmp, zone_file)?;
+    let compiled = tools.compile_raw(zone, &tmp, zone_file);
+    let _ = std::fs::remove_file(&tmp);
+    compiled.map_err(std::io::Error::other)?;
     match std::fs::remove_file(journal) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

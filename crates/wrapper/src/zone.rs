@@ -73,6 +73,9 @@ const TYPE_DS: u16 = 43;
 const BASE_TEXT: &str = "signzone.unsigned";
 const BASE_RECORDS: &str = "signzone.base";
 const SIGNED: &str = "signzone.signed";
+/// The signed zone in the format named loads (raw), made in the background so that the
+/// installation only copies it.
+const SIGNED_LOAD: &str = "signzone.signed.load";
 const SIGNED_MARK: &str = "signzone.done";
 const FINISH_JOURNAL: &str = "signzone.finish";
 
@@ -253,8 +256,9 @@ impl ZoneMaintenance {
     async fn unsigned_text(&self) -> Result<String, ZoneError> {
         let merged = self.file("signzone.merged");
         // BIND's own tool folds the journal into the file, in full one-RR-per-line style.
+        let format = if self.conf.raw_zone_file { "raw" } else { "text" };
         let out = tokio::process::Command::new(self.tools.bin("named-compilezone"))
-            .args(["-q", "-j", "-s", "full", "-o"])
+            .args(["-q", "-j", "-f", format, "-s", "full", "-o"])
             .arg(&merged)
             .arg(self.zone.to_ascii())
             .arg(&self.conf.zone_file)
@@ -282,7 +286,7 @@ impl ZoneMaintenance {
     /// this at the same point of the log, so all keep the same content. Returns how many
     /// signatures the signed zone will hold (for progress).
     pub async fn begin_signing(&self, seq: u64) -> Result<u64, ZoneError> {
-        for stale in [SIGNED, SIGNED_MARK, FINISH_JOURNAL] {
+        for stale in [SIGNED, SIGNED_LOAD, SIGNED_MARK, FINISH_JOURNAL] {
             let _ = tokio::fs::remove_file(self.file(stale)).await;
         }
         // Both read the zone as it is at this batch (the executor holds the next one until
@@ -325,6 +329,16 @@ impl ZoneMaintenance {
         )
         .await
         .map_err(|e| ZoneError::Sign(e.to_string()))?;
+        let (signed, load) = (self.file(SIGNED), self.file(SIGNED_LOAD));
+        if self.conf.raw_zone_file {
+            let (tools, zone) = (self.tools.clone(), self.zone.to_ascii());
+            tokio::task::spawn_blocking(move || tools.compile_raw(&zone, &signed, &load))
+                .await
+                .map_err(|e| ZoneError::Compile(e.to_string()))?
+                .map_err(ZoneError::Compile)?;
+        } else {
+            tokio::fs::copy(&signed, &load).await.map_err(|source| ZoneError::Io { path: load.clone(), source })?;
+        }
         write_atomic(&self.file(SIGNED_MARK), &seq.to_be_bytes()).await
     }
 
@@ -383,7 +397,7 @@ impl ZoneMaintenance {
             }
         };
         let diffed = started.elapsed();
-        let (signed, zone_file, named_journal) = (self.file(SIGNED), self.conf.zone_file.clone(), self.conf.journal.clone());
+        let (signed, zone_file, named_journal) = (self.file(SIGNED_LOAD), self.conf.zone_file.clone(), self.conf.journal.clone());
         let installed = self
             .supervisor
             .replace_files(move || {
