@@ -505,7 +505,8 @@ impl SignerCore {
                 self.suspects.insert(peer, until);
             }
         }
-        if !s.share_requested {
+        // A proven share already on its way (a peer asked for it) serves as mine.
+        if !s.share_requested && !s.proven_pending {
             s.share_requested = true;
             let with_proof = self.protocol == Protocol::Basic || s.fallback;
             if with_proof {
@@ -546,6 +547,7 @@ impl SignerCore {
         }
         if !s.proven_pending {
             s.proven_pending = true;
+            s.share_requested = true;
             let message = s.message.clone();
             self.compute(digest, &message, true);
         }
