@@ -86,6 +86,19 @@ fn whole_cluster_restart_resumes_after_traffic() {
     assert!(executed >= 256, "the traffic executed only {executed} batches\n{}", c.logs());
 
     c.down();
+    // Replica 1's named zone file as a version before raw files left it: text. It is compiled
+    // to raw at start, and named's journal (the updates since) still applies on top.
+    let zone_file = c.path("replica-1/state/named/zone.db");
+    let text_file = c.path("replica-1/state/named/zone.text");
+    let compiled = std::process::Command::new(sdns_system_tests::tool("named-compilezone"))
+        .args(["-q", "-f", "raw", "-F", "text", "-o"])
+        .arg(&text_file)
+        .arg("example.test")
+        .arg(&zone_file)
+        .output()
+        .expect("named-compilezone");
+    assert!(compiled.status.success(), "named-compilezone: {}", sdns_system_tests::text(&compiled));
+    std::fs::rename(&text_file, &zone_file).expect("zone file replaced by its text");
     c.start_stopped();
 
     // Reads and a new update succeed at every replica.
@@ -114,6 +127,7 @@ fn whole_cluster_restart_resumes_after_traffic() {
     }
     let logs = c.logs();
     assert!(logs.contains("resuming the ordering from its persisted state"), "the replicas did not restore their ordering state\n{logs}");
+    assert!(logs.contains("named's zone file converted from text to raw format"), "replica 1's text zone file was not converted\n{logs}");
 }
 
 /// A replica stops as a whole, naming the part, when one of its essential tasks ends: here its
