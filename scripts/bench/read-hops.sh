@@ -9,7 +9,8 @@
 # Usage: scripts/bench/read-hops.sh LABEL SDNS_BINARY [PORT_BASE]
 # Environment: KEYS [target/bench-keys/n4-1024] (dealt by scripts/bench-cluster.sh with
 # BENCH_BITS=1024), SDNS_BIND_DIR [target/bind9], NAMES (add the bench's zone of that many
-# hosts and probe its query mix; unset: the demo zone, www.example.test A), WARM [1000].
+# hosts and probe its query mix; unset: the demo zone, www.example.test A), WARM [1000],
+# PRELOAD (seconds of dnsperf -q 200 before the warm-up, as the bench's probe follows its load).
 set -u
 label=$1 bin=$2 base=${3:-38000}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,6 +37,10 @@ done | sort | awk '{print $2}')
 snap() { for p in $pids; do
   echo "$p $(cat /proc/$p/task/*/status 2>/dev/null | awk '/ctxt_switches/ {s += $2} END {print s}') $(awk '{print $14 + $15}' /proc/$p/stat)"
 done; }
+if [ -n "${PRELOAD:-}" ]; then
+  dnsperf -s 127.0.0.1 -p "$base" -d "$dir/q.txt" -l "$PRELOAD" -c 4 -q 200 -t 5 -D > "$dir/preload.txt" 2>&1
+  echo "preload: $(awk '/Queries per second/ {print $4}' "$dir/preload.txt") q/s for $PRELOAD s"
+fi
 python3 "$measure" probe "$dir/q.txt" --port "$base" --count "${WARM:-1000}" --meta '{}' > /dev/null
 a=$(snap)
 probe=$(python3 "$measure" probe "$dir/q.txt" --port "$base" --count 1000 --meta '{}')
