@@ -37,6 +37,9 @@
 #   BENCH_OUT [target/bench-cluster/<UTC time>]   BENCH_PORT_BASE [31000]
 #   BENCH_WORK_PARENT [/tmp]   where the clusters' state directories go (/dev/shm: no fsync cost)
 #   SDNS_BIN [<cargo target>/release/sdns]   SDNS_BIND_DIR [target/bind9]   BENCH_KEEP_WORK [0]
+#   (SDNS_BIN should be an optimised build, as an operator runs: the release profile, or the
+#   dev profile with CARGO_PROFILE_DEV_OPT_LEVEL=3; a plain dev build has the workspace's own
+#   crates at opt-level 1. docs/BENCHMARKS.md says which build each figure comes from.)
 set -uo pipefail   # no -e: a failing configuration is recorded and the others still run
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -143,6 +146,7 @@ log "output in $OUT; work dir $WORK; $(nproc) cores; $(uptime)"
 {
   echo "date: $(date -u +%FT%TZ)"; echo "uptime: $(uptime)"; echo "cpus: $(nproc)"
   grep -m1 'model name' /proc/cpuinfo; echo "commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null)"
+  echo "sdns: $SDNS ($(stat -c '%y' "$SDNS" 2>/dev/null))"
   echo "reps=$REPS bits=$BITS configs=\"$CONFIGS\" protocols=\"$PROTOCOLS\""
   echo "dnsperf: -l $DP_SECONDS -c $DP_CLIENTS -q $DP_OUTSTANDING (no rate limit)"
 } > "$OUT/machine.txt"

@@ -31,7 +31,14 @@
 //! `u32` big-endian length L, then L bytes: one channel byte and L-1 payload bytes. L-1 must not
 //! exceed `max_frame_bytes`; a larger (or empty) frame is a protocol violation that closes the
 //! connection. Channels multiplex protocols over the mesh: [`CHANNEL_ORDERING`] (PBFT),
-//! [`CHANNEL_SIGNING`] (threshold RSA), [`CHANNEL_STATE`] (state transfer); [`CHANNEL_KEEPALIVE`] is reserved.
+//! [`CHANNEL_SIGNING`] (threshold RSA), [`CHANNEL_STATE`] (state transfer), [`CHANNEL_READS`]
+//! (vouched reads); [`CHANNEL_KEEPALIVE`] is reserved.
+//!
+//! # Receiving
+//! A channel is either subscribed ([`Mesh::subscribe`]: a queue per peer, merged for one
+//! consumer task) or handled inline ([`Mesh::handle_inline`]: a function called in the task
+//! that reads the peer's connection, no queue and no task wake-up in between, for light work
+//! that never waits and bounds what it keeps per peer itself).
 //!
 //! # Loss
 //! Each peer has a send queue bounded in frames and in bytes (`queue_frames`, `queue_bytes`), so a
@@ -79,6 +86,9 @@ pub const CHANNEL_ORDERING: u8 = 0;
 pub const CHANNEL_SIGNING: u8 = 1;
 /// State transfer: checkpoint snapshots fetched in chunks by a replica that fell behind.
 pub const CHANNEL_STATE: u8 = 2;
+/// Vouched reads: read probes and the vouches that answer them (the wrapper's, outside the
+/// ordering).
+pub const CHANNEL_READS: u8 = 3;
 /// Reserved: empty frames a writer sends when idle, dropped by the reader.
 pub const CHANNEL_KEEPALIVE: u8 = 255;
 
@@ -90,6 +100,11 @@ const MIN_PEER_BUDGET: usize = 1024 * 1024;
 
 /// A received frame waiting in its peer's queue, holding its share of that peer's byte budget.
 type Queued = (u16, Bytes, OwnedSemaphorePermit);
+
+/// Takes the frames of one channel as (sender replica id, payload) in the task reading that
+/// peer's connection ([`Mesh::handle_inline`]). It must not block: the peer's next frame waits
+/// for it, and so does, through TCP flow control, that peer's sending.
+pub type InlineHandler = Arc<dyn Fn(u16, Bytes) + Send + Sync>;
 
 /// One peer's receive queue on one channel: bounded in frames (the channel) and in bytes
 /// (`budget`, permits = payload bytes; a frame larger than the whole budget takes all of it).
@@ -333,6 +348,8 @@ struct Shared {
     /// queue and byte budget (and then waits, as TCP flow control reaches it), never the other
     /// peers'.
     subscribers: RwLock<HashMap<u8, HashMap<u16, Arc<PeerInbox>>>>,
+    /// Channels whose frames are handed to a function in the reader task.
+    inline: RwLock<HashMap<u8, InlineHandler>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -394,6 +411,7 @@ impl Mesh {
             keepalive: cfg.keepalive,
             peers,
             subscribers: RwLock::new(HashMap::new()),
+            inline: RwLock::new(HashMap::new()),
             shutdown,
         });
         let mut tasks = Vec::new();
@@ -427,6 +445,9 @@ impl Mesh {
         if channel == CHANNEL_KEEPALIVE {
             return Err(TransportError::Config { field: "channel", reason: "255 is reserved".into() });
         }
+        if self.shared.inline.read().map_err(|_| TransportError::Shutdown)?.contains_key(&channel) {
+            return Err(TransportError::Config { field: "channel", reason: format!("channel {channel} is handled inline") });
+        }
         let mut subscribers = self.shared.subscribers.write().map_err(|_| TransportError::Shutdown)?;
         if subscribers.get(&channel).is_some_and(|s| s.values().any(|q| !q.tx.is_closed())) {
             return Err(TransportError::Config { field: "channel", reason: format!("channel {channel} already has a subscriber") });
@@ -448,6 +469,26 @@ impl Mesh {
         subscribers.insert(channel, queues);
         tokio::spawn(merge_fairly(receivers, tx));
         Ok(rx)
+    }
+
+    /// Hands every frame of `channel` to `handler`, called in the task that reads the sending
+    /// peer's connection: no queue and no task wake-up between the socket and the handler.
+    /// For light work that never waits; what the handler keeps per peer is its own to bound
+    /// (a slow handler slows only the link it is called for). One handler per channel, and a
+    /// channel is either handled inline or subscribed.
+    pub fn handle_inline(&self, channel: u8, handler: InlineHandler) -> Result<(), TransportError> {
+        if channel == CHANNEL_KEEPALIVE {
+            return Err(TransportError::Config { field: "channel", reason: "255 is reserved".into() });
+        }
+        if self.shared.subscribers.read().map_err(|_| TransportError::Shutdown)?.get(&channel).is_some_and(|s| s.values().any(|q| !q.tx.is_closed())) {
+            return Err(TransportError::Config { field: "channel", reason: format!("channel {channel} already has a subscriber") });
+        }
+        let mut inline = self.shared.inline.write().map_err(|_| TransportError::Shutdown)?;
+        if inline.contains_key(&channel) {
+            return Err(TransportError::Config { field: "channel", reason: format!("channel {channel} already has a handler") });
+        }
+        inline.insert(channel, handler);
+        Ok(())
     }
 
     /// A snapshot of every peer link, sorted by id.
@@ -495,6 +536,10 @@ impl Mesh {
         // otherwise live on in every MeshSender clone).
         if let Ok(mut subscribers) = self.shared.subscribers.write() {
             subscribers.clear();
+        }
+        // The handlers may hold what holds this mesh (a sender): let it go.
+        if let Ok(mut inline) = self.shared.inline.write() {
+            inline.clear();
         }
         for task in &self.tasks {
             task.abort();
@@ -869,6 +914,11 @@ async fn run_reader<S: AsyncRead + AsyncWrite + Unpin>(shared: &Shared, peer: &P
             continue;
         }
         peer.frames_received.fetch_add(1, Ordering::Relaxed);
+        let handler = shared.inline.read().ok().and_then(|h| h.get(&channel).cloned());
+        if let Some(handler) = handler {
+            handler(peer.id, payload);
+            continue;
+        }
         let subscriber = shared.subscribers.read().ok().and_then(|s| s.get(&channel).and_then(|q| q.get(&peer.id)).cloned());
         let delivered = match subscriber {
             // A busy subscriber slows this connection down (TCP flow control then reaches the

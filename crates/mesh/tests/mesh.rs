@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mesh::pki::{generate_ca, issue_replica_cert, replica_dns_name, CaBundle};
-use mesh::{encode_frame, tls_configs, Mesh, MeshConfig, TransportError, CHANNEL_ORDERING, CHANNEL_SIGNING};
+use mesh::{encode_frame, tls_configs, Mesh, MeshConfig, TransportError, CHANNEL_ORDERING, CHANNEL_READS, CHANNEL_SIGNING};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -377,6 +377,38 @@ async fn receive_queue_is_bounded_in_bytes_per_peer() {
     assert_eq!(from, 0);
     m0.shutdown().await;
     m1.shutdown().await;
+}
+
+/// A channel handled inline gets every frame with its proven sender, in order, while the
+/// other channels keep their subscribers; a channel is handled inline or subscribed, once.
+#[tokio::test]
+async fn inline_handler_takes_its_channel_with_the_proven_sender() {
+    let ca = generate_ca("inline-test").unwrap();
+    let meshes = cluster(&ca, 3).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    meshes[0].handle_inline(CHANNEL_READS, std::sync::Arc::new(move |from: u16, payload: Bytes| drop(tx.send((from, payload))))).unwrap();
+    assert!(matches!(meshes[0].subscribe(CHANNEL_READS), Err(TransportError::Config { .. })), "inline and subscribed at once");
+    assert!(matches!(meshes[0].handle_inline(CHANNEL_READS, std::sync::Arc::new(|_: u16, _: Bytes| {})), Err(TransportError::Config { .. })), "two handlers");
+    let mut ordering = meshes[0].subscribe(CHANNEL_ORDERING).unwrap();
+    assert!(
+        matches!(meshes[0].handle_inline(CHANNEL_ORDERING, std::sync::Arc::new(|_: u16, _: Bytes| {})), Err(TransportError::Config { .. })),
+        "subscribed already"
+    );
+    for i in 0..5u8 {
+        meshes[1].sender().send(0, CHANNEL_READS, Bytes::from(vec![1, i])).unwrap();
+        meshes[2].sender().send(0, CHANNEL_READS, Bytes::from(vec![2, i])).unwrap();
+    }
+    meshes[2].sender().send(0, CHANNEL_ORDERING, Bytes::from_static(b"ordered")).unwrap();
+    let mut next = [0u8; 3];
+    for _ in 0..10 {
+        let (from, payload) = timeout(EVENTUALLY, rx.recv()).await.expect("no frame in time").unwrap();
+        assert_eq!(payload[..], [from as u8, next[from as usize]], "in order, attributed to the link's certificate");
+        next[from as usize] += 1;
+    }
+    assert_eq!(recv(&mut ordering).await, (2, Bytes::from_static(b"ordered")));
+    for m in meshes {
+        m.shutdown().await;
+    }
 }
 
 #[test]

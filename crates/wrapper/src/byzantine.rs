@@ -2,7 +2,7 @@
 //! --byzantine ID:MODE,...` writes `[replica] byzantine = "MODE"`, and a replica refuses to
 //! start with one unless `[cluster] test_cluster = true`. Each mode is a thin hook in one
 //! driver (ordering: bft's transport driver; signing: the signing service; answers: the
-//! listener); a replica without a mode runs none of it.
+//! listener; vouches: the vouched-read service); a replica without a mode runs none of it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -61,8 +61,17 @@ impl Mode {
             Mode::ForgedRelays => Some(Behaviour::ForgedRelays),
             Mode::Flooder => Some(Behaviour::Flooder),
             Mode::StatusSpammer => Some(Behaviour::StatusSpammer),
-            Mode::WrongVouches => Some(Behaviour::WrongVouches),
             _ => None,
+        }
+    }
+
+    /// What the vouched-read service does to this replica's probes and vouches (they travel
+    /// on the mesh's reads channel, outside the ordering driver).
+    pub fn reads(self) -> crate::vouch::Fault {
+        match self {
+            Mode::Silent => crate::vouch::Fault::Silent,
+            Mode::WrongVouches => crate::vouch::Fault::WrongVouches,
+            _ => crate::vouch::Fault::None,
         }
     }
 

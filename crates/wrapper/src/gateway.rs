@@ -14,13 +14,11 @@ use tokio::sync::mpsc;
 use tracing::debug;
 
 use crate::answer::servfail;
-use crate::classify::{classify, Kind, Verdict};
 use crate::envelope::Op;
 use crate::metrics::Metrics;
 use crate::pending::{payload_digest, Pending};
 use crate::read::ReadCache;
 use crate::reply::{ClientRequest, ReplyTo};
-use crate::vouched::VouchedReads;
 
 pub struct Gateway {
     pub id: u16,
@@ -33,14 +31,12 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     pub client_timeout: Duration,
     pub next_number: AtomicU64,
-    /// Ordered mode with `cluster.vouched_reads`: plain queries try to be answered without
-    /// ordering first (`crate::vouched`).
-    pub vouched: Option<Arc<VouchedReads>>,
 }
 
 impl Gateway {
-    /// Orders what `requests` brings (answering reads without ordering where the read mode
-    /// allows), and the reads `fallback` brings back from the vouched path.
+    /// Orders what `requests` brings (a voting client's read is answered without ordering),
+    /// and the reads `fallback` brings back from the vouched path. Reads that can be vouched
+    /// for never come here: the listeners hand them to `crate::vouched` themselves.
     pub async fn run(self: Arc<Self>, mut requests: mpsc::Receiver<ClientRequest>, mut fallback: mpsc::Receiver<ClientRequest>) {
         let mut sweep = tokio::time::interval(Duration::from_secs(1));
         loop {
@@ -49,16 +45,6 @@ impl Gateway {
                     let Some(r) = r else { return };
                     // A voting client's read is answered without ordering (voting_read.rs).
                     let Some(r) = crate::voting_read::answer_unordered(&self.named, &self.cache, &self.metrics, r) else { continue };
-                    let read = matches!(classify(&r.bytes, r.tcp), Verdict::Order(Kind::Read));
-                    // Only what the read cache could key: plain queries, not signed, no
-                    // transfer (those are always ordered).
-                    let r = match &self.vouched {
-                        Some(vouched) if read && crate::read_cache::key(&r.bytes, r.tcp).is_some() => match vouched.take(r) {
-                            Ok(()) => continue,
-                            Err(r) => r,
-                        },
-                        _ => r,
-                    };
                     self.order(Op::Dns { tcp: r.tcp, message: r.bytes }, r.reply).await;
                 }
                 Some(r) = fallback.recv() => self.order(Op::Dns { tcp: r.tcp, message: r.bytes }, r.reply).await,

@@ -20,6 +20,8 @@ use crate::answer::{error_answer, RCODE_REFUSED};
 use crate::classify::{classify, precheck, Kind, Verdict};
 use crate::metrics::Metrics;
 use crate::reply::{ClientRequest, Delivery, Outgoing, ReplyTo};
+use crate::vouch::ProbeBatch;
+use crate::vouched::VouchedReads;
 
 /// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
 #[derive(Default)]
@@ -32,10 +34,16 @@ pub struct ClientFilters {
     /// `reads = "local"`: the listeners answer reads themselves (no hop through the
     /// gateway task).
     pub local_reads: Option<crate::read::LocalReads>,
+    /// Ordered mode with `cluster.vouched_reads`: the listeners put plain queries on the
+    /// vouched path themselves (no hop through the gateway task).
+    pub vouched: Option<Arc<VouchedReads>>,
 }
 
 /// Largest DNS message over UDP we accept (EDNS allows up to 65535).
 const UDP_MAX: usize = 65_535;
+/// Datagrams already waiting that the UDP listener takes in one turn, so that their read
+/// probes go to the peers as one message.
+const UDP_BURST: usize = 64;
 
 pub async fn serve_udp(
     socket: Arc<UdpSocket>,
@@ -45,6 +53,7 @@ pub async fn serve_udp(
     filters: Arc<ClientFilters>,
 ) {
     let mut buf = vec![0u8; UDP_MAX];
+    let mut probes = ProbeBatch::default();
     loop {
         let (len, peer) = match socket.recv_from(&mut buf).await {
             Ok(x) => x,
@@ -54,13 +63,30 @@ pub async fn serve_udp(
                 continue;
             }
         };
-        let bytes = buf[..len].to_vec();
         let reply = ReplyTo::Udp { socket: socket.clone(), peer, rrl: filters.rrl.clone(), lie: filters.lie };
-        dispatch(bytes, false, reply, peer, &access, &filters, &to_gateway, &metrics).await;
+        dispatch(buf[..len].to_vec(), false, reply, peer, &access, &filters, &to_gateway, &metrics, &mut probes);
+        for _ in 0..UDP_BURST {
+            let (len, peer) = match socket.try_recv_from(&mut buf) {
+                Ok(x) => x,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    debug!(error = %e, "udp recv");
+                    continue;
+                }
+            };
+            let reply = ReplyTo::Udp { socket: socket.clone(), peer, rrl: filters.rrl.clone(), lie: filters.lie };
+            dispatch(buf[..len].to_vec(), false, reply, peer, &access, &filters, &to_gateway, &metrics, &mut probes);
+        }
+        if let Some(vouched) = &filters.vouched {
+            vouched.send_probes(&mut probes);
+        }
     }
 }
 
-async fn dispatch(
+/// Decides what becomes of one client message. Never waits: a vouched read's probe is added
+/// to `probes`, which the caller sends (`VouchedReads::send_probes`).
+#[allow(clippy::too_many_arguments)]
+fn dispatch(
     bytes: Vec<u8>,
     tcp: bool,
     reply: ReplyTo,
@@ -69,6 +95,7 @@ async fn dispatch(
     filters: &ClientFilters,
     to_gateway: &mpsc::Sender<ClientRequest>,
     metrics: &Arc<Metrics>,
+    probes: &mut ProbeBatch,
 ) {
     let verdict = classify(&bytes, tcp);
     // A transfer is allowed by address OR by a transfer key, as in BIND's allow-transfer list;
@@ -101,9 +128,17 @@ async fn dispatch(
                 local.answer(bytes, tcp, reply, metrics);
             }
         }
-        Verdict::Order(_) => {
+        Verdict::Order(kind) => {
+            let request = ClientRequest { bytes, tcp, reply };
+            let request = match &filters.vouched {
+                Some(vouched) if kind == Kind::Read => match vouched.take(request, probes) {
+                    Ok(()) => return,
+                    Err(request) => request,
+                },
+                _ => request,
+            };
             // The gateway's queue is bounded; when full the client's retry will do.
-            if to_gateway.try_send(ClientRequest { bytes, tcp, reply }).is_err() {
+            if to_gateway.try_send(request).is_err() {
                 metrics.inc_dropped("gateway_full");
             }
         }
@@ -217,7 +252,11 @@ async fn serve_connection(
             _ = &mut write_task => { writer_done = true; break }
         };
         let reply = ReplyTo::Tcp { writer: answers_tx.clone(), slot: Some(Arc::new(slot)) };
-        dispatch(bytes, true, reply, peer, &access, &filters, &to_gateway, &metrics).await;
+        let mut probes = ProbeBatch::default();
+        dispatch(bytes, true, reply, peer, &access, &filters, &to_gateway, &metrics, &mut probes);
+        if let Some(vouched) = &filters.vouched {
+            vouched.send_probes(&mut probes);
+        }
     }
     drop(answers_tx);
     if !writer_done {
@@ -261,9 +300,11 @@ mod tests {
         // named: answers every query with its bytes, QR set, and one extra byte.
         let named = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let forwarder = named_glue::forward::Forwarder::new(named.local_addr().unwrap());
-        let local = ClientFilters { auth: None, rrl: None, lie: false, local_reads: Some(crate::read::LocalReads::new(cache.clone(), forwarder)) };
+        let local =
+            ClientFilters { auth: None, rrl: None, lie: false, local_reads: Some(crate::read::LocalReads::new(cache.clone(), forwarder)), vouched: None };
+        let probes = &mut ProbeBatch::default();
 
-        dispatch(query(0x4242, "www.example.test."), false, reply(), peer, &access, &local, &to_gateway, &metrics).await;
+        dispatch(query(0x4242, "www.example.test."), false, reply(), peer, &access, &local, &to_gateway, &metrics, probes);
         let mut buf = [0u8; 512];
         let n = tokio::time::timeout(Duration::from_secs(2), client.recv(&mut buf)).await.expect("answered").unwrap();
         let mut want = answer.clone();
@@ -271,7 +312,7 @@ mod tests {
         assert_eq!(&buf[..n], &want[..]);
         assert!(gateway.try_recv().is_err(), "a hit does not reach the gateway");
 
-        dispatch(query(7, "other.example.test."), false, reply(), peer, &access, &local, &to_gateway, &metrics).await;
+        dispatch(query(7, "other.example.test."), false, reply(), peer, &access, &local, &to_gateway, &metrics, probes);
         let (n, from) = tokio::time::timeout(Duration::from_secs(2), named.recv_from(&mut buf)).await.expect("named asked").unwrap();
         let mut named_answer = buf[..n].to_vec();
         assert_eq!(named_answer, query(7, "other.example.test."), "the miss reaches named as it came");
@@ -283,8 +324,52 @@ mod tests {
         assert!(gateway.try_recv().is_err(), "a miss does not reach the gateway either");
 
         let ordered = ClientFilters { local_reads: None, ..local };
-        dispatch(query(8, "www.example.test."), false, reply(), peer, &access, &ordered, &to_gateway, &metrics).await;
+        dispatch(query(8, "www.example.test."), false, reply(), peer, &access, &ordered, &to_gateway, &metrics, probes);
         assert!(gateway.try_recv().is_ok(), "ordered mode: every read goes to the gateway");
         assert!(client.try_recv(&mut buf).is_err(), "and nothing was answered meanwhile");
+    }
+
+    struct Broadcasts(std::sync::Mutex<Vec<Vec<u8>>>);
+
+    impl crate::vouched::ReadsOutbound for Broadcasts {
+        fn send(&self, _: u16, _: Vec<u8>) {}
+        fn broadcast(&self, message: Vec<u8>) {
+            self.0.lock().unwrap().push(message);
+        }
+    }
+
+    /// Ordered mode with vouched reads: the listener puts a plain query on the vouched path
+    /// itself (its probe goes out, the gateway never sees it); an update still goes to the
+    /// gateway.
+    #[tokio::test]
+    async fn vouched_reads_are_taken_by_the_listener() {
+        let out = Arc::new(Broadcasts(Default::default()));
+        let (_barrier, barrier) = tokio::sync::watch::channel(0);
+        let (_executed, executed) = tokio::sync::watch::channel(0);
+        let (fallback, _fallback_rx) = mpsc::channel(4);
+        let wiring = crate::vouched::Wiring { out: out.clone(), barrier, executed, fallback, fault: Default::default() };
+        let named = named_glue::forward::Forwarder::new("127.0.0.1:9".parse().unwrap());
+        let (vouched, _timeouts) = VouchedReads::start(4, 1, named, Arc::new(ReadCache::default()), Metrics::new(0), Duration::from_secs(1), wiring);
+        let filters = ClientFilters { auth: None, rrl: None, lie: false, local_reads: None, vouched: Some(vouched.clone()) };
+        let server = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let reply = || ReplyTo::Udp { socket: server.clone(), peer, rrl: None, lie: false };
+        let (metrics, access) = (Metrics::new(0), AccessSection::default());
+        let (to_gateway, mut gateway) = mpsc::channel(4);
+        let mut probes = ProbeBatch::default();
+        for id in 1..=2 {
+            dispatch(query(id, "www.example.test."), false, reply(), peer, &access, &filters, &to_gateway, &metrics, &mut probes);
+        }
+        assert!(gateway.try_recv().is_err(), "plain queries do not reach the gateway");
+        vouched.send_probes(&mut probes);
+        let sent = out.0.lock().unwrap().clone();
+        assert_eq!(sent.len(), 1, "one probe message for both reads");
+        let Ok(crate::vouch::ReadWire::Probe(reads)) = crate::vouch::decode_read_wire(&sent[0]) else { panic!("a probe") };
+        assert_eq!(reads.len(), 2);
+        let mut update = query(3, "www.example.test.");
+        update[2] |= 5 << 3;
+        dispatch(update, false, reply(), peer, &access, &filters, &to_gateway, &metrics, &mut probes);
+        assert!(gateway.try_recv().is_ok(), "an update is ordered");
+        assert!(probes.is_empty());
     }
 }

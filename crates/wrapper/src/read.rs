@@ -1,9 +1,9 @@
 //! The one way a read is answered from the local named: ordered reads (executor), local
 //! reads (`reads = "local"`, listeners: [`LocalReads`]) and voting reads (voting_read) all
 //! go through the cache lookup and [`forward_read`] here, and vouched reads (`crate::vouched`,
-//! at the gateway and at the peers that vouch) through [`read_answer`], the same steps
-//! returning the answer instead of sending it, so the paths cannot drift apart in what a
-//! client receives.
+//! at the gateway and at the peers that vouch) through the cache's keyed lookup and
+//! [`forward_answer`], the same steps returning the answer instead of sending it, so the paths
+//! cannot drift apart in what a client receives.
 //!
 //! What the client gets, by what named did:
 //! - named answered: its answer as it is (TC and all);
@@ -24,7 +24,7 @@ use named_glue::forward::{ForwardError, Forwarder};
 use tokio::sync::Semaphore;
 use tracing::debug;
 
-pub use crate::read_cache::{Fill, Lookup, ReadCache};
+pub use crate::read_cache::{Fill, Keyed, Lookup, ReadCache};
 
 use crate::metrics::Metrics;
 use crate::reply::{Delivery, ReplyTo};
@@ -47,19 +47,9 @@ pub async fn forward_read(named: &Forwarder, cache: &ReadCache, fill: Option<Fil
     deliver(reply, answer, metrics);
 }
 
-/// What [`answer_read`] would hand the client, returned instead (vouched reads compare it
+/// What [`forward_read`] would hand the client, returned instead (vouched reads compare it
 /// with the peers' before anyone gets it); `None`: no answer.
-pub async fn read_answer(named: &Forwarder, cache: &ReadCache, message: &[u8], tcp: bool, metrics: &Metrics) -> Option<Vec<u8>> {
-    match cache.lookup(message, tcp) {
-        Lookup::Hit(answer) => {
-            metrics.inc_read_cache(true);
-            Some(answer)
-        }
-        Lookup::Miss(fill) => forward_answer(named, cache, fill, message, tcp, metrics).await,
-    }
-}
-
-async fn forward_answer(named: &Forwarder, cache: &ReadCache, fill: Option<Fill>, message: &[u8], tcp: bool, metrics: &Metrics) -> Option<Vec<u8>> {
+pub async fn forward_answer(named: &Forwarder, cache: &ReadCache, fill: Option<Fill>, message: &[u8], tcp: bool, metrics: &Metrics) -> Option<Vec<u8>> {
     metrics.inc_read_cache(false);
     let result = if tcp { named.forward_tcp(message).await } else { named.forward_udp(message).await };
     if result.as_ref().is_err_and(|e| !matches!(e, ForwardError::Timeout(_))) {

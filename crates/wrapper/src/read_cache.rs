@@ -45,10 +45,25 @@ struct Inner {
     epoch: u64,
     /// Changes begun and not yet ended.
     changing: u32,
-    answers: HashMap<Vec<u8>, Vec<u8>>,
+    answers: HashMap<Vec<u8>, Entry>,
     bytes: usize,
     hits: u64,
     misses: u64,
+}
+
+/// named's answer as kept, and its digest for vouched reads (`crate::vouch::answer_digest`,
+/// taken once here rather than at every read by the gateway and every peer).
+struct Entry {
+    answer: Vec<u8>,
+    digest: [u8; 32],
+}
+
+/// What [`ReadCache::lookup_keyed`] has for a request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Keyed {
+    /// named's answer with the request's id, and its digest.
+    Hit(Vec<u8>, [u8; 32]),
+    Miss(Option<Fill>),
 }
 
 /// What the cache has for a request.
@@ -85,29 +100,43 @@ impl ReadCache {
 
     pub fn lookup(&self, request: &[u8], tcp: bool) -> Lookup {
         let Some(key) = key(request, tcp) else { return Lookup::Miss(None) };
-        let mut inner = self.inner();
-        if let Some(answer) = inner.answers.get(&key) {
-            let mut answer = answer.clone();
-            answer[..2].copy_from_slice(&request[..2]);
-            inner.hits += 1;
-            return Lookup::Hit(answer);
+        match self.get(&key, [request[0], request[1]]) {
+            Ok((answer, _)) => Lookup::Hit(answer),
+            Err(epoch) => Lookup::Miss(epoch.map(|epoch| Fill { key, epoch })),
         }
-        inner.misses += 1;
-        if inner.changing > 0 {
-            return Lookup::Miss(None);
-        }
-        Lookup::Miss(Some(Fill { key, epoch: inner.epoch }))
     }
 
-    /// The cached answer for `request`, if any; a miss is not counted (the caller goes on
-    /// to [`Self::lookup`]).
-    pub fn hit(&self, request: &[u8], tcp: bool) -> Option<Vec<u8>> {
-        let key = key(request, tcp)?;
+    /// [`Self::lookup`] for a request whose [`key`] the caller has (`id`: the request's id),
+    /// with a hit's digest for vouched reads.
+    pub fn lookup_keyed(&self, key: &[u8], id: [u8; 2]) -> Keyed {
+        match self.get(key, id) {
+            Ok((answer, digest)) => Keyed::Hit(answer, digest),
+            Err(epoch) => Keyed::Miss(epoch.map(|epoch| Fill { key: key.to_vec(), epoch })),
+        }
+    }
+
+    /// A hit (the answer with `id`, and its digest), or the epoch a fill would need (`None`
+    /// while a change runs).
+    fn get(&self, key: &[u8], id: [u8; 2]) -> Result<(Vec<u8>, [u8; 32]), Option<u64>> {
         let mut inner = self.inner();
-        let mut answer = inner.answers.get(&key)?.clone();
-        answer[..2].copy_from_slice(&request[..2]);
+        if let Some(entry) = inner.answers.get(key) {
+            let mut answer = entry.answer.clone();
+            let digest = entry.digest;
+            answer[..2].copy_from_slice(&id);
+            inner.hits += 1;
+            return Ok((answer, digest));
+        }
+        inner.misses += 1;
+        Err((inner.changing == 0).then_some(inner.epoch))
+    }
+
+    /// The digest of the cached answer for the request with this [`key`], if any (a peer
+    /// vouching needs no more); a miss is not counted (the caller goes on to [`Self::lookup`]).
+    pub fn digest(&self, key: &[u8]) -> Option<[u8; 32]> {
+        let mut inner = self.inner();
+        let digest = inner.answers.get(key)?.digest;
         inner.hits += 1;
-        Some(answer)
+        Some(digest)
     }
 
     /// Keeps named's `answer` if no change began since `fill` was handed out.
@@ -118,6 +147,7 @@ impl ReadCache {
         if !header.is_response() || header.rcode() == RCODE_SERVFAIL {
             return;
         }
+        let digest = crate::vouch::answer_digest(answer);
         let mut inner = self.inner();
         if inner.changing > 0 || inner.epoch != fill.epoch {
             return;
@@ -126,8 +156,8 @@ impl ReadCache {
         if inner.bytes + size > self.max_bytes {
             return;
         }
-        if let Some(old) = inner.answers.insert(fill.key, answer.to_vec()) {
-            inner.bytes -= old.len();
+        if let Some(old) = inner.answers.insert(fill.key, Entry { answer: answer.to_vec(), digest }) {
+            inner.bytes -= old.answer.len();
             inner.bytes += answer.len();
         } else {
             inner.bytes += size;
@@ -315,6 +345,28 @@ mod tests {
         assert_eq!(hit[2..], answer[2..]);
         assert!(matches!(cache.lookup(&query(1, true, &[]), true), Lookup::Miss(Some(_))), "TCP is another entry");
         assert_eq!(cache.counts(), (1, 2));
+    }
+
+    /// The keyed lookup and the digest agree with the plain lookup and with the digest of
+    /// named's answer.
+    #[test]
+    fn keyed_hits_carry_the_digest_of_the_answer() {
+        let cache = ReadCache::default();
+        let q = query(1, true, &[]);
+        let k = key(&q, false).unwrap();
+        assert_eq!(cache.digest(&k), None);
+        assert!(matches!(cache.lookup_keyed(&k, [0, 1]), Keyed::Miss(Some(_))));
+        let answer = fill_from_named(&cache, &q, false);
+        let want = crate::vouch::answer_digest(&answer);
+        assert_eq!(cache.digest(&k), Some(want));
+        let Keyed::Hit(hit, digest) = cache.lookup_keyed(&k, [0xab, 0xcd]) else { panic!("expected a hit") };
+        assert_eq!((&hit[..2], &hit[2..], digest), (&[0xab, 0xcd][..], &answer[2..], want));
+        assert_eq!(cache.lookup(&query(0xabcd, true, &[]), false), Lookup::Hit(hit));
+        let cache = std::sync::Arc::new(cache);
+        let change = cache.begin_change();
+        assert_eq!(cache.digest(&k), None, "emptied by a change");
+        assert_eq!(cache.lookup_keyed(&k, [0, 1]), Keyed::Miss(None), "nothing kept while it runs");
+        drop(change);
     }
 
     #[test]

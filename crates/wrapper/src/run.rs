@@ -11,7 +11,7 @@ use bft::transport::driver::{now, spawn_replica_with};
 use bft::transport::Store;
 use bft::Replica;
 use hickory_proto::rr::Name;
-use mesh::{Mesh, MeshConfig, CHANNEL_ORDERING, CHANNEL_SIGNING, CHANNEL_STATE};
+use mesh::{Mesh, MeshConfig, CHANNEL_ORDERING, CHANNEL_READS, CHANNEL_SIGNING, CHANNEL_STATE};
 use named_glue::conf::{NamedConf, TsigKey};
 use named_glue::forward::Forwarder;
 use named_glue::signer::{watch_time_source, ServiceLimits, SigningService};
@@ -305,7 +305,9 @@ pub async fn run(config: Config) -> Result<()> {
     };
     let behaviour = byzantine.and_then(Mode::ordering).map(|b| bft::transport::Byzantine::new(b, replica.config()));
     let (mut handle, batches) = spawn_replica_with(replica, mesh.sender(), ordering_rx, behaviour, Some(store));
-    let read_events = handle.read_events.take().context("the ordering's read events")?;
+    // Vouched reads travel on the mesh's reads channel, not through the ordering driver: its
+    // read queue is closed, so read traffic a peer sends there is dropped, never held.
+    drop(handle.read_events.take());
 
     let pending = Arc::new(Pending::new(config.client.max_pending));
     let core = ExecCore::new(
@@ -404,9 +406,9 @@ pub async fn run(config: Config) -> Result<()> {
     let voter_rx = background.finished.subscribe();
     tasks.spawn("executor", executor.run(batches));
 
-    // Vouched reads (ordered mode): probes and vouches travel through the ordering core; the
-    // peers' probes are answered whatever this replica's own setting (a gateway with it off
-    // sends none).
+    // Vouched reads (ordered mode): probes and vouches travel on the mesh's reads channel and
+    // are handled in its reader tasks; the peers' probes are answered whatever this replica's
+    // own setting (a gateway with it off sends none).
     let (fallback_tx, fallback_rx) = mpsc::channel(config.client.max_pending);
     let (vouched, vouched_task) = crate::vouched::VouchedReads::start(
         n,
@@ -416,14 +418,16 @@ pub async fn run(config: Config) -> Result<()> {
         metrics.clone(),
         Duration::from_millis(config.cluster.vouch_timeout_ms),
         crate::vouched::Wiring {
-            out: handle.reads.clone(),
-            events: read_events,
+            out: Arc::new(mesh.sender()),
             barrier: handle.read_barrier.clone(),
             executed: executed_rx,
             fallback: fallback_tx,
+            fault: byzantine.map(Mode::reads).unwrap_or_default(),
         },
     );
-    tasks.spawn("vouched reads", vouched_task);
+    let inbox = vouched.clone();
+    mesh.handle_inline(CHANNEL_READS, Arc::new(move |from, frame: bytes::Bytes| inbox.handle(from, &frame))).context("mesh reads channel")?;
+    tasks.spawn("vouched-read timeouts", vouched_task);
     let vouched = (config.cluster.reads == crate::config::ReadMode::Ordered && config.cluster.vouched_reads).then_some(vouched);
     let incarnation = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
     let gateway = Arc::new(Gateway {
@@ -436,7 +440,6 @@ pub async fn run(config: Config) -> Result<()> {
         metrics: metrics.clone(),
         client_timeout: Duration::from_millis(config.client.request_timeout_ms),
         next_number: AtomicU64::new(0),
-        vouched,
     });
     metrics.set_slice_pace(config.signing.resign_slice_rrsets, config.signing.resign_slice_interval_s);
     tasks.spawn("re-sign timer", resign_timer(gateway.clone(), last_signed, config.signing.resign_slice_interval_s));
@@ -453,6 +456,7 @@ pub async fn run(config: Config) -> Result<()> {
         rrl: Limiter::new(config.rrl.clone()).map(Arc::new),
         lie: byzantine == Some(Mode::WrongAnswers),
         local_reads: (config.cluster.reads == crate::config::ReadMode::Local).then(|| crate::read::LocalReads::new(cache.clone(), named.clone())),
+        vouched,
     });
     tasks.spawn("UDP listener", serve_udp(udp, client_tx.clone(), metrics.clone(), access.clone(), filters.clone()));
     let tcp_limits = TcpLimits {

@@ -48,10 +48,15 @@ pub fn answer_unordered(named: &Forwarder, cache: &Arc<ReadCache>, metrics: &Arc
 }
 
 /// A plain query carrying the voting-read option. Walked, not decoded: this runs for every
-/// request the gateway gets, and most have no additional record at all.
-fn is_voting_read(bytes: &[u8]) -> bool {
+/// read a listener puts on the vouched path and every request the gateway gets.
+pub fn is_voting_read(bytes: &[u8]) -> bool {
     let Ok(header) = RawHeader::parse(bytes) else { return false };
     if header.is_response() || header.opcode() != OPCODE_QUERY || header.arcount == 0 {
+        return false;
+    }
+    // A voting read's option value is in its bytes as it is; most requests with an additional
+    // record carry EDNS only, and this spares them a parse.
+    if !bytes.windows(vote::VOTING_READ_TAG.len()).any(|w| w == vote::VOTING_READ_TAG) {
         return false;
     }
     let Ok(message) = RawMessage::parse(bytes) else { return false };

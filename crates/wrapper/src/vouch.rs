@@ -1,34 +1,163 @@
-//! The sans-IO half of vouched reads (`crate::vouched`): what a read probe carries, the digest
-//! replicas compare answers by, and the gateway's tally of the vouches for one read.
+//! The sans-IO half of vouched reads (`crate::vouched`): the messages replicas exchange on the
+//! mesh's reads channel, the digest replicas compare answers by, and the gateway's tally of the
+//! vouches for one read.
 //!
-//! A probe's request is one flag byte (bit 0: the client asked over TCP, which decides named's
-//! truncation) followed by the client's DNS message. The digest of an answer covers every byte
+//! A probe carries, per read, the gateway's id for it, whether the client asked over TCP (which
+//! decides named's truncation) and the client's DNS message. The digest of an answer covers every byte
 //! the client would get except the id (each replica's copy carries its own probe's) and an EDNS
 //! COOKIE option (a server cookie differs per replica and per moment); the client is sent the
 //! gateway's own bytes unchanged, so what the digest leaves out never reaches it from a peer.
 
 use std::collections::BTreeMap;
 
+use bft::{MAX_READ_PROBES, MAX_READ_PROBE_BYTES};
 use named_glue::rrwire::{RawMessage, TYPE_OPT};
 use sha2::{Digest as _, Sha256};
 
 const OPTION_COOKIE: u16 = 10;
 
-/// A probe's request: the transport flag and the client's DNS message.
-pub fn probe_request(message: &[u8], tcp: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(message.len() + 1);
-    out.push(u8::from(tcp));
-    out.extend_from_slice(message);
+/// Fault injection in vouched reads (Byzantine modes, test clusters only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fault {
+    #[default]
+    None,
+    /// Sends no probe and no vouch.
+    Silent,
+    /// Vouches with made-up digests (`wrong-vouches`).
+    WrongVouches,
+}
+
+/// The first byte of a message on the reads channel.
+const TAG_PROBE: u8 = 1;
+const TAG_VOUCH: u8 = 2;
+/// A probe's read: id (8 bytes), transport flag, length (2 bytes), then the DNS message.
+const PROBE_READ_HEAD: usize = 11;
+/// A vouch's answer: id (8 bytes) and digest.
+const VOUCH_ANSWER: usize = 40;
+
+/// A message on the reads channel, borrowed from the frame it came in. The sender is the
+/// peer the mesh proved, never a field.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReadWire<'a> {
+    /// Reads a gateway asks its peers to vouch for: (read id, over TCP, DNS message).
+    Probe(Vec<(u64, bool, &'a [u8])>),
+    /// Digests of the sender's answers to reads this replica probed: (read id, digest).
+    Vouch(Vec<(u64, [u8; 32])>),
+}
+
+/// Probes built up read by read, at most [`MAX_READ_PROBES`] reads and about
+/// [`MAX_READ_PROBE_BYTES`] of DNS messages per message.
+#[derive(Debug, Default)]
+pub struct ProbeBatch {
+    buf: Vec<u8>,
+    reads: usize,
+    bytes: usize,
+}
+
+impl ProbeBatch {
+    /// Whether a read of `len` bytes still fits; an empty batch takes any DNS message.
+    pub fn fits(&self, len: usize) -> bool {
+        self.reads == 0 || (self.reads < MAX_READ_PROBES && self.bytes + len <= MAX_READ_PROBE_BYTES)
+    }
+
+    /// Appends one read; `false` (nothing appended) when it does not fit or is no DNS message.
+    pub fn push(&mut self, id: u64, tcp: bool, message: &[u8]) -> bool {
+        let Ok(len) = u16::try_from(message.len()) else { return false };
+        if message.is_empty() || !self.fits(message.len()) {
+            return false;
+        }
+        if self.buf.is_empty() {
+            self.buf.push(TAG_PROBE);
+        }
+        self.buf.extend_from_slice(&id.to_be_bytes());
+        self.buf.push(u8::from(tcp));
+        self.buf.extend_from_slice(&len.to_be_bytes());
+        self.buf.extend_from_slice(message);
+        self.reads += 1;
+        self.bytes += message.len();
+        true
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.reads == 0
+    }
+
+    /// The encoded probe, leaving the batch empty; `None` when it was.
+    pub fn take(&mut self) -> Option<Vec<u8>> {
+        if self.reads == 0 {
+            return None;
+        }
+        self.reads = 0;
+        self.bytes = 0;
+        Some(std::mem::take(&mut self.buf))
+    }
+}
+
+/// A vouch for these answers (at most [`MAX_READ_PROBES`]; more are left out).
+pub fn encode_vouch(answers: &[(u64, [u8; 32])]) -> Vec<u8> {
+    let answers = &answers[..answers.len().min(MAX_READ_PROBES)];
+    let mut out = Vec::with_capacity(1 + answers.len() * VOUCH_ANSWER);
+    out.push(TAG_VOUCH);
+    for (id, digest) in answers {
+        out.extend_from_slice(&id.to_be_bytes());
+        out.extend_from_slice(digest);
+    }
     out
 }
 
-/// The transport and the DNS message of a probe's request; `None` for anything a gateway
-/// does not send (an unknown flag, no message).
-pub fn parse_probe_request(request: &[u8]) -> Option<(bool, &[u8])> {
-    match request.split_first()? {
-        (0, message) if !message.is_empty() => Some((false, message)),
-        (1, message) if !message.is_empty() => Some((true, message)),
-        _ => None,
+/// Why a peer's message on the reads channel was refused (a metrics label).
+pub type WireError = &'static str;
+
+/// Decodes a peer's message, within the bounds a gateway keeps to: at most
+/// [`MAX_READ_PROBES`] reads or answers, [`MAX_READ_PROBE_BYTES`] of DNS messages, nothing
+/// empty, nothing left over.
+pub fn decode_read_wire(frame: &[u8]) -> Result<ReadWire<'_>, WireError> {
+    let (tag, mut rest) = frame.split_first().ok_or("read_message_empty")?;
+    match *tag {
+        TAG_PROBE => {
+            let mut reads = Vec::new();
+            let mut bytes = 0usize;
+            while !rest.is_empty() {
+                let head = rest.get(..PROBE_READ_HEAD).ok_or("read_probe_truncated")?;
+                let id = u64::from_be_bytes(head[..8].try_into().map_err(|_| "read_probe_truncated")?);
+                let tcp = match head[8] {
+                    0 => false,
+                    1 => true,
+                    _ => return Err("read_probe_flag"),
+                };
+                let len = usize::from(u16::from_be_bytes([head[9], head[10]]));
+                let message = rest.get(PROBE_READ_HEAD..PROBE_READ_HEAD + len).ok_or("read_probe_truncated")?;
+                bytes += len;
+                if len == 0 || reads.len() >= MAX_READ_PROBES || bytes > MAX_READ_PROBE_BYTES {
+                    return Err("read_probe_bounds");
+                }
+                reads.push((id, tcp, message));
+                rest = &rest[PROBE_READ_HEAD + len..];
+            }
+            if reads.is_empty() {
+                return Err("read_message_empty");
+            }
+            Ok(ReadWire::Probe(reads))
+        }
+        TAG_VOUCH => {
+            if rest.is_empty() || rest.len() % VOUCH_ANSWER != 0 {
+                return Err("read_vouch_truncated");
+            }
+            if rest.len() / VOUCH_ANSWER > MAX_READ_PROBES {
+                return Err("read_vouch_bounds");
+            }
+            let answers = rest
+                .chunks_exact(VOUCH_ANSWER)
+                .map(|c| {
+                    let (id, digest) = c.split_at(8);
+                    let mut d = [0u8; 32];
+                    d.copy_from_slice(digest);
+                    (u64::from_be_bytes([id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7]]), d)
+                })
+                .collect();
+            Ok(ReadWire::Vouch(answers))
+        }
+        _ => Err("read_message_tag"),
     }
 }
 
@@ -239,11 +368,78 @@ mod tests {
     }
 
     #[test]
-    fn probe_requests_round_trip_and_refuse_the_unknown() {
-        assert_eq!(parse_probe_request(&probe_request(b"q", true)), Some((true, &b"q"[..])));
-        assert_eq!(parse_probe_request(&probe_request(b"q", false)), Some((false, &b"q"[..])));
-        assert_eq!(parse_probe_request(&[]), None);
-        assert_eq!(parse_probe_request(&[1]), None);
-        assert_eq!(parse_probe_request(&[2, 0, 0]), None);
+    fn read_messages_round_trip() {
+        let mut batch = ProbeBatch::default();
+        assert!(batch.is_empty() && batch.take().is_none());
+        assert!(batch.push(7, false, b"query one"));
+        assert!(batch.push(u64::MAX, true, b"q2"));
+        assert!(!batch.push(8, false, b""), "no empty message");
+        let probe = batch.take().unwrap();
+        assert!(batch.is_empty());
+        assert_eq!(decode_read_wire(&probe), Ok(ReadWire::Probe(vec![(7, false, &b"query one"[..]), (u64::MAX, true, &b"q2"[..])])));
+        let answers = vec![(1, A), (u64::MAX - 1, B)];
+        assert_eq!(decode_read_wire(&encode_vouch(&answers)), Ok(ReadWire::Vouch(answers)));
+        let many: Vec<(u64, [u8; 32])> = (0..MAX_READ_PROBES as u64 + 5).map(|i| (i, A)).collect();
+        let ReadWire::Vouch(kept) = decode_read_wire(&encode_vouch(&many)).unwrap() else { panic!() };
+        assert_eq!(kept.len(), MAX_READ_PROBES, "an encoder keeps to the bound");
+    }
+
+    #[test]
+    fn probe_batches_keep_to_the_bounds() {
+        let mut batch = ProbeBatch::default();
+        for i in 0..MAX_READ_PROBES as u64 {
+            assert!(batch.push(i, false, b"q"));
+        }
+        assert!(!batch.fits(1) && !batch.push(999, false, b"q"), "one read too many");
+        let probe = batch.take().unwrap();
+        let ReadWire::Probe(reads) = decode_read_wire(&probe).unwrap() else { panic!() };
+        assert_eq!(reads.len(), MAX_READ_PROBES);
+        let big = vec![0u8; 65_535];
+        let mut batch = ProbeBatch::default();
+        let mut n = 0;
+        while batch.push(n, true, &big) {
+            n += 1;
+        }
+        assert_eq!(n as usize, MAX_READ_PROBE_BYTES / big.len(), "bytes bound");
+        assert!(decode_read_wire(&batch.take().unwrap()).is_ok());
+        assert!(!ProbeBatch::default().push(1, false, &vec![0u8; 65_536]), "not a DNS message");
+    }
+
+    #[test]
+    fn peer_messages_beyond_the_bounds_or_malformed_are_refused() {
+        assert_eq!(decode_read_wire(&[]), Err("read_message_empty"));
+        assert_eq!(decode_read_wire(&[TAG_PROBE]), Err("read_message_empty"));
+        assert_eq!(decode_read_wire(&[TAG_VOUCH]), Err("read_vouch_truncated"));
+        assert_eq!(decode_read_wire(&[9, 1, 2]), Err("read_message_tag"));
+        let mut batch = ProbeBatch::default();
+        batch.push(1, false, b"abc");
+        let probe = batch.take().unwrap();
+        for cut in 1..probe.len() {
+            assert!(decode_read_wire(&probe[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut flag = probe.clone();
+        flag[9] = 2;
+        assert_eq!(decode_read_wire(&flag), Err("read_probe_flag"));
+        let mut zero = probe[..PROBE_READ_HEAD + 1].to_vec();
+        zero[10..12].copy_from_slice(&[0, 0]);
+        assert_eq!(decode_read_wire(&zero), Err("read_probe_bounds"), "an empty message");
+        // Hand-made beyond the bounds: one read too many, too many bytes, too many answers.
+        let mut many = vec![TAG_PROBE];
+        for i in 0..=MAX_READ_PROBES as u64 {
+            many.extend_from_slice(&i.to_be_bytes());
+            many.extend_from_slice(&[0, 0, 1, b'q']);
+        }
+        assert_eq!(decode_read_wire(&many), Err("read_probe_bounds"));
+        let mut bulky = vec![TAG_PROBE];
+        for i in 0..(MAX_READ_PROBE_BYTES / 65_535 + 1) as u64 {
+            bulky.extend_from_slice(&i.to_be_bytes());
+            bulky.extend_from_slice(&[0, 0xff, 0xff]);
+            bulky.extend_from_slice(&[0u8; 65_535]);
+        }
+        assert_eq!(decode_read_wire(&bulky), Err("read_probe_bounds"));
+        let mut vouches = vec![TAG_VOUCH];
+        vouches.extend(std::iter::repeat_n(0u8, (MAX_READ_PROBES + 1) * VOUCH_ANSWER));
+        assert_eq!(decode_read_wire(&vouches), Err("read_vouch_bounds"));
+        assert_eq!(decode_read_wire(&vouches[..VOUCH_ANSWER]), Err("read_vouch_truncated"));
     }
 }

@@ -3,12 +3,13 @@
 //!
 //! The gateway (the replica a client asked, which that client trusts) answers a plain query
 //! without ordering it when 2t+1 replicas, itself included, give the same answer; otherwise
-//! it orders the read as before. Each read is probed at every peer ([`bft::Message::ReadProbe`],
-//! batched: one message per flush of the outbox); a replica answers a probe only after its
-//! executor has executed up to its *read barrier* at the probe's arrival (the highest seq it
-//! has sent a commit for, or delivered), and vouches with the digest of its answer
-//! (`crate::vouch::answer_digest`); the gateway answers its own copy after executing up to
-//! its barrier at the read's arrival, and tallies the vouches (`crate::vouch::Tally`).
+//! it orders the read as before. Each read is probed at every peer on the mesh's reads
+//! channel (`mesh::CHANNEL_READS`, messages in `crate::vouch`; batched: the UDP listener
+//! sends the probes of the datagrams it took in one turn as one message); a replica answers a
+//! probe only after its executor has executed up to its *read barrier* at the probe's arrival
+//! (the highest seq it has sent a commit for, or delivered), and vouches with the digest of its
+//! answer (`crate::vouch::answer_digest`); the gateway answers its own copy after executing up
+//! to its barrier at the read's arrival, and tallies the vouches (`crate::vouch::Tally`).
 //!
 //! Why this is linearizable (docs/DETERMINISM.md, "Vouched reads", says it at length): a write
 //! W at seq s was acknowledged only after it committed, i.e. after 2t+1 replicas had sent a
@@ -18,35 +19,50 @@
 //! barrier was at or past s, whose answer reflects W. Every counted answer is the gateway's
 //! own (equal digests), and every honest answer comes from an executed, committed prefix of the
 //! log, so the client gets an answer that reflects W and nothing that was not ordered.
+//! The barrier is the one the ordering driver publishes (`ReplicaHandle::read_barrier`) after
+//! feeding each turn's inputs and before sending any of their messages, so a replica that has
+//! sent a commit for s already shows a barrier of at least s to a probe.
 //! A Byzantine peer can only withhold or spoil its vouch: the client is sent the gateway's own
 //! bytes, never a peer's. Without 2t+1 matches (a lagging or lying peer, a silent one, a
 //! budget exceeded) the read falls back to ordering after `cluster.vouch_timeout_ms`, or at
 //! once when 2t+1 has become impossible.
 //!
+//! Cost: an unloaded read is a handful of task wake-ups. The listener takes the read, answers
+//! its own copy from the read cache when its barrier is already executed, and queues the probe
+//! on the mesh; a peer's probe is answered in the mesh's reader task (`Mesh::handle_inline`)
+//! from the cache's digests when its barrier is executed, and so are the vouches at the gateway,
+//! which sends its client the answer from there. Only what must wait (a barrier not executed
+//! yet, a cache miss that goes to named) gets a task of its own.
+//!
 //! Nothing here makes the executor wait: the gateway and the peers wait for the executed
-//! position on a watch channel in tasks of their own and answer from the read cache or named,
-//! as local reads do. What a peer can make this replica hold is bounded: probes are refused
-//! beyond a byte budget per peer, and a probe whose barrier is not executed within
-//! [`PROBE_WAIT`] is dropped (its gateway has long fallen back).
+//! position on a watch channel and answer from the read cache or named, as local reads do.
+//! What a peer can make this replica hold is bounded: a probe is at most 256 reads and 256 KiB
+//! (`crate::vouch::decode_read_wire`), what waits is refused beyond a byte budget per peer,
+//! and a probe whose barrier is not executed within [`PROBE_WAIT`] is dropped (its gateway has
+//! long fallen back).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bft::transport::{ReadIn, ReadOut};
-use bft::{MAX_READ_PROBES, MAX_READ_PROBE_BYTES, MAX_READ_PROBE_REQUEST};
+use bytes::Bytes;
 use named_glue::forward::Forwarder;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::Instant;
 
 use crate::classify::Kind;
 use crate::metrics::Metrics;
-use crate::read::ReadCache;
+use crate::read::{Keyed, ReadCache};
 use crate::reply::ClientRequest;
-use crate::vouch::{answer_digest, parse_probe_request, probe_request, Tally, Verdict};
+pub use crate::vouch::Fault;
+use crate::vouch::{answer_digest, decode_read_wire, encode_vouch, ProbeBatch, ReadWire, Tally, Verdict};
 
 /// Reads awaiting their vouches at this gateway; beyond, reads are ordered directly.
 const MAX_WAITING: usize = 4096;
+/// Timeouts queued at most (one per read whose own answer is in; a decided read's stays until
+/// it is due); beyond, the oldest read still waiting is ordered at once.
+const MAX_DEADLINES: usize = 4 * MAX_WAITING;
 /// Bytes of a peer's probes this replica holds at once; beyond, its probes are dropped.
 const PEER_BUDGET: usize = 1 << 20;
 /// A probe whose barrier this replica has not executed within this time is dropped.
@@ -54,8 +70,26 @@ pub const PROBE_WAIT: Duration = Duration::from_secs(1);
 /// The longest a gateway waits for its own executor to reach its barrier before ordering the
 /// read instead.
 const OWN_WAIT: Duration = Duration::from_secs(1);
-/// Probes and vouches queued for the outbox flushers.
-const OUTBOX: usize = 8192;
+
+/// Where probes and vouches go: the mesh's reads channel, or a test's capture.
+pub trait ReadsOutbound: Send + Sync + 'static {
+    fn send(&self, to: u16, message: Vec<u8>);
+    fn broadcast(&self, message: Vec<u8>);
+}
+
+impl ReadsOutbound for mesh::MeshSender {
+    fn send(&self, to: u16, message: Vec<u8>) {
+        if let Err(e) = mesh::MeshSender::send(self, to, mesh::CHANNEL_READS, Bytes::from(message)) {
+            tracing::debug!(to, error = %e, "vouch not sent");
+        }
+    }
+
+    fn broadcast(&self, message: Vec<u8>) {
+        if let Err(e) = mesh::MeshSender::broadcast(self, mesh::CHANNEL_READS, Bytes::from(message)) {
+            tracing::debug!(error = %e, "read probe not sent");
+        }
+    }
+}
 
 pub struct VouchedReads {
     n: u16,
@@ -69,10 +103,13 @@ pub struct VouchedReads {
     barrier: watch::Receiver<u64>,
     /// The executor's executed position.
     executed: watch::Receiver<u64>,
-    probes: mpsc::Sender<(u64, Vec<u8>)>,
-    vouches: mpsc::Sender<(u16, u64, [u8; 32])>,
+    out: Arc<dyn ReadsOutbound>,
+    fault: Fault,
     /// Reads this gateway is collecting vouches for.
     waiting: Mutex<HashMap<u64, Waiting>>,
+    /// When reads whose own answer is in fall back (the timeout is fixed: in order).
+    deadlines: Mutex<VecDeque<(Instant, u64)>>,
+    deadline_added: Notify,
     next_id: AtomicU64,
     /// Reads to order after all (the gateway's loop orders them).
     fallback: mpsc::Sender<ClientRequest>,
@@ -87,20 +124,28 @@ struct Waiting {
     answer: Option<Vec<u8>>,
 }
 
-/// The channels [`VouchedReads::start`] wires to the ordering driver and the gateway.
+/// What [`VouchedReads::start`] is wired to.
 pub struct Wiring {
-    /// To the ordering driver (`bft::transport::ReplicaHandle::reads`).
-    pub out: mpsc::Sender<ReadOut>,
-    /// From it (`ReplicaHandle::read_events`).
-    pub events: mpsc::Receiver<ReadIn>,
+    /// Probes and vouches out (the mesh's reads channel).
+    pub out: Arc<dyn ReadsOutbound>,
     pub barrier: watch::Receiver<u64>,
     pub executed: watch::Receiver<u64>,
     pub fallback: mpsc::Sender<ClientRequest>,
+    pub fault: Fault,
+}
+
+/// A peer's reads this replica must wait for (its barrier, or named) before vouching.
+struct Deferred {
+    id: u64,
+    tcp: bool,
+    message: Vec<u8>,
+    key: Vec<u8>,
 }
 
 impl VouchedReads {
-    /// The vouched-read service and the task that runs its outboxes and inbox (an essential
-    /// task of the replica).
+    /// The vouched-read service and the task that orders the reads whose vouches did not come
+    /// in time (an essential task of the replica). Peers' messages come in through
+    /// [`Self::handle`] (the mesh's inline handler of the reads channel).
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         n: u16,
@@ -111,8 +156,6 @@ impl VouchedReads {
         timeout: Duration,
         wiring: Wiring,
     ) -> (Arc<VouchedReads>, impl std::future::Future<Output = ()> + Send + 'static) {
-        let (probes_tx, probes_rx) = mpsc::channel(OUTBOX);
-        let (vouches_tx, vouches_rx) = mpsc::channel(OUTBOX);
         let service = Arc::new(VouchedReads {
             n,
             t,
@@ -122,39 +165,48 @@ impl VouchedReads {
             timeout,
             barrier: wiring.barrier,
             executed: wiring.executed,
-            probes: probes_tx,
-            vouches: vouches_tx,
+            out: wiring.out,
+            fault: wiring.fault,
             waiting: Mutex::new(HashMap::new()),
+            deadlines: Mutex::new(VecDeque::new()),
+            deadline_added: Notify::new(),
             next_id: AtomicU64::new(0),
             fallback: wiring.fallback,
             held: Mutex::new(HashMap::new()),
         });
-        let inbox = service.clone();
-        let (out, mut events) = (wiring.out, wiring.events);
-        let task = async move {
-            let probes = tokio::spawn(flush_probes(probes_rx, out.clone()));
-            let vouches = tokio::spawn(flush_vouches(vouches_rx, out));
-            while let Some(event) = events.recv().await {
-                match event {
-                    ReadIn::Probes { from, after, probes } => inbox.answer_probes(from, after, probes),
-                    ReadIn::Vouches { from, answers } => inbox.count_vouches(from, answers),
-                }
-            }
-            probes.abort();
-            vouches.abort();
-        };
+        let task = service.clone().expire();
         (service, task)
     }
 
-    /// Takes a plain query (the caller checked: a read the read cache could key) onto the
-    /// vouched path; hands it back when there is no room, to be ordered.
-    pub fn take(self: &Arc<Self>, request: ClientRequest) -> Result<(), ClientRequest> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let probe = probe_request(&request.bytes, request.tcp);
-        if probe.len() > MAX_READ_PROBE_REQUEST {
+    /// Takes a client's read onto the vouched path when it can: a plain query (what the read
+    /// cache could key; never an update, a transfer, a signed request) that is not a voting
+    /// client's. Its probe is added to `probes`, which the caller sends with
+    /// [`Self::send_probes`] (at once, or after the other reads it has at hand); its own answer
+    /// is taken at once when the barrier is executed and the cache has it. Hands the request
+    /// back, to be ordered (or answered as a voting read), otherwise.
+    pub fn take(self: &Arc<Self>, request: ClientRequest, probes: &mut ProbeBatch) -> Result<(), ClientRequest> {
+        if crate::voting_read::is_voting_read(&request.bytes) {
             return Err(request);
         }
-        let (message, tcp) = (request.bytes.clone(), request.tcp);
+        let Some(key) = crate::read_cache::key(&request.bytes, request.tcp) else { return Err(request) };
+        if !probes.fits(request.bytes.len()) {
+            self.send_probes(probes);
+        }
+        // Read after the read arrived: at or past every write acknowledged before it.
+        let barrier = *self.barrier.borrow();
+        let (tcp, dns_id) = (request.tcp, [request.bytes[0], request.bytes[1]]);
+        let own = (*self.executed.borrow() >= barrier)
+            .then(|| match self.cache.lookup_keyed(&key, dns_id) {
+                Keyed::Hit(answer, digest) => {
+                    self.metrics.inc_read_cache(true);
+                    Some((answer, digest))
+                }
+                Keyed::Miss(_) => None,
+            })
+            .flatten();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let message = own.is_none().then(|| request.bytes.clone());
+        let verdict;
         {
             let mut waiting = self.lock_waiting();
             if waiting.len() >= MAX_WAITING {
@@ -162,44 +214,130 @@ impl VouchedReads {
                 self.metrics.inc_dropped("vouched_reads_full");
                 return Err(request);
             }
-            waiting.insert(id, Waiting { tally: Tally::new(self.n, self.t), request, answer: None });
-        }
-        // Read after the read arrived: at or past every write acknowledged before it.
-        let barrier = *self.barrier.borrow();
-        if self.probes.try_send((id, probe)).is_err() {
-            self.fall_back(id);
-            return Ok(());
-        }
-        let service = self.clone();
-        tokio::spawn(async move {
-            let mut executed = service.executed.clone();
-            // The guard the wait returns is dropped at once (it must not be held across awaits).
-            let reached = tokio::time::timeout(OWN_WAIT, executed.wait_for(|e| *e >= barrier)).await.is_ok_and(|r| r.is_ok());
-            if !reached {
-                return service.fall_back(id);
+            if !probes.push(id, tcp, &request.bytes) {
+                return Err(request);
             }
-            let Some(answer) = crate::read::read_answer(&service.named, &service.cache, &message, tcp, &service.metrics).await else {
-                // named stayed silent (or the read failed): let the ordered path decide.
-                return service.fall_back(id);
-            };
-            let digest = answer_digest(&answer);
-            let verdict = {
-                let mut waiting = service.lock_waiting();
-                let Some(w) = waiting.get_mut(&id) else { return };
-                w.answer = Some(answer);
-                w.tally.own(digest)
-            };
-            service.decide(id, verdict);
-            if verdict == Verdict::Pending {
-                tokio::time::sleep(service.timeout).await;
-                service.fall_back(id);
+            let mut tally = Tally::new(self.n, self.t);
+            let answer = own.map(|(answer, digest)| {
+                tally.own(digest);
+                answer
+            });
+            verdict = tally.verdict();
+            waiting.insert(id, Waiting { tally, request, answer });
+        }
+        match message {
+            // The own answer is in; the vouches are not (the probe is not even sent yet),
+            // unless the gateway is its own quorum (t = 0).
+            None if verdict == Verdict::Pending => self.wait_for_vouches(id),
+            None => self.decide(id, verdict),
+            Some(message) => {
+                let service = self.clone();
+                tokio::spawn(async move {
+                    let mut executed = service.executed.clone();
+                    // The guard the wait returns is dropped at once (it must not be held across awaits).
+                    let reached = tokio::time::timeout(OWN_WAIT, executed.wait_for(|e| *e >= barrier)).await.is_ok_and(|r| r.is_ok());
+                    if !reached {
+                        return service.fall_back(id);
+                    }
+                    let (answer, digest) = match service.cache.lookup_keyed(&key, dns_id) {
+                        Keyed::Hit(answer, digest) => {
+                            service.metrics.inc_read_cache(true);
+                            (answer, digest)
+                        }
+                        Keyed::Miss(fill) => {
+                            let answer = crate::read::forward_answer(&service.named, &service.cache, fill, &message, tcp, &service.metrics).await;
+                            // named stayed silent (or the read failed): let the ordered path decide.
+                            let Some(answer) = answer else { return service.fall_back(id) };
+                            let digest = answer_digest(&answer);
+                            (answer, digest)
+                        }
+                    };
+                    let verdict = {
+                        let mut waiting = service.lock_waiting();
+                        let Some(w) = waiting.get_mut(&id) else { return };
+                        w.answer = Some(answer);
+                        w.tally.own(digest)
+                    };
+                    service.decide(id, verdict);
+                    if verdict == Verdict::Pending {
+                        service.wait_for_vouches(id);
+                    }
+                });
             }
-        });
+        }
         Ok(())
+    }
+
+    /// Sends the probes gathered by [`Self::take`] to every peer, one message.
+    pub fn send_probes(&self, probes: &mut ProbeBatch) {
+        if let Some(message) = probes.take() {
+            if self.fault != Fault::Silent {
+                self.out.broadcast(message);
+            }
+        }
+    }
+
+    /// A message from peer `from` on the reads channel (the mesh proved the sender). Called
+    /// in the mesh's reader task: it never waits.
+    pub fn handle(self: &Arc<Self>, from: u16, frame: &[u8]) {
+        match decode_read_wire(frame) {
+            Ok(ReadWire::Probe(reads)) => self.answer_probes(from, reads),
+            Ok(ReadWire::Vouch(answers)) => self.count_vouches(from, &answers),
+            Err(why) => self.metrics.inc_dropped(why),
+        }
     }
 
     fn lock_waiting(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Waiting>> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_deadlines(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, u64)>> {
+        self.deadlines.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The read's own answer is in: it falls back unless vouched within the timeout.
+    fn wait_for_vouches(&self, id: u64) {
+        let (was_empty, evicted) = {
+            let mut deadlines = self.lock_deadlines();
+            let evicted = if deadlines.len() >= MAX_DEADLINES { deadlines.pop_front() } else { None };
+            let was_empty = deadlines.is_empty();
+            deadlines.push_back((Instant::now() + self.timeout, id));
+            (was_empty, evicted)
+        };
+        if was_empty {
+            self.deadline_added.notify_one();
+        }
+        if let Some((_, old)) = evicted {
+            self.fall_back(old);
+        }
+    }
+
+    /// Orders the reads whose vouches did not come in time.
+    async fn expire(self: Arc<Self>) {
+        loop {
+            let front = self.lock_deadlines().front().map(|(at, _)| *at);
+            let Some(at) = front else {
+                self.deadline_added.notified().await;
+                continue;
+            };
+            tokio::time::sleep_until(at).await;
+            let now = Instant::now();
+            let due: Vec<u64> = {
+                let mut deadlines = self.lock_deadlines();
+                let mut due = Vec::new();
+                while let Some(&(at, id)) = deadlines.front() {
+                    if at > now {
+                        break;
+                    }
+                    deadlines.pop_front();
+                    due.push(id);
+                }
+                due
+            };
+            for id in due {
+                self.fall_back(id);
+            }
+        }
     }
 
     /// Acts on a decided read (whoever removes it from the table acts, once).
@@ -209,12 +347,16 @@ impl VouchedReads {
             Verdict::Failed => self.fall_back(id),
             Verdict::Vouched => {
                 let Some(w) = self.lock_waiting().remove(&id) else { return };
-                let Some(answer) = w.answer else { return };
-                self.metrics.inc_vouched_read("vouched");
-                self.metrics.inc_request(Kind::Read);
-                crate::read::deliver(&w.request.reply, answer, &self.metrics);
+                self.answer(w);
             }
         }
+    }
+
+    fn answer(&self, w: Waiting) {
+        let Some(answer) = w.answer else { return };
+        self.metrics.inc_vouched_read("vouched");
+        self.metrics.inc_request(Kind::Read);
+        crate::read::deliver(&w.request.reply, answer, &self.metrics);
     }
 
     /// Orders the read after all, if it is still waiting.
@@ -226,34 +368,55 @@ impl VouchedReads {
         }
     }
 
-    fn count_vouches(&self, from: u16, answers: Vec<(u64, [u8; 32])>) {
-        for (id, digest) in answers {
-            let verdict = match self.lock_waiting().get_mut(&id) {
-                Some(w) => w.tally.vouch(from, digest),
-                None => continue,
-            };
-            self.decide(id, verdict);
+    fn count_vouches(&self, from: u16, answers: &[(u64, [u8; 32])]) {
+        let (mut vouched, mut failed) = (Vec::new(), Vec::new());
+        {
+            let mut waiting = self.lock_waiting();
+            for &(id, digest) in answers {
+                let Some(w) = waiting.get_mut(&id) else { continue };
+                match w.tally.vouch(from, digest) {
+                    Verdict::Pending => {}
+                    Verdict::Failed => failed.push(id),
+                    Verdict::Vouched => vouched.extend(waiting.remove(&id)),
+                }
+            }
+        }
+        for w in vouched {
+            self.answer(w);
+        }
+        for id in failed {
+            self.fall_back(id);
         }
     }
 
     /// A peer's probe: each read that is a plain query is answered once this replica has
-    /// executed up to `after`, and vouched for; the rest is ignored (no vouch: the gateway
-    /// falls back). Never queued beyond the peer's budget.
-    fn answer_probes(self: &Arc<Self>, from: u16, after: u64, probes: Vec<(u64, Vec<u8>)>) {
-        let reads: Vec<(u64, bool, Vec<u8>)> = probes
-            .into_iter()
-            .filter_map(|(id, request)| {
-                let (tcp, message) = parse_probe_request(&request)?;
-                // Only what a read cache could key: plain queries, never an update, a
-                // transfer, a signed request (those are ordered, always).
-                crate::read_cache::key(message, tcp)?;
-                Some((id, tcp, message.to_vec()))
-            })
-            .collect();
-        let bytes: usize = reads.iter().map(|(_, _, m)| m.len() + 64).sum();
-        if reads.is_empty() {
+    /// executed up to its barrier now, and vouched for; the rest is ignored (no vouch: the
+    /// gateway falls back). Answered here when the barrier is executed and the cache has the
+    /// answer; what must wait is never held beyond the peer's budget.
+    fn answer_probes(self: &Arc<Self>, from: u16, reads: Vec<(u64, bool, &[u8])>) {
+        // Taken as the probe arrives: at or past every write acknowledged before its read began.
+        let after = *self.barrier.borrow();
+        let reached = *self.executed.borrow() >= after;
+        let mut vouches = Vec::new();
+        let mut deferred = Vec::new();
+        for (id, tcp, message) in reads {
+            // Only what a read cache could key: plain queries, never an update, a transfer,
+            // a signed request (those are ordered, always).
+            let Some(key) = crate::read_cache::key(message, tcp) else { continue };
+            if reached {
+                if let Some(digest) = self.cache.digest(&key) {
+                    self.metrics.inc_read_cache(true);
+                    vouches.push((id, digest));
+                    continue;
+                }
+            }
+            deferred.push(Deferred { id, tcp, message: message.to_vec(), key });
+        }
+        self.vouch(from, vouches);
+        if deferred.is_empty() {
             return;
         }
+        let bytes: usize = deferred.iter().map(|d| d.message.len() + d.key.len() + 64).sum();
         {
             let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
             let peer = held.entry(from).or_default();
@@ -269,21 +432,26 @@ impl VouchedReads {
             let mut executed = service.executed.clone();
             let reached = tokio::time::timeout(PROBE_WAIT, executed.wait_for(|e| *e >= after)).await.is_ok_and(|r| r.is_ok());
             if reached {
+                let mut hits = Vec::new();
                 let mut misses = tokio::task::JoinSet::new();
-                for (id, tcp, message) in reads {
+                for Deferred { id, tcp, message, key } in deferred {
                     // Hits at once; misses to named concurrently.
-                    if let Some(answer) = service.cache.hit(&message, tcp) {
-                        service.metrics.inc_read_cache(true);
-                        service.vouch(from, id, &answer);
-                        continue;
-                    }
+                    let fill = match service.cache.lookup_keyed(&key, [message[0], message[1]]) {
+                        Keyed::Hit(_, digest) => {
+                            service.metrics.inc_read_cache(true);
+                            hits.push((id, digest));
+                            continue;
+                        }
+                        Keyed::Miss(fill) => fill,
+                    };
                     let service = service.clone();
                     misses.spawn(async move {
-                        if let Some(answer) = crate::read::read_answer(&service.named, &service.cache, &message, tcp, &service.metrics).await {
-                            service.vouch(from, id, &answer);
+                        if let Some(answer) = crate::read::forward_answer(&service.named, &service.cache, fill, &message, tcp, &service.metrics).await {
+                            service.vouch(from, vec![(id, answer_digest(&answer))]);
                         }
                     });
                 }
+                service.vouch(from, hits);
                 while misses.join_next().await.is_some() {}
             } else {
                 service.metrics.inc_dropped("read_probe_barrier_wait");
@@ -295,63 +463,17 @@ impl VouchedReads {
         });
     }
 
-    fn vouch(&self, to: u16, id: u64, answer: &[u8]) {
-        match self.vouches.try_send((to, id, answer_digest(answer))) {
-            Ok(()) => self.metrics.inc_vouches_sent(1),
-            Err(_) => self.metrics.inc_dropped("vouch_outbox_full"),
-        }
-    }
-}
-
-/// Sends the queued probes to the ordering driver, as many per message as the bounds allow:
-/// under load one message carries many reads.
-async fn flush_probes(mut queue: mpsc::Receiver<(u64, Vec<u8>)>, out: mpsc::Sender<ReadOut>) {
-    let mut carried: Option<(u64, Vec<u8>)> = None;
-    loop {
-        let first = match carried.take() {
-            Some(p) => p,
-            None => match queue.recv().await {
-                Some(p) => p,
-                None => return,
-            },
-        };
-        let mut bytes = first.1.len();
-        let mut batch = vec![first];
-        while batch.len() < MAX_READ_PROBES {
-            let Ok(next) = queue.try_recv() else { break };
-            if bytes + next.1.len() > MAX_READ_PROBE_BYTES {
-                carried = Some(next);
-                break;
-            }
-            bytes += next.1.len();
-            batch.push(next);
-        }
-        if out.send(ReadOut::Probe(batch)).await.is_err() {
+    fn vouch(&self, to: u16, mut answers: Vec<(u64, [u8; 32])>) {
+        if answers.is_empty() || self.fault == Fault::Silent {
             return;
         }
-    }
-}
-
-/// Sends the queued vouches, one message per peer per flush.
-async fn flush_vouches(mut queue: mpsc::Receiver<(u16, u64, [u8; 32])>, out: mpsc::Sender<ReadOut>) {
-    while let Some(first) = queue.recv().await {
-        let mut by_peer: HashMap<u16, Vec<(u64, [u8; 32])>> = HashMap::new();
-        let mut next = Some(first);
-        let mut taken = 0usize;
-        while let Some((to, id, digest)) = next.take() {
-            let answers = by_peer.entry(to).or_default();
-            answers.push((id, digest));
-            taken += 1;
-            if answers.len() >= MAX_READ_PROBES || taken >= 4 * MAX_READ_PROBES {
-                break;
-            }
-            next = queue.try_recv().ok();
-        }
-        for (to, answers) in by_peer {
-            if out.send(ReadOut::Vouch { to, answers }).await.is_err() {
-                return;
+        if self.fault == Fault::WrongVouches {
+            for (_, digest) in answers.iter_mut() {
+                digest[0] ^= 0xff;
             }
         }
+        self.metrics.inc_vouches_sent(answers.len() as u64);
+        self.out.send(to, encode_vouch(&answers));
     }
 }
 
@@ -366,8 +488,15 @@ mod tests {
         named_glue::forward::build_query(id, &name, hickory_proto::rr::RecordType::A).unwrap()
     }
 
-    /// A named stand-in that answers every query with its bytes, QR set and `tail` appended.
-    async fn fake_named(tail: &'static [u8]) -> SocketAddr {
+    /// named's answer to `query(id)` as the fake below gives it.
+    fn answer(id: u16) -> Vec<u8> {
+        let mut a = query(id);
+        a[2] |= 0x84;
+        a
+    }
+
+    /// A named stand-in that answers every query with its bytes, QR and AA set.
+    async fn fake_named() -> SocketAddr {
         let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let addr = server.local_addr().unwrap();
         tokio::spawn(async move {
@@ -375,47 +504,110 @@ mod tests {
             while let Ok((n, from)) = server.recv_from(&mut buf).await {
                 let mut answer = buf[..n].to_vec();
                 answer[2] |= 0x84;
-                answer.extend_from_slice(tail);
                 let _ = server.send_to(&answer, from).await;
             }
         });
         addr
     }
 
+    /// A named stand-in that never answers (the socket is kept open by the returned value).
+    async fn silent_named() -> (SocketAddr, UdpSocket) {
+        let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        (server.local_addr().unwrap(), server)
+    }
+
+    #[derive(Debug)]
+    enum Sent {
+        To(u16, Vec<u8>),
+        All(Vec<u8>),
+    }
+
+    struct Capture(mpsc::UnboundedSender<Sent>);
+
+    impl ReadsOutbound for Capture {
+        fn send(&self, to: u16, message: Vec<u8>) {
+            let _ = self.0.send(Sent::To(to, message));
+        }
+        fn broadcast(&self, message: Vec<u8>) {
+            let _ = self.0.send(Sent::All(message));
+        }
+    }
+
     struct Harness {
         service: Arc<VouchedReads>,
-        out: mpsc::Receiver<ReadOut>,
-        events: mpsc::Sender<ReadIn>,
+        out: mpsc::UnboundedReceiver<Sent>,
         fallback: mpsc::Receiver<ClientRequest>,
         executed: watch::Sender<u64>,
         _barrier: watch::Sender<u64>,
+        cache: Arc<ReadCache>,
     }
 
-    async fn harness(barrier: u64, executed: u64, timeout_ms: u64) -> Harness {
-        let named = Forwarder::new(fake_named(b"").await);
-        let (out_tx, out) = mpsc::channel(64);
-        let (events, events_rx) = mpsc::channel(64);
+    async fn harness(named: SocketAddr, barrier: u64, executed: u64, timeout_ms: u64, fault: Fault) -> Harness {
+        let named = Forwarder { udp_timeout: Duration::from_millis(200), udp_attempts: 1, ..Forwarder::new(named) };
+        let (out_tx, out) = mpsc::unbounded_channel();
         let (barrier_tx, barrier_rx) = watch::channel(barrier);
         let (executed_tx, executed_rx) = watch::channel(executed);
         let (fallback_tx, fallback) = mpsc::channel(64);
-        let wiring = Wiring { out: out_tx, events: events_rx, barrier: barrier_rx, executed: executed_rx, fallback: fallback_tx };
-        let (service, task) = VouchedReads::start(4, 1, named, Arc::new(ReadCache::default()), Metrics::new(0), Duration::from_millis(timeout_ms), wiring);
+        let wiring = Wiring { out: Arc::new(Capture(out_tx)), barrier: barrier_rx, executed: executed_rx, fallback: fallback_tx, fault };
+        let cache = Arc::new(ReadCache::default());
+        let (service, task) = VouchedReads::start(4, 1, named, cache.clone(), Metrics::new(0), Duration::from_millis(timeout_ms), wiring);
         tokio::spawn(task);
-        Harness { service, out, events, fallback, executed: executed_tx, _barrier: barrier_tx }
+        Harness { service, out, fallback, executed: executed_tx, _barrier: barrier_tx, cache }
     }
 
     async fn client() -> (UdpSocket, crate::reply::ReplyTo) {
         let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let server = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        // A fresh socket's send readiness is known once the reactor has seen it.
+        server.writable().await.unwrap();
         let reply = crate::reply::ReplyTo::Udp { socket: server, peer: client.local_addr().unwrap(), rrl: None, lie: false };
         (client, reply)
     }
 
-    async fn next_probe(out: &mut mpsc::Receiver<ReadOut>) -> Vec<(u64, Vec<u8>)> {
-        match tokio::time::timeout(Duration::from_secs(2), out.recv()).await {
-            Ok(Some(ReadOut::Probe(p))) => p,
-            other => panic!("expected a probe, got {other:?}"),
+    /// Takes one read onto the vouched path and sends its probe.
+    fn take(h: &Harness, request: ClientRequest) {
+        let mut probes = ProbeBatch::default();
+        h.service.take(request, &mut probes).unwrap();
+        h.service.send_probes(&mut probes);
+        assert!(probes.is_empty());
+    }
+
+    async fn next_sent(out: &mut mpsc::UnboundedReceiver<Sent>) -> Sent {
+        tokio::time::timeout(Duration::from_secs(2), out.recv()).await.expect("something sent").unwrap()
+    }
+
+    /// The reads of the next probe broadcast: (id, tcp, message).
+    async fn next_probe(out: &mut mpsc::UnboundedReceiver<Sent>) -> Vec<(u64, bool, Vec<u8>)> {
+        match next_sent(out).await {
+            Sent::All(m) => match decode_read_wire(&m) {
+                Ok(ReadWire::Probe(reads)) => reads.into_iter().map(|(id, tcp, m)| (id, tcp, m.to_vec())).collect(),
+                other => panic!("expected a probe, got {other:?}"),
+            },
+            other => panic!("expected a broadcast, got {other:?}"),
         }
+    }
+
+    fn vouch_to(sent: Sent) -> (u16, Vec<(u64, [u8; 32])>) {
+        match sent {
+            Sent::To(to, m) => match decode_read_wire(&m) {
+                Ok(ReadWire::Vouch(answers)) => (to, answers),
+                other => panic!("expected a vouch, got {other:?}"),
+            },
+            other => panic!("expected a vouch to one peer, got {other:?}"),
+        }
+    }
+
+    fn probe_of(reads: &[(u64, bool, &[u8])]) -> Vec<u8> {
+        let mut batch = ProbeBatch::default();
+        for (id, tcp, m) in reads {
+            assert!(batch.push(*id, *tcp, m));
+        }
+        batch.take().unwrap()
+    }
+
+    fn fill(cache: &ReadCache, request: &[u8]) {
+        let crate::read::Lookup::Miss(Some(fill)) = cache.lookup(request, false) else { panic!("an empty cache misses") };
+        cache.fill(fill, &answer(u16::from_be_bytes([request[0], request[1]])));
     }
 
     fn outcome(m: &Metrics, outcome: &str) -> u64 {
@@ -430,68 +622,120 @@ mod tests {
     /// once when 2t+1 is out of reach; silence falls back after the timeout.
     #[tokio::test]
     async fn gateway_answers_when_vouched_and_orders_otherwise() {
-        let mut h = harness(0, 0, 200).await;
+        let mut h = harness(fake_named().await, 0, 0, 200, Fault::None).await;
         let (c, reply) = client().await;
-        h.service.take(ClientRequest { bytes: query(1), tcp: false, reply: reply.clone() }).unwrap();
+        take(&h, ClientRequest { bytes: query(1), tcp: false, reply: reply.clone() });
         let probes = next_probe(&mut h.out).await;
         assert_eq!(probes.len(), 1);
-        let (id, request) = probes[0].clone();
-        assert_eq!(parse_probe_request(&request), Some((false, &query(1)[..])));
+        let (id, tcp, message) = probes[0].clone();
+        assert_eq!((tcp, message), (false, query(1)));
         // The peers' answers are named's for the same question (another id): they match.
-        let mut peer_answer = query(77);
-        peer_answer[2] |= 0x84;
-        let digest = answer_digest(&peer_answer);
-        h.events.send(ReadIn::Vouches { from: 1, answers: vec![(id, digest)] }).await.unwrap();
-        h.events.send(ReadIn::Vouches { from: 1, answers: vec![(id, digest)] }).await.unwrap();
+        let digest = answer_digest(&answer(77));
+        h.service.handle(1, &encode_vouch(&[(id, digest)]));
+        h.service.handle(1, &encode_vouch(&[(id, digest)]));
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(outcome(&h.service.metrics, "vouched"), 0, "one peer twice is not two");
-        h.events.send(ReadIn::Vouches { from: 2, answers: vec![(id, digest)] }).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(outcome(&h.service.metrics, "vouched"), 1);
-        assert!(h.fallback.try_recv().is_err());
+        h.service.handle(2, &encode_vouch(&[(id, digest)]));
         // The client got the gateway's own answer, its own id.
         let mut buf = [0u8; 512];
         let n = tokio::time::timeout(Duration::from_secs(2), c.recv(&mut buf)).await.expect("answered").unwrap();
-        let mut expected = query(1);
-        expected[2] |= 0x84;
-        assert_eq!(&buf[..n], &expected[..]);
+        assert_eq!(&buf[..n], &answer(1)[..]);
+        assert_eq!(outcome(&h.service.metrics, "vouched"), 1);
+        assert!(h.fallback.try_recv().is_err());
 
         // Two wrong digests: ordered at once, long before the timeout.
-        h.service.take(ClientRequest { bytes: query(2), tcp: false, reply: reply.clone() }).unwrap();
-        let (id, _) = next_probe(&mut h.out).await[0].clone();
-        h.events.send(ReadIn::Vouches { from: 1, answers: vec![(id, [0xee; 32])] }).await.unwrap();
-        h.events.send(ReadIn::Vouches { from: 3, answers: vec![(id, [0xdd; 32])] }).await.unwrap();
+        take(&h, ClientRequest { bytes: query(2), tcp: false, reply: reply.clone() });
+        let id = next_probe(&mut h.out).await[0].0;
+        h.service.handle(1, &encode_vouch(&[(id, [0xee; 32])]));
+        h.service.handle(3, &encode_vouch(&[(id, [0xdd; 32])]));
         let ordered = tokio::time::timeout(Duration::from_millis(150), h.fallback.recv()).await.expect("fell back before the timeout").unwrap();
         assert_eq!(ordered.bytes, query(2));
         assert_eq!(outcome(&h.service.metrics, "fell_back"), 1);
 
         // Nobody vouches: ordered after the timeout.
-        h.service.take(ClientRequest { bytes: query(3), tcp: true, reply }).unwrap();
+        take(&h, ClientRequest { bytes: query(3), tcp: true, reply });
         let ordered = tokio::time::timeout(Duration::from_secs(2), h.fallback.recv()).await.expect("fell back").unwrap();
         assert!(ordered.tcp && ordered.bytes == query(3));
+    }
+
+    /// With its barrier executed, the gateway's own answer comes from the read cache: named
+    /// (silent here) is never needed, and two vouches answer the client.
+    #[tokio::test]
+    async fn gateway_answers_from_the_cache_without_named() {
+        let (named, _keep) = silent_named().await;
+        let mut h = harness(named, 3, 3, 2_000, Fault::None).await;
+        fill(&h.cache, &query(9));
+        let (c, reply) = client().await;
+        take(&h, ClientRequest { bytes: query(5), tcp: false, reply });
+        let id = next_probe(&mut h.out).await[0].0;
+        let digest = answer_digest(&answer(6));
+        h.service.handle(2, &encode_vouch(&[(id, digest)]));
+        h.service.handle(3, &encode_vouch(&[(id, digest)]));
+        let mut buf = [0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(2), c.recv(&mut buf)).await.expect("answered").unwrap();
+        assert_eq!(&buf[..n], &answer(5)[..], "the cached answer with the client's id");
+        // Not a plain query (an update), or a voting client's read: handed back to be ordered.
+        let mut update = query(5);
+        update[2] |= 5 << 3;
+        let (_, reply) = client().await;
+        assert!(h.service.take(ClientRequest { bytes: update, tcp: false, reply }, &mut ProbeBatch::default()).is_err());
     }
 
     /// A peer's probe is answered only once its barrier is executed; probes that are not
     /// plain queries are ignored.
     #[tokio::test]
     async fn peers_vouch_after_their_barrier_only() {
-        let mut h = harness(0, 4, 200).await;
+        let mut h = harness(fake_named().await, 5, 4, 200, Fault::None).await;
         let mut update = query(5);
         update[2] |= 5 << 3;
-        let probes = vec![(10, probe_request(&query(5), false)), (11, probe_request(&update, false)), (12, vec![9, 9])];
-        h.events.send(ReadIn::Probes { from: 2, after: 5, probes }).await.unwrap();
+        h.service.handle(2, &probe_of(&[(10, false, &query(5)), (11, false, &update), (12, false, &[9, 9])]));
         let early = tokio::time::timeout(Duration::from_millis(100), h.out.recv()).await;
         assert!(early.is_err(), "vouched before executing up to the barrier: {early:?}");
         h.executed.send_replace(5);
-        match tokio::time::timeout(Duration::from_secs(2), h.out.recv()).await {
-            Ok(Some(ReadOut::Vouch { to: 2, answers })) => {
-                assert_eq!(answers.len(), 1, "only the plain query: {answers:?}");
-                assert_eq!(answers[0].0, 10);
-                let mut expected = query(5);
-                expected[2] |= 0x84;
-                assert_eq!(answers[0].1, answer_digest(&expected));
-            }
-            other => panic!("expected a vouch, got {other:?}"),
-        }
+        let (to, answers) = vouch_to(next_sent(&mut h.out).await);
+        assert_eq!(to, 2);
+        assert_eq!(answers, vec![(10, answer_digest(&answer(5)))], "only the plain query");
+    }
+
+    /// With the barrier executed and the answer cached, a peer vouches within the call that
+    /// brought the probe (no task, no named); misses go to named and are vouched for later.
+    #[tokio::test]
+    async fn peers_vouch_from_the_cache_at_once() {
+        let mut h = harness(fake_named().await, 7, 7, 200, Fault::None).await;
+        fill(&h.cache, &query(1));
+        let other = {
+            let name = hickory_proto::rr::Name::from_ascii("other.example.test.").unwrap();
+            named_glue::forward::build_query(3, &name, hickory_proto::rr::RecordType::A).unwrap()
+        };
+        h.service.handle(1, &probe_of(&[(20, false, &query(2)), (21, false, &other)]));
+        let (to, answers) = vouch_to(h.out.try_recv().expect("vouched for the hit within the call"));
+        assert_eq!((to, answers), (1, vec![(20, answer_digest(&answer(2)))]));
+        let (to, answers) = vouch_to(next_sent(&mut h.out).await);
+        let mut named_answer = other.clone();
+        named_answer[2] |= 0x84;
+        assert_eq!((to, answers), (1, vec![(21, answer_digest(&named_answer))]));
+        // Malformed messages are counted and dropped.
+        h.service.handle(1, &[7, 7, 7]);
+        h.service.handle(1, &[]);
+        assert!(h.out.try_recv().is_err());
+        assert!(h.service.metrics.render().contains("read_message_tag"));
+    }
+
+    /// The wrong-vouches fault vouches for another digest than its answer's; the silent one
+    /// sends nothing.
+    #[tokio::test]
+    async fn faults_spoil_or_withhold_vouches() {
+        let mut h = harness(fake_named().await, 0, 0, 200, Fault::WrongVouches).await;
+        fill(&h.cache, &query(1));
+        h.service.handle(3, &probe_of(&[(30, false, &query(1))]));
+        let (_, answers) = vouch_to(h.out.try_recv().unwrap());
+        assert_eq!(answers.len(), 1);
+        assert_ne!(answers[0].1, answer_digest(&answer(1)));
+        let mut h = harness(fake_named().await, 0, 0, 200, Fault::Silent).await;
+        fill(&h.cache, &query(1));
+        h.service.handle(3, &probe_of(&[(30, false, &query(1))]));
+        let (_, reply) = client().await;
+        take(&h, ClientRequest { bytes: query(4), tcp: false, reply });
+        assert!(h.out.try_recv().is_err(), "a silent replica sends no vouch and no probe");
     }
 }
