@@ -25,7 +25,7 @@ use crate::auth::rrl::Limiter;
 use crate::auth::sig0::Sig0Key;
 use crate::auth::{tsig, Authenticator, TsigSecret};
 use crate::byzantine::{Mode, SigningFault};
-use crate::config::Config;
+use crate::config::{Config, ZoneSection};
 use crate::endpoint;
 use crate::exec::{ExecConfig, ExecCore, ExecState, SignZoneSigner, SignZoneVerifier, UpdateGate};
 use crate::executor::Executor;
@@ -52,18 +52,17 @@ fn load_tsig(path: &Path) -> Result<TsigSecret> {
     Ok(TsigSecret { name: key.name.clone(), algorithm, secret: key.secret() })
 }
 
-/// The update authenticator from `[auth]` and `named.tsig_keys`, and the keys named
+/// The zone's update authenticator from `[auth]` and the zone's keys, and the keys named
 /// must know: the local keys it grants updates to, and the transfer keys.
-fn authenticator(config: &Config) -> Result<(Authenticator, Vec<TsigKey>, Vec<TsigKey>)> {
-    let updates = config.named.tsig_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
-    let transfers = config.auth.transfer_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
-    let sig0 = config
-        .auth
+fn authenticator(config: &Config, zone: &ZoneSection) -> Result<(Authenticator, Vec<TsigKey>, Vec<TsigKey>)> {
+    let updates = zone.tsig_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
+    let transfers = zone.transfer_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
+    let sig0 = zone
         .sig0_keys
         .iter()
         .map(|p| {
             let path = config.resolve(p);
-            Sig0Key::from_key_file(&read(&path)?).map_err(|e| anyhow!("auth.sig0_keys: {}: {e}", path.display()))
+            Sig0Key::from_key_file(&read(&path)?).map_err(|e| anyhow!("{}: {}: {e}", config.field_of(zone, "sig0_keys"), path.display()))
         })
         .collect::<Result<Vec<_>>>()?;
     let auth = Authenticator::new(config.auth.mode, &updates, &transfers, sig0).context("update authentication")?;
@@ -77,18 +76,18 @@ fn authenticator(config: &Config) -> Result<(Authenticator, Vec<TsigKey>, Vec<Ts
     Ok((auth, local.into_iter().map(conf_key).collect(), transfer.into_iter().map(conf_key).collect()))
 }
 
-/// The operator's update-policy (`named.update_policy`) with each key replaced by the
-/// local key(s) that stand for it towards named, in the same order (first match wins).
-fn local_policy(config: &Config, auth: &Authenticator) -> Result<Option<Vec<named_glue::conf::PolicyRule>>> {
-    let Some(rules) = config.named.policy_rules() else {
+/// The zone's update-policy with each key replaced by the local key(s) that stand for it
+/// towards named, in the same order (first match wins).
+fn local_policy(config: &Config, zone: &ZoneSection, auth: &Authenticator) -> Result<Option<Vec<named_glue::conf::PolicyRule>>> {
+    let Some(rules) = zone.policy_rules() else {
         return Ok(None);
     };
-    let rules = rules.map_err(|e| anyhow!("named.update_policy: {e}"))?;
+    let (policy_field, keys_field) = (config.field_of(zone, "update_policy"), config.field_of(zone, "tsig_keys"));
+    let rules = rules.map_err(|e| anyhow!("{policy_field}: {e}"))?;
     let mut local = Vec::new();
     for rule in rules {
-        let names = auth
-            .local_names(&rule.identity)
-            .ok_or_else(|| anyhow!("named.update_policy names the key {:?}, which is in no file of named.tsig_keys", rule.identity))?;
+        let names =
+            auth.local_names(&rule.identity).ok_or_else(|| anyhow!("{policy_field} names the key {:?}, which is in no file of {keys_field}", rule.identity))?;
         for name in names {
             local.push(named_glue::conf::PolicyRule { identity: name, ..rule.clone() });
         }
@@ -112,7 +111,18 @@ pub async fn run(config: Config) -> Result<()> {
     let id = config.replica.id;
     let n = config.cluster.replicas;
     let t = config.faults();
-    let zone = Name::from_ascii(&config.cluster.zone).context("cluster.zone")?;
+    // The configuration and the dealing take several zones; nothing else does yet
+    // (docs/MULTIZONE.md), so a replica with several zones refuses to start.
+    if config.zones.len() > 1 {
+        let names: Vec<&str> = config.zones.iter().map(|z| z.name.as_str()).collect();
+        bail!(
+            "{} zones are configured ({}): several zones are not yet supported by named.conf, the signer and the execution state; this version serves one zone per cluster (docs/MULTIZONE.md)",
+            names.len(),
+            names.join(", ")
+        );
+    }
+    let Some(zone_config) = config.zones.first() else { bail!("no zone is configured") };
+    let zone = Name::from_ascii(&zone_config.name).with_context(|| config.field_of(zone_config, "name"))?;
     let metrics = Metrics::new(id);
     let byzantine = config.replica.byzantine;
     if let Some(mode) = byzantine {
@@ -121,15 +131,15 @@ pub async fn run(config: Config) -> Result<()> {
     }
 
     // Keys: the share must be private to this replica's user.
-    let share_path = config.resolve(&config.replica.key_share);
+    let share_path = config.resolve(&zone_config.key_share);
     check_secret_mode(&share_path).map_err(|e| anyhow!(e))?;
-    let public = Arc::new(shoup_rsa::load_public(config.resolve(&config.cluster.public_key)).context("cluster.public_key")?);
-    let share = Arc::new(shoup_rsa::load_share(&share_path).context("replica.key_share")?);
+    let public = Arc::new(shoup_rsa::load_public(config.resolve(&zone_config.public_key)).with_context(|| config.field_of(zone_config, "public_key"))?);
+    let share = Arc::new(shoup_rsa::load_share(&share_path).with_context(|| config.field_of(zone_config, "key_share"))?);
     let keys = Keys::new(public.clone(), share).context("key share does not belong to the public key")?;
     if public.players() != n {
         bail!("public key is for {} replicas, config says {n}", public.players());
     }
-    let key = zone_key(&zone, config.cluster.algorithm, &public)?;
+    let key = zone_key(&zone, zone_config.algorithm, &public)?;
 
     // named's directory: configuration and key files are rewritten at every start;
     // the zone file only on first start (afterwards named's file and journal rule).
@@ -137,7 +147,7 @@ pub async fn run(config: Config) -> Result<()> {
     let named_dir = state.join("named");
     std::fs::create_dir_all(named_dir.join("keys")).with_context(|| format!("creating {}", named_dir.display()))?;
     // named trusts only this replica's local keys for updates (fresh secrets each start).
-    let (auth, local_keys, transfer_keys) = authenticator(&config)?;
+    let (auth, local_keys, transfer_keys) = authenticator(&config, zone_config)?;
     let auth = Arc::new(auth);
     for line in auth.describe() {
         info!(replica = id, mode = auth.mode().as_str(), "update identity: {line}");
@@ -158,14 +168,14 @@ pub async fn run(config: Config) -> Result<()> {
     let catchup_key = tsig::Key::new(CATCHUP_KEY, tsig::Algorithm::HmacSha256, &catchup_secret).ok_or_else(|| anyhow!("bad catch-up key name"))?;
     conf.tsig_keys.push(TsigKey { name: CATCHUP_KEY.trim_end_matches('.').to_string(), algorithm: "hmac-sha256".into(), secret: catchup_secret });
     conf.sig_validity_days = config.named.signature_validity_days;
-    conf.update_policy = local_policy(&config, &auth)?;
+    conf.update_policy = local_policy(&config, zone_config, &auth)?;
     let conf_path = named_dir.join("named.conf");
     conf.write(&conf_path).context("writing named.conf")?;
     let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0).saturating_sub(86_400);
     key.write_files(&conf.key_directory, created).context("writing the zone key files")?;
     if !conf.zone_file.exists() {
-        let src = config.resolve(&config.named.zone_file);
-        std::fs::copy(&src, &conf.zone_file).with_context(|| format!("copying named.zone_file {}", src.display()))?;
+        let src = config.resolve(&zone_config.zone_file);
+        std::fs::copy(&src, &conf.zone_file).with_context(|| format!("copying {} {}", config.field_of(zone_config, "zone_file"), src.display()))?;
     }
     let tools = BindTools::new(&config.resolve(&config.named.bind_dir));
     tools.check().context("named.bind_dir")?;
@@ -177,9 +187,9 @@ pub async fn run(config: Config) -> Result<()> {
     let (ca_pem, cert_pem, tls_key_pem) =
         (read(&config.resolve(&config.cluster.ca_cert))?, read(&config.resolve(&config.replica.cert))?, read(&config.resolve(&config.replica.tls_key))?);
     // Sign-zone requests are signed with the mesh identity and checked against the CA.
-    let sign_zone_verifier = SignZoneVerifier::new(&config.cluster.zone, mesh::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?);
+    let sign_zone_verifier = SignZoneVerifier::new(&zone_config.name, mesh::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?);
     let sign_zone_signer =
-        Arc::new(SignZoneSigner::new(id, &config.cluster.zone, &cert_pem, tls_key_pem.clone()).map_err(anyhow::Error::msg).context("replica.cert")?);
+        Arc::new(SignZoneSigner::new(id, &zone_config.name, &cert_pem, tls_key_pem.clone()).map_err(anyhow::Error::msg).context("replica.cert")?);
     let mut mesh_config = MeshConfig::new(id, me.peer, peers, ca_pem, cert_pem, tls_key_pem);
     // Every ordering message the core may send must fit a frame: a view change reports up to
     // a window of prepared batches (tens of MiB when peers fill batches, as a flooder does),
