@@ -12,7 +12,7 @@ use bft::transport::Store;
 use bft::Replica;
 use hickory_proto::rr::Name;
 use mesh::{Mesh, MeshConfig, CHANNEL_ORDERING, CHANNEL_SIGNING, CHANNEL_STATE};
-use named_glue::conf::{NamedConf, TsigKey};
+use named_glue::conf::{NamedConf, TsigKey, ZoneConf};
 use named_glue::forward::Forwarder;
 use named_glue::signer::{watch_time_source, ServiceLimits, SigningService};
 use named_glue::supervisor::{NamedSpec, Supervisor};
@@ -23,6 +23,7 @@ use tracing::info;
 
 use crate::auth::rrl::Limiter;
 use crate::auth::sig0::Sig0Key;
+use crate::auth::zones::ZoneAuth;
 use crate::auth::{tsig, Authenticator, TsigSecret};
 use crate::byzantine::{Mode, SigningFault};
 use crate::config::{Config, ZoneSection};
@@ -52,9 +53,10 @@ fn load_tsig(path: &Path) -> Result<TsigSecret> {
     Ok(TsigSecret { name: key.name.clone(), algorithm, secret: key.secret() })
 }
 
-/// The zone's update authenticator from `[auth]` and the zone's keys, and the keys named
-/// must know: the local keys it grants updates to, and the transfer keys.
-fn authenticator(config: &Config, zone: &ZoneSection) -> Result<(Authenticator, Vec<TsigKey>, Vec<TsigKey>)> {
+/// The update authenticator of the zone with this index, from `[auth]` and the zone's keys,
+/// and the keys named must know for it: the local keys it grants updates to, and the
+/// clients' update and transfer keys.
+fn authenticator(config: &Config, index: usize, zone: &ZoneSection) -> Result<(Authenticator, Vec<TsigKey>, Vec<TsigKey>)> {
     let updates = zone.tsig_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
     let transfers = zone.transfer_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
     let sig0 = zone
@@ -65,7 +67,14 @@ fn authenticator(config: &Config, zone: &ZoneSection) -> Result<(Authenticator, 
             Sig0Key::from_key_file(&read(&path)?).map_err(|e| anyhow!("{}: {}: {e}", config.field_of(zone, "sig0_keys"), path.display()))
         })
         .collect::<Result<Vec<_>>>()?;
-    let auth = Authenticator::new(config.auth.mode, &updates, &transfers, sig0).context("update authentication")?;
+    let auth = if config.zones.len() == 1 {
+        Authenticator::new(config.auth.mode, &updates, &transfers, sig0)
+    } else {
+        // validate() bounds the zone count far below u16::MAX.
+        let index = u16::try_from(index).map_err(|_| anyhow!("zone index {index} out of range"))?;
+        Authenticator::for_zone(index, config.auth.mode, &updates, &transfers, sig0)
+    };
+    let auth = auth.with_context(|| format!("update authentication of zone {}", zone.name))?;
     // named knows the clients' update keys and the transfer keys but grants them nothing: it
     // verifies and signs TSIG on reads and transfers, which it answers itself; updates reach
     // it only re-signed with a local key.
@@ -111,16 +120,6 @@ pub async fn run(config: Config) -> Result<()> {
     let id = config.replica.id;
     let n = config.cluster.replicas;
     let t = config.faults();
-    // The configuration and the dealing take several zones; nothing else does yet
-    // (docs/MULTIZONE.md), so a replica with several zones refuses to start.
-    if config.zones.len() > 1 {
-        let names: Vec<&str> = config.zones.iter().map(|z| z.name.as_str()).collect();
-        bail!(
-            "{} zones are configured ({}): several zones are not yet supported by named.conf, the signer and the execution state; this version serves one zone per cluster (docs/MULTIZONE.md)",
-            names.len(),
-            names.join(", ")
-        );
-    }
     let Some(zone_config) = config.zones.first() else { bail!("no zone is configured") };
     let zone = Name::from_ascii(&zone_config.name).with_context(|| config.field_of(zone_config, "name"))?;
     let metrics = Metrics::new(id);
@@ -130,30 +129,32 @@ pub async fn run(config: Config) -> Result<()> {
         tracing::warn!(replica = id, %mode, "BYZANTINE MODE: this replica misbehaves on purpose (test cluster)");
     }
 
-    // Keys: the share must be private to this replica's user.
-    let share_path = config.resolve(&zone_config.key_share);
-    check_secret_mode(&share_path).map_err(|e| anyhow!(e))?;
-    let public = Arc::new(shoup_rsa::load_public(config.resolve(&zone_config.public_key)).with_context(|| config.field_of(zone_config, "public_key"))?);
-    let share = Arc::new(shoup_rsa::load_share(&share_path).with_context(|| config.field_of(zone_config, "key_share"))?);
-    let keys = Keys::new(public.clone(), share).context("key share does not belong to the public key")?;
-    if public.players() != n {
-        bail!("public key is for {} replicas, config says {n}", public.players());
+    // Keys: one threshold key per zone, in zone index order; every share must be private
+    // to this replica's user.
+    let mut zone_keys = Vec::new();
+    for z in &config.zones {
+        let share_path = config.resolve(&z.key_share);
+        check_secret_mode(&share_path).map_err(|e| anyhow!(e))?;
+        let public = Arc::new(shoup_rsa::load_public(config.resolve(&z.public_key)).with_context(|| config.field_of(z, "public_key"))?);
+        let share = Arc::new(shoup_rsa::load_share(&share_path).with_context(|| config.field_of(z, "key_share"))?);
+        let keys = Keys::new(public.clone(), share).with_context(|| format!("zone {}: key share does not belong to the public key", z.name))?;
+        if public.players() != n {
+            bail!("zone {}: public key is for {} replicas, config says {n}", z.name, public.players());
+        }
+        let apex = Name::from_ascii(&z.name).with_context(|| config.field_of(z, "name"))?;
+        let key = zone_key(&apex, z.algorithm, &public)?;
+        zone_keys.push((keys, key));
     }
-    let key = zone_key(&zone, zone_config.algorithm, &public)?;
+    let Some(key) = zone_keys.first().map(|(_, key)| key.clone()) else { bail!("no zone is configured") };
 
     // named's directory: configuration and key files are rewritten at every start;
     // the zone file only on first start (afterwards named's file and journal rule).
     let state = config.resolve(&config.replica.state_dir);
     let named_dir = state.join("named");
-    std::fs::create_dir_all(named_dir.join("keys")).with_context(|| format!("creating {}", named_dir.display()))?;
-    // named trusts only this replica's local keys for updates (fresh secrets each start).
-    let (auth, local_keys, transfer_keys) = authenticator(&config, zone_config)?;
-    let auth = Arc::new(auth);
-    for line in auth.describe() {
-        info!(replica = id, mode = auth.mode().as_str(), "update identity: {line}");
-    }
-    let mut conf = NamedConf::new(&named_dir, config.named.port, &zone, local_keys);
-    conf.transfer_keys = transfer_keys;
+    std::fs::create_dir_all(&named_dir).with_context(|| format!("creating {}", named_dir.display()))?;
+    let mut conf = NamedConf::without_zones(&named_dir, config.named.port);
+    // Key files dated a day back, so named takes them as active now.
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0).saturating_sub(86_400);
     // The key of the ordered re-signing updates (granted RRSIG only), fresh each start.
     let mut maintenance_secret = vec![0u8; 32];
     getrandom::fill(&mut maintenance_secret).map_err(|e| anyhow!("no OS randomness for the maintenance key: {e}"))?;
@@ -166,20 +167,53 @@ pub async fn run(config: Config) -> Result<()> {
     let mut catchup_secret = vec![0u8; 32];
     getrandom::fill(&mut catchup_secret).map_err(|e| anyhow!("no OS randomness for the catch-up key: {e}"))?;
     let catchup_key = tsig::Key::new(CATCHUP_KEY, tsig::Algorithm::HmacSha256, &catchup_secret).ok_or_else(|| anyhow!("bad catch-up key name"))?;
-    conf.tsig_keys.push(TsigKey { name: CATCHUP_KEY.trim_end_matches('.').to_string(), algorithm: "hmac-sha256".into(), secret: catchup_secret });
+    let catchup_conf_key = TsigKey { name: CATCHUP_KEY.trim_end_matches('.').to_string(), algorithm: "hmac-sha256".into(), secret: catchup_secret };
     conf.sig_validity_days = config.named.signature_validity_days;
-    conf.update_policy = local_policy(&config, zone_config, &auth)?;
+    // One zone statement per zone. named trusts only this replica's local keys for updates
+    // (fresh secrets each start), one per (zone, identity), granted in that zone only.
+    let mut zone_auths = Vec::new();
+    for (index, z) in config.zones.iter().enumerate() {
+        let (auth, local_keys, known_keys) = authenticator(&config, index, z)?;
+        let apex = Name::from_ascii(&z.name).with_context(|| config.field_of(z, "name"))?;
+        // One zone keeps the layout of every earlier state directory; several get a directory each.
+        let files = if config.zones.len() == 1 { named_dir.clone() } else { named_dir.join(z.dir_name()) };
+        let mut zone_conf = ZoneConf::in_dir(&apex, &files, local_keys);
+        zone_conf.tsig_keys.push(catchup_conf_key.clone());
+        zone_conf.update_policy = local_policy(&config, z, &auth)?;
+        std::fs::create_dir_all(&zone_conf.key_directory).with_context(|| format!("creating {}", zone_conf.key_directory.display()))?;
+        // The zone's public DNSKEY only: the private half is the replicas' threshold key.
+        if let Some((_, key)) = zone_keys.get(index) {
+            key.write_files(&zone_conf.key_directory, created).with_context(|| format!("writing the key files of zone {}", z.name))?;
+        }
+        if !zone_conf.zone_file.exists() {
+            let src = config.resolve(&z.zone_file);
+            std::fs::copy(&src, &zone_conf.zone_file).with_context(|| format!("copying {} {}", config.field_of(z, "zone_file"), src.display()))?;
+        }
+        conf.transfer_keys.extend(known_keys);
+        conf.zones.push(zone_conf);
+        zone_auths.push((z.name.clone(), auth));
+    }
+    let auth = Arc::new(ZoneAuth::new(zone_auths).context("update authentication")?);
+    for line in auth.describe() {
+        info!(replica = id, mode = auth.mode().as_str(), "update identity: {line}");
+    }
+    let zone_files = conf.first_zone().cloned().context("named.conf without a zone")?;
     let conf_path = named_dir.join("named.conf");
     conf.write(&conf_path).context("writing named.conf")?;
-    let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0).saturating_sub(86_400);
-    key.write_files(&conf.key_directory, created).context("writing the zone key files")?;
-    if !conf.zone_file.exists() {
-        let src = config.resolve(&zone_config.zone_file);
-        std::fs::copy(&src, &conf.zone_file).with_context(|| format!("copying {} {}", config.field_of(zone_config, "zone_file"), src.display()))?;
-    }
     let tools = BindTools::new(&config.resolve(&config.named.bind_dir));
     tools.check().context("named.bind_dir")?;
     named_glue::conf::check_conf(&tools, &conf_path).context("named-checkconf rejects the generated named.conf")?;
+    // named.conf and update authentication take every zone; threshold signing and the
+    // execution state one so far (docs/MULTIZONE.md), so a replica with several zones
+    // refuses to start here, its named.conf written and checked.
+    if config.zones.len() > 1 {
+        let names: Vec<&str> = config.zones.iter().map(|z| z.name.as_str()).collect();
+        bail!(
+            "{} zones are configured ({}): several zones are not yet supported by the signer; this version serves one zone per cluster (docs/MULTIZONE.md)",
+            names.len(),
+            names.join(", ")
+        );
+    }
 
     // The mesh to the other replicas: ordering on channel 0, signing on channel 1.
     let me = config.me().clone();
@@ -205,7 +239,8 @@ pub async fn run(config: Config) -> Result<()> {
     // Threshold signing, and the socket named asks it on.
     let limits = SignerLimits { finals_cache: config.signing.cache_entries, ..SignerLimits::default() };
     let corrupt = config.replica.corrupt_shares || byzantine == Some(Mode::CorruptShares);
-    let core = SignerCore::new(id, n, config.cluster.protocol.into(), corrupt, keys, limits);
+    let Some((keys, _)) = zone_keys.first() else { bail!("no zone is configured") };
+    let core = SignerCore::new(id, n, config.cluster.protocol.into(), corrupt, keys.clone(), limits);
     let fault = byzantine.map_or(SigningFault::None, Mode::signing);
     // Every task the replica cannot run without is kept here: the first to end stops it.
     let mut tasks = Essential::new();
@@ -376,7 +411,8 @@ pub async fn run(config: Config) -> Result<()> {
             tools: tools.clone(),
             zone: zone.clone(),
             named: named.clone(),
-            conf: conf.clone(),
+            work_dir: named_dir.clone(),
+            files: zone_files.clone(),
             key: key.clone(),
             signer_socket: socket_path.clone(),
             supervisor: supervisor.clone(),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use hickory_proto::rr::{Name, RecordType};
 use hickory_proto::serialize::binary::BinEncodable;
-use named_glue::conf::NamedConf;
+use named_glue::conf::ZoneConf;
 use named_glue::forward::{build_query, Forwarder};
 use named_glue::keys::ZoneKey;
 use named_glue::rrwire::{RawMessage, RawRecord};
@@ -101,7 +101,10 @@ pub struct ZoneMaintenance {
     pub tools: BindTools,
     pub zone: Name,
     pub named: Forwarder,
-    pub conf: NamedConf,
+    /// named's directory: this zone's working files (base text, signed output) go there.
+    pub work_dir: PathBuf,
+    /// The zone's files as named.conf names them (zone file, journal, key directory).
+    pub files: ZoneConf,
     pub key: ZoneKey,
     pub signer_socket: PathBuf,
     pub supervisor: Arc<Supervisor>,
@@ -243,7 +246,7 @@ impl ZoneMaintenance {
     }
 
     fn file(&self, name: &str) -> PathBuf {
-        self.conf.directory.join(name)
+        self.work_dir.join(name)
     }
 
     /// The zone's content without DNSSEC records, as named-compilezone prints it from
@@ -255,7 +258,7 @@ impl ZoneMaintenance {
             .args(["-q", "-j", "-s", "full", "-o"])
             .arg(&merged)
             .arg(self.zone.to_ascii())
-            .arg(&self.conf.zone_file)
+            .arg(&self.files.zone_file)
             .output()
             .await
             .map_err(|e| ZoneError::Compile(e.to_string()))?;
@@ -309,9 +312,18 @@ impl ZoneMaintenance {
         if tag != Some(seq) {
             return Err(ZoneError::Background(format!("the zone content kept here is not that of the signing begun at seq {seq}")));
         }
-        sign_zone_file(&self.tools, &self.zone, &self.file(BASE_TEXT), &self.file(SIGNED), &self.conf.key_directory, &self.key, &self.background_socket, times)
-            .await
-            .map_err(|e| ZoneError::Sign(e.to_string()))?;
+        sign_zone_file(
+            &self.tools,
+            &self.zone,
+            &self.file(BASE_TEXT),
+            &self.file(SIGNED),
+            &self.files.key_directory,
+            &self.key,
+            &self.background_socket,
+            times,
+        )
+        .await
+        .map_err(|e| ZoneError::Sign(e.to_string()))?;
         write_atomic(&self.file(SIGNED_MARK), &seq.to_be_bytes()).await
     }
 
@@ -370,7 +382,7 @@ impl ZoneMaintenance {
             }
         };
         let diffed = started.elapsed();
-        let (signed, zone_file, named_journal) = (self.file(SIGNED), self.conf.zone_file.clone(), self.conf.journal.clone());
+        let (signed, zone_file, named_journal) = (self.file(SIGNED), self.files.zone_file.clone(), self.files.journal.clone());
         let installed = self
             .supervisor
             .replace_files(move || {
@@ -385,7 +397,7 @@ impl ZoneMaintenance {
             })
             .await
             .map_err(|e| ZoneError::Restart(e.to_string()))?;
-        installed.map_err(|source| ZoneError::Io { path: self.conf.zone_file.clone(), source })?;
+        installed.map_err(|source| ZoneError::Io { path: self.files.zone_file.clone(), source })?;
         let restarted = started.elapsed();
         for body in &messages {
             let answer = self.send_maintenance(body, &self.catchup_key).await;
