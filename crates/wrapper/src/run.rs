@@ -203,13 +203,14 @@ pub async fn run(config: Config) -> Result<()> {
     let tools = BindTools::new(&config.resolve(&config.named.bind_dir));
     tools.check().context("named.bind_dir")?;
     named_glue::conf::check_conf(&tools, &conf_path).context("named-checkconf rejects the generated named.conf")?;
-    // named.conf and update authentication take every zone; threshold signing and the
-    // execution state one so far (docs/MULTIZONE.md), so a replica with several zones
+    // named.conf, update authentication and threshold signing take every zone; the
+    // execution state (sign-zone, re-signing), checkpoints and state transfer one so far
+    // (docs/MULTIZONE.md), so a replica with several zones
     // refuses to start here, its named.conf written and checked.
     if config.zones.len() > 1 {
         let names: Vec<&str> = config.zones.iter().map(|z| z.name.as_str()).collect();
         bail!(
-            "{} zones are configured ({}): several zones are not yet supported by the signer; this version serves one zone per cluster (docs/MULTIZONE.md)",
+            "{} zones are configured ({}): several zones are not yet supported by the execution state (whole-zone signing, re-signing, checkpoints, state transfer); this version serves one zone per cluster (docs/MULTIZONE.md)",
             names.len(),
             names.join(", ")
         );
@@ -239,12 +240,20 @@ pub async fn run(config: Config) -> Result<()> {
     // Threshold signing, and the socket named asks it on.
     let limits = SignerLimits { finals_cache: config.signing.cache_entries, ..SignerLimits::default() };
     let corrupt = config.replica.corrupt_shares || byzantine == Some(Mode::CorruptShares);
-    let Some((keys, _)) = zone_keys.first() else { bail!("no zone is configured") };
-    let core = SignerCore::new(id, n, config.cluster.protocol.into(), corrupt, keys.clone(), limits);
+    // One core per zone (its own key and session limits), in zone index order.
+    let cores = config
+        .zones
+        .iter()
+        .zip(&zone_keys)
+        .map(|(z, (keys, key))| {
+            let signing_key = service::ZoneSigningKey { signer: z.apex(), algorithm: z.algorithm, key_tag: key.key_tag() };
+            (signing_key, SignerCore::new(id, n, config.cluster.protocol.into(), corrupt, keys.clone(), limits.clone()))
+        })
+        .collect();
     let fault = byzantine.map_or(SigningFault::None, Mode::signing);
     // Every task the replica cannot run without is kept here: the first to end stops it.
     let mut tasks = Essential::new();
-    let (signer, signing_task) = service::spawn(core, key.key_tag(), mesh.sender(), signing_rx, metrics.clone(), fault);
+    let (signer, signing_task) = service::spawn(cores, mesh.sender(), signing_rx, metrics.clone(), fault);
     tasks.spawn("threshold signing service", signing_task);
     let (times_tx, times_rx) = watch::channel(None);
     let socket_path = state.join("signer.sock");
