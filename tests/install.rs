@@ -94,7 +94,7 @@ fn install_script_stages_an_fhs_layout_and_touches_nothing_else() {
         let config = wrapper::config::Config::load(&dir.join("replica.toml")).unwrap();
         assert_eq!(config.named.bind_dir, Path::new("/usr/local/lib/sdns/bind9"));
         assert_eq!(config.replica.state_dir, PathBuf::from(format!("/var/lib/sdns/{name}")));
-        assert_eq!(config.resolve(&config.replica.key_share), dir.join("share.json"));
+        assert_eq!(config.resolve(&config.zones[0].key_share), dir.join("share.json"));
     }
     assert!(!root.join("etc/sdns/replica-2").exists());
 

@@ -25,6 +25,10 @@ pub enum ConfError {
     BadValidity(u32),
     #[error(transparent)]
     Key(#[from] KeyError),
+    #[error("two different TSIG keys are named {0:?}")]
+    DuplicateKey(String),
+    #[error("named.conf needs at least one zone")]
+    NoZone,
     #[error("running named-checkconf: {0}")]
     Spawn(std::io::Error),
     #[error("named-checkconf rejected the configuration: {0}")]
@@ -72,7 +76,7 @@ impl TsigKey {
     }
 }
 
-/// Configuration of one replica's named.
+/// Configuration of one replica's named: one process serving every zone of the cluster.
 #[derive(Debug, Clone)]
 pub struct NamedConf {
     /// named's working directory (relative paths resolve against it).
@@ -80,30 +84,53 @@ pub struct NamedConf {
     pub listen_address: Ipv4Addr,
     pub port: u16,
     pub pid_file: PathBuf,
-    pub zone: Name,
-    /// The (signed) zone file named loads and dumps into.
-    pub zone_file: PathBuf,
-    pub journal: PathBuf,
-    pub key_directory: PathBuf,
-    /// Keys update-policy grants (with sdns: the replica-local keys the wrapper
-    /// re-signs authenticated updates with, one per client identity).
-    pub tsig_keys: Vec<TsigKey>,
+    /// One `zone` statement each, in this order.
+    pub zones: Vec<ZoneConf>,
     /// Keys named knows only to check and sign zone transfers; never granted updates.
     pub transfer_keys: Vec<TsigKey>,
-    /// The key of the wrapper's ordered re-signing updates: granted RRSIG only (with the
-    /// BIND patch, deleting one exact RRSIG makes named sign that RRset again).
+    /// The key of the wrapper's ordered re-signing updates: granted RRSIG only, in every
+    /// zone (with the BIND patch, deleting one exact RRSIG makes named sign that RRset again).
     pub maintenance_key: Option<TsigKey>,
     /// RRSIG validity in days; also the re-sign interval, so no jitter.
     pub sig_validity_days: u32,
-    /// The operator's update-policy (an adopted zone), its identities already the local
-    /// keys; `None`: every key in `tsig_keys` may update the whole zone.
-    pub update_policy: Option<Vec<PolicyRule>>,
-    /// `zone_file` is in BIND's raw format (`masterfile-format raw`), which named loads
+    /// Every zone file is in BIND's raw format (`masterfile-format raw`), which named loads
     /// several times faster than text: a replica restarting named on a freshly signed zone
     /// holds its executor that much shorter. Write such files with [`BindTools::compile_raw`].
     ///
     /// [`BindTools::compile_raw`]: crate::tools::BindTools::compile_raw
     pub raw_zone_file: bool,
+}
+
+/// One zone of named.conf: its files and who may update it. TSIG keys are global in named,
+/// so a key granted here must not be granted in another zone unless that is meant.
+#[derive(Debug, Clone)]
+pub struct ZoneConf {
+    pub zone: Name,
+    /// The (signed) zone file named loads and dumps into.
+    pub zone_file: PathBuf,
+    pub journal: PathBuf,
+    /// The zone's public DNSKEY only (the private half is the replicas' threshold key).
+    pub key_directory: PathBuf,
+    /// Keys this zone's update-policy grants (with sdns: the replica-local keys the wrapper
+    /// re-signs authenticated updates with, one per client identity and zone).
+    pub tsig_keys: Vec<TsigKey>,
+    /// The operator's update-policy (an adopted zone), its identities already the local
+    /// keys; `None`: every key in `tsig_keys` may update the whole zone.
+    pub update_policy: Option<Vec<PolicyRule>>,
+}
+
+impl ZoneConf {
+    /// A zone with its files under `dir`: zone.db, zone.db.jnl, keys/.
+    pub fn in_dir(zone: &Name, dir: &Path, tsig_keys: Vec<TsigKey>) -> Self {
+        ZoneConf {
+            zone: zone.clone(),
+            zone_file: dir.join("zone.db"),
+            journal: dir.join("zone.db.jnl"),
+            key_directory: dir.join("keys"),
+            tsig_keys,
+            update_policy: None,
+        }
+    }
 }
 
 /// The update-policy rule types that decide by the key's name and the updated name only.
@@ -187,25 +214,50 @@ impl PolicyRule {
 }
 
 impl NamedConf {
-    /// A configuration with every file under `directory`: zone.db,
-    /// zone.db.jnl, keys/, named.pid; listening on 127.0.0.1:`port`.
+    /// One zone with every file under `directory`: zone.db, zone.db.jnl, keys/,
+    /// named.pid; listening on 127.0.0.1:`port`.
     pub fn new(directory: &Path, port: u16, zone: &Name, tsig_keys: Vec<TsigKey>) -> Self {
+        let mut conf = NamedConf::without_zones(directory, port);
+        conf.zones.push(ZoneConf::in_dir(zone, directory, tsig_keys));
+        conf
+    }
+
+    /// No zone yet (push [`ZoneConf`]s); named.pid under `directory`.
+    pub fn without_zones(directory: &Path, port: u16) -> Self {
         NamedConf {
             directory: directory.to_path_buf(),
             listen_address: Ipv4Addr::LOCALHOST,
             port,
             pid_file: directory.join("named.pid"),
-            zone: zone.clone(),
-            zone_file: directory.join("zone.db"),
-            journal: directory.join("zone.db.jnl"),
-            key_directory: directory.join("keys"),
-            tsig_keys,
+            zones: Vec::new(),
             transfer_keys: Vec::new(),
             maintenance_key: None,
             sig_validity_days: 30,
-            update_policy: None,
             raw_zone_file: false,
         }
+    }
+
+    /// The first zone (the only one of a single-zone cluster).
+    pub fn first_zone(&self) -> Option<&ZoneConf> {
+        self.zones.first()
+    }
+
+    /// Every key statement, once each: a key granted in several zones (the catch-up key) is
+    /// declared once; two different keys with one name are refused.
+    fn key_statements(&self) -> Result<String, ConfError> {
+        let mut seen: Vec<&TsigKey> = Vec::new();
+        let mut out = String::new();
+        for key in self.zones.iter().flat_map(|z| &z.tsig_keys).chain(&self.transfer_keys).chain(&self.maintenance_key) {
+            if let Some(earlier) = seen.iter().find(|k| k.name.eq_ignore_ascii_case(&key.name)) {
+                if *earlier != key {
+                    return Err(ConfError::DuplicateKey(key.name.clone()));
+                }
+                continue;
+            }
+            seen.push(key);
+            out.push_str(&key.statement()?);
+        }
+        Ok(out)
     }
 
     /// Signature validity in seconds, as the wrapper must use it.
@@ -217,21 +269,13 @@ impl NamedConf {
         if !(8..=3660).contains(&self.sig_validity_days) {
             return Err(ConfError::BadValidity(self.sig_validity_days));
         }
+        if self.zones.is_empty() {
+            return Err(ConfError::NoZone);
+        }
         let dir = quoted_path("directory", &self.directory)?;
         let pid = quoted_path("pid-file", &self.pid_file)?;
-        let zone_file = quoted_path("zone file", &self.zone_file)?;
-        let journal = quoted_path("journal", &self.journal)?;
-        let key_dir = quoted_path("key-directory", &self.key_directory)?;
         let session_key = quoted_path("session-keyfile", &self.directory.join("session.key"))?;
-        let mut zone = self.zone.to_lowercase().to_ascii();
-        if !zone.ends_with('.') {
-            zone.push('.');
-        }
-        check_token("zone name", &zone)?;
-        let mut out = String::new();
-        for key in self.tsig_keys.iter().chain(&self.transfer_keys).chain(&self.maintenance_key) {
-            out.push_str(&key.statement()?);
-        }
+        let mut out = self.key_statements()?;
         out.push_str(&format!(
             "options {{\n\
              \tdirectory {dir};\n\
@@ -257,41 +301,51 @@ impl NamedConf {
             port = self.port,
             addr = self.listen_address,
         ));
-        out.push_str(&format!(
-            "zone \"{zone}\" {{\n\
-             \ttype primary;\n\
-             \tfile {zone_file};\n\
-             {format}\
-             \tjournal {journal};\n\
-             \tkey-directory {key_dir};\n\
-             \tsig-validity-interval {v} {v};\n\
-             \tdnssec-update-mode no-resign;\n\
-             \tserial-update-method increment;\n\
-             \tupdate-policy {{\n{policy}\t}};\n\
-             }};\n",
-            v = self.sig_validity_days,
-            format = if self.raw_zone_file { "\tmasterfile-format raw;\n" } else { "" },
-            policy = self.update_policy()?,
-        ));
+        for z in &self.zones {
+            let zone_file = quoted_path("zone file", &z.zone_file)?;
+            let journal = quoted_path("journal", &z.journal)?;
+            let key_dir = quoted_path("key-directory", &z.key_directory)?;
+            let mut zone = z.zone.to_lowercase().to_ascii();
+            if !zone.ends_with('.') {
+                zone.push('.');
+            }
+            check_token("zone name", &zone)?;
+            out.push_str(&format!(
+                "zone \"{zone}\" {{\n\
+                 \ttype primary;\n\
+                 \tfile {zone_file};\n\
+                 {format}\
+                 \tjournal {journal};\n\
+                 \tkey-directory {key_dir};\n\
+                 \tsig-validity-interval {v} {v};\n\
+                 \tdnssec-update-mode no-resign;\n\
+                 \tserial-update-method increment;\n\
+                 \tupdate-policy {{\n{policy}\t}};\n\
+                 }};\n",
+                v = self.sig_validity_days,
+                format = if self.raw_zone_file { "\tmasterfile-format raw;\n" } else { "" },
+                policy = self.update_policy(z)?,
+            ));
+        }
         Ok(out)
     }
 
-    fn update_policy(&self) -> Result<String, ConfError> {
+    fn update_policy(&self, z: &ZoneConf) -> Result<String, ConfError> {
         let refused = REFUSED_UPDATE_TYPES.join(" ");
         let mut rules = String::new();
         // First match wins: the denials come before the grants.
-        for key in &self.tsig_keys {
+        for key in &z.tsig_keys {
             check_token("TSIG key name", &key.name)?;
             rules.push_str(&format!("\t\tdeny \"{}\" zonesub {refused};\n", key.name));
         }
-        match &self.update_policy {
+        match &z.update_policy {
             Some(policy) => {
                 for rule in policy {
                     rules.push_str(&format!("\t\t{};\n", rule.render()?));
                 }
             }
             None => {
-                for key in &self.tsig_keys {
+                for key in &z.tsig_keys {
                     rules.push_str(&format!("\t\tgrant \"{}\" zonesub ANY;\n", key.name));
                 }
             }
@@ -403,12 +457,48 @@ mod tests {
         grant.identity = "tsig-0.sdns-local".into();
         let mut deny = rule("deny dhcp name www.example.test. A");
         deny.identity = "tsig-0.sdns-local".into();
-        conf.update_policy = Some(vec![deny, grant]);
+        conf.zones[0].update_policy = Some(vec![deny, grant]);
         let text = conf.render().unwrap();
         let at = |n: &str| text.find(n).unwrap_or_else(|| panic!("no {n} in\n{text}"));
         assert!(at("deny \"tsig-0.sdns-local\" zonesub DNSKEY") < at("deny \"tsig-0.sdns-local\" name \"www.example.test.\" A;"));
         assert!(at("name \"www.example.test.\" A;") < at("grant \"tsig-0.sdns-local\" zonesub A PTR(2);"));
         assert!(!text.contains("zonesub ANY"), "{text}");
+    }
+
+    #[test]
+    fn several_zones_each_grant_only_their_own_keys() {
+        let dir = Path::new("/tmp/r1");
+        let forward = Name::from_ascii("example.test.").unwrap();
+        let reverse = Name::from_ascii("2.0.192.in-addr.arpa.").unwrap();
+        let catchup = TsigKey::hmac_sha256("catchup.sdns-local", vec![9; 32]);
+        let mut conf = NamedConf::without_zones(dir, 5353);
+        conf.zones.push(ZoneConf::in_dir(
+            &reverse,
+            &dir.join("zones/2.0.192.in-addr.arpa"),
+            vec![TsigKey::hmac_sha256("tsig-0-0.sdns-local", vec![1; 32]), catchup.clone()],
+        ));
+        conf.zones.push(ZoneConf::in_dir(&forward, &dir.join("zones/example.test"), vec![TsigKey::hmac_sha256("tsig-1-0.sdns-local", vec![2; 32]), catchup]));
+        conf.maintenance_key = Some(TsigKey::hmac_sha256("resign.sdns-local", vec![3; 32]));
+        let text = conf.render().unwrap();
+        let reverse_at = text.find("zone \"2.0.192.in-addr.arpa.\" {").unwrap_or_else(|| panic!("{text}"));
+        let forward_at = text.find("zone \"example.test.\" {").unwrap_or_else(|| panic!("{text}"));
+        assert!(reverse_at < forward_at, "{text}");
+        let (reverse_stmt, forward_stmt) = (&text[reverse_at..forward_at], &text[forward_at..]);
+        assert!(reverse_stmt.contains("file \"/tmp/r1/zones/2.0.192.in-addr.arpa/zone.db\";"), "{reverse_stmt}");
+        assert!(reverse_stmt.contains("key-directory \"/tmp/r1/zones/2.0.192.in-addr.arpa/keys\";"), "{reverse_stmt}");
+        assert!(reverse_stmt.contains("grant \"tsig-0-0.sdns-local\" zonesub ANY;") && !reverse_stmt.contains("tsig-1-0"), "{reverse_stmt}");
+        assert!(forward_stmt.contains("grant \"tsig-1-0.sdns-local\" zonesub ANY;") && !forward_stmt.contains("tsig-0-0"), "{forward_stmt}");
+        for stmt in [reverse_stmt, forward_stmt] {
+            assert!(stmt.contains("grant \"resign.sdns-local\" zonesub RRSIG;"), "{stmt}");
+            assert!(stmt.contains("grant \"catchup.sdns-local\" zonesub ANY;"), "{stmt}");
+        }
+        // A key granted in two zones is declared once; named refuses a key declared twice.
+        assert_eq!(text.matches("key \"catchup.sdns-local\" {").count(), 1, "{text}");
+        // Two different keys under one name are refused rather than one silently dropped.
+        conf.zones[1].tsig_keys.push(TsigKey::hmac_sha256("tsig-0-0.sdns-local", vec![7; 32]));
+        assert!(matches!(conf.render(), Err(ConfError::DuplicateKey(name)) if name == "tsig-0-0.sdns-local"));
+        conf.zones.clear();
+        assert!(matches!(conf.render(), Err(ConfError::NoZone)));
     }
 
     #[test]

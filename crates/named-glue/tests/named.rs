@@ -467,3 +467,39 @@ fn ixfr_query(id: u16, serial: u32) -> Vec<u8> {
     m.add_authority(Record::from_rdata(zone(), 0, RData::SOA(soa)));
     m.to_vec().unwrap()
 }
+
+/// A forward and a reverse zone in one named.conf, each with its own files and keys: the
+/// patched build's named-checkconf accepts the configuration and loads both zones.
+#[test]
+fn several_zones_load_from_one_named_conf() {
+    use named_glue::conf::{check_conf, NamedConf, TsigKey, ZoneConf};
+    let tools = tools();
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path();
+    let reverse = hickory_proto::rr::Name::from_ascii("2.0.192.in-addr.arpa.").unwrap();
+    let mut conf = NamedConf::without_zones(base, free_port());
+    let catchup = TsigKey::hmac_sha256("catchup.sdns-local", vec![9; 32]);
+    for (name, index, data) in [
+        (
+            &reverse,
+            0,
+            "$TTL 300\n@ IN SOA ns1.example.test. hostmaster.example.test. 7 3600 600 86400 300\n@ IN NS ns1.example.test.\n1 IN PTR www.example.test.\n",
+        ),
+        (&zone(), 1, UNSIGNED_ZONE),
+    ] {
+        let zone_dir = base.join("zones").join(name.to_ascii().trim_end_matches('.'));
+        std::fs::create_dir_all(zone_dir.join("keys")).unwrap();
+        let z = ZoneConf::in_dir(name, &zone_dir, vec![TsigKey::hmac_sha256(&format!("tsig-{index}-0.sdns-local"), vec![index; 32]), catchup.clone()]);
+        std::fs::write(&z.zone_file, data).unwrap();
+        conf.zones.push(z);
+    }
+    conf.maintenance_key = Some(TsigKey::hmac_sha256("resign.sdns-local", vec![3; 32]));
+    let path = base.join("named.conf");
+    conf.write(&path).unwrap();
+    check_conf(&tools, &path).unwrap();
+    let out = std::process::Command::new(tools.bin("named-checkconf")).arg("-z").arg(&path).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("zone 2.0.192.in-addr.arpa/IN: loaded serial 7"), "{text}");
+    assert!(text.contains("zone example.test/IN: loaded serial 1"), "{text}");
+}

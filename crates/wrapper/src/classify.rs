@@ -67,7 +67,7 @@ pub fn classify(bytes: &[u8], transport_is_tcp: bool) -> Verdict {
 /// update that cannot pass, or a transfer without a transfer key, is answered here as
 /// named would answer it, without being ordered. Execution re-checks every ordered
 /// update against the batch's agreed time, and that check decides.
-pub fn precheck(verdict: Verdict, bytes: &[u8], auth: Option<&crate::auth::Authenticator>) -> Verdict {
+pub fn precheck(verdict: Verdict, bytes: &[u8], auth: Option<&crate::auth::zones::ZoneAuth>) -> Verdict {
     let Some(auth) = auth else { return verdict };
     let transfer = match verdict {
         Verdict::Order(Kind::Write) => false,

@@ -27,6 +27,7 @@ fn read_pid(path: &Path) -> Option<i32> {
 }
 
 pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
+    p.one_zone("sdns cluster up")?;
     if !replica_dir(dir, 0).join("share.json").exists() {
         keygen(p, dir)?;
     } else {
@@ -58,7 +59,7 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
             .with_context(|| format!("starting replica {i}"))?;
         std::fs::write(pid_file(dir, i), format!("{}\n", child.id()))?;
     }
-    let zone = Name::from_ascii(&p.zone)?;
+    let zone = Name::from_ascii(p.zone())?;
     // A Byzantine replica may never answer (silent, crashed) or hold a sign-zone request
     // forever: start-up waits for and asks only the others.
     let byzantine = |i: u16| p.byzantine.iter().find(|(id, _)| *id == i).map(|(_, m)| *m);
@@ -90,11 +91,12 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
 /// ordered sign-zone signs the zone without the operator's KSK and its signature. Both are
 /// ordered operations, so every replica's zone stays the same.
 pub fn rollover_finish(p: &ClusterParams, dir: &Path) -> Result<()> {
-    let adopted = crate::adopt::adopted_for(dir, &p.zone)?;
+    p.one_zone("sdns cluster rollover-finish")?;
+    let adopted = crate::adopt::adopted_for(dir, p.zone())?;
     if adopted.is_none() || !dir.join(crate::adopt::rollover::ROLLOVER_FILE).exists() {
         bail!("{} holds no rollover: it was not adopted from a signed zone", dir.display());
     }
-    let marker = crate::adopt::rollover::marker_name(&p.zone);
+    let marker = crate::adopt::rollover::marker_name(p.zone());
     let exe = std::env::current_exe().context("locating the sdns binary")?;
     let out = Command::new(&exe)
         .arg("update")
@@ -124,7 +126,7 @@ pub fn rollover_finish(p: &ClusterParams, dir: &Path) -> Result<()> {
 fn print_usage(p: &ClusterParams, dir: &Path) {
     let c0 = p.layout.client(0);
     let c1 = p.layout.client(p.replicas.min(2) - 1);
-    let zone = p.zone.trim_end_matches('.');
+    let zone = p.zone().trim_end_matches('.');
     let tsig = dir.join("tsig.key");
     let anchor = dir.join("trust-anchor.conf");
     let transfer = dir.join("transfer.key");
@@ -174,8 +176,8 @@ fn locating_flags(p: &ClusterParams) -> String {
     let d = crate::keygen::Layout::default();
     let l = &p.layout;
     let mut out = String::new();
-    if p.zone.trim_end_matches('.') != "example.test" {
-        out += &format!(" --zone {}", p.zone);
+    if p.zone().trim_end_matches('.') != "example.test" {
+        out += &format!(" --zone {}", p.zone());
     }
     if l.addresses != d.addresses {
         out += &format!(" --addresses {}", l.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(","));
@@ -241,7 +243,7 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
         })
         .collect();
     for (i, (pid, status)) in (0..p.replicas).zip(rows.iter().cloned()) {
-        let answering = wait_answering(p.layout.client(i), &Name::from_ascii(&p.zone)?, Duration::from_millis(1500)).is_ok();
+        let answering = wait_answering(p.layout.client(i), &Name::from_ascii(p.zone())?, Duration::from_millis(1500)).is_ok();
         let others_stable =
             rows.iter().enumerate().filter(|(j, _)| *j != usize::from(i)).filter_map(|(_, (_, s))| s.as_ref().map(|s| s.stable_checkpoint)).max().unwrap_or(0);
         let health = match (pid, &status, answering) {
@@ -408,7 +410,7 @@ mod tests {
 
     fn params(layout: Layout, zone: &str) -> ClusterParams {
         ClusterParams {
-            zone: zone.into(),
+            zones: vec![zone.into()],
             replicas: 4,
             threshold: None,
             bits: 1024,
@@ -419,7 +421,7 @@ mod tests {
             byzantine: Vec::new(),
             layout,
             bind_dir: "target/bind9".into(),
-            zone_file: None,
+            zone_files: Vec::new(),
             resign_after_s: None,
             sign_zone_interval_s: None,
             validity_s: None,

@@ -63,6 +63,15 @@ pub struct Config {
     pub auth: AuthSection,
     #[serde(default)]
     pub rrl: crate::auth::rrl::RrlConfig,
+    /// The zones served, one `[[zone]]` table each; after parsing, sorted by canonical name
+    /// (the position is the zone index every replica derives alike). A file without
+    /// `[[zone]]` tables is read as one zone from the single-zone fields of `[cluster]`,
+    /// `[replica]`, `[named]` and `[auth]`, which are then moved here.
+    #[serde(rename = "zone", default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<ZoneSection>,
+    /// Whether the zone came from the single-zone fields (error messages name those).
+    #[serde(skip)]
+    pub single_zone_fields: bool,
     /// Where the file was read from; relative paths are resolved against its directory.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -71,8 +80,9 @@ pub struct Config {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
-    /// The zone's apex, e.g. "example.test.".
-    pub zone: String,
+    /// Single-zone layout: the zone's apex, e.g. "example.test." (else `[[zone]] name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
     /// n, the number of replicas.
     pub replicas: u16,
     /// t, the number of faulty replicas tolerated; defaults to (n-1)/3.
@@ -93,11 +103,12 @@ pub struct ClusterSection {
     pub vouch_timeout_ms: u64,
     /// The cluster CA certificate (PEM) that signs every replica's certificate.
     pub ca_cert: PathBuf,
-    /// The threshold public key (shoup-rsa format).
-    pub public_key: PathBuf,
-    /// The DNSSEC algorithm number of the zone key (8 = RSASHA256, 10 = RSASHA512).
-    #[serde(default = "default_algorithm")]
-    pub algorithm: u8,
+    /// Single-zone layout: the threshold public key (shoup-rsa format).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<PathBuf>,
+    /// Single-zone layout: the DNSSEC algorithm number of the zone key (default 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<u8>,
     /// A cluster for tests and demonstrations: only then may a replica run a Byzantine mode
     /// (`replica.byzantine`, `replica.corrupt_shares`).
     #[serde(default)]
@@ -109,8 +120,9 @@ pub struct ClusterSection {
 pub struct ReplicaSection {
     /// This replica's id, 0..n.
     pub id: u16,
-    /// This replica's key share (must be mode 0600).
-    pub key_share: PathBuf,
+    /// Single-zone layout: this replica's key share (must be mode 0600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_share: Option<PathBuf>,
     /// This replica's TLS certificate and key (PEM), signed by the cluster CA.
     pub cert: PathBuf,
     pub tls_key: PathBuf,
@@ -142,29 +154,119 @@ pub struct NamedSection {
     pub bind_dir: PathBuf,
     /// The private loopback port named listens on.
     pub port: u16,
+    /// Single-zone layout: the zone file named starts from (unsigned or signed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_file: Option<PathBuf>,
+    /// Single-zone layout: TSIG key file(s) (BIND format) whose keys may update the zone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tsig_keys: Vec<PathBuf>,
+    /// Signature validity in days (named's sig-validity-interval, and the agreed expiration).
+    #[serde(default = "default_validity_days")]
+    pub signature_validity_days: u32,
+    /// Single-zone layout: the zone's update-policy (see [`ZoneSection::update_policy`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_policy: Option<Vec<String>>,
+}
+
+/// One zone of the cluster: its threshold key, its data, and who may update and transfer
+/// it. Paths are relative to the configuration file, as everywhere.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneSection {
+    /// The zone's apex, e.g. "example.test.".
+    pub name: String,
+    /// The DNSSEC algorithm number of the zone key (8 = RSASHA256, 10 = RSASHA512).
+    #[serde(default = "default_algorithm")]
+    pub algorithm: u8,
+    /// The zone's threshold public key (shoup-rsa format).
+    pub public_key: PathBuf,
+    /// This replica's share of the zone's key (must be mode 0600).
+    pub key_share: PathBuf,
     /// The zone file named starts from (unsigned or signed).
     pub zone_file: PathBuf,
     /// TSIG key file(s) (BIND format) whose keys may update the zone.
     #[serde(default)]
     pub tsig_keys: Vec<PathBuf>,
-    /// Signature validity in days (named's sig-validity-interval, and the agreed expiration).
-    #[serde(default = "default_validity_days")]
-    pub signature_validity_days: u32,
     /// Who may update what, as BIND's update-policy rules naming the keys of `tsig_keys`
     /// (`"grant dhcp-key zonesub A PTR"`, first match wins; rule types name, subdomain,
     /// zonesub, wildcard). Absent: every key in `tsig_keys` may update the whole zone.
     /// `sdns adopt` writes the operator's rules here.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_policy: Option<Vec<String>>,
+    /// SIG(0) public key files (`dnssec-keygen -T KEY -n USER` output) that may update the
+    /// zone in `auth.mode` sig0 or both.
+    #[serde(default)]
+    pub sig0_keys: Vec<PathBuf>,
+    /// TSIG key files that allow transfers of the zone (AXFR/IXFR); without one, refused.
+    #[serde(default)]
+    pub transfer_keys: Vec<PathBuf>,
 }
 
-impl NamedSection {
+impl ZoneSection {
     /// The update-policy rules, parsed (validate() has checked that they parse).
     pub fn policy_rules(&self) -> Option<Result<Vec<named_glue::conf::PolicyRule>, String>> {
         self.update_policy.as_ref().map(|rules| {
             rules.iter().map(|r| named_glue::conf::PolicyRule::parse(&r.split_whitespace().collect::<Vec<_>>()).map_err(|e| format!("{r:?}: {e}"))).collect()
         })
     }
+
+    /// The apex as a domain name (validate() has checked that it is one).
+    pub fn apex(&self) -> hickory_proto::rr::Name {
+        let mut apex = hickory_proto::rr::Name::from_ascii(&self.name).unwrap_or_else(|_| hickory_proto::rr::Name::root());
+        apex.set_fqdn(true);
+        apex
+    }
+
+    /// Where a cluster of several zones keeps this zone's files, in a replica directory
+    /// and in named's: `zones/<name>` (validate() has checked the name makes a plain path).
+    pub fn dir_name(&self) -> String {
+        zone_dir_name(&self.name)
+    }
+}
+
+/// `zones/<name>`: the zone's directory with several zones (lower case, no trailing dot).
+pub fn zone_dir_name(name: &str) -> String {
+    format!("zones/{}", name.trim_end_matches('.').to_ascii_lowercase())
+}
+
+/// Checks that these zones can be served side by side by one named (distinct, none inside
+/// another, with several: names that make plain directory names). On error, the position
+/// of the offending zone and why.
+pub fn check_zone_set(names: &[&str]) -> Result<(), (usize, String)> {
+    use hickory_proto::rr::Name;
+    let several = names.len() > 1;
+    let mut apexes: Vec<(usize, Name)> = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let mut apex = match Name::from_ascii(name) {
+            Ok(n) if !name.is_empty() => n,
+            _ => return Err((i, format!("{name:?} is not a domain name"))),
+        };
+        apex.set_fqdn(true);
+        let plain = name.trim_end_matches('.');
+        if several && (plain.is_empty() || !plain.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')) {
+            return Err((i, format!("{name:?}: with several zones, names are letters, digits, '-', '_' and dots only")));
+        }
+        for (j, other) in &apexes {
+            if *other == apex {
+                return Err((i, format!("zone {apex} is given twice (zone[{j}] too)")));
+            }
+            let (parent, child) = if other.zone_of(&apex) {
+                (other, &apex)
+            } else if apex.zone_of(other) {
+                (&apex, other)
+            } else {
+                continue;
+            };
+            return Err((
+                i,
+                format!(
+                    "zone {child} is inside zone {parent}: a parent and a child zone in one cluster would need a delegation and DS between two threshold keys, which sdns does not do; serve them from separate clusters"
+                ),
+            ));
+        }
+        apexes.push((i, apex));
+    }
+    Ok(())
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -306,12 +408,16 @@ pub struct MetricsSection {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthSection {
-    /// `tsig` (the keys in `named.tsig_keys`: every replica holds their secret),
-    /// `sig0` (the public KEYs in `sig0_keys`: no replica can sign), or `both`.
+    /// `tsig` (each zone's `tsig_keys`: every replica holds their secret),
+    /// `sig0` (each zone's public `sig0_keys`: no replica can sign), or `both`; for every zone.
     pub mode: crate::auth::Mode,
-    /// SIG(0) public key files as `dnssec-keygen -T KEY -n USER` writes them (`K<name>.+<alg>+<tag>.key`).
+    /// Single-zone layout: SIG(0) public key files as `dnssec-keygen -T KEY -n USER` writes
+    /// them (`K<name>.+<alg>+<tag>.key`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sig0_keys: Vec<PathBuf>,
-    /// TSIG key files that allow zone transfers (AXFR/IXFR); without one, transfers are refused.
+    /// Single-zone layout: TSIG key files that allow zone transfers (AXFR/IXFR); without
+    /// one, transfers are refused.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub transfer_keys: Vec<PathBuf>,
     /// Fault injection for tests: order updates and transfers without the pre-ordering
     /// check, as a corrupted replica could.
@@ -361,8 +467,90 @@ impl Config {
     pub fn parse(text: &str, path: &Path, base_dir: &Path) -> Result<Config, ConfigError> {
         let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })?;
         config.base_dir = base_dir.to_owned();
+        config.gather_zones(path)?;
         config.validate(path)?;
+        // The zone index is the position in canonical order, whatever the file's order.
+        config.zones.sort_by_key(ZoneSection::apex);
         Ok(config)
+    }
+
+    /// A file without `[[zone]]` tables is one zone from the single-zone fields (every
+    /// directory dealt before several zones existed); beside `[[zone]]` tables those
+    /// fields are refused, so no setting is silently ignored.
+    fn gather_zones(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let bad = |field: &str, problem: &str| ConfigError::Invalid { path: path.to_owned(), field: field.to_owned(), problem: problem.to_owned() };
+        if !self.zones.is_empty() {
+            let single = [
+                ("cluster.zone", self.cluster.zone.is_some()),
+                ("cluster.public_key", self.cluster.public_key.is_some()),
+                ("cluster.algorithm", self.cluster.algorithm.is_some()),
+                ("replica.key_share", self.replica.key_share.is_some()),
+                ("named.zone_file", self.named.zone_file.is_some()),
+                ("named.tsig_keys", !self.named.tsig_keys.is_empty()),
+                ("named.update_policy", self.named.update_policy.is_some()),
+                ("auth.sig0_keys", !self.auth.sig0_keys.is_empty()),
+                ("auth.transfer_keys", !self.auth.transfer_keys.is_empty()),
+            ];
+            if let Some((field, _)) = single.iter().find(|(_, set)| *set) {
+                return Err(bad(field, "is a single-zone field: with [[zone]] tables, give it in each [[zone]]"));
+            }
+            return Ok(());
+        }
+        let missing = "missing (give it, or describe the zones in [[zone]] tables)";
+        let name = self.cluster.zone.take().ok_or_else(|| bad("cluster.zone", missing))?;
+        let public_key = self.cluster.public_key.take().ok_or_else(|| bad("cluster.public_key", missing))?;
+        let key_share = self.replica.key_share.take().ok_or_else(|| bad("replica.key_share", missing))?;
+        let zone_file = self.named.zone_file.take().ok_or_else(|| bad("named.zone_file", missing))?;
+        self.zones.push(ZoneSection {
+            name,
+            algorithm: self.cluster.algorithm.take().unwrap_or_else(default_algorithm),
+            public_key,
+            key_share,
+            zone_file,
+            tsig_keys: std::mem::take(&mut self.named.tsig_keys),
+            update_policy: self.named.update_policy.take(),
+            sig0_keys: std::mem::take(&mut self.auth.sig0_keys),
+            transfer_keys: std::mem::take(&mut self.auth.transfer_keys),
+        });
+        self.single_zone_fields = true;
+        Ok(())
+    }
+
+    /// How an error names a zone's field: where the file has it.
+    fn zone_field(&self, i: usize, field: &str) -> String {
+        if !self.single_zone_fields {
+            return format!("zone[{i}].{field}");
+        }
+        let section = match field {
+            "name" => return "cluster.zone".into(),
+            "algorithm" | "public_key" => "cluster",
+            "key_share" => "replica",
+            "zone_file" | "tsig_keys" | "update_policy" => "named",
+            _ => "auth",
+        };
+        format!("{section}.{field}")
+    }
+
+    /// How messages name a zone's field: where the file has it.
+    pub fn field_of(&self, zone: &ZoneSection, field: &str) -> String {
+        if self.single_zone_fields {
+            self.zone_field(0, field)
+        } else {
+            format!("[[zone]] {}: {field}", zone.name)
+        }
+    }
+
+    /// The zone with this index (its position in canonical order).
+    pub fn zone(&self, index: usize) -> Option<&ZoneSection> {
+        self.zones.get(index)
+    }
+
+    /// The one zone of a single-zone cluster; `None` with several.
+    pub fn only_zone(&self) -> Option<&ZoneSection> {
+        match self.zones.as_slice() {
+            [z] => Some(z),
+            _ => None,
+        }
     }
 
     /// t: explicit, or the largest t with n >= 3t+1.
@@ -403,12 +591,7 @@ impl Config {
         if u32::from(n) < 3 * u32::from(t) + 1 {
             return Err(bad("cluster.faults", format!("{t} faults need at least {} replicas, have {n}", 3 * t + 1)));
         }
-        if self.cluster.zone.is_empty() || hickory_proto::rr::Name::from_ascii(&self.cluster.zone).is_err() {
-            return Err(bad("cluster.zone", format!("{:?} is not a domain name", self.cluster.zone)));
-        }
-        if ![5, 7, 8, 10].contains(&self.cluster.algorithm) {
-            return Err(bad("cluster.algorithm", format!("{} is not an RSA DNSSEC algorithm (5, 7, 8, 10)", self.cluster.algorithm)));
-        }
+        self.validate_zones(path)?;
         if !self.cluster.test_cluster {
             if let Some(mode) = self.replica.byzantine {
                 return Err(bad("replica.byzantine", format!("\"{mode}\" is fault injection; refused unless cluster.test_cluster = true")));
@@ -485,23 +668,44 @@ impl Config {
         if self.signing.cache_entries == 0 {
             return Err(bad("signing.cache_entries", "must be at least 1".into()));
         }
-        let a = &self.auth;
-        if a.mode != crate::auth::Mode::Tsig && a.sig0_keys.is_empty() {
-            return Err(bad("auth.sig0_keys", format!("mode \"{}\" needs at least one SIG(0) key file", a.mode.as_str())));
-        }
-        if a.mode != crate::auth::Mode::Sig0 && self.named.tsig_keys.is_empty() {
-            return Err(bad("named.tsig_keys", format!("auth.mode \"{}\" needs at least one TSIG key file", a.mode.as_str())));
-        }
-        if let Some(Err(e)) = self.named.policy_rules() {
-            return Err(bad("named.update_policy", e));
-        }
         self.rrl.validate().map_err(|e| bad("rrl", e))?;
         if self.client.max_pending == 0 || self.client.tcp_max_connections == 0 || self.client.tcp_max_pipelined == 0 || self.client.tcp_write_timeout_ms == 0 {
             return Err(bad("client", "limits must be positive".into()));
         }
         Ok(())
     }
+
+    /// Each zone well formed, and the set of zones one named can serve side by side.
+    fn validate_zones(&self, path: &Path) -> Result<(), ConfigError> {
+        let bad = |field: String, problem: String| ConfigError::Invalid { path: path.to_owned(), field, problem };
+        if self.zones.len() > MAX_ZONES {
+            return Err(bad("zone".into(), format!("{} zones; at most {MAX_ZONES}", self.zones.len())));
+        }
+        let mode = self.auth.mode;
+        let names: Vec<&str> = self.zones.iter().map(|z| z.name.as_str()).collect();
+        check_zone_set(&names).map_err(|(i, why)| bad(self.zone_field(i, "name"), why))?;
+        for (i, z) in self.zones.iter().enumerate() {
+            let field = |f: &str| self.zone_field(i, f);
+            if ![5, 7, 8, 10].contains(&z.algorithm) {
+                return Err(bad(field("algorithm"), format!("{} is not an RSA DNSSEC algorithm (5, 7, 8, 10)", z.algorithm)));
+            }
+            if mode != crate::auth::Mode::Tsig && z.sig0_keys.is_empty() {
+                return Err(bad(field("sig0_keys"), format!("mode \"{}\" needs at least one SIG(0) key file", mode.as_str())));
+            }
+            if mode != crate::auth::Mode::Sig0 && z.tsig_keys.is_empty() {
+                return Err(bad(field("tsig_keys"), format!("auth.mode \"{}\" needs at least one TSIG key file", mode.as_str())));
+            }
+            if let Some(Err(e)) = z.policy_rules() {
+                return Err(bad(field("update_policy"), e));
+            }
+        }
+        Ok(())
+    }
 }
+
+/// Zones one cluster may serve (the zone index travels as a u16; named's start-up time and
+/// the checkpoint's work grow with every zone).
+pub const MAX_ZONES: usize = 1024;
 
 #[cfg(test)]
 mod tests {
@@ -551,13 +755,13 @@ tsig_keys = ["tsig.key"]
         assert_eq!(c.resolve(Path::new("share.json")), Path::new("/etc/sdns/share.json"));
         assert_eq!(c.me().client.port(), 5301);
         assert_eq!(c.auth.mode, crate::auth::Mode::Tsig);
-        assert!(c.auth.transfer_keys.is_empty() && !c.auth.skip_precheck);
+        assert!(c.zones[0].transfer_keys.is_empty() && !c.auth.skip_precheck);
         assert_eq!(c.rrl.responses_per_second, 0);
         let both = parse(&(sample(4) + "\n[auth]\nmode = \"both\"\nsig0_keys = [\"K.key\"]\n[rrl]\nresponses_per_second = 20\n")).unwrap();
         assert_eq!((both.auth.mode, both.rrl.responses_per_second, both.rrl.slip), (crate::auth::Mode::Both, 20, 2));
-        assert!(c.named.update_policy.is_none() && c.named.policy_rules().is_none());
+        assert!(c.zones[0].update_policy.is_none() && c.zones[0].policy_rules().is_none());
         let policy = parse(&sample(4).replace("tsig_keys", "update_policy = [\"grant dhcp zonesub A PTR\"]\ntsig_keys")).unwrap();
-        let rules = policy.named.policy_rules().unwrap().unwrap();
+        let rules = policy.zones[0].policy_rules().unwrap().unwrap();
         assert_eq!((rules[0].identity.as_str(), rules[0].types.len()), ("dhcp", 2));
     }
 
@@ -584,6 +788,86 @@ tsig_keys = ["tsig.key"]
                 other => panic!("expected an error naming {field}, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn single_zone_fields_are_read_as_one_zone() {
+        let c = parse(&sample(4)).unwrap();
+        assert!(c.single_zone_fields);
+        let z = c.only_zone().unwrap();
+        assert_eq!(
+            (z.name.as_str(), z.algorithm, z.public_key.as_path(), z.key_share.as_path(), z.zone_file.as_path()),
+            ("example.test.", 8, Path::new("zone.pub.json"), Path::new("share.json"), Path::new("zone.db"))
+        );
+        assert_eq!(z.tsig_keys, vec![PathBuf::from("tsig.key")]);
+        // Moved, not copied: one place holds each zone setting.
+        assert!(c.cluster.zone.is_none() && c.replica.key_share.is_none() && c.named.tsig_keys.is_empty());
+        let e = parse(&sample(4).replace("zone_file = \"zone.db\"\n", "")).unwrap_err();
+        assert!(matches!(&e, ConfigError::Invalid { field, .. } if field == "named.zone_file"), "{e}");
+    }
+
+    /// `sample(4)` with its single-zone fields replaced by these `[[zone]]` tables.
+    fn with_zones(zones: &[&str]) -> String {
+        let mut text = sample(4);
+        for line in [
+            "zone = \"example.test.\"\n",
+            "public_key = \"zone.pub.json\"\n",
+            "key_share = \"share.json\"\n",
+            "zone_file = \"zone.db\"\n",
+            "tsig_keys = [\"tsig.key\"]\n",
+        ] {
+            text = text.replacen(line, "", 1);
+        }
+        for z in zones {
+            let dir = z.trim_end_matches('.');
+            text += &format!(
+                "\n[[zone]]\nname = \"{z}\"\npublic_key = \"zones/{dir}/zone.pub.json\"\nkey_share = \"zones/{dir}/share.json\"\n\
+                 zone_file = \"zones/{dir}/zone.db\"\ntsig_keys = [\"zones/{dir}/tsig.key\"]\n"
+            );
+        }
+        text
+    }
+
+    #[test]
+    fn zone_tables_are_sorted_into_canonical_order() {
+        let c = parse(&with_zones(&["example.test.", "2.0.192.in-addr.arpa.", "Alpha.example."])).unwrap();
+        assert!(!c.single_zone_fields && c.only_zone().is_none());
+        let names: Vec<&str> = c.zones.iter().map(|z| z.name.as_str()).collect();
+        // RFC 4034 6.1: compared label by label from the right, case ignored.
+        assert_eq!(names, ["2.0.192.in-addr.arpa.", "Alpha.example.", "example.test."]);
+        assert_eq!(c.zone(2).unwrap().tsig_keys, vec![PathBuf::from("zones/example.test/tsig.key")]);
+        // The order is the file's no matter how the tables are listed.
+        let again = parse(&with_zones(&["Alpha.example.", "example.test.", "2.0.192.in-addr.arpa."])).unwrap();
+        assert_eq!(again.zones, c.zones);
+    }
+
+    #[test]
+    fn zone_sets_one_named_cannot_serve_are_refused() {
+        let cases = [
+            (with_zones(&["example.test.", "EXAMPLE.test"]), "zone[1].name", "given twice"),
+            (with_zones(&["example.test.", "sub.example.test."]), "zone[1].name", "inside zone example.test."),
+            (with_zones(&["sub.example.test.", "example.test."]), "zone[1].name", "sub.example.test. is inside zone example.test."),
+            (with_zones(&["example.test.", "*.wild.test."]), "zone[1].name", "letters, digits"),
+            (with_zones(&["example.test.", "."]), "zone[1].name", "letters, digits"),
+            (
+                with_zones(&["example.test.", "other.test."]).replace("[replica]", "[replica]\nkey_share = \"share.json\""),
+                "replica.key_share",
+                "single-zone field",
+            ),
+            (with_zones(&["example.test."]).replacen("tsig_keys = [\"zones/example.test/tsig.key\"]\n", "", 1), "zone[0].tsig_keys", "at least one TSIG"),
+            (with_zones(&["example.test."]) + "update_policy = [\"grant k self . A\"]\n", "zone[0].update_policy", "not supported"),
+            (with_zones(&["example.test."]) + "algorithm = 13\n", "zone[0].algorithm", "not an RSA"),
+        ];
+        for (text, field, why) in cases {
+            let e = parse(&text).unwrap_err();
+            match &e {
+                ConfigError::Invalid { field: f, problem, .. } => assert!(f == field && problem.contains(why), "{field}/{why}: {e}"),
+                ConfigError::Parse { message, .. } => assert!(field.is_empty() && message.contains(why), "{why}: {e}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        // A zone beside its sibling, and a one-label difference that is not containment.
+        parse(&with_zones(&["example.test.", "xexample.test."])).unwrap();
     }
 
     #[test]

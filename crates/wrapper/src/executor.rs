@@ -236,7 +236,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
     async fn install(&mut self, snapshot: Snapshot) -> Result<(), String> {
         let Snapshot { seq, state, records, .. } = snapshot;
         info!(replica = self.id, seq, records = records.len(), "installing the state transferred from peers");
-        let (zone_file, journal) = (self.maintenance.conf.zone_file.clone(), self.maintenance.conf.journal.clone());
+        let (zone_file, journal) = (self.maintenance.files.zone_file.clone(), self.maintenance.files.journal.clone());
         let (tools, zone) = (self.maintenance.tools.clone(), self.maintenance.zone.to_ascii());
         // The zone changes under the read cache and the reused checkpoint digest: neither may
         // outlive the install (a stale digest made the next checkpoint differ).

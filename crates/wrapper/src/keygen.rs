@@ -12,6 +12,12 @@
 //!   The private half stays here (0600); replicas get the public KEY as `sig0.key`;
 //! - `trust-anchor.conf` (for `delv -a`), `ds.txt` (for the parent zone), and BIND's
 //!   `K<zone>+<alg>+<tag>.key`.
+//!
+//! With several zones (`--zone A --zone B`) every zone gets its own threshold key and its
+//! own update keys: what is listed above per zone (key share, public key, zone file, TSIG
+//! and SIG(0) update keys, DS, trust anchor) goes to `zones/<zone>/` in each directory, and
+//! `replica.toml` describes the zones in `[[zone]]` tables; the CA, the TLS identities and
+//! `transfer.key` are the cluster's.
 //! The CA's private key is not kept: adding a replica means a new dealing.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -26,7 +32,7 @@ use crate::auth::Mode;
 use serde::Serialize;
 
 use crate::access::AccessSection;
-use crate::config::{AuthSection, ClusterSection, MetricsSection, PeerSection, Protocol, ReadMode, ReplicaSection};
+use crate::config::{AuthSection, ClusterSection, MetricsSection, PeerSection, Protocol, ReadMode, ReplicaSection, ZoneSection};
 use crate::files::{demo_zone, write_public, write_secret, zone_key, TsigKey};
 
 /// Where each replica listens. Defaults put a whole cluster on one host.
@@ -75,7 +81,8 @@ impl Layout {
 
 #[derive(Clone, Debug)]
 pub struct ClusterParams {
-    pub zone: String,
+    /// The zones, at least one; only `keygen` deals several so far.
+    pub zones: Vec<String>,
     pub replicas: u16,
     pub threshold: Option<u16>,
     pub bits: u32,
@@ -87,7 +94,8 @@ pub struct ClusterParams {
     pub byzantine: Vec<(u16, crate::byzantine::Mode)>,
     pub layout: Layout,
     pub bind_dir: PathBuf,
-    pub zone_file: Option<PathBuf>,
+    /// Each zone's data, in the order of `zones` (none: a small demo zone each).
+    pub zone_files: Vec<PathBuf>,
     /// Written as `[signing] resign_after_s` when set.
     pub resign_after_s: Option<u64>,
     /// Written as `[signing] sign_zone_interval_s` when set.
@@ -108,6 +116,26 @@ pub struct ClusterParams {
     /// soak runs shrink them so a short absence is already past the retained log).
     pub checkpoint_interval: Option<u64>,
     pub retained_batches: Option<u64>,
+}
+
+impl ClusterParams {
+    /// The zone (the first, where only one is dealt or served).
+    pub fn zone(&self) -> &str {
+        self.zones.first().map(String::as_str).unwrap_or_default()
+    }
+
+    /// The zone file for the zone (the first given).
+    pub fn zone_file(&self) -> Option<&Path> {
+        self.zone_files.first().map(PathBuf::as_path)
+    }
+
+    /// Refuses several zones where only `sdns keygen` deals them yet.
+    pub fn one_zone(&self, command: &str) -> Result<()> {
+        if self.zones.len() != 1 {
+            bail!("{command} takes one --zone; only `sdns keygen` deals several zones so far (docs/MULTIZONE.md)");
+        }
+        Ok(())
+    }
 }
 
 /// The SIG(0) signer's name: a USER key under the zone.
@@ -143,6 +171,21 @@ pub fn replica_dir(out: &Path, i: u16) -> PathBuf {
     out.join(format!("replica-{i}"))
 }
 
+/// One zone as dealt: its threshold key and its update keys.
+struct Dealt {
+    /// The apex, absolute, as given.
+    name: String,
+    /// Its directory under each output directory: the top level with one zone,
+    /// `zones/<zone>` with several.
+    dir: PathBuf,
+    public: shoup_rsa::PublicKey,
+    shares: Vec<shoup_rsa::KeyShare>,
+    key: named_glue::keys::ZoneKey,
+    tsig: TsigKey,
+    sig0: Option<Vec<u8>>,
+    data: String,
+}
+
 pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
     let n = p.replicas;
     if n == 0 {
@@ -151,8 +194,18 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
     if p.layout.addresses.len() != 1 && p.layout.addresses.len() != usize::from(n) {
         bail!("--addresses: give one address, or one per replica ({n}), not {}", p.layout.addresses.len());
     }
-    let zone = Name::from_ascii(&p.zone).with_context(|| format!("--zone {:?} is not a domain name", p.zone))?;
-    let zone_text = zone.to_ascii();
+    if p.zones.is_empty() {
+        bail!("give a --zone");
+    }
+    let names: Vec<&str> = p.zones.iter().map(String::as_str).collect();
+    crate::config::check_zone_set(&names).map_err(|(i, why)| anyhow::anyhow!("--zone {}: {why}", p.zones[i]))?;
+    if !p.zone_files.is_empty() && p.zone_files.len() != p.zones.len() {
+        bail!("--zone-file: give one per --zone, in the same order ({} zones, {} files)", p.zones.len(), p.zone_files.len());
+    }
+    let several = p.zones.len() > 1;
+    if several && crate::adopt::record::Adopted::load(out)?.is_some() {
+        bail!("{} was dealt by `sdns adopt` for one zone; deal several zones into a new directory", out.display());
+    }
     let t = (n - 1) / 3;
     let k = p.threshold.unwrap_or(t + 1);
     if k == 0 || k > n {
@@ -160,62 +213,82 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
 
-    eprintln!("sdns keygen: {n} replicas, threshold {k}, {}-bit modulus from two safe primes", p.bits);
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
     let mut rng = rand_chacha::ChaCha20Rng::from_seed(seed);
-    let mut progress = shoup_rsa::stderr_progress();
-    let (public, shares) = shoup_rsa::generate(p.bits, n, k, &mut rng, &mut progress).context("threshold key generation")?;
-    eprintln!();
-
-    let key = zone_key(&zone, p.algorithm, &public)?;
-    let ca = generate_ca(&format!("sdns {zone_text}")).context("cluster CA")?;
-    let tsig = TsigKey::generate("sdns-update").context("TSIG key")?;
+    let mut dealt = Vec::new();
+    for (i, name) in p.zones.iter().enumerate() {
+        let zone = Name::from_ascii(name).with_context(|| format!("--zone {name:?} is not a domain name"))?;
+        let zone_text = zone.to_ascii();
+        // One threshold key per zone: each has its own DS and may later roll alone.
+        eprintln!("sdns keygen: {zone_text}: {n} replicas, threshold {k}, {}-bit modulus from two safe primes", p.bits);
+        let mut progress = shoup_rsa::stderr_progress();
+        let (public, shares) = shoup_rsa::generate(p.bits, n, k, &mut rng, &mut progress).context("threshold key generation")?;
+        eprintln!();
+        let key = zone_key(&zone, p.algorithm, &public)?;
+        let dir = if several { PathBuf::from(crate::config::zone_dir_name(&zone_text)) } else { PathBuf::new() };
+        std::fs::create_dir_all(out.join(&dir)).with_context(|| format!("creating {}", out.join(&dir).display()))?;
+        // With several zones each has its own update key, so a grant in one never reaches another.
+        let tsig_name = if several { format!("sdns-update.{}", zone_text.trim_end_matches('.')) } else { "sdns-update".into() };
+        let tsig = TsigKey::generate(&tsig_name).context("TSIG key")?;
+        let sig0 = match p.update_auth {
+            Mode::Tsig => None,
+            Mode::Sig0 | Mode::Both => {
+                let key = sig0_keygen(&p.bind_dir, &zone_text, &out.join(&dir))?;
+                Some(std::fs::read(&key).with_context(|| format!("reading {}", key.display()))?)
+            }
+        };
+        let data = match p.zone_files.get(i) {
+            Some(f) => std::fs::read_to_string(f).with_context(|| format!("reading --zone-file {}", f.display()))?,
+            None => demo_zone(&zone_text, n),
+        };
+        dealt.push(Dealt { name: zone_text, dir, public, shares, key, tsig, sig0, data });
+    }
+    let ca = generate_ca(&format!("sdns {}{}", dealt[0].name, if several { " and more" } else { "" })).context("cluster CA")?;
     let transfer = TsigKey::generate("sdns-transfer").context("transfer TSIG key")?;
-    let sig0 = match p.update_auth {
-        Mode::Tsig => None,
-        Mode::Sig0 | Mode::Both => {
-            let key = sig0_keygen(&p.bind_dir, &zone_text, out)?;
-            Some(std::fs::read(&key).with_context(|| format!("reading {}", key.display()))?)
-        }
-    };
-    let zone_data = match &p.zone_file {
-        Some(f) => std::fs::read_to_string(f).with_context(|| format!("reading --zone-file {}", f.display()))?,
-        None => demo_zone(&zone_text, n),
-    };
 
     // Operator-side files.
-    write_secret(&out.join("tsig.key"), tsig.to_bind().as_bytes())?;
     write_secret(&out.join("transfer.key"), transfer.to_bind().as_bytes())?;
-    write_public(&out.join("trust-anchor.conf"), key.trust_anchor().as_bytes())?;
-    let ds = public.ds_record(&zone_text, key.flags, p.algorithm).context("DS record")?;
-    write_public(&out.join("ds.txt"), format!("{ds}\n").as_bytes())?;
-    let (key_name, key_file) = public.bind_key_file(&zone_text, key.flags, p.algorithm, Some(3600)).context("BIND key file")?;
-    write_public(&out.join(key_name), key_file.as_bytes())?;
-    write_public(&out.join("zone.db"), zone_data.as_bytes())?;
+    for z in &dealt {
+        let dir = out.join(&z.dir);
+        write_secret(&dir.join("tsig.key"), z.tsig.to_bind().as_bytes())?;
+        write_public(&dir.join("trust-anchor.conf"), z.key.trust_anchor().as_bytes())?;
+        let ds = z.public.ds_record(&z.name, z.key.flags, p.algorithm).context("DS record")?;
+        write_public(&dir.join("ds.txt"), format!("{ds}\n").as_bytes())?;
+        let (key_name, key_file) = z.public.bind_key_file(&z.name, z.key.flags, p.algorithm, Some(3600)).context("BIND key file")?;
+        write_public(&dir.join(key_name), key_file.as_bytes())?;
+        write_public(&dir.join("zone.db"), z.data.as_bytes())?;
+    }
 
-    for (i, share) in (0..n).zip(shares.iter()) {
+    for i in 0..n {
         let dir = replica_dir(out, i);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let cert = issue_replica_cert(&ca, i).with_context(|| format!("certificate for replica {i}"))?;
-        let share_path = dir.join("share.json");
-        let _ = std::fs::remove_file(&share_path);
-        shoup_rsa::save_share(&share_path, share).with_context(|| format!("writing {}", share_path.display()))?;
         write_secret(&dir.join("tls.key"), cert.key_pem.as_bytes())?;
         write_public(&dir.join("tls.pem"), cert.cert_pem.as_bytes())?;
         write_public(&dir.join("ca.pem"), ca.cert_pem.as_bytes())?;
-        let pub_path = dir.join("zone.pub.json");
-        let _ = std::fs::remove_file(&pub_path);
-        shoup_rsa::save_public(&pub_path, &public).with_context(|| format!("writing {}", pub_path.display()))?;
-        write_secret(&dir.join("tsig.key"), tsig.to_bind().as_bytes())?;
         write_secret(&dir.join("transfer.key"), transfer.to_bind().as_bytes())?;
-        if let Some(public) = &sig0 {
-            write_public(&dir.join("sig0.key"), public)?;
+        for z in &dealt {
+            let zdir = dir.join(&z.dir);
+            std::fs::create_dir_all(&zdir).with_context(|| format!("creating {}", zdir.display()))?;
+            let share_path = zdir.join("share.json");
+            let _ = std::fs::remove_file(&share_path);
+            shoup_rsa::save_share(&share_path, &z.shares[usize::from(i)]).with_context(|| format!("writing {}", share_path.display()))?;
+            let pub_path = zdir.join("zone.pub.json");
+            let _ = std::fs::remove_file(&pub_path);
+            shoup_rsa::save_public(&pub_path, &z.public).with_context(|| format!("writing {}", pub_path.display()))?;
+            write_secret(&zdir.join("tsig.key"), z.tsig.to_bind().as_bytes())?;
+            if let Some(public) = &z.sig0 {
+                write_public(&zdir.join("sig0.key"), public)?;
+            }
+            write_public(&zdir.join("zone.db"), z.data.as_bytes())?;
         }
-        write_public(&dir.join("zone.db"), zone_data.as_bytes())?;
     }
     write_configs(p, out)?;
-    eprintln!("sdns keygen: wrote {} (key tag {}, DS: {ds})", out.display(), key.key_tag());
+    for z in &dealt {
+        let ds = z.public.ds_record(&z.name, z.key.flags, p.algorithm).context("DS record")?;
+        eprintln!("sdns keygen: wrote {} for {} (key tag {}, DS: {ds})", out.join(&z.dir).display(), z.name, z.key.key_tag());
+    }
     Ok(())
 }
 
@@ -237,13 +310,17 @@ struct ReplicaFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     rrl: Option<RrlFile>,
     peer: Vec<PeerSection>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    zone: Vec<ZoneSection>,
 }
 
 #[derive(Serialize)]
 struct NamedFile {
     bind_dir: PathBuf,
     port: u16,
-    zone_file: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    zone_file: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     tsig_keys: Vec<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     update_policy: Option<Vec<String>>,
@@ -291,8 +368,16 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         }
     }
     let test_cluster = !p.corrupt.is_empty() || !p.byzantine.is_empty();
+    let several = p.zones.len() > 1;
     // A directory dealt by `sdns adopt` keeps the operator's keys and update-policy.
-    let adopted = crate::adopt::adopted_for(out, &p.zone)?;
+    let adopted = if several {
+        if crate::adopt::record::Adopted::load(out)?.is_some() {
+            bail!("{} was dealt by `sdns adopt` for one zone, not for {} zones", out.display(), p.zones.len());
+        }
+        None
+    } else {
+        crate::adopt::adopted_for(out, p.zone())?
+    };
     let paths = |names: &[String]| names.iter().map(PathBuf::from).collect::<Vec<_>>();
     let (tsig_keys, transfer_keys, update_policy) = match &adopted {
         Some(a) => (paths(&a.tsig_keys), paths(&a.transfer_keys), Some(a.update_policy.clone())),
@@ -332,10 +417,34 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
     });
     let ordering = (p.checkpoint_interval.is_some() || p.retained_batches.is_some())
         .then_some(OrderingFile { checkpoint_interval: p.checkpoint_interval, retained_batches: p.retained_batches });
+    // Several zones: every zone's fields in its `[[zone]]` table (the single-zone fields
+    // stay empty); one zone: the single-zone fields every earlier dealing wrote.
+    let zone_tables: Vec<ZoneSection> = if several {
+        p.zones
+            .iter()
+            .map(|name| {
+                let dir = PathBuf::from(crate::config::zone_dir_name(name));
+                ZoneSection {
+                    name: name.clone(),
+                    algorithm: p.algorithm,
+                    public_key: dir.join("zone.pub.json"),
+                    key_share: dir.join("share.json"),
+                    zone_file: dir.join("zone.db"),
+                    tsig_keys: vec![dir.join("tsig.key")],
+                    update_policy: None,
+                    sig0_keys: if p.update_auth != Mode::Tsig { vec![dir.join("sig0.key")] } else { Vec::new() },
+                    transfer_keys: vec!["transfer.key".into()],
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let single = |value: PathBuf| (!several).then_some(value);
     for i in 0..n {
         let file = ReplicaFile {
             cluster: ClusterSection {
-                zone: p.zone.clone(),
+                zone: (!several).then(|| p.zone().to_owned()),
                 replicas: n,
                 faults: None,
                 protocol: p.protocol,
@@ -343,13 +452,13 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
                 vouched_reads: true,
                 vouch_timeout_ms: 5,
                 ca_cert: "ca.pem".into(),
-                public_key: "zone.pub.json".into(),
-                algorithm: p.algorithm,
+                public_key: single("zone.pub.json".into()),
+                algorithm: (!several).then_some(p.algorithm),
                 test_cluster,
             },
             replica: ReplicaSection {
                 id: i,
-                key_share: "share.json".into(),
+                key_share: single("share.json".into()),
                 cert: "tls.pem".into(),
                 tls_key: "tls.key".into(),
                 corrupt_shares: p.corrupt.contains(&i),
@@ -359,8 +468,8 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
             named: NamedFile {
                 bind_dir: bind_dir.clone(),
                 port: p.layout.named_port(i),
-                zone_file: "zone.db".into(),
-                tsig_keys: tsig_keys.clone(),
+                zone_file: single("zone.db".into()),
+                tsig_keys: if several { Vec::new() } else { tsig_keys.clone() },
                 update_policy: update_policy.clone(),
             },
             metrics: MetricsSection { listen: Some(p.layout.metrics(i)) },
@@ -368,19 +477,20 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
             signing: signing.clone(),
             auth: AuthSection {
                 mode: p.update_auth,
-                sig0_keys: if p.update_auth != Mode::Tsig { vec!["sig0.key".into()] } else { Vec::new() },
-                transfer_keys: transfer_keys.clone(),
+                sig0_keys: if p.update_auth != Mode::Tsig && !several { vec!["sig0.key".into()] } else { Vec::new() },
+                transfer_keys: if several { Vec::new() } else { transfer_keys.clone() },
                 skip_precheck: p.skip_precheck.contains(&i),
             },
             ordering: ordering.clone(),
             rrl: (p.rrl_responses_per_second > 0).then_some(RrlFile { responses_per_second: p.rrl_responses_per_second }),
             peer: (0..n).map(|j| PeerSection { id: j, client: p.layout.client(j), peer: p.layout.peer(j) }).collect(),
+            zone: zone_tables.clone(),
         };
         let c = format!(
             "# Replica {i} of {n} for {zone}. Written by sdns; paths are relative to this file.\n\
              # [access]: client-address ACLs, enforced by the wrapper (named sees every client as\n\
              # 127.0.0.1, so it cannot); the others get REFUSED, as named would answer.\n\n{body}",
-            zone = p.zone,
+            zone = p.zones.join(", "),
             body = toml::to_string(&file).context("writing replica.toml")?,
         );
         let path = replica_dir(out, i).join("replica.toml");
@@ -397,7 +507,7 @@ mod tests {
 
     fn params(update_auth: Mode) -> ClusterParams {
         ClusterParams {
-            zone: "example.test.".into(),
+            zones: vec!["example.test.".into()],
             replicas: 4,
             threshold: None,
             bits: 1024,
@@ -408,7 +518,7 @@ mod tests {
             byzantine: vec![(1, crate::byzantine::Mode::Flooder)],
             layout: Layout::default(),
             bind_dir: PathBuf::from("/opt/bind"),
-            zone_file: None,
+            zone_files: Vec::new(),
             resign_after_s: None,
             sign_zone_interval_s: None,
             validity_s: None,
@@ -434,9 +544,10 @@ mod tests {
             for i in 0..4 {
                 let c = crate::config::Config::load(&replica_dir(out.path(), i).join("replica.toml")).unwrap();
                 assert_eq!(c.auth.mode, mode);
-                assert_eq!(c.auth.transfer_keys, vec![PathBuf::from("transfer.key")]);
-                assert_eq!(c.named.tsig_keys, vec![PathBuf::from("tsig.key")]);
-                assert_eq!(c.auth.sig0_keys.is_empty(), mode == Mode::Tsig);
+                let z = c.only_zone().unwrap();
+                assert_eq!(z.transfer_keys, vec![PathBuf::from("transfer.key")]);
+                assert_eq!(z.tsig_keys, vec![PathBuf::from("tsig.key")]);
+                assert_eq!(z.sig0_keys.is_empty(), mode == Mode::Tsig);
                 assert_eq!(c.auth.skip_precheck, i == 2);
                 assert!(c.cluster.test_cluster);
                 assert_eq!(c.replica.byzantine, (i == 1).then_some(crate::byzantine::Mode::Flooder));
@@ -464,14 +575,47 @@ mod tests {
         p.byzantine.clear();
         write_configs(&p, out.path()).unwrap();
         let c = crate::config::Config::load(&replica_dir(out.path(), 3).join("replica.toml")).unwrap();
-        assert_eq!(c.named.tsig_keys, vec![PathBuf::from("tsig.key"), PathBuf::from("key-dhcp.key")]);
-        assert_eq!(c.auth.transfer_keys, vec![PathBuf::from("transfer.key"), PathBuf::from("key-dhcp.key")]);
-        assert_eq!(c.named.update_policy, Some(vec!["grant dhcp zonesub A PTR".to_string()]));
+        let z = c.only_zone().unwrap();
+        assert_eq!(z.tsig_keys, vec![PathBuf::from("tsig.key"), PathBuf::from("key-dhcp.key")]);
+        assert_eq!(z.transfer_keys, vec![PathBuf::from("transfer.key"), PathBuf::from("key-dhcp.key")]);
+        assert_eq!(z.update_policy, Some(vec!["grant dhcp zonesub A PTR".to_string()]));
         let allowed: Vec<String> = c.access.allow_transfer.iter().map(|p| p.to_string()).collect();
         assert_eq!(allowed, vec!["127.0.0.1/32", "::1/128", "192.0.2.0/24"]);
         // The record is for one zone: configuring another one there is refused.
-        p.zone = "other.test.".into();
+        p.zones = vec!["other.test.".into()];
         let e = write_configs(&p, out.path()).unwrap_err().to_string();
         assert!(e.contains("adopted for zone example.test."), "{e}");
+        p.zones = vec!["example.test.".into(), "2.0.192.in-addr.arpa.".into()];
+        let e = write_configs(&p, out.path()).unwrap_err().to_string();
+        assert!(e.contains("for one zone"), "{e}");
+    }
+
+    #[test]
+    fn several_zones_get_zone_tables_in_canonical_order() {
+        let out = tempfile::tempdir().unwrap();
+        for i in 0..4 {
+            std::fs::create_dir_all(replica_dir(out.path(), i)).unwrap();
+        }
+        let mut p = params(Mode::Both);
+        p.zones = vec!["example.test.".into(), "2.0.192.in-addr.arpa.".into()];
+        write_configs(&p, out.path()).unwrap();
+        // Loading refuses single-zone fields beside [[zone]] tables: none were written.
+        let c = crate::config::Config::load(&replica_dir(out.path(), 1).join("replica.toml")).unwrap();
+        assert!(!c.single_zone_fields);
+        let names: Vec<&str> = c.zones.iter().map(|z| z.name.as_str()).collect();
+        assert_eq!(names, ["2.0.192.in-addr.arpa.", "example.test."]);
+        let reverse = &c.zones[0];
+        assert_eq!(reverse.key_share, PathBuf::from("zones/2.0.192.in-addr.arpa/share.json"));
+        assert_eq!(reverse.tsig_keys, vec![PathBuf::from("zones/2.0.192.in-addr.arpa/tsig.key")]);
+        assert_eq!(reverse.sig0_keys, vec![PathBuf::from("zones/2.0.192.in-addr.arpa/sig0.key")]);
+        assert_eq!(reverse.transfer_keys, vec![PathBuf::from("transfer.key")]);
+        // Zones one named cannot serve side by side are refused before any key is made.
+        p.zones = vec!["example.test.".into(), "sub.example.test.".into()];
+        let e = keygen(&p, out.path()).unwrap_err().to_string();
+        assert!(e.contains("inside zone example.test."), "{e}");
+        p.zones = vec!["example.test.".into(), "other.test.".into()];
+        p.zone_files = vec![PathBuf::from("one.db")];
+        let e = keygen(&p, out.path()).unwrap_err().to_string();
+        assert!(e.contains("one per --zone"), "{e}");
     }
 }

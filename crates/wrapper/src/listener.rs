@@ -26,7 +26,7 @@ use crate::vouched::VouchedReads;
 /// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
 #[derive(Default)]
 pub struct ClientFilters {
-    pub auth: Option<std::sync::Arc<crate::auth::Authenticator>>,
+    pub auth: Option<std::sync::Arc<crate::auth::zones::ZoneAuth>>,
     pub rrl: Option<std::sync::Arc<crate::auth::rrl::Limiter>>,
     /// Fault injection (Byzantine mode wrong-answers, test clusters only): rewrite every
     /// answer this replica gives its clients.

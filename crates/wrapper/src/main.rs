@@ -132,8 +132,9 @@ enum ClusterCmd {
 
 #[derive(Args, Clone)]
 struct ClusterArgs {
-    #[arg(long, default_value = "example.test.")]
-    zone: String,
+    /// The zone; `sdns keygen` takes it several times (one threshold key per zone).
+    #[arg(long = "zone", default_value = "example.test.")]
+    zones: Vec<String>,
     /// n, the number of replicas (n = 3t+1 tolerates t faulty ones).
     #[arg(long, default_value_t = 4)]
     replicas: u16,
@@ -158,9 +159,10 @@ struct ClusterArgs {
     /// garbage-shares, wrong-answers, wrong-vouches.
     #[arg(long, value_delimiter = ',', value_parser = wrapper::byzantine::parse_assignment)]
     byzantine: Vec<(u16, wrapper::byzantine::Mode)>,
-    /// The zone to serve (default: a small demo zone).
-    #[arg(long)]
-    zone_file: Option<PathBuf>,
+    /// The zone's data (default: a small demo zone); with several --zone, one per zone in
+    /// the same order.
+    #[arg(long = "zone-file")]
+    zone_files: Vec<PathBuf>,
     /// The patched BIND build (from patches/bind9/build.sh).
     #[arg(long, env = "SDNS_BIND_DIR", default_value = "target/bind9")]
     bind_dir: PathBuf,
@@ -216,7 +218,7 @@ struct ClusterArgs {
 impl ClusterArgs {
     fn params(&self) -> ClusterParams {
         ClusterParams {
-            zone: if self.zone.ends_with('.') { self.zone.clone() } else { format!("{}.", self.zone) },
+            zones: self.zones.iter().map(|z| if z.ends_with('.') { z.clone() } else { format!("{z}.") }).collect(),
             replicas: self.replicas,
             threshold: self.threshold,
             bits: self.bits,
@@ -233,7 +235,7 @@ impl ClusterArgs {
                 metrics_port: self.metrics_port,
             },
             bind_dir: self.bind_dir.clone(),
-            zone_file: self.zone_file.clone(),
+            zone_files: self.zone_files.clone(),
             resign_after_s: self.resign_after_s,
             sign_zone_interval_s: self.sign_zone_interval_s,
             validity_s: self.signature_validity_s,

@@ -12,7 +12,7 @@ use bft::transport::Store;
 use bft::Replica;
 use hickory_proto::rr::Name;
 use mesh::{Mesh, MeshConfig, CHANNEL_ORDERING, CHANNEL_READS, CHANNEL_SIGNING, CHANNEL_STATE};
-use named_glue::conf::{NamedConf, TsigKey};
+use named_glue::conf::{NamedConf, TsigKey, ZoneConf};
 use named_glue::forward::Forwarder;
 use named_glue::signer::{watch_time_source, ServiceLimits, SigningService};
 use named_glue::supervisor::{NamedSpec, Supervisor};
@@ -23,9 +23,10 @@ use tracing::info;
 
 use crate::auth::rrl::Limiter;
 use crate::auth::sig0::Sig0Key;
+use crate::auth::zones::ZoneAuth;
 use crate::auth::{tsig, Authenticator, TsigSecret};
 use crate::byzantine::{Mode, SigningFault};
-use crate::config::Config;
+use crate::config::{Config, ZoneSection};
 use crate::endpoint;
 use crate::exec::{ExecConfig, ExecCore, ExecState, SignZoneSigner, SignZoneVerifier, UpdateGate};
 use crate::executor::Executor;
@@ -52,21 +53,28 @@ fn load_tsig(path: &Path) -> Result<TsigSecret> {
     Ok(TsigSecret { name: key.name.clone(), algorithm, secret: key.secret() })
 }
 
-/// The update authenticator from `[auth]` and `named.tsig_keys`, and the keys named
-/// must know: the local keys it grants updates to, and the transfer keys.
-fn authenticator(config: &Config) -> Result<(Authenticator, Vec<TsigKey>, Vec<TsigKey>)> {
-    let updates = config.named.tsig_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
-    let transfers = config.auth.transfer_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
-    let sig0 = config
-        .auth
+/// The update authenticator of the zone with this index, from `[auth]` and the zone's keys,
+/// and the keys named must know for it: the local keys it grants updates to, and the
+/// clients' update and transfer keys.
+fn authenticator(config: &Config, index: usize, zone: &ZoneSection) -> Result<(Authenticator, Vec<TsigKey>, Vec<TsigKey>)> {
+    let updates = zone.tsig_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
+    let transfers = zone.transfer_keys.iter().map(|p| load_tsig(&config.resolve(p))).collect::<Result<Vec<_>>>()?;
+    let sig0 = zone
         .sig0_keys
         .iter()
         .map(|p| {
             let path = config.resolve(p);
-            Sig0Key::from_key_file(&read(&path)?).map_err(|e| anyhow!("auth.sig0_keys: {}: {e}", path.display()))
+            Sig0Key::from_key_file(&read(&path)?).map_err(|e| anyhow!("{}: {}: {e}", config.field_of(zone, "sig0_keys"), path.display()))
         })
         .collect::<Result<Vec<_>>>()?;
-    let auth = Authenticator::new(config.auth.mode, &updates, &transfers, sig0).context("update authentication")?;
+    let auth = if config.zones.len() == 1 {
+        Authenticator::new(config.auth.mode, &updates, &transfers, sig0)
+    } else {
+        // validate() bounds the zone count far below u16::MAX.
+        let index = u16::try_from(index).map_err(|_| anyhow!("zone index {index} out of range"))?;
+        Authenticator::for_zone(index, config.auth.mode, &updates, &transfers, sig0)
+    };
+    let auth = auth.with_context(|| format!("update authentication of zone {}", zone.name))?;
     // named knows the clients' update keys and the transfer keys but grants them nothing: it
     // verifies and signs TSIG on reads and transfers, which it answers itself; updates reach
     // it only re-signed with a local key.
@@ -77,18 +85,18 @@ fn authenticator(config: &Config) -> Result<(Authenticator, Vec<TsigKey>, Vec<Ts
     Ok((auth, local.into_iter().map(conf_key).collect(), transfer.into_iter().map(conf_key).collect()))
 }
 
-/// The operator's update-policy (`named.update_policy`) with each key replaced by the
-/// local key(s) that stand for it towards named, in the same order (first match wins).
-fn local_policy(config: &Config, auth: &Authenticator) -> Result<Option<Vec<named_glue::conf::PolicyRule>>> {
-    let Some(rules) = config.named.policy_rules() else {
+/// The zone's update-policy with each key replaced by the local key(s) that stand for it
+/// towards named, in the same order (first match wins).
+fn local_policy(config: &Config, zone: &ZoneSection, auth: &Authenticator) -> Result<Option<Vec<named_glue::conf::PolicyRule>>> {
+    let Some(rules) = zone.policy_rules() else {
         return Ok(None);
     };
-    let rules = rules.map_err(|e| anyhow!("named.update_policy: {e}"))?;
+    let (policy_field, keys_field) = (config.field_of(zone, "update_policy"), config.field_of(zone, "tsig_keys"));
+    let rules = rules.map_err(|e| anyhow!("{policy_field}: {e}"))?;
     let mut local = Vec::new();
     for rule in rules {
-        let names = auth
-            .local_names(&rule.identity)
-            .ok_or_else(|| anyhow!("named.update_policy names the key {:?}, which is in no file of named.tsig_keys", rule.identity))?;
+        let names =
+            auth.local_names(&rule.identity).ok_or_else(|| anyhow!("{policy_field} names the key {:?}, which is in no file of {keys_field}", rule.identity))?;
         for name in names {
             local.push(named_glue::conf::PolicyRule { identity: name, ..rule.clone() });
         }
@@ -112,7 +120,8 @@ pub async fn run(config: Config) -> Result<()> {
     let id = config.replica.id;
     let n = config.cluster.replicas;
     let t = config.faults();
-    let zone = Name::from_ascii(&config.cluster.zone).context("cluster.zone")?;
+    let Some(zone_config) = config.zones.first() else { bail!("no zone is configured") };
+    let zone = Name::from_ascii(&zone_config.name).with_context(|| config.field_of(zone_config, "name"))?;
     let metrics = Metrics::new(id);
     let byzantine = config.replica.byzantine;
     if let Some(mode) = byzantine {
@@ -120,30 +129,32 @@ pub async fn run(config: Config) -> Result<()> {
         tracing::warn!(replica = id, %mode, "BYZANTINE MODE: this replica misbehaves on purpose (test cluster)");
     }
 
-    // Keys: the share must be private to this replica's user.
-    let share_path = config.resolve(&config.replica.key_share);
-    check_secret_mode(&share_path).map_err(|e| anyhow!(e))?;
-    let public = Arc::new(shoup_rsa::load_public(config.resolve(&config.cluster.public_key)).context("cluster.public_key")?);
-    let share = Arc::new(shoup_rsa::load_share(&share_path).context("replica.key_share")?);
-    let keys = Keys::new(public.clone(), share).context("key share does not belong to the public key")?;
-    if public.players() != n {
-        bail!("public key is for {} replicas, config says {n}", public.players());
+    // Keys: one threshold key per zone, in zone index order; every share must be private
+    // to this replica's user.
+    let mut zone_keys = Vec::new();
+    for z in &config.zones {
+        let share_path = config.resolve(&z.key_share);
+        check_secret_mode(&share_path).map_err(|e| anyhow!(e))?;
+        let public = Arc::new(shoup_rsa::load_public(config.resolve(&z.public_key)).with_context(|| config.field_of(z, "public_key"))?);
+        let share = Arc::new(shoup_rsa::load_share(&share_path).with_context(|| config.field_of(z, "key_share"))?);
+        let keys = Keys::new(public.clone(), share).with_context(|| format!("zone {}: key share does not belong to the public key", z.name))?;
+        if public.players() != n {
+            bail!("zone {}: public key is for {} replicas, config says {n}", z.name, public.players());
+        }
+        let apex = Name::from_ascii(&z.name).with_context(|| config.field_of(z, "name"))?;
+        let key = zone_key(&apex, z.algorithm, &public)?;
+        zone_keys.push((keys, key));
     }
-    let key = zone_key(&zone, config.cluster.algorithm, &public)?;
+    let Some(key) = zone_keys.first().map(|(_, key)| key.clone()) else { bail!("no zone is configured") };
 
     // named's directory: configuration and key files are rewritten at every start;
     // the zone file only on first start (afterwards named's file and journal rule).
     let state = config.resolve(&config.replica.state_dir);
     let named_dir = state.join("named");
-    std::fs::create_dir_all(named_dir.join("keys")).with_context(|| format!("creating {}", named_dir.display()))?;
-    // named trusts only this replica's local keys for updates (fresh secrets each start).
-    let (auth, local_keys, transfer_keys) = authenticator(&config)?;
-    let auth = Arc::new(auth);
-    for line in auth.describe() {
-        info!(replica = id, mode = auth.mode().as_str(), "update identity: {line}");
-    }
-    let mut conf = NamedConf::new(&named_dir, config.named.port, &zone, local_keys);
-    conf.transfer_keys = transfer_keys;
+    std::fs::create_dir_all(&named_dir).with_context(|| format!("creating {}", named_dir.display()))?;
+    let mut conf = NamedConf::without_zones(&named_dir, config.named.port);
+    // Key files dated a day back, so named takes them as active now.
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0).saturating_sub(86_400);
     // The key of the ordered re-signing updates (granted RRSIG only), fresh each start.
     let mut maintenance_secret = vec![0u8; 32];
     getrandom::fill(&mut maintenance_secret).map_err(|e| anyhow!("no OS randomness for the maintenance key: {e}"))?;
@@ -156,32 +167,66 @@ pub async fn run(config: Config) -> Result<()> {
     let mut catchup_secret = vec![0u8; 32];
     getrandom::fill(&mut catchup_secret).map_err(|e| anyhow!("no OS randomness for the catch-up key: {e}"))?;
     let catchup_key = tsig::Key::new(CATCHUP_KEY, tsig::Algorithm::HmacSha256, &catchup_secret).ok_or_else(|| anyhow!("bad catch-up key name"))?;
-    conf.tsig_keys.push(TsigKey { name: CATCHUP_KEY.trim_end_matches('.').to_string(), algorithm: "hmac-sha256".into(), secret: catchup_secret });
+    let catchup_conf_key = TsigKey { name: CATCHUP_KEY.trim_end_matches('.').to_string(), algorithm: "hmac-sha256".into(), secret: catchup_secret };
     conf.sig_validity_days = config.named.signature_validity_days;
-    conf.update_policy = local_policy(&config, &auth)?;
+    let tools = BindTools::new(&config.resolve(&config.named.bind_dir));
+    tools.check().context("named.bind_dir")?;
     // named loads its zone file in raw format several times faster than text (a 10,000-name
     // signed zone: 0.3 s against 1.1 s), and a signed zone is installed by restarting named.
     conf.raw_zone_file = true;
+    // One zone statement per zone. named trusts only this replica's local keys for updates
+    // (fresh secrets each start), one per (zone, identity), granted in that zone only.
+    let mut zone_auths = Vec::new();
+    for (index, z) in config.zones.iter().enumerate() {
+        let (auth, local_keys, known_keys) = authenticator(&config, index, z)?;
+        let apex = Name::from_ascii(&z.name).with_context(|| config.field_of(z, "name"))?;
+        // One zone keeps the layout of every earlier state directory; several get a directory each.
+        let files = if config.zones.len() == 1 { named_dir.clone() } else { named_dir.join(z.dir_name()) };
+        let mut zone_conf = ZoneConf::in_dir(&apex, &files, local_keys);
+        zone_conf.tsig_keys.push(catchup_conf_key.clone());
+        zone_conf.update_policy = local_policy(&config, z, &auth)?;
+        std::fs::create_dir_all(&zone_conf.key_directory).with_context(|| format!("creating {}", zone_conf.key_directory.display()))?;
+        // The zone's public DNSKEY only: the private half is the replicas' threshold key.
+        if let Some((_, key)) = zone_keys.get(index) {
+            key.write_files(&zone_conf.key_directory, created).with_context(|| format!("writing the key files of zone {}", z.name))?;
+        }
+        // The operator's zone file only on first start (afterwards named's file and journal
+        // rule), compiled to raw; a state directory of a version that kept it in text is
+        // compiled once (named's journal still applies: the serial is the same).
+        if !zone_conf.zone_file.exists() {
+            let src = config.resolve(&z.zone_file);
+            tools.compile_raw(&z.name, &src, &zone_conf.zone_file).map_err(|e| anyhow!("{} {}: {e}", config.field_of(z, "zone_file"), src.display()))?;
+        } else if !named_glue::tools::is_raw_zone_file(&zone_conf.zone_file).with_context(|| format!("reading {}", zone_conf.zone_file.display()))? {
+            let text = zone_conf.zone_file.with_extension("text");
+            std::fs::rename(&zone_conf.zone_file, &text).with_context(|| format!("moving {} aside", zone_conf.zone_file.display()))?;
+            tools.compile_raw(&z.name, &text, &zone_conf.zone_file).map_err(|e| anyhow!("compiling {} to raw: {e}", text.display()))?;
+            std::fs::remove_file(&text).with_context(|| format!("removing {}", text.display()))?;
+            info!(replica = id, zone = z.name, "named's zone file converted from text to raw format");
+        }
+        conf.transfer_keys.extend(known_keys);
+        conf.zones.push(zone_conf);
+        zone_auths.push((z.name.clone(), auth));
+    }
+    let auth = Arc::new(ZoneAuth::new(zone_auths).context("update authentication")?);
+    for line in auth.describe() {
+        info!(replica = id, mode = auth.mode().as_str(), "update identity: {line}");
+    }
+    let zone_files = conf.first_zone().cloned().context("named.conf without a zone")?;
     let conf_path = named_dir.join("named.conf");
     conf.write(&conf_path).context("writing named.conf")?;
-    let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0).saturating_sub(86_400);
-    key.write_files(&conf.key_directory, created).context("writing the zone key files")?;
-    let tools = BindTools::new(&config.resolve(&config.named.bind_dir));
-    tools.check().context("named.bind_dir")?;
-    // The operator's zone file only on first start (afterwards named's file and journal
-    // rule), compiled to raw; a state directory of a version that kept it in text is
-    // compiled once (named's journal still applies: the serial is the same).
-    if !conf.zone_file.exists() {
-        let src = config.resolve(&config.named.zone_file);
-        tools.compile_raw(&zone.to_ascii(), &src, &conf.zone_file).map_err(|e| anyhow!("named.zone_file {}: {e}", src.display()))?;
-    } else if !named_glue::tools::is_raw_zone_file(&conf.zone_file).with_context(|| format!("reading {}", conf.zone_file.display()))? {
-        let text = conf.zone_file.with_extension("text");
-        std::fs::rename(&conf.zone_file, &text).with_context(|| format!("moving {} aside", conf.zone_file.display()))?;
-        tools.compile_raw(&zone.to_ascii(), &text, &conf.zone_file).map_err(|e| anyhow!("compiling {} to raw: {e}", text.display()))?;
-        std::fs::remove_file(&text).with_context(|| format!("removing {}", text.display()))?;
-        info!(replica = id, "named's zone file converted from text to raw format");
-    }
     named_glue::conf::check_conf(&tools, &conf_path).context("named-checkconf rejects the generated named.conf")?;
+    // named.conf, update authentication and threshold signing take every zone; the
+    // execution state (sign-zone, re-signing), checkpoints and state transfer one so far
+    // (docs/MULTIZONE.md), so a replica with several zones
+    // refuses to start here, its named.conf written and checked.
+    if config.zones.len() > 1 {
+        let names: Vec<&str> = config.zones.iter().map(|z| z.name.as_str()).collect();
+        bail!(
+            "{} zones are configured ({}): several zones are not yet supported by the execution state (whole-zone signing, re-signing, checkpoints, state transfer); this version serves one zone per cluster (docs/MULTIZONE.md)",
+            names.len(),
+            names.join(", ")
+        );
+    }
 
     // The mesh to the other replicas: ordering on channel 0, signing on channel 1.
     let me = config.me().clone();
@@ -189,9 +234,9 @@ pub async fn run(config: Config) -> Result<()> {
     let (ca_pem, cert_pem, tls_key_pem) =
         (read(&config.resolve(&config.cluster.ca_cert))?, read(&config.resolve(&config.replica.cert))?, read(&config.resolve(&config.replica.tls_key))?);
     // Sign-zone requests are signed with the mesh identity and checked against the CA.
-    let sign_zone_verifier = SignZoneVerifier::new(&config.cluster.zone, mesh::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?);
+    let sign_zone_verifier = SignZoneVerifier::new(&zone_config.name, mesh::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?);
     let sign_zone_signer =
-        Arc::new(SignZoneSigner::new(id, &config.cluster.zone, &cert_pem, tls_key_pem.clone()).map_err(anyhow::Error::msg).context("replica.cert")?);
+        Arc::new(SignZoneSigner::new(id, &zone_config.name, &cert_pem, tls_key_pem.clone()).map_err(anyhow::Error::msg).context("replica.cert")?);
     let mut mesh_config = MeshConfig::new(id, me.peer, peers, ca_pem, cert_pem, tls_key_pem);
     // Every ordering message the core may send must fit a frame: a view change reports up to
     // a window of prepared batches (tens of MiB when peers fill batches, as a flooder does),
@@ -207,11 +252,20 @@ pub async fn run(config: Config) -> Result<()> {
     // Threshold signing, and the socket named asks it on.
     let limits = SignerLimits { finals_cache: config.signing.cache_entries, ..SignerLimits::default() };
     let corrupt = config.replica.corrupt_shares || byzantine == Some(Mode::CorruptShares);
-    let core = SignerCore::new(id, n, config.cluster.protocol.into(), corrupt, keys, limits);
+    // One core per zone (its own key and session limits), in zone index order.
+    let cores = config
+        .zones
+        .iter()
+        .zip(&zone_keys)
+        .map(|(z, (keys, key))| {
+            let signing_key = service::ZoneSigningKey { signer: z.apex(), algorithm: z.algorithm, key_tag: key.key_tag() };
+            (signing_key, SignerCore::new(id, n, config.cluster.protocol.into(), corrupt, keys.clone(), limits.clone()))
+        })
+        .collect();
     let fault = byzantine.map_or(SigningFault::None, Mode::signing);
     // Every task the replica cannot run without is kept here: the first to end stops it.
     let mut tasks = Essential::new();
-    let (signer, signing_task) = service::spawn(core, key.key_tag(), mesh.sender(), signing_rx, metrics.clone(), fault);
+    let (signer, signing_task) = service::spawn(cores, mesh.sender(), signing_rx, metrics.clone(), fault);
     tasks.spawn("threshold signing service", signing_task);
     let (times_tx, times_rx) = watch::channel(None);
     let socket_path = state.join("signer.sock");
@@ -380,7 +434,9 @@ pub async fn run(config: Config) -> Result<()> {
             tools: tools.clone(),
             zone: zone.clone(),
             named: named.clone(),
-            conf: conf.clone(),
+            work_dir: named_dir.clone(),
+            files: zone_files.clone(),
+            raw_zone_file: conf.raw_zone_file,
             key: key.clone(),
             signer_socket: socket_path.clone(),
             supervisor: supervisor.clone(),

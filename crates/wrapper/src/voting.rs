@@ -36,7 +36,7 @@ pub struct ReplicaArgs {
     /// Every replica's client address (ADDR:PORT), in replica order.
     #[arg(long, value_delimiter = ',', required_unless_present = "config", conflicts_with = "config")]
     pub replicas: Vec<SocketAddr>,
-    /// Take the replicas from a replica's config file (its [[peer]] client addresses, cluster.faults, cluster.zone).
+    /// Take the replicas from a replica's config file (its [[peer]] client addresses, cluster.faults, and its zone if it serves one).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// t, the number of faulty replicas tolerated (default: the config's, else (n-1)/3).
@@ -59,7 +59,8 @@ impl ReplicaArgs {
                 let mut peers = c.peers.clone();
                 peers.sort_by_key(|p| p.id);
                 let addrs = peers.iter().map(|p| p.client).collect();
-                (addrs, self.faults.or(Some(usize::from(c.faults()))), Some(c.cluster.zone.clone()))
+                // With several zones the update names its zone itself (--zone).
+                (addrs, self.faults.or(Some(usize::from(c.faults()))), c.only_zone().map(|z| z.name.clone()))
             }
             None => (self.replicas.clone(), self.faults, None),
         };

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use hickory_proto::rr::{Name, RecordType};
 use hickory_proto::serialize::binary::BinEncodable;
-use named_glue::conf::NamedConf;
+use named_glue::conf::ZoneConf;
 use named_glue::forward::{build_query, Forwarder};
 use named_glue::keys::ZoneKey;
 use named_glue::rrwire::{RawMessage, RawRecord};
@@ -104,7 +104,12 @@ pub struct ZoneMaintenance {
     pub tools: BindTools,
     pub zone: Name,
     pub named: Forwarder,
-    pub conf: NamedConf,
+    /// named's directory: this zone's working files (base text, signed output) go there.
+    pub work_dir: PathBuf,
+    /// The zone's files as named.conf names them (zone file, journal, key directory).
+    pub files: ZoneConf,
+    /// named.conf's `masterfile-format raw`: the zone file is written and read as raw.
+    pub raw_zone_file: bool,
     pub key: ZoneKey,
     pub signer_socket: PathBuf,
     pub supervisor: Arc<Supervisor>,
@@ -248,7 +253,7 @@ impl ZoneMaintenance {
     }
 
     fn file(&self, name: &str) -> PathBuf {
-        self.conf.directory.join(name)
+        self.work_dir.join(name)
     }
 
     /// The zone's content without DNSSEC records, as named-compilezone prints it from
@@ -256,12 +261,12 @@ impl ZoneMaintenance {
     async fn unsigned_text(&self) -> Result<String, ZoneError> {
         let merged = self.file("signzone.merged");
         // BIND's own tool folds the journal into the file, in full one-RR-per-line style.
-        let format = if self.conf.raw_zone_file { "raw" } else { "text" };
+        let format = if self.raw_zone_file { "raw" } else { "text" };
         let out = tokio::process::Command::new(self.tools.bin("named-compilezone"))
             .args(["-q", "-j", "-f", format, "-s", "full", "-o"])
             .arg(&merged)
             .arg(self.zone.to_ascii())
-            .arg(&self.conf.zone_file)
+            .arg(&self.files.zone_file)
             .output()
             .await
             .map_err(|e| ZoneError::Compile(e.to_string()))?;
@@ -321,7 +326,7 @@ impl ZoneMaintenance {
             &self.zone,
             &self.file(BASE_TEXT),
             &self.file(SIGNED),
-            &self.conf.key_directory,
+            &self.files.key_directory,
             &self.key,
             &self.background_socket,
             times,
@@ -330,7 +335,7 @@ impl ZoneMaintenance {
         .await
         .map_err(|e| ZoneError::Sign(e.to_string()))?;
         let (signed, load) = (self.file(SIGNED), self.file(SIGNED_LOAD));
-        if self.conf.raw_zone_file {
+        if self.raw_zone_file {
             let (tools, zone) = (self.tools.clone(), self.zone.to_ascii());
             tokio::task::spawn_blocking(move || tools.compile_raw(&zone, &signed, &load))
                 .await
@@ -397,7 +402,7 @@ impl ZoneMaintenance {
             }
         };
         let diffed = started.elapsed();
-        let (signed, zone_file, named_journal) = (self.file(SIGNED_LOAD), self.conf.zone_file.clone(), self.conf.journal.clone());
+        let (signed, zone_file, named_journal) = (self.file(SIGNED_LOAD), self.files.zone_file.clone(), self.files.journal.clone());
         let installed = self
             .supervisor
             .replace_files(move || {
@@ -412,7 +417,7 @@ impl ZoneMaintenance {
             })
             .await
             .map_err(|e| ZoneError::Restart(e.to_string()))?;
-        installed.map_err(|source| ZoneError::Io { path: self.conf.zone_file.clone(), source })?;
+        installed.map_err(|source| ZoneError::Io { path: self.files.zone_file.clone(), source })?;
         let restarted = started.elapsed();
         for body in &messages {
             let answer = self.send_maintenance(body, &self.catchup_key).await;

@@ -161,9 +161,19 @@ impl Replica {
         let port = free_port();
         let tsig = tsig();
         let conf = NamedConf::new(base, port, &zone(), vec![tsig.clone()]);
-        sign_zone_file(&tools, &zone(), &unsigned, &conf.zone_file, &key_dir, &key, &socket, SignatureTimes::from_agreed(t0, VALIDITY_DAYS * 86_400), 1)
-            .await
-            .unwrap();
+        sign_zone_file(
+            &tools,
+            &zone(),
+            &unsigned,
+            &conf.zones[0].zone_file,
+            &key_dir,
+            &key,
+            &socket,
+            SignatureTimes::from_agreed(t0, VALIDITY_DAYS * 86_400),
+            1,
+        )
+        .await
+        .unwrap();
         let conf_path = base.join("named.conf");
         conf.write(&conf_path).unwrap();
         check_conf(&tools, &conf_path).unwrap();

@@ -4,11 +4,11 @@
 
 use libfuzzer_sys::fuzz_target;
 use wrapper::envelope::Op;
-use wrapper::signing::{SignMessage, WireFormat};
+use wrapper::signing::{SignEnvelope, WireFormat};
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(m) = SignMessage::decode(data) {
-        assert_eq!(SignMessage::decode(&m.encode()).as_ref(), Ok(&m));
+    if let Ok(m) = SignEnvelope::decode(data) {
+        assert_eq!(SignEnvelope::decode(&m.encode()).as_ref(), Ok(&m));
     }
     if let Ok(op) = Op::decode(data) {
         assert_eq!(Op::decode(&op.encode()).as_ref(), Ok(&op));

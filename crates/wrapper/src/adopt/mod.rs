@@ -496,7 +496,8 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
         print!("{}", render_report(&inv.zones, None));
         return Ok(());
     }
-    let zone = absolute_name(&p.zone);
+    p.one_zone("sdns adopt")?;
+    let zone = absolute_name(p.zone());
     let chosen = inv.zones.iter().find(|z| z.name == zone && z.view.is_none()).or_else(|| inv.zones.iter().find(|z| z.name == zone));
     let Some(chosen) = chosen else {
         print!("{}", render_report(&inv.zones, None));
@@ -513,7 +514,7 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
             bail!("zone {zone} is not adopted: {why}");
         }
     };
-    if p.zone_file.is_some() {
+    if !p.zone_files.is_empty() {
         bail!("--zone-file: sdns adopt takes the zone's data from named.conf's file or from --server");
     }
     for k in plan.update_keys.iter().chain(&plan.transfer_keys) {
@@ -566,8 +567,8 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
     std::fs::write(&normalized, rollover::strip_signed(&text))?;
 
     let mut p = p.clone();
-    p.zone = zone.clone();
-    p.zone_file = Some(normalized.clone());
+    p.zones = vec![zone.clone()];
+    p.zone_files = vec![normalized.clone()];
     keygen(&p, out)?;
     let _ = std::fs::remove_file(&normalized);
     let rollover_note = match &old_ksk {

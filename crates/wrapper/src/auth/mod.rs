@@ -11,10 +11,12 @@
 //!
 //! Before ordering, the same check runs against the local clock as a filter only
 //! ([`Authenticator::precheck`]); zone transfers are allowed only with a transfer key.
+//! A cluster serving several zones has one authenticator per zone ([`zones::ZoneAuth`]).
 
 pub mod rrl;
 pub mod sig0;
 pub mod wire;
+pub mod zones;
 pub use dnswire::tsig;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -85,6 +87,10 @@ pub enum AuthError {
     BadKeyName(String),
     #[error("no OS randomness for the local keys: {0}")]
     Random(String),
+    #[error("zone name {0:?} is not a domain name")]
+    BadZoneName(String),
+    #[error("no zone to authenticate updates for")]
+    NoZone,
 }
 
 /// An identity that may update: its local key for named.
@@ -129,6 +135,17 @@ impl Authenticator {
     /// `update_keys` authorize updates in tsig/both modes; `transfer_keys` allow
     /// transfers (a key may be in both); `sig0_keys` authorize updates in sig0/both.
     pub fn new(mode: Mode, update_keys: &[TsigSecret], transfer_keys: &[TsigSecret], sig0_keys: Vec<Sig0Key>) -> Result<Self, AuthError> {
+        Self::build(mode, update_keys, transfer_keys, sig0_keys, None)
+    }
+
+    /// As [`Authenticator::new`], for the zone with this index in a cluster serving several:
+    /// its local keys are `tsig-<index>-<i>.sdns-local` (named's keys are global, so an
+    /// identity of one zone has a name no other zone's update-policy grants).
+    pub fn for_zone(index: u16, mode: Mode, update_keys: &[TsigSecret], transfer_keys: &[TsigSecret], sig0_keys: Vec<Sig0Key>) -> Result<Self, AuthError> {
+        Self::build(mode, update_keys, transfer_keys, sig0_keys, Some(index))
+    }
+
+    fn build(mode: Mode, update_keys: &[TsigSecret], transfer_keys: &[TsigSecret], sig0_keys: Vec<Sig0Key>, zone: Option<u16>) -> Result<Self, AuthError> {
         let to_key = |k: &TsigSecret| tsig::Key::new(&k.name, k.algorithm, &k.secret).ok_or_else(|| AuthError::BadKeyName(k.name.clone()));
         let mut keys = update_keys.iter().map(to_key).collect::<Result<Vec<_>, _>>()?;
         let update_tsig = keys.len();
@@ -146,7 +163,10 @@ impl Authenticator {
         for (kind, i) in (0..tsig_ids).map(|i| ("tsig", i)).chain((0..sig0.len()).map(|i| ("sig0", i))) {
             let mut secret = vec![0u8; 32];
             getrandom::fill(&mut secret).map_err(|e| AuthError::Random(e.to_string()))?;
-            let name = format!("{kind}-{i}.sdns-local.");
+            let name = match zone {
+                None => format!("{kind}-{i}.sdns-local."),
+                Some(z) => format!("{kind}-{z}-{i}.sdns-local."),
+            };
             let local = tsig::Key::new(&name, tsig::Algorithm::HmacSha256, &secret).ok_or(AuthError::BadKeyName(name))?;
             identities.push(Identity { local, local_secret: secret });
         }
@@ -240,6 +260,17 @@ impl Authenticator {
             }
             Err(_) => refuse_plain(msg, &layout, RCODE_REFUSED),
         }
+    }
+
+    /// `rcode` for a request that names no zone this cluster serves, TSIG-signed when the
+    /// request's TSIG key is one of this zone's and verifies at `now_s` (named signs its
+    /// answers to requests with a valid key); `None` otherwise.
+    fn signed_refusal(&self, msg: &[u8], layout: &Layout, rcode: u16, now_s: u64) -> Option<Vec<u8>> {
+        let rec = layout.signature.clone().filter(|r| r.rtype == TYPE_TSIG)?;
+        let t = tsig::Tsig::parse(msg, &rec).ok()?;
+        let key = self.tsig.iter().find(|k| k.name_wire == t.key_name)?;
+        tsig::verify(msg, &rec, &t, key, now_s).ok()?;
+        Some(tsig::sign(&answer_header(msg, layout, rcode), key, now_s, tsig::ANSWER_FUDGE, 0, Vec::new(), Some(&t.mac)))
     }
 
     /// Before ordering, against the local clock: the answer for an update that cannot

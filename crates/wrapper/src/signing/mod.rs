@@ -6,4 +6,4 @@ pub mod service;
 pub mod wire;
 
 pub use threshold::{Digest, Keys, Limits as SignerLimits, SignMessage, SignerCore};
-pub use wire::WireFormat;
+pub use wire::{SignEnvelope, WireFormat};

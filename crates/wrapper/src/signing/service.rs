@@ -5,12 +5,18 @@
 //! blocking thread pool, at most `workers` at once (one per core by default), so the shares of
 //! different signing sessions are computed in parallel and the loop never waits on one.
 //! Outstanding jobs are bounded by the core's session limit (at most three per session).
+//!
+//! Each zone has its own core (its key share, its session limits, so a zone being signed
+//! whole cannot take another zone's sessions); the worker pool is shared, jobs taking their
+//! turn in the order they were made. A request from named names its key by signer, algorithm
+//! and key tag, and only a configured zone's own triple is signed, with that zone's key.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use hickory_proto::rr::Name;
 use mesh::{MeshSender, CHANNEL_SIGNING};
 use named_glue::signer::{SignError, SignFuture, SignRequest, Signer};
 use threshold::{JobDone, Output, SignerCore};
@@ -18,7 +24,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
-use super::wire::{SignMessage, WireFormat};
+use super::wire::{SignEnvelope, SignMessage, WireFormat};
 use super::Digest;
 use crate::byzantine::SigningFault;
 use crate::metrics::Metrics;
@@ -26,13 +32,32 @@ use crate::metrics::Metrics;
 enum Command {
     /// `shared`: a whole-zone signing's request, which every replica makes at about the same
     /// time (`SignerCore::request_shared`).
-    Sign { algorithm: u8, data: Vec<u8>, shared: bool, reply: oneshot::Sender<Result<Vec<u8>, SignError>> },
+    Sign { zone: u16, algorithm: u8, data: Vec<u8>, shared: bool, reply: oneshot::Sender<Result<Vec<u8>, SignError>> },
+}
+
+/// A zone's key as named's signing requests name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneSigningKey {
+    /// The zone apex (the RRSIG signer name), absolute.
+    pub signer: Name,
+    pub algorithm: u8,
+    pub key_tag: u16,
 }
 
 /// named-glue's `Signer`, backed by the task that runs the threshold protocol.
 pub struct ThresholdSigner {
     commands: mpsc::Sender<Command>,
-    zone_key_tag: u16,
+    /// By zone index.
+    keys: Vec<ZoneSigningKey>,
+}
+
+impl ThresholdSigner {
+    /// The zone whose key the request names: its signer name, algorithm and key tag must
+    /// all be that zone's (a request naming zone A with B's key tag is no zone's).
+    fn zone_of(&self, request: &SignRequest) -> Option<u16> {
+        let index = self.keys.iter().position(|k| k.key_tag == request.key_tag && k.algorithm == request.algorithm && k.signer == request.signer)?;
+        u16::try_from(index).ok()
+    }
 }
 
 impl Signer for ThresholdSigner {
@@ -44,13 +69,16 @@ impl Signer for ThresholdSigner {
 impl ThresholdSigner {
     fn sign_as(&self, request: SignRequest, shared: bool) -> SignFuture {
         let commands = self.commands.clone();
-        let expected_tag = self.zone_key_tag;
+        let zone = self.zone_of(&request);
         Box::pin(async move {
-            if request.key_tag != expected_tag {
+            let Some(zone) = zone else {
                 return Err(SignError::UnknownKey { algorithm: request.algorithm, key_tag: request.key_tag });
-            }
+            };
             let (reply, answer) = oneshot::channel();
-            commands.send(Command::Sign { algorithm: request.algorithm, data: request.data, shared, reply }).await.map_err(|_| SignError::ShuttingDown)?;
+            commands
+                .send(Command::Sign { zone, algorithm: request.algorithm, data: request.data, shared, reply })
+                .await
+                .map_err(|_| SignError::ShuttingDown)?;
             answer.await.map_err(|_| SignError::ShuttingDown)?
         })
     }
@@ -85,19 +113,20 @@ pub fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Starts the task; returns the `Signer` to hand to named-glue's `SigningService` and the
-/// task (it runs as long as the mesh and a signer are there: an earlier end is a failure).
+/// Starts the task with one core per zone, in zone index order; returns the `Signer` to hand
+/// to named-glue's `SigningService` and the task (it runs as long as the mesh and a signer
+/// are there: an earlier end is a failure).
 pub fn spawn(
-    core: SignerCore,
-    zone_key_tag: u16,
+    zones: Vec<(ZoneSigningKey, SignerCore)>,
     mesh: MeshSender,
     incoming: mpsc::Receiver<(u16, Bytes)>,
     metrics: Arc<Metrics>,
     fault: SigningFault,
 ) -> (Arc<ThresholdSigner>, JoinHandle<()>) {
     let (commands, rx) = mpsc::channel(1024);
-    let task = tokio::spawn(run(core, mesh, incoming, rx, metrics, default_workers(), fault));
-    (Arc::new(ThresholdSigner { commands, zone_key_tag }), task)
+    let (keys, cores): (Vec<_>, Vec<_>) = zones.into_iter().unzip();
+    let task = tokio::spawn(run(cores, mesh, incoming, rx, metrics, default_workers(), fault));
+    (Arc::new(ThresholdSigner { commands, keys }), task)
 }
 
 struct Waiter {
@@ -106,7 +135,7 @@ struct Waiter {
 }
 
 async fn run(
-    mut core: SignerCore,
+    mut cores: Vec<SignerCore>,
     mesh: MeshSender,
     mut incoming: mpsc::Receiver<(u16, Bytes)>,
     mut commands: mpsc::Receiver<Command>,
@@ -115,27 +144,39 @@ async fn run(
     fault: SigningFault,
 ) {
     let mut garbage = Garbage(0x2545_f491_4f6c_dd1d);
-    let mut waiters: HashMap<Digest, Vec<Waiter>> = HashMap::new();
+    let mut waiters: HashMap<(u16, Digest), Vec<Waiter>> = HashMap::new();
     let permits = Arc::new(Semaphore::new(workers.max(1)));
-    // Finished jobs; a job's task waits for room here, the loop never does.
-    let (done_tx, mut done_rx) = mpsc::channel::<JobDone>(1024);
+    // Finished jobs with their zone index; a job's task waits for room here, the loop never does.
+    let (done_tx, mut done_rx) = mpsc::channel::<(u16, JobDone)>(1024);
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
     let mut shared_seen = (0u64, 0u64);
     loop {
-        let timer = core.poll_timeout().map(|t| Duration::from_micros(t.saturating_sub(now_us())));
+        let timer = cores.iter().filter_map(SignerCore::poll_timeout).min().map(|t| Duration::from_micros(t.saturating_sub(now_us())));
         tokio::select! {
             command = commands.recv() => {
-                let Some(Command::Sign { algorithm, data, shared, reply }) = command else { return };
+                let Some(Command::Sign { zone, algorithm, data, shared, reply }) = command else { return };
+                // `zone` comes from ThresholdSigner::zone_of, an index into the same zones.
+                let Some(core) = cores.get_mut(usize::from(zone)) else {
+                    let _ = reply.send(Err(SignError::Failed(format!("no signer for zone index {zone}"))));
+                    continue;
+                };
                 let opened = if shared { core.request_shared(now_us(), algorithm, &data) } else { core.request(now_us(), algorithm, &data) };
                 match opened {
-                    Ok(digest) => waiters.entry(digest).or_default().push(Waiter { reply, since: Instant::now() }),
+                    Ok(digest) => waiters.entry((zone, digest)).or_default().push(Waiter { reply, since: Instant::now() }),
                     Err(e) => { let _ = reply.send(Err(SignError::Failed(e.to_string()))); }
                 }
             }
             message = incoming.recv() => {
                 let Some((from, bytes)) = message else { return };
-                match SignMessage::decode(&bytes) {
-                    Ok(m) => core.handle_message(now_us(), from, m),
+                match SignEnvelope::decode(&bytes) {
+                    Ok(SignEnvelope { zone, message }) => match cores.get_mut(usize::from(zone)) {
+                        Some(core) => core.handle_message(now_us(), from, message),
+                        None => {
+                            // Dealt for other zones than ours: an operator error or a lie.
+                            debug!(peer = from, zone, "signing message for a zone index this replica does not serve");
+                            metrics.add_bad_share(from);
+                        }
+                    },
                     Err(e) => {
                         debug!(peer = from, error = %e, "undecodable signing message");
                         metrics.add_bad_share(from);
@@ -144,69 +185,85 @@ async fn run(
             }
             done = done_rx.recv() => {
                 // done_tx lives in this function, so the channel never closes.
-                if let Some(done) = done {
-                    core.job_done(done);
+                if let Some((zone, done)) = done {
+                    if let Some(core) = cores.get_mut(usize::from(zone)) {
+                        core.job_done(done);
+                    }
                 }
             }
             _ = async { tokio::time::sleep(timer.unwrap_or(Duration::from_secs(3600))).await }, if timer.is_some() => {
-                core.handle_timeout(now_us());
+                let now = now_us();
+                for core in cores.iter_mut().filter(|c| c.poll_timeout().is_some_and(|t| t <= now)) {
+                    core.handle_timeout(now);
+                }
             }
             _ = sweep.tick() => {
                 // Nobody waits for these any more (the signing service went away); stop
                 // working on them.
-                waiters.retain(|digest, ws| {
+                waiters.retain(|(zone, digest), ws| {
                     ws.retain(|w| !w.reply.is_closed());
-                    if ws.is_empty() { core.abandon(digest); false } else { true }
+                    if ws.is_empty() {
+                        if let Some(core) = cores.get_mut(usize::from(*zone)) {
+                            core.abandon(digest);
+                        }
+                        false
+                    } else {
+                        true
+                    }
                 });
             }
         }
-        while let Some(out) = core.poll_output() {
-            match out {
-                Output::Broadcast { .. } | Output::Send { .. } if fault == SigningFault::Silent => {}
-                Output::Broadcast { message } => {
-                    let message = if fault == SigningFault::Garbage { garbage.apply(message) } else { message };
-                    if let Err(e) = mesh.broadcast(CHANNEL_SIGNING, Bytes::from(message.encode())) {
-                        warn!(error = %e, "signing broadcast not sent");
-                    }
-                }
-                Output::Send { to, message } => {
-                    let message = if fault == SigningFault::Garbage { garbage.apply(message) } else { message };
-                    if let Err(e) = mesh.send(to, CHANNEL_SIGNING, Bytes::from(message.encode())) {
-                        debug!(to, error = %e, "signing message not sent");
-                    }
-                }
-                Output::Done { digest, signature } => {
-                    for w in waiters.remove(&digest).unwrap_or_default() {
-                        metrics.observe_signing_us(w.since.elapsed().as_micros() as u64);
-                        let _ = w.reply.send(Ok(signature.clone()));
-                    }
-                }
-                Output::Misbehaved { peer, what } => {
-                    warn!(peer, what, "peer misbehaved in threshold signing");
-                    metrics.add_bad_share(peer);
-                }
-                Output::Compute(job) => {
-                    let (permits, done_tx) = (permits.clone(), done_tx.clone());
-                    tokio::spawn(async move {
-                        let Ok(_permit) = permits.acquire_owned().await else { return };
-                        match tokio::task::spawn_blocking(move || job.run()).await {
-                            Ok(done) => {
-                                let _ = done_tx.send(done).await;
-                            }
-                            Err(e) => warn!(error = %e, "signing job panicked"),
+        // Zone index order: every zone's outputs, the same way on every pass.
+        for (index, core) in cores.iter_mut().enumerate() {
+            // There are at most MAX_ZONES cores (config), far below u16::MAX.
+            let Ok(zone) = u16::try_from(index) else { break };
+            while let Some(out) = core.poll_output() {
+                match out {
+                    Output::Broadcast { .. } | Output::Send { .. } if fault == SigningFault::Silent => {}
+                    Output::Broadcast { message } => {
+                        let message = if fault == SigningFault::Garbage { garbage.apply(message) } else { message };
+                        if let Err(e) = mesh.broadcast(CHANNEL_SIGNING, Bytes::from(SignEnvelope { zone, message }.encode())) {
+                            warn!(error = %e, "signing broadcast not sent");
                         }
-                    });
-                }
-                Output::Failed { digest, reason } => {
-                    warn!(reason, "this replica's signature share could not be computed");
-                    for w in waiters.remove(&digest).unwrap_or_default() {
-                        let _ = w.reply.send(Err(SignError::Failed(reason.clone())));
+                    }
+                    Output::Send { to, message } => {
+                        let message = if fault == SigningFault::Garbage { garbage.apply(message) } else { message };
+                        if let Err(e) = mesh.send(to, CHANNEL_SIGNING, Bytes::from(SignEnvelope { zone, message }.encode())) {
+                            debug!(to, error = %e, "signing message not sent");
+                        }
+                    }
+                    Output::Done { digest, signature } => {
+                        for w in waiters.remove(&(zone, digest)).unwrap_or_default() {
+                            metrics.observe_signing_us(w.since.elapsed().as_micros() as u64);
+                            let _ = w.reply.send(Ok(signature.clone()));
+                        }
+                    }
+                    Output::Misbehaved { peer, what } => {
+                        warn!(peer, what, zone, "peer misbehaved in threshold signing");
+                        metrics.add_bad_share(peer);
+                    }
+                    Output::Compute(job) => {
+                        let (permits, done_tx) = (permits.clone(), done_tx.clone());
+                        tokio::spawn(async move {
+                            let Ok(_permit) = permits.acquire_owned().await else { return };
+                            match tokio::task::spawn_blocking(move || job.run()).await {
+                                Ok(done) => {
+                                    let _ = done_tx.send((zone, done)).await;
+                                }
+                                Err(e) => warn!(error = %e, "signing job panicked"),
+                            }
+                        });
+                    }
+                    Output::Failed { digest, reason } => {
+                        warn!(reason, zone, "this replica's signature share could not be computed");
+                        for w in waiters.remove(&(zone, digest)).unwrap_or_default() {
+                            let _ = w.reply.send(Err(SignError::Failed(reason.clone())));
+                        }
                     }
                 }
             }
         }
-        let stats = core.stats();
-        let now = (stats.shares_spared, stats.shared_fallbacks);
+        let now = cores.iter().map(SignerCore::stats).fold((0, 0), |(spared, fallbacks), s| (spared + s.shares_spared, fallbacks + s.shared_fallbacks));
         if now != shared_seen {
             metrics.add_shared_signing(now.0 - shared_seen.0, now.1 - shared_seen.1);
             shared_seen = now;
@@ -235,6 +292,48 @@ impl Garbage {
             SignMessage::Share { digest, share } => SignMessage::Share { digest, share: self.bytes(share.len()) },
             SignMessage::Final { digest, signature } => SignMessage::Final { digest, signature: self.bytes(signature.len()) },
             other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use named_glue::signer::SignatureTimes;
+
+    fn key(zone: &str, key_tag: u16) -> ZoneSigningKey {
+        ZoneSigningKey { signer: Name::from_ascii(zone).unwrap(), algorithm: 8, key_tag }
+    }
+
+    fn request(zone: &str, algorithm: u8, key_tag: u16) -> SignRequest {
+        SignRequest {
+            algorithm,
+            key_tag,
+            signer: Name::from_ascii(zone).unwrap(),
+            data: vec![1, 2, 3],
+            times: SignatureTimes::from_agreed(1_700_000_000, 86_400),
+        }
+    }
+
+    #[tokio::test]
+    async fn each_request_goes_to_the_zone_whose_key_it_names() {
+        let (commands, mut rx) = mpsc::channel(4);
+        let signer = ThresholdSigner { commands, keys: vec![key("2.0.192.in-addr.arpa.", 111), key("example.test.", 222)] };
+        // Zone A's name with zone B's key tag, a wrong algorithm, an unknown zone: no zone's key.
+        for (zone, algorithm, tag) in [("example.test.", 8, 111), ("2.0.192.in-addr.arpa.", 8, 222), ("example.test.", 10, 222), ("other.test.", 8, 222)] {
+            match signer.sign(request(zone, algorithm, tag)).await {
+                Err(SignError::UnknownKey { algorithm: a, key_tag }) => assert_eq!((a, key_tag), (algorithm, tag)),
+                other => panic!("{zone} {algorithm} {tag}: {other:?}"),
+            }
+        }
+        assert!(rx.try_recv().is_err(), "a refused request reached the signing task");
+        // The zone's own triple (the name compared as DNS does, case aside) reaches its core.
+        for (zone, tag, index) in [("Example.TEST.", 222, 1), ("2.0.192.in-addr.arpa.", 111, 0)] {
+            let pending = tokio::spawn(signer.sign(request(zone, 8, tag)));
+            let Some(Command::Sign { zone: got, reply, .. }) = rx.recv().await else { panic!("no command") };
+            assert_eq!(got, index, "{zone}");
+            let _ = reply.send(Ok(vec![index as u8]));
+            assert_eq!(pending.await.unwrap().unwrap(), vec![index as u8]);
         }
     }
 }

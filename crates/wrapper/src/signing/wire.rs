@@ -1,14 +1,29 @@
 //! The byte form of the signers' messages on mesh channel 1: the wrapper's codec framing
-//! (version byte, postcard, size limit) around `threshold::SignMessage`.
+//! (version byte, postcard, size limit) around `threshold::SignMessage`, with the index of
+//! the zone whose key the session signs with.
 
+use serde::{Deserialize, Serialize};
 pub use threshold::SignMessage;
 
 use crate::codec::{self, CodecError};
 
-const VERSION: u8 = 1;
+/// 2: every message carries its zone index (several zones per cluster). A replica drops
+/// messages of another version as undecodable (counted against the sender), so all replicas
+/// of a cluster are upgraded together.
+const VERSION: u8 = 2;
 
 /// Large enough for a 4096-bit share with its proof.
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024;
+
+/// One signing message and the zone it is for. The session digest does not say: the zone
+/// index picks the key a share is checked against (the signer name inside the signed data
+/// already keeps two zones' sessions apart).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SignEnvelope {
+    /// The zone index (position in canonical order of the configured zones).
+    pub zone: u16,
+    pub message: SignMessage,
+}
 
 /// Encoding and decoding of a signing message for the mesh.
 pub trait WireFormat: Sized {
@@ -16,12 +31,12 @@ pub trait WireFormat: Sized {
     fn decode(bytes: &[u8]) -> Result<Self, CodecError>;
 }
 
-impl WireFormat for SignMessage {
+impl WireFormat for SignEnvelope {
     fn encode(&self) -> Vec<u8> {
         codec::encode(VERSION, self)
     }
 
-    fn decode(bytes: &[u8]) -> Result<SignMessage, CodecError> {
+    fn decode(bytes: &[u8]) -> Result<SignEnvelope, CodecError> {
         codec::decode("signing message", VERSION, MAX_MESSAGE_BYTES, bytes)
     }
 }
@@ -33,18 +48,21 @@ mod tests {
     #[test]
     fn round_trips_and_rejects() {
         let digest = [7u8; 32];
-        for m in [
-            SignMessage::Share { digest, share: vec![0, 1, 2, 3] },
-            SignMessage::Retry { digest, proof: true },
-            SignMessage::Final { digest, signature: vec![9; 128] },
+        for (zone, message) in [
+            (0, SignMessage::Share { digest, share: vec![0, 1, 2, 3] }),
+            (1, SignMessage::Retry { digest, proof: true }),
+            (u16::MAX, SignMessage::Final { digest, signature: vec![9; 128] }),
         ] {
-            assert_eq!(SignMessage::decode(&m.encode()), Ok(m));
+            let m = SignEnvelope { zone, message };
+            assert_eq!(SignEnvelope::decode(&m.encode()), Ok(m));
         }
-        assert!(matches!(SignMessage::decode(&[]), Err(CodecError::Empty { .. })));
-        assert!(matches!(SignMessage::decode(&[2, 0]), Err(CodecError::Version { got: 2, .. })));
-        assert!(matches!(SignMessage::decode(&vec![VERSION; MAX_MESSAGE_BYTES + 1]), Err(CodecError::TooLarge { .. })));
+        assert!(matches!(SignEnvelope::decode(&[]), Err(CodecError::Empty { .. })));
+        // A replica of the single-zone version (version 1, no zone index) is not understood.
+        let old = codec::encode(1, &SignMessage::Retry { digest, proof: false });
+        assert!(matches!(SignEnvelope::decode(&old), Err(CodecError::Version { got: 1, .. })));
+        assert!(matches!(SignEnvelope::decode(&vec![VERSION; MAX_MESSAGE_BYTES + 1]), Err(CodecError::TooLarge { .. })));
         // A length prefix claiming more bytes than there are.
-        assert!(matches!(SignMessage::decode(&[VERSION, 0, 0xff, 0xff, 0x03]), Err(CodecError::Decode { .. })));
+        assert!(matches!(SignEnvelope::decode(&[VERSION, 0, 0, 0xff, 0xff, 0x03]), Err(CodecError::Decode { .. })));
     }
 
     #[test]
@@ -60,7 +78,7 @@ mod tests {
             if let Some(b) = buf.first_mut() {
                 *b = VERSION; // get past the version check most of the time
             }
-            let _ = SignMessage::decode(&buf);
+            let _ = SignEnvelope::decode(&buf);
         }
     }
 }
