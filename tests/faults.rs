@@ -449,6 +449,7 @@ fn full_cluster_restart() {
 }
 
 #[test]
+#[ignore = "open bug (2026-11-25): the restored replica can wait forever for named's answer to its first replayed write (docs/RELIABILITY.md, 'Open: a replica restored from an old copy'); run with --ignored"]
 fn restored_from_an_old_copy() {
     let c = Cluster::up(ClusterOpts::default());
     let load = Load::start(&c, "old-copy", 2, &[], 0);
