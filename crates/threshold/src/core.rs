@@ -164,8 +164,7 @@ pub struct Stats {
     pub early_dropped: u64,
     /// Late shares answered with the finished signature (a peer catching up).
     pub late_answered: u64,
-    /// Shared sessions opened, and those of them that had to fall back.
-    pub shared: u64,
+    /// Shared sessions that had to fall back.
     pub shared_fallbacks: u64,
     /// Shared sessions that finished without this replica computing its share.
     pub shares_spared: u64,
@@ -320,9 +319,6 @@ impl SignerCore {
         let message = self.keys.encode(alg, data).map_err(|reason| RequestError::Encode { alg, reason })?;
         let with_proof = self.protocol == Protocol::Basic;
         let shared = if shared { self.designate(&digest, now_us) } else { None };
-        if shared.is_some() {
-            self.stats.shared += 1;
-        }
         let makes_share = shared.as_ref().is_none_or(|d| d.makers.contains(&self.id));
         let session = Session {
             message,
