@@ -179,6 +179,15 @@ def max_gap(points, start, end):
     return max(b - a for a, b in zip(inside, inside[1:]))
 
 
+def largest_gaps(points, start, end, count=3):
+    """The `count` largest gaps between probe answers in [start, end], as (length, UTC time
+    of its beginning), to be found in the replicas' logs."""
+    inside = [start] + [t for t in points if start <= t <= end] + [end]
+    offset = time.time() - time.monotonic()
+    gaps = sorted(((b - a, a) for a, b in zip(inside, inside[1:])), reverse=True)[:count]
+    return [(round(g, 3), time.strftime("%H:%M:%S", time.gmtime(a + offset)) + f".{int((a + offset) % 1 * 1000):03d}") for g, a in gaps]
+
+
 def rounded(x):
     return None if x is None else round(x, 3)
 
@@ -239,6 +248,7 @@ def observed(kind, names, plain_cpu, start, end, cpu, answers, acks, state, inst
         "probe_answers_during": len([t for t in answers if start <= t <= end]),
         "probe_unanswered": state["unanswered"],
         "max_read_gap_s": rounded(max_gap(answers, start, end)),
+        "largest_read_gaps_utc": largest_gaps(answers, start, end) if answers else None,
         # Before the installation (the last hold before `end`): the background part alone.
         "max_read_gap_before_install_s": rounded(max_gap(answers, start, end - max((x or 0.0) for x in install) - 0.5)) if end - start > 5 else None,
         "updates": len(acks),

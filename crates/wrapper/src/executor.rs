@@ -21,6 +21,7 @@ use tracing::{info, warn};
 use crate::classify::{classify, Verdict};
 use crate::envelope::Op;
 use crate::exec::state::serial_before;
+use crate::exec::ExecState;
 use crate::exec::{Command, Delivered, Event, ExecCore, Item, Resume, UpdateGate, WriteIntent};
 use crate::metrics::Metrics;
 use crate::pending::Pending;
@@ -593,7 +594,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     let _ = events.send(Event::ZoneDigest { seq, digest });
                 });
             }
-            Command::Checkpoint { seq, digest } => {
+            Command::Checkpoint { seq, digest, state } => {
                 let base = self.bases.lock().ok().and_then(|mut bases| {
                     let base = bases.remove(&seq);
                     bases.retain(|at, _| *at > seq);
@@ -610,7 +611,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                                 own.pop_first();
                             }
                         }
-                        self.keep_snapshot(seq, certified, base);
+                        self.keep_snapshot(seq, certified, base, state);
                     }
                     None => warn!(replica = self.id, seq, "no delivery base for this checkpoint: no snapshot kept, no divergence check"),
                 }
@@ -646,12 +647,10 @@ impl<G: UpdateGate + 'static> Executor<G> {
     /// Keeps the snapshot of checkpoint `seq` (its digested records, the execution state at
     /// that position and the ordering's delivery base) for peers that need state transfer;
     /// written off the executor.
-    fn keep_snapshot(&self, seq: u64, digest: Digest, base: bft::DeliveryBase) {
+    fn keep_snapshot(&self, seq: u64, digest: Digest, base: bft::DeliveryBase, state: ExecState) {
         let Some(store) = self.snapshots.clone() else { return };
         let records = self.digested.lock().ok().and_then(|mut map| map.remove(&seq));
         let Some(records) = records else { return };
-        let mut state = self.core.state().clone();
-        state.executed = seq;
         let id = self.id;
         tokio::task::spawn_blocking(move || {
             if let Err(e) = store.save(&Snapshot { seq, digest, state, records, base: base.encode() }) {

@@ -248,6 +248,8 @@ struct Node {
     checkpoints: BTreeMap<u64, [u8; 32]>,
     reads: BTreeMap<u64, usize>,
     write_in_flight: bool,
+    /// A checkpoint's digest is being computed: the zone must not change until it is in.
+    digesting: bool,
     signings: u32,
     sign_seqs: Vec<u64>,
 }
@@ -266,6 +268,9 @@ enum Due {
 
 enum Effect {
     None,
+    /// The zone read for a checkpoint, as it is when named's transfer ends (a zone change
+    /// the core let through meanwhile would show in the digest).
+    Digest,
     Write {
         k: u16,
     },
@@ -329,6 +334,7 @@ impl Sim {
                 checkpoints: BTreeMap::new(),
                 reads: BTreeMap::new(),
                 write_in_flight: false,
+                digesting: false,
                 signings: 0,
                 sign_seqs: Vec::new(),
             })
@@ -397,6 +403,7 @@ impl Sim {
                 n.executed = n.persisted.executed;
                 n.reads.clear();
                 n.write_in_flight = false;
+                n.digesting = false;
                 self.schedule(1, id, Due::Deliver);
                 return;
             }
@@ -425,6 +432,10 @@ impl Sim {
                 if incarnation != self.nodes[i].incarnation {
                     return;
                 }
+                let event = match (&effect, event) {
+                    (Effect::Digest, Event::ZoneDigest { seq, .. }) => Event::ZoneDigest { seq, digest: Some(self.nodes[i].zone.digest()) },
+                    (_, event) => event,
+                };
                 self.apply(id, effect, &event);
                 self.nodes[i].core.handle(event)
             }
@@ -441,6 +452,7 @@ impl Sim {
         let i = usize::from(id);
         match effect {
             Effect::None => {}
+            Effect::Digest => self.nodes[i].digesting = false,
             Effect::Write { k } => {
                 self.nodes[i].write_in_flight = false;
                 let honest_answer = rule_rcode(k) == ResponseCode::NoError;
@@ -497,8 +509,8 @@ impl Sim {
                     self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::Read { expected }, event: Event::ReadDone { id: read } });
                 }
                 Command::Write { seq, index, message, times } => {
-                    if !self.nodes[i].reads.is_empty() {
-                        self.fail(format!("replica {id}: a write was issued with {} reads in flight", self.nodes[i].reads.len()));
+                    if !self.nodes[i].reads.is_empty() || self.nodes[i].digesting {
+                        self.fail(format!("replica {id}: a write was issued with {} reads in flight or a digest running", self.nodes[i].reads.len()));
                     }
                     if self.nodes[i].write_in_flight {
                         self.fail(format!("replica {id}: two writes at once"));
@@ -517,7 +529,7 @@ impl Sim {
                     self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::Write { k }, event });
                 }
                 Command::BeginSigning { seq, times } => {
-                    if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight {
+                    if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight || self.nodes[i].digesting {
                         self.fail(format!("replica {id}: a signing began while reads or a write run"));
                     }
                     let _ = times;
@@ -525,7 +537,7 @@ impl Sim {
                     self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::None, event: Event::SigningBegun { seq, result: Ok(()) } });
                 }
                 Command::FinishSigning { seq, run, times } => {
-                    if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight {
+                    if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight || self.nodes[i].digesting {
                         self.fail(format!("replica {id}: a signed zone was installed while reads or a write run"));
                     }
                     let _ = times;
@@ -543,7 +555,7 @@ impl Sim {
                     self.schedule(delay, id, Due::Done { incarnation: inc, effect, event: Event::SigningFinished { seq, result } });
                 }
                 Command::ResignSlice { seq, times, due_before_s, max_rrsets } => {
-                    if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight {
+                    if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight || self.nodes[i].digesting {
                         self.fail(format!("replica {id}: a re-signing slice was issued while reads or a write run"));
                     }
                     self.nodes[i].write_in_flight = true;
@@ -559,9 +571,13 @@ impl Sim {
                     self.schedule(delay, id, Due::Done { incarnation: inc, effect, event: Event::SliceDone { seq, result: Ok(resigned) } });
                 }
                 Command::DigestZone { seq } => {
-                    let digest = Some(self.nodes[i].zone.digest());
-                    let delay = 1 + self.rng.next_u64() % 30;
-                    self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::None, event: Event::ZoneDigest { seq, digest } });
+                    if self.nodes[i].write_in_flight || self.nodes[i].digesting {
+                        self.fail(format!("replica {id}: a zone digest was asked for while a zone change or another digest runs"));
+                    }
+                    self.nodes[i].digesting = true;
+                    // Sometimes as long as a large zone's transfer: later batches run meanwhile.
+                    let delay = if self.rng.next_u64() % 4 == 0 { 100 + self.rng.next_u64() % 400 } else { 1 + self.rng.next_u64() % 30 };
+                    self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::Digest, event: Event::ZoneDigest { seq, digest: None } });
                 }
                 Command::Answer { reply, bytes } => {
                     // No client ever reads: the answer is simply gone. Record write rcodes.
@@ -573,7 +589,10 @@ impl Sim {
                     }
                     let _ = reply;
                 }
-                Command::Checkpoint { seq, digest } => {
+                Command::Checkpoint { seq, digest, state } => {
+                    if state.executed != seq {
+                        self.fail(format!("replica {id}: checkpoint {seq} attests the state of batch {}", state.executed));
+                    }
                     if self.nodes[i].checkpoints.insert(seq, digest).is_some_and(|d| d != digest) {
                         self.fail(format!("replica {id}: checkpoint {seq} reported twice with different digests"));
                     }
@@ -827,20 +846,25 @@ fn only_batches_that_change_the_state_and_checkpoints_are_persisted() {
     // Reads only: executed, nothing to write.
     let cmds = core.deliver(batch(1, start_s(), vec![(1, Op::Dns { tcp: false, message: query(1) }, None)]));
     assert_eq!(cmds, vec![Command::Executed(1)]);
-    // A read-only checkpoint batch is written after its digest (a restart must not compute it again).
+    // A read-only checkpoint batch is always written (a restart must not compute its digest
+    // again), and its digest is computed after it.
     let mut checkpoint = batch(2, start_s(), vec![(1, Op::Dns { tcp: false, message: query(2) }, None)]);
     checkpoint.checkpoint_due = true;
     let cmds = core.deliver(checkpoint);
-    assert_eq!(cmds, vec![Command::DigestZone { seq: 2 }]);
+    assert!(matches!(&cmds[..], [Command::Persist(s), Command::DigestZone { seq: 2 }] if s.executed == 2), "{cmds:?}");
+    // A write waits for the digest; the reads of the batch around it do not.
+    let reads_around = |seq, at: u16| batch(seq, start_s(), vec![(at, Op::Dns { tcp: false, message: query(at) }, None)]);
+    assert_eq!(core.deliver(reads_around(3, 5)), vec![Command::Executed(3)]);
+    let cmds = core.deliver(batch(4, start_s(), vec![(1, Op::Dns { tcp: true, message: update(3) }, None)]));
+    assert!(cmds.is_empty(), "a write went ahead of the checkpoint's digest: {cmds:?}");
     let cmds = core.handle(Event::ZoneDigest { seq: 2, digest: Some([7; 32]) });
-    assert!(matches!(&cmds[..], [Command::Checkpoint { seq: 2, .. }, Command::Persist(s)] if s.executed == 2), "{cmds:?}");
-    // A write changes the outcome chain: written.
-    let cmds = core.deliver(batch(3, start_s(), vec![(1, Op::Dns { tcp: true, message: update(3) }, None)]));
-    let Some(Command::Write { seq, index, .. }) = cmds.first() else { panic!("{cmds:?}") };
+    let Some(Command::Checkpoint { seq: 2, state, .. }) = cmds.first() else { panic!("{cmds:?}") };
+    assert_eq!(state.executed, 2, "the checkpoint attests its own batch's state");
+    let Some(Command::Write { seq, index, .. }) = cmds.get(1) else { panic!("{cmds:?}") };
     let cmds = core.handle(Event::WriteAnswered { seq: *seq, index: *index, answer: answer(&update(3), ResponseCode::NoError) });
-    assert!(matches!(&cmds[..], [Command::Persist(s)] if s.executed == 3), "{cmds:?}");
-    let cmds = core.deliver(batch(4, start_s(), vec![]));
-    assert_eq!(cmds, vec![Command::Executed(4)]);
+    assert!(matches!(&cmds[..], [Command::Persist(s)] if s.executed == 4), "{cmds:?}");
+    let cmds = core.deliver(batch(5, start_s(), vec![]));
+    assert_eq!(cmds, vec![Command::Executed(5)]);
 }
 
 /// Delivers one batch and completes every command at once (a slice re-signs what it

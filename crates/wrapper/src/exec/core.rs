@@ -115,10 +115,12 @@ pub enum Command<R> {
     ResignSlice { seq: u64, times: SignatureTimes, due_before_s: u32, max_rrsets: u32 },
     /// Send these bytes to a client, without waiting for it.
     Answer { reply: R, bytes: Vec<u8> },
-    /// Compute the digest of named's zone; report [`Event::ZoneDigest`].
+    /// Compute the digest of named's zone; report [`Event::ZoneDigest`]. Later batches run
+    /// meanwhile, their reads included; nothing that changes the zone runs until it is in.
     DigestZone { seq: u64 },
-    /// Report this checkpoint digest to the ordering.
-    Checkpoint { seq: u64, digest: [u8; 32] },
+    /// Report this checkpoint digest to the ordering; `state` is the execution state the
+    /// checkpoint attests (batch `seq` executed), for its snapshot.
+    Checkpoint { seq: u64, digest: [u8; 32], state: ExecState },
     /// Persist this state (the batch it names is executed).
     Persist(ExecState),
     /// Batch `seq` is executed and changed nothing but the executed position (reads, a
@@ -174,6 +176,8 @@ pub enum Event {
 enum Wait<R> {
     /// Reads issued earlier must finish before the next item (a write or a signing).
     Barrier,
+    /// A checkpoint batch, until the digest of the checkpoint before it is in.
+    Digest,
     /// All read slots are taken.
     ReadSlot,
     Write {
@@ -199,7 +203,6 @@ enum Wait<R> {
         index: u32,
         reply: Option<R>,
     },
-    Digest,
 }
 
 #[derive(Debug)]
@@ -209,7 +212,6 @@ struct Running<R> {
     checkpoint_due: bool,
     items: VecDeque<(u32, Item<R>)>,
     wait: Option<Wait<R>>,
-    digest_done: bool,
     /// The write named applied before a crash (see [`Resume`]): recorded, not sent again.
     applied: Option<u32>,
     /// The state before the current zone-changing item touched it (see
@@ -237,6 +239,9 @@ pub struct ExecCore<R, G> {
     durable: ExecState,
     running: Option<Running<R>>,
     reads: BTreeSet<u64>,
+    /// The checkpoint whose zone digest is being computed, with the state it attests. The
+    /// zone is read like the reads are: later batches run, zone changes wait for it.
+    digesting: Option<(u64, ExecState)>,
     next_read: u64,
     answers: BTreeMap<[u8; 32], Vec<u8>>,
     answer_order: VecDeque<[u8; 32]>,
@@ -255,6 +260,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             state,
             running: None,
             reads: BTreeSet::new(),
+            digesting: None,
             next_read: 0,
             answers: BTreeMap::new(),
             answer_order: VecDeque::new(),
@@ -284,6 +290,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     pub fn abandon(&mut self) {
         self.running = None;
         self.reads.clear();
+        self.digesting = None;
         self.resume = None;
     }
 
@@ -334,14 +341,14 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         let run = self.running.as_ref()?;
         let what = match &run.wait {
             None => "nothing (runnable)",
-            Some(Wait::Barrier) => "earlier reads to finish before a write",
+            Some(Wait::Barrier) => "earlier reads, or a checkpoint's digest, to finish before a zone change",
             Some(Wait::ReadSlot) => "a free read slot",
             Some(Wait::Write { .. }) => "named's answer to a write",
             Some(Wait::SignPending { .. }) => "earlier reads to finish before a signing",
             Some(Wait::Begin { .. }) => "the zone content for a whole-zone signing",
             Some(Wait::Finish { .. }) => "the installation of a signed zone",
             Some(Wait::Slice { .. }) => "a re-signing slice",
-            Some(Wait::Digest) => "the zone digest of a checkpoint",
+            Some(Wait::Digest) => "the zone digest of the checkpoint before",
         };
         Some((run.seq, what))
     }
@@ -372,7 +379,6 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             checkpoint_due: batch.checkpoint_due,
             items,
             wait: None,
-            digest_done: false,
             applied,
             before: None,
         });
@@ -388,7 +394,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                     if let Some(run) = &mut self.running {
                         let released = match run.wait {
                             Some(Wait::ReadSlot) => true,
-                            Some(Wait::Barrier) => self.reads.is_empty(),
+                            Some(Wait::Barrier) => self.reads.is_empty() && self.digesting.is_none(),
                             _ => false,
                         };
                         if released {
@@ -501,24 +507,29 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 }
             }
             Event::ZoneDigest { seq, digest } => {
-                let Some(run) = &mut self.running else { return out };
-                if run.seq != seq || !matches!(run.wait, Some(Wait::Digest)) {
-                    return out;
-                }
-                run.wait = None;
-                run.digest_done = true;
+                let Some((_, state)) = self.digesting.take_if(|(at, _)| *at == seq) else { return out };
                 let digest = match digest {
-                    Some(zone) => self.state.checkpoint_digest(&zone),
+                    Some(zone) => state.checkpoint_digest(&zone),
                     // A digest no other replica can produce: this checkpoint will not match.
                     None => {
                         let mut zone = [0xffu8; 32];
                         zone[..2].copy_from_slice(&self.config.id.to_be_bytes());
-                        let mut d = self.state.checkpoint_digest(&zone);
+                        let mut d = state.checkpoint_digest(&zone);
                         d[0] ^= 0x5a;
                         d
                     }
                 };
-                out.push(Command::Checkpoint { seq, digest });
+                out.push(Command::Checkpoint { seq, digest, state });
+                if let Some(run) = &mut self.running {
+                    let released = match run.wait {
+                        Some(Wait::Digest) => true,
+                        Some(Wait::Barrier) => self.reads.is_empty(),
+                        _ => false,
+                    };
+                    if released {
+                        run.wait = None;
+                    }
+                }
             }
         }
         self.advance(&mut out);
@@ -533,9 +544,10 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// Runs the current batch until it must wait for an event, or finishes it.
     fn advance(&mut self, out: &mut Vec<Command<R>>) {
         loop {
+            let quiet = self.zone_quiet();
             let Some(run) = self.running.as_mut() else { return };
             match run.wait {
-                Some(Wait::SignPending { .. }) if self.reads.is_empty() => {
+                Some(Wait::SignPending { .. }) if quiet => {
                     let Some(Wait::SignPending { index, reply }) = run.wait.take() else { return };
                     let (seq, time_us) = (run.seq, run.time_us);
                     self.start_signing(index, reply, seq, time_us, out);
@@ -545,9 +557,9 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 None => {}
             }
             let Some((index, item)) = run.items.pop_front() else {
-                if run.checkpoint_due && !run.digest_done {
+                if run.checkpoint_due && self.digesting.is_some() {
+                    // One digest at a time (each attests its own checkpoint's state).
                     run.wait = Some(Wait::Digest);
-                    out.push(Command::DigestZone { seq: run.seq });
                     return;
                 }
                 let (seq, checkpoint) = (run.seq, run.checkpoint_due);
@@ -565,6 +577,14 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                     self.durable = self.state.clone();
                     out.push(Command::Persist(self.state.clone()));
                 }
+                if checkpoint {
+                    // The zone is as this batch left it until the next zone change, which
+                    // waits for the digest (like a write waits for earlier reads); reads of
+                    // later batches go on meanwhile. A crash before the digest is in loses
+                    // only this replica's vote for this checkpoint.
+                    self.digesting = Some((seq, self.state.clone()));
+                    out.push(Command::DigestZone { seq });
+                }
                 return;
             };
             let (seq, time_us) = (run.seq, run.time_us);
@@ -572,7 +592,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             match op {
                 Op::Dns { tcp, message } => match classify(&message, tcp) {
                     Verdict::Order(Kind::Write) => {
-                        if !self.reads.is_empty() {
+                        if !self.zone_quiet() {
                             return self.hold(index, item, Wait::Barrier);
                         }
                         let time_s = time_us / 1_000_000;
@@ -681,7 +701,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         continue;
                     }
                     // Installing changes the zone: like a write, after the reads before it.
-                    if !self.reads.is_empty() {
+                    if !self.zone_quiet() {
                         return self.hold(index, item, Wait::Barrier);
                     }
                     let times = self.times(time_us);
@@ -695,7 +715,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                     let time_s = time_us / 1_000_000;
                     if self.state.last_signed_s != 0 && time_s >= self.state.next_slice_s {
                         // A slice changes the zone: like a write, after the reads before it.
-                        if !self.reads.is_empty() {
+                        if !self.zone_quiet() {
                             return self.hold(index, item, Wait::Barrier);
                         }
                         self.keep_before();
@@ -728,6 +748,12 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         }
     }
 
+    /// Nothing reads the zone for an earlier item: no read in flight, no checkpoint digest
+    /// being computed. A zone change (write, signing, slice) waits for this.
+    fn zone_quiet(&self) -> bool {
+        self.reads.is_empty() && self.digesting.is_none()
+    }
+
     /// Puts `item` back at the front and waits.
     fn hold(&mut self, index: u32, item: Item<R>, wait: Wait<R>) {
         if let Some(run) = self.running.as_mut() {
@@ -740,8 +766,9 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// issued before it are done (the decision is not taken again).
     fn start_signing(&mut self, index: u32, reply: Option<R>, seq: u64, time_us: u64, out: &mut Vec<Command<R>>) {
         let times = self.times(time_us);
+        let quiet = self.zone_quiet();
         let Some(run) = self.running.as_mut() else { return };
-        if self.reads.is_empty() {
+        if quiet {
             run.wait = Some(Wait::Begin { index, reply });
             out.push(Command::BeginSigning { seq, times });
         } else {
