@@ -257,7 +257,9 @@ fn a_zone_written_to_throughout_its_signing_is_still_installed() {
     // 16 changed records into its first round, however fast the signing.
     assert!(rounds_seen[0].0.len() >= 2, "the signing was installed after one round; the rounds were not exercised: {rounds_seen:?}");
     // A later round keeps the signatures of what did not change: it asks the threshold
-    // signers for far fewer than the first, which signs the whole zone.
+    // signers for fewer than the first signing did (the whole zone, smaller then than now;
+    // a round that kept nothing would sign the grown zone again). How many fewer depends on
+    // how long the round before took, so on the machine's load.
     let log = std::fs::read_to_string(c.path("replica-2/sdns.log")).unwrap_or_default();
     let parts: Vec<u64> = log
         .lines()
@@ -266,9 +268,8 @@ fn a_zone_written_to_throughout_its_signing_is_still_installed() {
         .collect();
     // The first part is the first signing's, at `cluster up`.
     assert_eq!(parts.len(), 1 + rounds_seen[0].0.len(), "one part per round on replica 2: {parts:?}\n{log}");
-    if let Some((first, later)) = parts[1..].split_first() {
-        assert!(later.iter().all(|n| n * 2 < *first), "a later round signed the zone again instead of what changed: {parts:?}");
-    }
+    let later_rounds = parts.get(2..).unwrap_or_default();
+    assert!(later_rounds.iter().all(|n| *n < parts[0]), "a later round signed the zone again instead of what changed: {parts:?}, rounds {rounds_seen:?}");
     let install = metric(&c, 0, "sdns_zone_install_seconds").unwrap_or(-1.0);
     let max_ack = acks.iter().max().copied().unwrap_or_default();
     report("SDNS_SIGNING_REPORT", &format!(

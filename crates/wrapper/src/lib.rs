@@ -31,6 +31,7 @@ pub mod read;
 pub mod read_cache;
 pub mod reply;
 pub mod run;
+pub mod signer_input;
 pub mod signing;
 pub mod statexfer;
 pub mod tasks;

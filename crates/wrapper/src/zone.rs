@@ -62,15 +62,16 @@ pub fn zone_digest_of(records: &mut Vec<Vec<u8>>) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// Record types dnssec-signzone makes itself; a re-sign starts from the zone without them.
-const DNSSEC_TYPES: [&str; 5] = ["RRSIG", "NSEC", "NSEC3", "NSEC3PARAM", "DNSKEY"];
-/// The same types by number (RRSIG, NSEC, DNSKEY, NSEC3, NSEC3PARAM).
+/// Record types dnssec-signzone makes itself (RRSIG, NSEC, DNSKEY, NSEC3, NSEC3PARAM).
 const DNSSEC_TYPE_CODES: [u16; 5] = [46, 47, 48, 50, 51];
 const TYPE_NS: u16 = 2;
 const TYPE_DS: u16 = 43;
 
 /// Files of a background whole-zone signing, in named's directory.
 const BASE_TEXT: &str = "signzone.unsigned";
+/// The records the signer starts from (case kept; see [`crate::signer_input`]), written
+/// while the executor holds the log; the text is made from them in the background.
+const SIGNER_RECORDS: &str = "signzone.input-records";
 const BASE_RECORDS: &str = "signzone.base";
 const SIGNED: &str = "signzone.signed";
 /// The signed zone in the format named loads (raw), made in the background so that the
@@ -158,18 +159,54 @@ impl ZoneMaintenance {
     }
 
     async fn raw_records(&self) -> Result<Vec<RawRecord>, ZoneError> {
+        Ok(self.transfer().await?.into_iter().flat_map(|(_, m)| m.answers).collect())
+    }
+
+    /// An AXFR of the local named: each message with what `rrwire` read from it.
+    async fn transfer(&self) -> Result<Vec<(Vec<u8>, RawMessage)>, ZoneError> {
         let request = build_query(0, &self.zone, RecordType::AXFR).map_err(|e| ZoneError::Transfer(e.to_string()))?;
         let stream = self.named.axfr(&request).await.map_err(|e| ZoneError::Transfer(e.to_string()))?;
         let messages = stream.collect().await.map_err(|e| ZoneError::Transfer(e.to_string()))?;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(messages.len());
         for bytes in messages {
             let m = RawMessage::parse(&bytes).map_err(|e| ZoneError::Transfer(e.to_string()))?;
             if m.header.rcode() != 0 {
                 return Err(ZoneError::Transfer(format!("named answered the AXFR with rcode {}", m.header.rcode())));
             }
-            out.extend(m.answers);
+            out.push((bytes, m));
         }
         Ok(out)
+    }
+
+    /// The zone's content for a signing, from one AXFR: the records less the DNSSEC ones
+    /// (canonical wire form, sorted: the catch-up's base) and the signer's records (case
+    /// kept, rollover keys included: the signer's input).
+    async fn content(&self) -> Result<(Vec<Vec<u8>>, Vec<Vec<u8>>), ZoneError> {
+        let messages = self.transfer().await?;
+        let mut apex = self.zone.to_lowercase();
+        apex.set_fqdn(true);
+        let apex_wire = apex.to_bytes().map_err(|e| ZoneError::Transfer(e.to_string()))?;
+        let marker = Name::from_ascii(crate::adopt::rollover::marker_name(&apex.to_ascii()))
+            .and_then(|n| n.to_lowercase().to_bytes())
+            .map_err(|e| ZoneError::Transfer(e.to_string()))?;
+        let mut unsigned = Vec::new();
+        let mut kept = Vec::new();
+        for (bytes, m) in &messages {
+            for r in &m.answers {
+                if !DNSSEC_TYPE_CODES.contains(&r.rtype) {
+                    unsigned.push(r.to_wire());
+                }
+                kept.push(crate::signer_input::case_kept(bytes, r).ok_or_else(|| ZoneError::Transfer("a record of the transfer does not read back".into()))?);
+            }
+        }
+        unsigned.sort();
+        unsigned.dedup();
+        // The AXFR ends with the SOA again.
+        let mut signer: Vec<Vec<u8>> =
+            crate::signer_input::signer_records(kept, &apex_wire, &marker, self.key.key_tag()).iter().map(RawRecord::to_wire).collect();
+        let mut seen = std::collections::HashSet::new();
+        signer.retain(|r| seen.insert(r.to_ascii_lowercase()));
+        Ok((unsigned, signer))
     }
 
     /// One slice of incremental re-signing: the RRSIGs expiring at or before
@@ -256,50 +293,24 @@ impl ZoneMaintenance {
         self.work_dir.join(name)
     }
 
-    /// The zone's content without DNSSEC records, as named-compilezone prints it from
-    /// named's file and journal (one record per line).
-    async fn unsigned_text(&self) -> Result<String, ZoneError> {
-        let merged = self.file("signzone.merged");
-        // BIND's own tool folds the journal into the file, in full one-RR-per-line style.
-        let format = if self.raw_zone_file { "raw" } else { "text" };
-        let out = tokio::process::Command::new(self.tools.bin("named-compilezone"))
-            .args(["-q", "-j", "-f", format, "-s", "full", "-o"])
-            .arg(&merged)
-            .arg(self.zone.to_ascii())
-            .arg(&self.files.zone_file)
-            .output()
-            .await
-            .map_err(|e| ZoneError::Compile(e.to_string()))?;
-        if !out.status.success() {
-            return Err(ZoneError::Compile(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))));
-        }
-        let text = tokio::fs::read_to_string(&merged).await.map_err(|source| ZoneError::Io { path: merged.clone(), source })?;
-        let _ = tokio::fs::remove_file(&merged).await;
-        Ok(strip_dnssec(&text, &self.zone.to_ascii(), self.key.key_tag()))
-    }
-
-    /// The zone's records less the DNSSEC ones, canonical wire form, sorted.
-    async fn unsigned_records(&self) -> Result<Vec<Vec<u8>>, ZoneError> {
-        let mut records: Vec<Vec<u8>> = self.raw_records().await?.iter().filter(|r| !DNSSEC_TYPE_CODES.contains(&r.rtype)).map(RawRecord::to_wire).collect();
-        records.sort();
-        records.dedup();
-        Ok(records)
-    }
-
     /// Begins a background whole-zone signing at batch `seq`: keeps the zone's content
     /// now (text for the signer, records for the catch-up at the end). Every replica does
     /// this at the same point of the log, so all keep the same content. Returns how many
     /// signatures the signed zone will hold (for progress).
     pub async fn begin_signing(&self, seq: u64) -> Result<u64, ZoneError> {
+        let started = std::time::Instant::now();
         for stale in [SIGNED, SIGNED_LOAD, SIGNED_MARK, FINISH_JOURNAL] {
             let _ = tokio::fs::remove_file(self.file(stale)).await;
         }
-        // Both read the zone as it is at this batch (the executor holds the next one until
-        // this returns); taken side by side, the hold is the longer of the two, not their sum.
-        let (text, records) = tokio::try_join!(self.unsigned_text(), self.unsigned_records())?;
+        // One AXFR, the zone as it is at this batch (the executor holds the next one until
+        // this returns); the signer's text is made from it in the background.
+        let (records, signer) = self.content().await?;
         let expected = expected_signatures(&self.zone, &records);
-        write_atomic(&self.file(BASE_TEXT), text.as_bytes()).await?;
+        write_atomic(&self.file(SIGNER_RECORDS), &encode_records(seq, &[signer])).await?;
+        // Written last: its tag says the signing has begun.
         write_atomic(&self.file(BASE_RECORDS), &encode_records(seq, &[records])).await?;
+        // The executor holds the log this long (issue 13: a read gap).
+        tracing::info!(seq, hold_ms = started.elapsed().as_millis() as u64, "zone content kept for a whole-zone signing");
         Ok(expected)
     }
 
@@ -321,6 +332,7 @@ impl ZoneMaintenance {
         if tag != Some(seq) {
             return Err(ZoneError::Background(format!("the zone content kept here is not that of the signing begun at seq {seq}")));
         }
+        self.write_signer_text(seq).await?;
         sign_zone_file(
             &self.tools,
             &self.zone,
@@ -377,19 +389,22 @@ impl ZoneMaintenance {
                 (changed, parts.pop().unwrap_or_default())
             }
             _ => {
-                let now = self.unsigned_records().await?;
+                let (now, signer) = self.content().await?;
+                let read_ms = started.elapsed().as_millis() as u64;
                 let diff = ZoneDiff::between(&base, &now);
                 let changed = diff.len();
                 // Decided from the zone's content and the rounds so far, both functions of
                 // the log: every honest replica decides alike.
                 if changed > CATCH_UP_RECORDS && rounds.len() + 1 < MAX_ROUNDS {
                     rounds.push(changed as u32);
-                    let rrsets = self.begin_round(seq, now, &rounds).await?;
+                    let rrsets = self.begin_round(seq, now, signer, &rounds).await?;
                     tracing::info!(
                         seq,
                         run,
                         changed,
                         round = rounds.len() + 1,
+                        read_ms,
+                        hold_ms = started.elapsed().as_millis() as u64,
                         "signing round begun: the writes made during the last one are signed in the background first"
                     );
                     return Ok(Finish::Round { changed: changed as u32, rrsets });
@@ -453,16 +468,45 @@ impl ZoneMaintenance {
     /// replica whatever its clock, and only what changed costs threshold signatures.
     /// `rounds`: records changed during each round so far. Returns the signatures the zone
     /// will hold.
-    async fn begin_round(&self, seq: u64, records: Vec<Vec<u8>>, rounds: &[u32]) -> Result<u64, ZoneError> {
-        let text = self.unsigned_text().await?;
-        let signed = tokio::fs::read_to_string(self.file(SIGNED)).await.map_err(|source| ZoneError::Io { path: self.file(SIGNED), source })?;
-        let input = with_kept_signatures(&text, &signed);
+    async fn begin_round(&self, seq: u64, records: Vec<Vec<u8>>, signer: Vec<Vec<u8>>, rounds: &[u32]) -> Result<u64, ZoneError> {
         let expected = expected_signatures(&self.zone, &records);
-        write_atomic(&self.file(BASE_TEXT), input.as_bytes()).await?;
+        write_atomic(&self.file(SIGNER_RECORDS), &encode_records(seq, &[signer])).await?;
         let counts: Vec<Vec<u8>> = rounds.iter().map(|c| c.to_be_bytes().to_vec()).collect();
         // Written last: its tag says the round has begun.
         write_atomic(&self.file(BASE_RECORDS), &encode_records(seq, &[records, counts])).await?;
         Ok(expected)
+    }
+
+    /// Writes the signer's input for the signing (or round) begun at `seq`: the records kept
+    /// then as zone text, with, in a later round, the last round's signatures of what is
+    /// still in the zone (see [`Self::begin_round`]). Off the log: a function of files
+    /// every replica wrote alike. The last round's output may already be this round's own
+    /// (a restart after the signer finished): its signatures are the same bytes.
+    async fn write_signer_text(&self, seq: u64) -> Result<(), ZoneError> {
+        let bytes = match tokio::fs::read(self.file(SIGNER_RECORDS)).await {
+            Ok(bytes) => bytes,
+            // Begun by a version that wrote the text itself.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tokio::fs::metadata(self.file(BASE_TEXT)).await.is_ok() => return Ok(()),
+            Err(source) => return Err(ZoneError::Io { path: self.file(SIGNER_RECORDS), source }),
+        };
+        let records = decode_records(&bytes, seq)
+            .and_then(|mut lists| lists.pop())
+            .ok_or_else(|| ZoneError::Background(format!("the signer's records kept here are not those of the signing begun at seq {seq}")))?;
+        let signed = match tokio::fs::read_to_string(self.file(SIGNED)).await {
+            Ok(signed) => Some(signed),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => return Err(ZoneError::Io { path: self.file(SIGNED), source }),
+        };
+        let input = tokio::task::spawn_blocking(move || {
+            let text = crate::signer_input::zone_text(&records);
+            match signed {
+                Some(signed) => with_kept_signatures(&text, &signed),
+                None => text,
+            }
+        })
+        .await
+        .map_err(|e| ZoneError::Background(e.to_string()))?;
+        write_atomic(&self.file(BASE_TEXT), input.as_bytes()).await
     }
 
     /// Sends a maintenance update to named until it answers (named restarting is waited
@@ -801,25 +845,6 @@ fn with_kept_signatures(unsigned: &str, signed: &str) -> String {
     out
 }
 
-/// Drops DNSSEC records from a zone in named-compilezone's full style
-/// (`owner ttl class type rdata`, one record per line), except, during an adopted zone's
-/// rollover (the zone holds the marker), the operator's KSK and its signature over the
-/// DNSKEY RRset: dnssec-signzone keeps that signature (a published zone key's, valid, same
-/// TTL), so the signed zone still serves validators that trust the old DS.
-fn strip_dnssec(text: &str, zone: &str, key_tag: u16) -> String {
-    let marker = crate::adopt::rollover::has_marker(text, zone);
-    let mut out = String::with_capacity(text.len());
-    for line in text.lines() {
-        let rtype = line.split_whitespace().nth(3).unwrap_or("");
-        if DNSSEC_TYPES.contains(&rtype) && !crate::adopt::rollover::keep_rollover(line, zone, key_tag, marker) {
-            continue;
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1052,39 +1077,5 @@ mod tests {
         );
         assert_eq!(round_counts(&[vec![b"r".to_vec()], vec![30u32.to_be_bytes().to_vec(), 7u32.to_be_bytes().to_vec()]]), [30, 7]);
         assert!(round_counts(&[vec![b"r".to_vec()]]).is_empty());
-    }
-
-    #[test]
-    fn strips_only_dnssec_types() {
-        let text = "example.test. 300 IN SOA ns0.example.test. h.example.test. 1 3600 900 604800 300\n\
-                    example.test. 300 IN RRSIG SOA 8 2 300 20300101000000 20200101000000 1 example.test. AAAA\n\
-                    example.test. 300 IN DNSKEY 257 3 8 AwEAAQ==\n\
-                    example.test. 300 IN NSEC www.example.test. SOA RRSIG NSEC DNSKEY\n\
-                    www.example.test. 300 IN A 192.0.2.80\n\
-                    txt.example.test. 300 IN TXT \"RRSIG in text is data\"\n";
-        let s = strip_dnssec(text, "example.test.", 1);
-        assert_eq!(s.lines().count(), 3, "{s}");
-        assert!(s.contains(" SOA ") && s.contains(" A 192.0.2.80") && s.contains("RRSIG in text"));
-    }
-
-    #[test]
-    fn during_a_rollover_the_old_ksk_and_its_dnskey_signature_are_kept() {
-        let old = "example.test. 3600 IN DNSKEY 257 3 8 AwEAAQ==";
-        let old_tag = crate::adopt::rollover::Dnskey::parse(old).unwrap().key_tag().unwrap();
-        let text = format!(
-            "example.test. 300 IN SOA ns0.example.test. h.example.test. 1 3600 900 604800 300\n\
-             {old}\n\
-             example.test. 3600 IN RRSIG DNSKEY 8 2 3600 20300101000000 20200101000000 {old_tag} example.test. AAAA\n\
-             example.test. 3600 IN RRSIG DNSKEY 8 2 3600 20300101000000 20200101000000 7 example.test. BBBB\n\
-             example.test. 300 IN RRSIG SOA 8 2 300 20300101000000 20200101000000 7 example.test. CCCC\n\
-             _sdns-rollover.example.test. 3600 IN TXT \"marker\"\n"
-        );
-        let s = strip_dnssec(&text, "example.test.", 7);
-        let kept: Vec<&str> = s.lines().collect();
-        assert_eq!(kept.len(), 4, "{s}");
-        assert!(kept[1] == old && kept[2].contains(&format!(" {old_tag} example.test. AAAA")));
-        // Once the marker is deleted, the next whole-zone signing drops them.
-        let finished = text.replace("_sdns-rollover", "other");
-        assert_eq!(strip_dnssec(&finished, "example.test.", 7).lines().count(), 2);
     }
 }

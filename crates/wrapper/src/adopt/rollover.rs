@@ -8,7 +8,8 @@
 //! old DS -> old KSK -> DNSKEY RRset -> threshold key -> data; one that trusts the new DS
 //! goes straight to the threshold key. Nothing in sdns re-signs or removes that signature:
 //! DNSKEY is never updated, re-sign slices take only the threshold key's signatures, and
-//! a whole-zone signing carries the operator's records over (see [`keep_rollover`]) while
+//! a whole-zone signing carries the operator's records over (see
+//! [`crate::signer_input::signer_records`]) while
 //! the zone holds the marker record ([`marker_name`]). Deleting the marker (an ordered
 //! update) and signing the zone (an ordered sign-zone) finishes the rollover.
 
@@ -129,34 +130,6 @@ fn rrsig_fields(fields: &[&str]) -> Option<(String, u16)> {
         return None;
     }
     Some((fields[4].to_ascii_uppercase(), fields[10].parse().ok()?))
-}
-
-/// Whether a whole-zone signing keeps this DNSKEY or RRSIG line of the zone's text: while
-/// the marker is in the zone, the apex DNSKEYs that are not the threshold key and their
-/// signatures over the DNSKEY RRset by keys other than the threshold key (the operator's
-/// KSK and its one signature). `marker` says whether the zone holds the marker.
-pub fn keep_rollover(line: &str, zone: &str, threshold_tag: u16, marker: bool) -> bool {
-    if !marker {
-        return false;
-    }
-    let apex = crate::adopt::absolute_name(zone);
-    let f: Vec<&str> = line.split_whitespace().collect();
-    if f.first().map(|o| crate::adopt::absolute_name(o)) != Some(apex) {
-        return false;
-    }
-    if let Some(k) = Dnskey::parse(line) {
-        return k.key_tag().is_some_and(|t| t != threshold_tag);
-    }
-    matches!(rrsig_fields(&f), Some((covered, tag)) if covered == "DNSKEY" && tag != threshold_tag)
-}
-
-/// Whether zone text holds the rollover marker of `zone`.
-pub fn has_marker(text: &str, zone: &str) -> bool {
-    let marker = marker_name(zone);
-    text.lines().any(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        f.len() > 3 && crate::adopt::absolute_name(f[0]) == marker && f[3].eq_ignore_ascii_case("TXT")
-    })
 }
 
 /// The files of the operator's private key `stem` in `key_dir`.
@@ -314,29 +287,6 @@ mod tests {
     }
 
     #[test]
-    fn a_whole_zone_signing_keeps_the_old_ksk_and_its_signature_while_the_marker_is_there() {
-        let old = ksk().key_tag().unwrap();
-        let threshold = old.wrapping_add(1);
-        let rrsig = |covered: &str, tag: u16| format!("signed.test. 600 IN RRSIG {covered} 8 2 600 20300101000000 20200101000000 {tag} signed.test. AAAA");
-        let lines = [
-            (ksk().record(3600), true),
-            (rrsig("DNSKEY", old), true),
-            (rrsig("DNSKEY", threshold), false),
-            (rrsig("SOA", old), false),
-            (format!("signed.test. 3600 IN DNSKEY 257 3 8 {KEY}").replace("257 3 8", "257 3 10"), true),
-            (format!("sub.signed.test. 600 IN DNSKEY 257 3 8 {KEY}"), false),
-            ("signed.test. 600 IN NSEC a.signed.test. SOA".to_owned(), false),
-        ];
-        for (line, kept) in &lines {
-            assert_eq!(keep_rollover(line, "signed.test.", threshold, true), *kept, "{line}");
-            assert!(!keep_rollover(line, "signed.test.", threshold, false), "no marker, nothing kept: {line}");
-        }
-        // The threshold key's own DNSKEY is signed anew, not carried over.
-        let mine = Dnskey { flags: 257, ..ksk() };
-        assert!(!keep_rollover(&mine.record(3600), "signed.test.", mine.key_tag().unwrap(), true));
-    }
-
-    #[test]
     fn the_rollover_records_are_the_old_key_its_signature_and_the_marker() {
         let rrsig = "signed.test. 3600 IN RRSIG DNSKEY 8 2 3600 20300101000000 20200101000000 4242 signed.test. AAAA";
         let text = rollover_records("signed.test", &ksk(), 3600, rrsig);
@@ -345,7 +295,5 @@ mod tests {
         assert_eq!(Dnskey::parse(lines[0]).unwrap(), Dnskey { ttl: 3600, ..ksk() }, "the RRset's TTL, which the signature covers");
         assert_eq!(lines[1], rrsig);
         assert!(lines[2].starts_with("_sdns-rollover.signed.test. 3600 IN TXT \""), "{}", lines[2]);
-        assert!(has_marker(&text, "SIGNED.test."));
-        assert!(!has_marker(&text.replace("_sdns-rollover", "_other"), "signed.test."));
     }
 }

@@ -373,15 +373,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             applied = resume.applied.then_some(resume.index);
         }
         let items = batch.requests.into_iter().enumerate().map(|(i, item)| (u32::try_from(i).unwrap_or(u32::MAX), item)).filter(|(i, _)| *i >= from).collect();
-        self.running = Some(Running {
-            seq: batch.seq,
-            time_us: batch.time_us,
-            checkpoint_due: batch.checkpoint_due,
-            items,
-            wait: None,
-            applied,
-            before: None,
-        });
+        self.running = Some(Running { seq: batch.seq, time_us: batch.time_us, checkpoint_due: batch.checkpoint_due, items, wait: None, applied, before: None });
         self.advance(&mut out);
         out
     }

@@ -1,0 +1,296 @@
+//! The input of a whole-zone signing, made from named's zone transfer.
+//!
+//! The executor holds the log while a signing (or a later round of one) keeps the zone's
+//! content, so that content is taken from one AXFR of the local named and nothing else;
+//! the zone-file text dnssec-signzone reads is written from it later, in the background.
+//! Each record is written in RFC 3597's generic form (`owner ttl class TYPE \# len hex`),
+//! which BIND reads for every type, so the text is exact whatever the record: the signer
+//! sees the very bytes named serves. Owner names and the names inside rdata keep their
+//! case as named sent them (the canonical records used for digests are lowercased; the
+//! zone installed after the signing must not be).
+
+use dnswire::rrwire::{read_name, RawRecord};
+
+const TYPE_SOA: u16 = 6;
+const TYPE_TXT: u16 = 16;
+const TYPE_RRSIG: u16 = 46;
+const TYPE_DNSKEY: u16 = 48;
+/// Types dnssec-signzone makes itself: RRSIG, NSEC, DNSKEY, NSEC3, NSEC3PARAM.
+const DNSSEC_TYPES: [u16; 5] = [46, 47, 48, 50, 51];
+
+/// `r` (read from `msg` by [`dnswire::rrwire::RawMessage::parse`]) with its owner and the
+/// names of compressible rdata decompressed but not lowercased; `None` if `r` does not
+/// come from `msg`.
+pub fn case_kept(msg: &[u8], r: &RawRecord) -> Option<RawRecord> {
+    let (owner, after) = read_name(msg, r.span.start).ok()?;
+    let start = after.checked_add(10)?;
+    let end = r.span.end;
+    let rdata = msg.get(start..end)?;
+    // The types whose rdata names named may compress (RFC 3597, section 4), as dnswire
+    // decompresses them.
+    let names = |count: usize, prefix: usize, suffix: bool| -> Option<Vec<u8>> {
+        let mut out = rdata.get(..prefix)?.to_vec();
+        let mut pos = start + prefix;
+        for _ in 0..count {
+            let (name, next) = read_name(msg, pos).ok()?;
+            out.extend_from_slice(&name);
+            pos = next;
+        }
+        if suffix {
+            out.extend_from_slice(msg.get(pos..end)?);
+        } else if pos != end {
+            return None;
+        }
+        Some(out)
+    };
+    let rdata = match r.rtype {
+        // NS, MD, MF, CNAME, MB, MG, MR, PTR
+        2..=5 | 7..=9 | 12 => names(1, 0, false)?,
+        TYPE_SOA => names(2, 0, true)?,
+        // MINFO
+        14 => names(2, 0, false)?,
+        // MX
+        15 => names(1, 2, false)?,
+        _ => rdata.to_vec(),
+    };
+    Some(RawRecord { owner, rtype: r.rtype, class: r.class, ttl: r.ttl, rdata, span: 0..0 })
+}
+
+/// The records a signing starts from: everything but the DNSSEC records dnssec-signzone
+/// makes, except, while an adopted zone's key rollover runs (the zone holds the marker
+/// TXT record), the apex DNSKEYs other than the threshold key and their signatures over
+/// the DNSKEY RRset: dnssec-signzone keeps that signature (a published key's, valid), so
+/// the signed zone still serves validators that trust the operator's old DS.
+/// `apex` and `marker` are lowercased wire names.
+pub fn signer_records(records: Vec<RawRecord>, apex: &[u8], marker: &[u8], threshold_tag: u16) -> Vec<RawRecord> {
+    let lower = |name: &[u8]| name.to_ascii_lowercase();
+    let rollover = records.iter().any(|r| r.rtype == TYPE_TXT && lower(&r.owner) == marker);
+    records
+        .into_iter()
+        .filter(|r| {
+            if !DNSSEC_TYPES.contains(&r.rtype) {
+                return true;
+            }
+            if !rollover || lower(&r.owner) != apex {
+                return false;
+            }
+            match r.rtype {
+                TYPE_DNSKEY => named_glue::keys::key_tag(&r.rdata) != threshold_tag,
+                TYPE_RRSIG => {
+                    let covered = r.rdata.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+                    let tag = r.rdata.get(16..18).map(|b| u16::from_be_bytes([b[0], b[1]]));
+                    covered == Some(TYPE_DNSKEY) && tag.is_some_and(|t| t != threshold_tag)
+                }
+                _ => false,
+            }
+        })
+        .collect()
+}
+
+/// Zone-file text of `records` (each in [`RawRecord::to_wire`] form), the apex SOA
+/// first, one record per line. Records that do not split are left out (they cannot
+/// come from [`RawRecord::to_wire`]).
+pub fn zone_text(records: &[Vec<u8>]) -> String {
+    let mut lines: Vec<(bool, String)> = Vec::with_capacity(records.len());
+    for record in records {
+        let Some((owner, rtype, class, ttl, rdata)) = split(record) else { continue };
+        let mut line = String::with_capacity(owner.len() + 40 + 2 * rdata.len());
+        name_text(owner, &mut line);
+        line.push_str(&format!(" {ttl} {} {} \\# {}", class_text(class), type_text(rtype), rdata.len()));
+        if !rdata.is_empty() {
+            line.push(' ');
+            for b in rdata {
+                line.push_str(&format!("{b:02x}"));
+            }
+        }
+        line.push('\n');
+        lines.push((rtype != TYPE_SOA, line));
+    }
+    // Stable: the SOA first, the rest in the order given.
+    lines.sort_by_key(|(rest, _)| *rest);
+    lines.into_iter().map(|(_, l)| l).collect()
+}
+
+/// (owner, type, class, ttl, rdata) of a record in [`RawRecord::to_wire`] form.
+fn split(record: &[u8]) -> Option<(&[u8], u16, u16, u32, &[u8])> {
+    let mut pos = 0;
+    loop {
+        let len = usize::from(*record.get(pos)?);
+        if len > 63 {
+            return None;
+        }
+        pos += 1 + len;
+        if len == 0 {
+            break;
+        }
+    }
+    let f = record.get(pos..pos + 10)?;
+    let rdlen = usize::from(u16::from_be_bytes([f[8], f[9]]));
+    let rdata = record.get(pos + 10..)?;
+    if rdata.len() != rdlen {
+        return None;
+    }
+    Some((&record[..pos], u16::from_be_bytes([f[0], f[1]]), u16::from_be_bytes([f[2], f[3]]), u32::from_be_bytes([f[4], f[5], f[6], f[7]]), rdata))
+}
+
+/// An uncompressed wire name in master-file form: letters, digits, '-', '_' and '*' as
+/// they are, every other byte as `\DDD`, so no label can read as anything else.
+fn name_text(wire: &[u8], out: &mut String) {
+    let mut pos = 0;
+    while let Some(&len) = wire.get(pos) {
+        if len == 0 {
+            break;
+        }
+        let label = wire.get(pos + 1..pos + 1 + usize::from(len)).unwrap_or_default();
+        for &b in label {
+            if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'*' {
+                out.push(char::from(b));
+            } else {
+                out.push_str(&format!("\\{b:03}"));
+            }
+        }
+        out.push('.');
+        pos += 1 + usize::from(len);
+    }
+    if pos == 0 {
+        out.push('.');
+    }
+}
+
+fn class_text(class: u16) -> String {
+    match class {
+        1 => "IN".to_string(),
+        c => format!("CLASS{c}"),
+    }
+}
+
+/// Mnemonics BIND prints and reads, for the common types: the signer's output names
+/// types so, and a kept signature is matched to its RRset by that name. Any other type is
+/// written `TYPEnnn`, which BIND reads for every type (its signature is then made again
+/// in a later round rather than kept: the same bytes, a little more work).
+const MNEMONICS: [(u16, &str); 36] = [
+    (1, "A"),
+    (2, "NS"),
+    (5, "CNAME"),
+    (6, "SOA"),
+    (12, "PTR"),
+    (13, "HINFO"),
+    (15, "MX"),
+    (16, "TXT"),
+    (17, "RP"),
+    (18, "AFSDB"),
+    (28, "AAAA"),
+    (29, "LOC"),
+    (33, "SRV"),
+    (35, "NAPTR"),
+    (36, "KX"),
+    (37, "CERT"),
+    (39, "DNAME"),
+    (42, "APL"),
+    (43, "DS"),
+    (44, "SSHFP"),
+    (45, "IPSECKEY"),
+    (46, "RRSIG"),
+    (47, "NSEC"),
+    (48, "DNSKEY"),
+    (49, "DHCID"),
+    (50, "NSEC3"),
+    (51, "NSEC3PARAM"),
+    (52, "TLSA"),
+    (53, "SMIMEA"),
+    (59, "CDS"),
+    (60, "CDNSKEY"),
+    (61, "OPENPGPKEY"),
+    (64, "SVCB"),
+    (65, "HTTPS"),
+    (256, "URI"),
+    (257, "CAA"),
+];
+
+fn type_text(rtype: u16) -> String {
+    match MNEMONICS.binary_search_by_key(&rtype, |(t, _)| *t) {
+        Ok(i) => MNEMONICS[i].1.to_string(),
+        Err(_) => format!("TYPE{rtype}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dnswire::rrwire::RawMessage;
+
+    fn wire(name: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        for label in name.trim_end_matches('.').split('.').filter(|l| !l.is_empty()) {
+            out.push(label.len() as u8);
+            out.extend_from_slice(label.as_bytes());
+        }
+        out.push(0);
+        out
+    }
+
+    fn record(owner: &[u8], rtype: u16, rdata: &[u8]) -> Vec<u8> {
+        RawRecord { owner: owner.to_vec(), rtype, class: 1, ttl: 300, rdata: rdata.to_vec(), span: 0..0 }.to_wire()
+    }
+
+    #[test]
+    fn text_is_generic_rdata_with_escaped_names_and_the_soa_first() {
+        let mut odd = wire("example.test.");
+        // A label "a.b c" (a dot and a space inside) before the zone.
+        let mut label = vec![5u8];
+        label.extend_from_slice(b"a.b c");
+        label.extend_from_slice(&odd);
+        odd = label;
+        let records =
+            vec![record(&odd, 1, &[192, 0, 2, 1]), record(&wire("Example.test."), TYPE_SOA, &[0, 0, 1, 2]), record(&wire("*.example.test."), 16, &[])];
+        let text = zone_text(&records);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "Example.test. 300 IN SOA \\# 4 00000102");
+        assert_eq!(lines[1], "a\\046b\\032c.example.test. 300 IN A \\# 4 c0000201");
+        assert_eq!(lines[2], "*.example.test. 300 IN TXT \\# 0");
+        assert_eq!(type_text(65280), "TYPE65280");
+        assert_eq!(type_text(28), "AAAA");
+        assert!(MNEMONICS.windows(2).all(|w| w[0].0 < w[1].0), "sorted, for the binary search");
+    }
+
+    #[test]
+    fn case_is_kept_through_compression() {
+        // A response: question Mail.Example.TEST. MX; answer owner compressed to the
+        // question, MX exchange "MX1" + pointer to "Example.TEST.".
+        let mut m = vec![0, 1, 0x84, 0, 0, 1, 0, 1, 0, 0, 0, 0];
+        m.extend_from_slice(&wire("Mail.Example.TEST."));
+        m.extend_from_slice(&[0, 15, 0, 1]);
+        m.extend_from_slice(&[0xc0, 12, 0, 15, 0, 1, 0, 0, 1, 44]);
+        let rdata = [&[0u8, 10][..], &[3], b"MX1", &[0xc0, 17]].concat();
+        m.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        m.extend_from_slice(&rdata);
+        let parsed = RawMessage::parse(&m).unwrap();
+        let r = &parsed.answers[0];
+        assert_eq!(r.owner, wire("mail.example.test."), "dnswire lowercases");
+        let kept = case_kept(&m, r).unwrap();
+        assert_eq!(kept.owner, wire("Mail.Example.TEST."));
+        assert_eq!(kept.rdata, [&[0u8, 10][..], &wire("MX1.Example.TEST.")].concat());
+        assert_eq!(kept.to_wire().to_ascii_lowercase(), r.to_wire().to_ascii_lowercase());
+    }
+
+    #[test]
+    fn dnssec_records_go_except_the_operators_key_during_a_rollover() {
+        let apex = wire("example.test.");
+        let marker = wire("_sdns-rollover.example.test.");
+        let dnskey = |pubkey: u8| RawRecord { owner: apex.clone(), rtype: TYPE_DNSKEY, class: 1, ttl: 300, rdata: vec![1, 1, 3, 8, pubkey], span: 0..0 };
+        let threshold_tag = named_glue::keys::key_tag(&dnskey(1).rdata);
+        let operator_tag = named_glue::keys::key_tag(&dnskey(2).rdata);
+        let rrsig = |tag: u16| {
+            let mut rdata = vec![0, 48, 8, 2, 0, 0, 1, 44, 0, 0, 0, 9, 0, 0, 0, 1];
+            rdata.extend_from_slice(&tag.to_be_bytes());
+            RawRecord { owner: apex.clone(), rtype: TYPE_RRSIG, class: 1, ttl: 300, rdata, span: 0..0 }
+        };
+        let a = RawRecord { owner: apex.clone(), rtype: 1, class: 1, ttl: 300, rdata: vec![192, 0, 2, 1], span: 0..0 };
+        let all = vec![a.clone(), dnskey(1), dnskey(2), rrsig(threshold_tag), rrsig(operator_tag)];
+        assert_eq!(signer_records(all.clone(), &apex, &marker, threshold_tag), vec![a.clone()]);
+        let txt = RawRecord { owner: marker.clone(), rtype: TYPE_TXT, class: 1, ttl: 300, rdata: vec![1, b'x'], span: 0..0 };
+        let mut with_marker = all;
+        with_marker.push(txt.clone());
+        assert_eq!(signer_records(with_marker, &apex, &marker, threshold_tag), vec![a, dnskey(2), rrsig(operator_tag), txt]);
+    }
+}
