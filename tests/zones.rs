@@ -1,13 +1,13 @@
-//! Several zones per cluster, as far as they are built (docs/MULTIZONE.md): `sdns keygen`
-//! deals a forward and a reverse zone, each with its own threshold key and update keys; a
-//! replica given that dealing writes one named.conf serving both, which the patched build's
-//! named-checkconf loads, and then refuses to start, naming what is not built yet.
+//! Several zones per cluster (docs/MULTIZONE.md): `sdns keygen` deals a forward and a
+//! reverse zone, each with its own threshold key and update keys; a replica given that
+//! dealing writes one named.conf serving both, which the patched build's named-checkconf
+//! loads, and starts on it.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
-use sdns_system_tests::{bind_dir, run, sdns_bin, text, tool};
+use sdns_system_tests::{bind_dir, free_port_block, ports, run, sdns_bin, text, tool};
 
 const REVERSE: &str = "2.0.192.in-addr.arpa.";
 const FORWARD: &str = "example.test.";
@@ -43,9 +43,11 @@ fn a_forward_and_a_reverse_zone_are_dealt_apart_and_named_serves_both() {
     )
     .unwrap();
     // Listed forward first: the zone index is the canonical order, not the command line's.
-    // (The replica run below stops before it binds any port.)
+    // Free ports: the replica started below binds its own.
     let out = run(Command::new(sdns_bin())
-        .args(["keygen", "--replicas", "4", "--bits", "1024", "--update-auth", "both", "--zone", FORWARD, "--zone", REVERSE, "--zone-file"])
+        .args(["keygen", "--replicas", "4", "--bits", "1024", "--update-auth", "both"])
+        .args(ports(free_port_block(4)))
+        .args(["--zone", FORWARD, "--zone", REVERSE, "--zone-file"])
         .arg(&forward_file)
         .arg("--zone-file")
         .arg(&reverse_file)
@@ -96,14 +98,23 @@ fn a_forward_and_a_reverse_zone_are_dealt_apart_and_named_serves_both() {
         assert!(!rdir.join("share.json").exists(), "no single-zone share beside the zones");
     }
 
-    // A replica writes one named.conf for both zones and has it checked, then refuses to
-    // start: the execution state is not per zone yet.
+    // A replica writes one named.conf for both zones and has it checked, then starts on it
+    // (it waits for its peers; stopped here once its named runs).
     let r0 = dealt.join("replica-0");
-    let started = run(Command::new(sdns_bin()).args(["run", "--config"]).arg(r0.join("replica.toml")));
-    let said = text(&started);
-    assert!(!started.status.success(), "a replica started with two zones: {said}");
-    assert!(said.contains("2 zones are configured (2.0.192.in-addr.arpa., example.test.)"), "{said}");
-    assert!(said.contains("not yet supported by the execution state"), "{said}");
+    let log = std::fs::File::create(work.path().join("replica-0.log")).unwrap();
+    let mut replica =
+        Command::new(sdns_bin()).args(["run", "--config"]).arg(r0.join("replica.toml")).stdout(log.try_clone().unwrap()).stderr(log).spawn().expect("sdns run");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let said = || std::fs::read_to_string(work.path().join("replica-0.log")).unwrap_or_default();
+    while !said().contains("replica running") {
+        if let Ok(Some(status)) = replica.try_wait() {
+            panic!("the replica with two zones ended ({status}): {}", said());
+        }
+        assert!(std::time::Instant::now() < deadline, "the replica with two zones did not start: {}", said());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let _ = Command::new("kill").arg(replica.id().to_string()).status();
+    let _ = replica.wait();
     let named = r0.join("state/named");
     let conf = read(&named.join("named.conf"));
     let reverse_at = conf.find("zone \"2.0.192.in-addr.arpa.\" {").unwrap_or_else(|| panic!("{conf}"));
