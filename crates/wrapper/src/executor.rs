@@ -582,7 +582,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                                     "re-signing slice"
                                 );
                             }
-                            metrics.observe_slice(report, started.elapsed());
+                            metrics.observe_zone_slice(zone, report, started.elapsed());
                             Ok(report.resigned)
                         }
                         Err(e) => {
@@ -609,8 +609,8 @@ impl<G: UpdateGate + 'static> Executor<G> {
                         return;
                     }
                 }
-                let (zones, events, cache, last_digest, digested) =
-                    (self.zones.clone(), events.clone(), self.cache.clone(), self.last_digest.clone(), self.digested.clone());
+                let (zones, events, cache, last_digest, digested, metrics) =
+                    (self.zones.clone(), events.clone(), self.cache.clone(), self.last_digest.clone(), self.digested.clone(), self.metrics.clone());
                 let id = self.id;
                 self.tasks.spawn(async move {
                     // Every zone in index order; one that cannot be read spoils the checkpoint.
@@ -628,6 +628,10 @@ impl<G: UpdateGate + 'static> Executor<G> {
                         }
                     }
                     let digests = all.map(|(digests, lists)| {
+                        for (index, records) in lists.iter().enumerate() {
+                            let serial = crate::zone::soa_serial_of(records);
+                            metrics.update_zone(u16::try_from(index).unwrap_or(u16::MAX), |z| z.serial = serial);
+                        }
                         let records = Arc::new(lists);
                         if keep {
                             remember_digested(&digested, seq, (*records).clone());
@@ -695,6 +699,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
 impl<G: UpdateGate + 'static> Executor<G> {
     /// Each zone's last signing time, for its re-sign timer.
     fn publish_last_signed(&self, state: &crate::exec::ExecState) {
+        self.metrics.set_zone_schedules(state);
         for (index, last) in self.last_signed.iter().enumerate() {
             let zone = u16::try_from(index).unwrap_or(u16::MAX);
             last.store(state.zone(zone).last_signed_s, Ordering::Relaxed);

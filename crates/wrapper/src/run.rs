@@ -145,6 +145,8 @@ pub async fn run(config: Config) -> Result<()> {
         let key = zone_key(&apex, z.algorithm, &public)?;
         zone_keys.push((keys, key));
     }
+    // The status lists every zone, in zone index order, with its key tag.
+    metrics.set_zones(config.zones.iter().zip(&zone_keys).map(|(z, (_, key))| (z.name.clone(), key.key_tag())));
 
     // named's directory: configuration and key files are rewritten at every start;
     // the zone file only on first start (afterwards named's file and journal rule).
@@ -431,7 +433,8 @@ pub async fn run(config: Config) -> Result<()> {
         .map(|(((z, files), (_, key)), background_socket)| {
             let apex = Name::from_ascii(&z.name).with_context(|| config.field_of(z, "name"))?;
             let (work_dir, slice_journal) = if several {
-                (named_dir.join(z.dir_name()), state.join(format!("resign.{}.pending", z.dir_name())))
+                let dir = named_dir.join(z.dir_name());
+                (dir.clone(), dir.join("resign.pending"))
             } else {
                 (named_dir.clone(), state.join("resign.pending"))
             };
