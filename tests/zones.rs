@@ -341,3 +341,60 @@ fn a_forward_and_a_reverse_zone_are_served_by_one_cluster() {
         assert_eq!(s.digest, snaps[0].digest, "replica {i}'s digest of checkpoint {seq} differs from replica 0's");
     }
 }
+
+/// The expiration of the RRSIG over `name`'s `rtype` RRset at replica `i` (YYYYMMDDHHMMSS).
+fn sig_expiration(c: &Cluster, i: u16, name: &str, rtype: &str) -> Option<String> {
+    let out = c.dig(i, &[name, "RRSIG", "+short"]);
+    let line = out.lines().find(|l| l.starts_with(&format!("{rtype} ")))?;
+    line.split_whitespace().nth(4).map(str::to_string)
+}
+
+/// Replica `i`'s `sdns_zone_resigned_rrsets_total` for `zone`.
+fn resigned(c: &Cluster, i: u16, zone: &str) -> u64 {
+    let label = format!("zone=\"{zone}\"");
+    c.metrics(i)
+        .lines()
+        .find(|l| l.starts_with("sdns_zone_resigned_rrsets_total") && l.contains(&label))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Both zones with one-minute signatures: each is re-signed in its own ordered slices, so
+/// past the first signatures' expiration both still validate at every replica, with newer
+/// signatures, and every replica counts re-signed RRsets under each zone's label.
+#[test]
+fn both_zones_are_re_signed_in_their_own_slices() {
+    let files = tempfile::tempdir().unwrap();
+    let (forward_file, reverse_file) = (files.path().join("forward.db"), files.path().join("reverse.db"));
+    std::fs::write(&forward_file, FORWARD_ZONE).unwrap();
+    std::fs::write(&reverse_file, REVERSE_ZONE).unwrap();
+    let mut extra: Vec<String> =
+        ["--signature-validity-s", "60", "--resign-slice-interval-s", "2", "--resign-slice-rrsets", "6", "--zone", FORWARD, "--zone", REVERSE]
+            .map(String::from)
+            .to_vec();
+    for f in [&forward_file, &reverse_file] {
+        extra.push("--zone-file".into());
+        extra.push(f.to_str().expect("utf-8 path").into());
+    }
+    let c = Cluster::up(ClusterOpts { extra, resign_after_s: Some(20), ..ClusterOpts::default() });
+    let zone_dir = |z: &str| c.path(&format!("zones/{}", z.trim_end_matches('.')));
+    let (fanchor, ranchor) = (zone_dir(FORWARD).join("trust-anchor.conf"), zone_dir(REVERSE).join("trust-anchor.conf"));
+    let first_www = sig_expiration(&c, 0, "www.example.test", "A").expect("www A is signed");
+    let first_ptr = sig_expiration(&c, 0, "80.2.0.192.in-addr.arpa", "PTR").expect("the PTR is signed");
+
+    // Past the first signatures' expiration (60 s after the signing).
+    std::thread::sleep(Duration::from_secs(75));
+    for i in 0..c.n {
+        let www = sig_expiration(&c, i, "www.example.test", "A").unwrap_or_default();
+        let ptr = sig_expiration(&c, i, "80.2.0.192.in-addr.arpa", "PTR").unwrap_or_default();
+        assert!(www > first_www && ptr > first_ptr, "replica {i}: www A {first_www} -> {www}, PTR {first_ptr} -> {ptr}\n{}", c.logs());
+        let v = delv(&c, i, &fanchor, "www.example.test", "A", FORWARD);
+        assert!(v.contains("; fully validated"), "forward zone at replica {i}:\n{v}");
+        let v = delv(&c, i, &ranchor, "80.2.0.192.in-addr.arpa", "PTR", REVERSE);
+        assert!(v.contains("; fully validated"), "reverse zone at replica {i}:\n{v}");
+        for zone in [FORWARD, REVERSE] {
+            assert!(resigned(&c, i, zone) > 0, "replica {i} re-signed nothing of {zone}:\n{}", c.metrics(i));
+        }
+    }
+}
