@@ -27,8 +27,12 @@ fn read_pid(path: &Path) -> Option<i32> {
 }
 
 pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
-    p.one_zone("sdns cluster up")?;
-    if !replica_dir(dir, 0).join("share.json").exists() {
+    // With several zones each share is in its zone's directory.
+    let first_share = match p.zones.as_slice() {
+        [_] => replica_dir(dir, 0).join("share.json"),
+        zones => replica_dir(dir, 0).join(crate::config::zone_dir_name(&zones[0])).join("share.json"),
+    };
+    if !first_share.exists() {
         keygen(p, dir)?;
     } else {
         eprintln!("sdns cluster: using the keys in {}", dir.display());
@@ -59,7 +63,7 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
             .with_context(|| format!("starting replica {i}"))?;
         std::fs::write(pid_file(dir, i), format!("{}\n", child.id()))?;
     }
-    let zone = Name::from_ascii(p.zone())?;
+    let zones = p.zones.iter().map(|z| Name::from_ascii(z)).collect::<Result<Vec<_>, _>>()?;
     // A Byzantine replica may never answer (silent, crashed) or hold a sign-zone request
     // forever: start-up waits for and asks only the others.
     let byzantine = |i: u16| p.byzantine.iter().find(|(id, _)| *id == i).map(|(_, m)| *m);
@@ -68,19 +72,24 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
     }
     let waited: Vec<u16> = (0..p.replicas).filter(|&i| byzantine(i).is_none()).collect();
     for &i in &waited {
-        wait_answering(p.layout.client(i), &zone, Duration::from_secs(90))
-            .with_context(|| format!("replica {i} is not answering; see {}", replica_dir(dir, i).join("sdns.log").display()))?;
+        for zone in &zones {
+            wait_answering(p.layout.client(i), zone, Duration::from_secs(90))
+                .with_context(|| format!("replica {i} is not answering for {zone}; see {}", replica_dir(dir, i).join("sdns.log").display()))?;
+        }
     }
     let marker = dir.join("signed");
     if !marker.exists() {
         eprintln!("sdns cluster: signing the zone with the distributed key (an ordered operation, asked by every replica) ...");
         let admins: Vec<SocketAddr> = waited.iter().map(|&i| p.layout.metrics(i)).collect();
         let tokens: Vec<std::path::PathBuf> = waited.iter().map(|&i| admin_token_file(dir, i)).collect();
-        let outcome = sign_zone(&admins, &tokens).context("sign-zone")?;
+        // Every zone, one ordered request each.
+        let outcome = sign_zone(&admins, &tokens, None).context("sign-zone")?;
         std::fs::write(&marker, outcome.as_bytes())?;
     }
     for &i in &waited {
-        wait_signed(p.layout.client(i), &zone, Duration::from_secs(60)).with_context(|| format!("replica {i} does not serve the signed zone"))?;
+        for zone in &zones {
+            wait_signed(p.layout.client(i), zone, Duration::from_secs(60)).with_context(|| format!("replica {i} does not serve the signed zone {zone}"))?;
+        }
     }
     print_usage(p, dir);
     Ok(())
@@ -114,7 +123,7 @@ pub fn rollover_finish(p: &ClusterParams, dir: &Path) -> Result<()> {
     let waited: Vec<u16> = (0..p.replicas).filter(|&i| !p.byzantine.iter().any(|(id, _)| *id == i)).collect();
     let admins: Vec<SocketAddr> = waited.iter().map(|&i| p.layout.metrics(i)).collect();
     let tokens: Vec<std::path::PathBuf> = waited.iter().map(|&i| admin_token_file(dir, i)).collect();
-    let outcome = sign_zone(&admins, &tokens).context("sign-zone")?;
+    let outcome = sign_zone(&admins, &tokens, None).context("sign-zone")?;
     println!(
         "sdns cluster: rollover finished ({}); now have the parent remove the old DS: {}",
         outcome.trim(),
@@ -126,6 +135,32 @@ pub fn rollover_finish(p: &ClusterParams, dir: &Path) -> Result<()> {
 fn print_usage(p: &ClusterParams, dir: &Path) {
     let c0 = p.layout.client(0);
     let c1 = p.layout.client(p.replicas.min(2) - 1);
+    if p.zones.len() > 1 {
+        // Each zone's keys and trust anchor are in its own directory of the dealing.
+        println!("\nsdns: {} replicas serving {} zones (t = {}, protocol {:?}).", p.replicas, p.zones.len(), (p.replicas - 1) / 3, p.protocol);
+        for z in &p.zones {
+            let zone = z.trim_end_matches('.');
+            let zdir = dir.join(crate::config::zone_dir_name(z));
+            println!(
+                "\nZone {zone} (its files in {zd}):\n  delv -a {anchor} @{ip} -p {port0} {zone} SOA +root={zone}\n  \
+                 printf 'server {ip} {port1}\\nzone {zone}\\nupdate add new.{zone} 300 TXT hello\\nsend\\n' | nsupdate -k {key}",
+                zd = zdir.display(),
+                anchor = zdir.join("trust-anchor.conf").display(),
+                key = zdir.join("tsig.key").display(),
+                ip = c0.ip(),
+                port0 = c0.port(),
+                port1 = c1.port(),
+            );
+        }
+        println!(
+            "\nStatus and shutdown:\n  {sdns} cluster status --replicas {n} --dir {dir}{flags}\n  {sdns} cluster down --replicas {n} --dir {dir}{flags}",
+            n = p.replicas,
+            dir = dir.display(),
+            sdns = sdns_command(),
+            flags = locating_flags(p),
+        );
+        return;
+    }
     let zone = p.zone().trim_end_matches('.');
     let tsig = dir.join("tsig.key");
     let anchor = dir.join("trust-anchor.conf");
@@ -176,8 +211,10 @@ fn locating_flags(p: &ClusterParams) -> String {
     let d = crate::keygen::Layout::default();
     let l = &p.layout;
     let mut out = String::new();
-    if p.zone().trim_end_matches('.') != "example.test" {
-        out += &format!(" --zone {}", p.zone());
+    if p.zones.len() > 1 || p.zone().trim_end_matches('.') != "example.test" {
+        for zone in &p.zones {
+            out += &format!(" --zone {zone}");
+        }
     }
     if l.addresses != d.addresses {
         out += &format!(" --addresses {}", l.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(","));
@@ -285,6 +322,9 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
             resign
         );
     }
+    for line in zone_lines(&rows.iter().enumerate().filter_map(|(i, (_, s))| Some((u16::try_from(i).ok()?, s.as_ref()?))).collect::<Vec<_>>()) {
+        println!("{line}");
+    }
     let accusations = attribution(&reports);
     if !accusations.is_empty() {
         println!("\nmisbehaviour seen by the running replicas:");
@@ -293,6 +333,47 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
         }
     }
     Ok(all_ok)
+}
+
+/// Per zone (the replicas' `/status` zones, by name): one line when the replicas that answered
+/// agree on its serial and key tag, else one line per replica. Serials are read at each
+/// replica's last checkpoint, so a replica a checkpoint behind may differ for a moment.
+fn zone_lines(statuses: &[(u16, &Status)]) -> Vec<String> {
+    let mut names: Vec<&str> = Vec::new();
+    for (_, s) in statuses {
+        for z in &s.zones {
+            if !names.contains(&z.name.as_str()) {
+                names.push(&z.name);
+            }
+        }
+    }
+    let serial = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
+    let mut out = Vec::new();
+    if !names.is_empty() {
+        out.push(String::new());
+    }
+    for name in names {
+        let seen: Vec<(u16, &crate::metrics::ZoneStatus)> =
+            statuses.iter().filter_map(|(i, s)| s.zones.iter().find(|z| z.name == name).map(|z| (*i, z))).collect();
+        let Some((_, first)) = seen.first() else { continue };
+        let signed = |z: &crate::metrics::ZoneStatus| {
+            let running = z.signing_since.map(|seq| format!(", signing since seq {seq}")).unwrap_or_default();
+            format!("signed at {}, next re-signing from {}{running}", z.signed_at, z.next_resign_due)
+        };
+        let missing = statuses.len() - seen.len();
+        if missing == 0 && seen.iter().all(|(_, z)| z.serial == first.serial && z.key_tag == first.key_tag) {
+            out.push(format!("zone {name}: serial {}, key tag {}, {}", serial(first.serial), first.key_tag, signed(first)));
+            continue;
+        }
+        out.push(format!("zone {name}: the replicas differ"));
+        for (i, s) in statuses {
+            match s.zones.iter().find(|z| z.name == name) {
+                Some(z) => out.push(format!("  replica {i}: serial {}, key tag {}, {}", serial(z.serial), z.key_tag, signed(z))),
+                None => out.push(format!("  replica {i}: does not serve it")),
+            }
+        }
+    }
+    out
 }
 
 /// One line per accused replica: what each running replica saw it do. A replica's report
@@ -372,39 +453,74 @@ fn read_token(path: &Path) -> Result<String> {
 }
 
 /// Asks every replica in `admins` (with the token in the matching file of `tokens`) for
-/// sign-zone at once. It runs once t+1 replicas' requests were ordered; each replica's
-/// answer is printed. `Ok` with the signing's outcome when one replica reports it ran.
-pub fn sign_zone(admins: &[SocketAddr], tokens: &[std::path::PathBuf]) -> Result<String> {
+/// sign-zone at once, for `zone` or (`None`) every zone it serves, one request each. It runs
+/// once t+1 replicas' requests were ordered; each replica's answer is printed. `Ok` with
+/// the signing's outcome when one replica reports it ran (for every zone asked).
+pub fn sign_zone(admins: &[SocketAddr], tokens: &[std::path::PathBuf], zone: Option<&str>) -> Result<String> {
     if admins.len() != tokens.len() || admins.is_empty() {
         bail!("give one --token file per --admin address ({} addresses, {} tokens)", admins.len(), tokens.len());
     }
     let tokens = tokens.iter().map(|t| read_token(t)).collect::<Result<Vec<_>>>()?;
+    let path = match zone {
+        Some(zone) => format!("/admin/sign-zone?zone={}", zone.trim_end_matches('.')),
+        None => "/admin/sign-zone".to_string(),
+    };
+    let path = &path;
     let outcomes: Vec<Result<String>> = std::thread::scope(|s| {
-        let asks: Vec<_> = admins.iter().zip(&tokens).map(|(&addr, token)| s.spawn(move || crate::endpoint::post(addr, "/admin/sign-zone", token))).collect();
+        let asks: Vec<_> = admins.iter().zip(&tokens).map(|(&addr, token)| s.spawn(move || crate::endpoint::post(addr, path, token))).collect();
         asks.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the request thread panicked")))).collect()
     });
-    let mut signed = None;
+    // Per zone ("" with one: its answer is the outcome alone), the line of a replica that
+    // reports it signed: several zones answer with one "zone <name>: <outcome>" line each.
+    let mut zones: std::collections::BTreeMap<String, Option<String>> = std::collections::BTreeMap::new();
     let mut report = String::new();
     for (addr, outcome) in admins.iter().zip(&outcomes) {
         let line = match outcome {
             Ok(text) => text.clone(),
             Err(e) => format!("error: {e:#}"),
         };
-        if line.starts_with("signed") {
-            signed = Some(line.clone());
+        for l in line.lines() {
+            let (zone, said) = match l.strip_prefix("zone ").and_then(|r| r.split_once(": ")) {
+                Some((zone, said)) => (zone.to_string(), said),
+                None if l.contains(" zones not signed") => continue,
+                None => (String::new(), l),
+            };
+            let entry = zones.entry(zone).or_default();
+            if said.starts_with("signed") {
+                *entry = Some(l.to_string());
+            }
         }
-        report += &format!("{addr}: {line}\n");
+        report += &format!("{addr}: {}\n", line.replace('\n', "\n    "));
     }
     eprint!("{report}");
+    let signed: Option<Vec<String>> = zones.into_values().collect();
     match signed {
-        Some(outcome) => Ok(outcome),
-        None => bail!("the zone was not signed:\n{report}"),
+        Some(lines) if !lines.is_empty() => Ok(lines.join("\n")),
+        _ => bail!("the zone was not signed:\n{report}"),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zones_agreeing_take_one_line_and_differing_ones_one_per_replica() {
+        let zone = |name: &str, serial: u32, tag: u16| crate::metrics::ZoneStatus {
+            name: name.into(),
+            key_tag: tag,
+            serial: Some(serial),
+            signed_at: 100,
+            ..Default::default()
+        };
+        let a = Status { zones: vec![zone("r.arpa.", 7, 1), zone("example.test.", 3, 2)], ..Default::default() };
+        let b = Status { zones: vec![zone("r.arpa.", 7, 1), zone("example.test.", 4, 2)], ..Default::default() };
+        let lines = zone_lines(&[(0, &a), (1, &b)]);
+        assert_eq!(lines[1], "zone r.arpa.: serial 7, key tag 1, signed at 100, next re-signing from 0");
+        assert_eq!(lines[2], "zone example.test.: the replicas differ");
+        assert!(lines[3].starts_with("  replica 0: serial 3") && lines[4].starts_with("  replica 1: serial 4"), "{lines:?}");
+        assert!(zone_lines(&[(0, &Status::default())]).is_empty());
+    }
     use crate::config::{Protocol, ReadMode};
     use crate::keygen::Layout;
 

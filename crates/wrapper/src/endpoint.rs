@@ -24,7 +24,8 @@ use crate::metrics::Metrics;
 pub struct Admin {
     pub gateway: Arc<crate::gateway::Gateway>,
     pub token: String,
-    pub signer: Arc<crate::exec::SignZoneSigner>,
+    /// Each zone's name and sign-zone signer, in zone index order.
+    pub signers: Vec<(String, Arc<crate::exec::SignZoneSigner>)>,
 }
 
 /// The admin token's file in a replica's state directory.
@@ -126,7 +127,7 @@ async fn respond(request: Request<hyper::body::Incoming>, metrics: Arc<Metrics>,
             Some(admin) => {
                 let presented = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
                 if same_secret(presented.trim().as_bytes(), admin.token.as_bytes()) {
-                    let outcome = sign_zone(&admin).await;
+                    let outcome = sign_zones(&admin, request.uri().query()).await;
                     let code = if outcome.starts_with("error") { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::OK };
                     reply(code, TEXT, outcome + "\n")
                 } else {
@@ -143,13 +144,50 @@ async fn respond(request: Request<hyper::body::Incoming>, metrics: Arc<Metrics>,
     Ok(response)
 }
 
-async fn sign_zone(admin: &Admin) -> String {
-    let auth = match admin.signer.sign() {
+/// The zone a sign-zone request asks for: `zone=NAME` in the query (case and final dot
+/// aside), or every zone without one. `Err`: the answer for a zone not served.
+fn zones_asked(signers: &[(String, Arc<crate::exec::SignZoneSigner>)], query: Option<&str>) -> Result<Vec<usize>, String> {
+    let canonical = |n: &str| n.trim_end_matches('.').to_ascii_lowercase();
+    let asked = query.into_iter().flat_map(|q| q.split('&')).find_map(|kv| kv.strip_prefix("zone="));
+    match asked {
+        None | Some("") => Ok((0..signers.len()).collect()),
+        Some(name) => signers.iter().position(|(z, _)| canonical(z) == canonical(name)).map(|i| vec![i]).ok_or_else(|| {
+            format!("error: this replica serves no zone {name:?} (it serves {})", signers.iter().map(|(z, _)| z.as_str()).collect::<Vec<_>>().join(", "))
+        }),
+    }
+}
+
+/// Sign-zone for the zones asked for, one ordered request each, one after another; with
+/// several, each outcome on a line of its own after its zone's name.
+async fn sign_zones(admin: &Admin, query: Option<&str>) -> String {
+    let zones = match zones_asked(&admin.signers, query) {
+        Ok(zones) => zones,
+        Err(text) => return text,
+    };
+    if let [(_, signer)] = admin.signers.as_slice() {
+        return sign_zone(admin, 0, signer).await;
+    }
+    let (mut lines, mut failed) = (Vec::new(), 0);
+    for &i in &zones {
+        let (name, signer) = &admin.signers[i];
+        let outcome = sign_zone(admin, u16::try_from(i).unwrap_or(u16::MAX), signer).await;
+        failed += usize::from(outcome.starts_with("error"));
+        lines.push(format!("zone {name}: {outcome}"));
+    }
+    // An error anywhere makes the answer one (its status code says so).
+    if failed > 0 {
+        lines.insert(0, format!("error: {failed} of {} zones not signed", zones.len()));
+    }
+    lines.join("\n")
+}
+
+async fn sign_zone(admin: &Admin, zone: u16, signer: &crate::exec::SignZoneSigner) -> String {
+    let auth = match signer.sign() {
         Ok(auth) => auth,
         Err(e) => return format!("error: cannot sign the request: {e}"),
     };
     let (reply, mut rx) = crate::reply::ReplyTo::internal();
-    admin.gateway.order(crate::envelope::Op::SignZone(auth), reply).await;
+    admin.gateway.order(crate::envelope::Op::sign_zone(zone, auth), reply).await;
     // Answered once the signed zone is installed (the signing runs in the background).
     match tokio::time::timeout(SIGN_ZONE_WAIT, rx.recv()).await {
         Ok(Some(answer)) => String::from_utf8_lossy(&answer.bytes).into_owned(),

@@ -34,9 +34,44 @@ pub enum Op {
     /// the replica's signature over the run's seq: it counts only for the replica whose
     /// key signed it, and only for that run (`crate::exec::authority`).
     SignZoneFinish(SignFinishAuth),
+    // Appended variants keep the encoding of the ones above: a single-zone cluster sends
+    // only those (zone 0), and its replicas of this version and the last decode each other.
+    /// [`Op::SignZone`] for zone `zone` (an index into the configured zones).
+    SignZoneIn { zone: u16, auth: SignZoneAuth },
+    /// [`Op::Resign`] for zone `zone`.
+    ResignZone(u16),
+    /// [`Op::SignZoneFinish`] for zone `zone`.
+    SignZoneFinishIn { zone: u16, auth: SignFinishAuth },
 }
 
 impl Op {
+    /// A sign-zone request for zone `zone` (zone 0 in its original form).
+    pub fn sign_zone(zone: u16, auth: SignZoneAuth) -> Op {
+        if zone == 0 {
+            Op::SignZone(auth)
+        } else {
+            Op::SignZoneIn { zone, auth }
+        }
+    }
+
+    /// A re-signing request for zone `zone`.
+    pub fn resign(zone: u16) -> Op {
+        if zone == 0 {
+            Op::Resign
+        } else {
+            Op::ResignZone(zone)
+        }
+    }
+
+    /// A finish claim for zone `zone`.
+    pub fn sign_zone_finish(zone: u16, auth: SignFinishAuth) -> Op {
+        if zone == 0 {
+            Op::SignZoneFinish(auth)
+        } else {
+            Op::SignZoneFinishIn { zone, auth }
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         codec::encode(VERSION, self)
     }
@@ -54,7 +89,18 @@ mod tests {
     fn round_trip_and_rejects() {
         let auth = SignZoneAuth { replica: 1, stamp_us: 7, cert: vec![1; 9], signature: vec![2; 70] };
         let finish = SignFinishAuth { replica: 2, run_seq: 9, cert: vec![3; 9], signature: vec![4; 70] };
-        for op in [Op::Dns { tcp: true, message: vec![1, 2, 3] }, Op::SignZone(auth), Op::Resign, Op::SignZoneFinish(finish)] {
+        // Zone 0's requests keep the encoding of the version before several zones.
+        assert_eq!(Op::sign_zone(0, auth.clone()), Op::SignZone(auth.clone()));
+        assert_eq!(Op::resign(0).encode(), vec![VERSION, 2]);
+        for op in [
+            Op::Dns { tcp: true, message: vec![1, 2, 3] },
+            Op::SignZone(auth.clone()),
+            Op::Resign,
+            Op::SignZoneFinish(finish.clone()),
+            Op::sign_zone(1, auth),
+            Op::resign(2),
+            Op::sign_zone_finish(1, finish),
+        ] {
             assert_eq!(Op::decode(&op.encode()), Ok(op));
         }
         assert!(matches!(Op::decode(&[]), Err(CodecError::Empty { .. })));

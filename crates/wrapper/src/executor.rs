@@ -27,7 +27,7 @@ use crate::metrics::Metrics;
 use crate::pending::Pending;
 use crate::read::{Lookup, ReadCache};
 use crate::reply::{Delivery, ReplyTo};
-use crate::statexfer::{write_zone_files, DigestedRecords, Install, Snapshot, SnapshotStore};
+use crate::statexfer::{canonical_zone_name, write_zone_files, DigestedRecords, Install, Snapshot, SnapshotStore, SnapshotZone};
 use crate::zone::{zone_digest_of, Finish, ZoneError, ZoneMaintenance};
 
 /// How long the later messages of a zone transfer may wait for room in the client's
@@ -65,16 +65,17 @@ pub struct Executor<G: UpdateGate> {
     pub times: watch::Sender<Option<SignatureTimes>>,
     pub checkpoints: mpsc::Sender<(u64, Digest)>,
     pub metrics: Arc<Metrics>,
-    pub maintenance: Arc<ZoneMaintenance>,
+    /// Every zone's whole-zone operations, in zone index order.
+    pub zones: Vec<Arc<ZoneMaintenance>>,
     /// Where the execution state is persisted after every batch that changed it.
     pub state_file: PathBuf,
-    /// The state's last signing time, shared with the re-sign timer.
-    pub last_signed: Arc<AtomicU64>,
+    /// Each zone's last signing time (zone index order), shared with the re-sign timers.
+    pub last_signed: Vec<Arc<AtomicU64>>,
     /// named's answers to reads, emptied around every write and signing (`crate::read_cache`).
     pub cache: Arc<ReadCache>,
-    /// The last zone digest, the cache epoch it was computed at, and the records it was
-    /// computed from (a checkpoint's snapshot when the digest is reused).
-    pub last_digest: Arc<Mutex<Option<(u64, [u8; 32], Arc<Vec<Vec<u8>>>)>>>,
+    /// The last zone digests (one per zone), the cache epoch they were computed at, and the
+    /// records they were computed from (a checkpoint's snapshot when the digests are reused).
+    pub last_digest: Arc<Mutex<Option<LastDigest>>>,
     /// Where the snapshot of every checkpoint is kept for peers that need state transfer.
     pub snapshots: Option<SnapshotStore>,
     /// The records each pending checkpoint digest was computed from.
@@ -87,7 +88,9 @@ pub struct Executor<G: UpdateGate> {
     pub tasks: CommandTasks,
     /// Verified snapshots to install (from state transfer).
     pub installs: Option<mpsc::Receiver<Install>>,
-    pub background: Arc<Background>,
+    /// Each zone's background signing (zone index order): its own socket and times, since
+    /// two zones' signings may run at once.
+    pub backgrounds: Vec<Arc<Background>>,
     /// This replica's own state digest at each recent checkpoint, to compare with the
     /// certified one (`crate::statexfer::watch_divergence`).
     pub own_digests: OwnDigests,
@@ -99,6 +102,9 @@ pub struct Executor<G: UpdateGate> {
     /// soon as a batch's last write is answered by named, before the state is persisted.
     pub executed: watch::Sender<u64>,
 }
+
+/// The cache epoch of the last digests, the digests (zone index order), their records.
+pub type LastDigest = (u64, Vec<[u8; 32]>, Arc<Vec<Vec<Vec<u8>>>>);
 
 /// Delivery bases of checkpoint batches by batch, the newest few.
 pub type OrderingBases = Arc<Mutex<std::collections::BTreeMap<u64, bft::DeliveryBase>>>;
@@ -150,17 +156,17 @@ impl<G: UpdateGate + 'static> Executor<G> {
         let mut diverged_at = self.diverged_at.take().unwrap_or(idle_diverged);
         // The last installed transferred state's checkpoint.
         let mut installed_at = 0u64;
-        let state = self.core.state();
-        self.last_signed.store(state.last_signed_s, Ordering::Relaxed);
+        let state = self.core.state().clone();
+        self.publish_last_signed(&state);
         self.executed.send_replace(state.executed);
         if state.executed > 0 {
             info!(replica = self.id, last = state.executed, "resuming after executed batch");
         }
         self.reconcile_with_named().await;
         // A signing that was running when this replica stopped goes on (or is found done).
-        if let Some((run, times)) = self.core.signing_run() {
-            info!(replica = self.id, began = run.seq, "resuming the background whole-zone signing");
-            start_background(&self.maintenance, &self.background, &self.metrics, run.seq, times, self.id);
+        for (zone, run, times) in self.core.signing_runs() {
+            info!(replica = self.id, zone, began = run.seq, "resuming the background whole-zone signing");
+            self.start_background(zone, run.seq, times);
         }
         // A batch that does not finish holds every later one and any state install: said
         // every STALL_WARNING while it lasts, with what it waits for.
@@ -235,20 +241,35 @@ impl<G: UpdateGate + 'static> Executor<G> {
     /// again; then the execution state becomes the snapshot's and is persisted. Batches up to
     /// the snapshot's checkpoint are skipped from now on.
     async fn install(&mut self, snapshot: Snapshot) -> Result<(), String> {
-        let Snapshot { seq, state, records, .. } = snapshot;
-        info!(replica = self.id, seq, records = records.len(), "installing the state transferred from peers");
-        let (zone_file, journal) = (self.maintenance.files.zone_file.clone(), self.maintenance.files.journal.clone());
-        let (tools, zone) = (self.maintenance.tools.clone(), self.maintenance.zone.to_ascii());
-        // The zone changes under the read cache and the reused checkpoint digest: neither may
+        let records = snapshot.record_count();
+        let Snapshot { seq, state, zones, .. } = snapshot;
+        info!(replica = self.id, seq, records, zones = zones.len(), "installing the state transferred from peers");
+        // State transfer checked the zone set; this guards the pairing below all the same.
+        if zones.len() != self.zones.len() {
+            return Err(format!("the snapshot holds {} zones, this replica serves {}", zones.len(), self.zones.len()));
+        }
+        let Some(first) = self.zones.first() else { return Err("no zone configured".into()) };
+        let supervisor = first.supervisor.clone();
+        let files: Vec<_> = self
+            .zones
+            .iter()
+            .zip(zones)
+            .map(|(m, z)| (m.tools.clone(), m.zone.to_ascii(), m.files.zone_file.clone(), m.files.journal.clone(), z.records))
+            .collect();
+        // The zones change under the read cache and the reused checkpoint digest: neither may
         // outlive the install (a stale digest made the next checkpoint differ).
         let change = self.cache.begin_change();
         *self.last_digest.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        let written = self
-            .maintenance
-            .supervisor
-            .replace_files(move || write_zone_files(&tools, &zone, &zone_file, &journal, &records))
+        // Every zone while named is stopped once: it starts again on all of them.
+        let written = supervisor
+            .replace_files(move || {
+                for (tools, zone, zone_file, journal, records) in &files {
+                    write_zone_files(tools, zone, zone_file, journal, records)?;
+                }
+                Ok::<(), std::io::Error>(())
+            })
             .await
-            .map_err(|e| format!("named did not come back on the transferred zone: {e}"))?;
+            .map_err(|e| format!("named did not come back on the transferred zones: {e}"))?;
         drop(change);
         written.map_err(|e| format!("writing the transferred zone: {e}"))?;
         self.core.install(state.clone());
@@ -258,12 +279,12 @@ impl<G: UpdateGate + 'static> Executor<G> {
         state.store(&self.state_file).map_err(|e| e.to_string())?;
         // An intent names a write of a batch the transferred state already covers.
         let _ = std::fs::remove_file(WriteIntent::path_for(&self.state_file));
-        if let Some((run, times)) = self.core.signing_run() {
+        for (zone, run, times) in self.core.signing_runs() {
             // Its zone content was not transferred: this part fails, and so will the
             // installation here (visible at the next checkpoint; another transfer repairs it).
-            start_background(&self.maintenance, &self.background, &self.metrics, run.seq, times, self.id);
+            self.start_background(zone, run.seq, times);
         }
-        self.last_signed.store(state.last_signed_s, Ordering::Relaxed);
+        self.publish_last_signed(&state);
         self.metrics.update_status(|s| s.last_executed = state.executed);
         self.executed.send_replace(state.executed);
         info!(replica = self.id, seq, "transferred state installed");
@@ -291,7 +312,11 @@ impl<G: UpdateGate + 'static> Executor<G> {
             warn!(replica = self.id, intent = intent.seq, executed, "write intent inconsistent with its own state (ignored)");
             return;
         }
-        let serial = soa_serial(&self.named, &self.maintenance.zone, self.id, &self.metrics).await;
+        let Some(zone) = self.zones.get(usize::from(intent.zone)).map(|m| m.zone.clone()) else {
+            warn!(replica = self.id, zone = intent.zone, "write intent for a zone this replica does not serve (ignored)");
+            return;
+        };
+        let serial = soa_serial(&self.named, &zone, self.id, &self.metrics).await;
         if intent.seq <= executed {
             if serial_before(serial, intent.serial) {
                 self.metrics.inc_execute_error();
@@ -324,12 +349,12 @@ impl<G: UpdateGate + 'static> Executor<G> {
     /// last change that may have reached named: a serial that moved after it is its doing.
     /// A signing or re-signing slice interrupted by a crash runs again (the same signing,
     /// or the slice's own journal), so only for a write does "applied" decide anything.
-    fn intent(&self, seq: u64, index: u32, state: crate::exec::ExecState) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (named, zone, path, id, metrics) =
-            (self.named.clone(), self.maintenance.zone.clone(), WriteIntent::path_for(&self.state_file), self.id, self.metrics.clone());
+    fn intent(&self, seq: u64, index: u32, zone: u16, state: crate::exec::ExecState) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let apex = self.zones.get(usize::from(zone)).or(self.zones.first()).map(|m| m.zone.clone()).unwrap_or_else(hickory_proto::rr::Name::root);
+        let (named, path, id, metrics) = (self.named.clone(), WriteIntent::path_for(&self.state_file), self.id, self.metrics.clone());
         async move {
-            let serial = soa_serial(&named, &zone, id, &metrics).await;
-            let intent = WriteIntent { seq, index, serial, state };
+            let serial = soa_serial(&named, &apex, id, &metrics).await;
+            let intent = WriteIntent { seq, index, zone, serial, state };
             let stored = tokio::task::spawn_blocking(move || intent.store(&path).map_err(|e| e.to_string())).await;
             if let Err(e) = stored.map_err(|e| e.to_string()).and_then(|r| r) {
                 warn!(replica = id, seq, error = %e, "cannot record the zone change's intent; a crash now would run the batch again from its start");
@@ -425,7 +450,8 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 let id = self.id;
                 // Begun before named can apply the write; ended once it answered.
                 let change = self.cache.begin_change();
-                let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
+                let zone = self.zone_of(&message);
+                let intent = self.core.zone_change_at().map(|(seq, index, z, state)| self.intent(seq, index, z.unwrap_or(zone), state));
                 self.tasks.spawn(async move {
                     if let Some(intent) = intent {
                         intent.await;
@@ -437,8 +463,12 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     let _ = events.send(Event::WriteAnswered { seq, index, answer });
                 });
             }
-            Command::BeginSigning { seq, times } => {
-                let (maintenance, metrics, events, background) = (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.background.clone());
+            Command::BeginSigning { zone, seq, times } => {
+                let Some((maintenance, background)) = self.zone_parts(zone) else {
+                    let _ = events.send(Event::SigningBegun { seq, result: Err(format!("no zone has index {zone}")) });
+                    return;
+                };
+                let (metrics, events) = (self.metrics.clone(), events.clone());
                 let id = self.id;
                 // The zone does not change here: only its content is kept.
                 self.tasks.spawn(async move {
@@ -451,19 +481,22 @@ impl<G: UpdateGate + 'static> Executor<G> {
                         }
                         Err(e) => {
                             metrics.inc_execute_error();
-                            warn!(replica = id, seq, error = %e, "sign-zone could not begin; zone left as it was");
+                            warn!(replica = id, zone = %maintenance.zone, seq, error = %e, "sign-zone could not begin; zone left as it was");
                         }
                     }
                     let _ = events.send(Event::SigningBegun { seq, result: result.map(|_| ()) });
                 });
             }
-            Command::FinishSigning { seq, run, times } => {
-                let (maintenance, metrics, events, tx, background) =
-                    (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone(), self.background.clone());
+            Command::FinishSigning { zone, seq, run, times } => {
+                let Some((maintenance, background)) = self.zone_parts(zone) else {
+                    let _ = events.send(Event::SigningFinished { seq, result: Err(format!("no zone has index {zone}")) });
+                    return;
+                };
+                let (metrics, events, tx) = (self.metrics.clone(), events.clone(), self.times.clone());
                 let (id, cache) = (self.id, self.cache.clone());
-                let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
+                let intent = self.core.zone_change_at().map(|(seq, index, z, state)| self.intent(seq, index, z.unwrap_or(zone), state));
                 // Another round signs with the signing's own times (its first round's).
-                let run_times = self.core.signing_run().map_or(times, |(_, t)| t);
+                let run_times = self.core.signing_run(zone).map_or(times, |(_, t)| t);
                 self.tasks.spawn(async move {
                     // This replica's part, however long it takes (t+1 others are done).
                     let mut done = background.finished.subscribe();
@@ -522,11 +555,14 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     let _ = events.send(Event::SigningFinished { seq, result });
                 });
             }
-            Command::ResignSlice { seq, times, due_before_s, max_rrsets } => {
-                let (maintenance, metrics, events, tx, cache) =
-                    (self.maintenance.clone(), self.metrics.clone(), events.clone(), self.times.clone(), self.cache.clone());
+            Command::ResignSlice { zone, seq, times, due_before_s, max_rrsets } => {
+                let Some((maintenance, _)) = self.zone_parts(zone) else {
+                    let _ = events.send(Event::SliceDone { seq, result: Err(format!("no zone has index {zone}")) });
+                    return;
+                };
+                let (metrics, events, tx, cache) = (self.metrics.clone(), events.clone(), self.times.clone(), self.cache.clone());
                 let id = self.id;
-                let intent = self.core.zone_change_at().map(|(seq, index, state)| self.intent(seq, index, state));
+                let intent = self.core.zone_change_at().map(|(seq, index, z, state)| self.intent(seq, index, z.unwrap_or(zone), state));
                 self.tasks.spawn(async move {
                     if let Some(intent) = intent {
                         intent.await;
@@ -547,7 +583,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                                     "re-signing slice"
                                 );
                             }
-                            metrics.observe_slice(report, started.elapsed());
+                            metrics.observe_zone_slice(zone, report, started.elapsed());
                             Ok(report.resigned)
                         }
                         Err(e) => {
@@ -565,33 +601,51 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 let keep = self.snapshots.is_some();
                 let epoch = self.cache.quiet_epoch();
                 let last = self.last_digest.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                if let (Some(epoch), Some((at, digest, records))) = (epoch, last) {
+                if let (Some(epoch), Some((at, digests, records))) = (epoch, last) {
                     if epoch == at {
                         if keep {
                             remember_digested(&self.digested, seq, (*records).clone());
                         }
-                        let _ = events.send(Event::ZoneDigest { seq, digest: Some(digest) });
+                        let _ = events.send(Event::ZoneDigest { seq, digests: Some(digests) });
                         return;
                     }
                 }
-                let (maintenance, events, cache, last_digest, digested) =
-                    (self.maintenance.clone(), events.clone(), self.cache.clone(), self.last_digest.clone(), self.digested.clone());
+                let (zones, events, cache, last_digest, digested, metrics) =
+                    (self.zones.clone(), events.clone(), self.cache.clone(), self.last_digest.clone(), self.digested.clone(), self.metrics.clone());
                 let id = self.id;
                 self.tasks.spawn(async move {
-                    let digest = zone_digest(&maintenance, id).await.map(|(digest, records)| {
-                        let records = Arc::new(records);
+                    // Every zone in index order; one that cannot be read spoils the checkpoint.
+                    let mut all = Some((Vec::with_capacity(zones.len()), Vec::with_capacity(zones.len())));
+                    for maintenance in &zones {
+                        match (zone_digest(maintenance, id).await, all.as_mut()) {
+                            (Some((digest, records)), Some((digests, lists))) => {
+                                digests.push(digest);
+                                lists.push(records);
+                            }
+                            _ => {
+                                all = None;
+                                break;
+                            }
+                        }
+                    }
+                    let digests = all.map(|(digests, lists)| {
+                        for (index, records) in lists.iter().enumerate() {
+                            let serial = crate::zone::soa_serial_of(records);
+                            metrics.update_zone(u16::try_from(index).unwrap_or(u16::MAX), |z| z.serial = serial);
+                        }
+                        let records = Arc::new(lists);
                         if keep {
                             remember_digested(&digested, seq, (*records).clone());
                         }
                         if let Some(before) = epoch {
-                            // Kept only if no change began while the zone was read.
+                            // Kept only if no change began while the zones were read.
                             if cache.quiet_epoch() == Some(before) {
-                                *last_digest.lock().unwrap_or_else(|e| e.into_inner()) = Some((before, digest, records));
+                                *last_digest.lock().unwrap_or_else(|e| e.into_inner()) = Some((before, digests.clone(), records));
                             }
                         }
-                        digest
+                        digests
                     });
-                    let _ = events.send(Event::ZoneDigest { seq, digest });
+                    let _ = events.send(Event::ZoneDigest { seq, digests });
                 });
             }
             Command::Checkpoint { seq, digest, state } => {
@@ -621,7 +675,8 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 // Two fsyncs: off the runtime's worker threads (there are as many as cores,
                 // and the ordering and the clients need them meanwhile), but still finished
                 // before the next batch starts.
-                let (path, (last_signed_s, executed)) = (self.state_file.clone(), (state.last_signed_s, state.executed));
+                self.publish_last_signed(&state);
+                let (path, executed) = (self.state_file.clone(), state.executed);
                 // named holds the batch's writes: reads may go past it while it is written.
                 self.executed.send_replace(executed);
                 let stored = tokio::task::spawn_blocking(move || state.store(&path)).await;
@@ -632,7 +687,6 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     Ok(Err(e)) => warn!(replica = self.id, error = %e, "cannot record the execution state"),
                     Err(e) => warn!(replica = self.id, error = %e, "cannot record the execution state"),
                 }
-                self.last_signed.store(last_signed_s, Ordering::Relaxed);
                 self.metrics.update_status(|s| s.last_executed = executed);
             }
             Command::Executed(seq) => {
@@ -644,6 +698,42 @@ impl<G: UpdateGate + 'static> Executor<G> {
 }
 
 impl<G: UpdateGate + 'static> Executor<G> {
+    /// Each zone's last signing time, for its re-sign timer.
+    fn publish_last_signed(&self, state: &crate::exec::ExecState) {
+        self.metrics.set_zone_schedules(state);
+        for (index, last) in self.last_signed.iter().enumerate() {
+            let zone = u16::try_from(index).unwrap_or(u16::MAX);
+            last.store(state.zone(zone).last_signed_s, Ordering::Relaxed);
+        }
+    }
+
+    /// Zone `zone`'s maintenance and background signing.
+    fn zone_parts(&self, zone: u16) -> Option<(Arc<ZoneMaintenance>, Arc<Background>)> {
+        let i = usize::from(zone);
+        Some((self.zones.get(i)?.clone(), self.backgrounds.get(i)?.clone()))
+    }
+
+    fn start_background(&self, zone: u16, seq: u64, times: SignatureTimes) {
+        match self.zone_parts(zone) {
+            Some((maintenance, background)) => start_background(&maintenance, &background, &self.metrics, seq, times, self.id),
+            None => warn!(replica = self.id, zone, "a background signing for a zone this replica does not serve (ignored)"),
+        }
+    }
+
+    /// The index of the zone an update names in its zone section (the core refuses one naming
+    /// no served zone before it reaches named); 0 when it names none.
+    fn zone_of(&self, message: &[u8]) -> u16 {
+        if self.zones.len() < 2 {
+            return 0;
+        }
+        let Ok((apex, _)) = crate::auth::wire::read_name(message, crate::auth::wire::HEADER_LEN) else { return 0 };
+        self.zones
+            .iter()
+            .position(|m| crate::auth::wire::name_to_wire(&m.zone.to_ascii().to_ascii_lowercase()).as_deref() == Some(&apex[..]))
+            .and_then(|i| u16::try_from(i).ok())
+            .unwrap_or(0)
+    }
+
     /// Keeps the snapshot of checkpoint `seq` (its digested records, the execution state at
     /// that position and the ordering's delivery base) for peers that need state transfer;
     /// written off the executor.
@@ -651,9 +741,10 @@ impl<G: UpdateGate + 'static> Executor<G> {
         let Some(store) = self.snapshots.clone() else { return };
         let records = self.digested.lock().ok().and_then(|mut map| map.remove(&seq));
         let Some(records) = records else { return };
+        let zones = self.zones.iter().zip(records).map(|(m, records)| SnapshotZone { name: canonical_zone_name(&m.zone.to_ascii()), records }).collect();
         let id = self.id;
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = store.save(&Snapshot { seq, digest, state, records, base: base.encode() }) {
+            if let Err(e) = store.save(&Snapshot { seq, digest, state, zones, base: base.encode() }) {
                 warn!(replica = id, seq, error = %e, "cannot keep the checkpoint snapshot");
             }
         });
@@ -781,7 +872,7 @@ async fn finish_signing(maintenance: &ZoneMaintenance, seq: u64, run: u64) -> Re
 
 /// Keeps the records checkpoint `seq`'s digest was computed from, for its snapshot; only
 /// the checkpoint being executed is waited for.
-fn remember_digested(digested: &DigestedRecords, seq: u64, records: Vec<Vec<u8>>) {
+fn remember_digested(digested: &DigestedRecords, seq: u64, records: Vec<Vec<Vec<u8>>>) {
     if let Ok(mut map) = digested.lock() {
         map.insert(seq, records);
         while map.len() > 2 {

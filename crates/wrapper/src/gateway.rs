@@ -65,7 +65,9 @@ impl Gateway {
         let (message, ttl) = match &op {
             Op::Dns { message, .. } => (Some(message.clone()), self.client_timeout),
             // Signing a whole zone takes as long as it takes; the admin caller waits.
-            Op::SignZone(_) | Op::Resign | Op::SignZoneFinish(_) => (None, Duration::from_secs(600)),
+            Op::SignZone(_) | Op::Resign | Op::SignZoneFinish(_) | Op::SignZoneIn { .. } | Op::ResignZone(_) | Op::SignZoneFinishIn { .. } => {
+                (None, Duration::from_secs(600))
+            }
         };
         let payload = op.encode();
         if !self.pending.insert(key, reply.clone(), ttl, payload_digest(&payload)) {

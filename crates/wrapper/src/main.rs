@@ -79,6 +79,9 @@ enum Cmd {
         /// the same order as --admin.
         #[arg(long, required = true)]
         token: Vec<PathBuf>,
+        /// The zone to sign (default: every zone the replicas serve, one request each).
+        #[arg(long)]
+        zone: Option<String>,
     },
     /// Ask every replica and print the answer a quorum gave (the voting client). Exit status:
     /// 0 accepted, 2 bad arguments, 3 no quorum, 4 timeout.
@@ -300,7 +303,7 @@ fn main() -> ExitCode {
             }),
             Err(e) => Err(e.into()),
         },
-        Cmd::SignZone { admin, token } => wrapper::cluster::sign_zone(&admin, &token).map(|outcome| println!("{outcome}")),
+        Cmd::SignZone { admin, token, zone } => wrapper::cluster::sign_zone(&admin, &token, zone.as_deref()).map(|outcome| println!("{outcome}")),
         Cmd::Cluster { action } => match action {
             ClusterCmd::Up { cluster, dir } => wrapper::cluster::up(&cluster.params(), &dir),
             ClusterCmd::Down { cluster, dir } => wrapper::cluster::down(cluster.replicas, &dir),

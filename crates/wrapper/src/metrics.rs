@@ -65,6 +65,31 @@ pub struct Status {
     /// Transferred states installed since start.
     #[serde(default)]
     pub state_transfers: u64,
+    /// Every zone this replica serves, in zone index order.
+    #[serde(default)]
+    pub zones: Vec<ZoneStatus>,
+}
+
+/// One zone at one replica, for `/status`, `sdns cluster status` and the `zone`-labelled
+/// metrics.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct ZoneStatus {
+    pub name: String,
+    /// The threshold key's tag (the one its DS names).
+    pub key_tag: u16,
+    /// The zone's SOA serial at the last checkpoint this replica digested.
+    pub serial: Option<u32>,
+    /// Agreed time (s) of its last whole-zone signing (0: never).
+    pub signed_at: u64,
+    /// Agreed time (s) from which its next re-signing slice may run.
+    pub next_resign_due: u64,
+    /// The batch at which its running background whole-zone signing began, if one runs.
+    pub signing_since: Option<u64>,
+    /// Re-signing as its last slice that read the zone saw it, and RRsets re-signed since start.
+    pub rrsigs: u64,
+    pub rrsigs_due: u64,
+    pub resigned_rrsets: u64,
 }
 
 /// Progress of a background whole-zone signing at one replica.
@@ -217,8 +242,49 @@ impl Collector for StatusCollector {
             "1 while this replica's state differs from the certified checkpoint (it repairs itself by state transfer).",
             i64::from(s.diverged.is_some()),
         )?;
-        counter(&mut e, "state_transfers", "Checkpoint states fetched from peers and installed.", s.state_transfers)
+        counter(&mut e, "state_transfers", "Checkpoint states fetched from peers and installed.", s.state_transfers)?;
+        encode_zones(&mut e, &s.zones)
     }
+}
+
+/// The per-zone series, labelled `zone`.
+fn encode_zones(e: &mut DescriptorEncoder, zones: &[ZoneStatus]) -> std::fmt::Result {
+    use prometheus_client::metrics::MetricType;
+    type Value = fn(&ZoneStatus) -> Option<i64>;
+    let series: [(&str, &str, MetricType, Value); 7] = [
+        ("zone_soa_serial", "The zone's SOA serial at the last checkpoint digested.", MetricType::Gauge, |z| z.serial.map(i64::from)),
+        ("zone_last_signed_time_seconds", "Agreed time of the zone's last whole-zone signing (0: never).", MetricType::Gauge, |z| {
+            Some(i64::try_from(z.signed_at).unwrap_or(i64::MAX))
+        }),
+        ("zone_next_resign_time_seconds", "Agreed time from which the zone's next re-signing slice may run.", MetricType::Gauge, |z| {
+            Some(i64::try_from(z.next_resign_due).unwrap_or(i64::MAX))
+        }),
+        ("zone_background_signing", "Whether a background whole-zone signing of the zone runs (1) or not (0).", MetricType::Gauge, |z| {
+            Some(i64::from(z.signing_since.is_some()))
+        }),
+        ("zone_rrsigs", "Signatures in the zone at its last slice that read it.", MetricType::Gauge, |z| Some(i64::try_from(z.rrsigs).unwrap_or(i64::MAX))),
+        ("zone_rrsigs_due", "The zone's signatures due for re-signing and not yet re-signed.", MetricType::Gauge, |z| {
+            Some(i64::try_from(z.rrsigs_due).unwrap_or(i64::MAX))
+        }),
+        ("zone_resigned_rrsets", "RRsets of the zone re-signed by incremental re-signing slices.", MetricType::Counter, |z| {
+            Some(i64::try_from(z.resigned_rrsets).unwrap_or(i64::MAX))
+        }),
+    ];
+    if zones.is_empty() {
+        return Ok(());
+    }
+    for (name, help, kind, value) in series {
+        let mut family = e.encode_descriptor(name, help, None, kind.clone())?;
+        for z in zones {
+            let Some(v) = value(z) else { continue };
+            let labels = [("zone", z.name.clone())];
+            match kind {
+                MetricType::Counter => ConstCounter::new(u64::try_from(v).unwrap_or(0)).encode(family.encode_family(&labels)?)?,
+                _ => ConstGauge::new(v).encode(family.encode_family(&labels)?)?,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One label, for the families: kind, reason or peer.
@@ -372,6 +438,47 @@ impl Metrics {
         }
     }
 
+    /// Every zone served, in zone index order, with its key tag (at start).
+    pub fn set_zones(&self, zones: impl IntoIterator<Item = (String, u16)>) {
+        let zones = zones.into_iter().map(|(name, key_tag)| ZoneStatus { name, key_tag, ..Default::default() }).collect();
+        self.update_status(|s| s.zones = zones);
+    }
+
+    /// Changes zone `zone`'s status, if it is one.
+    pub fn update_zone(&self, zone: u16, f: impl FnOnce(&mut ZoneStatus)) {
+        self.update_status(|s| {
+            if let Some(z) = s.zones.get_mut(usize::from(zone)) {
+                f(z);
+            }
+        });
+    }
+
+    /// Each zone's schedule as the execution state holds it (agreed values).
+    pub fn set_zone_schedules(&self, state: &crate::exec::ExecState) {
+        self.update_status(|s| {
+            for (index, z) in s.zones.iter_mut().enumerate() {
+                let e = state.zone(u16::try_from(index).unwrap_or(u16::MAX));
+                z.signed_at = e.last_signed_s;
+                z.next_resign_due = e.next_slice_s;
+                z.signing_since = e.signing.map(|r| r.seq);
+            }
+        });
+    }
+
+    /// One re-signing slice of zone `zone` done: how long it held the executor, and progress.
+    pub fn observe_zone_slice(&self, zone: u16, report: crate::zone::SliceReport, took: std::time::Duration) {
+        self.update_zone(zone, |z| {
+            z.resigned_rrsets += u64::from(report.resigned);
+            if let Some(total) = report.total {
+                z.rrsigs = u64::from(total);
+                z.rrsigs_due = u64::from(report.due.saturating_sub(report.resigned));
+            } else {
+                z.rrsigs_due = 0;
+            }
+        });
+        self.observe_slice(report, took);
+    }
+
     /// One re-signing slice done: how long it held the executor, and progress.
     pub fn observe_slice(&self, report: crate::zone::SliceReport, took: std::time::Duration) {
         if report.resigned > 0 {
@@ -508,6 +615,33 @@ mod tests {
         // The status travels as JSON to `sdns cluster status`, which shows the reason.
         let s: Status = serde_json::from_str(&serde_json::to_string(&m.status()).unwrap()).unwrap();
         assert_eq!(s.state_transfers, 1);
+    }
+
+    #[test]
+    fn each_zone_has_its_own_labelled_series_and_status() {
+        let m = Metrics::new(0);
+        m.set_zones([("2.0.192.in-addr.arpa.".to_string(), 11), ("example.test.".to_string(), 22)]);
+        let mut state = crate::exec::ExecState::default();
+        state.zone_mut(1).last_signed_s = 1000;
+        state.zone_mut(1).next_slice_s = 1020;
+        m.set_zone_schedules(&state);
+        m.update_zone(0, |z| z.serial = Some(7));
+        let report = crate::zone::SliceReport { resigned: 3, due: 5, total: Some(40) };
+        m.observe_zone_slice(1, report, std::time::Duration::from_millis(5));
+        let text = m.render();
+        assert!(text.contains("sdns_zone_soa_serial{replica=\"0\",zone=\"2.0.192.in-addr.arpa.\"} 7"), "{text}");
+        assert!(!text.contains("sdns_zone_soa_serial{replica=\"0\",zone=\"example.test.\"}"), "no serial read yet: {text}");
+        assert!(text.contains("sdns_zone_last_signed_time_seconds{replica=\"0\",zone=\"example.test.\"} 1000"), "{text}");
+        assert!(text.contains("sdns_zone_resigned_rrsets_total{replica=\"0\",zone=\"example.test.\"} 3"), "{text}");
+        assert!(text.contains("sdns_zone_rrsigs_due{replica=\"0\",zone=\"example.test.\"} 2"), "{text}");
+        let s: Status = serde_json::from_str(&serde_json::to_string(&m.status()).unwrap()).unwrap();
+        assert_eq!(
+            s.zones.iter().map(|z| (z.name.as_str(), z.key_tag, z.next_resign_due)).collect::<Vec<_>>(),
+            vec![("2.0.192.in-addr.arpa.", 11, 0), ("example.test.", 22, 1020)]
+        );
+        // A status from a replica of the version before zones reads with none.
+        let old: Status = serde_json::from_str("{\"id\": 1}").unwrap();
+        assert!(old.zones.is_empty());
     }
 
     #[test]

@@ -145,7 +145,8 @@ pub async fn run(config: Config) -> Result<()> {
         let key = zone_key(&apex, z.algorithm, &public)?;
         zone_keys.push((keys, key));
     }
-    let Some(key) = zone_keys.first().map(|(_, key)| key.clone()) else { bail!("no zone is configured") };
+    // The status lists every zone, in zone index order, with its key tag.
+    metrics.set_zones(config.zones.iter().zip(&zone_keys).map(|(z, (_, key))| (z.name.clone(), key.key_tag())));
 
     // named's directory: configuration and key files are rewritten at every start;
     // the zone file only on first start (afterwards named's file and journal rule).
@@ -211,32 +212,24 @@ pub async fn run(config: Config) -> Result<()> {
     for line in auth.describe() {
         info!(replica = id, mode = auth.mode().as_str(), "update identity: {line}");
     }
-    let zone_files = conf.first_zone().cloned().context("named.conf without a zone")?;
     let conf_path = named_dir.join("named.conf");
     conf.write(&conf_path).context("writing named.conf")?;
     named_glue::conf::check_conf(&tools, &conf_path).context("named-checkconf rejects the generated named.conf")?;
-    // named.conf, update authentication and threshold signing take every zone; the
-    // execution state (sign-zone, re-signing), checkpoints and state transfer one so far
-    // (docs/MULTIZONE.md), so a replica with several zones
-    // refuses to start here, its named.conf written and checked.
-    if config.zones.len() > 1 {
-        let names: Vec<&str> = config.zones.iter().map(|z| z.name.as_str()).collect();
-        bail!(
-            "{} zones are configured ({}): several zones are not yet supported by the execution state (whole-zone signing, re-signing, checkpoints, state transfer); this version serves one zone per cluster (docs/MULTIZONE.md)",
-            names.len(),
-            names.join(", ")
-        );
-    }
 
     // The mesh to the other replicas: ordering on channel 0, signing on channel 1.
     let me = config.me().clone();
     let peers: Vec<(u16, SocketAddr)> = config.peers.iter().filter(|p| p.id != id).map(|p| (p.id, p.peer)).collect();
     let (ca_pem, cert_pem, tls_key_pem) =
         (read(&config.resolve(&config.cluster.ca_cert))?, read(&config.resolve(&config.replica.cert))?, read(&config.resolve(&config.replica.tls_key))?);
-    // Sign-zone requests are signed with the mesh identity and checked against the CA.
-    let sign_zone_verifier = SignZoneVerifier::new(&zone_config.name, mesh::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?);
-    let sign_zone_signer =
-        Arc::new(SignZoneSigner::new(id, &zone_config.name, &cert_pem, tls_key_pem.clone()).map_err(anyhow::Error::msg).context("replica.cert")?);
+    // Sign-zone requests are signed with the mesh identity over the zone's name and checked
+    // against the CA: one verifier and one signer per zone, in zone index order.
+    let ca_der = mesh::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?;
+    let sign_zone_verifiers: Vec<SignZoneVerifier> = config.zones.iter().map(|z| SignZoneVerifier::new(&z.name, ca_der.clone())).collect();
+    let sign_zone_signers = config
+        .zones
+        .iter()
+        .map(|z| SignZoneSigner::new(id, &z.name, &cert_pem, tls_key_pem.clone()).map(Arc::new).map_err(anyhow::Error::msg).context("replica.cert"))
+        .collect::<Result<Vec<_>>>()?;
     let mut mesh_config = MeshConfig::new(id, me.peer, peers, ca_pem, cert_pem, tls_key_pem);
     // Every ordering message the core may send must fit a frame: a view change reports up to
     // a window of prepared batches (tens of MiB when peers fill batches, as a flooder does),
@@ -275,12 +268,20 @@ pub async fn run(config: Config) -> Result<()> {
     tasks.watch("signing socket", WATCH_EVERY, move || signing_service.has_stopped());
     // Background whole-zone signings have a socket of their own: its times are the running
     // signing's while writes execute with theirs, and what it signs is counted for progress.
-    let (background, background_times) = crate::executor::Background::new();
-    let background_socket = state.join("signzone.sock");
+    // One per zone, since two zones' signings may run at once with different times (zone 0
+    // keeps the socket name of a single-zone replica).
     let counting = Arc::new(service::Counting { inner: signer, metrics: metrics.clone() });
-    let background_service = SigningService::bind(&background_socket, counting, watch_time_source(background_times), ServiceLimits::default())
-        .context("binding the background signing socket")?;
-    tasks.watch("background signing socket", WATCH_EVERY, move || background_service.has_stopped());
+    let mut backgrounds = Vec::new();
+    let mut background_sockets = Vec::new();
+    for index in 0..config.zones.len() {
+        let (background, background_times) = crate::executor::Background::new();
+        let background_socket = if index == 0 { state.join("signzone.sock") } else { state.join(format!("signzone-{index}.sock")) };
+        let background_service = SigningService::bind(&background_socket, counting.clone(), watch_time_source(background_times), ServiceLimits::default())
+            .context("binding the background signing socket")?;
+        tasks.watch("background signing socket", WATCH_EVERY, move || background_service.has_stopped());
+        backgrounds.push(background);
+        background_sockets.push(background_socket);
+    }
 
     // named, supervised, asking our socket for every signature.
     let mut spec = NamedSpec::new(tools.named(), conf_path.clone(), config.named.port, zone.clone(), named_dir.join("named.log"));
@@ -319,7 +320,10 @@ pub async fn run(config: Config) -> Result<()> {
         // A state directory from before the execution core kept two plain numbers.
         let number = |name: &str| std::fs::read_to_string(state.join(name)).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0);
         exec_state.executed = number("executed.seq");
-        exec_state.last_signed_s = number("last-signed");
+        let last_signed_s = number("last-signed");
+        if last_signed_s != 0 {
+            exec_state.zone_mut(0).last_signed_s = last_signed_s;
+        }
     }
     // The ordering resumes where it left off (view, promises, committed batches), so that it
     // and the executor agree on where they are after any restart.
@@ -374,13 +378,13 @@ pub async fn run(config: Config) -> Result<()> {
             slice_rrsets: config.signing.resign_slice_rrsets,
             sign_zone_interval_s: config.signing.sign_zone_interval_s,
             sign_zone_window_s: config.signing.sign_zone_window_s,
-            sign_zone_verifier,
+            sign_zone_verifiers,
             max_reads_in_flight: MAX_READS_IN_FLIGHT,
         },
         auth.clone() as Arc<dyn UpdateGate>,
         exec_state,
     );
-    let last_signed = Arc::new(AtomicU64::new(0));
+    let last_signed: Vec<Arc<AtomicU64>> = config.zones.iter().map(|_| Arc::new(AtomicU64::new(0))).collect();
     let cache = Arc::new(crate::read::ReadCache::default());
     // State transfer: snapshots kept at every checkpoint, served to and fetched from peers.
     let snapshots = SnapshotStore::new(state.join("snapshots")).context("the snapshot directory")?;
@@ -393,6 +397,7 @@ pub async fn run(config: Config) -> Result<()> {
         outbound: Arc::new(mesh.sender()),
         max_snapshot_bytes: o.max_snapshot_bytes,
         stats: transfer_stats.clone(),
+        zones: config.zones.iter().map(|z| z.name.clone()).collect(),
     };
     // What to fetch: the ordering's request (it fell behind the log its peers retain), or the
     // next certified checkpoint after this replica's state was found to differ.
@@ -416,6 +421,43 @@ pub async fn run(config: Config) -> Result<()> {
             metrics.clone(),
         ),
     );
+    // Each zone's whole-zone operations. One zone keeps the layout of every earlier state
+    // directory (work files in named's directory, resign.pending); several get their own.
+    let several = config.zones.len() > 1;
+    let zone_maintenance: Vec<Arc<ZoneMaintenance>> = config
+        .zones
+        .iter()
+        .zip(&conf.zones)
+        .zip(&zone_keys)
+        .zip(&background_sockets)
+        .map(|(((z, files), (_, key)), background_socket)| {
+            let apex = Name::from_ascii(&z.name).with_context(|| config.field_of(z, "name"))?;
+            let (work_dir, slice_journal) = if several {
+                let dir = named_dir.join(z.dir_name());
+                (dir.clone(), dir.join("resign.pending"))
+            } else {
+                (named_dir.clone(), state.join("resign.pending"))
+            };
+            Ok(Arc::new(ZoneMaintenance {
+                tools: tools.clone(),
+                zone: apex,
+                named: named.clone(),
+                work_dir,
+                files: files.clone(),
+                raw_zone_file: conf.raw_zone_file,
+                key: key.clone(),
+                signer_socket: socket_path.clone(),
+                supervisor: supervisor.clone(),
+                maintenance_key: maintenance_key.clone(),
+                writes: writes.clone(),
+                earliest_expiration: std::sync::atomic::AtomicU32::new(0),
+                slice_journal,
+                signer_threads: config.signing.zone_signer_threads(),
+                catchup_key: catchup_key.clone(),
+                background_socket: background_socket.clone(),
+            }))
+        })
+        .collect::<Result<_>>()?;
     let (executed_tx, executed_rx) = watch::channel(0u64);
     let executor = Executor {
         executed: executed_tx,
@@ -430,36 +472,19 @@ pub async fn run(config: Config) -> Result<()> {
         times: times_tx,
         checkpoints: handle.checkpoint.clone(),
         metrics: metrics.clone(),
-        maintenance: Arc::new(ZoneMaintenance {
-            tools: tools.clone(),
-            zone: zone.clone(),
-            named: named.clone(),
-            work_dir: named_dir.clone(),
-            files: zone_files.clone(),
-            raw_zone_file: conf.raw_zone_file,
-            key: key.clone(),
-            signer_socket: socket_path.clone(),
-            supervisor: supervisor.clone(),
-            maintenance_key,
-            writes: writes.clone(),
-            earliest_expiration: std::sync::atomic::AtomicU32::new(0),
-            slice_journal: state.join("resign.pending"),
-            signer_threads: config.signing.zone_signer_threads(),
-            catchup_key,
-            background_socket: background_socket.clone(),
-        }),
+        zones: zone_maintenance,
         state_file,
         last_signed: last_signed.clone(),
         snapshots: Some(snapshots),
         digested: Default::default(),
         bases: Default::default(),
         installs: Some(installs_rx),
-        background: background.clone(),
+        backgrounds: backgrounds.clone(),
         own_digests,
         diverged_at: Some(diverged_rx),
     };
     // Subscribed before the executor can resume a signing and finish its part.
-    let voter_rx = background.finished.subscribe();
+    let voter_rxs: Vec<_> = backgrounds.iter().map(|b| b.finished.subscribe()).collect();
     tasks.spawn("executor", executor.run(batches));
 
     // Vouched reads (ordered mode): probes and vouches travel on the mesh's reads channel and
@@ -498,8 +523,12 @@ pub async fn run(config: Config) -> Result<()> {
         next_number: AtomicU64::new(0),
     });
     metrics.set_slice_pace(config.signing.resign_slice_rrsets, config.signing.resign_slice_interval_s);
-    tasks.spawn("re-sign timer", resign_timer(gateway.clone(), last_signed, config.signing.resign_slice_interval_s));
-    tasks.spawn("sign-zone finish voter", finish_voter(gateway.clone(), sign_zone_signer.clone(), voter_rx));
+    for (index, (last, (signer, voter_rx))) in last_signed.into_iter().zip(sign_zone_signers.iter().zip(voter_rxs)).enumerate() {
+        // validate() bounds the zone count far below u16::MAX.
+        let zone = u16::try_from(index).map_err(|_| anyhow!("zone index {index} out of range"))?;
+        tasks.spawn("re-sign timer", resign_timer(gateway.clone(), zone, last, config.signing.resign_slice_interval_s));
+        tasks.spawn("sign-zone finish voter", finish_voter(gateway.clone(), zone, signer.clone(), voter_rx));
+    }
     let (client_tx, client_rx) = mpsc::channel(config.client.max_pending);
     tasks.spawn("gateway", gateway.clone().run(client_rx, fallback_rx));
 
@@ -525,7 +554,8 @@ pub async fn run(config: Config) -> Result<()> {
     if let Some(addr) = config.metrics.listen {
         let m = metrics.clone();
         let token = endpoint::write_admin_token(&state.join(endpoint::ADMIN_TOKEN_FILE)).context("writing the admin token")?;
-        let admin = Arc::new(endpoint::Admin { gateway: gateway.clone(), token, signer: sign_zone_signer });
+        let signers = config.zones.iter().map(|z| z.name.clone()).zip(sign_zone_signers).collect();
+        let admin = Arc::new(endpoint::Admin { gateway: gateway.clone(), token, signers });
         tasks.spawn("metrics and admin endpoint", endpoint::serve(addr, m, Some(admin)));
     }
 
@@ -719,17 +749,17 @@ async fn repair(
     }
 }
 
-/// Submits an ordered re-sign every slice interval of this replica's clock, once the
-/// zone was signed. Every replica does; the executor runs a slice only when the batch's
-/// agreed time says the next one is due, so extra submissions are no-ops.
-async fn resign_timer(gateway: Arc<Gateway>, last_signed: Arc<AtomicU64>, slice_interval_s: u64) {
+/// Submits an ordered re-sign of zone `zone` every slice interval of this replica's clock,
+/// once the zone was signed. Every replica does; the executor runs a slice only when the
+/// batch's agreed time says the zone's next one is due, so extra submissions are no-ops.
+async fn resign_timer(gateway: Arc<Gateway>, zone: u16, last_signed: Arc<AtomicU64>, slice_interval_s: u64) {
     let check = Duration::from_secs(slice_interval_s.max(1));
     loop {
         tokio::time::sleep(check).await;
         let last = last_signed.load(std::sync::atomic::Ordering::Relaxed);
         if last != 0 {
             let (reply, mut rx) = crate::reply::ReplyTo::internal();
-            gateway.order(crate::envelope::Op::Resign, reply).await;
+            gateway.order(crate::envelope::Op::resign(zone), reply).await;
             // Wait for it to be ordered and executed (or expire) before checking again.
             let _ = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
         }
@@ -742,7 +772,7 @@ async fn resign_timer(gateway: Arc<Gateway>, last_signed: Arc<AtomicU64>, slice_
 /// (a request lost with a primary that failed is thereby replaced). Each claim is signed
 /// with this replica's identity key over the run's seq (`exec::authority`): a primary
 /// cannot make one up.
-async fn finish_voter(gateway: Arc<Gateway>, signer: Arc<SignZoneSigner>, mut finished: watch::Receiver<Option<(u64, Result<(), String>)>>) {
+async fn finish_voter(gateway: Arc<Gateway>, zone: u16, signer: Arc<SignZoneSigner>, mut finished: watch::Receiver<Option<(u64, Result<(), String>)>>) {
     loop {
         if finished.changed().await.is_err() {
             return;
@@ -751,13 +781,13 @@ async fn finish_voter(gateway: Arc<Gateway>, signer: Arc<SignZoneSigner>, mut fi
         let auth = match signer.sign_finish(run) {
             Ok(auth) => auth,
             Err(e) => {
-                tracing::error!(run, error = %e, "cannot sign this replica's finish claim");
+                tracing::error!(zone, run, error = %e, "cannot sign this replica's finish claim");
                 continue;
             }
         };
         loop {
             let (reply, mut rx) = crate::reply::ReplyTo::internal();
-            gateway.order(crate::envelope::Op::SignZoneFinish(auth.clone()), reply).await;
+            gateway.order(crate::envelope::Op::sign_zone_finish(zone, auth.clone()), reply).await;
             let answer = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
             let text = match answer {
                 Ok(Some(a)) => String::from_utf8_lossy(&a.bytes).into_owned(),

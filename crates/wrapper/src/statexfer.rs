@@ -30,8 +30,9 @@ use crate::codec::{self, CodecError};
 use crate::exec::ExecState;
 use crate::zone::zone_digest_of;
 
-/// 2: with the ordering's delivery base.
-const SNAPSHOT_VERSION: u8 = 2;
+/// 2: with the ordering's delivery base; 3: every zone's records, with its name (version 2
+/// snapshots, one zone's, are read too: kept ones stay servable after an upgrade).
+const SNAPSHOT_VERSION: u8 = 3;
 const MESSAGE_VERSION: u8 = 1;
 /// Snapshots kept on disk: the stable checkpoint and the ones after it that may become stable
 /// while a peer fetches.
@@ -59,8 +60,10 @@ pub enum SnapshotError {
     DigestMismatch { seq: u64 },
     #[error("snapshot's delivery base: {0}")]
     BadBase(String),
-    #[error("snapshot record {index} is malformed")]
-    BadRecord { index: usize },
+    #[error("snapshot record {index} of zone {zone} is malformed")]
+    BadRecord { zone: usize, index: usize },
+    #[error("the snapshot holds zones [{theirs}], this replica serves [{ours}]: the replicas were dealt different zone sets (an operator error); refused")]
+    ZoneSet { theirs: String, ours: String },
     #[error("io on {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
 }
@@ -73,11 +76,41 @@ pub struct Snapshot {
     pub digest: [u8; 32],
     /// The execution state after batch `seq` (`executed == seq`).
     pub state: ExecState,
-    /// The zone's records in canonical wire form, sorted, without duplicates.
-    pub records: Vec<Vec<u8>>,
+    /// Every zone, in zone index order.
+    pub zones: Vec<SnapshotZone>,
     /// The ordering's delivery base after batch `seq` ([`bft::DeliveryBase::encode`]), at
     /// most [`MAX_BASE_BYTES`].
     pub base: Vec<u8>,
+}
+
+/// One zone of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotZone {
+    /// The zone's name, lower-case with the final dot; empty in a snapshot of version 2,
+    /// which held the one zone of its replica.
+    pub name: String,
+    /// The zone's records in canonical wire form, sorted, without duplicates.
+    pub records: Vec<Vec<u8>>,
+}
+
+/// A snapshot as version 2 stored it (one zone).
+#[derive(Deserialize)]
+struct SnapshotV2 {
+    seq: u64,
+    digest: [u8; 32],
+    state: crate::exec::state::StateV3,
+    records: Vec<Vec<u8>>,
+    base: Vec<u8>,
+}
+
+/// A zone name as snapshots and their checks compare it.
+pub fn canonical_zone_name(name: &str) -> String {
+    let name = name.to_ascii_lowercase();
+    if name.ends_with('.') {
+        name
+    } else {
+        name + "."
+    }
 }
 
 impl Snapshot {
@@ -86,7 +119,35 @@ impl Snapshot {
     }
 
     pub fn decode(bytes: &[u8], max: usize) -> Result<Snapshot, SnapshotError> {
-        Ok(codec::decode("snapshot", SNAPSHOT_VERSION, max, bytes)?)
+        match codec::decode("snapshot", SNAPSHOT_VERSION, max, bytes) {
+            Err(CodecError::Version { got: 2, .. }) => {
+                let v2: SnapshotV2 = codec::decode("snapshot", 2, max, bytes)?;
+                let zones = vec![SnapshotZone { name: String::new(), records: v2.records }];
+                Ok(Snapshot { seq: v2.seq, digest: v2.digest, state: v2.state.into(), zones, base: v2.base })
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// Records over all zones.
+    pub fn record_count(&self) -> usize {
+        self.zones.iter().map(|z| z.records.len()).sum()
+    }
+
+    /// Refuses a snapshot whose zones are not `ours` (this replica's configured zones, in
+    /// index order): replicas dealt different zone sets cannot share state. A version 2
+    /// snapshot's one unnamed zone stands for the receiver's zone when it serves one.
+    pub fn check_zones(&self, ours: &[String]) -> Result<(), SnapshotError> {
+        let ours: Vec<String> = ours.iter().map(|n| canonical_zone_name(n)).collect();
+        let matches = match self.zones.as_slice() {
+            [only] if only.name.is_empty() => ours.len() == 1,
+            zones => zones.len() == ours.len() && zones.iter().zip(&ours).all(|(z, o)| z.name == *o),
+        };
+        if matches {
+            return Ok(());
+        }
+        let theirs: Vec<&str> = self.zones.iter().map(|z| if z.name.is_empty() { "(one unnamed zone)" } else { z.name.as_str() }).collect();
+        Err(SnapshotError::ZoneSet { theirs: theirs.join(", "), ours: ours.join(", ") })
     }
 
     /// Checks this snapshot against a certified checkpoint: same position, and the
@@ -99,18 +160,19 @@ impl Snapshot {
         if self.state.executed != self.seq {
             return Err(SnapshotError::WrongPosition { executed: self.state.executed, seq: self.seq });
         }
-        for (index, record) in self.records.iter().enumerate() {
-            if split_record(record).is_none() {
-                return Err(SnapshotError::BadRecord { index });
+        for (zone, z) in self.zones.iter().enumerate() {
+            for (index, record) in z.records.iter().enumerate() {
+                if split_record(record).is_none() {
+                    return Err(SnapshotError::BadRecord { zone, index });
+                }
             }
         }
         if self.base.len() > MAX_BASE_BYTES {
             return Err(SnapshotError::BadBase(format!("{} bytes, over {MAX_BASE_BYTES}", self.base.len())));
         }
         let base = bft::DeliveryBase::decode(&self.base).map_err(|e| SnapshotError::BadBase(e.to_string()))?;
-        let mut records = self.records.clone();
-        let zone = zone_digest_of(&mut records);
-        let transferred = bft::Transferred { claim: *claim, application_digest: self.state.checkpoint_digest(&zone), base };
+        let digests: Vec<[u8; 32]> = self.zones.iter().map(|z| zone_digest_of(&mut z.records.clone())).collect();
+        let transferred = bft::Transferred { claim: *claim, application_digest: self.state.checkpoint_digest(&digests), base };
         match transferred.check() {
             Ok(()) => Ok(transferred),
             Err(bft::TransferMismatch::StateDigest) => Err(SnapshotError::DigestMismatch { seq: self.seq }),
@@ -319,8 +381,11 @@ pub struct StateTransfer<O: StateOutbound> {
     pub peers: Vec<u16>,
     pub store: SnapshotStore,
     pub outbound: Arc<O>,
+    /// Bounds a snapshot's encoded size, all zones together.
     pub max_snapshot_bytes: usize,
     pub stats: Arc<Mutex<TransferStats>>,
+    /// This replica's zones in index order: a snapshot with other zones is refused.
+    pub zones: Vec<String>,
 }
 
 impl<O: StateOutbound> StateTransfer<O> {
@@ -409,7 +474,7 @@ impl<O: StateOutbound> StateTransfer<O> {
                 continue;
             };
             let fetch_ms = started.elapsed().as_millis() as u64;
-            let records = snapshot.records.len();
+            let records = snapshot.record_count();
             info!(
                 replica = self.id,
                 seq = claim.seq,
@@ -489,6 +554,8 @@ impl<O: StateOutbound> StateTransfer<O> {
             }
         }
         let snapshot = Snapshot::decode(&buffer, self.max_snapshot_bytes)?;
+        // Before the digest: a zone set that differs is an operator's error to name.
+        snapshot.check_zones(&self.zones)?;
         let transferred = snapshot.verify(claim)?;
         Ok((snapshot, transferred))
     }
@@ -534,7 +601,8 @@ pub fn write_zone_files(tools: &BindTools, zone: &str, zone_file: &Path, journal
 
 /// Keeps the records a checkpoint digest was computed from, until the checkpoint's state is
 /// known (the executor pairs them in [`crate::executor`]).
-pub type DigestedRecords = Arc<Mutex<BTreeMap<u64, Vec<Vec<u8>>>>>;
+/// One list of records per zone, in zone index order.
+pub type DigestedRecords = Arc<Mutex<BTreeMap<u64, Vec<Vec<Vec<u8>>>>>>;
 
 #[cfg(test)]
 mod tests {
@@ -561,14 +629,15 @@ mod tests {
         for i in 0..names {
             records.push(record(&[&format!("h{i}"), "example", "test"], 1, 300, &[192, 0, 2, (i % 250) as u8]));
         }
-        let mut state = ExecState { executed: seq, last_signed_s: 77, ..Default::default() };
+        let mut state = ExecState { executed: seq, ..Default::default() };
+        state.zone_mut(0).last_signed_s = 77;
         state.record(seq, 0, 0);
         let zone = zone_digest_of(&mut records);
         let clients = vec![bft::ClientEntry { origin: 1, client: 7, high: 3, mask: 0b111, last_seq: seq - 2 }];
         let base = bft::DeliveryBase { seq, time: bft::Time(1), log_digest: [3; 32], clients };
-        let digest = bft::checkpoint_state_digest(&state.checkpoint_digest(&zone), &base.clients);
+        let digest = bft::checkpoint_state_digest(&state.checkpoint_digest(&[zone]), &base.clients);
         let claim = CheckpointClaim { seq, time: bft::Time(1), log_digest: [3; 32], state_digest: digest };
-        (Snapshot { seq, digest, state, records, base: base.encode() }, claim)
+        (Snapshot { seq, digest, state, zones: vec![SnapshotZone { name: "example.test.".into(), records }], base: base.encode() }, claim)
     }
 
     /// The snapshot with its delivery base changed by `change` (re-encoded, well formed).
@@ -587,21 +656,21 @@ mod tests {
         assert_eq!((transferred.claim, transferred.base.encode()), (claim, good.base.clone()));
 
         let mut extra = good.clone();
-        extra.records.push(record(&["evil", "example", "test"], 1, 300, &[10, 0, 0, 1]));
+        extra.zones[0].records.push(record(&["evil", "example", "test"], 1, 300, &[10, 0, 0, 1]));
         assert!(matches!(extra.verify(&claim), Err(SnapshotError::DigestMismatch { .. })));
         let mut changed = good.clone();
-        if let Some(last) = changed.records[3].last_mut() {
+        if let Some(last) = changed.zones[0].records[3].last_mut() {
             *last ^= 1;
         }
         assert!(matches!(changed.verify(&claim), Err(SnapshotError::DigestMismatch { .. })));
         let mut state = good.clone();
-        state.state.last_signed_s += 1;
+        state.state.zone_mut(0).last_signed_s += 1;
         assert!(matches!(state.verify(&claim), Err(SnapshotError::DigestMismatch { .. })));
         let mut position = good.clone();
         position.state.executed = 63;
         assert!(matches!(position.verify(&claim), Err(SnapshotError::WrongPosition { .. })));
         let mut malformed = good.clone();
-        malformed.records.push(vec![0xc0, 0x0c, 0, 1]);
+        malformed.zones[0].records.push(vec![0xc0, 0x0c, 0, 1]);
         assert!(matches!(malformed.verify(&claim), Err(SnapshotError::BadRecord { .. })));
 
         // The deduplication table is certified with the rest: a lying peer cannot hand over
@@ -616,6 +685,92 @@ mod tests {
         assert!(matches!(garbage.verify(&claim), Err(SnapshotError::BadBase(_))));
         assert!(matches!(good.verify(&CheckpointClaim { seq: 128, ..claim }), Err(SnapshotError::WrongSeq { .. })));
         assert!(matches!(Snapshot::decode(&good.encode(), 100), Err(SnapshotError::Codec(CodecError::TooLarge { .. }))));
+    }
+
+    /// Two zones: each zone's records count under its index, and a snapshot is taken only by
+    /// a replica that serves the same zones in the same order.
+    #[test]
+    fn a_snapshot_of_several_zones_covers_each_and_names_them() {
+        let (one, _) = snapshot(64, 3);
+        let mut reverse = vec![record(&["2", "0", "192", "in-addr", "arpa"], 6, 300, &[0; 22])];
+        reverse.push(record(&["7", "2", "0", "192", "in-addr", "arpa"], 12, 300, b"\x01h\x07example\x04test\x00"));
+        let digests = [zone_digest_of(&mut one.zones[0].records.clone()), zone_digest_of(&mut reverse.clone())];
+        let base = bft::DeliveryBase::decode(&one.base).unwrap();
+        let digest = bft::checkpoint_state_digest(&one.state.checkpoint_digest(&digests), &base.clients);
+        let claim = CheckpointClaim { seq: 64, time: bft::Time(1), log_digest: [3; 32], state_digest: digest };
+        let mut two = one.clone();
+        two.digest = digest;
+        two.zones.push(SnapshotZone { name: "2.0.192.in-addr.arpa.".into(), records: reverse });
+        assert_eq!(Snapshot::decode(&two.encode(), 1 << 20).unwrap(), two);
+        two.verify(&claim).unwrap();
+        // The zones swapped: their digests go under other indices.
+        let mut swapped = two.clone();
+        swapped.zones.swap(0, 1);
+        assert!(matches!(swapped.verify(&claim), Err(SnapshotError::DigestMismatch { .. })));
+        // One zone left out.
+        let mut short = two.clone();
+        short.zones.pop();
+        assert!(matches!(short.verify(&claim), Err(SnapshotError::DigestMismatch { .. })));
+
+        let ours = ["example.test".to_string(), "2.0.192.IN-ADDR.ARPA.".to_string()];
+        two.check_zones(&ours).unwrap();
+        let err = two.check_zones(&ours[..1]).unwrap_err();
+        assert!(matches!(err, SnapshotError::ZoneSet { .. }));
+        assert!(err.to_string().contains("dealt different zone sets"), "{err}");
+        assert!(swapped.check_zones(&ours).is_err());
+        assert!(one.check_zones(&ours).is_err());
+        one.check_zones(&ours[..1]).unwrap();
+    }
+
+    /// A snapshot kept by the version before several zones (version 2: one zone's records,
+    /// a version 3 execution state) is read as that zone's, and still verifies.
+    #[test]
+    fn a_version_2_snapshot_is_read_as_the_one_zone() {
+        #[derive(Serialize)]
+        struct V3State {
+            executed: u64,
+            last_signed_s: u64,
+            sign_zone_requests: BTreeMap<u16, u64>,
+            sign_zone_stamps: BTreeMap<u16, u64>,
+            outcomes: [u8; 32],
+            recent_writes: BTreeMap<[u8; 32], crate::exec::state::RecentWrite>,
+            next_slice_s: u64,
+            signing: Option<crate::exec::SigningRun>,
+            sign_finish_votes: std::collections::BTreeSet<u16>,
+        }
+        #[derive(Serialize)]
+        struct V2 {
+            seq: u64,
+            digest: [u8; 32],
+            state: V3State,
+            records: Vec<Vec<u8>>,
+            base: Vec<u8>,
+        }
+        let (good, claim) = snapshot(64, 5);
+        let st = &good.state;
+        let old = V2 {
+            seq: good.seq,
+            digest: good.digest,
+            state: V3State {
+                executed: st.executed,
+                last_signed_s: 77,
+                sign_zone_requests: BTreeMap::new(),
+                sign_zone_stamps: BTreeMap::new(),
+                outcomes: st.outcomes,
+                recent_writes: BTreeMap::new(),
+                next_slice_s: 0,
+                signing: None,
+                sign_finish_votes: Default::default(),
+            },
+            records: good.zones[0].records.clone(),
+            base: good.base.clone(),
+        };
+        let read = Snapshot::decode(&codec::encode(2, &old), 1 << 20).unwrap();
+        assert_eq!(read.zones[0].name, "");
+        assert_eq!((read.zones.len(), &read.zones[0].records, &read.state), (1, &good.zones[0].records, &good.state));
+        read.verify(&claim).unwrap();
+        read.check_zones(&["example.test.".into()]).unwrap();
+        assert!(read.check_zones(&["example.test.".into(), "other.test.".into()]).is_err());
     }
 
     #[test]
@@ -684,7 +839,7 @@ mod tests {
         let (honest, claim) = snapshot(64, 80_000);
         assert!(honest.encode().len() > 2 * CHUNK_BYTES, "several chunks");
         let mut forged = honest.clone();
-        forged.records.push(record(&["evil", "example", "test"], 1, 300, &[10, 0, 0, 1]));
+        forged.zones[0].records.push(record(&["evil", "example", "test"], 1, 300, &[10, 0, 0, 1]));
         let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
         let stores: Vec<_> = dirs.iter().map(|d| SnapshotStore::new(d.path().to_path_buf()).unwrap()).collect();
         stores[1].save(&forged).unwrap();
@@ -705,6 +860,7 @@ mod tests {
                 outbound: Arc::new(Net { from: id, peers }),
                 max_snapshot_bytes: 64 * 1024 * 1024,
                 stats: Default::default(),
+                zones: vec!["example.test.".into()],
             };
             let (itx, irx) = mpsc::channel(1);
             let (dtx, drx) = mpsc::channel(1);

@@ -62,6 +62,18 @@ pub fn zone_digest_of(records: &mut Vec<Vec<u8>>) -> [u8; 32] {
     h.finalize().into()
 }
 
+/// The SOA serial among a zone's records (canonical wire form, as
+/// [`ZoneMaintenance::zone_records`] returns them), for the status; `None` without a
+/// readable SOA.
+pub fn soa_serial_of(records: &[Vec<u8>]) -> Option<u32> {
+    const TYPE_SOA: u16 = 6;
+    let rdata = records.iter().find_map(|r| split_wire(r).filter(|(_, rtype, ..)| *rtype == TYPE_SOA).map(|(.., rdata)| rdata))?;
+    let mname = name_len(rdata)?;
+    let rname = name_len(rdata.get(mname..)?)?;
+    let serial = rdata.get(mname + rname..mname + rname + 4)?;
+    Some(u32::from_be_bytes(serial.try_into().ok()?))
+}
+
 /// Record types dnssec-signzone makes itself (RRSIG, NSEC, DNSKEY, NSEC3, NSEC3PARAM).
 const DNSSEC_TYPE_CODES: [u16; 5] = [46, 47, 48, 50, 51];
 const TYPE_NS: u16 = 2;
@@ -848,6 +860,22 @@ fn with_kept_signatures(unsigned: &str, signed: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_serial_is_read_from_the_soa_record() {
+        let mut soa = b"\x07example\x04test\x00".to_vec();
+        soa.extend_from_slice(&[0, 6, 0, 1, 0, 0, 1, 44]);
+        let mut rdata = b"\x03ns0\x07example\x04test\x00\x0ahostmaster\x07example\x04test\x00".to_vec();
+        rdata.extend_from_slice(&[0, 0, 0, 42, 0, 0, 14, 16, 0, 0, 3, 132, 0, 9, 58, 128, 0, 0, 1, 44]);
+        soa.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        soa.extend_from_slice(&rdata);
+        let mut a = b"\x03www\x07example\x04test\x00".to_vec();
+        a.extend_from_slice(&[0, 1, 0, 1, 0, 0, 1, 44, 0, 4, 192, 0, 2, 1]);
+        assert_eq!(soa_serial_of(&[a.clone(), soa.clone()]), Some(42));
+        assert_eq!(soa_serial_of(&[a]), None);
+        soa.truncate(soa.len() - 21);
+        assert_eq!(soa_serial_of(&[soa]), None, "a cut SOA reads as none, without a panic");
+    }
 
     fn name_wire(text: &str) -> Vec<u8> {
         Name::from_ascii(text).unwrap().to_bytes().unwrap()

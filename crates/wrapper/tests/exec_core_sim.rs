@@ -45,6 +45,8 @@ struct Pki {
     outsiders: Vec<SignZoneSigner>,
     /// The replicas' own keys, signing for another zone.
     other_zone: Vec<SignZoneSigner>,
+    /// The cluster's verifier for that other zone.
+    other_verifier: SignZoneVerifier,
 }
 
 fn pki() -> &'static Pki {
@@ -63,6 +65,7 @@ fn pki() -> &'static Pki {
             signers: signers(&mine, "example.test."),
             outsiders: signers(&theirs, "example.test."),
             other_zone: signers(&mine, "other.test."),
+            other_verifier: SignZoneVerifier::new("other.test.", cert_der_from_pem(&ca.cert_pem).unwrap()),
         }
     })
 }
@@ -313,7 +316,7 @@ fn config(id: u16) -> ExecConfig {
         slice_rrsets: 4,
         sign_zone_interval_s: 60,
         sign_zone_window_s: 40,
-        sign_zone_verifier: pki().verifier.clone(),
+        sign_zone_verifiers: vec![pki().verifier.clone()],
         max_reads_in_flight: MAX_READS,
     }
 }
@@ -433,7 +436,7 @@ impl Sim {
                     return;
                 }
                 let event = match (&effect, event) {
-                    (Effect::Digest, Event::ZoneDigest { seq, .. }) => Event::ZoneDigest { seq, digest: Some(self.nodes[i].zone.digest()) },
+                    (Effect::Digest, Event::ZoneDigest { seq, .. }) => Event::ZoneDigest { seq, digests: Some(vec![self.nodes[i].zone.digest()]) },
                     (_, event) => event,
                 };
                 self.apply(id, effect, &event);
@@ -528,7 +531,7 @@ impl Sim {
                     let event = Event::WriteAnswered { seq, index, answer: answer(&message, rcode) };
                     self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::Write { k }, event });
                 }
-                Command::BeginSigning { seq, times } => {
+                Command::BeginSigning { seq, times, .. } => {
                     if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight || self.nodes[i].digesting {
                         self.fail(format!("replica {id}: a signing began while reads or a write run"));
                     }
@@ -536,7 +539,7 @@ impl Sim {
                     let delay = 1 + self.rng.next_u64() % 50;
                     self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::None, event: Event::SigningBegun { seq, result: Ok(()) } });
                 }
-                Command::FinishSigning { seq, run, times } => {
+                Command::FinishSigning { seq, run, times, .. } => {
                     if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight || self.nodes[i].digesting {
                         self.fail(format!("replica {id}: a signed zone was installed while reads or a write run"));
                     }
@@ -554,7 +557,7 @@ impl Sim {
                     };
                     self.schedule(delay, id, Due::Done { incarnation: inc, effect, event: Event::SigningFinished { seq, result } });
                 }
-                Command::ResignSlice { seq, times, due_before_s, max_rrsets } => {
+                Command::ResignSlice { seq, times, due_before_s, max_rrsets, .. } => {
                     if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight || self.nodes[i].digesting {
                         self.fail(format!("replica {id}: a re-signing slice was issued while reads or a write run"));
                     }
@@ -577,7 +580,7 @@ impl Sim {
                     self.nodes[i].digesting = true;
                     // Sometimes as long as a large zone's transfer: later batches run meanwhile.
                     let delay = if self.rng.next_u64() % 4 == 0 { 100 + self.rng.next_u64() % 400 } else { 1 + self.rng.next_u64() % 30 };
-                    self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::Digest, event: Event::ZoneDigest { seq, digest: None } });
+                    self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::Digest, event: Event::ZoneDigest { seq, digests: None } });
                 }
                 Command::Answer { reply, bytes } => {
                     // No client ever reads: the answer is simply gone. Record write rcodes.
@@ -857,7 +860,7 @@ fn only_batches_that_change_the_state_and_checkpoints_are_persisted() {
     assert_eq!(core.deliver(reads_around(3, 5)), vec![Command::Executed(3)]);
     let cmds = core.deliver(batch(4, start_s(), vec![(1, Op::Dns { tcp: true, message: update(3) }, None)]));
     assert!(cmds.is_empty(), "a write went ahead of the checkpoint's digest: {cmds:?}");
-    let cmds = core.handle(Event::ZoneDigest { seq: 2, digest: Some([7; 32]) });
+    let cmds = core.handle(Event::ZoneDigest { seq: 2, digests: Some(vec![[7; 32]]) });
     let Some(Command::Checkpoint { seq: 2, state, .. }) = cmds.first() else { panic!("{cmds:?}") };
     assert_eq!(state.executed, 2, "the checkpoint attests its own batch's state");
     let Some(Command::Write { seq, index, .. }) = cmds.get(1) else { panic!("{cmds:?}") };
@@ -878,7 +881,7 @@ fn drive(core: &mut ExecCore<u64, Unchanged>, seq: &mut u64, time_s: u64, reques
     loop {
         while let Some(c) = cmds.pop() {
             match c {
-                Command::BeginSigning { seq, times } => {
+                Command::BeginSigning { seq, times, .. } => {
                     assert_eq!(u64::from(times.expiration), time_s + 600, "signed with the beginning batch's agreed times");
                     cmds.extend(core.handle(Event::SigningBegun { seq, result: Ok(()) }));
                 }
@@ -886,7 +889,7 @@ fn drive(core: &mut ExecCore<u64, Unchanged>, seq: &mut u64, time_s: u64, reques
                     ran += 1;
                     cmds.extend(core.handle(Event::SigningFinished { seq, result: Ok(0) }));
                 }
-                Command::ResignSlice { seq, times, due_before_s, max_rrsets } => {
+                Command::ResignSlice { seq, times, due_before_s, max_rrsets, .. } => {
                     assert_eq!(u64::from(times.expiration), time_s + 600, "the slice signs with the batch's agreed times");
                     slices.push((due_before_s, max_rrsets));
                     cmds.extend(core.handle(Event::SliceDone { seq, result: Ok(max_rrsets) }));
@@ -901,11 +904,11 @@ fn drive(core: &mut ExecCore<u64, Unchanged>, seq: &mut u64, time_s: u64, reques
             }
         }
         assert!(core.is_idle());
-        if core.state().signing.is_none() {
+        if core.state().zone(0).signing.is_none() {
             return (texts, ran, slices);
         }
         *seq += 1;
-        let run = core.state().signing.map(|r| r.seq).unwrap_or(0);
+        let run = core.state().zone(0).signing.map(|r| r.seq).unwrap_or(0);
         cmds = core.deliver(batch(*seq, time_s, vec![(0, finish(0, run), None), (1, finish(1, run), None)]));
     }
 }
@@ -981,7 +984,11 @@ fn re_signing_runs_in_slices_at_most_once_per_interval_of_agreed_time() {
 
 #[test]
 fn a_slice_waits_for_the_reads_ordered_before_it() {
-    let mut core = ExecCore::new(config(0), Unchanged, ExecState { last_signed_s: start_s(), ..Default::default() });
+    let mut core = ExecCore::new(config(0), Unchanged, {
+        let mut st = ExecState::default();
+        st.zone_mut(0).last_signed_s = start_s();
+        st
+    });
     let cmds = core.deliver(batch(1, start_s() + 10, vec![(0, Op::Dns { tcp: false, message: query(1) }, Some(1)), (2, Op::Resign, None)]));
     let read = cmds
         .iter()
@@ -1221,7 +1228,7 @@ fn a_crash_mid_batch_resumes_at_the_interrupted_write() {
         assert!(matches!(cmds[..], [Command::Write { index: i, .. }] if i == index), "{cmds:?}");
         if index == 1 {
             // What the executor records durably before sending this write.
-            let (seq, at, state) = whole.zone_change_at().expect("waiting for a write");
+            let (seq, at, _, state) = whole.zone_change_at().expect("waiting for a write");
             assert_eq!((seq, at), (1, 1));
             before_second = Some(state);
         }
@@ -1272,7 +1279,7 @@ fn a_transferred_state_preempts_a_batch_stuck_on_a_write() {
     // The abandoned write's answer comes late (its task was aborted mid-flight): ignored.
     let cmds = core.handle(Event::WriteAnswered { seq: 1, index: 0, answer: answer(&update(2), ResponseCode::NoError) });
     assert_eq!(cmds, Vec::<Command<u64>>::new());
-    let cmds = core.handle(Event::ZoneDigest { seq: 1, digest: Some([1; 32]) });
+    let cmds = core.handle(Event::ZoneDigest { seq: 1, digests: Some(vec![[1; 32]]) });
     assert_eq!(cmds, Vec::<Command<u64>>::new());
     assert_eq!(core.state(), &transferred, "late events change nothing");
 
@@ -1294,11 +1301,11 @@ fn a_whole_zone_signing_runs_beside_reads_and_writes_until_t_plus_one_replicas_a
     let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
     assert!(core.deliver(batch(1, s, vec![(3, sz(3, s), None)])).iter().all(|c| matches!(c, Command::Persist(_))));
     let cmds = core.deliver(batch(2, s + 1, vec![(1, sz(1, s + 1), Some(7))]));
-    let Some(Command::BeginSigning { seq: 2, times }) = cmds.first() else { panic!("the t+1-th request begins it: {cmds:?}") };
+    let Some(Command::BeginSigning { seq: 2, times, .. }) = cmds.first() else { panic!("the t+1-th request begins it: {cmds:?}") };
     assert_eq!(u64::from(times.expiration), s + 1 + 600);
     let cmds = core.handle(Event::SigningBegun { seq: 2, result: Ok(()) });
     assert!(!cmds.iter().any(|c| matches!(c, Command::Answer { .. })), "the admin is answered when the zone is installed: {cmds:?}");
-    assert_eq!(core.state().signing, Some(wrapper::exec::SigningRun { seq: 2, time_s: s + 1 }));
+    assert_eq!(core.state().zone(0).signing, Some(wrapper::exec::SigningRun { seq: 2, time_s: s + 1 }));
     assert!(core.is_idle(), "the executor goes on");
 
     // Reads and writes run meanwhile, as ever.
@@ -1316,13 +1323,13 @@ fn a_whole_zone_signing_runs_beside_reads_and_writes_until_t_plus_one_replicas_a
     assert!(cmds.iter().any(|c| matches!(c, Command::Answer { bytes, .. } if bytes.starts_with(b"counted: 1 of the 2"))), "{cmds:?}");
     // A second one does, at its point of the log, with the signing's run and its own times.
     let cmds = core.deliver(batch(5, s + 4, vec![(0, finish(0, 2), Some(10))]));
-    let Some(Command::FinishSigning { seq: 5, run, times }) = cmds.first() else { panic!("t+1 finish it: {cmds:?}") };
+    let Some(Command::FinishSigning { seq: 5, run, times, .. }) = cmds.first() else { panic!("t+1 finish it: {cmds:?}") };
     assert_eq!((run.seq, run.time_s, u64::from(times.expiration)), (2, s + 1, s + 4 + 600));
     assert!(!core.is_idle(), "installing holds the executor");
     let cmds = core.handle(Event::SigningFinished { seq: 5, result: Ok(1) });
     let texts = answer_texts(&cmds);
     assert_eq!(texts, vec![(7, "signed at seq 2".to_string()), (10, "finished: signed at seq 2".to_string())]);
-    assert_eq!((core.state().signing, core.state().last_signed_s), (None, s + 1), "the signatures carry the beginning's time");
+    assert_eq!((core.state().zone(0).signing, core.state().zone(0).last_signed_s), (None, s + 1), "the signatures carry the beginning's time");
     // Late ones change nothing.
     let cmds = core.deliver(batch(6, s + 5, vec![(1, finish(1, 2), Some(11))]));
     assert!(cmds.iter().any(|c| matches!(c, Command::Answer { bytes, .. } if bytes == b"no signing running")), "{cmds:?}");
@@ -1352,8 +1359,8 @@ fn a_signing_that_was_written_to_goes_another_round_before_it_is_installed() {
     assert!(texts[0].1.starts_with("finished round: another begun at seq 4 for the 40 records"), "{texts:?}");
     assert!(matches!(cmds.last(), Some(Command::Persist(_))) && core.is_idle(), "the executor goes on: {cmds:?}");
     let st = core.state();
-    assert_eq!(st.signing, Some(wrapper::exec::SigningRun { seq: 4, time_s: s + 1 }), "the new round, with the signing's first times");
-    assert!(st.sign_finish_votes.is_empty(), "the last round's claims are used up");
+    assert_eq!(st.zone(0).signing, Some(wrapper::exec::SigningRun { seq: 4, time_s: s + 1 }), "the new round, with the signing's first times");
+    assert!(st.zone(0).sign_finish_votes.is_empty(), "the last round's claims are used up");
     assert_ne!(st.outcomes, before, "the round is in the outcome chain");
     let mut want = ExecState { outcomes: before, ..Default::default() };
     want.record(4, 0, wrapper::exec::state::code::SIGNING_ROUND | 40);
@@ -1365,11 +1372,11 @@ fn a_signing_that_was_written_to_goes_another_round_before_it_is_installed() {
     assert!(texts[0].1.starts_with("refused: "), "{texts:?}");
     assert!(!cmds.iter().any(|c| matches!(c, Command::FinishSigning { .. })), "{cmds:?}");
     let cmds = core.deliver(batch(6, s + 5, vec![(2, finish(2, 4), None)]));
-    let Some(Command::FinishSigning { seq: 6, run, times }) = cmds.first() else { panic!("t+1 claims for the round: {cmds:?}") };
+    let Some(Command::FinishSigning { seq: 6, run, times, .. }) = cmds.first() else { panic!("t+1 claims for the round: {cmds:?}") };
     assert_eq!((run.seq, run.time_s, u64::from(times.expiration)), (4, s + 1, s + 5 + 600));
     let cmds = core.handle(Event::SigningFinished { seq: 6, result: Ok(3) });
     assert_eq!(answer_texts(&cmds), vec![(7, "signed at seq 4".to_string())], "the admin hears of the installation");
-    assert_eq!((core.state().signing, core.state().last_signed_s), (None, s + 1), "the signatures carry the first round's time");
+    assert_eq!((core.state().zone(0).signing, core.state().zone(0).last_signed_s), (None, s + 1), "the signatures carry the first round's time");
 }
 
 /// A Byzantine primary orders finish claims under any origin it likes (the ordering does not
@@ -1418,10 +1425,88 @@ fn a_byzantine_primary_cannot_forge_finish_claims() {
     for (reply, text) in &texts[1..] {
         assert!(text.starts_with("refused: "), "claim {reply} was not refused: {text}");
     }
-    assert_eq!(core.state().sign_finish_votes.iter().copied().collect::<Vec<_>>(), vec![3]);
-    assert!(core.state().signing.is_some() && core.is_idle(), "the signing runs on, the executor is not held");
+    assert_eq!(core.state().zone(0).sign_finish_votes.iter().copied().collect::<Vec<_>>(), vec![3]);
+    assert!(core.state().zone(0).signing.is_some() && core.is_idle(), "the signing runs on, the executor is not held");
 
     // Replica 0's own claim completes t+1.
     let cmds = core.deliver(batch(4, s + 3, vec![(0, finish(0, 2), Some(12))]));
     assert!(matches!(cmds.first(), Some(Command::FinishSigning { seq: 4, .. })), "{cmds:?}");
+}
+
+/// Two zones (index 0 "example.test.", index 1 "other.test."): each counts its own sign-zone
+/// requests and finish claims and keeps its own re-signing schedule; a request signed for
+/// one zone does not count under the other's index; an index naming no zone is refused; the
+/// checkpoint covers both zones' digests.
+#[test]
+fn two_zones_keep_their_own_signing_and_re_signing() {
+    let s = start_s();
+    let p = pki();
+    let mut cfg = config(0);
+    cfg.sign_zone_verifiers.push(p.other_verifier.clone());
+    let mut core = ExecCore::new(cfg, Unchanged, ExecState::default());
+    let sz1 = |origin: u16, t: u64| Op::sign_zone(1, p.other_zone[origin as usize].sign_at(t * 1_000_000).unwrap());
+
+    // Zone 0's request under zone 1's index, and zone 1's under zone 0's: neither counts.
+    let cmds = core.deliver(batch(
+        1,
+        s,
+        vec![
+            (3, Op::sign_zone(1, p.signers[3].sign_at(s * 1_000_000).unwrap()), Some(1)),
+            (2, Op::SignZone(p.other_zone[2].sign_at(s * 1_000_000).unwrap()), Some(2)),
+        ],
+    ));
+    let texts = answer_texts(&cmds);
+    assert!(texts.iter().all(|(_, t)| t.starts_with("refused: the request does not prove")), "{texts:?}");
+    // An index beyond the zones: refused, for every kind of request.
+    let cmds = core.deliver(batch(2, s, vec![(3, Op::sign_zone(2, p.signers[3].sign_at(s * 1_000_000 + 1).unwrap()), Some(3)), (3, Op::resign(7), Some(4))]));
+    let texts = answer_texts(&cmds);
+    assert_eq!(texts.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>(), vec!["refused: no zone has index 2", "refused: no zone has index 7"]);
+
+    // Zone 1: one request from replica 3, then one from replica 1: its signing begins.
+    core.deliver(batch(3, s + 1, vec![(3, sz1(3, s + 1), None)]));
+    assert_eq!(core.state().zone(1).sign_zone_requests.len(), 1);
+    assert!(core.state().zone(0).sign_zone_requests.is_empty(), "zone 0 counts nothing of zone 1");
+    let cmds = core.deliver(batch(4, s + 2, vec![(1, sz1(1, s + 2), Some(5))]));
+    let Some(Command::BeginSigning { zone: 1, seq: 4, .. }) = cmds.first() else { panic!("zone 1's signing begins: {cmds:?}") };
+    core.handle(Event::SigningBegun { seq: 4, result: Ok(()) });
+    assert_eq!(core.state().zone(1).signing.map(|r| r.seq), Some(4));
+    assert_eq!(core.state().zone(0).signing, None);
+    // Zone 0 signs meanwhile, on its own.
+    core.deliver(batch(5, s + 3, vec![(3, sz(3, s + 3), None)]));
+    let cmds = core.deliver(batch(6, s + 3, vec![(0, sz(0, s + 3), Some(6))]));
+    let Some(Command::BeginSigning { zone: 0, seq: 6, .. }) = cmds.first() else { panic!("zone 0's signing begins: {cmds:?}") };
+    core.handle(Event::SigningBegun { seq: 6, result: Ok(()) });
+    assert_eq!(core.signing_runs().iter().map(|(z, r, _)| (*z, r.seq)).collect::<Vec<_>>(), vec![(0, 6), (1, 4)]);
+
+    // Zone 1's finish claims: zone 0's claims for the same run count nothing there.
+    let fin1 = |r: u16, run: u64| Op::sign_zone_finish(1, p.other_zone[r as usize].sign_finish(run).unwrap());
+    let cmds = core.deliver(batch(7, s + 4, vec![(3, Op::sign_zone_finish(1, p.signers[3].sign_finish(4).unwrap()), Some(7)), (3, fin1(3, 4), Some(8))]));
+    assert!(!cmds.iter().any(|c| matches!(c, Command::FinishSigning { .. })), "{cmds:?}");
+    assert_eq!(core.state().zone(1).sign_finish_votes.iter().copied().collect::<Vec<_>>(), vec![3]);
+    assert!(core.state().zone(0).sign_finish_votes.is_empty());
+    let cmds = core.deliver(batch(8, s + 5, vec![(2, fin1(2, 4), Some(9))]));
+    let Some(Command::FinishSigning { zone: 1, seq: 8, run, .. }) = cmds.first() else { panic!("t+1 finish zone 1: {cmds:?}") };
+    assert_eq!(run.seq, 4);
+    let (_, _, zone, _) = core.zone_change_at().expect("installing is a zone change");
+    assert_eq!(zone, Some(1));
+    let cmds = core.handle(Event::SigningFinished { seq: 8, result: Ok(0) });
+    let texts = answer_texts(&cmds);
+    assert!(texts.contains(&(5, "signed at seq 4".to_string())), "zone 1's admin is answered, not zone 0's: {texts:?}");
+    assert!(!texts.iter().any(|(r, _)| *r == 6), "{texts:?}");
+    assert_eq!((core.state().zone(1).last_signed_s, core.state().zone(0).last_signed_s), (s + 2, 0));
+
+    // Re-signing: zone 1 is signed, zone 0 not yet: only zone 1 slices, on its own schedule.
+    let cmds = core.deliver(batch(9, s + 30, vec![(1, Op::resign(0), Some(10)), (1, Op::resign(1), Some(11))]));
+    assert!(matches!(cmds.iter().find(|c| matches!(c, Command::ResignSlice { .. })), Some(Command::ResignSlice { zone: 1, seq: 9, .. })), "{cmds:?}");
+    let cmds = core.handle(Event::SliceDone { seq: 9, result: Ok(2) });
+    assert!(matches!(cmds.last(), Some(Command::Persist(_))), "{cmds:?}");
+    assert_eq!((core.state().zone(1).next_slice_s, core.state().zone(0).next_slice_s), (s + 50, 0));
+
+    // A checkpoint digests both zones, each under its index.
+    let cmds = core.deliver(Delivered { checkpoint_due: true, ..batch(10, s + 31, Vec::new()) });
+    assert!(matches!(&cmds[..], [Command::Persist(_), Command::DigestZone { seq: 10 }]), "{cmds:?}");
+    let cmds = core.handle(Event::ZoneDigest { seq: 10, digests: Some(vec![[1; 32], [2; 32]]) });
+    let Some(Command::Checkpoint { digest, state, .. }) = cmds.first() else { panic!("{cmds:?}") };
+    assert_eq!(*digest, state.checkpoint_digest(&[[1; 32], [2; 32]]));
+    assert_ne!(*digest, state.checkpoint_digest(&[[2; 32], [1; 32]]));
 }

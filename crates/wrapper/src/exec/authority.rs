@@ -8,7 +8,7 @@
 //! CA and the batch's agreed time only, so all decide alike, and a request counts for the
 //! replica whose key signed it, never for the one it claims. The stamp (the signer's
 //! clock, made strictly increasing) bounds how long a signed request counts and makes
-//! each one count at most once (`ExecState::sign_zone_stamps`).
+//! each one count at most once (`ZoneExec::sign_zone_stamps`, per zone).
 //!
 //! A replica's claim that its part of a running background signing is done
 //! (`Op::SignZoneFinish`) is bound to its origin the same way: signed with its identity

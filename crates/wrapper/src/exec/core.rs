@@ -26,6 +26,11 @@
 //!   signed and no earlier than `slice_interval_s` after the last slice, re-signs at most
 //!   `slice_rrsets` RRsets whose signatures expire by T + (validity - `resign_after_s`),
 //!   soonest first (docs/DETERMINISM.md, "Incremental re-signing").
+//!
+//! With several zones, sign-zone, finish claims and re-signing name their zone (its index in
+//! the configuration's zone order) and each zone keeps its own counts and schedules in the
+//! state (`ExecState::zones`, a BTreeMap by index); writes name theirs in their own zone
+//! section, and all zones share one outcome chain and one log.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -63,8 +68,10 @@ pub struct ExecConfig {
     /// A sign-zone request older than this (agreed time) no longer counts; nor does one
     /// whose signer's stamp is further than this from the agreed time.
     pub sign_zone_window_s: u64,
-    /// Checks which replica signed a sign-zone request.
-    pub sign_zone_verifier: SignZoneVerifier,
+    /// Checks which replica signed a sign-zone request: one per configured zone, in zone
+    /// index order (each checks that the request names its zone). Its length is the number
+    /// of zones; a request for any other index is refused.
+    pub sign_zone_verifiers: Vec<SignZoneVerifier>,
     /// Reads executing at once at this gateway.
     pub max_reads_in_flight: usize,
 }
@@ -101,22 +108,23 @@ pub enum Command<R> {
     /// Begin a background whole-zone signing: keep the zone's content as it is now (what
     /// will be signed, with these agreed times); report [`Event::SigningBegun`]. The
     /// signing itself runs off the log.
-    BeginSigning { seq: u64, times: SignatureTimes },
+    BeginSigning { zone: u16, seq: u64, times: SignatureTimes },
     /// Install the zone signed by background run `run` (waiting for this replica's part
     /// of it however long it takes), then apply on top of it what changed since `run`
     /// began, with this batch's agreed `times`; report [`Event::SigningFinished`]. When
     /// that is more than a short catch-up (a function of the zone's content and of the
     /// rounds so far, so the same on every honest replica), begin another round here
     /// instead and report [`Event::SigningRound`].
-    FinishSigning { seq: u64, run: SigningRun, times: SignatureTimes },
-    /// Re-sign at most `max_rrsets` RRsets whose signatures expire at or before
+    FinishSigning { zone: u16, seq: u64, run: SigningRun, times: SignatureTimes },
+    /// Re-sign, in zone `zone`, at most `max_rrsets` RRsets whose signatures expire at or before
     /// `due_before_s`, soonest first (ties by owner and type), with these agreed times;
     /// wait for named however long it takes, then report [`Event::SliceDone`].
-    ResignSlice { seq: u64, times: SignatureTimes, due_before_s: u32, max_rrsets: u32 },
+    ResignSlice { zone: u16, seq: u64, times: SignatureTimes, due_before_s: u32, max_rrsets: u32 },
     /// Send these bytes to a client, without waiting for it.
     Answer { reply: R, bytes: Vec<u8> },
-    /// Compute the digest of named's zone; report [`Event::ZoneDigest`]. Later batches run
-    /// meanwhile, their reads included; nothing that changes the zone runs until it is in.
+    /// Compute the digest of every zone named serves; report [`Event::ZoneDigest`]. Later
+    /// batches run meanwhile, their reads included; nothing that changes a zone runs until
+    /// it is in.
     DigestZone { seq: u64 },
     /// Report this checkpoint digest to the ordering; `state` is the execution state the
     /// checkpoint attests (batch `seq` executed), for its snapshot.
@@ -164,10 +172,11 @@ pub enum Event {
         seq: u64,
         result: Result<u32, String>,
     },
-    /// `None`: the zone could not be read; this replica's checkpoint will not match.
+    /// One digest per zone, in zone index order. `None`: a zone could not be read; this
+    /// replica's checkpoint will not match.
     ZoneDigest {
         seq: u64,
-        digest: Option<[u8; 32]>,
+        digests: Option<Vec<[u8; 32]>>,
     },
 }
 
@@ -188,18 +197,22 @@ enum Wait<R> {
     },
     /// A signing decided at this point of the log, waiting for earlier reads.
     SignPending {
+        zone: u16,
         index: u32,
         reply: Option<R>,
     },
     Begin {
+        zone: u16,
         index: u32,
         reply: Option<R>,
     },
     Finish {
+        zone: u16,
         index: u32,
         reply: Option<R>,
     },
     Slice {
+        zone: u16,
         index: u32,
         reply: Option<R>,
     },
@@ -246,9 +259,9 @@ pub struct ExecCore<R, G> {
     answers: BTreeMap<[u8; 32], Vec<u8>>,
     answer_order: VecDeque<[u8; 32]>,
     resume: Option<Resume>,
-    /// The admin waiting for the running background signing to finish (local: only the
-    /// gateway that ordered the request holds it).
-    sign_reply: Option<R>,
+    /// Per zone, the admin waiting for its running background signing to finish (local:
+    /// only the gateway that ordered the request holds it).
+    sign_reply: BTreeMap<u16, R>,
 }
 
 impl<R, G: UpdateGate> ExecCore<R, G> {
@@ -265,7 +278,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             answers: BTreeMap::new(),
             answer_order: VecDeque::new(),
             resume: None,
-            sign_reply: None,
+            sign_reply: BTreeMap::new(),
         }
     }
 
@@ -307,14 +320,15 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     }
 
     /// The zone change (write, signing, re-signing slice) the core waits for, if any: its
-    /// batch, its item, and the state before that item, which decides it again alike when
+    /// batch, its item, the zone when the core knows it (a write names its zone in its own
+    /// zone section), and the state before that item, which decides it again alike when
     /// the batch resumes there after a crash. What the executor names in its write intent.
-    pub fn zone_change_at(&self) -> Option<(u64, u32, ExecState)> {
+    pub fn zone_change_at(&self) -> Option<(u64, u32, Option<u16>, ExecState)> {
         let run = self.running.as_ref()?;
+        let before = || run.before.clone().unwrap_or_else(|| self.state.clone());
         match &run.wait {
-            Some(Wait::Write { index, .. } | Wait::Finish { index, .. } | Wait::Slice { index, .. }) => {
-                Some((run.seq, *index, run.before.clone().unwrap_or_else(|| self.state.clone())))
-            }
+            Some(Wait::Write { index, .. }) => Some((run.seq, *index, None, before())),
+            Some(Wait::Finish { zone, index, .. } | Wait::Slice { zone, index, .. }) => Some((run.seq, *index, Some(*zone), before())),
             _ => None,
         }
     }
@@ -326,9 +340,23 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         }
     }
 
-    /// The background signing running, with the signature times it signs with.
-    pub fn signing_run(&self) -> Option<(SigningRun, SignatureTimes)> {
-        self.state.signing.map(|run| (run, self.times(run.time_s.saturating_mul(1_000_000))))
+    /// Zone `zone`'s background signing running, with the signature times it signs with.
+    pub fn signing_run(&self, zone: u16) -> Option<(SigningRun, SignatureTimes)> {
+        self.state.zone(zone).signing.map(|run| (run, self.times(run.time_s.saturating_mul(1_000_000))))
+    }
+
+    /// Every zone's running background signing, in zone index order.
+    pub fn signing_runs(&self) -> Vec<(u16, SigningRun, SignatureTimes)> {
+        self.state.zones.iter().filter_map(|(zone, z)| z.signing.map(|run| (*zone, run, self.times(run.time_s.saturating_mul(1_000_000))))).collect()
+    }
+
+    /// How many zones this replica serves (the zone indices are below it).
+    pub fn zone_count(&self) -> usize {
+        self.config.sign_zone_verifiers.len()
+    }
+
+    fn serves(&self, zone: u16) -> bool {
+        usize::from(zone) < self.zone_count()
     }
 
     /// Reads issued and not yet reported done.
@@ -419,15 +447,23 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 if run.seq != seq || !matches!(run.wait, Some(Wait::Begin { .. })) {
                     return out;
                 }
-                let Some(Wait::Begin { index, reply }) = run.wait.take() else { return out };
+                let Some(Wait::Begin { zone, index, reply }) = run.wait.take() else { return out };
                 let time_s = run.time_us / 1_000_000;
                 match result {
                     Ok(()) => {
-                        self.state.signing = Some(SigningRun { seq, time_s });
-                        self.state.sign_finish_votes.clear();
+                        let z = self.state.zone_mut(zone);
+                        z.signing = Some(SigningRun { seq, time_s });
+                        z.sign_finish_votes.clear();
                         self.state.record(seq, index, code::SIGNING_BEGUN);
                         // Answered when the signed zone is installed.
-                        self.sign_reply = reply;
+                        match reply {
+                            Some(reply) => {
+                                self.sign_reply.insert(zone, reply);
+                            }
+                            None => {
+                                self.sign_reply.remove(&zone);
+                            }
+                        }
                     }
                     Err(e) => {
                         self.state.record(seq, index, code::ZONE_SIGN_FAILED);
@@ -442,13 +478,14 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 if run.seq != seq || !matches!(run.wait, Some(Wait::Finish { .. })) {
                     return out;
                 }
-                let Some(Wait::Finish { index, reply }) = run.wait.take() else { return out };
-                let signing = self.state.signing.take().unwrap_or(SigningRun { seq, time_s: run.time_us / 1_000_000 });
-                self.state.sign_finish_votes.clear();
+                let Some(Wait::Finish { zone, index, reply }) = run.wait.take() else { return out };
+                let z = self.state.zone_mut(zone);
+                let signing = z.signing.take().unwrap_or(SigningRun { seq, time_s: run.time_us / 1_000_000 });
+                z.sign_finish_votes.clear();
                 let text = match result {
                     Ok(_) => {
                         // The signatures carry the run's agreed time.
-                        self.state.last_signed_s = signing.time_s;
+                        self.state.zone_mut(zone).last_signed_s = signing.time_s;
                         self.state.record(seq, index, code::ZONE_SIGNED);
                         format!("signed at seq {}", signing.seq)
                     }
@@ -457,7 +494,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         format!("error: {e}")
                     }
                 };
-                if let Some(reply) = self.sign_reply.take() {
+                if let Some(reply) = self.sign_reply.remove(&zone) {
                     out.push(Command::Answer { reply, bytes: text.clone().into_bytes() });
                 }
                 if let Some(reply) = reply {
@@ -469,12 +506,13 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 if run.seq != seq || !matches!(run.wait, Some(Wait::Finish { .. })) {
                     return out;
                 }
-                let Some(Wait::Finish { index, reply }) = run.wait.take() else { return out };
+                let Some(Wait::Finish { zone, index, reply }) = run.wait.take() else { return out };
                 // The same signing: its signatures keep the first round's times; the finish
                 // claims now name this round.
-                let time_s = self.state.signing.map_or(run.time_us / 1_000_000, |s| s.time_s);
-                self.state.signing = Some(SigningRun { seq, time_s });
-                self.state.sign_finish_votes.clear();
+                let z = self.state.zone_mut(zone);
+                let time_s = z.signing.map_or(run.time_us / 1_000_000, |s| s.time_s);
+                z.signing = Some(SigningRun { seq, time_s });
+                z.sign_finish_votes.clear();
                 self.state.record(seq, index, code::SIGNING_ROUND | changed.min(0xffff));
                 if let Some(reply) = reply {
                     out.push(Command::Answer {
@@ -488,7 +526,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 if run.seq != seq || !matches!(run.wait, Some(Wait::Slice { .. })) {
                     return out;
                 }
-                let Some(Wait::Slice { index, reply }) = run.wait.take() else { return out };
+                let Some(Wait::Slice { index, reply, .. }) = run.wait.take() else { return out };
                 let outcome = match result {
                     Ok(n) => code::SLICE_RESIGNED | n.min(0xfffe),
                     Err(_) => code::SLICE_FAILED,
@@ -498,15 +536,16 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                     out.push(Command::Answer { reply, bytes: b"done".to_vec() });
                 }
             }
-            Event::ZoneDigest { seq, digest } => {
+            Event::ZoneDigest { seq, digests } => {
                 let Some((_, state)) = self.digesting.take_if(|(at, _)| *at == seq) else { return out };
-                let digest = match digest {
-                    Some(zone) => state.checkpoint_digest(&zone),
+                let zones = self.zone_count().max(1);
+                let digest = match digests.filter(|d| d.len() == zones) {
+                    Some(digests) => state.checkpoint_digest(&digests),
                     // A digest no other replica can produce: this checkpoint will not match.
                     None => {
                         let mut zone = [0xffu8; 32];
                         zone[..2].copy_from_slice(&self.config.id.to_be_bytes());
-                        let mut d = state.checkpoint_digest(&zone);
+                        let mut d = state.checkpoint_digest(&vec![zone; zones]);
                         d[0] ^= 0x5a;
                         d
                     }
@@ -540,9 +579,9 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             let Some(run) = self.running.as_mut() else { return };
             match run.wait {
                 Some(Wait::SignPending { .. }) if quiet => {
-                    let Some(Wait::SignPending { index, reply }) = run.wait.take() else { return };
+                    let Some(Wait::SignPending { zone, index, reply }) = run.wait.take() else { return };
                     let (seq, time_us) = (run.seq, run.time_us);
-                    self.start_signing(index, reply, seq, time_us, out);
+                    self.start_signing(zone, index, reply, seq, time_us, out);
                     return;
                 }
                 Some(_) => return,
@@ -581,6 +620,25 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             };
             let (seq, time_us) = (run.seq, run.time_us);
             let Ok(op) = Op::decode(&item.payload) else { continue };
+            // Zone 0's requests in their original form are zone 0's requests.
+            let op = match op {
+                Op::SignZone(auth) => Op::SignZoneIn { zone: 0, auth },
+                Op::Resign => Op::ResignZone(0),
+                Op::SignZoneFinish(auth) => Op::SignZoneFinishIn { zone: 0, auth },
+                other => other,
+            };
+            let zone = match op {
+                Op::SignZoneIn { zone, .. } | Op::ResignZone(zone) | Op::SignZoneFinishIn { zone, .. } => zone,
+                _ => 0,
+            };
+            if !matches!(op, Op::Dns { .. }) && !self.serves(zone) {
+                // An index from the log that names no configured zone: the same refusal on
+                // every replica (they share the configuration's zone set).
+                if let Some(reply) = item.reply {
+                    out.push(Command::Answer { reply, bytes: format!("refused: no zone has index {zone}").into_bytes() });
+                }
+                continue;
+            }
             match op {
                 Op::Dns { tcp, message } => match classify(&message, tcp) {
                     Verdict::Order(Kind::Write) => {
@@ -657,11 +715,13 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                     // A gateway answers these itself; one that orders them is lying or newer.
                     Verdict::Answer(_) | Verdict::Drop(_) => {}
                 },
-                Op::SignZone(auth) => {
+                // Normalised above.
+                Op::SignZone(_) | Op::Resign | Op::SignZoneFinish(_) => {}
+                Op::SignZoneIn { auth, .. } => {
                     let time_s = time_us / 1_000_000;
                     self.keep_before();
-                    match self.sign_zone_request(item.origin, &auth, time_s) {
-                        Ok(()) => return self.start_signing(index, item.reply, seq, time_us, out),
+                    match self.sign_zone_request(zone, item.origin, &auth, time_s) {
+                        Ok(()) => return self.start_signing(zone, index, item.reply, seq, time_us, out),
                         Err(text) => {
                             if let Some(reply) = item.reply {
                                 out.push(Command::Answer { reply, bytes: text.into_bytes() });
@@ -669,25 +729,26 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         }
                     }
                 }
-                Op::SignZoneFinish(auth) => {
+                Op::SignZoneFinishIn { auth, .. } => {
                     self.keep_before();
-                    let Some(signing) = self.state.signing else {
+                    let Some(signing) = self.state.zone(zone).signing else {
                         if let Some(reply) = item.reply {
                             out.push(Command::Answer { reply, bytes: b"no signing running".to_vec() });
                         }
                         continue;
                     };
-                    if let Err(text) = self.finish_claim(item.origin, &auth, signing.seq, time_us / 1_000_000) {
+                    if let Err(text) = self.finish_claim(zone, item.origin, &auth, signing.seq, time_us / 1_000_000) {
                         if let Some(reply) = item.reply {
                             out.push(Command::Answer { reply, bytes: text.into_bytes() });
                         }
                         continue;
                     }
-                    self.state.sign_finish_votes.insert(item.origin);
-                    let needed = usize::from(self.config.faults) + 1;
-                    if self.state.sign_finish_votes.len() < needed {
+                    let votes = &mut self.state.zone_mut(zone).sign_finish_votes;
+                    votes.insert(item.origin);
+                    let (counted, needed) = (votes.len(), usize::from(self.config.faults) + 1);
+                    if counted < needed {
                         if let Some(reply) = item.reply {
-                            let text = format!("counted: {} of the {needed} replicas needed are done", self.state.sign_finish_votes.len());
+                            let text = format!("counted: {counted} of the {needed} replicas needed are done");
                             out.push(Command::Answer { reply, bytes: text.into_bytes() });
                         }
                         continue;
@@ -697,27 +758,28 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         return self.hold(index, item, Wait::Barrier);
                     }
                     let times = self.times(time_us);
-                    out.push(Command::FinishSigning { seq, run: signing, times });
+                    out.push(Command::FinishSigning { zone, seq, run: signing, times });
                     if let Some(run) = self.running.as_mut() {
-                        run.wait = Some(Wait::Finish { index, reply: item.reply });
+                        run.wait = Some(Wait::Finish { zone, index, reply: item.reply });
                     }
                     return;
                 }
-                Op::Resign => {
+                Op::ResignZone(_) => {
                     let time_s = time_us / 1_000_000;
-                    if self.state.last_signed_s != 0 && time_s >= self.state.next_slice_s {
+                    let z = self.state.zone(zone);
+                    if z.last_signed_s != 0 && time_s >= z.next_slice_s {
                         // A slice changes the zone: like a write, after the reads before it.
                         if !self.zone_quiet() {
                             return self.hold(index, item, Wait::Barrier);
                         }
                         self.keep_before();
-                        self.state.next_slice_s = time_s.saturating_add(self.config.slice_interval_s.max(1));
+                        self.state.zone_mut(zone).next_slice_s = time_s.saturating_add(self.config.slice_interval_s.max(1));
                         let refresh = u64::from(self.config.validity_s).saturating_sub(self.config.resign_after_s);
                         let due_before_s = u32::try_from(time_s.saturating_add(refresh)).unwrap_or(u32::MAX);
                         let times = self.times(time_us);
-                        out.push(Command::ResignSlice { seq, times, due_before_s, max_rrsets: self.config.slice_rrsets.max(1) });
+                        out.push(Command::ResignSlice { zone, seq, times, due_before_s, max_rrsets: self.config.slice_rrsets.max(1) });
                         if let Some(run) = self.running.as_mut() {
-                            run.wait = Some(Wait::Slice { index, reply: item.reply });
+                            run.wait = Some(Wait::Slice { zone, index, reply: item.reply });
                         }
                         return;
                     }
@@ -756,15 +818,15 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
 
     /// A whole-zone signing decided at this point of the log; it begins once the reads
     /// issued before it are done (the decision is not taken again).
-    fn start_signing(&mut self, index: u32, reply: Option<R>, seq: u64, time_us: u64, out: &mut Vec<Command<R>>) {
+    fn start_signing(&mut self, zone: u16, index: u32, reply: Option<R>, seq: u64, time_us: u64, out: &mut Vec<Command<R>>) {
         let times = self.times(time_us);
         let quiet = self.zone_quiet();
         let Some(run) = self.running.as_mut() else { return };
         if quiet {
-            run.wait = Some(Wait::Begin { index, reply });
-            out.push(Command::BeginSigning { seq, times });
+            run.wait = Some(Wait::Begin { zone, index, reply });
+            out.push(Command::BeginSigning { zone, seq, times });
         } else {
-            run.wait = Some(Wait::SignPending { index, reply });
+            run.wait = Some(Wait::SignPending { zone, index, reply });
         }
     }
 
@@ -772,18 +834,15 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// begun at `run_seq` is done: signed by `origin`'s key (checked at agreed time
     /// `time_s`), for this run. A Byzantine primary can order claims under any origin;
     /// only the claims replicas made count.
-    fn finish_claim(&self, origin: u16, auth: &SignFinishAuth, run_seq: u64, time_s: u64) -> Result<(), String> {
+    fn finish_claim(&self, zone: u16, origin: u16, auth: &SignFinishAuth, run_seq: u64, time_s: u64) -> Result<(), String> {
         if auth.replica != origin {
             return Err(format!("refused: a finish claim signed for replica {} was ordered as replica {origin}'s", auth.replica));
         }
         if auth.run_seq != run_seq {
             return Err(format!("refused: replica {origin}'s finish claim is for the signing begun at seq {}, not {run_seq}", auth.run_seq));
         }
-        self.config
-            .sign_zone_verifier
-            .verify_finish(auth, time_s)
-            .map(|_| ())
-            .map_err(|e| format!("refused: the finish claim does not prove replica {origin}: {e}"))
+        let verifier = self.config.sign_zone_verifiers.get(usize::from(zone)).ok_or_else(|| format!("refused: no zone has index {zone}"))?;
+        verifier.verify_finish(auth, time_s).map(|_| ()).map_err(|e| format!("refused: the finish claim does not prove replica {origin}: {e}"))
     }
 
     /// Counts an ordered sign-zone request; `Ok` when it completes the t+1 needed (the
@@ -791,14 +850,15 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// the replica whose key signed it, only once (its stamp must be newer than any
     /// counted before from that replica), and only if signed within the window of the
     /// agreed time; the ordering's `origin` must agree with the signer.
-    fn sign_zone_request(&mut self, origin: u16, auth: &SignZoneAuth, time_s: u64) -> Result<(), String> {
-        if let Some(run) = self.state.signing {
+    fn sign_zone_request(&mut self, zone: u16, origin: u16, auth: &SignZoneAuth, time_s: u64) -> Result<(), String> {
+        let verifier = self.config.sign_zone_verifiers.get(usize::from(zone)).ok_or_else(|| format!("refused: no zone has index {zone}"))?;
+        if let Some(run) = self.state.zone(zone).signing {
             return Err(format!("refused: a whole-zone signing is running since seq {}", run.seq));
         }
         if auth.replica != origin {
             return Err(format!("refused: a request signed for replica {} was ordered as replica {origin}'s", auth.replica));
         }
-        if let Some(&last) = self.state.sign_zone_stamps.get(&origin) {
+        if let Some(&last) = self.state.zone(zone).sign_zone_stamps.get(&origin) {
             if auth.stamp_us <= last {
                 return Err(format!("refused: replica {origin}'s request stamped {} is not newer than its last counted one", auth.stamp_us));
             }
@@ -808,10 +868,10 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         if stamp_s.abs_diff(time_s) > window {
             return Err(format!("refused: replica {origin}'s request was signed at {stamp_s}, ordered at agreed time {time_s}: more than {window} s apart"));
         }
-        if let Err(e) = self.config.sign_zone_verifier.verify(auth, time_s) {
+        if let Err(e) = verifier.verify(auth, time_s) {
             return Err(format!("refused: the request does not prove replica {origin}: {e}"));
         }
-        let s = &mut self.state;
+        let s = self.state.zone_mut(zone);
         // Used now, whatever follows: a replay of this request never counts.
         s.sign_zone_stamps.insert(origin, auth.stamp_us);
         if s.last_signed_s != 0 && time_s < s.last_signed_s.saturating_add(self.config.sign_zone_interval_s) {

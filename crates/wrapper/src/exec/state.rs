@@ -13,8 +13,9 @@ use sha2::{Digest as _, Sha256};
 use crate::codec::{self, CodecError};
 
 /// 2 added `next_slice_s` and the sign-zone stamps; 3 the background whole-zone signing
-/// (`signing`, `sign_finish_votes`). Older states are read and converted.
-const VERSION: u8 = 3;
+/// (`signing`, `sign_finish_votes`); 4 moved everything whole-zone operations decide into
+/// one [`ZoneExec`] per zone. Older states are read and converted (as zone 0's).
+const VERSION: u8 = 4;
 const MAX_STATE_BYTES: usize = 256 * 1024;
 /// Recent TSIG-signed writes remembered for deduplication; beyond, the one whose window
 /// closes first is forgotten.
@@ -61,10 +62,10 @@ pub struct RecentWrite {
     pub outcome: u32,
 }
 
+/// What the whole-zone operations of one zone (sign-zone, background signing, incremental
+/// re-signing) decided so far.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExecState {
-    /// The last batch executed in full (0: none).
-    pub executed: u64,
+pub struct ZoneExec {
     /// Agreed time (s) of the last successful whole-zone signing (0: never).
     pub last_signed_s: u64,
     /// Replicas whose sign-zone request was ordered and not yet acted on, with the
@@ -73,11 +74,6 @@ pub struct ExecState {
     /// Per replica, the stamp of its last signed sign-zone request that was counted:
     /// only a newer one counts, so no signed request counts twice.
     pub sign_zone_stamps: BTreeMap<u16, u64>,
-    /// Hash chain over (seq, request index, outcome code) of every ordered write and
-    /// whole-zone signing: a replica whose named answered differently differs here.
-    pub outcomes: [u8; 32],
-    /// SHA-256 of the bytes of recent TSIG-signed writes, with their window and outcome.
-    pub recent_writes: BTreeMap<[u8; 32], RecentWrite>,
     /// Agreed time (s) from which the next incremental re-signing slice may run.
     pub next_slice_s: u64,
     /// The whole-zone signing running in the background, if any.
@@ -85,6 +81,82 @@ pub struct ExecState {
     /// Replicas whose request to finish the running signing (their own part of it is
     /// done) was ordered; t+1 finish it.
     pub sign_finish_votes: std::collections::BTreeSet<u16>,
+}
+
+impl ZoneExec {
+    fn hash_into(&self, h: &mut Sha256) {
+        h.update(self.last_signed_s.to_be_bytes());
+        h.update((self.sign_zone_requests.len() as u64).to_be_bytes());
+        for (origin, t) in &self.sign_zone_requests {
+            h.update(origin.to_be_bytes());
+            h.update(t.to_be_bytes());
+        }
+        h.update((self.sign_zone_stamps.len() as u64).to_be_bytes());
+        for (origin, stamp) in &self.sign_zone_stamps {
+            h.update(origin.to_be_bytes());
+            h.update(stamp.to_be_bytes());
+        }
+    }
+
+    fn hash_schedule_into(&self, h: &mut Sha256) {
+        h.update(self.next_slice_s.to_be_bytes());
+        match self.signing {
+            None => h.update([0u8]),
+            Some(run) => {
+                h.update([1u8]);
+                h.update(run.seq.to_be_bytes());
+                h.update(run.time_s.to_be_bytes());
+            }
+        }
+        h.update((self.sign_finish_votes.len() as u64).to_be_bytes());
+        for v in &self.sign_finish_votes {
+            h.update(v.to_be_bytes());
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecState {
+    /// The last batch executed in full (0: none).
+    pub executed: u64,
+    /// Hash chain over (seq, request index, outcome code) of every ordered write and
+    /// whole-zone signing: a replica whose named answered differently differs here.
+    pub outcomes: [u8; 32],
+    /// SHA-256 of the bytes of recent TSIG-signed writes, with their window and outcome.
+    pub recent_writes: BTreeMap<[u8; 32], RecentWrite>,
+    /// Per zone index (the order of the configuration's zones): a BTreeMap, so every
+    /// replica walks it in the same order. A zone nothing happened to yet has no entry
+    /// and reads as [`ZoneExec::default`].
+    pub zones: BTreeMap<u16, ZoneExec>,
+}
+
+/// The state as version 3 stored it (one zone). Also inside version 1 write intents and
+/// version 2 snapshots (`crate::statexfer`).
+#[derive(Deserialize)]
+pub(crate) struct StateV3 {
+    executed: u64,
+    last_signed_s: u64,
+    sign_zone_requests: BTreeMap<u16, u64>,
+    sign_zone_stamps: BTreeMap<u16, u64>,
+    outcomes: [u8; 32],
+    recent_writes: BTreeMap<[u8; 32], RecentWrite>,
+    next_slice_s: u64,
+    signing: Option<SigningRun>,
+    sign_finish_votes: std::collections::BTreeSet<u16>,
+}
+
+impl From<StateV3> for ExecState {
+    fn from(v3: StateV3) -> ExecState {
+        let zone = ZoneExec {
+            last_signed_s: v3.last_signed_s,
+            sign_zone_requests: v3.sign_zone_requests,
+            sign_zone_stamps: v3.sign_zone_stamps,
+            next_slice_s: v3.next_slice_s,
+            signing: v3.signing,
+            sign_finish_votes: v3.sign_finish_votes,
+        };
+        ExecState::with_zone0(v3.executed, v3.outcomes, v3.recent_writes, zone)
+    }
 }
 
 /// The state as version 2 stored it.
@@ -134,44 +206,66 @@ impl ExecState {
         self.outcomes = h.finalize().into();
     }
 
-    /// What a checkpoint attests: the zone's content and this state (less the
-    /// executed position, which the checkpoint's sequence number already names).
-    pub fn checkpoint_digest(&self, zone: &[u8; 32]) -> [u8; 32] {
+    fn with_zone0(executed: u64, outcomes: [u8; 32], recent_writes: BTreeMap<[u8; 32], RecentWrite>, zone: ZoneExec) -> ExecState {
+        let mut zones = BTreeMap::new();
+        if zone != ZoneExec::default() {
+            zones.insert(0, zone);
+        }
+        ExecState { executed, outcomes, recent_writes, zones }
+    }
+
+    /// Zone `index`'s part (the default when nothing happened to it yet).
+    pub fn zone(&self, index: u16) -> ZoneExec {
+        self.zones.get(&index).cloned().unwrap_or_default()
+    }
+
+    /// Zone `index`'s part, to change.
+    pub fn zone_mut(&mut self, index: u16) -> &mut ZoneExec {
+        self.zones.entry(index).or_default()
+    }
+
+    /// What a checkpoint attests: the zones' content (`zones[i]`: the digest of zone i's
+    /// records) and this state (less the executed position, which the checkpoint's
+    /// sequence number already names). With one zone, the form every earlier version
+    /// used, so a single-zone cluster's digests, kept snapshots and certificates stay
+    /// valid across the upgrade; with several, SHA-256 over (zone index, zone digest) in
+    /// index order, then the shared state, then each zone's part in index order.
+    pub fn checkpoint_digest(&self, zones: &[[u8; 32]]) -> [u8; 32] {
         let mut h = Sha256::new();
-        h.update(b"sdns checkpoint v1");
-        h.update(zone);
+        if let [zone] = zones {
+            let z = self.zone(0);
+            h.update(b"sdns checkpoint v1");
+            h.update(zone);
+            h.update(self.outcomes);
+            z.hash_into(&mut h);
+            self.hash_recent_into(&mut h);
+            z.hash_schedule_into(&mut h);
+            return h.finalize().into();
+        }
+        h.update(b"sdns checkpoint v2");
+        h.update((zones.len() as u64).to_be_bytes());
+        for (index, digest) in zones.iter().enumerate() {
+            h.update((index as u64).to_be_bytes());
+            h.update(digest);
+        }
         h.update(self.outcomes);
-        h.update(self.last_signed_s.to_be_bytes());
-        h.update((self.sign_zone_requests.len() as u64).to_be_bytes());
-        for (origin, t) in &self.sign_zone_requests {
-            h.update(origin.to_be_bytes());
-            h.update(t.to_be_bytes());
+        self.hash_recent_into(&mut h);
+        for index in 0..zones.len() {
+            let z = self.zone(u16::try_from(index).unwrap_or(u16::MAX));
+            h.update((index as u64).to_be_bytes());
+            z.hash_into(&mut h);
+            z.hash_schedule_into(&mut h);
         }
-        h.update((self.sign_zone_stamps.len() as u64).to_be_bytes());
-        for (origin, stamp) in &self.sign_zone_stamps {
-            h.update(origin.to_be_bytes());
-            h.update(stamp.to_be_bytes());
-        }
+        h.finalize().into()
+    }
+
+    fn hash_recent_into(&self, h: &mut Sha256) {
         h.update((self.recent_writes.len() as u64).to_be_bytes());
         for (digest, w) in &self.recent_writes {
             h.update(digest);
             h.update(w.expires_s.to_be_bytes());
             h.update(w.outcome.to_be_bytes());
         }
-        h.update(self.next_slice_s.to_be_bytes());
-        match self.signing {
-            None => h.update([0u8]),
-            Some(run) => {
-                h.update([1u8]);
-                h.update(run.seq.to_be_bytes());
-                h.update(run.time_s.to_be_bytes());
-            }
-        }
-        h.update((self.sign_finish_votes.len() as u64).to_be_bytes());
-        for v in &self.sign_finish_votes {
-            h.update(v.to_be_bytes());
-        }
-        h.finalize().into()
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -183,26 +277,23 @@ impl ExecState {
             Err(CodecError::Version { got: 1, .. }) => {
                 let v1: StateV1 = codec::decode("execution state", 1, MAX_STATE_BYTES, bytes)?;
                 // Requests counted under v1 were not proven by their replicas: dropped.
-                Ok(ExecState {
-                    executed: v1.executed,
-                    last_signed_s: v1.last_signed_s,
-                    outcomes: v1.outcomes,
-                    recent_writes: v1.recent_writes,
-                    ..Default::default()
-                })
+                let zone = ZoneExec { last_signed_s: v1.last_signed_s, ..Default::default() };
+                Ok(ExecState::with_zone0(v1.executed, v1.outcomes, v1.recent_writes, zone))
             }
             Err(CodecError::Version { got: 2, .. }) => {
                 let v2: StateV2 = codec::decode("execution state", 2, MAX_STATE_BYTES, bytes)?;
-                Ok(ExecState {
-                    executed: v2.executed,
+                let zone = ZoneExec {
                     last_signed_s: v2.last_signed_s,
                     sign_zone_requests: v2.sign_zone_requests,
                     sign_zone_stamps: v2.sign_zone_stamps,
-                    outcomes: v2.outcomes,
-                    recent_writes: v2.recent_writes,
                     next_slice_s: v2.next_slice_s,
                     ..Default::default()
-                })
+                };
+                Ok(ExecState::with_zone0(v2.executed, v2.outcomes, v2.recent_writes, zone))
+            }
+            Err(CodecError::Version { got: 3, .. }) => {
+                let v3: StateV3 = codec::decode("execution state", 3, MAX_STATE_BYTES, bytes)?;
+                Ok(v3.into())
             }
             other => other,
         }
@@ -239,7 +330,8 @@ fn store_durably(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
     write().map_err(|source| StateError::Io { path: path.to_owned(), source })
 }
 
-const INTENT_VERSION: u8 = 1;
+/// 2: with the zone whose serial was read (and the version 4 state); 1 is read as zone 0's.
+const INTENT_VERSION: u8 = 2;
 
 /// Recorded durably before a write goes to named: which write (batch and item), named's SOA
 /// serial just before it, and the execution state just before it (the outcomes of the
@@ -255,8 +347,19 @@ const INTENT_VERSION: u8 = 1;
 pub struct WriteIntent {
     pub seq: u64,
     pub index: u32,
+    /// The zone the change is to, whose serial `serial` is.
+    pub zone: u16,
     pub serial: u32,
     pub state: ExecState,
+}
+
+/// A write intent as version 1 stored it (one zone, a version 3 state).
+#[derive(Deserialize)]
+struct IntentV1 {
+    seq: u64,
+    index: u32,
+    serial: u32,
+    state: StateV3,
 }
 
 impl WriteIntent {
@@ -267,9 +370,14 @@ impl WriteIntent {
 
     pub fn load(path: &Path) -> Result<Option<WriteIntent>, StateError> {
         match std::fs::read(path) {
-            Ok(bytes) => codec::decode("write intent", INTENT_VERSION, MAX_STATE_BYTES + 64, &bytes)
-                .map(Some)
-                .map_err(|source| StateError::Decode { path: path.to_owned(), source }),
+            Ok(bytes) => {
+                let decoded = match codec::decode("write intent", INTENT_VERSION, MAX_STATE_BYTES + 64, &bytes) {
+                    Err(CodecError::Version { got: 1, .. }) => codec::decode::<IntentV1>("write intent", 1, MAX_STATE_BYTES + 64, &bytes)
+                        .map(|v1| WriteIntent { seq: v1.seq, index: v1.index, zone: 0, serial: v1.serial, state: v1.state.into() }),
+                    other => other,
+                };
+                decoded.map(Some).map_err(|source| StateError::Decode { path: path.to_owned(), source })
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(StateError::Io { path: path.to_owned(), source }),
         }
@@ -301,28 +409,30 @@ mod tests {
 
     #[test]
     fn round_trip_and_chain_order_matters() {
-        let mut a = ExecState { executed: 9, last_signed_s: 100, ..Default::default() };
-        a.sign_zone_requests.insert(2, 50);
+        let mut a = ExecState { executed: 9, ..Default::default() };
+        a.zone_mut(0).last_signed_s = 100;
+        a.zone_mut(0).sign_zone_requests.insert(2, 50);
         a.record(1, 0, 0);
         a.record(2, 0, 5);
         assert_eq!(ExecState::decode(&a.encode()).unwrap(), a);
-        let mut b = ExecState { executed: 9, last_signed_s: 100, ..Default::default() };
-        b.sign_zone_requests.insert(2, 50);
+        let mut b = ExecState { executed: 9, ..Default::default() };
+        b.zone_mut(0).last_signed_s = 100;
+        b.zone_mut(0).sign_zone_requests.insert(2, 50);
         b.record(2, 0, 5);
         b.record(1, 0, 0);
         assert_ne!(a.outcomes, b.outcomes);
         let zone = [7; 32];
-        assert_ne!(a.checkpoint_digest(&zone), b.checkpoint_digest(&zone));
-        assert_ne!(a.checkpoint_digest(&zone), a.checkpoint_digest(&[8; 32]));
+        assert_ne!(a.checkpoint_digest(&[zone]), b.checkpoint_digest(&[zone]));
+        assert_ne!(a.checkpoint_digest(&[zone]), a.checkpoint_digest(&[[8; 32]]));
     }
 
     #[test]
     fn stamps_are_attested_and_v1_states_convert() {
         let mut a = ExecState::default();
-        a.sign_zone_stamps.insert(1, 10);
+        a.zone_mut(0).sign_zone_stamps.insert(1, 10);
         let mut b = a.clone();
-        b.sign_zone_stamps.insert(1, 11);
-        assert_ne!(a.checkpoint_digest(&[0; 32]), b.checkpoint_digest(&[0; 32]));
+        b.zone_mut(0).sign_zone_stamps.insert(1, 11);
+        assert_ne!(a.checkpoint_digest(&[[0; 32]]), b.checkpoint_digest(&[[0; 32]]));
         assert_eq!(ExecState::decode(&b.encode()).unwrap(), b);
 
         #[derive(Serialize)]
@@ -335,8 +445,8 @@ mod tests {
         }
         let old = V1 { executed: 5, last_signed_s: 6, sign_zone_requests: [(2, 3)].into(), outcomes: [9; 32], recent_writes: BTreeMap::new() };
         let s = ExecState::decode(&codec::encode(1, &old)).unwrap();
-        assert_eq!((s.executed, s.last_signed_s, s.outcomes), (5, 6, [9; 32]));
-        assert!(s.sign_zone_requests.is_empty() && s.sign_zone_stamps.is_empty());
+        assert_eq!((s.executed, s.zone(0).last_signed_s, s.outcomes), (5, 6, [9; 32]));
+        assert!(s.zone(0).sign_zone_requests.is_empty() && s.zone(0).sign_zone_stamps.is_empty());
     }
 
     #[test]
@@ -366,10 +476,10 @@ mod tests {
         }
         let old = V1 { executed: 7, last_signed_s: 99, sign_zone_requests: BTreeMap::new(), outcomes: [4; 32], recent_writes: BTreeMap::new() };
         let s = ExecState::decode(&codec::encode(1, &old)).unwrap();
-        assert_eq!((s.executed, s.last_signed_s, s.outcomes, s.next_slice_s), (7, 99, [4; 32], 0));
+        assert_eq!((s.executed, s.zone(0).last_signed_s, s.outcomes, s.zone(0).next_slice_s), (7, 99, [4; 32], 0));
         let mut later = s.clone();
-        later.next_slice_s = 5;
-        assert_ne!(s.checkpoint_digest(&[0; 32]), later.checkpoint_digest(&[0; 32]));
+        later.zone_mut(0).next_slice_s = 5;
+        assert_ne!(s.checkpoint_digest(&[[0; 32]]), later.checkpoint_digest(&[[0; 32]]));
     }
 
     #[test]
@@ -394,15 +504,135 @@ mod tests {
             next_slice_s: 12,
         };
         let s = ExecState::decode(&codec::encode(2, &old)).unwrap();
-        assert_eq!((s.executed, s.last_signed_s, s.next_slice_s, s.signing), (8, 90, 12, None));
-        assert_eq!(s.sign_zone_stamps.get(&1), Some(&4));
+        assert_eq!((s.executed, s.zone(0).last_signed_s, s.zone(0).next_slice_s, s.zone(0).signing), (8, 90, 12, None));
+        assert_eq!(s.zone(0).sign_zone_stamps.get(&1), Some(&4));
         let mut running = s.clone();
-        running.signing = Some(SigningRun { seq: 9, time_s: 100 });
-        assert_ne!(s.checkpoint_digest(&[0; 32]), running.checkpoint_digest(&[0; 32]));
+        running.zone_mut(0).signing = Some(SigningRun { seq: 9, time_s: 100 });
+        assert_ne!(s.checkpoint_digest(&[[0; 32]]), running.checkpoint_digest(&[[0; 32]]));
         let mut voted = running.clone();
-        voted.sign_finish_votes.insert(2);
-        assert_ne!(running.checkpoint_digest(&[0; 32]), voted.checkpoint_digest(&[0; 32]));
+        voted.zone_mut(0).sign_finish_votes.insert(2);
+        assert_ne!(running.checkpoint_digest(&[[0; 32]]), voted.checkpoint_digest(&[[0; 32]]));
         assert_eq!(ExecState::decode(&voted.encode()).unwrap(), voted);
+    }
+
+    #[derive(Serialize)]
+    struct V3 {
+        executed: u64,
+        last_signed_s: u64,
+        sign_zone_requests: BTreeMap<u16, u64>,
+        sign_zone_stamps: BTreeMap<u16, u64>,
+        outcomes: [u8; 32],
+        recent_writes: BTreeMap<[u8; 32], RecentWrite>,
+        next_slice_s: u64,
+        signing: Option<SigningRun>,
+        sign_finish_votes: std::collections::BTreeSet<u16>,
+    }
+
+    fn v3() -> V3 {
+        V3 {
+            executed: 11,
+            last_signed_s: 95,
+            sign_zone_requests: [(3, 94)].into(),
+            sign_zone_stamps: [(1, 4)].into(),
+            outcomes: [6; 32],
+            recent_writes: [([1; 32], RecentWrite { expires_s: 200, outcome: 0 })].into(),
+            next_slice_s: 120,
+            signing: Some(SigningRun { seq: 10, time_s: 90 }),
+            sign_finish_votes: [2].into(),
+        }
+    }
+
+    /// The digest a version 3 replica computed over the same state (its code, copied
+    /// here as it was): a single-zone replica's checkpoints do not change with the upgrade.
+    fn v3_digest(s: &V3, zone: &[u8; 32]) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(b"sdns checkpoint v1");
+        h.update(zone);
+        h.update(s.outcomes);
+        h.update(s.last_signed_s.to_be_bytes());
+        h.update((s.sign_zone_requests.len() as u64).to_be_bytes());
+        for (origin, t) in &s.sign_zone_requests {
+            h.update(origin.to_be_bytes());
+            h.update(t.to_be_bytes());
+        }
+        h.update((s.sign_zone_stamps.len() as u64).to_be_bytes());
+        for (origin, stamp) in &s.sign_zone_stamps {
+            h.update(origin.to_be_bytes());
+            h.update(stamp.to_be_bytes());
+        }
+        h.update((s.recent_writes.len() as u64).to_be_bytes());
+        for (digest, w) in &s.recent_writes {
+            h.update(digest);
+            h.update(w.expires_s.to_be_bytes());
+            h.update(w.outcome.to_be_bytes());
+        }
+        h.update(s.next_slice_s.to_be_bytes());
+        match s.signing {
+            None => h.update([0u8]),
+            Some(run) => {
+                h.update([1u8]);
+                h.update(run.seq.to_be_bytes());
+                h.update(run.time_s.to_be_bytes());
+            }
+        }
+        h.update((s.sign_finish_votes.len() as u64).to_be_bytes());
+        for v in &s.sign_finish_votes {
+            h.update(v.to_be_bytes());
+        }
+        h.finalize().into()
+    }
+
+    #[test]
+    fn a_version_3_state_becomes_zone_0_with_the_same_single_zone_digest() {
+        let old = v3();
+        let s = ExecState::decode(&codec::encode(3, &old)).unwrap();
+        let z = s.zone(0);
+        assert_eq!((s.executed, s.outcomes, z.last_signed_s, z.next_slice_s, z.signing), (11, [6; 32], 95, 120, old.signing));
+        assert_eq!(
+            (&z.sign_zone_requests, &z.sign_zone_stamps, &z.sign_finish_votes),
+            (&old.sign_zone_requests, &old.sign_zone_stamps, &old.sign_finish_votes)
+        );
+        assert_eq!(s.recent_writes, old.recent_writes);
+        assert_eq!(s.checkpoint_digest(&[[5; 32]]), v3_digest(&old, &[5; 32]));
+        assert_eq!(ExecState::decode(&s.encode()).unwrap(), s);
+    }
+
+    #[test]
+    fn a_version_1_write_intent_is_read_as_zone_0() {
+        #[derive(Serialize)]
+        struct IntentV1Out {
+            seq: u64,
+            index: u32,
+            serial: u32,
+            state: V3,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("exec.intent");
+        std::fs::write(&path, codec::encode(1, &IntentV1Out { seq: 12, index: 2, serial: 7, state: v3() })).unwrap();
+        let intent = WriteIntent::load(&path).unwrap().unwrap();
+        assert_eq!((intent.seq, intent.index, intent.zone, intent.serial, intent.state.executed), (12, 2, 0, 7, 11));
+        let new = WriteIntent { zone: 1, ..intent };
+        new.store(&path).unwrap();
+        assert_eq!(WriteIntent::load(&path).unwrap(), Some(new));
+    }
+
+    #[test]
+    fn the_digest_over_several_zones_covers_every_zone_and_its_index() {
+        let mut s = ExecState::default();
+        let (a, b) = ([1; 32], [2; 32]);
+        let base = s.checkpoint_digest(&[a, b]);
+        assert_ne!(base, s.checkpoint_digest(&[b, a]), "the zones' order is their index");
+        assert_ne!(base, s.checkpoint_digest(&[a, [3; 32]]));
+        assert_ne!(base, s.checkpoint_digest(&[a]));
+        // A zone without an entry and one with the default entry are the same state.
+        s.zone_mut(1);
+        assert_eq!(base, s.checkpoint_digest(&[a, b]));
+        s.zone_mut(1).next_slice_s = 9;
+        let one = s.checkpoint_digest(&[a, b]);
+        assert_ne!(base, one);
+        let mut other = ExecState::default();
+        other.zone_mut(0).next_slice_s = 9;
+        assert_ne!(one, other.checkpoint_digest(&[a, b]), "each zone's schedule is its own");
     }
 
     #[test]
