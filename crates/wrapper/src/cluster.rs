@@ -544,6 +544,7 @@ mod tests {
             resign_slice_interval_s: None,
             resign_slice_rrsets: None,
             zone_signer_threads: None,
+            signature_cache_entries: None,
             update_auth: crate::auth::Mode::Tsig,
             skip_precheck: Vec::new(),
             rrl_responses_per_second: 0,

@@ -181,16 +181,27 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 _ = stall_check.tick() => {
                     match self.core.waiting_for() {
                         Some((seq, what)) => match stalled {
-                            Some((at, since)) if at == seq => warn!(
-                                replica = self.id,
-                                seq,
-                                secs = since.elapsed().as_secs(),
-                                reads_in_flight = self.core.reads_in_flight(),
-                                "a batch has been executing for long; waiting for {what}"
-                            ),
-                            _ => stalled = Some((seq, std::time::Instant::now())),
+                            Some((at, since)) if at == seq => {
+                                warn!(
+                                    replica = self.id,
+                                    seq,
+                                    secs = since.elapsed().as_secs(),
+                                    reads_in_flight = self.core.reads_in_flight(),
+                                    "a batch has been executing for long; waiting for {what}"
+                                );
+                                // The repair task fetches the certified state past a batch
+                                // that does not finish (see `run::repair`).
+                                self.metrics.update_status(|s| s.stalled = Some((seq, since.elapsed().as_secs())));
+                            }
+                            _ => {
+                                stalled = Some((seq, std::time::Instant::now()));
+                                self.metrics.update_status(|s| s.stalled = None);
+                            }
                         },
-                        None => stalled = None,
+                        None => {
+                            stalled = None;
+                            self.metrics.update_status(|s| s.stalled = None);
+                        }
                     }
                     Vec::new()
                 }
@@ -205,6 +216,9 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     if result.is_ok() {
                         installed_at = installed_at.max(seq);
                     }
+                    // The stalled batch, if any, is gone with it.
+                    stalled = None;
+                    self.metrics.update_status(|s| s.stalled = None);
                     let _ = ack.send(result);
                     Vec::new()
                 }

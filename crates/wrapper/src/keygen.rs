@@ -106,6 +106,8 @@ pub struct ClusterParams {
     pub resign_slice_rrsets: Option<u32>,
     /// Written as `[signing] zone_signer_threads` when set.
     pub zone_signer_threads: Option<usize>,
+    /// Written as `[signing] cache_entries` when set.
+    pub signature_cache_entries: Option<usize>,
     /// Which signatures authorize updates (`[auth] mode`).
     pub update_auth: Mode,
     /// Replicas that order updates without the pre-ordering check (fault injection).
@@ -340,6 +342,8 @@ struct SigningFile {
     sign_zone_interval_s: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     zone_signer_threads: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_entries: Option<usize>,
 }
 
 #[derive(Clone, Serialize)]
@@ -405,6 +409,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         p.resign_after_s.is_some(),
         p.sign_zone_interval_s.is_some(),
         p.zone_signer_threads.is_some(),
+        p.signature_cache_entries.is_some(),
     ]
     .contains(&true)
     .then_some(SigningFile {
@@ -414,6 +419,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         resign_after_s: p.resign_after_s,
         sign_zone_interval_s: p.sign_zone_interval_s,
         zone_signer_threads: p.zone_signer_threads,
+        cache_entries: p.signature_cache_entries,
     });
     let ordering = (p.checkpoint_interval.is_some() || p.retained_batches.is_some())
         .then_some(OrderingFile { checkpoint_interval: p.checkpoint_interval, retained_batches: p.retained_batches });
@@ -525,6 +531,7 @@ mod tests {
             resign_slice_interval_s: None,
             resign_slice_rrsets: None,
             zone_signer_threads: Some(3),
+            signature_cache_entries: Some(512),
             update_auth,
             skip_precheck: vec![2],
             rrl_responses_per_second: 7,
@@ -554,6 +561,7 @@ mod tests {
                 assert_eq!((c.rrl.responses_per_second, c.rrl.slip), (7, 2));
                 assert_eq!((c.ordering.checkpoint_interval, c.ordering.retained_batches), (8, 16));
                 assert_eq!(c.signing.zone_signer_threads(), 3);
+                assert_eq!(c.signing.cache_entries, 512);
             }
         }
         assert_eq!(sig0_signer("example.test."), "sdns-update.example.test.");

@@ -198,6 +198,10 @@ struct ClusterArgs {
     /// Signatures a whole-zone signing keeps in flight per replica (default: one per core).
     #[arg(long)]
     zone_signer_threads: Option<usize>,
+    /// Finished signatures each replica keeps to answer peers still working on them
+    /// (`[signing] cache_entries`, default 4096).
+    #[arg(long)]
+    signature_cache_entries: Option<usize>,
     /// What authorizes updates: tsig (a shared key every replica holds), sig0 (a KEY
     /// pair whose private half only the operator has), or both.
     #[arg(long, value_enum, default_value = "tsig")]
@@ -245,6 +249,7 @@ impl ClusterArgs {
             resign_slice_interval_s: self.resign_slice_interval_s,
             resign_slice_rrsets: self.resign_slice_rrsets,
             zone_signer_threads: self.zone_signer_threads,
+            signature_cache_entries: self.signature_cache_entries,
             update_auth: self.update_auth,
             skip_precheck: self.skip_precheck.clone(),
             rrl_responses_per_second: self.rrl_responses_per_second,

@@ -65,6 +65,10 @@ pub struct Status {
     /// Transferred states installed since start.
     #[serde(default)]
     pub state_transfers: u64,
+    /// The batch the executor has been running for a while, and for how long (s), as its
+    /// stall check last saw it.
+    #[serde(default)]
+    pub stalled: Option<(u64, u64)>,
     /// Every zone this replica serves, in zone index order.
     #[serde(default)]
     pub zones: Vec<ZoneStatus>,

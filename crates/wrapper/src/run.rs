@@ -677,6 +677,9 @@ impl Attribution {
     }
 }
 
+/// A batch stalled this long (s) gives way to the certified state past it (see [`repair`]).
+const STUCK_BATCH_TRANSFER_S: u64 = 20;
+
 /// Keeps this replica in agreement with the certified checkpoints: passes the ordering's
 /// state-transfer requests to the fetcher; compares the replica's own digest at each stable
 /// checkpoint with the certified one and, when they differ, stops execution
@@ -738,6 +741,24 @@ async fn repair(
         let repairing = diverged_at > last_installed;
         if repairing && stable.seq > executed && needed.borrow().is_none_or(|c| c.seq < stable.seq) {
             needed.send_replace(Some(stable));
+        }
+        // A batch that does not finish, where 2t+1 replicas certified a checkpoint at or past
+        // it: the certified state replaces what it would do. It happens to a replica restored
+        // from an old copy of its directory: it executes again a write whose signatures its
+        // peers made long ago and no longer hold, and its named waits for them forever.
+        // Which way a replica reaches the certified state is its own affair; the state is the
+        // same (the transfer checks it against the certified digest).
+        if let Some((batch, secs)) = metrics.status().stalled {
+            if secs >= STUCK_BATCH_TRANSFER_S && stable.seq >= batch && stable.seq > last_installed && needed.borrow().is_none_or(|c| c.seq < stable.seq) {
+                tracing::warn!(
+                    replica = id,
+                    batch,
+                    secs,
+                    checkpoint = stable.seq,
+                    "a batch has not finished while 2t+1 replicas certified a checkpoint past it; fetching that checkpoint's state"
+                );
+                needed.send_replace(Some(stable));
+            }
         }
         metrics.update_status(|s| {
             if !repairing && s.diverged.take().is_some() {
