@@ -5,6 +5,7 @@
 #      warm-up, so every read is a read-cache hit at every replica: the unloaded percentiles,
 #      and each `sdns run` process's context switches (all threads, /proc) and CPU
 #      (utime+stime, 10 ms ticks) per read;
+#      before them the same 1,000 asked of replica 0's own named (the baseline in the same run);
 #   2. dnsperf -c 4 -q 10 -l 5 -D on the same query file: q/s and the same per-read figures.
 # Usage: scripts/bench/read-hops.sh LABEL SDNS_BINARY [PORT_BASE]
 # Environment: KEYS [target/bench-keys/n4-1024] (dealt by scripts/bench-cluster.sh with
@@ -41,6 +42,8 @@ if [ -n "${PRELOAD:-}" ]; then
   dnsperf -s 127.0.0.1 -p "$base" -d "$dir/q.txt" -l "$PRELOAD" -c 4 -q 200 -t 5 -D > "$dir/preload.txt" 2>&1
   echo "preload: $(awk '/Queries per second/ {print $4}' "$dir/preload.txt") q/s for $PRELOAD s"
 fi
+# The same 1,000 questions asked of replica 0's own named, for the ratio in the same run.
+named_probe=$(python3 "$measure" probe "$dir/q.txt" --port $((base + 20)) --count 1000 --meta '{}')
 python3 "$measure" probe "$dir/q.txt" --port "$base" --count "${WARM:-1000}" --meta '{}' > /dev/null
 a=$(snap)
 probe=$(python3 "$measure" probe "$dir/q.txt" --port "$base" --count 1000 --meta '{}')
@@ -51,6 +54,7 @@ qps=$(awk '/Queries per second/ {print $4}' "$dir/dp.txt")
 completed=$(awk '/Queries completed/ {print $3}' "$dir/dp.txt")
 echo "== $label: $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "probe: $probe"
+echo "named probe: $named_probe"
 echo "dnsperf -q 10: $qps q/s, $completed completed"
 python3 - "$a" "$b" "$c" "${completed:-0}" <<'PY'
 import sys

@@ -6,7 +6,7 @@
 //! Trailing bytes are an error, so each message has exactly one encoding.
 
 use crate::message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
-use crate::types::{Digest, Limits, Proposal, ReplicaId, Request, Time, MAX_READ_PROBES, MAX_READ_PROBE_BYTES, MAX_READ_PROBE_REQUEST};
+use crate::types::{Digest, Limits, Proposal, ReplicaId, Request, Time};
 
 /// Version byte that starts every encoded message.
 pub const WIRE_VERSION: u8 = 1;
@@ -20,8 +20,6 @@ const TAG_VIEW_CHANGE: u8 = 6;
 const TAG_NEW_VIEW: u8 = 7;
 const TAG_STATUS: u8 = 8;
 const TAG_COMMITTED: u8 = 9;
-const TAG_READ_PROBE: u8 = 10;
-const TAG_READ_VOUCH: u8 = 11;
 
 /// Why bytes are not a valid message (the peer's fault).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -99,25 +97,6 @@ impl Message {
                 put_u64(&mut out, *seq);
                 write_proposal(&mut out, proposal);
             }
-            Message::ReadProbe { sender, probes } => {
-                out.push(TAG_READ_PROBE);
-                put_u64(&mut out, u64::from(*sender));
-                put_len(&mut out, probes.len());
-                for (id, request) in probes {
-                    put_u64(&mut out, *id);
-                    put_len(&mut out, request.len());
-                    out.extend_from_slice(request);
-                }
-            }
-            Message::ReadVouch { sender, answers } => {
-                out.push(TAG_READ_VOUCH);
-                put_u64(&mut out, u64::from(*sender));
-                put_len(&mut out, answers.len());
-                for (id, digest) in answers {
-                    put_u64(&mut out, *id);
-                    out.extend_from_slice(digest);
-                }
-            }
         }
         out
     }
@@ -152,17 +131,6 @@ impl Message {
                 oldest_retained: reader.u64("oldest_retained")?,
             }),
             TAG_COMMITTED => Message::Committed { sender: reader.replica()?, seq: reader.u64("seq")?, proposal: reader.proposal()? },
-            TAG_READ_PROBE => Message::ReadProbe { sender: reader.replica()?, probes: reader.read_probes()? },
-            TAG_READ_VOUCH => {
-                let sender = reader.replica()?;
-                // An answer is at least a one-byte id and a digest.
-                let count = reader.count("answers", 33, MAX_READ_PROBES)?;
-                let mut answers = Vec::with_capacity(count);
-                for _ in 0..count {
-                    answers.push((reader.u64("id")?, reader.digest()?));
-                }
-                Message::ReadVouch { sender, answers }
-            }
             other => return Err(DecodeError::UnknownTag(other)),
         };
         let remaining = reader.remaining();
@@ -359,28 +327,6 @@ impl Reader<'_> {
         let payload = self.bytes.get(self.position..end).ok_or(DecodeError::Truncated("payload"))?.to_vec();
         self.position = end;
         Ok(Request { origin, client, number, payload })
-    }
-
-    /// A read probe's reads, within [`MAX_READ_PROBES`], [`MAX_READ_PROBE_REQUEST`] each and
-    /// [`MAX_READ_PROBE_BYTES`] in all.
-    pub(crate) fn read_probes(&mut self) -> Result<Vec<(u64, Vec<u8>)>, DecodeError> {
-        // A probe is at least a one-byte id and a one-byte length.
-        let count = self.count("probes", 2, MAX_READ_PROBES)?;
-        let mut probes = Vec::with_capacity(count);
-        let mut total = 0usize;
-        for _ in 0..count {
-            let id = self.u64("id")?;
-            let length = self.count("probe request", 1, MAX_READ_PROBE_REQUEST)?;
-            total += length;
-            if total > MAX_READ_PROBE_BYTES {
-                return Err(DecodeError::TooMany { field: "probe bytes", count: total as u64 });
-            }
-            let end = self.position + length; // length <= remaining, so no overflow
-            let request = self.bytes.get(self.position..end).ok_or(DecodeError::Truncated("probe request"))?.to_vec();
-            self.position = end;
-            probes.push((id, request));
-        }
-        Ok(probes)
     }
 
     pub(crate) fn proposal(&mut self) -> Result<Proposal, DecodeError> {

@@ -188,7 +188,7 @@ pub use persist::{checkpoint_state_digest, Persist, PersistedState, RestoreError
 pub use replica::{Action, Replica, Status};
 pub use types::{
     Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, Limits, Proposal, ReplicaId, Request, RequestKey, StateTransferError,
-    SubmitError, Time, DEDUP_WINDOW, MAX_READ_PROBES, MAX_READ_PROBE_BYTES, MAX_READ_PROBE_REQUEST, REQUEST_OVERHEAD,
+    SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
 };
 
 #[cfg(feature = "transport")]

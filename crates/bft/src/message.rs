@@ -26,14 +26,6 @@ pub enum Message {
     /// A committed batch, sent to a replica that reported it is behind. Accepted once f+1
     /// distinct replicas sent the same one.
     Committed { sender: ReplicaId, seq: u64, proposal: Proposal },
-    /// The sender, a gateway, asks for the receiver's answers to these reads (an id each, and
-    /// the request as the application encodes it) without ordering them: PBFT's read-only
-    /// optimisation inside the cluster. Opaque to the core beyond its bounds
-    /// ([`crate::MAX_READ_PROBES`], [`crate::MAX_READ_PROBE_BYTES`]); the receiver hands it to
-    /// its application with its read barrier ([`crate::Action::ReadProbes`]).
-    ReadProbe { sender: ReplicaId, probes: Vec<(u64, Vec<u8>)> },
-    /// The digests of the sender's answers to reads the receiver probed, by id.
-    ReadVouch { sender: ReplicaId, answers: Vec<(u64, Digest)> },
 }
 
 /// A checkpoint: agreed time, log digest and application state digest after batch `seq`.
@@ -123,9 +115,7 @@ impl Message {
             | Message::Commit { sender, .. }
             | Message::Checkpoint { sender, .. }
             | Message::NewView { sender, .. }
-            | Message::Committed { sender, .. }
-            | Message::ReadProbe { sender, .. }
-            | Message::ReadVouch { sender, .. } => *sender,
+            | Message::Committed { sender, .. } => *sender,
             Message::ViewChange(view_change) => view_change.sender,
             Message::Status(status) => status.sender,
         }
@@ -143,8 +133,6 @@ impl Message {
             Message::NewView { .. } => "new-view",
             Message::Status(_) => "status",
             Message::Committed { .. } => "committed",
-            Message::ReadProbe { .. } => "read-probe",
-            Message::ReadVouch { .. } => "read-vouch",
         }
     }
 }

@@ -9,8 +9,8 @@ use crate::decide::{decide, search};
 use crate::message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
 use crate::persist::{fold_state_digest, meta_record, slot_record, table_digest, Meta, Persist, PersistedState, RestoreError, SlotRecord, Transferred};
 use crate::types::{
-    duration_us, read_probes_within_bounds, Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, Proposal, ReplicaId, Request,
-    RequestKey, StateTransferError, SubmitError, Time, DEDUP_WINDOW, MAX_READ_PROBES, REQUEST_OVERHEAD,
+    duration_us, Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, Proposal, ReplicaId, Request, RequestKey, StateTransferError,
+    SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
 };
 
 /// Something the driver must do.
@@ -30,13 +30,6 @@ pub enum Action {
     /// Make this durable before carrying out any action polled after it (see
     /// [`crate::Persist`]); a driver that cannot must stop the replica rather than go on.
     Persist(Persist),
-    /// Peer `from` asks this replica to vouch for its answers to these reads (see
-    /// [`Message::ReadProbe`]): the application answers each only once it has executed up to
-    /// `after`, this replica's [`Replica::read_barrier`] when the probe arrived, and sends the
-    /// answers' digests back with [`Replica::vouch_reads`]. Within the decoder's bounds.
-    ReadProbes { from: ReplicaId, after: u64, probes: Vec<(u64, Vec<u8>)> },
-    /// Peer `from` vouches for these answers to reads this replica probed.
-    ReadVouches { from: ReplicaId, answers: Vec<(u64, Digest)> },
 }
 
 /// A snapshot of the replica's progress.
@@ -816,51 +809,8 @@ impl Replica {
             Message::NewView { new_view, .. } => self.on_new_view(from, new_view),
             Message::Status(report) => self.on_status(from, report),
             Message::Committed { seq, proposal, .. } => self.on_committed(from, seq, proposal),
-            message @ (Message::ReadProbe { .. } | Message::ReadVouch { .. }) => {
-                if let Some(action) = self.read_action(from, message) {
-                    self.actions.push_back(action);
-                }
-                // Reads change nothing the ordering keeps.
-                return;
-            }
         }
         self.after_step();
-    }
-
-    /// A read probe or vouch from peer `from`, as the action it becomes, returned rather than
-    /// queued: a driver may take read traffic while an earlier action (a persist) is still
-    /// being carried out, since reads change nothing the ordering keeps. `None` for any
-    /// other message, and for a read message that is refused (blamed when beyond its bounds
-    /// or not from its sender).
-    pub fn read_message(&mut self, from: ReplicaId, message: Message) -> Option<Action> {
-        if from >= self.config.n || from == self.config.id {
-            return None;
-        }
-        if message.sender() != from {
-            self.blame(from, "claimed sender differs from channel");
-            return None;
-        }
-        self.read_action(from, message)
-    }
-
-    fn read_action(&mut self, from: ReplicaId, message: Message) -> Option<Action> {
-        match message {
-            Message::ReadProbe { probes, .. } => {
-                if !read_probes_within_bounds(&probes) {
-                    self.blame(from, "read probe beyond its bounds");
-                    return None;
-                }
-                (!probes.is_empty()).then(|| Action::ReadProbes { from, after: self.read_barrier(), probes })
-            }
-            Message::ReadVouch { answers, .. } => {
-                if answers.len() > MAX_READ_PROBES {
-                    self.blame(from, "read vouch beyond its bounds");
-                    return None;
-                }
-                (!answers.is_empty()).then_some(Action::ReadVouches { from, answers })
-            }
-            _ => None,
-        }
     }
 
     /// The read barrier: the highest seq for which this replica has sent a commit (it holds
@@ -871,35 +821,6 @@ impl Replica {
     /// vouched-read argument is in docs/DETERMINISM.md, "Vouched reads". Never decreases.
     pub fn read_barrier(&self) -> u64 {
         self.last_delivered.max(self.commit_high)
-    }
-
-    /// Asks every peer to vouch for this replica's answers to these reads
-    /// ([`Message::ReadProbe`]); returns the read barrier now. The caller keeps each probe
-    /// within [`MAX_READ_PROBES`] and [`MAX_READ_PROBE_BYTES`] (what is beyond is not sent).
-    pub fn probe_reads(&mut self, probes: Vec<(u64, Vec<u8>)>) -> u64 {
-        if let Some(message) = self.read_probe_message(probes) {
-            self.broadcast(message);
-        }
-        self.read_barrier()
-    }
-
-    /// Sends peer `to` the digests of this replica's answers to reads it probed.
-    pub fn vouch_reads(&mut self, to: ReplicaId, answers: Vec<(u64, Digest)>) {
-        if let Some(message) = self.vouch_message(to, answers) {
-            self.send(to, message);
-        }
-    }
-
-    /// The probe [`Replica::probe_reads`] broadcasts, for a driver that sends it itself (see
-    /// [`Replica::read_message`]); `None` when empty or beyond the bounds.
-    pub fn read_probe_message(&self, probes: Vec<(u64, Vec<u8>)>) -> Option<Message> {
-        (!probes.is_empty() && read_probes_within_bounds(&probes)).then_some(Message::ReadProbe { sender: self.config.id, probes })
-    }
-
-    /// The vouch [`Replica::vouch_reads`] sends, for a driver that sends it itself.
-    pub fn vouch_message(&self, to: ReplicaId, answers: Vec<(u64, Digest)>) -> Option<Message> {
-        (to < self.config.n && to != self.config.id && !answers.is_empty() && answers.len() <= MAX_READ_PROBES)
-            .then_some(Message::ReadVouch { sender: self.config.id, answers })
     }
 
     /// Fires due timers. Safe to call at any time.

@@ -49,24 +49,6 @@ pub const DEDUP_WINDOW: u64 = 128;
 /// Bytes a pending request is charged beyond its [`Request::wire_size`] (bookkeeping).
 pub const REQUEST_OVERHEAD: usize = 128;
 
-/// Most reads in one [`crate::Message::ReadProbe`] (and answers in one
-/// [`crate::Message::ReadVouch`]).
-pub const MAX_READ_PROBES: usize = 256;
-
-/// Most bytes of read requests in one [`crate::Message::ReadProbe`]; one request is at most a
-/// DNS message (64 KiB) plus a little framing.
-pub const MAX_READ_PROBE_BYTES: usize = 256 * 1024;
-
-/// Largest single read request in a probe.
-pub const MAX_READ_PROBE_REQUEST: usize = 64 * 1024 + 16;
-
-/// Whether a probe's reads keep to the bounds above (the decoder checks the same).
-pub fn read_probes_within_bounds(probes: &[(u64, Vec<u8>)]) -> bool {
-    probes.len() <= MAX_READ_PROBES
-        && probes.iter().all(|(_, r)| r.len() <= MAX_READ_PROBE_REQUEST)
-        && probes.iter().map(|(_, r)| r.len()).sum::<usize>() <= MAX_READ_PROBE_BYTES
-}
-
 /// The key that deduplicates a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RequestKey {

@@ -47,8 +47,6 @@ fn samples() -> Vec<Message> {
         },
         Message::Status(StatusReport { sender: 2, view: 9, view_changing: true, last_delivered: 100, stable_seq: 64, oldest_retained: 1 }),
         Message::Committed { sender: 0, seq: 12, proposal: proposal() },
-        Message::ReadProbe { sender: 2, probes: vec![(1, b"\x01query bytes".to_vec()), (u64::MAX, Vec::new())] },
-        Message::ReadVouch { sender: 3, answers: vec![(1, [7; 32]), (300, [8; 32])] },
     ]
 }
 
@@ -147,28 +145,15 @@ fn arbitrary_bytes_never_panic() {
     }
 }
 
-/// Read probes and vouches: counts, sizes and total bytes are bounded on decode (the
-/// driver counts such a message against its sender), and the old tags are untouched.
+/// The tags of the read probes and vouches the core once carried (10, 11; vouched reads
+/// travel on the mesh's reads channel now) are no messages, and the other kinds keep their
+/// tags and encodings.
 #[test]
-fn read_probe_bounds_are_enforced() {
-    use bft::{MAX_READ_PROBES, MAX_READ_PROBE_BYTES, MAX_READ_PROBE_REQUEST};
+fn old_read_tags_are_unknown() {
     let limits = Limits::default();
-    let at_limit = Message::ReadProbe { sender: 1, probes: (0..MAX_READ_PROBES as u64).map(|id| (id, vec![1; 16])).collect() };
-    assert!(Message::decode(&at_limit.encode(), limits).is_ok());
-    let too_many = Message::ReadProbe { sender: 1, probes: (0..=MAX_READ_PROBES as u64).map(|id| (id, vec![1; 16])).collect() };
-    assert!(matches!(Message::decode(&too_many.encode(), limits), Err(DecodeError::TooMany { field: "probes", .. })));
-    let too_big = Message::ReadProbe { sender: 1, probes: vec![(1, vec![0; MAX_READ_PROBE_REQUEST + 1])] };
-    assert!(matches!(Message::decode(&too_big.encode(), limits), Err(DecodeError::TooMany { field: "probe request", .. })));
-    let per = MAX_READ_PROBE_REQUEST;
-    let count = MAX_READ_PROBE_BYTES / per + 1;
-    let too_much = Message::ReadProbe { sender: 1, probes: (0..count as u64).map(|id| (id, vec![0; per])).collect() };
-    assert!(matches!(Message::decode(&too_much.encode(), limits), Err(DecodeError::TooMany { field: "probe bytes", .. })));
-    let vouches = Message::ReadVouch { sender: 1, answers: (0..=MAX_READ_PROBES as u64).map(|id| (id, [0; 32])).collect() };
-    assert!(matches!(Message::decode(&vouches.encode(), limits), Err(DecodeError::TooMany { field: "answers", .. })));
-    // A count claiming more probes than the bytes can hold.
-    let forged = [WIRE_VERSION, 10, 1, 0xff, 0x01];
-    assert_eq!(Message::decode(&forged, limits), Err(DecodeError::Truncated("probes")));
-    // The kinds that existed before keep their tags and encodings.
+    for tag in [10u8, 11] {
+        assert_eq!(Message::decode(&[WIRE_VERSION, tag, 1, 0], limits), Err(DecodeError::UnknownTag(tag)));
+    }
     assert_eq!(Message::Prepare { sender: 1, view: 0, seq: 1, digest: [0; 32] }.encode()[..5], [WIRE_VERSION, 3, 1, 0, 1]);
     assert_eq!(Message::Committed { sender: 0, seq: 12, proposal: Proposal::null() }.encode(), vec![WIRE_VERSION, 9, 0, 12, 0, 0]);
 }

@@ -68,6 +68,21 @@ impl UdpPool {
     }
 }
 
+/// A UDP query to named begun by [`Forwarder::start_udp`]: a pooled socket, and whether the
+/// first attempt is already sent.
+#[derive(Debug)]
+pub struct UdpQuery {
+    pooled: Option<(UdpSocket, Vec<u8>)>,
+    sent: bool,
+}
+
+impl UdpQuery {
+    /// Whether the first attempt went out when the query was begun.
+    pub fn sent(&self) -> bool {
+        self.sent
+    }
+}
+
 /// Forwards messages to one named.
 #[derive(Debug, Clone)]
 pub struct Forwarder {
@@ -102,13 +117,35 @@ impl Forwarder {
 
     /// Forwards over UDP and returns named's answer as it is (TC included).
     pub async fn forward_udp(&self, request: &[u8]) -> Result<Vec<u8>, ForwardError> {
+        self.finish_udp(self.start_udp(request), request).await
+    }
+
+    /// Sends the first attempt of a UDP query at once when a pooled socket can take it
+    /// without waiting, so that named works on it while the caller goes on (a read probe
+    /// that arrived in a connection's reader task, say); [`Self::finish_udp`] with the same
+    /// request waits for the answer, sending first what could not be sent here. Never waits.
+    pub fn start_udp(&self, request: &[u8]) -> UdpQuery {
+        let pooled = self.udp_pool.take();
+        let sent = match &pooled {
+            // `Ok` of a shorter length cannot happen for a datagram; count it as not sent.
+            Some((socket, _)) if header_of(request).is_ok() => socket.try_send(request).is_ok_and(|n| n == request.len()),
+            _ => false,
+        };
+        UdpQuery { pooled, sent }
+    }
+
+    /// Named's answer to a query begun with [`Self::start_udp`] (`request` is the same).
+    pub async fn finish_udp(&self, query: UdpQuery, request: &[u8]) -> Result<Vec<u8>, ForwardError> {
         let id = header_of(request).map_err(ForwardError::BadRequest)?.id;
-        let (socket, mut buf) = match self.udp_pool.take() {
+        let UdpQuery { pooled, mut sent } = query;
+        let (socket, mut buf) = match pooled {
             Some(pooled) => pooled,
             None => (self.udp_socket().await?, vec![0u8; MAX_UDP]),
         };
         for attempt in 0..self.udp_attempts.max(1) {
-            socket.send(request).await?;
+            if !std::mem::take(&mut sent) {
+                socket.send(request).await?;
+            }
             let deadline = tokio::time::Instant::now() + self.udp_timeout;
             loop {
                 let n = match tokio::time::timeout_at(deadline, socket.recv(&mut buf)).await {
@@ -508,5 +545,37 @@ mod pool {
         assert_eq!(from[0], from[1]);
         assert_ne!(from[1], from[2]);
         assert!(from[2..].iter().all(|p| *p == from[2]));
+    }
+
+    /// A query begun on a pooled socket is sent within the call (the server has it before
+    /// anyone waits), and finishing it does not send it again; with no pooled socket the
+    /// send happens when it is finished.
+    #[tokio::test]
+    async fn a_begun_query_is_sent_at_once_and_once() {
+        let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let fwd = Forwarder { udp_timeout: Duration::from_millis(150), udp_attempts: 1, ..Forwarder::new(server.local_addr().unwrap()) };
+        let unpooled = fwd.start_udp(&query(1));
+        assert!(!unpooled.sent(), "no pooled socket: nothing sent yet");
+        let mut buf = [0u8; 512];
+        assert!(server.try_recv_from(&mut buf).is_err());
+        let answering = tokio::spawn(async move {
+            let (n, peer) = server.recv_from(&mut buf).await.unwrap();
+            buf[2] |= 0x80;
+            server.send_to(&buf[..n], peer).await.unwrap();
+            server
+        });
+        assert_eq!(&fwd.finish_udp(unpooled, &query(1)).await.unwrap()[..2], &[0, 1]);
+        let server = answering.await.unwrap();
+        assert_eq!(fwd.udp_pool.idle(), 1);
+        let begun = fwd.start_udp(&query(2));
+        assert!(begun.sent());
+        // Already at the server, before anything awaited the answer.
+        let mut buf = [0u8; 512];
+        let (n, peer) = tokio::time::timeout(Duration::from_secs(2), server.recv_from(&mut buf)).await.unwrap().unwrap();
+        buf[2] |= 0x80;
+        server.send_to(&buf[..n], peer).await.unwrap();
+        assert_eq!(&fwd.finish_udp(begun, &query(2)).await.unwrap()[..2], &[0, 2]);
+        assert!(server.try_recv_from(&mut buf).is_err(), "sent once");
+        assert_eq!(fwd.udp_pool.idle(), 1);
     }
 }

@@ -20,8 +20,7 @@ use crate::answer::{error_answer, RCODE_REFUSED};
 use crate::classify::{classify, precheck, Kind, Verdict};
 use crate::metrics::Metrics;
 use crate::reply::{ClientRequest, Delivery, Outgoing, ReplyTo};
-use crate::vouch::ProbeBatch;
-use crate::vouched::VouchedReads;
+use crate::vouched::{VouchTurn, VouchedReads};
 
 /// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
 #[derive(Default)]
@@ -53,7 +52,7 @@ pub async fn serve_udp(
     filters: Arc<ClientFilters>,
 ) {
     let mut buf = vec![0u8; UDP_MAX];
-    let mut probes = ProbeBatch::default();
+    let mut probes = VouchTurn::default();
     loop {
         let (len, peer) = match socket.recv_from(&mut buf).await {
             Ok(x) => x,
@@ -84,7 +83,8 @@ pub async fn serve_udp(
 }
 
 /// Decides what becomes of one client message. Never waits: a vouched read's probe is added
-/// to `probes`, which the caller sends (`VouchedReads::send_probes`).
+/// to `probes` (with the gateway's own query to named, on a cache miss), which the caller
+/// sends (`VouchedReads::send_probes`).
 #[allow(clippy::too_many_arguments)]
 fn dispatch(
     bytes: Vec<u8>,
@@ -95,7 +95,7 @@ fn dispatch(
     filters: &ClientFilters,
     to_gateway: &mpsc::Sender<ClientRequest>,
     metrics: &Arc<Metrics>,
-    probes: &mut ProbeBatch,
+    probes: &mut VouchTurn,
 ) {
     let verdict = classify(&bytes, tcp);
     // A transfer is allowed by address OR by a transfer key, as in BIND's allow-transfer list;
@@ -252,7 +252,7 @@ async fn serve_connection(
             _ = &mut write_task => { writer_done = true; break }
         };
         let reply = ReplyTo::Tcp { writer: answers_tx.clone(), slot: Some(Arc::new(slot)) };
-        let mut probes = ProbeBatch::default();
+        let mut probes = VouchTurn::default();
         dispatch(bytes, true, reply, peer, &access, &filters, &to_gateway, &metrics, &mut probes);
         if let Some(vouched) = &filters.vouched {
             vouched.send_probes(&mut probes);
@@ -302,7 +302,7 @@ mod tests {
         let forwarder = named_glue::forward::Forwarder::new(named.local_addr().unwrap());
         let local =
             ClientFilters { auth: None, rrl: None, lie: false, local_reads: Some(crate::read::LocalReads::new(cache.clone(), forwarder)), vouched: None };
-        let probes = &mut ProbeBatch::default();
+        let probes = &mut VouchTurn::default();
 
         dispatch(query(0x4242, "www.example.test."), false, reply(), peer, &access, &local, &to_gateway, &metrics, probes);
         let mut buf = [0u8; 512];
@@ -356,7 +356,7 @@ mod tests {
         let reply = || ReplyTo::Udp { socket: server.clone(), peer, rrl: None, lie: false };
         let (metrics, access) = (Metrics::new(0), AccessSection::default());
         let (to_gateway, mut gateway) = mpsc::channel(4);
-        let mut probes = ProbeBatch::default();
+        let mut probes = VouchTurn::default();
         for id in 1..=2 {
             dispatch(query(id, "www.example.test."), false, reply(), peer, &access, &filters, &to_gateway, &metrics, &mut probes);
         }

@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use named_glue::forward::{ForwardError, Forwarder};
+use named_glue::forward::{ForwardError, Forwarder, UdpQuery};
 use tokio::sync::Semaphore;
 use tracing::debug;
 
@@ -50,15 +50,52 @@ pub async fn forward_read(named: &Forwarder, cache: &ReadCache, fill: Option<Fil
 /// What [`forward_read`] would hand the client, returned instead (vouched reads compare it
 /// with the peers' before anyone gets it); `None`: no answer.
 pub async fn forward_answer(named: &Forwarder, cache: &ReadCache, fill: Option<Fill>, message: &[u8], tcp: bool, metrics: &Metrics) -> Option<Vec<u8>> {
-    metrics.inc_read_cache(false);
     let result = if tcp { named.forward_tcp(message).await } else { named.forward_udp(message).await };
+    took(cache, fill, message, result, metrics).0
+}
+
+/// [`forward_answer`] with the answer's vouch digest (`crate::vouch::answer_digest`), for
+/// a UDP query to named that may already be begun (`begun`, from [`Forwarder::start_udp`]
+/// with the same message: named works on it while the caller goes on).
+pub async fn vouched_answer(
+    named: &Forwarder,
+    cache: &ReadCache,
+    fill: Option<Fill>,
+    message: &[u8],
+    tcp: bool,
+    begun: Option<UdpQuery>,
+    metrics: &Metrics,
+) -> Option<(Vec<u8>, [u8; 32])> {
+    let result = match begun {
+        Some(query) => named.finish_udp(query, message).await,
+        None if tcp => named.forward_tcp(message).await,
+        None => named.forward_udp(message).await,
+    };
+    let (answer, digest) = took(cache, fill, message, result, metrics);
+    let answer = answer?;
+    // The cache computed it for what it could keep; the rest (a SERVFAIL, say) here.
+    let digest = digest.unwrap_or_else(|| crate::vouch::answer_digest(&answer));
+    Some((answer, digest))
+}
+
+/// named's result for a read: counted, kept when `fill` allows, turned into what the client
+/// gets (with the digest the cache computed, if it did).
+fn took(
+    cache: &ReadCache,
+    fill: Option<Fill>,
+    message: &[u8],
+    result: Result<Vec<u8>, ForwardError>,
+    metrics: &Metrics,
+) -> (Option<Vec<u8>>, Option<[u8; 32]>) {
+    metrics.inc_read_cache(false);
     if result.as_ref().is_err_and(|e| !matches!(e, ForwardError::Timeout(_))) {
         metrics.inc_execute_error();
     }
-    if let (Some(fill), Ok(answer)) = (fill, &result) {
-        cache.fill(fill, answer);
-    }
-    client_answer(message, result)
+    let digest = match (fill, &result) {
+        (Some(fill), Ok(answer)) => cache.fill(fill, answer),
+        _ => None,
+    };
+    (client_answer(message, result), digest)
 }
 
 /// `reads = "local"`: the listeners answer every read themselves, from the cache or from

@@ -130,31 +130,38 @@ impl ReadCache {
         Err((inner.changing == 0).then_some(inner.epoch))
     }
 
-    /// The digest of the cached answer for the request with this [`key`], if any (a peer
-    /// vouching needs no more); a miss is not counted (the caller goes on to [`Self::lookup`]).
-    pub fn digest(&self, key: &[u8]) -> Option<[u8; 32]> {
+    /// The digest of the cached answer for the request with this [`key`] (a peer vouching
+    /// needs no more), or on a miss the fill its answer from named would need (`None` while
+    /// a change runs), as [`Self::lookup_keyed`] without copying the answer.
+    pub fn digest(&self, key: &[u8]) -> Result<[u8; 32], Option<Fill>> {
         let mut inner = self.inner();
-        let digest = inner.answers.get(key)?.digest;
-        inner.hits += 1;
-        Some(digest)
+        if let Some(entry) = inner.answers.get(key) {
+            let digest = entry.digest;
+            inner.hits += 1;
+            return Ok(digest);
+        }
+        inner.misses += 1;
+        Err((inner.changing == 0).then_some(inner.epoch).map(|epoch| Fill { key: key.to_vec(), epoch }))
     }
 
-    /// Keeps named's `answer` if no change began since `fill` was handed out.
-    pub fn fill(&self, fill: Fill, answer: &[u8]) {
-        let Ok(header) = RawHeader::parse(answer) else { return };
+    /// Keeps named's `answer` if no change began since `fill` was handed out. Returns the
+    /// answer's vouch digest (`crate::vouch::answer_digest`) when it computed it, i.e. for an
+    /// answer it could keep, kept or not.
+    pub fn fill(&self, fill: Fill, answer: &[u8]) -> Option<[u8; 32]> {
+        let Ok(header) = RawHeader::parse(answer) else { return None };
         // The id must be the request's (key bytes are the request without its id): a
         // forwarder hands back only such answers, but keep the invariant local.
         if !header.is_response() || header.rcode() == RCODE_SERVFAIL {
-            return;
+            return None;
         }
         let digest = crate::vouch::answer_digest(answer);
         let mut inner = self.inner();
         if inner.changing > 0 || inner.epoch != fill.epoch {
-            return;
+            return Some(digest);
         }
         let size = fill.key.len() + answer.len();
         if inner.bytes + size > self.max_bytes {
-            return;
+            return Some(digest);
         }
         if let Some(old) = inner.answers.insert(fill.key, Entry { answer: answer.to_vec(), digest }) {
             inner.bytes -= old.answer.len();
@@ -162,6 +169,7 @@ impl ReadCache {
         } else {
             inner.bytes += size;
         }
+        Some(digest)
     }
 
     /// A change of the zone is about to be sent to named: nothing is answered from the
@@ -284,7 +292,7 @@ mod tests {
     fn fill_from_named(cache: &ReadCache, request: &[u8], tcp: bool) -> Vec<u8> {
         let Lookup::Miss(Some(fill)) = cache.lookup(request, tcp) else { panic!("expected a fillable miss") };
         let answer = answer_to(request, 0);
-        cache.fill(fill, &answer);
+        assert_eq!(cache.fill(fill, &answer), Some(crate::vouch::answer_digest(&answer)), "the digest of what it kept");
         answer
     }
 
@@ -354,17 +362,17 @@ mod tests {
         let cache = ReadCache::default();
         let q = query(1, true, &[]);
         let k = key(&q, false).unwrap();
-        assert_eq!(cache.digest(&k), None);
+        assert!(matches!(cache.digest(&k), Err(Some(_))));
         assert!(matches!(cache.lookup_keyed(&k, [0, 1]), Keyed::Miss(Some(_))));
         let answer = fill_from_named(&cache, &q, false);
         let want = crate::vouch::answer_digest(&answer);
-        assert_eq!(cache.digest(&k), Some(want));
+        assert_eq!(cache.digest(&k), Ok(want));
         let Keyed::Hit(hit, digest) = cache.lookup_keyed(&k, [0xab, 0xcd]) else { panic!("expected a hit") };
         assert_eq!((&hit[..2], &hit[2..], digest), (&[0xab, 0xcd][..], &answer[2..], want));
         assert_eq!(cache.lookup(&query(0xabcd, true, &[]), false), Lookup::Hit(hit));
         let cache = std::sync::Arc::new(cache);
         let change = cache.begin_change();
-        assert_eq!(cache.digest(&k), None, "emptied by a change");
+        assert_eq!(cache.digest(&k), Err(None), "emptied by a change");
         assert_eq!(cache.lookup_keyed(&k, [0, 1]), Keyed::Miss(None), "nothing kept while it runs");
         drop(change);
     }
@@ -399,9 +407,9 @@ mod tests {
         let cache = ReadCache::default();
         let q = query(1, false, &[]);
         let Lookup::Miss(Some(fill)) = cache.lookup(&q, false) else { panic!() };
-        cache.fill(fill, &answer_to(&q, RCODE_SERVFAIL));
+        assert_eq!(cache.fill(fill, &answer_to(&q, RCODE_SERVFAIL)), None);
         let Lookup::Miss(Some(fill)) = cache.lookup(&q, false) else { panic!("SERVFAIL was kept") };
-        cache.fill(fill, &q);
+        assert_eq!(cache.fill(fill, &q), None);
         assert!(matches!(cache.lookup(&q, false), Lookup::Miss(Some(_))), "a request is not an answer");
         let Lookup::Miss(Some(fill)) = cache.lookup(&q, false) else { panic!() };
         cache.fill(fill, &answer_to(&q, 3));

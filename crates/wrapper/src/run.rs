@@ -362,10 +362,9 @@ pub async fn run(config: Config) -> Result<()> {
         }
     };
     let behaviour = byzantine.and_then(Mode::ordering).map(|b| bft::transport::Byzantine::new(b, replica.config()));
-    let (mut handle, batches) = spawn_replica_with(replica, mesh.sender(), ordering_rx, behaviour, Some(store));
-    // Vouched reads travel on the mesh's reads channel, not through the ordering driver: its
-    // read queue is closed, so read traffic a peer sends there is dropped, never held.
-    drop(handle.read_events.take());
+    // Vouched reads travel on the mesh's reads channel (`crate::vouched`), never through the
+    // ordering driver, which only publishes the read barrier they wait for.
+    let (handle, batches) = spawn_replica_with(replica, mesh.sender(), ordering_rx, behaviour, Some(store));
 
     let pending = Arc::new(Pending::new(config.client.max_pending));
     let core = ExecCore::new(

@@ -10,9 +10,14 @@
 
 use std::collections::BTreeMap;
 
-use bft::{MAX_READ_PROBES, MAX_READ_PROBE_BYTES};
 use named_glue::rrwire::{RawMessage, TYPE_OPT};
 use sha2::{Digest as _, Sha256};
+
+/// Most reads in one probe (and answers in one vouch).
+pub const MAX_READ_PROBES: usize = 256;
+
+/// Most bytes of DNS messages in one probe.
+pub const MAX_READ_PROBE_BYTES: usize = 256 * 1024;
 
 const OPTION_COOKIE: u16 = 10;
 

@@ -32,7 +32,11 @@
 //! on the mesh; a peer's probe is answered in the mesh's reader task (`Mesh::handle_inline`)
 //! from the cache's digests when its barrier is executed, and so are the vouches at the gateway,
 //! which sends its client the answer from there. Only what must wait (a barrier not executed
-//! yet, a cache miss that goes to named) gets a task of its own.
+//! yet, a cache miss that goes to named) gets a task of its own. A miss's query to named is
+//! sent before that task exists, in the call that took the read (the peer's reader task; at
+//! the gateway, the listener, just after its probes are out), so named works on it while the
+//! task is scheduled and the probes travel; the digest the read cache computes when it keeps
+//! named's answer is the one vouched for (computed once).
 //!
 //! Nothing here makes the executor wait: the gateway and the peers wait for the executed
 //! position on a watch channel and answer from the read cache or named, as local reads do.
@@ -53,10 +57,10 @@ use tokio::time::Instant;
 
 use crate::classify::Kind;
 use crate::metrics::Metrics;
-use crate::read::{Keyed, ReadCache};
+use crate::read::{Fill, Keyed, ReadCache};
 use crate::reply::ClientRequest;
 pub use crate::vouch::Fault;
-use crate::vouch::{answer_digest, decode_read_wire, encode_vouch, ProbeBatch, ReadWire, Tally, Verdict};
+use crate::vouch::{decode_read_wire, encode_vouch, ProbeBatch, ReadWire, Tally, Verdict};
 
 /// Reads awaiting their vouches at this gateway; beyond, reads are ordered directly.
 const MAX_WAITING: usize = 4096;
@@ -134,12 +138,45 @@ pub struct Wiring {
     pub fault: Fault,
 }
 
-/// A peer's reads this replica must wait for (its barrier, or named) before vouching.
+/// What a listener gathers in one turn for the vouched path ([`VouchedReads::take`]): the
+/// probes, sent as one message, and the gateway's own queries to named, begun once the probes
+/// are out ([`VouchedReads::send_probes`]).
+#[derive(Debug, Default)]
+pub struct VouchTurn {
+    probes: ProbeBatch,
+    own: Vec<OwnFetch>,
+}
+
+impl VouchTurn {
+    /// Nothing gathered (or all of it sent).
+    pub fn is_empty(&self) -> bool {
+        self.probes.is_empty() && self.own.is_empty()
+    }
+}
+
+/// A read the gateway's cache missed with its barrier executed: named is asked for it once
+/// the probes are out.
+#[derive(Debug)]
+struct OwnFetch {
+    id: u64,
+    tcp: bool,
+    message: Vec<u8>,
+    fill: Option<Fill>,
+}
+
+/// A peer's read this replica must wait for (its barrier, or named) before vouching.
 struct Deferred {
     id: u64,
     tcp: bool,
     message: Vec<u8>,
     key: Vec<u8>,
+}
+
+impl Deferred {
+    /// What it counts against its peer's budget while held.
+    fn held(&self) -> usize {
+        self.message.len() + self.key.len() + 64
+    }
 }
 
 impl VouchedReads {
@@ -180,32 +217,42 @@ impl VouchedReads {
 
     /// Takes a client's read onto the vouched path when it can: a plain query (what the read
     /// cache could key; never an update, a transfer, a signed request) that is not a voting
-    /// client's. Its probe is added to `probes`, which the caller sends with
+    /// client's. Its probe is added to `out`, which the caller sends with
     /// [`Self::send_probes`] (at once, or after the other reads it has at hand); its own answer
-    /// is taken at once when the barrier is executed and the cache has it. Hands the request
+    /// is taken at once when the barrier is executed and the cache has it, and when the cache
+    /// misses, its query to named is begun as soon as the probes are out. Hands the request
     /// back, to be ordered (or answered as a voting read), otherwise.
-    pub fn take(self: &Arc<Self>, request: ClientRequest, probes: &mut ProbeBatch) -> Result<(), ClientRequest> {
+    pub fn take(self: &Arc<Self>, request: ClientRequest, out: &mut VouchTurn) -> Result<(), ClientRequest> {
         if crate::voting_read::is_voting_read(&request.bytes) {
             return Err(request);
         }
         let Some(key) = crate::read_cache::key(&request.bytes, request.tcp) else { return Err(request) };
-        if !probes.fits(request.bytes.len()) {
-            self.send_probes(probes);
+        if !out.probes.fits(request.bytes.len()) {
+            self.send_probes(out);
         }
         // Read after the read arrived: at or past every write acknowledged before it.
         let barrier = *self.barrier.borrow();
         let (tcp, dns_id) = (request.tcp, [request.bytes[0], request.bytes[1]]);
-        let own = (*self.executed.borrow() >= barrier)
-            .then(|| match self.cache.lookup_keyed(&key, dns_id) {
+        // The own answer: from the cache (`Ok`), from named now (`Err(Some(fill))`, the
+        // barrier executed and the cache missed), or once the barrier is executed (`Err(None)`).
+        let own = if *self.executed.borrow() >= barrier {
+            match self.cache.lookup_keyed(&key, dns_id) {
                 Keyed::Hit(answer, digest) => {
                     self.metrics.inc_read_cache(true);
-                    Some((answer, digest))
+                    Ok((answer, digest))
                 }
-                Keyed::Miss(_) => None,
-            })
-            .flatten();
+                Keyed::Miss(fill) => Err(Some(fill)),
+            }
+        } else {
+            Err(None)
+        };
+        let (own, later) = match own {
+            Ok(hit) => (Some(hit), None),
+            Err(fetch) => (None, Some(fetch)),
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let message = own.is_none().then(|| request.bytes.clone());
+        // What named is asked when the own answer is not in the cache.
+        let message = if later.is_some() { request.bytes.clone() } else { Vec::new() };
         let verdict;
         {
             let mut waiting = self.lock_waiting();
@@ -214,7 +261,7 @@ impl VouchedReads {
                 self.metrics.inc_dropped("vouched_reads_full");
                 return Err(request);
             }
-            if !probes.push(id, tcp, &request.bytes) {
+            if !out.probes.push(id, tcp, &request.bytes) {
                 return Err(request);
             }
             let mut tally = Tally::new(self.n, self.t);
@@ -225,12 +272,14 @@ impl VouchedReads {
             verdict = tally.verdict();
             waiting.insert(id, Waiting { tally, request, answer });
         }
-        match message {
+        match later {
             // The own answer is in; the vouches are not (the probe is not even sent yet),
             // unless the gateway is its own quorum (t = 0).
             None if verdict == Verdict::Pending => self.wait_for_vouches(id),
             None => self.decide(id, verdict),
-            Some(message) => {
+            // named is asked once the probes are out ([`Self::send_probes`]).
+            Some(Some(fill)) => out.own.push(OwnFetch { id, tcp, message, fill }),
+            Some(None) => {
                 let service = self.clone();
                 tokio::spawn(async move {
                     let mut executed = service.executed.clone();
@@ -239,41 +288,52 @@ impl VouchedReads {
                     if !reached {
                         return service.fall_back(id);
                     }
-                    let (answer, digest) = match service.cache.lookup_keyed(&key, dns_id) {
+                    let own = match service.cache.lookup_keyed(&key, dns_id) {
                         Keyed::Hit(answer, digest) => {
                             service.metrics.inc_read_cache(true);
-                            (answer, digest)
+                            Some((answer, digest))
                         }
-                        Keyed::Miss(fill) => {
-                            let answer = crate::read::forward_answer(&service.named, &service.cache, fill, &message, tcp, &service.metrics).await;
-                            // named stayed silent (or the read failed): let the ordered path decide.
-                            let Some(answer) = answer else { return service.fall_back(id) };
-                            let digest = answer_digest(&answer);
-                            (answer, digest)
-                        }
+                        Keyed::Miss(fill) => crate::read::vouched_answer(&service.named, &service.cache, fill, &message, tcp, None, &service.metrics).await,
                     };
-                    let verdict = {
-                        let mut waiting = service.lock_waiting();
-                        let Some(w) = waiting.get_mut(&id) else { return };
-                        w.answer = Some(answer);
-                        w.tally.own(digest)
-                    };
-                    service.decide(id, verdict);
-                    if verdict == Verdict::Pending {
-                        service.wait_for_vouches(id);
-                    }
+                    service.own_answer(id, own);
                 });
             }
         }
         Ok(())
     }
 
-    /// Sends the probes gathered by [`Self::take`] to every peer, one message.
-    pub fn send_probes(&self, probes: &mut ProbeBatch) {
-        if let Some(message) = probes.take() {
+    /// The gateway's own answer to read `id` is in (`None`: named stayed silent, or the read
+    /// failed: the ordered path decides).
+    fn own_answer(&self, id: u64, own: Option<(Vec<u8>, [u8; 32])>) {
+        let Some((answer, digest)) = own else { return self.fall_back(id) };
+        let verdict = {
+            let mut waiting = self.lock_waiting();
+            let Some(w) = waiting.get_mut(&id) else { return };
+            w.answer = Some(answer);
+            w.tally.own(digest)
+        };
+        self.decide(id, verdict);
+        if verdict == Verdict::Pending {
+            self.wait_for_vouches(id);
+        }
+    }
+
+    /// Sends the probes gathered by [`Self::take`] to every peer, one message, then begins
+    /// the gateway's own queries to named for the reads its cache missed, each answered in a
+    /// task of its own: named works on them while the probes travel.
+    pub fn send_probes(self: &Arc<Self>, out: &mut VouchTurn) {
+        if let Some(message) = out.probes.take() {
             if self.fault != Fault::Silent {
                 self.out.broadcast(message);
             }
+        }
+        for OwnFetch { id, tcp, message, fill } in out.own.drain(..) {
+            let begun = (!tcp).then(|| self.named.start_udp(&message));
+            let service = self.clone();
+            tokio::spawn(async move {
+                let own = crate::read::vouched_answer(&service.named, &service.cache, fill, &message, tcp, begun, &service.metrics).await;
+                service.own_answer(id, own);
+            });
         }
     }
 
@@ -391,75 +451,108 @@ impl VouchedReads {
 
     /// A peer's probe: each read that is a plain query is answered once this replica has
     /// executed up to its barrier now, and vouched for; the rest is ignored (no vouch: the
-    /// gateway falls back). Answered here when the barrier is executed and the cache has the
-    /// answer; what must wait is never held beyond the peer's budget.
+    /// gateway falls back). With the barrier executed, a cached answer is vouched for here and
+    /// a miss's query to named is begun here (named works on it at once), its answer awaited
+    /// by a task of its own; what must wait is never held beyond the peer's budget.
     fn answer_probes(self: &Arc<Self>, from: u16, reads: Vec<(u64, bool, &[u8])>) {
         // Taken as the probe arrives: at or past every write acknowledged before its read began.
         let after = *self.barrier.borrow();
         let reached = *self.executed.borrow() >= after;
         let mut vouches = Vec::new();
+        // Cache misses (barrier executed): (read, the fill named's answer may be kept with).
+        let mut misses = Vec::new();
         let mut deferred = Vec::new();
         for (id, tcp, message) in reads {
             // Only what a read cache could key: plain queries, never an update, a transfer,
             // a signed request (those are ordered, always).
             let Some(key) = crate::read_cache::key(message, tcp) else { continue };
-            if reached {
-                if let Some(digest) = self.cache.digest(&key) {
+            let read = Deferred { id, tcp, message: message.to_vec(), key };
+            if !reached {
+                deferred.push(read);
+                continue;
+            }
+            match self.cache.digest(&read.key) {
+                Ok(digest) => {
                     self.metrics.inc_read_cache(true);
                     vouches.push((id, digest));
-                    continue;
                 }
+                Err(fill) => misses.push((read, fill)),
             }
-            deferred.push(Deferred { id, tcp, message: message.to_vec(), key });
         }
         self.vouch(from, vouches);
-        if deferred.is_empty() {
+        if misses.is_empty() && deferred.is_empty() {
             return;
         }
-        let bytes: usize = deferred.iter().map(|d| d.message.len() + d.key.len() + 64).sum();
-        {
-            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-            let peer = held.entry(from).or_default();
-            if *peer + bytes > PEER_BUDGET {
-                drop(held);
-                self.metrics.inc_dropped("read_probe_budget");
-                return;
-            }
-            *peer += bytes;
+        let held: Vec<usize> = misses.iter().map(|(read, _)| read.held()).collect();
+        let deferred_bytes: usize = deferred.iter().map(Deferred::held).sum();
+        if !self.hold(from, held.iter().sum::<usize>() + deferred_bytes) {
+            return;
+        }
+        for ((read, fill), bytes) in misses.into_iter().zip(held) {
+            self.ask_named(from, read, fill, bytes);
+        }
+        if deferred.is_empty() {
+            return;
         }
         let service = self.clone();
         tokio::spawn(async move {
             let mut executed = service.executed.clone();
             let reached = tokio::time::timeout(PROBE_WAIT, executed.wait_for(|e| *e >= after)).await.is_ok_and(|r| r.is_ok());
-            if reached {
-                let mut hits = Vec::new();
-                let mut misses = tokio::task::JoinSet::new();
-                for Deferred { id, tcp, message, key } in deferred {
-                    // Hits at once; misses to named concurrently.
-                    let fill = match service.cache.lookup_keyed(&key, [message[0], message[1]]) {
-                        Keyed::Hit(_, digest) => {
-                            service.metrics.inc_read_cache(true);
-                            hits.push((id, digest));
-                            continue;
-                        }
-                        Keyed::Miss(fill) => fill,
-                    };
-                    let service = service.clone();
-                    misses.spawn(async move {
-                        if let Some(answer) = crate::read::forward_answer(&service.named, &service.cache, fill, &message, tcp, &service.metrics).await {
-                            service.vouch(from, vec![(id, answer_digest(&answer))]);
-                        }
-                    });
-                }
-                service.vouch(from, hits);
-                while misses.join_next().await.is_some() {}
-            } else {
+            if !reached {
                 service.metrics.inc_dropped("read_probe_barrier_wait");
+                return service.release(from, deferred_bytes);
             }
-            let mut held = service.held.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(peer) = held.get_mut(&from) {
-                *peer = peer.saturating_sub(bytes);
+            let mut hits = Vec::new();
+            let mut released = 0;
+            for read in deferred {
+                let bytes = read.held();
+                match service.cache.digest(&read.key) {
+                    Ok(digest) => {
+                        service.metrics.inc_read_cache(true);
+                        hits.push((read.id, digest));
+                        released += bytes;
+                    }
+                    // Each miss keeps its bytes until named answered it.
+                    Err(fill) => service.ask_named(from, read, fill, bytes),
+                }
             }
+            service.vouch(from, hits);
+            service.release(from, released);
+        });
+    }
+
+    /// Counts `bytes` more of peer `from`'s reads as held; `false` (nothing counted, the
+    /// reads dropped) beyond its budget.
+    fn hold(&self, from: u16, bytes: usize) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let peer = held.entry(from).or_default();
+        if *peer + bytes > PEER_BUDGET {
+            drop(held);
+            self.metrics.inc_dropped("read_probe_budget");
+            return false;
+        }
+        *peer += bytes;
+        true
+    }
+
+    fn release(&self, from: u16, bytes: usize) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(peer) = held.get_mut(&from) {
+            *peer = peer.saturating_sub(bytes);
+        }
+    }
+
+    /// Asks named for a peer's read (the barrier executed, the cache missed): the query is
+    /// begun here, its answer vouched for by a task of its own, which releases `bytes`.
+    fn ask_named(self: &Arc<Self>, from: u16, read: Deferred, fill: Option<Fill>, bytes: usize) {
+        let Deferred { id, tcp, message, .. } = read;
+        let begun = (!tcp).then(|| self.named.start_udp(&message));
+        let service = self.clone();
+        tokio::spawn(async move {
+            if let Some((_, digest)) = crate::read::vouched_answer(&service.named, &service.cache, fill, &message, tcp, begun, &service.metrics).await {
+                service.vouch(from, vec![(id, digest)]);
+            }
+            service.release(from, bytes);
         });
     }
 
@@ -480,6 +573,7 @@ impl VouchedReads {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vouch::answer_digest;
     use std::net::SocketAddr;
     use tokio::net::UdpSocket;
 
@@ -566,10 +660,10 @@ mod tests {
 
     /// Takes one read onto the vouched path and sends its probe.
     fn take(h: &Harness, request: ClientRequest) {
-        let mut probes = ProbeBatch::default();
-        h.service.take(request, &mut probes).unwrap();
-        h.service.send_probes(&mut probes);
-        assert!(probes.is_empty());
+        let mut out = VouchTurn::default();
+        h.service.take(request, &mut out).unwrap();
+        h.service.send_probes(&mut out);
+        assert!(out.is_empty());
     }
 
     async fn next_sent(out: &mut mpsc::UnboundedReceiver<Sent>) -> Sent {
@@ -678,7 +772,7 @@ mod tests {
         let mut update = query(5);
         update[2] |= 5 << 3;
         let (_, reply) = client().await;
-        assert!(h.service.take(ClientRequest { bytes: update, tcp: false, reply }, &mut ProbeBatch::default()).is_err());
+        assert!(h.service.take(ClientRequest { bytes: update, tcp: false, reply }, &mut VouchTurn::default()).is_err());
     }
 
     /// A peer's probe is answered only once its barrier is executed; probes that are not
@@ -719,6 +813,60 @@ mod tests {
         h.service.handle(1, &[]);
         assert!(h.out.try_recv().is_err());
         assert!(h.service.metrics.render().contains("read_message_tag"));
+    }
+
+    /// With the barrier executed, named is asked for a cache miss within the call that took
+    /// the read: a peer's probe in the call that brought it, the gateway's own copy in the
+    /// call that sends its probes (after them). The test's runtime has one thread, so no task
+    /// runs before the test awaits: named has each query before any task could have sent it.
+    #[tokio::test]
+    async fn misses_are_asked_of_named_within_the_call() {
+        let named = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        named.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut h = harness(named.local_addr().unwrap(), 2, 2, 2_000, Fault::None).await;
+        let answer_one = |named: &std::net::UdpSocket| {
+            let mut buf = [0u8; 512];
+            let (n, from) = named.recv_from(&mut buf).expect("named has the query");
+            buf[2] |= 0x84;
+            named.send_to(&buf[..n], from).unwrap();
+            buf[..n].to_vec()
+        };
+        // The first miss finds no pooled socket: a task opens one (and then keeps it).
+        h.service.handle(1, &probe_of(&[(40, false, &query(1))]));
+        let other = named.try_clone().unwrap();
+        let first = tokio::task::spawn_blocking(move || answer_one(&other));
+        assert_eq!(vouch_to(next_sent(&mut h.out).await), (1, vec![(40, answer_digest(&first.await.unwrap()))]));
+        // A peer's probe of another question: at named when the call returns.
+        let other_name = |id| {
+            let name = hickory_proto::rr::Name::from_ascii("other.example.test.").unwrap();
+            named_glue::forward::build_query(id, &name, hickory_proto::rr::RecordType::A).unwrap()
+        };
+        h.service.handle(2, &probe_of(&[(41, false, &other_name(3))]));
+        let answered = answer_one(&named);
+        let asked = other_name(3);
+        assert_eq!((&answered[..2], &answered[3..]), (&asked[..2], &asked[3..]), "the peer's question");
+        assert_eq!(vouch_to(next_sent(&mut h.out).await), (2, vec![(41, answer_digest(&answered))]));
+        // The gateway's own copy of a third question: the probe is out, and named has the
+        // query, when send_probes returns.
+        let third = {
+            let name = hickory_proto::rr::Name::from_ascii("third.example.test.").unwrap();
+            named_glue::forward::build_query(9, &name, hickory_proto::rr::RecordType::A).unwrap()
+        };
+        let (c, reply) = client().await;
+        let mut out = VouchTurn::default();
+        h.service.take(ClientRequest { bytes: third.clone(), tcp: false, reply }, &mut out).unwrap();
+        h.service.send_probes(&mut out);
+        let Sent::All(probe) = h.out.try_recv().expect("the probe went out first") else { panic!("a probe is broadcast") };
+        let Ok(ReadWire::Probe(reads)) = decode_read_wire(&probe) else { panic!("a probe") };
+        let id = reads[0].0;
+        let answered = answer_one(&named);
+        assert_eq!((&answered[..2], &answered[3..]), (&third[..2], &third[3..]), "the client's question");
+        let digest = answer_digest(&answered);
+        h.service.handle(1, &encode_vouch(&[(id, digest)]));
+        h.service.handle(3, &encode_vouch(&[(id, digest)]));
+        let mut buf = [0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(5), c.recv(&mut buf)).await.expect("answered").unwrap();
+        assert_eq!(&buf[..n], &answered[..]);
     }
 
     /// The wrong-vouches fault vouches for another digest than its answer's; the silent one

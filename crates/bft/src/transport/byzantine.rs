@@ -29,10 +29,6 @@ pub enum Behaviour {
     Flooder,
     /// With every message, also sends status reports claiming it delivered nothing.
     StatusSpammer,
-    /// Orders honestly, but every read it vouches for ([`Message::ReadVouch`]) carries a
-    /// made-up digest: a gateway can only fail to gather matching vouches, never accept a
-    /// wrong answer (it answers its client with its own).
-    WrongVouches,
 }
 
 /// One Byzantine replica's behaviour and the little state it keeps.
@@ -90,15 +86,6 @@ impl Byzantine {
                 out.extend((0..4).map(|_| (to, Message::Status(report))));
                 out
             }
-            Behaviour::WrongVouches => match message {
-                Message::ReadVouch { sender, mut answers } => {
-                    for (_, digest) in answers.iter_mut() {
-                        digest[0] ^= 0xff;
-                    }
-                    vec![(to, Message::ReadVouch { sender, answers })]
-                }
-                other => vec![(to, other)],
-            },
         }
     }
 
@@ -194,12 +181,6 @@ mod tests {
         assert_eq!(out[0], (2, prepare(5)));
         assert!(out.len() >= 3 && out.iter().all(|(to, _)| *to == 2));
         assert!(matches!(&out[1].1, Message::Request { request, .. } if request.payload.len() + 24 == config.max_request_bytes));
-
-        let mut vouches = Byzantine::new(Behaviour::WrongVouches, &config);
-        assert_eq!(vouches.rewrite(2, prepare(5)), vec![(2, prepare(5))]);
-        let honest = Message::ReadVouch { sender: 1, answers: vec![(7, [3; 32])] };
-        let out = vouches.rewrite(2, honest.clone());
-        assert!(matches!(&out[..], [(2, Message::ReadVouch { answers, .. })] if answers[0].0 == 7 && answers[0].1 != [3; 32]));
 
         let mut spammer = Byzantine::new(Behaviour::StatusSpammer, &config);
         assert_eq!(spammer.rewrite(3, prepare(1)).len(), 5);

@@ -81,27 +81,6 @@ pub struct DriverStatus {
     pub persist_failed: Option<String>,
 }
 
-/// What the application sends through the core for vouched reads.
-#[derive(Debug)]
-pub enum ReadOut {
-    /// Probe every peer with these reads (see [`Replica::probe_reads`]).
-    Probe(Vec<(u64, Vec<u8>)>),
-    /// Vouch for these answers to peer `to`'s probes (see [`Replica::vouch_reads`]).
-    Vouch { to: u16, answers: Vec<(u64, Digest)> },
-}
-
-/// What the core hands the application for vouched reads ([`Action::ReadProbes`],
-/// [`Action::ReadVouches`]).
-#[derive(Debug)]
-pub enum ReadIn {
-    Probes { from: u16, after: u64, probes: Vec<(u64, Vec<u8>)> },
-    Vouches { from: u16, answers: Vec<(u64, Digest)> },
-}
-
-/// Read messages queued for the application at most; more are dropped (a gateway that gets
-/// no vouch falls back to ordering its read).
-const READ_QUEUE: usize = 1024;
-
 /// The application's side of a running replica.
 pub struct ReplicaHandle {
     /// Submit a request at this replica (this replica is its gateway).
@@ -115,10 +94,6 @@ pub struct ReplicaHandle {
     /// Report that the state of this checkpoint was fetched, verified and installed (with the
     /// ordering's delivery base there, from the snapshot): delivery resumes after it.
     pub installed: mpsc::Sender<Transferred>,
-    /// Read probes and vouches to send (dropped when the driver's queue is full).
-    pub reads: mpsc::Sender<ReadOut>,
-    /// Read probes and vouches from peers; the application takes it once.
-    pub read_events: Option<mpsc::Receiver<ReadIn>>,
     /// The core's read barrier ([`Replica::read_barrier`]), published after every turn's
     /// inputs, before any of their actions is carried out: a batch is handed to the
     /// application only after the barrier covering it is visible here.
@@ -175,8 +150,6 @@ pub fn spawn_replica_with<O: Outbound>(
     let (deliver_tx, deliver_rx) = mpsc::unbounded_channel();
     let (transfer_tx, transfer_rx) = watch::channel(None);
     let (installed_tx, installed_rx) = mpsc::channel(4);
-    let (reads_tx, reads_rx) = mpsc::channel(READ_QUEUE);
-    let (read_events_tx, read_events_rx) = mpsc::channel(READ_QUEUE);
     let (barrier_tx, barrier_rx) = watch::channel(replica.read_barrier());
     let (status_tx, status_rx) = watch::channel(DriverStatus {
         core: replica.status(),
@@ -198,11 +171,7 @@ pub fn spawn_replica_with<O: Outbound>(
         submit_rx,
         checkpoint_rx,
         installed_rx,
-        reads_rx,
-        read_events_tx,
         barrier_tx,
-        reads_dropped: 0,
-        deferred: std::collections::VecDeque::new(),
         transfer_tx,
         deliver_tx,
         status_tx,
@@ -224,8 +193,6 @@ pub fn spawn_replica_with<O: Outbound>(
         status: status_rx,
         state_transfer: transfer_rx,
         installed: installed_tx,
-        reads: reads_tx,
-        read_events: Some(read_events_rx),
         read_barrier: barrier_rx,
         task,
     };
@@ -240,13 +207,7 @@ struct Driver<O: Outbound> {
     submit_rx: mpsc::Receiver<Request>,
     checkpoint_rx: mpsc::Receiver<(u64, Digest)>,
     installed_rx: mpsc::Receiver<Transferred>,
-    reads_rx: mpsc::Receiver<ReadOut>,
-    read_events_tx: mpsc::Sender<ReadIn>,
     barrier_tx: watch::Sender<u64>,
-    /// Read probes and vouches from peers dropped because the application's queue was full.
-    reads_dropped: u64,
-    /// Peers' messages taken while a persist was written, fed at the next turn.
-    deferred: std::collections::VecDeque<(u16, Message)>,
     transfer_tx: watch::Sender<Option<CheckpointClaim>>,
     deliver_tx: mpsc::UnboundedSender<Batch>,
     status_tx: watch::Sender<DriverStatus>,
@@ -264,12 +225,9 @@ struct Driver<O: Outbound> {
 
 enum Input {
     Message(u16, Bytes),
-    /// A message taken while a persist was written (see `Driver::take_during_persist`).
-    Decoded(u16, Message),
     Submit(Request),
     Checkpoint(u64, Digest),
     Installed(Transferred),
-    Read(ReadOut),
     Timer,
     /// Every input source is gone: the application dropped its handle and the network is down.
     Closed,
@@ -310,9 +268,6 @@ impl<O: Outbound> Driver<O> {
     }
 
     async fn next_input(&mut self) -> Input {
-        if let Some((from, message)) = self.deferred.pop_front() {
-            return Input::Decoded(from, message);
-        }
         // Wake for the core's timer, and at least every STATUS_INTERVAL to refresh the status.
         let status_due = Instant::now() + STATUS_INTERVAL;
         let wake = match self.replica.poll_timeout().map(deadline_instant) {
@@ -330,15 +285,11 @@ impl<O: Outbound> Driver<O> {
             },
             Some((seq, digest)) = self.checkpoint_rx.recv() => Input::Checkpoint(seq, digest),
             Some(claim) = self.installed_rx.recv() => Input::Installed(claim),
-            Some(read) = self.reads_rx.recv() => Input::Read(read),
             _ = tokio::time::sleep_until(wake) => Input::Timer,
         }
     }
 
     fn try_next_input(&mut self) -> Option<Input> {
-        if let Some((from, message)) = self.deferred.pop_front() {
-            return Some(Input::Decoded(from, message));
-        }
         if let Ok((from, bytes)) = self.incoming.try_recv() {
             return Some(Input::Message(from, bytes));
         }
@@ -347,9 +298,6 @@ impl<O: Outbound> Driver<O> {
         }
         if let Ok((seq, digest)) = self.checkpoint_rx.try_recv() {
             return Some(Input::Checkpoint(seq, digest));
-        }
-        if let Ok(read) = self.reads_rx.try_recv() {
-            return Some(Input::Read(read));
         }
         None
     }
@@ -363,7 +311,6 @@ impl<O: Outbound> Driver<O> {
                     Err(e) => self.decode_error(from, bytes.len(), e),
                 }
             }
-            Input::Decoded(from, message) => self.replica.handle_message(now, from, message),
             Input::Submit(request) => {
                 if let Err(e) = self.replica.submit(now, request) {
                     self.submit_rejected += 1;
@@ -385,10 +332,6 @@ impl<O: Outbound> Driver<O> {
                 }
                 Err(e) => tracing::warn!(seq = claim.seq, error = %e, "installed state refused by the ordering"),
             },
-            Input::Read(ReadOut::Probe(probes)) => {
-                self.replica.probe_reads(probes);
-            }
-            Input::Read(ReadOut::Vouch { to, answers }) => self.replica.vouch_reads(to, answers),
             Input::Timer => {
                 if self.replica.poll_timeout().is_some_and(|deadline| deadline <= now) {
                     self.replica.handle_timeout(now);
@@ -411,20 +354,11 @@ impl<O: Outbound> Driver<O> {
                         // the blocking pool so that the runtime's few worker threads go on
                         // serving clients and the executor; this task waits for it, so nothing
                         // queued after the persist goes out before it is durable.
-                        let mut job = tokio::task::spawn_blocking(move || {
+                        let written = tokio::task::spawn_blocking(move || {
                             let result = store.write(&persist);
                             (store, result)
-                        });
-                        // Meanwhile read probes and vouches go on (they change nothing the
-                        // ordering keeps); other messages wait for the next turn.
-                        let written = loop {
-                            tokio::select! {
-                                biased;
-                                written = &mut job => break written,
-                                Some((from, bytes)) = self.incoming.recv() => self.take_during_persist(from, bytes),
-                                Some(read) = self.reads_rx.recv() => self.send_read(read),
-                            }
-                        };
+                        })
+                        .await;
                         let failure = match written {
                             Ok((store, result)) => {
                                 self.store = Some(store);
@@ -458,47 +392,9 @@ impl<O: Outbound> Driver<O> {
                     tracing::warn!(last_delivered, checkpoint = checkpoint.seq, "replica fell behind the retained log; state transfer needed");
                     self.transfer_tx.send_replace(Some(checkpoint));
                 }
-                Action::ReadProbes { from, after, probes } => self.hand_read(ReadIn::Probes { from, after, probes }),
-                Action::ReadVouches { from, answers } => self.hand_read(ReadIn::Vouches { from, answers }),
                 #[allow(unreachable_patterns)]
                 other => tracing::trace!(?other, "action ignored by the driver"),
             }
-        }
-    }
-
-    /// A peer's message that arrived while a persist was being written: a read probe or vouch
-    /// is handed on at once (with the barrier now, which covers every commit sent or queued),
-    /// anything else is kept for the next turn.
-    fn take_during_persist(&mut self, from: u16, bytes: Bytes) {
-        self.last_heard.insert(from, Instant::now());
-        match Message::decode(&bytes, self.limits) {
-            Ok(message @ (Message::ReadProbe { .. } | Message::ReadVouch { .. })) => match self.replica.read_message(from, message) {
-                Some(Action::ReadProbes { from, after, probes }) => self.hand_read(ReadIn::Probes { from, after, probes }),
-                Some(Action::ReadVouches { from, answers }) => self.hand_read(ReadIn::Vouches { from, answers }),
-                _ => {}
-            },
-            Ok(message) => self.deferred.push_back((from, message)),
-            Err(e) => self.decode_error(from, bytes.len(), e),
-        }
-    }
-
-    /// Sends the application's probe or vouch itself, outside the core's action queue.
-    fn send_read(&mut self, read: ReadOut) {
-        let (to, message) = match read {
-            ReadOut::Probe(probes) => (None, self.replica.read_probe_message(probes)),
-            ReadOut::Vouch { to, answers } => (Some(to), self.replica.vouch_message(to, answers)),
-        };
-        let Some(message) = message else { return };
-        let (me, n) = (self.replica.id(), self.replica.config().n);
-        match to {
-            Some(to) if self.byzantine.is_some() => self.send_byzantine(to, message),
-            Some(to) => self.outbound.send(to, Bytes::from(message.encode())),
-            None if self.byzantine.is_some() => {
-                for to in (0..n).filter(|&to| to != me) {
-                    self.send_byzantine(to, message.clone());
-                }
-            }
-            None => self.outbound.broadcast(Bytes::from(message.encode())),
         }
     }
 
@@ -506,17 +402,6 @@ impl<O: Outbound> Driver<O> {
         self.decode_errors += 1;
         *self.decode_errors_by_peer.entry(from).or_default() += 1;
         tracing::warn!(from, len, error = %e, "undecodable message from peer");
-    }
-
-    /// Hands a peer's read probe or vouch to the application without waiting: the ordering
-    /// never waits for reads.
-    fn hand_read(&mut self, read: ReadIn) {
-        if self.read_events_tx.try_send(read).is_err() {
-            self.reads_dropped += 1;
-            if self.reads_dropped.is_power_of_two() {
-                tracing::debug!(dropped = self.reads_dropped, "read probes or vouches dropped: the application's queue is full");
-            }
-        }
     }
 
     /// A Byzantine replica's send: what its behaviour makes of the honest message.

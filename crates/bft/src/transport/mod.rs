@@ -8,5 +8,5 @@ pub mod driver;
 pub mod store;
 
 pub use byzantine::{Behaviour, Byzantine};
-pub use driver::{spawn_replica, spawn_replica_with, DriverStatus, ReadIn, ReadOut, ReplicaHandle};
+pub use driver::{spawn_replica, spawn_replica_with, DriverStatus, ReplicaHandle};
 pub use store::{Store, StoreError};
