@@ -26,9 +26,10 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Take a primary zone from an existing BIND (its data, TSIG keys and update-policy, read
-    /// through `named-checkconf -p`) and deal a cluster for it, as keygen does. One zone per
-    /// run; the report names every zone of named.conf and why it was or was not taken.
+    /// Take primary zones from an existing BIND (their data, TSIG keys and update-policy, read
+    /// through `named-checkconf -p`) and deal one cluster for them, as keygen does: every
+    /// --zone given, one threshold key each. The report names every zone of named.conf and
+    /// why it was or was not taken.
     Adopt {
         /// The existing BIND's configuration.
         #[arg(long, default_value = "/etc/bind/named.conf")]
