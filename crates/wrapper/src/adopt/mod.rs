@@ -1,4 +1,4 @@
-//! `sdns adopt`: take a zone from an existing BIND installation into a new cluster.
+//! `sdns adopt`: take zones from an existing BIND installation into a new cluster.
 //!
 //! The configuration is read through BIND's own parser (`named-checkconf -p` prints it in
 //! canonical form with includes resolved), so what is adopted is what that named loads.
