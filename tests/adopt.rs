@@ -642,6 +642,17 @@ fn sorted_zone(cluster: &Adopted, i: u16) -> Vec<String> {
     lines
 }
 
+/// `zone` as replica `i` serves it, sorted (the operator's transfer key is not needed: the
+/// dealer's transfer key transfers every zone).
+fn sorted_zone_of(cluster: &Adopted, i: u16, zone: &str) -> Vec<String> {
+    let key = cluster.dir.join("transfer.key");
+    let axfr = cluster.dig(i, &["-k", key.to_str().unwrap(), zone, "AXFR", "+onesoa", "+nocmd", "+nocomments", "+nostats"]);
+    let mut lines: Vec<String> =
+        axfr.lines().filter(|l| !l.starts_with(';') && !l.trim().is_empty() && l.split_whitespace().nth(3) != Some("TSIG")).map(str::to_owned).collect();
+    lines.sort();
+    lines
+}
+
 /// dnssec-verify (Debian's) on replica `i`'s zone.
 fn verify(cluster: &Adopted, i: u16, root: &Path) -> String {
     let file = root.join(format!("verify-{i}.db"));
@@ -842,7 +853,8 @@ fn a_signed_forward_zone_and_a_reverse_zone_are_adopted_into_one_cluster() {
         &zones,
         root.path().join("cluster"),
         &["--dnssec-signzone", system_tool("dnssec-signzone").to_str().unwrap(), "--rollover-validity-days", "20"],
-        &[],
+        // The finish signs the forward zone again soon after the first signing.
+        &["--sign-zone-interval-s", "1"],
     );
     drop(named);
     // One threshold key per zone, in the zone's own directory; the rollover's files are the
@@ -902,4 +914,39 @@ fn a_signed_forward_zone_and_a_reverse_zone_are_adopted_into_one_cluster() {
     // The old key's trust does not reach the reverse zone (it has no rollover).
     let said = delv(&cluster, 2, &fwd.join("trust-anchor.conf"), "80.2.0.192.in-addr.arpa", "PTR", "2.0.192.in-addr.arpa");
     assert!(!said.contains("; fully validated"), "{said}");
+    // The finish, for the forward zone alone: its old KSK leaves every replica, the reverse
+    // zone is not touched, the new DS validates and the old one no longer does.
+    let reverse_before = sorted_zone_of(&cluster, 0, "2.0.192.in-addr.arpa");
+    let port_args = ports(cluster.base);
+    let mut args =
+        vec!["cluster", "rollover-finish", "--replicas", "4", "--zone", "signed.test", "--dir", cluster.dir.to_str().unwrap(), "--sign-zone-interval-s", "1"];
+    args.extend(port_args.iter().map(String::as_str));
+    let out = sdns(&args);
+    assert!(out.status.success(), "rollover-finish:\n{}\n{}", text(&out), cluster.logs());
+    for i in 0..4 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while dnskeys(&cluster.dig(i, &["signed.test", "DNSKEY"])) != 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "replica {i} still publishes the old KSK:\n{}",
+                cluster.dig(i, &["signed.test", "DNSKEY", "+dnssec"])
+            );
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+    let first = sorted_zone_of(&cluster, 0, "signed.test");
+    assert!(!first.iter().any(|l| l.contains("_sdns-rollover")) && first.iter().any(|l| l.starts_with("laptop.signed.test.")), "{first:?}");
+    for i in 1..4 {
+        assert_eq!(sorted_zone_of(&cluster, i, "signed.test"), first, "replica {i}'s forward zone differs after the finish");
+    }
+    assert_eq!(sorted_zone_of(&cluster, 0, "2.0.192.in-addr.arpa"), reverse_before, "the finish touched the reverse zone");
+    let said = delv(&cluster, 1, &fwd.join("trust-anchor.conf"), "laptop.signed.test", "A", "signed.test");
+    assert!(said.contains("; fully validated"), "{said}");
+    let said = delv(&cluster, 1, &old_anchor, "www.signed.test", "A", "signed.test");
+    assert!(!said.contains("; fully validated"), "the old DS still validates after the finish:\n{said}");
+    // The reverse zone has no rollover to finish.
+    let mut args = vec!["cluster", "rollover-finish", "--replicas", "4", "--zone", "2.0.192.in-addr.arpa", "--dir", cluster.dir.to_str().unwrap()];
+    args.extend(port_args.iter().map(String::as_str));
+    let out = sdns(&args);
+    assert!(!out.status.success() && text(&out).contains("holds no rollover of 2.0.192.in-addr.arpa."), "{}", text(&out));
 }

@@ -118,7 +118,7 @@ enum ClusterCmd {
     },
     /// Finish the rollover of a zone adopted signed, once the parent serves the new DS:
     /// an ordered update deletes the rollover marker, then an ordered sign-zone drops your
-    /// old KSK and its signature.
+    /// old KSK and its signature. With several zones, --zone names the one to finish.
     RolloverFinish {
         #[command(flatten)]
         cluster: ClusterArgs,

@@ -776,7 +776,8 @@ fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk:
     let old_ds = ksk.ds().ok_or_else(|| anyhow!("the DS of your KSK"))?;
     let new_ds = std::fs::read_to_string(out.join(zdir).join("ds.txt"))?.trim().to_owned();
     write_public(&out.join(zdir).join(rollover::OLD_DS_FILE), format!("{old_ds}\n").as_bytes())?;
-    // One zone: `cluster rollover-finish`; several: the two ordered steps it takes, by hand.
+    // The finish: `cluster rollover-finish` (with several zones, for this zone), or its two
+    // ordered steps by hand.
     let finish = if zdir.as_os_str().is_empty() {
         format!(
             "sdns cluster rollover-finish --dir DIR (a local cluster), or delete {} TXT\n            (nsupdate -k tsig.key) and run sdns sign-zone",
@@ -784,7 +785,7 @@ fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk:
         )
     } else {
         format!(
-            "delete {} TXT (nsupdate -k {}, through any replica)\n            and run sdns sign-zone --zone {zone}",
+            "sdns cluster rollover-finish --dir DIR --zone {zone} (a local cluster), or delete\n            {} TXT (nsupdate -k {}) and run sdns sign-zone --zone {zone}",
             rollover::marker_name(zone),
             zdir.join("tsig.key").display()
         )
