@@ -349,6 +349,15 @@ fn the_report_names_every_zone_and_why() {
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(said.contains("zone signed.test. cannot be adopted: inline-signing yes"), "{said}");
     assert!(!dealt.join("replica-0").exists());
+    // Several zones, two of them not adoptable: each named with its reasons, nothing dealt.
+    let mut args = adopt_args(conf.to_str().unwrap(), "corp.test", dealt.to_str().unwrap());
+    args.extend(["--zone", "signed.test", "--zone", "legacy.test"]);
+    let out = sdns(&args);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("zone signed.test. cannot be adopted: inline-signing yes"), "{said}");
+    assert!(said.contains("zone legacy.test. cannot be adopted: allow-update by address"), "{said}");
+    assert!(!dealt.join("replica-0").exists() && !dealt.join("adopted.toml").exists());
     let out = sdns(&adopt_args(conf.to_str().unwrap(), "nowhere.test", dealt.to_str().unwrap()));
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("defines no zone nowhere.test."), "{}", text(&out));
