@@ -107,7 +107,9 @@ if [ -z "$destdir" ] && ! getent passwd sdns >/dev/null; then
 fi
 
 for src in "${replicas[@]}"; do
-  [ -f "$src/replica.toml" ] && [ -f "$src/share.json" ] || die "$src is not a replica directory from sdns keygen/adopt (no replica.toml or share.json)"
+  # One zone: share.json at the top; several: one under zones/<zone>/ each.
+  shares=$(find "$src" -maxdepth 3 -name share.json \( -path "$src/share.json" -o -path "$src/zones/*/share.json" \) | head -n 1)
+  [ -f "$src/replica.toml" ] && [ -n "$shares" ] || die "$src is not a replica directory from sdns keygen/adopt (no replica.toml or share.json)"
   name="$(basename "$(cd "$src" && pwd)")"
   case "$name" in
     *[!A-Za-z0-9._-]*|.*) die "replica directory name $name: use letters, digits, . _ -" ;;
@@ -126,6 +128,23 @@ for src in "${replicas[@]}"; do
     [ -f "$f" ] || continue
     cp -p "$f" "$dest/"
   done
+  # Several zones: each zone's key share, public key, zone file and keys in zones/<zone>/
+  # (files only, modes kept; nothing else under zones/ is the dealer's).
+  if [ -d "$src/zones" ]; then
+    install -d -m 0700 "$dest/zones"
+    for z in "$src"/zones/*; do
+      [ -d "$z" ] || continue
+      zname="$(basename "$z")"
+      case "$zname" in
+        *[!A-Za-z0-9._-]*|.*) die "zone directory $z: use letters, digits, . _ -" ;;
+      esac
+      install -d -m 0700 "$dest/zones/$zname"
+      for f in "$z"/*; do
+        [ -f "$f" ] || continue
+        cp -p "$f" "$dest/zones/$zname/"
+      done
+    done
+  fi
   # Secrets stay 0600 (sdns run refuses a key share others can read); the rest 0644.
   sed -i \
     -e "s|^bind_dir = .*|bind_dir = \"$prefix/lib/sdns/bind9\"|" \

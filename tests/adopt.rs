@@ -138,22 +138,36 @@ impl Adopted {
     /// Adopts `zone` from `conf` into `dir` (with `extra` adopt arguments, and `cluster`
     /// arguments for both the adoption and `cluster up`) and starts its four replicas.
     fn up(conf: &Path, zone: &str, dir: PathBuf, extra: &[&str], cluster: &[&str]) -> Adopted {
+        Adopted::up_zones(conf, &[zone], dir, extra, cluster)
+    }
+
+    /// Adopts every zone of `zones` into one cluster (the first is `zone` for the helpers
+    /// that take no zone) and starts it.
+    fn up_zones(conf: &Path, zones: &[&str], dir: PathBuf, extra: &[&str], cluster: &[&str]) -> Adopted {
         let base = free_port_block(4);
         let port_args = ports(base);
-        let mut args = adopt_args(conf.to_str().unwrap(), zone, dir.to_str().unwrap());
+        let mut args = adopt_args(conf.to_str().unwrap(), zones[0], dir.to_str().unwrap());
+        for z in &zones[1..] {
+            args.extend(["--zone", z]);
+        }
         args.extend(extra);
         args.extend(cluster);
         let bind = bind_dir();
         args.extend(["--bind-dir", bind.to_str().unwrap()]);
         args.extend(port_args.iter().map(String::as_str));
         let out = sdns(&args);
-        assert!(out.status.success(), "sdns adopt --zone {zone}:\n{}", text(&out));
+        assert!(out.status.success(), "sdns adopt --zone {}:\n{}", zones.join(" --zone "), text(&out));
         let report = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(report.contains(&format!("adopted    {zone}.")), "{report}");
-        let mut up = vec!["cluster", "up", "--replicas", "4", "--zone", zone, "--dir", dir.to_str().unwrap(), "--bind-dir", bind.to_str().unwrap()];
+        for zone in zones {
+            assert!(report.contains(&format!("adopted    {zone}.")), "{report}");
+        }
+        let mut up = vec!["cluster", "up", "--replicas", "4", "--dir", dir.to_str().unwrap(), "--bind-dir", bind.to_str().unwrap()];
+        for z in zones {
+            up.extend(["--zone", z]);
+        }
         up.extend(port_args.iter().map(String::as_str));
         up.extend(cluster);
-        let started = Adopted { dir: dir.clone(), zone: zone.to_owned(), base };
+        let started = Adopted { dir: dir.clone(), zone: zones[0].to_owned(), base };
         let out = sdns(&up);
         assert!(out.status.success(), "cluster up:\n{}\n{}", text(&out), started.logs());
         started
@@ -184,6 +198,11 @@ impl Adopted {
 
     /// nsupdate -k KEY through replica `i`: (success, output).
     fn nsupdate(&self, i: u16, key: &Path, commands: &str) -> (bool, String) {
+        self.nsupdate_in(i, &self.zone, key, commands)
+    }
+
+    /// nsupdate -k KEY through replica `i` to `zone`: (success, output).
+    fn nsupdate_in(&self, i: u16, zone: &str, key: &Path, commands: &str) -> (bool, String) {
         use std::io::Write;
         let mut child = Command::new(tool("nsupdate"))
             .arg("-k")
@@ -194,7 +213,7 @@ impl Adopted {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("nsupdate");
-        let script = format!("server 127.0.0.1 {}\nzone {}\n{commands}\nsend\n", self.port(i), self.zone);
+        let script = format!("server 127.0.0.1 {}\nzone {zone}\n{commands}\nsend\n", self.port(i));
         child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
         let out = child.wait_with_output().unwrap();
         (out.status.success(), text(&out))
@@ -330,6 +349,15 @@ fn the_report_names_every_zone_and_why() {
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(said.contains("zone signed.test. cannot be adopted: inline-signing yes"), "{said}");
     assert!(!dealt.join("replica-0").exists());
+    // Several zones, two of them not adoptable: each named with its reasons, nothing dealt.
+    let mut args = adopt_args(conf.to_str().unwrap(), "corp.test", dealt.to_str().unwrap());
+    args.extend(["--zone", "signed.test", "--zone", "legacy.test"]);
+    let out = sdns(&args);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("zone signed.test. cannot be adopted: inline-signing yes"), "{said}");
+    assert!(said.contains("zone legacy.test. cannot be adopted: allow-update by address"), "{said}");
+    assert!(!dealt.join("replica-0").exists() && !dealt.join("adopted.toml").exists());
     let out = sdns(&adopt_args(conf.to_str().unwrap(), "nowhere.test", dealt.to_str().unwrap()));
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("defines no zone nowhere.test."), "{}", text(&out));
@@ -441,11 +469,25 @@ struct SigningNamed {
 
 impl SigningNamed {
     fn start(root: &Path) -> SigningNamed {
+        SigningNamed::start_with(root, false)
+    }
+
+    /// With `reverse`, the same named also serves the unsigned reverse zone
+    /// 2.0.192.in-addr.arpa, whose update-policy grants the DHCP server's key (dhcp.key) PTR.
+    fn start_with(root: &Path, reverse: bool) -> SigningNamed {
         let dir = root.join("signing-named");
         std::fs::create_dir_all(dir.join("keys")).unwrap();
-        let out = run(Command::new(bind_dir().join("sbin/tsig-keygen")).args(["-a", "hmac-sha256", "ops-key"]));
-        assert!(out.status.success(), "tsig-keygen: {}", text(&out));
-        std::fs::write(dir.join("ops.key"), &out.stdout).unwrap();
+        for (name, file) in [("ops-key", "ops.key"), ("dhcp-key", "dhcp.key")] {
+            let out = run(Command::new(bind_dir().join("sbin/tsig-keygen")).args(["-a", "hmac-sha256", name]));
+            assert!(out.status.success(), "tsig-keygen: {}", text(&out));
+            std::fs::write(dir.join(file), &out.stdout).unwrap();
+        }
+        std::fs::write(
+            dir.join("db.192.0.2"),
+            "$TTL 3600\n@\tIN\tSOA\tns1.signed.test. hostmaster.signed.test. 7 3600 900 604800 300\n\
+             \tIN\tNS\tns1.signed.test.\n53\tIN\tPTR\tns1.signed.test.\n80\tIN\tPTR\twww.signed.test.\n",
+        )
+        .unwrap();
         std::fs::write(
             dir.join("db.signed.test"),
             "$TTL 3600\n@\tIN\tSOA\tns1.signed.test. hostmaster.signed.test. 2024060101 3600 900 604800 300\n\
@@ -455,6 +497,14 @@ impl SigningNamed {
         let port = free_port_block(1) + 1;
         let d = dir.display();
         let conf = dir.join("named.conf");
+        let reverse = if reverse {
+            format!(
+                "include \"{d}/dhcp.key\";\nzone \"2.0.192.in-addr.arpa\" {{\n\ttype primary;\n\tfile \"{d}/db.192.0.2\";\n\
+                 \tupdate-policy {{\n\t\tgrant dhcp-key zonesub PTR TXT;\n\t}};\n\tallow-transfer {{ key ops-key; }};\n\tnotify no;\n}};\n"
+            )
+        } else {
+            String::new()
+        };
         std::fs::write(
             &conf,
             format!(
@@ -465,7 +515,7 @@ impl SigningNamed {
                  \t\tzsk lifetime unlimited algorithm rsasha256 2048;\n\t}};\n}};\n\
                  zone \"signed.test\" {{\n\ttype primary;\n\tfile \"{d}/db.signed.test\";\n\tkey-directory \"{d}/keys\";\n\
                  \tdnssec-policy \"rsa\";\n\tupdate-policy {{\n\t\tgrant ops-key zonesub ANY;\n\t}};\n\
-                 \tallow-transfer {{ key ops-key; }};\n\tnotify no;\n}};\n"
+                 \tallow-transfer {{ key ops-key; }};\n\tnotify no;\n}};\n{reverse}"
             ),
         )
         .unwrap();
@@ -597,6 +647,17 @@ fn zone_text(cluster: &Adopted, i: u16) -> String {
 /// The zone's records, sorted, to compare replicas.
 fn sorted_zone(cluster: &Adopted, i: u16) -> Vec<String> {
     let mut lines: Vec<String> = zone_text(cluster, i).lines().map(str::to_owned).collect();
+    lines.sort();
+    lines
+}
+
+/// `zone` as replica `i` serves it, sorted (the operator's transfer key is not needed: the
+/// dealer's transfer key transfers every zone).
+fn sorted_zone_of(cluster: &Adopted, i: u16, zone: &str) -> Vec<String> {
+    let key = cluster.dir.join("transfer.key");
+    let axfr = cluster.dig(i, &["-k", key.to_str().unwrap(), zone, "AXFR", "+onesoa", "+nocmd", "+nocomments", "+nostats"]);
+    let mut lines: Vec<String> =
+        axfr.lines().filter(|l| !l.starts_with(';') && !l.trim().is_empty() && l.split_whitespace().nth(3) != Some("TSIG")).map(str::to_owned).collect();
     lines.sort();
     lines
 }
@@ -733,4 +794,168 @@ fn a_zone_signed_with_the_operators_key_rolls_over_without_a_validation_outage()
     let stale = Unbound::start(root.path(), "unbound-old-2", &old_ds, cluster.port(0));
     let answer = stale.query("www.signed.test", "A");
     assert!(answer.contains("status: SERVFAIL"), "{answer}");
+}
+
+/// delv through replica `i` for `name` `rtype`, trusting `anchors` (a trust-anchors file).
+fn delv(cluster: &Adopted, i: u16, anchors: &Path, name: &str, rtype: &str, root: &str) -> String {
+    text(&run(Command::new(tool("delv")).arg("-a").arg(anchors).arg("@127.0.0.1").arg("-p").arg(cluster.port(i).to_string()).args([
+        name,
+        rtype,
+        &format!("+root={root}"),
+    ])))
+}
+
+/// The issue's test: one stock named serves a forward zone it signs with its own key
+/// (dnssec-policy) and an unsigned reverse zone with a TSIG key and an update-policy; both
+/// are adopted in one run into one 4-replica cluster. Every RRset the old server gave
+/// (DNSSEC records aside) is served the same by every replica, nsupdate with the operator's
+/// original key files works on both zones, the reverse zone answers PTR, and the forward
+/// zone's double-KSK rollover validates with delv trusting the OLD key's DS.
+#[test]
+fn a_signed_forward_zone_and_a_reverse_zone_are_adopted_into_one_cluster() {
+    let root = tempfile::tempdir().unwrap();
+    let named = SigningNamed::start_with(root.path(), true);
+    let ops_key = named.dir.join("ops.key");
+    let dhcp_key = named.dir.join("dhcp.key");
+    // A host the DHCP server registered since the zone file was written (in named's journal).
+    {
+        use std::io::Write;
+        let mut child = Command::new(tool("nsupdate"))
+            .arg("-k")
+            .arg(&dhcp_key)
+            .args(["-t", "10"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("nsupdate");
+        let script =
+            format!("server 127.0.0.1 {}\nzone 2.0.192.in-addr.arpa\nupdate add 99.2.0.192.in-addr.arpa 300 PTR printer.signed.test.\nsend\n", named.port);
+        child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "update on the operator's named: {}", text(&out));
+    }
+    // What the old server gives, per zone; the rollover's marker (sdns's own record, deleted
+    // at the finish) and the DNSSEC records are left out of the comparison.
+    let old_records = |zone: &str| records(&named.dig(&["-k", ops_key.to_str().unwrap(), zone, "AXFR"]));
+    let without_marker = |r: Vec<String>| -> Vec<String> {
+        r.into_iter().filter(|l| !l.starts_with("_sdns-rollover.") && !l.contains(" cds ") && !l.contains(" cdnskey ")).collect()
+    };
+    let zones = ["signed.test", "2.0.192.in-addr.arpa"];
+    let before: Vec<Vec<String>> = zones.iter().map(|z| without_marker(old_records(z))).collect();
+    assert!(before[0].iter().any(|r| r.starts_with("www.signed.test.")), "{:?}", before[0]);
+    assert!(before[1].iter().any(|r| r.contains("printer.signed.test.")), "{:?}", before[1]);
+    // The old DS, as the parent has it: from the operator's KSK, by Debian's tool.
+    let ksk_file = std::fs::read_dir(named.dir.join("keys"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "key") && std::fs::read_to_string(p).unwrap().contains("DNSKEY 257 "))
+        .expect("the operator's KSK file");
+    let ds = run(Command::new(system_tool("dnssec-dsfromkey")).args(["-2"]).arg(&ksk_file));
+    assert!(ds.status.success(), "{}", text(&ds));
+    let old_ds = String::from_utf8_lossy(&ds.stdout).trim().to_owned();
+
+    let conf = named.conf.clone();
+    let cluster = Adopted::up_zones(
+        &conf,
+        &zones,
+        root.path().join("cluster"),
+        &["--dnssec-signzone", system_tool("dnssec-signzone").to_str().unwrap(), "--rollover-validity-days", "20"],
+        // The finish signs the forward zone again soon after the first signing.
+        &["--sign-zone-interval-s", "1"],
+    );
+    drop(named);
+    // One threshold key per zone, in the zone's own directory; the rollover's files are the
+    // forward zone's.
+    let fwd = cluster.dir.join("zones/signed.test");
+    let rev = cluster.dir.join("zones/2.0.192.in-addr.arpa");
+    let norm = |ds: &str| ds.split_whitespace().filter(|w| *w != "IN").map(str::to_ascii_uppercase).collect::<Vec<_>>().join(" ");
+    assert_eq!(norm(&std::fs::read_to_string(fwd.join("ds-old.txt")).unwrap()), norm(&old_ds));
+    assert!(!rev.join("ds-old.txt").exists() && !rev.join("rollover.txt").exists());
+    let steps = std::fs::read_to_string(fwd.join("rollover.txt")).unwrap();
+    assert!(steps.contains("sign-zone --zone signed.test."), "{steps}");
+    assert_ne!(std::fs::read_to_string(fwd.join("ds.txt")).unwrap(), std::fs::read_to_string(rev.join("ds.txt")).unwrap());
+    let record = std::fs::read_to_string(cluster.dir.join("adopted.toml")).unwrap();
+    assert_eq!(record.matches("[[zone]]").count(), 2, "{record}");
+
+    // Every RRset the old server gave, at every replica (AXFR with the operator's transfer key).
+    for (z, zone) in zones.iter().enumerate() {
+        for i in 0..4 {
+            let after = without_marker(records(&cluster.dig(i, &["-k", ops_key.to_str().unwrap(), zone, "AXFR"])));
+            assert_eq!(after, before[z], "replica {i}'s {zone} differs from the old server's\n{}", cluster.logs());
+        }
+    }
+    // The reverse zone answers PTR, signed by its own threshold key.
+    for i in 0..4 {
+        let answer = cluster.dig(i, &["99.2.0.192.in-addr.arpa", "PTR", "+dnssec"]);
+        assert!(answer.contains("printer.signed.test.") && answer.contains("RRSIG\tPTR"), "replica {i}:\n{answer}");
+    }
+    // nsupdate with the operator's original key files, in each zone; each key only where
+    // its update-policy grants it.
+    let (ok, said) = cluster.nsupdate_in(1, "signed.test", &ops_key, "update add laptop.signed.test 300 A 192.0.2.107");
+    assert!(ok, "{said}\n{}", cluster.logs());
+    let (ok, said) = cluster.nsupdate_in(2, "2.0.192.in-addr.arpa", &dhcp_key, "update add 107.2.0.192.in-addr.arpa 300 PTR laptop.signed.test.");
+    assert!(ok, "{said}\n{}", cluster.logs());
+    let (ok, said) = cluster.nsupdate_in(3, "2.0.192.in-addr.arpa", &ops_key, "update add 108.2.0.192.in-addr.arpa 300 PTR x.signed.test.");
+    assert!(!ok && said.contains("REFUSED"), "ops-key is not in the reverse zone's policy: {said}");
+    let (ok, said) = cluster.nsupdate_in(0, "signed.test", &dhcp_key, "update add dhcp.signed.test 300 A 192.0.2.9");
+    // (a key the zone does not know at all: BADKEY, as named answers it)
+    assert!(!ok && (said.contains("REFUSED") || said.contains("BADKEY")), "dhcp-key is not in the forward zone's policy: {said}");
+    for i in 0..4 {
+        assert!(cluster.dig(i, &["107.2.0.192.in-addr.arpa", "PTR"]).contains("laptop.signed.test."), "replica {i}");
+        assert!(cluster.dig(i, &["laptop.signed.test", "A"]).contains("192.0.2.107"), "replica {i}");
+    }
+    // During the rollover delv validates the forward zone trusting the OLD key's DS, and
+    // the new one trusting the threshold key; the reverse zone with its own anchor.
+    let f: Vec<String> = old_ds.split_whitespace().filter(|w| *w != "IN").map(str::to_owned).collect();
+    assert_eq!(f.get(1).map(String::as_str), Some("DS"), "{old_ds}");
+    let old_anchor = root.path().join("old-ds.conf");
+    std::fs::write(&old_anchor, format!("trust-anchors {{\n\t\"{}\" static-ds {} {} {} \"{}\";\n}};\n", f[0], f[2], f[3], f[4], f[5..].concat())).unwrap();
+    for (i, name) in [(0, "www.signed.test"), (3, "laptop.signed.test")] {
+        let said = delv(&cluster, i, &old_anchor, name, "A", "signed.test");
+        assert!(said.contains("; fully validated") && said.contains("192.0.2."), "old DS, replica {i}, {name}:\n{said}");
+    }
+    let said = delv(&cluster, 1, &fwd.join("trust-anchor.conf"), "www.signed.test", "A", "signed.test");
+    assert!(said.contains("; fully validated"), "{said}");
+    let said = delv(&cluster, 2, &rev.join("trust-anchor.conf"), "107.2.0.192.in-addr.arpa", "PTR", "2.0.192.in-addr.arpa");
+    assert!(said.contains("; fully validated") && said.contains("laptop.signed.test."), "{said}");
+    // The old key's trust does not reach the reverse zone (it has no rollover).
+    let said = delv(&cluster, 2, &fwd.join("trust-anchor.conf"), "80.2.0.192.in-addr.arpa", "PTR", "2.0.192.in-addr.arpa");
+    assert!(!said.contains("; fully validated"), "{said}");
+    // The finish, for the forward zone alone: its old KSK leaves every replica, the reverse
+    // zone is not touched, the new DS validates and the old one no longer does.
+    let reverse_before = sorted_zone_of(&cluster, 0, "2.0.192.in-addr.arpa");
+    let port_args = ports(cluster.base);
+    let mut args =
+        vec!["cluster", "rollover-finish", "--replicas", "4", "--zone", "signed.test", "--dir", cluster.dir.to_str().unwrap(), "--sign-zone-interval-s", "1"];
+    args.extend(port_args.iter().map(String::as_str));
+    let out = sdns(&args);
+    assert!(out.status.success(), "rollover-finish:\n{}\n{}", text(&out), cluster.logs());
+    for i in 0..4 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while dnskeys(&cluster.dig(i, &["signed.test", "DNSKEY"])) != 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "replica {i} still publishes the old KSK:\n{}",
+                cluster.dig(i, &["signed.test", "DNSKEY", "+dnssec"])
+            );
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+    let first = sorted_zone_of(&cluster, 0, "signed.test");
+    assert!(!first.iter().any(|l| l.contains("_sdns-rollover")) && first.iter().any(|l| l.starts_with("laptop.signed.test.")), "{first:?}");
+    for i in 1..4 {
+        assert_eq!(sorted_zone_of(&cluster, i, "signed.test"), first, "replica {i}'s forward zone differs after the finish");
+    }
+    assert_eq!(sorted_zone_of(&cluster, 0, "2.0.192.in-addr.arpa"), reverse_before, "the finish touched the reverse zone");
+    let said = delv(&cluster, 1, &fwd.join("trust-anchor.conf"), "laptop.signed.test", "A", "signed.test");
+    assert!(said.contains("; fully validated"), "{said}");
+    let said = delv(&cluster, 1, &old_anchor, "www.signed.test", "A", "signed.test");
+    assert!(!said.contains("; fully validated"), "the old DS still validates after the finish:\n{said}");
+    // The reverse zone has no rollover to finish.
+    let mut args = vec!["cluster", "rollover-finish", "--replicas", "4", "--zone", "2.0.192.in-addr.arpa", "--dir", cluster.dir.to_str().unwrap()];
+    args.extend(port_args.iter().map(String::as_str));
+    let out = sdns(&args);
+    assert!(!out.status.success() && text(&out).contains("holds no rollover of 2.0.192.in-addr.arpa."), "{}", text(&out));
 }

@@ -129,3 +129,51 @@ fn install_script_stages_an_fhs_layout_and_touches_nothing_else() {
         eprintln!("systemd-analyze not installed: the unit was not verified by systemd");
     }
 }
+
+#[test]
+fn install_script_copies_every_zones_directory() {
+    let work = tempfile::tempdir().unwrap();
+    let dealt = work.path().join("dealt");
+    let out = run(Command::new(sdns_bin())
+        .args(["keygen", "--replicas", "4", "--bits", "1024", "--zone", "corp.test", "--zone", "2.0.192.in-addr.arpa"])
+        .arg("--bind-dir")
+        .arg(bind_dir())
+        .arg("--out")
+        .arg(&dealt));
+    assert!(out.status.success(), "keygen: {}", text(&out));
+    let root = work.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let r2 = dealt.join("replica-2");
+    assert!(!r2.join("share.json").exists(), "several zones keep their shares under zones/");
+    let (ok, said) = install(&root, &["--replica", r2.to_str().unwrap()]);
+    assert!(ok, "{said}");
+    let dir = root.join("etc/sdns/replica-2");
+    let config = wrapper::config::Config::load(&dir.join("replica.toml")).unwrap();
+    assert_eq!(config.zones.len(), 2);
+    for z in &config.zones {
+        for (path, secret) in [(&z.key_share, true), (&z.public_key, false), (&z.zone_file, false)] {
+            let file = config.resolve(path);
+            assert!(file.starts_with(dir.join("zones")) && file.is_file(), "{} of {} not installed", file.display(), z.name);
+            assert_eq!(mode(&file) == 0o600, secret, "{}", file.display());
+        }
+        for key in &z.tsig_keys {
+            assert_eq!(mode(&config.resolve(key)), 0o600, "{}", key.display());
+        }
+    }
+    assert_eq!(mode(&dir.join("zones")), 0o700);
+
+    // The Docker health check asks for the first [[zone]] table's SOA on this replica's
+    // client address (a stand-in dig prints what it was asked).
+    let bin = work.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::write(bin.join("dig"), "#!/bin/sh\necho \"$@\"\n").unwrap();
+    std::fs::set_permissions(bin.join("dig"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let check = Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/healthcheck.sh");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let out = run(Command::new("sh").arg(&check).env("SDNS_CONFIG", r2.join("replica.toml")).env("PATH", &path));
+    let said = text(&out);
+    let client = config.peers.iter().find(|p| p.id == 2).unwrap().client;
+    let first = std::fs::read_to_string(r2.join("replica.toml")).unwrap();
+    let first = first.split("[[zone]]").nth(1).and_then(|t| t.lines().find_map(|l| l.strip_prefix("name = "))).unwrap().trim_matches('"').to_owned();
+    assert!(out.status.success() && said.contains(&format!("@{} -p {} {first} SOA", client.ip(), client.port())), "healthcheck.sh:\n{said}");
+}

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -96,23 +96,42 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
 }
 
 /// Finishes the double-KSK rollover of a zone adopted signed, on the cluster in `dir`: an
-/// ordered update (signed with the dealer's tsig.key) deletes the rollover marker, then an
-/// ordered sign-zone signs the zone without the operator's KSK and its signature. Both are
-/// ordered operations, so every replica's zone stays the same.
+/// ordered update (signed with the dealer's update key of that zone) deletes the rollover
+/// marker, then an ordered sign-zone signs the zone without the operator's KSK and its
+/// signature. Both are ordered operations, so every replica's zone stays the same. In a
+/// cluster adopted with several zones, `--zone` names the one zone to finish (its files are
+/// in `zones/<zone>/`), and only that zone is signed.
 pub fn rollover_finish(p: &ClusterParams, dir: &Path) -> Result<()> {
     p.one_zone("sdns cluster rollover-finish")?;
-    let adopted = crate::adopt::adopted_for(dir, p.zone())?;
-    if adopted.is_none() || !dir.join(crate::adopt::rollover::ROLLOVER_FILE).exists() {
+    let zone = crate::adopt::absolute_name(p.zone());
+    let Some(records) = crate::adopt::Adopted::load_all(dir)? else {
         bail!("{} holds no rollover: it was not adopted from a signed zone", dir.display());
+    };
+    let several = records.len() > 1;
+    if !records.iter().any(|a| crate::adopt::absolute_name(&a.zone) == zone) {
+        let names: Vec<&str> = records.iter().map(|a| a.zone.as_str()).collect();
+        bail!(
+            "{} was adopted for zone{} {}; give {}--zone {}",
+            dir.display(),
+            if several { "s" } else { "" },
+            names.join(", "),
+            if several { "one of them with " } else { "" },
+            names[0]
+        );
     }
-    let marker = crate::adopt::rollover::marker_name(p.zone());
+    let zdir = if several { PathBuf::from(crate::config::zone_dir_name(&zone)) } else { PathBuf::new() };
+    if !dir.join(&zdir).join(crate::adopt::rollover::ROLLOVER_FILE).exists() {
+        bail!("{} holds no rollover of {zone}: it was not adopted from a signed zone", dir.display());
+    }
+    let marker = crate::adopt::rollover::marker_name(&zone);
     let exe = std::env::current_exe().context("locating the sdns binary")?;
     let out = Command::new(&exe)
         .arg("update")
         .arg("--config")
         .arg(replica_dir(dir, 0).join("replica.toml"))
+        .args(["--zone", &zone])
         .arg("-k")
-        .arg(dir.join("tsig.key"))
+        .arg(dir.join(&zdir).join("tsig.key"))
         .args(["delete", &marker, "TXT"])
         .output()
         .context("running sdns update")?;
@@ -123,11 +142,11 @@ pub fn rollover_finish(p: &ClusterParams, dir: &Path) -> Result<()> {
     let waited: Vec<u16> = (0..p.replicas).filter(|&i| !p.byzantine.iter().any(|(id, _)| *id == i)).collect();
     let admins: Vec<SocketAddr> = waited.iter().map(|&i| p.layout.metrics(i)).collect();
     let tokens: Vec<std::path::PathBuf> = waited.iter().map(|&i| admin_token_file(dir, i)).collect();
-    let outcome = sign_zone(&admins, &tokens, None).context("sign-zone")?;
+    let outcome = sign_zone(&admins, &tokens, several.then_some(zone.as_str())).context("sign-zone")?;
     println!(
-        "sdns cluster: rollover finished ({}); now have the parent remove the old DS: {}",
+        "sdns cluster: rollover of {zone} finished ({}); now have the parent remove the old DS: {}",
         outcome.trim(),
-        dir.join(crate::adopt::rollover::OLD_DS_FILE).display()
+        dir.join(&zdir).join(crate::adopt::rollover::OLD_DS_FILE).display()
     );
     Ok(())
 }

@@ -205,9 +205,8 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
         bail!("--zone-file: give one per --zone, in the same order ({} zones, {} files)", p.zones.len(), p.zone_files.len());
     }
     let several = p.zones.len() > 1;
-    if several && crate::adopt::record::Adopted::load(out)?.is_some() {
-        bail!("{} was dealt by `sdns adopt` for one zone; deal several zones into a new directory", out.display());
-    }
+    // A directory `sdns adopt` dealt is for the zones it adopted.
+    crate::adopt::record::adopted_zones(out, &p.zones)?;
     let t = (n - 1) / 3;
     let k = p.threshold.unwrap_or(t + 1);
     if k == 0 || k > n {
@@ -374,16 +373,11 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
     let test_cluster = !p.corrupt.is_empty() || !p.byzantine.is_empty();
     let several = p.zones.len() > 1;
     // A directory dealt by `sdns adopt` keeps the operator's keys and update-policy.
-    let adopted = if several {
-        if crate::adopt::record::Adopted::load(out)?.is_some() {
-            bail!("{} was dealt by `sdns adopt` for one zone, not for {} zones", out.display(), p.zones.len());
-        }
-        None
-    } else {
-        crate::adopt::adopted_for(out, p.zone())?
-    };
+    // A directory dealt by `sdns adopt` keeps the operator's keys and update-policy, per zone
+    // (in `p.zones`' order).
+    let adopted = crate::adopt::record::adopted_zones(out, &p.zones)?;
     let paths = |names: &[String]| names.iter().map(PathBuf::from).collect::<Vec<_>>();
-    let (tsig_keys, transfer_keys, update_policy) = match &adopted {
+    let (tsig_keys, transfer_keys, update_policy) = match adopted.as_ref().and_then(|a| a.first()).filter(|_| !several) {
         Some(a) => (paths(&a.tsig_keys), paths(&a.transfer_keys), Some(a.update_policy.clone())),
         None => (vec![PathBuf::from("tsig.key")], vec![PathBuf::from("transfer.key")], None),
     };
@@ -394,8 +388,9 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
     } else {
         Vec::new()
     };
-    // An adopted zone's allow-transfer addresses.
-    for a in adopted.iter().flat_map(|a| &a.allow_transfer) {
+    // The adopted zones' allow-transfer addresses ([access] is the cluster's, so with several
+    // zones a prefix one zone allowed may transfer each; noted in the adoption's report).
+    for a in adopted.iter().flatten().flat_map(|a| &a.allow_transfer) {
         if !allow_transfer.contains(a) {
             allow_transfer.push(a.clone());
         }
@@ -428,18 +423,21 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
     let zone_tables: Vec<ZoneSection> = if several {
         p.zones
             .iter()
-            .map(|name| {
+            .enumerate()
+            .map(|(z, name)| {
                 let dir = PathBuf::from(crate::config::zone_dir_name(name));
+                // An adopted zone: the paths its record names (the zone's dealer key first).
+                let record = adopted.as_ref().and_then(|a| a.get(z));
                 ZoneSection {
                     name: name.clone(),
                     algorithm: p.algorithm,
                     public_key: dir.join("zone.pub.json"),
                     key_share: dir.join("share.json"),
                     zone_file: dir.join("zone.db"),
-                    tsig_keys: vec![dir.join("tsig.key")],
-                    update_policy: None,
+                    tsig_keys: record.map_or_else(|| vec![dir.join("tsig.key")], |a| paths(&a.tsig_keys)),
+                    update_policy: record.map(|a| a.update_policy.clone()),
                     sig0_keys: if p.update_auth != Mode::Tsig { vec![dir.join("sig0.key")] } else { Vec::new() },
-                    transfer_keys: vec!["transfer.key".into()],
+                    transfer_keys: record.map_or_else(|| vec!["transfer.key".into()], |a| paths(&a.transfer_keys)),
                 }
             })
             .collect()
@@ -595,7 +593,7 @@ mod tests {
         assert!(e.contains("adopted for zone example.test."), "{e}");
         p.zones = vec!["example.test.".into(), "2.0.192.in-addr.arpa.".into()];
         let e = write_configs(&p, out.path()).unwrap_err().to_string();
-        assert!(e.contains("for one zone"), "{e}");
+        assert!(e.contains("adopted for zone example.test.; give --zone example.test."), "{e}");
     }
 
     #[test]

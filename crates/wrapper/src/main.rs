@@ -26,9 +26,10 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Take a primary zone from an existing BIND (its data, TSIG keys and update-policy, read
-    /// through `named-checkconf -p`) and deal a cluster for it, as keygen does. One zone per
-    /// run; the report names every zone of named.conf and why it was or was not taken.
+    /// Take primary zones from an existing BIND (their data, TSIG keys and update-policy, read
+    /// through `named-checkconf -p`) and deal one cluster for them, as keygen does: every
+    /// --zone given, one threshold key each. The report names every zone of named.conf and
+    /// why it was or was not taken.
     Adopt {
         /// The existing BIND's configuration.
         #[arg(long, default_value = "/etc/bind/named.conf")]
@@ -117,7 +118,7 @@ enum ClusterCmd {
     },
     /// Finish the rollover of a zone adopted signed, once the parent serves the new DS:
     /// an ordered update deletes the rollover marker, then an ordered sign-zone drops your
-    /// old KSK and its signature.
+    /// old KSK and its signature. With several zones, --zone names the one to finish.
     RolloverFinish {
         #[command(flatten)]
         cluster: ClusterArgs,

@@ -1,4 +1,4 @@
-//! `sdns adopt`: take a zone from an existing BIND installation into a new cluster.
+//! `sdns adopt`: take zones from an existing BIND installation into a new cluster.
 //!
 //! The configuration is read through BIND's own parser (`named-checkconf -p` prints it in
 //! canonical form with includes resolved), so what is adopted is what that named loads.
@@ -9,8 +9,10 @@
 //! deals the cluster's keys as `sdns keygen` does. A zone it cannot take keeps its
 //! reasons in the report; nothing is dropped silently.
 //!
-//! A cluster serves one zone today, so one zone is adopted per run (and per output
-//! directory); the report names every other zone and why it was not taken.
+//! Every zone given with `--zone` is adopted into the one cluster of a run, each with its own
+//! threshold key, keys, rules and data (`[[zone]]` tables with several); the report names
+//! every other zone and why it was not taken, and a chosen zone that cannot be adopted stops
+//! the run with its reasons before anything is dealt.
 
 pub mod bindconf;
 pub mod record;
@@ -410,7 +412,7 @@ fn supported_algorithm(name: &str) -> Result<(), String> {
 }
 
 /// The report, one zone per line with its reasons or notes below.
-pub fn render_report(zones: &[ZoneReport], chosen: Option<&str>) -> String {
+pub fn render_report(zones: &[ZoneReport], chosen: Option<&[String]>) -> String {
     let mut out = String::new();
     for z in zones {
         let name = match &z.view {
@@ -420,7 +422,7 @@ pub fn render_report(zones: &[ZoneReport], chosen: Option<&str>) -> String {
         match &z.verdict {
             Verdict::Adoptable(plan) => {
                 let status = match chosen {
-                    Some(c) if c == z.name && z.view.is_none() => "adopted",
+                    Some(c) if c.contains(&z.name) && z.view.is_none() => "adopted",
                     Some(_) => "not taken",
                     None => "adoptable",
                 };
@@ -434,8 +436,8 @@ pub fn render_report(zones: &[ZoneReport], chosen: Option<&str>) -> String {
                 if !plan.transfer_addresses.is_empty() {
                     let _ = writeln!(out, "           transfers also from: {}", plan.transfer_addresses.join(", "));
                 }
-                if chosen.is_some_and(|c| c != z.name) {
-                    let _ = writeln!(out, "           one zone per cluster for now: adopt it in its own run (--zone {} --out ANOTHER_DIR)", z.name);
+                if chosen.is_some_and(|c| !c.contains(&z.name)) {
+                    let _ = writeln!(out, "           not chosen: give --zone {} too to adopt it into the same cluster", z.name);
                 }
                 for n in &plan.notes {
                     let _ = writeln!(out, "           note: {n}");
@@ -487,7 +489,19 @@ pub fn read_named_conf(checkconf: &Path, conf: &Path) -> Result<Vec<Statement>> 
     bindconf::parse(&text).map_err(|e| anyhow!("reading the output of named-checkconf -p: {e}"))
 }
 
-/// `sdns adopt`: prints the report; with a chosen adoptable zone, deals the cluster in `out`.
+/// One chosen zone's data, ready for the dealing.
+struct Prepared {
+    zone: String,
+    plan: Plan,
+    /// The checked data without the operator's signatures (removed after the dealing).
+    normalized: PathBuf,
+    /// A signed zone: the operator's KSK and the directory of its private half.
+    old_ksk: Option<(rollover::Dnskey, PathBuf)>,
+}
+
+/// `sdns adopt`: prints the report; with chosen adoptable zones (`--zone`, one or more),
+/// deals one cluster for all of them in `out`: one threshold key per zone, each zone's
+/// keys, rules and data.
 pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
     let statements = read_named_conf(&o.checkconf, &o.named_conf)?;
     let conf_dir = std::path::absolute(&o.named_conf)?.parent().map(Path::to_owned).unwrap_or_default();
@@ -496,36 +510,49 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
         print!("{}", render_report(&inv.zones, None));
         return Ok(());
     }
-    p.one_zone("sdns adopt")?;
-    let zone = absolute_name(p.zone());
-    let chosen = inv.zones.iter().find(|z| z.name == zone && z.view.is_none()).or_else(|| inv.zones.iter().find(|z| z.name == zone));
-    let Some(chosen) = chosen else {
+    if p.zones.is_empty() {
         print!("{}", render_report(&inv.zones, None));
-        bail!("{} defines no zone {zone} (the zones it defines are listed above; give one with --zone)", o.named_conf.display());
-    };
-    let plan = match &chosen.verdict {
-        Verdict::Adoptable(plan) => plan.clone(),
-        Verdict::Unsupported(why) => {
-            print!("{}", render_report(&inv.zones, Some(&zone)));
-            bail!("zone {zone} cannot be adopted: {}", why.join("; "));
-        }
-        Verdict::NotCandidate(why) => {
-            print!("{}", render_report(&inv.zones, Some(&zone)));
-            bail!("zone {zone} is not adopted: {why}");
-        }
-    };
-    if !p.zone_files.is_empty() {
-        bail!("--zone-file: sdns adopt takes the zone's data from named.conf's file or from --server");
+        bail!("give the zones to adopt with --zone (one or more; the zones {} defines are listed above)", o.named_conf.display());
     }
-    for k in plan.update_keys.iter().chain(&plan.transfer_keys) {
-        if k == "sdns-update" || k == "sdns-transfer" {
-            bail!("the key name {k} is the one sdns deals for itself; rename that key in named.conf first");
+    let zones: Vec<String> = p.zones.iter().map(|z| absolute_name(z)).collect();
+    for (i, z) in zones.iter().enumerate() {
+        if zones[..i].contains(z) {
+            bail!("--zone {z} is given twice");
+        }
+    }
+    let several = zones.len() > 1;
+    // Every chosen zone must be adoptable; all refusals are named at once.
+    let mut plans = Vec::new();
+    let mut refused = Vec::new();
+    let mut unknown = false;
+    for zone in &zones {
+        let chosen = inv.zones.iter().find(|z| &z.name == zone && z.view.is_none()).or_else(|| inv.zones.iter().find(|z| &z.name == zone));
+        match chosen.map(|c| &c.verdict) {
+            None => {
+                unknown = true;
+                refused.push(format!("{} defines no zone {zone} (the zones it defines are listed above; give them with --zone)", o.named_conf.display()));
+            }
+            Some(Verdict::Adoptable(plan)) => plans.push(plan.clone()),
+            Some(Verdict::Unsupported(why)) => refused.push(format!("zone {zone} cannot be adopted: {}", why.join("; "))),
+            Some(Verdict::NotCandidate(why)) => refused.push(format!("zone {zone} is not adopted: {why}")),
+        }
+    }
+    if !refused.is_empty() {
+        print!("{}", render_report(&inv.zones, if unknown { None } else { Some(&zones) }));
+        bail!("{}", refused.join("\n"));
+    }
+    if !p.zone_files.is_empty() {
+        bail!("--zone-file: sdns adopt takes each zone's data from named.conf's file or from --server");
+    }
+    for k in plans.iter().flat_map(|plan| plan.update_keys.iter().chain(&plan.transfer_keys)) {
+        if k == "sdns-update" || k == "sdns-transfer" || k.starts_with("sdns-update.") {
+            bail!("the key name {k} is one sdns deals for itself; rename that key in named.conf first");
         }
     }
     // The operator's keys as files, checked before anything is written.
     let mut key_texts: BTreeMap<String, String> = BTreeMap::new();
-    for k in plan.update_keys.iter().chain(&plan.transfer_keys) {
-        let key = &inv.keys[k];
+    for k in plans.iter().flat_map(|plan| plan.update_keys.iter().chain(&plan.transfer_keys)) {
+        let key = inv.keys.get(k).ok_or_else(|| anyhow!("key {k} is not defined in named.conf"))?;
         let text = TsigKey { name: key.name.clone(), algorithm: key.algorithm.clone(), secret_b64: key.secret_b64.clone() }.to_bind();
         let back = TsigKey::from_bind(&text).map_err(|e| anyhow!("key {}: {e}", key.name))?;
         if back.name != key.name || back.secret_b64 != key.secret_b64 {
@@ -534,51 +561,50 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
         key_texts.insert(k.clone(), text);
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    if replica_dir(out, 0).join("share.json").exists() {
+    let dealt_share = match zones.as_slice() {
+        [_] => replica_dir(out, 0).join("share.json"),
+        _ => replica_dir(out, 0).join(crate::config::zone_dir_name(&zones[0])).join("share.json"),
+    };
+    if dealt_share.exists() || replica_dir(out, 0).join("share.json").exists() || out.join(ADOPTED_FILE).exists() {
         bail!("{} already holds a dealt cluster; give a new --out", out.display());
     }
 
-    // The data, checked and in canonical text form; no DNSSEC records (those would be
-    // the operator's signatures, which the threshold key does not continue).
-    let raw = match o.server {
-        Some(server) => axfr(server, &zone, o.axfr_key.as_deref(), &plan, &inv, out)?,
-        None => plan.file.clone().ok_or_else(|| anyhow!("zone {zone} has no file in named.conf; give --server to take it by AXFR"))?,
-    };
-    let format = if o.server.is_some() { None } else { plan.format.as_deref() };
-    let normalized = out.join(".adopt-zone.db");
-    // From the file, with its journal (named keeps its own signing and updates there).
-    compile_zone(&o.compilezone, &zone, &raw, format, o.server.is_none(), &normalized)?;
-    if o.server.is_some() {
-        let _ = std::fs::remove_file(&raw);
-    }
-    let text = std::fs::read_to_string(&normalized)?;
-    let signed: Vec<&str> = dnssec_types(&text);
-    // A signed zone: its KSK (the key the parent's DS names) stays published for the
-    // rollover; the data goes on without the operator's signatures.
-    let old_ksk = if signed.is_empty() && plan.signed.is_none() {
-        None
-    } else {
-        let found = old_ksk(&text, &zone, &signed, &plan, p.algorithm, o.key_dir.as_deref());
-        if found.is_err() {
-            let _ = std::fs::remove_file(&normalized);
+    // Each zone's data, checked and in canonical text form; no DNSSEC records (those would
+    // be the operator's signatures, which the threshold key does not continue).
+    let mut prepared: Vec<Prepared> = Vec::new();
+    for (i, (zone, plan)) in zones.iter().zip(&plans).enumerate() {
+        match prepare(o, p, &inv, zone, plan, &out.join(format!(".adopt-zone-{i}.db")), out) {
+            Ok(z) => prepared.push(z),
+            Err(e) => {
+                for z in &prepared {
+                    let _ = std::fs::remove_file(&z.normalized);
+                }
+                return Err(e);
+            }
         }
-        Some(found?)
-    };
-    std::fs::write(&normalized, rollover::strip_signed(&text))?;
+    }
 
     let mut p = p.clone();
-    p.zones = vec![zone.clone()];
-    p.zone_files = vec![normalized.clone()];
-    keygen(&p, out)?;
-    let _ = std::fs::remove_file(&normalized);
-    let rollover_note = match &old_ksk {
-        Some((ksk, key_dir)) => Some(add_old_ksk(o, &p, out, &zone, ksk, key_dir)?),
-        None => None,
-    };
+    p.zones = zones.clone();
+    p.zone_files = prepared.iter().map(|z| z.normalized.clone()).collect();
+    let dealt = keygen(&p, out);
+    for z in &prepared {
+        let _ = std::fs::remove_file(&z.normalized);
+    }
+    dealt?;
+    // Where each zone's files are: the top level with one zone, zones/<zone>/ with several.
+    let zone_dir = |zone: &str| if several { PathBuf::from(crate::config::zone_dir_name(zone)) } else { PathBuf::new() };
+    let mut rollover_notes = Vec::new();
+    for z in &prepared {
+        if let Some((ksk, key_dir)) = &z.old_ksk {
+            rollover_notes.push(add_old_ksk(o, &p, out, &z.zone, ksk, key_dir, &zone_dir(&z.zone))?);
+        }
+    }
 
-    // The operator's keys, under their own names, for every replica and the operator.
+    // The operator's keys, under their own names, for every replica and the operator; a key
+    // several zones name is one file.
     let mut files: BTreeMap<String, String> = BTreeMap::new();
-    for k in plan.update_keys.iter().chain(&plan.transfer_keys) {
+    for k in plans.iter().flat_map(|plan| plan.update_keys.iter().chain(&plan.transfer_keys)) {
         if files.contains_key(k) {
             continue;
         }
@@ -590,41 +616,109 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
         }
         files.insert(k.clone(), file);
     }
-    let adopted = Adopted {
-        zone: zone.clone(),
-        tsig_keys: std::iter::once("tsig.key".to_owned()).chain(plan.update_keys.iter().map(|k| files[k].clone())).collect(),
-        transfer_keys: std::iter::once("transfer.key".to_owned()).chain(plan.transfer_keys.iter().map(|k| files[k].clone())).collect(),
-        update_policy: plan
-            .policy
-            .iter()
-            .cloned()
-            // The dealer's key may delete the rollover marker (and change nothing else).
-            .chain(old_ksk.as_ref().map(|_| format!("grant sdns-update name {} TXT", rollover::marker_name(&zone))))
-            .collect(),
-        allow_transfer: plan.transfer_addresses.clone(),
-    };
-    let record = adopted.to_toml(&format!(
-        "Written by sdns adopt from {conf}: zone {zone}. sdns cluster up and write_configs\n\
+    let records: Vec<Adopted> = prepared
+        .iter()
+        .map(|z| {
+            let dir = zone_dir(&z.zone);
+            // The dealer's update key: `sdns-update` with one zone, the zone's own with several.
+            let dealer = if several { format!("sdns-update.{}", z.zone.trim_end_matches('.')) } else { "sdns-update".to_owned() };
+            Adopted {
+                zone: z.zone.clone(),
+                tsig_keys: std::iter::once(dir.join("tsig.key").to_string_lossy().into_owned())
+                    .chain(z.plan.update_keys.iter().map(|k| files[k].clone()))
+                    .collect(),
+                transfer_keys: std::iter::once("transfer.key".to_owned()).chain(z.plan.transfer_keys.iter().map(|k| files[k].clone())).collect(),
+                update_policy: z
+                    .plan
+                    .policy
+                    .iter()
+                    .cloned()
+                    // The dealer's key may delete the rollover marker (and change nothing else).
+                    .chain(z.old_ksk.as_ref().map(|_| format!("grant {dealer} name {} TXT", rollover::marker_name(&z.zone))))
+                    .collect(),
+                allow_transfer: z.plan.transfer_addresses.clone(),
+            }
+        })
+        .collect();
+    let comment = format!(
+        "Written by sdns adopt from {conf}: {what} {zones}. sdns cluster up and write_configs\n\
          read it; the keys are the operator's own (0600 files next to this one).",
         conf = o.named_conf.display(),
-    ))?;
+        what = if several { "zones" } else { "zone" },
+        zones = zones.join(", "),
+    );
+    let record = match records.as_slice() {
+        [one] => one.to_toml(&comment)?,
+        _ => record::AdoptedZones { zone: records.clone() }.to_toml(&comment)?,
+    };
     write_public(&out.join(ADOPTED_FILE), record.as_bytes())?;
     write_configs(&p, out)?;
-    print!("{}", render_report(&inv.zones, Some(&zone)));
+    print!("{}", render_report(&inv.zones, Some(&zones)));
+    let shared_prefixes: Vec<String> = records.iter().filter(|r| !r.allow_transfer.is_empty()).map(|r| r.zone.clone()).collect();
+    let up_zones: String = zones.iter().map(|z| format!(" --zone {z}")).collect();
     println!(
-        "\nsdns adopt: dealt {zone} for {n} replicas in {dir}.\n\
+        "\nsdns adopt: dealt {zones} for {n} replicas in {dir}{one_key}.\n\
          Your TSIG key files (for nsupdate -k) are there too: {keys}.\n\
-         The dealer's tsig.key is known to the replicas, but only rules naming `*` grant it anything{finish}.\n\
+         The dealer's update key{s} ({dealer_keys}) {is} known to the replicas, but only rules naming `*` grant {it} anything{finish}.\n\
          Next: copy replica-<i>/ to host i and install it there (scripts/install.sh --replica replica-<i>),\n\
-         or try it on this machine: sdns cluster up --dir {dir} --zone {zone} --replicas {n} (with the same\n\
-         address and port options as here). DS for the parent once every replica serves the signed zone: ds.txt.{rollover}",
-        finish = if rollover_note.is_some() { " (and the deletion of the rollover marker)" } else { "" },
-        rollover = rollover_note.as_ref().map(|n| format!("\n\n{n}")).unwrap_or_default(),
+         or try it on this machine: sdns cluster up --dir {dir}{up_zones} --replicas {n} (with the same\n\
+         address and port options as here). DS for the parent once every replica serves the signed zone: {ds}.{shared}{rollover}",
+        zones = zones.join(", "),
+        one_key = if several { " (one threshold key per zone)" } else { "" },
+        s = if several { "s" } else { "" },
+        is = if several { "are" } else { "is" },
+        it = if several { "them" } else { "it" },
+        dealer_keys = zones.iter().map(|z| zone_dir(z).join("tsig.key").display().to_string()).collect::<Vec<_>>().join(", "),
+        finish = if rollover_notes.is_empty() { "" } else { " (and the deletion of the rollover marker)" },
+        ds = zones.iter().map(|z| zone_dir(z).join("ds.txt").display().to_string()).collect::<Vec<_>>().join(", "),
+        shared = if several && !shared_prefixes.is_empty() {
+            format!(
+                "\nNote: [access] allow_transfer is the cluster's: the prefixes of {}'s allow-transfer may transfer every zone.",
+                shared_prefixes.join(", ")
+            )
+        } else {
+            String::new()
+        },
+        rollover = rollover_notes.iter().map(|n| format!("\n\n{n}")).collect::<String>(),
         n = p.replicas,
         dir = out.display(),
         keys = if files.is_empty() { "none".to_owned() } else { files.values().cloned().collect::<Vec<_>>().join(", ") },
     );
     Ok(())
+}
+
+/// Takes one chosen zone's data (from its file with the journal, or by AXFR), checks it with
+/// `named-compilezone`, finds a signed zone's KSK, and writes the data without the
+/// operator's signatures to `normalized`.
+fn prepare(o: &AdoptOptions, p: &ClusterParams, inv: &Inventory, zone: &str, plan: &Plan, normalized: &Path, out: &Path) -> Result<Prepared> {
+    let raw = match o.server {
+        Some(server) => axfr(server, zone, o.axfr_key.as_deref(), plan, inv, out)?,
+        None => plan.file.clone().ok_or_else(|| anyhow!("zone {zone} has no file in named.conf; give --server to take it by AXFR"))?,
+    };
+    let format = if o.server.is_some() { None } else { plan.format.as_deref() };
+    // From the file, with its journal (named keeps its own signing and updates there).
+    let compiled = compile_zone(&o.compilezone, zone, &raw, format, o.server.is_none(), normalized);
+    if o.server.is_some() {
+        let _ = std::fs::remove_file(&raw);
+    }
+    compiled?;
+    let text = std::fs::read_to_string(normalized)?;
+    let signed: Vec<&str> = dnssec_types(&text);
+    // A signed zone: its KSK (the key the parent's DS names) stays published for the
+    // rollover; the data goes on without the operator's signatures.
+    let old_ksk = if signed.is_empty() && plan.signed.is_none() {
+        None
+    } else {
+        match old_ksk(&text, zone, &signed, plan, p.algorithm, o.key_dir.as_deref()) {
+            Ok(found) => Some(found),
+            Err(e) => {
+                let _ = std::fs::remove_file(normalized);
+                return Err(e);
+            }
+        }
+    };
+    std::fs::write(normalized, rollover::strip_signed(&text))?;
+    Ok(Prepared { zone: zone.to_owned(), plan: plan.clone(), normalized: normalized.to_owned(), old_ksk })
 }
 
 /// The operator's KSK of a signed zone, from its data, and the directory holding its
@@ -656,13 +750,15 @@ fn old_ksk(text: &str, zone: &str, signed: &[&str], plan: &Plan, algorithm: u8, 
 }
 
 /// Publishes the operator's KSK `ksk` beside the threshold key, with its signature over the
-/// DNSKEY RRset, in every copy of the zone under `out`; writes the old DS and the rollover's
-/// steps. Returns what to tell the operator.
-fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk: &rollover::Dnskey, key_dir: &Path) -> Result<String> {
-    let public = shoup_rsa::load_public(replica_dir(out, 0).join("zone.pub.json")).context("reading the dealt public key")?;
+/// DNSKEY RRset, in every copy of the zone under `out` (in `zdir` of each directory: empty
+/// with one zone, `zones/<zone>` with several); writes the old DS and the rollover's steps
+/// there. Returns what to tell the operator.
+#[allow(clippy::too_many_arguments)]
+fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk: &rollover::Dnskey, key_dir: &Path, zdir: &Path) -> Result<String> {
+    let public = shoup_rsa::load_public(replica_dir(out, 0).join(zdir).join("zone.pub.json")).context("reading the dealt public key")?;
     let name = hickory_proto::rr::Name::from_ascii(zone)?;
     let threshold = crate::files::zone_key(&name, p.algorithm, &public)?;
-    let data = std::fs::read_to_string(out.join("zone.db"))?;
+    let data = std::fs::read_to_string(out.join(zdir).join("zone.db"))?;
     let soa =
         data.lines().find(|l| l.split_whitespace().nth(3).is_some_and(|t| t.eq_ignore_ascii_case("SOA"))).ok_or_else(|| anyhow!("zone {zone} has no SOA"))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
@@ -672,14 +768,28 @@ fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk:
     let rrsig = rollover::sign_dnskey_rrset(&o.signzone, zone, soa, &dnskeys, ksk, key_dir, validity, &out.join(".adopt-sign"))?;
     let records = rollover::rollover_records(zone, ksk, threshold.ttl, &rrsig);
     for dir in std::iter::once(out.to_owned()).chain((0..p.replicas).map(|i| replica_dir(out, i))) {
-        let path = dir.join("zone.db");
+        let path = dir.join(zdir).join("zone.db");
         let mut text = std::fs::read_to_string(&path)?;
         text.push_str(&records);
         write_public(&path, text.as_bytes())?;
     }
     let old_ds = ksk.ds().ok_or_else(|| anyhow!("the DS of your KSK"))?;
-    let new_ds = std::fs::read_to_string(out.join("ds.txt"))?.trim().to_owned();
-    write_public(&out.join(rollover::OLD_DS_FILE), format!("{old_ds}\n").as_bytes())?;
+    let new_ds = std::fs::read_to_string(out.join(zdir).join("ds.txt"))?.trim().to_owned();
+    write_public(&out.join(zdir).join(rollover::OLD_DS_FILE), format!("{old_ds}\n").as_bytes())?;
+    // The finish: `cluster rollover-finish` (with several zones, for this zone), or its two
+    // ordered steps by hand.
+    let finish = if zdir.as_os_str().is_empty() {
+        format!(
+            "sdns cluster rollover-finish --dir DIR (a local cluster), or delete {} TXT\n            (nsupdate -k tsig.key) and run sdns sign-zone",
+            rollover::marker_name(zone)
+        )
+    } else {
+        format!(
+            "sdns cluster rollover-finish --dir DIR --zone {zone} (a local cluster), or delete\n            {} TXT (nsupdate -k {}) and run sdns sign-zone --zone {zone}",
+            rollover::marker_name(zone),
+            zdir.join("tsig.key").display()
+        )
+    };
     let until = named_glue::time::format_timestamp(validity.1);
     let steps = format!(
         "Rollover of {zone} from your KSK {old_tag} to the threshold key {new_tag} (double KSK).\n\
@@ -687,16 +797,14 @@ fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk:
          so validators that trust the DS at the parent now keep validating.\n\
          1. Once every replica serves the zone, give the parent the new DS (keep the old one):\n   {new_ds}\n\
          2. Wait until the parent serves it and the parent's DS TTL has passed.\n\
-         3. Finish: sdns cluster rollover-finish --dir DIR (a local cluster), or delete {marker} TXT\n\
-            (nsupdate -k tsig.key) and run sdns sign-zone: your KSK and its signature leave the zone.\n\
+         3. Finish: {finish}: your KSK and its signature leave the zone.\n\
          4. Have the parent remove the old DS:\n   {old_ds}\n\
          Finish before {until}: after it the old key's signature expires, and validators that only\n\
          know the old DS fail.\n",
         old_tag = ksk.key_tag().unwrap_or(0),
         new_tag = threshold.key_tag(),
-        marker = rollover::marker_name(zone),
     );
-    write_public(&out.join(rollover::ROLLOVER_FILE), steps.as_bytes())?;
+    write_public(&out.join(zdir).join(rollover::ROLLOVER_FILE), steps.as_bytes())?;
     Ok(steps)
 }
 

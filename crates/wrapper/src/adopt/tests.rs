@@ -147,11 +147,11 @@ fn zones_it_cannot_take_are_named_with_every_reason() {
     assert!(matches!(find(&zones, "secondary.example."), Verdict::NotCandidate(w) if w.contains("type slave")));
     assert!(matches!(find(&zones, "localhost."), Verdict::NotCandidate(w) if w.contains("built-in")));
 
-    let report = render_report(&zones, Some("example.com."));
+    let report = render_report(&zones, Some(&["example.com.".to_string()]));
     for line in [
         "adopted    example.com.  (update keys: dhcp-key, ops-key; transfer keys: ops-key; 3 update rule(s))",
         "not taken  2.0.192.in-addr.arpa.",
-        "adopt it in its own run (--zone 2.0.192.in-addr.arpa. --out ANOTHER_DIR)",
+        "not chosen: give --zone 2.0.192.in-addr.arpa. too",
         "cannot     signed.example.",
         "because: option `allow-query-on` is not supported",
         "skipped    secondary.example.  (type slave: only primary zones are adopted)",
@@ -347,7 +347,7 @@ mod fuzz {
         fn inventory_never_panics(statements in prop::collection::vec(statement(), 0..8)) {
             let inv = inventory(&statements, Path::new("/etc/bind"));
             let _ = render_report(&inv.zones, None);
-            let _ = render_report(&inv.zones, Some("example.com."));
+            let _ = render_report(&inv.zones, Some(&["example.com.".to_string(), "a.test.".to_string()]));
             for z in &inv.zones {
                 if let Verdict::Adoptable(plan) = &z.verdict {
                     for rule in &plan.policy {
@@ -360,4 +360,35 @@ mod fuzz {
             }
         }
     }
+}
+
+#[test]
+fn a_record_of_several_zones_names_each_and_guards_the_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let zone = |name: &str, key: &str| Adopted {
+        zone: name.into(),
+        tsig_keys: vec![format!("zones/{}/tsig.key", name.trim_end_matches('.')), key.into()],
+        transfer_keys: vec!["transfer.key".into()],
+        update_policy: vec![format!("grant {} zonesub ANY", key.trim_start_matches("key-").trim_end_matches(".key"))],
+        allow_transfer: Vec::new(),
+    };
+    let all = record::AdoptedZones { zone: vec![zone("example.com.", "key-ops.key"), zone("2.0.192.in-addr.arpa.", "key-dhcp.key")] };
+    std::fs::write(dir.path().join(ADOPTED_FILE), all.to_toml("two zones").unwrap()).unwrap();
+    assert_eq!(Adopted::load_all(dir.path()).unwrap(), Some(all.zone.clone()));
+    // In the order the zones are configured, whatever the record's order.
+    let got = record::adopted_zones(dir.path(), &["2.0.192.in-addr.arpa".into(), "EXAMPLE.com.".into()]).unwrap().unwrap();
+    assert_eq!(got, vec![all.zone[1].clone(), all.zone[0].clone()]);
+    for zones in [vec!["example.com.".to_string()], vec!["example.com.".into(), "other.test.".into()]] {
+        let e = record::adopted_zones(dir.path(), &zones).unwrap_err().to_string();
+        assert!(e.contains("give --zone example.com. --zone 2.0.192.in-addr.arpa."), "{e}");
+    }
+    // The single-zone reader refuses it, with the zones named.
+    let e = Adopted::load(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("several zones (example.com., 2.0.192.in-addr.arpa.)"), "{e}");
+    // A zone twice, or no table at all, is an error, not a panic.
+    let twice = record::AdoptedZones { zone: vec![zone("example.com.", "key-ops.key"), zone("Example.COM", "key-dhcp.key")] };
+    std::fs::write(dir.path().join(ADOPTED_FILE), twice.to_toml("").unwrap()).unwrap();
+    assert!(Adopted::load_all(dir.path()).unwrap_err().to_string().contains("recorded twice"));
+    std::fs::write(dir.path().join(ADOPTED_FILE), "zone = []\n").unwrap();
+    assert!(Adopted::load_all(dir.path()).unwrap_err().to_string().contains("no [[zone]] table"));
 }
