@@ -923,6 +923,13 @@ fn a_signed_forward_zone_and_a_reverse_zone_are_adopted_into_one_cluster() {
     // The old key's trust does not reach the reverse zone (it has no rollover).
     let said = delv(&cluster, 2, &fwd.join("trust-anchor.conf"), "80.2.0.192.in-addr.arpa", "PTR", "2.0.192.in-addr.arpa");
     assert!(!said.contains("; fully validated"), "{said}");
+    // A validating resolver (Debian's Unbound) that trusts the OLD key's DS validates the
+    // forward zone through the rollover, an update made meanwhile included.
+    let new_ds = std::fs::read_to_string(fwd.join("ds.txt")).unwrap().trim().to_owned();
+    let old_resolver = Unbound::start(root.path(), "unbound-old", &old_ds, cluster.port(3));
+    old_resolver.validates("laptop.signed.test", "A", "192.0.2.107");
+    old_resolver.validates("www.signed.test", "A", "192.0.2.");
+    drop(old_resolver);
     // The finish, for the forward zone alone: its old KSK leaves every replica, the reverse
     // zone is not touched, the new DS validates and the old one no longer does.
     let reverse_before = sorted_zone_of(&cluster, 0, "2.0.192.in-addr.arpa");
@@ -953,6 +960,9 @@ fn a_signed_forward_zone_and_a_reverse_zone_are_adopted_into_one_cluster() {
     assert!(said.contains("; fully validated"), "{said}");
     let said = delv(&cluster, 1, &old_anchor, "www.signed.test", "A", "signed.test");
     assert!(!said.contains("; fully validated"), "the old DS still validates after the finish:\n{said}");
+    // And an Unbound that trusts the NEW DS validates after it.
+    let new_resolver = Unbound::start(root.path(), "unbound-new", &new_ds, cluster.port(0));
+    new_resolver.validates("laptop.signed.test", "A", "192.0.2.107");
     // The reverse zone has no rollover to finish.
     let mut args = vec!["cluster", "rollover-finish", "--replicas", "4", "--zone", "2.0.192.in-addr.arpa", "--dir", cluster.dir.to_str().unwrap()];
     args.extend(port_args.iter().map(String::as_str));
