@@ -250,6 +250,9 @@ fn a_zone_written_to_throughout_its_signing_is_still_installed() {
         let (last, earlier) = counts.split_last().unwrap_or_else(|| panic!("replica {i}: no round counts: {fields:?}"));
         assert!(earlier.iter().all(|&n| n > 16), "replica {i}: a round began although the catch-up was short: {counts:?}");
         assert!(*last <= 16 || counts.len() == 8, "replica {i}: installed with {last} records to catch up before the round limit: {counts:?}");
+        // The catch-up is read from named's journal (an IXFR from the round's serial), not
+        // from a transfer of the whole signed zone.
+        assert_eq!(fields.get("diff_from").map(String::as_str), Some("ixfr"), "replica {i}: {fields:?}");
         rounds_seen.push((counts, fields.get("restart_ms").cloned(), fields.get("catch_up_ms").cloned()));
     }
     assert!(rounds_seen.iter().all(|r| r.0 == rounds_seen[0].0), "the replicas went different rounds: {rounds_seen:?}");

@@ -190,6 +190,32 @@ impl ZoneMaintenance {
         Ok(out)
     }
 
+    /// The zone's records less the DNSSEC ones (canonical wire form, sorted, as
+    /// [`Self::content`] returns them) now, from `base` (that form, sorted) and an IXFR of
+    /// the local named from `base`'s SOA serial: named's journal holds what the writes
+    /// since then changed, a few records where the AXFR is the whole signed zone. named
+    /// may answer AXFR-style (its journal no longer reaches back): then from that. `None`
+    /// when the answer does not apply to `base` exactly (a deletion of a record `base`
+    /// lacks, an end SOA the result does not hold): the caller transfers the whole zone.
+    /// Either way the outcome is the zone's content, the same on every honest replica.
+    async fn content_since(&self, base: &[Vec<u8>]) -> Result<Option<Vec<Vec<u8>>>, ZoneError> {
+        let Some(base_soa) = base.iter().find(|r| split_wire(r).is_some_and(|(_, t, ..)| t == named_glue::rrwire::TYPE_SOA)) else {
+            return Ok(None);
+        };
+        let request = ixfr_request(&self.zone, base_soa)?;
+        let stream = self.named.axfr(&request).await.map_err(|e| ZoneError::Transfer(e.to_string()))?;
+        let messages = stream.collect().await.map_err(|e| ZoneError::Transfer(e.to_string()))?;
+        let mut records = Vec::new();
+        for bytes in messages {
+            let m = RawMessage::parse(&bytes).map_err(|e| ZoneError::Transfer(e.to_string()))?;
+            if m.header.rcode() != 0 {
+                return Err(ZoneError::Transfer(format!("named answered the IXFR with rcode {}", m.header.rcode())));
+            }
+            records.extend(m.answers);
+        }
+        Ok(apply_ixfr(base, &records))
+    }
+
     /// The zone's content for a signing, from one AXFR: the records less the DNSSEC ones
     /// (canonical wire form, sorted: the catch-up's base) and the signer's records (case
     /// kept, rollover keys included: the signer's input).
@@ -395,19 +421,40 @@ impl ZoneMaintenance {
         let mut rounds = round_counts(&kept);
         let base = if kept.is_empty() { Vec::new() } else { kept.swap_remove(0) };
         let journal = self.file(FINISH_JOURNAL);
+        // Where the catch-up was read from, for the log: named's journal (IXFR), the whole
+        // zone (AXFR), or this finish's own journal (executed again after a crash).
+        let mut diff_from = "ixfr";
         let (changed, messages) = match tokio::fs::read(&journal).await.ok().and_then(|b| decode_records(&b, seq)) {
             Some(mut parts) if !parts.is_empty() => {
+                diff_from = "journal";
                 let changed = parts.remove(0).len() as u32;
                 (changed, parts.pop().unwrap_or_default())
             }
             _ => {
-                let (now, signer) = self.content().await?;
+                // What changed since the round began, from named's journal (an IXFR), so
+                // that an installation that is due does not transfer the whole signed zone.
+                let (now, signer) = match self.content_since(&base).await? {
+                    Some(now) => (now, None),
+                    None => {
+                        tracing::warn!(seq, run, "the IXFR since the round began did not apply to its content; transferring the whole zone");
+                        diff_from = "axfr";
+                        let (now, signer) = self.content().await?;
+                        (now, Some(signer))
+                    }
+                };
                 let read_ms = started.elapsed().as_millis() as u64;
                 let diff = ZoneDiff::between(&base, &now);
                 let changed = diff.len();
                 // Decided from the zone's content and the rounds so far, both functions of
                 // the log: every honest replica decides alike.
                 if changed > CATCH_UP_RECORDS && rounds.len() + 1 < MAX_ROUNDS {
+                    // Another round needs the signer's input, which only the AXFR gives. The
+                    // executor holds the log, so the zone is the one the IXFR showed.
+                    let (now, signer) = match signer {
+                        Some(signer) => (now, signer),
+                        None => self.content().await?,
+                    };
+                    let changed = ZoneDiff::between(&base, &now).len();
                     rounds.push(changed as u32);
                     let rrsets = self.begin_round(seq, now, signer, &rounds).await?;
                     tracing::info!(
@@ -430,12 +477,13 @@ impl ZoneMaintenance {
         };
         let diffed = started.elapsed();
         let (signed, zone_file, named_journal) = (self.file(SIGNED_LOAD), self.files.zone_file.clone(), self.files.journal.clone());
+        // A copy, made while named still answers: the signed file stays for a finish
+        // executed again after a crash.
+        let tmp = zone_file.with_extension("installing");
+        tokio::fs::copy(&signed, &tmp).await.map_err(|source| ZoneError::Io { path: tmp.clone(), source })?;
         let installed = self
             .supervisor
             .replace_files(move || {
-                // A copy: the signed file stays for a finish executed again after a crash.
-                let tmp = zone_file.with_extension("installing");
-                std::fs::copy(&signed, &tmp)?;
                 std::fs::rename(&tmp, &zone_file)?;
                 match std::fs::remove_file(&named_journal) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
@@ -463,6 +511,7 @@ impl ZoneMaintenance {
             rounds = rounds.len(),
             round_records = per_round.join(","),
             messages = messages.len(),
+            diff_from,
             diff_ms = diffed.as_millis() as u64,
             restart_ms = (restarted - diffed).as_millis() as u64,
             catch_up_ms = (started.elapsed() - restarted).as_millis() as u64,
@@ -646,6 +695,62 @@ fn expected_signatures(zone: &Name, records: &[Vec<u8>]) -> u64 {
         }
     }
     (rrsets.len() + names.len() + 1) as u64
+}
+
+/// An IXFR query for `zone` from the serial of `soa` (a record in canonical wire form):
+/// RFC 1995 puts the client's SOA in the authority section.
+fn ixfr_request(zone: &Name, soa: &[u8]) -> Result<Vec<u8>, ZoneError> {
+    let mut request = build_query(0, zone, RecordType::IXFR).map_err(|e| ZoneError::Transfer(e.to_string()))?;
+    // NSCOUNT (header bytes 8-9): one record, appended after the question.
+    request[8..10].copy_from_slice(&1u16.to_be_bytes());
+    request.extend_from_slice(soa);
+    Ok(request)
+}
+
+/// `base` (canonical wire form, DNSSEC types excluded, sorted) with an IXFR answer's
+/// records applied (RFC 1995 section 4): one SOA alone, nothing changed; the requested
+/// serial's SOA second, an incremental answer (parts opened by the old SOA, whose records
+/// are deleted, then by the new one, whose records are added); otherwise AXFR-style, the
+/// whole zone. DNSSEC records are passed over, as in [`ZoneMaintenance::content`]. `None`
+/// when an incremental answer does not fit `base`: a deleted record it lacks, an added one
+/// it holds, or a result whose SOA is not the answer's last.
+fn apply_ixfr(base: &[Vec<u8>], records: &[RawRecord]) -> Option<Vec<Vec<u8>>> {
+    use named_glue::rrwire::TYPE_SOA;
+    let base_serial = soa_serial_of(base)?;
+    let (first, rest) = records.split_first()?;
+    first.soa_serial()?;
+    let incremental = rest.first().and_then(RawRecord::soa_serial) == Some(base_serial) && rest.len() > 1;
+    if rest.is_empty() {
+        // Up to date; the SOA must be base's own.
+        return (first.soa_serial() == Some(base_serial)).then(|| base.to_vec());
+    }
+    if !incremental {
+        let mut now: Vec<Vec<u8>> = records.iter().filter(|r| !DNSSEC_TYPE_CODES.contains(&r.rtype)).map(RawRecord::to_wire).collect();
+        now.sort();
+        now.dedup();
+        return Some(now);
+    }
+    let (last, parts) = rest.split_last()?;
+    if last.to_wire() != first.to_wire() {
+        return None;
+    }
+    let mut now: std::collections::BTreeSet<Vec<u8>> = base.iter().cloned().collect();
+    let mut deleting = false;
+    for r in parts {
+        if r.rtype == TYPE_SOA {
+            deleting = !deleting;
+        } else if DNSSEC_TYPE_CODES.contains(&r.rtype) {
+            continue;
+        }
+        let wire = r.to_wire();
+        let applied = if deleting { now.remove(&wire) } else { now.insert(wire) };
+        if !applied {
+            return None;
+        }
+    }
+    let now: Vec<Vec<u8>> = now.into_iter().collect();
+    let soas: Vec<&Vec<u8>> = now.iter().filter(|r| split_wire(r).is_some_and(|(_, t, ..)| t == TYPE_SOA)).collect();
+    (soas.len() == 1 && *soas[0] == first.to_wire()).then_some(now)
 }
 
 /// What changed between two sets of records (canonical wire form, DNSSEC types
@@ -1028,6 +1133,84 @@ mod tests {
         let same = ZoneDiff::between(&before, &before);
         assert_eq!(same.len(), 0);
         assert!(same.updates(&Name::from_ascii("example.test.").unwrap()).unwrap().is_empty());
+    }
+
+    /// A record as an IXFR answer carries it (the form `RawMessage::parse` gives).
+    fn raw(wire: &[u8]) -> RawRecord {
+        let (owner, rtype, ttl, rdata) = split_wire(wire).unwrap();
+        RawRecord { owner: owner.to_vec(), rtype, class: CLASS_IN, ttl, rdata: rdata.to_vec(), span: 0..0 }
+    }
+
+    #[test]
+    fn an_ixfr_applied_to_the_round_s_base_gives_the_zone_as_an_axfr_would() {
+        let a1 = rec("a.example.test.", 1, 300, &[192, 0, 2, 1]);
+        let b = rec("b.example.test.", 1, 300, &[192, 0, 2, 2]);
+        let c300 = rec("c.example.test.", 1, 300, &[192, 0, 2, 3]);
+        let c600 = rec("c.example.test.", 1, 600, &[192, 0, 2, 3]);
+        let d = rec("d.example.test.", 1, 300, &[192, 0, 2, 4]);
+        let sig = rrsig("d.example.test.", 1, 900);
+        let mut base = vec![soa(7), a1.clone(), b.clone(), c300.clone()];
+        base.sort();
+        // Two journal entries: 7 -> 8 deletes b and adds d (and its signature, passed
+        // over), 8 -> 9 changes c's TTL and deletes d again then adds it back.
+        let answer: Vec<RawRecord> = vec![
+            raw(&soa(9)),
+            raw(&soa(7)),
+            raw(&b),
+            raw(&soa(8)),
+            raw(&d),
+            sig.clone(),
+            raw(&soa(8)),
+            raw(&c300),
+            raw(&d),
+            sig.clone(),
+            raw(&soa(9)),
+            raw(&c600),
+            raw(&d),
+            raw(&soa(9)),
+        ];
+        let mut want = vec![soa(9), a1.clone(), c600.clone(), d.clone()];
+        want.sort();
+        assert_eq!(apply_ixfr(&base, &answer), Some(want.clone()));
+        assert_eq!(ZoneDiff::between(&base, &want).len(), 5);
+
+        // Nothing since: one SOA, the base's own.
+        assert_eq!(apply_ixfr(&base, &[raw(&soa(7))]), Some(base.clone()));
+        assert_eq!(apply_ixfr(&base, &[raw(&soa(8))]), None, "one SOA of another serial is no answer to apply");
+
+        // AXFR-style (the journal no longer reaches back): the whole zone, DNSSEC passed over.
+        let axfr: Vec<RawRecord> = vec![raw(&soa(9)), raw(&a1), raw(&c600), raw(&d), sig, raw(&soa(9))];
+        assert_eq!(apply_ixfr(&base, &axfr), Some(want));
+    }
+
+    #[test]
+    fn an_ixfr_that_does_not_fit_the_base_is_refused_for_the_whole_zone() {
+        let a1 = rec("a.example.test.", 1, 300, &[192, 0, 2, 1]);
+        let e = rec("e.example.test.", 1, 300, &[192, 0, 2, 5]);
+        let mut base = vec![soa(7), a1.clone()];
+        base.sort();
+        // Deletes a record the base lacks.
+        let stray = vec![raw(&soa(8)), raw(&soa(7)), raw(&e), raw(&soa(8)), raw(&soa(8))];
+        assert_eq!(apply_ixfr(&base, &stray), None);
+        // Adds one it holds.
+        let twice = vec![raw(&soa(8)), raw(&soa(7)), raw(&soa(8)), raw(&a1), raw(&soa(8))];
+        assert_eq!(apply_ixfr(&base, &twice), None);
+        // Ends on another SOA than it began with.
+        let torn = vec![raw(&soa(9)), raw(&soa(7)), raw(&soa(8)), raw(&e), raw(&soa(8))];
+        assert_eq!(apply_ixfr(&base, &torn), None);
+        // A gap in the chain: a part opened by a serial the zone did not hold.
+        let gap = vec![raw(&soa(9)), raw(&soa(7)), raw(&soa(8)), raw(&soa(5)), raw(&soa(9)), raw(&soa(9))];
+        assert_eq!(apply_ixfr(&base, &gap), None);
+        assert_eq!(apply_ixfr(&base, &[]), None);
+    }
+
+    #[test]
+    fn the_ixfr_request_carries_the_base_soa_in_its_authority_section() {
+        let request = ixfr_request(&Name::from_ascii("example.test.").unwrap(), &soa(42)).unwrap();
+        let parsed = RawMessage::parse(&request).unwrap();
+        assert_eq!(parsed.questions[0].qtype, named_glue::rrwire::TYPE_IXFR);
+        assert_eq!(parsed.authorities.len(), 1);
+        assert_eq!(parsed.authorities[0].soa_serial(), Some(42));
     }
 
     #[test]
