@@ -83,6 +83,14 @@ fn short_validity_zone_stays_valid_while_re_signed_in_slices() {
     assert!(now.1 > first.1 && now.0 > first.0, "www A was never re-signed: {first:?} -> {now:?}");
     for i in 0..c.n {
         assert!(metric(&c, i, "sdns_resigned_rrsets_total") > 0, "replica {i} re-signed nothing:\n{}", c.metrics(i));
+        // After its first, a slice chooses from the last one's records and an IXFR since,
+        // not from a transfer of the whole zone (the whole-zone signing's installation
+        // restarts named, and the next slice reads the zone whole again).
+        let log = std::fs::read_to_string(c.path(&format!("replica-{i}/sdns.log"))).unwrap_or_default();
+        let reads: Vec<&str> =
+            log.lines().filter(|l| l.contains("re-signing slice")).filter_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("read="))).collect();
+        let incremental = reads.iter().filter(|r| r.contains("ixfr")).count();
+        assert!(incremental * 2 > reads.len(), "replica {i}: most slices transferred the whole zone: {reads:?}");
     }
     c.verify_zone(0);
     // Replicas agree (slices keep coming; retry across one).

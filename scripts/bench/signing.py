@@ -18,7 +18,9 @@ signed zone held each replica's executor (metric sdns_zone_install_seconds).
 Usage: scripts/bench-signing.sh [NAMES ...]   (default: 1000 10000; a second signing by
 `sdns sign-zone` for zones up to SDNS_BENCH_AGAIN_UP_TO names, default 2000;
 SDNS_BENCH_SIGNER_THREADS sets the replicas' --zone-signer-threads; run under `taskset -c 0`
-to give the whole cluster one core)
+to give the whole cluster one core; SDNS_BENCH_RESIGN_WINDOW_S=120 measures incremental
+re-signing instead of a second signing: signatures due 30 s after the first signing began,
+then the probe and the updates for that many seconds while the slices run)
 Needs the sdns binary (SDNS_BIN, default target/debug/sdns) and the patched BIND
 (SDNS_BIND_DIR, default target/bind9).
 """
@@ -43,6 +45,12 @@ TICK = os.sysconf("SC_CLK_TCK")
 # Signatures each replica's whole-zone signing keeps in flight (--zone-signer-threads);
 # empty: the replicas' default, one per core they may run on (taskset narrows it).
 SIGNER_THREADS = os.environ.get("SDNS_BENCH_SIGNER_THREADS", "")
+# Incremental re-signing at scale: with a window (seconds), the cluster is started with
+# signatures due for re-signing 30 s after the first signing began (validity one day,
+# `--resign-after-s 30`, a slice every 2 s), and after `cluster up` the probe and the
+# updates run for this long while the slices re-sign the zone; no second whole-zone
+# signing then.
+RESIGN_WINDOW_S = float(os.environ.get("SDNS_BENCH_RESIGN_WINDOW_S", "0"))
 
 
 def zone_text(names):
@@ -229,8 +237,25 @@ def installations(cdir):
                 if "=" in part:
                     k, v = part.split("=", 1)
                     fields[k] = v.strip('"')
-        out.append({k: fields.get(k) for k in ("rounds", "round_records", "diff_ms", "restart_ms", "catch_up_ms")})
+        out.append({k: fields.get(k) for k in ("rounds", "round_records", "diff_from", "diff_ms", "restart_ms", "catch_up_ms")})
     return out
+
+
+def slices(cdir, i=0):
+    """Replica i's re-signing slices that re-signed something: (count, RRsets re-signed,
+    mean and max ms each held its executor), from its log."""
+    held, rrsets = [], 0
+    try:
+        with open(os.path.join(cdir, f"replica-{i}/sdns.log")) as f:
+            for line in f:
+                if "re-signing slice" not in line:
+                    continue
+                fields = dict(p.split("=", 1) for p in line.split() if "=" in p)
+                held.append(int(fields.get("ms", "0")))
+                rrsets += int(fields.get("resigned", "0"))
+    except OSError:
+        pass
+    return {"slices": len(held), "rrsets": rrsets, "mean_ms": round(sum(held) / len(held), 1) if held else None, "max_ms": max(held, default=None)}
 
 
 def observed(kind, names, plain_cpu, start, end, cpu, answers, acks, state, install, ok, output, cdir=None):
@@ -275,6 +300,9 @@ def one_size(names, base, again):
     up = [SDNS, "cluster", "up", "--replicas", "4", "--dir", cdir, "--bind-dir", BIND, "--zone-file", zone_file, "--sign-zone-interval-s", "1"] + ports
     if SIGNER_THREADS:
         up += ["--zone-signer-threads", SIGNER_THREADS]
+    if RESIGN_WINDOW_S > 0:
+        up += ["--signature-validity-s", "86400", "--resign-after-s", "30", "--resign-slice-interval-s", "2"]
+        again = False
     results = []
     stop, answers, acks, state = threading.Event(), [], [], {"unanswered": 0}
     threads = [
@@ -299,6 +327,15 @@ def one_size(names, base, again):
         row = observed("first (cluster up; CPU since start)", names, plain_cpu, start, end, cpu, answers, list(acks), state, install, cluster.returncode == 0, output, cdir)
         row["replica0_cpu_sdns_children_named_s"] = [round(x, 2) for x in replica_parts(pids[0])]
         results.append(row)
+        if RESIGN_WINDOW_S > 0:
+            acks.clear()
+            cpu0, start = replica_cpu(pids), time.monotonic()
+            time.sleep(RESIGN_WINDOW_S)
+            end = time.monotonic()
+            cpu = [b - a for a, b in zip(cpu0, replica_cpu(pids))]
+            row = observed(f"re-signing slices ({RESIGN_WINDOW_S:.0f} s window after cluster up)", names, plain_cpu, start, end, cpu, answers, list(acks), state, [None] * 4, True, "", None)
+            row["slices_replica0"] = slices(cdir)
+            results.append(row)
         if again:
             # What the load alone (probe and updates, no whole-zone signing) costs each
             # replica per second, over a window of its own: the signing rows below include it.

@@ -291,8 +291,24 @@ fn compressible_layout(rtype: u16) -> Option<&'static [Part]> {
 }
 
 fn read_record(msg: &[u8], pos: usize) -> Result<(RawRecord, usize), WireError> {
+    read_record_as(msg, pos, true)
+}
+
+/// The record at `pos` of `msg` with its owner and the names of compressible rdata
+/// decompressed but their case kept (what a zone-file writer needs; comparisons want
+/// the lowercased form [`RawMessage::parse`] gives), and where the next one begins.
+pub fn read_record_case_kept(msg: &[u8], pos: usize) -> Result<(RawRecord, usize), WireError> {
+    read_record_as(msg, pos, false)
+}
+
+fn read_record_as(msg: &[u8], pos: usize, lowercase: bool) -> Result<(RawRecord, usize), WireError> {
+    let fold = |n: &mut Vec<u8>| {
+        if lowercase {
+            lowercase_name(n)
+        }
+    };
     let (mut owner, next) = read_name(msg, pos)?;
-    lowercase_name(&mut owner);
+    fold(&mut owner);
     let f = msg.get(next..next + 10).ok_or(WireError::Short("a record"))?;
     let rtype = u16::from_be_bytes([f[0], f[1]]);
     let class = u16::from_be_bytes([f[2], f[3]]);
@@ -313,7 +329,7 @@ fn read_record(msg: &[u8], pos: usize) -> Result<(RawRecord, usize), WireError> 
                             return Err(WireError::BadRdata { rtype });
                         }
                         let (mut n, after) = read_name(msg, p)?;
-                        lowercase_name(&mut n);
+                        fold(&mut n);
                         out.extend_from_slice(&n);
                         p = after;
                     }

@@ -593,6 +593,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                                     seq,
                                     resigned = report.resigned,
                                     due = report.due,
+                                    read = if report.incremental { "ixfr" } else { "axfr" },
                                     ms = started.elapsed().as_millis() as u64,
                                     "re-signing slice"
                                 );

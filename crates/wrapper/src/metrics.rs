@@ -630,7 +630,7 @@ mod tests {
         state.zone_mut(1).next_slice_s = 1020;
         m.set_zone_schedules(&state);
         m.update_zone(0, |z| z.serial = Some(7));
-        let report = crate::zone::SliceReport { resigned: 3, due: 5, total: Some(40) };
+        let report = crate::zone::SliceReport { resigned: 3, due: 5, total: Some(40), incremental: false };
         m.observe_zone_slice(1, report, std::time::Duration::from_millis(5));
         let text = m.render();
         assert!(text.contains("sdns_zone_soa_serial{replica=\"0\",zone=\"2.0.192.in-addr.arpa.\"} 7"), "{text}");

@@ -450,6 +450,7 @@ pub async fn run(config: Config) -> Result<()> {
                 maintenance_key: maintenance_key.clone(),
                 writes: writes.clone(),
                 earliest_expiration: std::sync::atomic::AtomicU32::new(0),
+                slice_index: Default::default(),
                 slice_journal,
                 signer_threads: config.signing.zone_signer_threads(),
                 catchup_key: catchup_key.clone(),

@@ -9,7 +9,7 @@
 //! case as named sent them (the canonical records used for digests are lowercased; the
 //! zone installed after the signing must not be).
 
-use dnswire::rrwire::{read_name, RawRecord};
+use dnswire::rrwire::{read_record_case_kept, RawRecord};
 
 const TYPE_SOA: u16 = 6;
 const TYPE_TXT: u16 = 16;
@@ -22,38 +22,8 @@ const DNSSEC_TYPES: [u16; 5] = [46, 47, 48, 50, 51];
 /// names of compressible rdata decompressed but not lowercased; `None` if `r` does not
 /// come from `msg`.
 pub fn case_kept(msg: &[u8], r: &RawRecord) -> Option<RawRecord> {
-    let (owner, after) = read_name(msg, r.span.start).ok()?;
-    let start = after.checked_add(10)?;
-    let end = r.span.end;
-    let rdata = msg.get(start..end)?;
-    // The types whose rdata names named may compress (RFC 3597, section 4), as dnswire
-    // decompresses them.
-    let names = |count: usize, prefix: usize, suffix: bool| -> Option<Vec<u8>> {
-        let mut out = rdata.get(..prefix)?.to_vec();
-        let mut pos = start + prefix;
-        for _ in 0..count {
-            let (name, next) = read_name(msg, pos).ok()?;
-            out.extend_from_slice(&name);
-            pos = next;
-        }
-        if suffix {
-            out.extend_from_slice(msg.get(pos..end)?);
-        } else if pos != end {
-            return None;
-        }
-        Some(out)
-    };
-    let rdata = match r.rtype {
-        // NS, MD, MF, CNAME, MB, MG, MR, PTR
-        2..=5 | 7..=9 | 12 => names(1, 0, false)?,
-        TYPE_SOA => names(2, 0, true)?,
-        // MINFO
-        14 => names(2, 0, false)?,
-        // MX
-        15 => names(1, 2, false)?,
-        _ => rdata.to_vec(),
-    };
-    Some(RawRecord { owner, rtype: r.rtype, class: r.class, ttl: r.ttl, rdata, span: 0..0 })
+    let (kept, end) = read_record_case_kept(msg, r.span.start).ok()?;
+    (end == r.span.end && kept.rtype == r.rtype).then_some(RawRecord { span: 0..0, ..kept })
 }
 
 /// The records a signing starts from: everything but the DNSSEC records dnssec-signzone
@@ -93,7 +63,7 @@ pub fn signer_records(records: Vec<RawRecord>, apex: &[u8], marker: &[u8], thres
 pub fn zone_text(records: &[Vec<u8>]) -> String {
     let mut lines: Vec<(bool, String)> = Vec::with_capacity(records.len());
     for record in records {
-        let Some((owner, rtype, class, ttl, rdata)) = split(record) else { continue };
+        let Some((owner, rtype, class, ttl, rdata)) = crate::zone::split_record(record) else { continue };
         let mut line = String::with_capacity(owner.len() + 40 + 2 * rdata.len());
         name_text(owner, &mut line);
         line.push_str(&format!(" {ttl} {} {} \\# {}", class_text(class), type_text(rtype), rdata.len()));
@@ -109,28 +79,6 @@ pub fn zone_text(records: &[Vec<u8>]) -> String {
     // Stable: the SOA first, the rest in the order given.
     lines.sort_by_key(|(rest, _)| *rest);
     lines.into_iter().map(|(_, l)| l).collect()
-}
-
-/// (owner, type, class, ttl, rdata) of a record in [`RawRecord::to_wire`] form.
-fn split(record: &[u8]) -> Option<(&[u8], u16, u16, u32, &[u8])> {
-    let mut pos = 0;
-    loop {
-        let len = usize::from(*record.get(pos)?);
-        if len > 63 {
-            return None;
-        }
-        pos += 1 + len;
-        if len == 0 {
-            break;
-        }
-    }
-    let f = record.get(pos..pos + 10)?;
-    let rdlen = usize::from(u16::from_be_bytes([f[8], f[9]]));
-    let rdata = record.get(pos + 10..)?;
-    if rdata.len() != rdlen {
-        return None;
-    }
-    Some((&record[..pos], u16::from_be_bytes([f[0], f[1]]), u16::from_be_bytes([f[2], f[3]]), u32::from_be_bytes([f[4], f[5], f[6], f[7]]), rdata))
 }
 
 /// An uncompressed wire name in master-file form: letters, digits, '-', '_' and '*' as

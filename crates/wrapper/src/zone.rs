@@ -148,6 +148,9 @@ pub struct ZoneMaintenance {
     pub slice_journal: PathBuf,
     /// dnssec-signzone's threads in a whole-zone signing (`signing.zone_signer_threads`).
     pub signer_threads: usize,
+    /// The zone's SOA and RRSIGs as the last slice saw them, with the supervisor's start
+    /// count then (see [`Self::slice_records`]); `Default` to begin.
+    pub slice_index: std::sync::Mutex<Option<(u64, Vec<Vec<u8>>)>>,
 }
 
 /// What one slice did, for the log and the progress metrics.
@@ -159,6 +162,8 @@ pub struct SliceReport {
     pub due: u32,
     /// The threshold key's signatures in the zone; `None` when the AXFR was skipped.
     pub total: Option<u32>,
+    /// The choice was made from the last slice's records and an IXFR since (not an AXFR).
+    pub incremental: bool,
 }
 
 impl ZoneMaintenance {
@@ -199,6 +204,13 @@ impl ZoneMaintenance {
     /// lacks, an end SOA the result does not hold): the caller transfers the whole zone.
     /// Either way the outcome is the zone's content, the same on every honest replica.
     async fn content_since(&self, base: &[Vec<u8>]) -> Result<Option<Vec<Vec<u8>>>, ZoneError> {
+        let Some(records) = self.ixfr_since(base).await? else { return Ok(None) };
+        Ok(apply_ixfr(base, &records))
+    }
+
+    /// The records of an IXFR of the local named from the serial of the SOA among `base`
+    /// (`None` without one).
+    async fn ixfr_since(&self, base: &[Vec<u8>]) -> Result<Option<Vec<RawRecord>>, ZoneError> {
         let Some(base_soa) = base.iter().find(|r| split_wire(r).is_some_and(|(_, t, ..)| t == named_glue::rrwire::TYPE_SOA)) else {
             return Ok(None);
         };
@@ -213,7 +225,52 @@ impl ZoneMaintenance {
             }
             records.extend(m.answers);
         }
-        Ok(apply_ixfr(base, &records))
+        Ok(Some(records))
+    }
+
+    /// The zone's SOA and RRSIGs (canonical wire form, sorted), what a slice chooses from:
+    /// from the records kept at the last slice with an IXFR since applied, so that a slice
+    /// costs what changed since, not a transfer of the whole signed zone. Kept only while
+    /// the same named runs: an installation or a state transfer replaces the zone (and its
+    /// journal) under a serial that may not change, and restarts named. Any answer that
+    /// does not apply exactly is set aside for an AXFR. The outcome is the zone's content
+    /// either way, so every honest replica chooses alike.
+    async fn slice_records(&self) -> Result<(Vec<RawRecord>, bool), ZoneError> {
+        let is_rrsig = |rtype: u16| rtype == TYPE_RRSIG;
+        let starts = self.supervisor.starts();
+        let kept = self.slice_index.lock().unwrap_or_else(|e| e.into_inner()).take().filter(|(at, _)| *at == starts);
+        let mut now = None;
+        if let Some((_, base)) = kept {
+            if let Some(records) = self.ixfr_since(&base).await? {
+                now = apply_ixfr_kept(&base, &records, is_rrsig);
+            }
+        }
+        let incremental = now.is_some();
+        let now = match now {
+            Some(now) => now,
+            None => {
+                let mut all: Vec<Vec<u8>> =
+                    self.raw_records().await?.iter().filter(|r| is_rrsig(r.rtype) || r.rtype == named_glue::rrwire::TYPE_SOA).map(RawRecord::to_wire).collect();
+                all.sort();
+                all.dedup();
+                all
+            }
+        };
+        let records = now
+            .iter()
+            .filter_map(|w| {
+                split_record(w).map(|(owner, rtype, class, ttl, rdata)| RawRecord {
+                    owner: owner.to_vec(),
+                    rtype,
+                    class,
+                    ttl,
+                    rdata: rdata.to_vec(),
+                    span: 0..0,
+                })
+            })
+            .collect();
+        *self.slice_index.lock().unwrap_or_else(|e| e.into_inner()) = Some((starts, now));
+        Ok((records, incremental))
     }
 
     /// The zone's content for a signing, from one AXFR: the records less the DNSSEC ones
@@ -272,9 +329,9 @@ impl ZoneMaintenance {
                 if floor != 0 && due_before_s < floor {
                     return Ok(SliceReport::default());
                 }
-                let records = self.raw_records().await?;
+                let (records, incremental) = self.slice_records().await?;
                 let plan = plan_slice(&records, due_before_s, max_rrsets as usize, self.key.key_tag());
-                let report = SliceReport { resigned: plan.chosen.len() as u32, due: plan.due as u32, total: Some(plan.total as u32) };
+                let report = SliceReport { resigned: plan.chosen.len() as u32, due: plan.due as u32, total: Some(plan.total as u32), incremental };
                 if plan.chosen.is_empty() {
                     self.earliest_expiration.store(plan.rest_earliest.unwrap_or(0), Ordering::Relaxed);
                     return Ok(report);
@@ -324,7 +381,7 @@ impl ZoneMaintenance {
         if u64::from_be_bytes(head[..8].try_into().ok()?) != seq {
             return None;
         }
-        Some((SliceReport { resigned: word(8), due: word(12), total: Some(word(16)) }, body.to_vec()))
+        Some((SliceReport { resigned: word(8), due: word(12), total: Some(word(16)), incremental: false }, body.to_vec()))
     }
 
     fn file(&self, name: &str) -> PathBuf {
@@ -650,13 +707,21 @@ fn name_len(wire: &[u8]) -> Option<usize> {
     }
 }
 
-/// A record in [`RawRecord::to_wire`] form, split: (owner, type, ttl, rdata).
-fn split_wire(record: &[u8]) -> Option<(&[u8], u16, u32, &[u8])> {
+/// A record in [`RawRecord::to_wire`] form, split: (owner, type, class, ttl, rdata);
+/// `None` unless it is exactly one record (rdata as long as its RDLENGTH says).
+pub(crate) fn split_record(record: &[u8]) -> Option<(&[u8], u16, u16, u32, &[u8])> {
     let n = name_len(record)?;
-    let fixed = record.get(n..n + 10)?;
-    let rtype = u16::from_be_bytes([fixed[0], fixed[1]]);
-    let ttl = u32::from_be_bytes([fixed[4], fixed[5], fixed[6], fixed[7]]);
-    Some((&record[..n], rtype, ttl, record.get(n + 10..)?))
+    let f = record.get(n..n + 10)?;
+    let rdata = record.get(n + 10..)?;
+    if rdata.len() != usize::from(u16::from_be_bytes([f[8], f[9]])) {
+        return None;
+    }
+    Some((&record[..n], u16::from_be_bytes([f[0], f[1]]), u16::from_be_bytes([f[2], f[3]]), u32::from_be_bytes([f[4], f[5], f[6], f[7]]), rdata))
+}
+
+/// [`split_record`] without the class: (owner, type, ttl, rdata).
+fn split_wire(record: &[u8]) -> Option<(&[u8], u16, u32, &[u8])> {
+    split_record(record).map(|(owner, rtype, _, ttl, rdata)| (owner, rtype, ttl, rdata))
 }
 
 /// The label boundaries of a wire name: each proper ancestor, as a suffix.
@@ -715,7 +780,14 @@ fn ixfr_request(zone: &Name, soa: &[u8]) -> Result<Vec<u8>, ZoneError> {
 /// when an incremental answer does not fit `base`: a deleted record it lacks, an added one
 /// it holds, or a result whose SOA is not the answer's last.
 fn apply_ixfr(base: &[Vec<u8>], records: &[RawRecord]) -> Option<Vec<Vec<u8>>> {
+    apply_ixfr_kept(base, records, |rtype| !DNSSEC_TYPE_CODES.contains(&rtype))
+}
+
+/// [`apply_ixfr`] for a `base` that holds, besides the SOA, the records of the types
+/// `kept` says (the SOA is always kept: it chains the answer's parts).
+fn apply_ixfr_kept(base: &[Vec<u8>], records: &[RawRecord], kept: impl Fn(u16) -> bool) -> Option<Vec<Vec<u8>>> {
     use named_glue::rrwire::TYPE_SOA;
+    let kept = |rtype: u16| rtype == TYPE_SOA || kept(rtype);
     let base_serial = soa_serial_of(base)?;
     let (first, rest) = records.split_first()?;
     first.soa_serial()?;
@@ -725,7 +797,7 @@ fn apply_ixfr(base: &[Vec<u8>], records: &[RawRecord]) -> Option<Vec<Vec<u8>>> {
         return (first.soa_serial() == Some(base_serial)).then(|| base.to_vec());
     }
     if !incremental {
-        let mut now: Vec<Vec<u8>> = records.iter().filter(|r| !DNSSEC_TYPE_CODES.contains(&r.rtype)).map(RawRecord::to_wire).collect();
+        let mut now: Vec<Vec<u8>> = records.iter().filter(|r| kept(r.rtype)).map(RawRecord::to_wire).collect();
         now.sort();
         now.dedup();
         return Some(now);
@@ -739,7 +811,7 @@ fn apply_ixfr(base: &[Vec<u8>], records: &[RawRecord]) -> Option<Vec<Vec<u8>>> {
     for r in parts {
         if r.rtype == TYPE_SOA {
             deleting = !deleting;
-        } else if DNSSEC_TYPE_CODES.contains(&r.rtype) {
+        } else if !kept(r.rtype) {
             continue;
         }
         let wire = r.to_wire();
@@ -1202,6 +1274,26 @@ mod tests {
         let gap = vec![raw(&soa(9)), raw(&soa(7)), raw(&soa(8)), raw(&soa(5)), raw(&soa(9)), raw(&soa(9))];
         assert_eq!(apply_ixfr(&base, &gap), None);
         assert_eq!(apply_ixfr(&base, &[]), None);
+    }
+
+    #[test]
+    fn a_slice_s_records_follow_an_ixfr_of_signatures_only() {
+        let a1 = rec("a.example.test.", 1, 300, &[192, 0, 2, 1]);
+        let old = rrsig("a.example.test.", 1, 500).to_wire();
+        let new = rrsig("a.example.test.", 1, 900).to_wire();
+        let nsec = rec("a.example.test.", 47, 300, &[0]);
+        let mut base = vec![soa(7), old.clone()];
+        base.sort();
+        // A slice re-signed a's A RRset (7 -> 8), then a write touched a and its NSEC (8 -> 9):
+        // only the signatures and the SOA are followed.
+        let answer: Vec<RawRecord> =
+            vec![raw(&soa(9)), raw(&soa(7)), raw(&old), raw(&soa(8)), raw(&new), raw(&soa(8)), raw(&a1), raw(&soa(9)), raw(&a1), raw(&nsec), raw(&soa(9))];
+        let mut want = vec![soa(9), new.clone()];
+        want.sort();
+        assert_eq!(apply_ixfr_kept(&base, &answer, |t| t == TYPE_RRSIG), Some(want));
+        // The deletion of a signature the kept records lack does not apply.
+        let stray = vec![raw(&soa(8)), raw(&soa(7)), raw(&new), raw(&soa(8)), raw(&soa(8))];
+        assert_eq!(apply_ixfr_kept(&base, &stray, |t| t == TYPE_RRSIG), None);
     }
 
     #[test]
