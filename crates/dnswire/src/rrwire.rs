@@ -252,6 +252,22 @@ fn skip_plain_name(data: &[u8], mut pos: usize) -> Option<usize> {
     None
 }
 
+/// A record in [`RawRecord::to_wire`] form, split without copying: (owner, type, class,
+/// ttl, rdata).
+pub type SplitRecord<'a> = (&'a [u8], u16, u16, u32, &'a [u8]);
+
+/// `record` ([`RawRecord::to_wire`] form) split; `None` unless it is exactly one record
+/// (rdata as long as RDLENGTH says).
+pub fn split_record(record: &[u8]) -> Option<SplitRecord<'_>> {
+    let n = skip_plain_name(record, 0)?;
+    let f = record.get(n..n + 10)?;
+    let rdata = record.get(n + 10..)?;
+    if rdata.len() != usize::from(u16::from_be_bytes([f[8], f[9]])) {
+        return None;
+    }
+    Some((&record[..n], u16::from_be_bytes([f[0], f[1]]), u16::from_be_bytes([f[2], f[3]]), u32::from_be_bytes([f[4], f[5], f[6], f[7]]), rdata))
+}
+
 /// Lower-cases the ASCII letters of an uncompressed wire name.
 pub fn lowercase_name(name: &mut [u8]) {
     // Label length bytes are below 64, never in 'A'..='Z' (65..=90).
@@ -352,6 +368,18 @@ fn read_record_as(msg: &[u8], pos: usize, lowercase: bool) -> Result<(RawRecord,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_in_wire_form_splits_back_into_its_fields() {
+        let r = RawRecord { owner: b"\x03www\x07example\x00".to_vec(), rtype: 1, class: 1, ttl: 300, rdata: vec![192, 0, 2, 1], span: 0..0 };
+        let wire = r.to_wire();
+        assert_eq!(split_record(&wire), Some((&r.owner[..], 1, 1, 300, &r.rdata[..])));
+        assert_eq!(split_record(&wire[..wire.len() - 1]), None, "rdata shorter than RDLENGTH");
+        let mut long = wire.clone();
+        long.push(0);
+        assert_eq!(split_record(&long), None, "bytes after the rdata");
+        assert_eq!(split_record(b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x01\x2c\x00\x00"), None, "a compressed owner is not wire form");
+    }
 
     fn name(s: &str) -> Vec<u8> {
         let mut out = Vec::new();

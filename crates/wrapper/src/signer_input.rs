@@ -9,7 +9,7 @@
 //! case as named sent them (the canonical records used for digests are lowercased; the
 //! zone installed after the signing must not be).
 
-use dnswire::rrwire::{read_record_case_kept, RawRecord};
+use dnswire::rrwire::{read_record_case_kept, split_record, RawRecord};
 
 const TYPE_SOA: u16 = 6;
 const TYPE_TXT: u16 = 16;
@@ -63,7 +63,7 @@ pub fn signer_records(records: Vec<RawRecord>, apex: &[u8], marker: &[u8], thres
 pub fn zone_text(records: &[Vec<u8>]) -> String {
     let mut lines: Vec<(bool, String)> = Vec::with_capacity(records.len());
     for record in records {
-        let Some((owner, rtype, class, ttl, rdata)) = crate::zone::split_record(record) else { continue };
+        let Some((owner, rtype, class, ttl, rdata)) = split_record(record) else { continue };
         let mut line = String::with_capacity(owner.len() + 40 + 2 * rdata.len());
         name_text(owner, &mut line);
         line.push_str(&format!(" {ttl} {} {} \\# {}", class_text(class), type_text(rtype), rdata.len()));

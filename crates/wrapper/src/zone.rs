@@ -12,7 +12,7 @@ use hickory_proto::serialize::binary::BinEncodable;
 use named_glue::conf::ZoneConf;
 use named_glue::forward::{build_query, Forwarder};
 use named_glue::keys::ZoneKey;
-use named_glue::rrwire::{RawMessage, RawRecord};
+use named_glue::rrwire::{split_record, RawMessage, RawRecord};
 use named_glue::signer::SignatureTimes;
 use named_glue::signzone::sign_zone_file;
 use named_glue::supervisor::Supervisor;
@@ -705,18 +705,6 @@ fn name_len(wire: &[u8]) -> Option<usize> {
             return None;
         }
     }
-}
-
-/// A record in [`RawRecord::to_wire`] form, split: (owner, type, class, ttl, rdata);
-/// `None` unless it is exactly one record (rdata as long as its RDLENGTH says).
-pub(crate) fn split_record(record: &[u8]) -> Option<(&[u8], u16, u16, u32, &[u8])> {
-    let n = name_len(record)?;
-    let f = record.get(n..n + 10)?;
-    let rdata = record.get(n + 10..)?;
-    if rdata.len() != usize::from(u16::from_be_bytes([f[8], f[9]])) {
-        return None;
-    }
-    Some((&record[..n], u16::from_be_bytes([f[0], f[1]]), u16::from_be_bytes([f[2], f[3]]), u32::from_be_bytes([f[4], f[5], f[6], f[7]]), rdata))
 }
 
 /// [`split_record`] without the class: (owner, type, ttl, rdata).
