@@ -38,6 +38,16 @@ fn vouched(c: &Cluster, i: u16, outcome: &str) -> u64 {
         .unwrap_or_else(|| panic!("no vouched-read counter for {outcome}:\n{metrics}"))
 }
 
+/// Replica `i`'s vouch timeout (s), as its gauge shows it.
+fn vouch_timeout(c: &Cluster, i: u16) -> f64 {
+    let metrics = c.metrics(i);
+    metrics
+        .lines()
+        .find(|l| l.starts_with("sdns_vouch_timeout_seconds{"))
+        .and_then(|l| l.split_whitespace().last()?.parse().ok())
+        .unwrap_or_else(|| panic!("no vouch timeout gauge:\n{metrics}"))
+}
+
 /// Updates at replica 0, each followed by reads that must see it, with concurrent readers
 /// (UDP and TCP) that must never see less than what was acknowledged before they asked.
 fn interleave(c: &Cluster, rounds: u32, first: u32) {
@@ -93,6 +103,9 @@ fn a_wrong_voucher_cannot_make_reads_stale() {
     let vouched_after = vouched(&c, 0, "vouched") - vouched_before;
     assert!(fell_back > 0, "with replica 2 stopped, reads fell back to ordering (vouched meanwhile: {vouched_after})");
     assert_eq!(vouched_after, 0, "vouched with only one honest peer and a liar left");
+    // Whatever the liar did, the gateway's wait stayed within the configured bounds.
+    let timeout = vouch_timeout(&c, 0);
+    assert!((0.005..=0.05).contains(&timeout), "vouch timeout {timeout} s outside cluster.vouch_timeout_ms..=vouch_timeout_max_ms");
 }
 
 #[test]

@@ -97,10 +97,15 @@ pub struct ClusterSection {
     /// `false` orders every read.
     #[serde(default = "default_true")]
     pub vouched_reads: bool,
-    /// How long a gateway waits for matching vouches once its own answer is in, before it
-    /// orders the read instead.
+    /// How long a gateway waits at least for matching vouches once its own answer is in,
+    /// before it orders the read instead. Under load it waits longer, following the waits of
+    /// its recently vouched reads (`crate::vouched::VouchClock`), up to `vouch_timeout_max_ms`.
     #[serde(default = "default_vouch_timeout_ms")]
     pub vouch_timeout_ms: u64,
+    /// The most a gateway ever waits for vouches, whatever its peers do (at least
+    /// `vouch_timeout_ms`; equal to it: a fixed timeout).
+    #[serde(default = "default_vouch_timeout_max_ms")]
+    pub vouch_timeout_max_ms: u64,
     /// The cluster CA certificate (PEM) that signs every replica's certificate.
     pub ca_cert: PathBuf,
     /// Single-zone layout: the threshold public key (shoup-rsa format).
@@ -430,8 +435,14 @@ fn default_protocol() -> Protocol {
 fn default_true() -> bool {
     true
 }
-fn default_vouch_timeout_ms() -> u64 {
+pub fn default_vouch_timeout_ms() -> u64 {
     5
+}
+/// About what ordering a read costs under the load at which vouches get slow (50-55 ms in
+/// docs/BENCHMARKS.md, "10,000 names"): a read that is never vouched then takes at most about
+/// twice its ordered latency, and stays far below any resolver's retry timer.
+pub fn default_vouch_timeout_max_ms() -> u64 {
+    50
 }
 fn default_read_mode() -> ReadMode {
     ReadMode::Ordered
@@ -603,6 +614,12 @@ impl Config {
         if self.cluster.vouch_timeout_ms == 0 || self.cluster.vouch_timeout_ms > 10_000 {
             return Err(bad("cluster.vouch_timeout_ms", format!("{} is outside 1..=10000", self.cluster.vouch_timeout_ms)));
         }
+        if !(self.cluster.vouch_timeout_ms..=10_000).contains(&self.cluster.vouch_timeout_max_ms) {
+            return Err(bad(
+                "cluster.vouch_timeout_max_ms",
+                format!("{} is outside cluster.vouch_timeout_ms..=10000 ({}..=10000)", self.cluster.vouch_timeout_max_ms, self.cluster.vouch_timeout_ms),
+            ));
+        }
         if self.replica.id >= n {
             return Err(bad("replica.id", format!("{} is not below cluster.replicas = {n}", self.replica.id)));
         }
@@ -751,7 +768,7 @@ tsig_keys = ["tsig.key"]
         assert_eq!(c.cluster.protocol, Protocol::OptTe);
         assert_eq!(c.cluster.reads, ReadMode::Ordered);
         assert!(c.cluster.vouched_reads, "vouched reads are on by default");
-        assert_eq!(c.cluster.vouch_timeout_ms, 5);
+        assert_eq!((c.cluster.vouch_timeout_ms, c.cluster.vouch_timeout_max_ms), (5, 50));
         assert_eq!(c.resolve(Path::new("share.json")), Path::new("/etc/sdns/share.json"));
         assert_eq!(c.me().client.port(), 5301);
         assert_eq!(c.auth.mode, crate::auth::Mode::Tsig);
@@ -773,6 +790,9 @@ tsig_keys = ["tsig.key"]
             (sample(4).replace("zone = \"example.test.\"", "zone = \"\""), "cluster.zone"),
             (sample(4).replace("replicas = 4", "replicas = 4\nfaults = 2"), "cluster.faults"),
             (sample(4).replace("port = 5501", "port = 0"), "named.port"),
+            (sample(4).replace("replicas = 4", "replicas = 4\nvouch_timeout_ms = 0"), "cluster.vouch_timeout_ms"),
+            (sample(4).replace("replicas = 4", "replicas = 4\nvouch_timeout_ms = 20\nvouch_timeout_max_ms = 10"), "cluster.vouch_timeout_max_ms"),
+            (sample(4).replace("replicas = 4", "replicas = 4\nvouch_timeout_max_ms = 10001"), "cluster.vouch_timeout_max_ms"),
             (sample(4) + "\n[signing]\nresign_after_s = 99999999\n", "signing.resign_after_s"),
             (sample(4) + "\n[signing]\nsign_zone_window_s = 0\n", "signing.sign_zone_window_s"),
             (sample(4).replace("127.0.0.1:5402", "127.0.0.1:5401"), "peer"),

@@ -349,7 +349,8 @@ mod tests {
         let (fallback, _fallback_rx) = mpsc::channel(4);
         let wiring = crate::vouched::Wiring { out: out.clone(), barrier, executed, fallback, fault: Default::default() };
         let named = named_glue::forward::Forwarder::new("127.0.0.1:9".parse().unwrap());
-        let (vouched, _timeouts) = VouchedReads::start(4, 1, named, Arc::new(ReadCache::default()), Metrics::new(0), Duration::from_secs(1), wiring);
+        let (vouched, _timeouts) =
+            VouchedReads::start(4, 1, named, Arc::new(ReadCache::default()), Metrics::new(0), Duration::from_secs(1)..=Duration::from_secs(1), wiring);
         let filters = ClientFilters { auth: None, rrl: None, lie: false, local_reads: None, vouched: Some(vouched.clone()) };
         let server = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
         let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();

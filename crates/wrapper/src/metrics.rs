@@ -9,7 +9,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
@@ -311,6 +311,8 @@ pub struct Metrics {
     read_cache_misses: Counter,
     vouched_reads: Family<Label<&'static str>, Counter>,
     vouches_sent: Counter,
+    /// The gateway's current vouch timeout (s), as `crate::vouched::VouchClock` sets it.
+    vouch_timeout: Gauge<f64, AtomicU64>,
     view_changes: Counter,
     slice_latency: Histogram,
     bad_shares: Family<Label<u16>, Counter>,
@@ -340,6 +342,7 @@ impl Metrics {
             read_cache_misses: Counter::default(),
             vouched_reads: Family::default(),
             vouches_sent: Counter::default(),
+            vouch_timeout: Gauge::default(),
             view_changes: Counter::default(),
             slice_latency: Histogram::new(LATENCY_BUCKETS),
             bad_shares: Family::default(),
@@ -384,6 +387,11 @@ impl Metrics {
             m.vouched_reads.clone(),
         );
         registry.register("vouches_sent", "Answers to peers' read probes vouched for.", m.vouches_sent.clone());
+        registry.register(
+            "vouch_timeout_seconds",
+            "How long this gateway now waits for vouches once its own answer is in, before ordering the read (follows its recently vouched reads, within cluster.vouch_timeout_ms..=vouch_timeout_max_ms).",
+            m.vouch_timeout.clone(),
+        );
         registry.register("view_changes", "Views installed after the first.", m.view_changes.clone());
         registry.register("bad_shares", "Bad signature shares or signatures, by sending replica.", m.bad_shares.clone());
         registry.register("resign_slice_seconds", "How long a re-signing slice that re-signed something held the executor.", m.slice_latency.clone());
@@ -416,6 +424,10 @@ impl Metrics {
 
     pub fn inc_vouches_sent(&self, n: u64) {
         self.vouches_sent.inc_by(n);
+    }
+
+    pub fn set_vouch_timeout(&self, timeout: std::time::Duration) {
+        self.vouch_timeout.set(timeout.as_secs_f64());
     }
 
     pub fn inc_read_cache(&self, hit: bool) {

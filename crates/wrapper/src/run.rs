@@ -497,7 +497,7 @@ pub async fn run(config: Config) -> Result<()> {
         named.clone(),
         cache.clone(),
         metrics.clone(),
-        Duration::from_millis(config.cluster.vouch_timeout_ms),
+        Duration::from_millis(config.cluster.vouch_timeout_ms)..=Duration::from_millis(config.cluster.vouch_timeout_max_ms),
         crate::vouched::Wiring {
             out: Arc::new(mesh.sender()),
             barrier: handle.read_barrier.clone(),

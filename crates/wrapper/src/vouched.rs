@@ -24,8 +24,35 @@
 //! sent a commit for s already shows a barrier of at least s to a probe.
 //! A Byzantine peer can only withhold or spoil its vouch: the client is sent the gateway's own
 //! bytes, never a peer's. Without 2t+1 matches (a lagging or lying peer, a silent one, a
-//! budget exceeded) the read falls back to ordering after `cluster.vouch_timeout_ms`, or at
+//! budget exceeded) the read falls back to ordering after the gateway's vouch timeout, or at
 //! once when 2t+1 has become impossible.
+//!
+//! The vouch timeout ([`VouchClock`]) follows the load: a read ordered after all costs an
+//! ordering round at every replica (about 50 ms under the load at which vouches get slow), far
+//! more than waiting a little longer. The gateway waits 4 times the 95th percentile of the
+//! waits (own answer in, to 2t+1 matching) of its recently vouched reads, never less than
+//! `cluster.vouch_timeout_ms` (the fixed timeout of before) and never more than
+//! `cluster.vouch_timeout_max_ms`. What a Byzantine peer can do to it:
+//! - no read waits for its vouches longer than the cap, whatever any peer sends or withholds;
+//! - only reads 2t+1 replicas vouched for teach the clock: a withheld or spoilt vouch either
+//!   makes a read fall back (it teaches nothing, nor do vouches that come after) or leaves the
+//!   read to the honest peers;
+//! - a vouched read's wait is the arrival of its 2t-th matching vouch. At least 2t of the n-1
+//!   peers are honest, so while they give the gateway's answer in time, that vouch comes no
+//!   later than the 2t-th honest one: a slow liar cannot make a wait longer than the honest
+//!   peers alone make it; a quick one can make it shorter, and the timeout never goes below
+//!   the floor;
+//! - only where fewer than 2t honest peers match in time (one lags, or answered otherwise as it
+//!   raced a write) does a liar's vouch decide the wait, anywhere up to the current deadline.
+//!   To move the percentile it must decide more than 5 % of a window's vouched reads, and all
+//!   it buys is the cap: the reads it could delay anyway, by withholding, wait at most that
+//!   before they are ordered;
+//! - a window period (1 s) with nothing vouched moves the timeout halfway back to the floor,
+//!   which never raises it.
+//!
+//! The timeout is the gateway's own: it decides whether a read is answered as vouched or
+//! ordered, never what any replica executes or answers, and the argument above holds whenever
+//! the 2t+1 matching answers come.
 //!
 //! Cost: an unloaded read is a handful of task wake-ups. The listener takes the read, answers
 //! its own copy from the read cache when its barrier is already executed, and queues the probe
@@ -45,7 +72,9 @@
 //! and a probe whose barrier is not executed within [`PROBE_WAIT`] is dropped (its gateway has
 //! long fallen back).
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -65,8 +94,17 @@ use crate::vouch::{decode_read_wire, encode_vouch, ProbeBatch, ReadWire, Tally, 
 /// Reads awaiting their vouches at this gateway; beyond, reads are ordered directly.
 const MAX_WAITING: usize = 4096;
 /// Timeouts queued at most (one per read whose own answer is in; a decided read's stays until
-/// it is due); beyond, the oldest read still waiting is ordered at once.
+/// it is due); beyond, the read due first is ordered at once.
 const MAX_DEADLINES: usize = 4 * MAX_WAITING;
+/// Vouched reads per learning window of the [`VouchClock`] (a window also closes after
+/// [`WINDOW_PERIOD`] with fewer).
+const WINDOW: usize = 256;
+/// A learning window closes after this long whatever it holds; one in which nothing was
+/// vouched moves the timeout halfway back to its floor.
+const WINDOW_PERIOD: Duration = Duration::from_secs(1);
+/// The timeout is [`MARGIN`] times this percentile of a window's waits.
+const PERCENTILE: usize = 95;
+const MARGIN: u64 = 4;
 /// Bytes of a peer's probes this replica holds at once; beyond, its probes are dropped.
 const PEER_BUDGET: usize = 1 << 20;
 /// A probe whose barrier this replica has not executed within this time is dropped.
@@ -101,8 +139,10 @@ pub struct VouchedReads {
     named: Forwarder,
     cache: Arc<ReadCache>,
     metrics: Arc<Metrics>,
-    /// How long a gateway waits for vouches once its own answer is in.
-    timeout: Duration,
+    /// How long a gateway waits for vouches once its own answer is in, learnt from its
+    /// vouched reads; `timeout_us` is its current value, read without the lock.
+    clock: Mutex<VouchClock>,
+    timeout_us: AtomicU64,
     /// The ordering core's read barrier, published by its driver.
     barrier: watch::Receiver<u64>,
     /// The executor's executed position.
@@ -111,8 +151,9 @@ pub struct VouchedReads {
     fault: Fault,
     /// Reads this gateway is collecting vouches for.
     waiting: Mutex<HashMap<u64, Waiting>>,
-    /// When reads whose own answer is in fall back (the timeout is fixed: in order).
-    deadlines: Mutex<VecDeque<(Instant, u64)>>,
+    /// When reads whose own answer is in fall back, earliest first (the timeout varies, so
+    /// a read queued later may be due sooner).
+    deadlines: Mutex<BinaryHeap<Reverse<(Instant, u64)>>>,
     deadline_added: Notify,
     next_id: AtomicU64,
     /// Reads to order after all (the gateway's loop orders them).
@@ -124,8 +165,9 @@ pub struct VouchedReads {
 struct Waiting {
     tally: Tally,
     request: ClientRequest,
-    /// The gateway's own answer, once in.
+    /// The gateway's own answer, once in, and since when.
     answer: Option<Vec<u8>>,
+    own_at: Option<Instant>,
 }
 
 /// What [`VouchedReads::start`] is wired to.
@@ -190,22 +232,25 @@ impl VouchedReads {
         named: Forwarder,
         cache: Arc<ReadCache>,
         metrics: Arc<Metrics>,
-        timeout: Duration,
+        timeout: RangeInclusive<Duration>,
         wiring: Wiring,
     ) -> (Arc<VouchedReads>, impl std::future::Future<Output = ()> + Send + 'static) {
+        let clock = VouchClock::new(*timeout.start(), *timeout.end(), Instant::now());
+        metrics.set_vouch_timeout(clock.timeout());
         let service = Arc::new(VouchedReads {
             n,
             t,
             named,
             cache,
             metrics,
-            timeout,
+            timeout_us: AtomicU64::new(clock.current_us),
+            clock: Mutex::new(clock),
             barrier: wiring.barrier,
             executed: wiring.executed,
             out: wiring.out,
             fault: wiring.fault,
             waiting: Mutex::new(HashMap::new()),
-            deadlines: Mutex::new(VecDeque::new()),
+            deadlines: Mutex::new(BinaryHeap::new()),
             deadline_added: Notify::new(),
             next_id: AtomicU64::new(0),
             fallback: wiring.fallback,
@@ -270,7 +315,8 @@ impl VouchedReads {
                 answer
             });
             verdict = tally.verdict();
-            waiting.insert(id, Waiting { tally, request, answer });
+            let own_at = answer.is_some().then(Instant::now);
+            waiting.insert(id, Waiting { tally, request, answer, own_at });
         }
         match later {
             // The own answer is in; the vouches are not (the probe is not even sent yet),
@@ -310,6 +356,7 @@ impl VouchedReads {
             let mut waiting = self.lock_waiting();
             let Some(w) = waiting.get_mut(&id) else { return };
             w.answer = Some(answer);
+            w.own_at = Some(Instant::now());
             w.tally.own(digest)
         };
         self.decide(id, verdict);
@@ -351,23 +398,42 @@ impl VouchedReads {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_deadlines(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, u64)>> {
+    fn lock_deadlines(&self) -> std::sync::MutexGuard<'_, BinaryHeap<Reverse<(Instant, u64)>>> {
         self.deadlines.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_clock(&self) -> std::sync::MutexGuard<'_, VouchClock> {
+        self.clock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How long a read whose own answer comes in now waits for its vouches.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_micros(self.timeout_us.load(Ordering::Relaxed))
+    }
+
+    /// Publishes the clock's timeout when `changed`.
+    fn publish(&self, changed: bool, clock: &VouchClock) {
+        if changed {
+            self.timeout_us.store(clock.current_us, Ordering::Relaxed);
+            self.metrics.set_vouch_timeout(clock.timeout());
+        }
     }
 
     /// The read's own answer is in: it falls back unless vouched within the timeout.
     fn wait_for_vouches(&self, id: u64) {
-        let (was_empty, evicted) = {
+        let at = Instant::now() + self.timeout();
+        let (earliest, evicted) = {
             let mut deadlines = self.lock_deadlines();
-            let evicted = if deadlines.len() >= MAX_DEADLINES { deadlines.pop_front() } else { None };
-            let was_empty = deadlines.is_empty();
-            deadlines.push_back((Instant::now() + self.timeout, id));
-            (was_empty, evicted)
+            let evicted = if deadlines.len() >= MAX_DEADLINES { deadlines.pop() } else { None };
+            let earliest = deadlines.peek().is_none_or(|Reverse((first, _))| at < *first);
+            deadlines.push(Reverse((at, id)));
+            (earliest, evicted)
         };
-        if was_empty {
+        // The expiry task sleeps until the deadline that was first: wake it for an earlier one.
+        if earliest {
             self.deadline_added.notify_one();
         }
-        if let Some((_, old)) = evicted {
+        if let Some(Reverse((_, old))) = evicted {
             self.fall_back(old);
         }
     }
@@ -375,25 +441,35 @@ impl VouchedReads {
     /// Orders the reads whose vouches did not come in time.
     async fn expire(self: Arc<Self>) {
         loop {
-            let front = self.lock_deadlines().front().map(|(at, _)| *at);
+            let front = self.lock_deadlines().peek().map(|Reverse((at, _))| *at);
             let Some(at) = front else {
                 self.deadline_added.notified().await;
                 continue;
             };
-            tokio::time::sleep_until(at).await;
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => {}
+                // A deadline earlier than `at` was queued (the timeout shrank).
+                () = self.deadline_added.notified() => continue,
+            }
             let now = Instant::now();
             let due: Vec<u64> = {
                 let mut deadlines = self.lock_deadlines();
                 let mut due = Vec::new();
-                while let Some(&(at, id)) = deadlines.front() {
+                while let Some(&Reverse((at, id))) = deadlines.peek() {
                     if at > now {
                         break;
                     }
-                    deadlines.pop_front();
+                    deadlines.pop();
                     due.push(id);
                 }
                 due
             };
+            {
+                // Time passing with nothing vouched relaxes the timeout (never raises it).
+                let mut clock = self.lock_clock();
+                let changed = clock.tick(now);
+                self.publish(changed, &clock);
+            }
             for id in due {
                 self.fall_back(id);
             }
@@ -414,6 +490,13 @@ impl VouchedReads {
 
     fn answer(&self, w: Waiting) {
         let Some(answer) = w.answer else { return };
+        // Only reads 2t+1 replicas vouched for teach the timeout (the module doc says why).
+        if let Some(at) = w.own_at {
+            let now = Instant::now();
+            let mut clock = self.lock_clock();
+            let changed = clock.vouched(now.saturating_duration_since(at), now);
+            self.publish(changed, &clock);
+        }
         self.metrics.inc_vouched_read("vouched");
         self.metrics.inc_request(Kind::Read);
         crate::read::deliver(&w.request.reply, answer, &self.metrics);
@@ -570,6 +653,71 @@ impl VouchedReads {
     }
 }
 
+/// The gateway's vouch timeout: [`MARGIN`] times the [`PERCENTILE`]th percentile of the
+/// waits (own answer in, to 2t+1 matching) of its recently vouched reads, within
+/// `floor..=cap` (`cluster.vouch_timeout_ms..=vouch_timeout_max_ms`). Learnt window by window
+/// ([`WINDOW`] vouched reads or [`WINDOW_PERIOD`]): up at once, down by halves. Only vouched
+/// reads teach it; the module doc says why a Byzantine peer cannot raise it beyond what its
+/// honest peers' own waits justify, nor ever past the cap.
+#[derive(Debug)]
+pub struct VouchClock {
+    floor_us: u64,
+    cap_us: u64,
+    current_us: u64,
+    /// Waits (us) of the reads vouched in the open window, each at most the cap.
+    window: Vec<u64>,
+    opened: Instant,
+}
+
+impl VouchClock {
+    pub fn new(floor: Duration, cap: Duration, now: Instant) -> VouchClock {
+        let floor_us = micros(floor).max(1);
+        let cap_us = micros(cap).max(floor_us);
+        VouchClock { floor_us, cap_us, current_us: floor_us, window: Vec::with_capacity(WINDOW), opened: now }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_micros(self.current_us)
+    }
+
+    /// A read was vouched `wait` after the gateway's own answer was in. `true`: the timeout
+    /// changed.
+    pub fn vouched(&mut self, wait: Duration, now: Instant) -> bool {
+        self.window.push(micros(wait).min(self.cap_us));
+        if self.window.len() >= WINDOW {
+            return self.close(now);
+        }
+        self.tick(now)
+    }
+
+    /// Closes the window once its period is over. `true`: the timeout changed.
+    pub fn tick(&mut self, now: Instant) -> bool {
+        now.saturating_duration_since(self.opened) >= WINDOW_PERIOD && self.close(now)
+    }
+
+    fn close(&mut self, now: Instant) -> bool {
+        let target = if self.window.is_empty() {
+            self.floor_us
+        } else {
+            // Nearest rank: the smallest wait at or above PERCENTILE % of the window's.
+            let rank = (self.window.len() * PERCENTILE).div_ceil(100).max(1) - 1;
+            let (_, wait, _) = self.window.select_nth_unstable(rank);
+            wait.saturating_mul(MARGIN).clamp(self.floor_us, self.cap_us)
+        };
+        self.window.clear();
+        self.opened = now;
+        let before = self.current_us;
+        // Up at once: a read that times out costs an ordering round, far more than waiting.
+        // Down by halves: one quick window does not undo what a lasting load taught.
+        self.current_us = if target >= before { target } else { target + (before - target) / 2 };
+        self.current_us != before
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -636,7 +784,12 @@ mod tests {
         cache: Arc<ReadCache>,
     }
 
+    /// A gateway with a fixed timeout.
     async fn harness(named: SocketAddr, barrier: u64, executed: u64, timeout_ms: u64, fault: Fault) -> Harness {
+        harness_within(named, barrier, executed, timeout_ms, timeout_ms, fault).await
+    }
+
+    async fn harness_within(named: SocketAddr, barrier: u64, executed: u64, timeout_ms: u64, max_ms: u64, fault: Fault) -> Harness {
         let named = Forwarder { udp_timeout: Duration::from_millis(200), udp_attempts: 1, ..Forwarder::new(named) };
         let (out_tx, out) = mpsc::unbounded_channel();
         let (barrier_tx, barrier_rx) = watch::channel(barrier);
@@ -644,7 +797,8 @@ mod tests {
         let (fallback_tx, fallback) = mpsc::channel(64);
         let wiring = Wiring { out: Arc::new(Capture(out_tx)), barrier: barrier_rx, executed: executed_rx, fallback: fallback_tx, fault };
         let cache = Arc::new(ReadCache::default());
-        let (service, task) = VouchedReads::start(4, 1, named, cache.clone(), Metrics::new(0), Duration::from_millis(timeout_ms), wiring);
+        let (service, task) =
+            VouchedReads::start(4, 1, named, cache.clone(), Metrics::new(0), Duration::from_millis(timeout_ms)..=Duration::from_millis(max_ms), wiring);
         tokio::spawn(task);
         Harness { service, out, fallback, executed: executed_tx, _barrier: barrier_tx, cache }
     }
@@ -885,5 +1039,249 @@ mod tests {
         let (_, reply) = client().await;
         take(&h, ClientRequest { bytes: query(4), tcp: false, reply });
         assert!(h.out.try_recv().is_err(), "a silent replica sends no vouch and no probe");
+    }
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    /// One window of vouched reads that all waited `wait`.
+    fn window_of(clock: &mut VouchClock, wait: Duration, now: Instant) {
+        for _ in 0..WINDOW {
+            clock.vouched(wait, now);
+        }
+    }
+
+    /// Vouches that come just within the timeout (the slower ones fell back, unseen) raise it
+    /// window by window, up to the cap and never past it; a few slow ones do not.
+    #[test]
+    fn the_timeout_grows_under_slow_vouches_up_to_the_cap() {
+        let now = Instant::now();
+        let mut c = VouchClock::new(ms(5), ms(50), now);
+        assert_eq!(c.timeout(), ms(5));
+        // Quick vouches (4 x 0.5 ms): the floor holds.
+        window_of(&mut c, Duration::from_micros(500), now);
+        assert_eq!(c.timeout(), ms(5));
+        window_of(&mut c, Duration::from_micros(4_500), now);
+        assert_eq!(c.timeout(), ms(18));
+        window_of(&mut c, ms(15), now);
+        assert_eq!(c.timeout(), ms(50), "4 x 15 ms, capped");
+        // A vouch counted after its deadline passed (before the expiry task ran) counts as the cap.
+        window_of(&mut c, ms(10_000), now);
+        assert_eq!(c.timeout(), ms(50));
+        // The 95th percentile, not the slowest: 12 slow reads of 256 leave it where the rest put it.
+        let mut c = VouchClock::new(ms(5), ms(50), now);
+        for i in 0..WINDOW {
+            c.vouched(if i < 12 { ms(40) } else { ms(2) }, now);
+        }
+        assert_eq!(c.timeout(), ms(8));
+        // A cap at the floor is a fixed timeout.
+        let mut c = VouchClock::new(ms(5), ms(5), now);
+        window_of(&mut c, ms(4), now);
+        assert_eq!(c.timeout(), ms(5));
+    }
+
+    /// Quick vouches bring it back to the floor, by halves; a whole period with nothing vouched
+    /// relaxes it too, and a window still open does not.
+    #[test]
+    fn the_timeout_shrinks_back_when_vouches_are_quick_again() {
+        let now = Instant::now();
+        let mut c = VouchClock::new(ms(5), ms(50), now);
+        window_of(&mut c, ms(30), now);
+        assert_eq!(c.timeout(), ms(50));
+        window_of(&mut c, Duration::from_micros(100), now);
+        assert_eq!(c.timeout(), Duration::from_micros(27_500), "halfway down, not at once");
+        let mut windows = 1;
+        while c.timeout() > ms(5) {
+            let before = c.timeout();
+            window_of(&mut c, Duration::from_micros(100), now);
+            assert!(c.timeout() < before);
+            windows += 1;
+        }
+        assert_eq!((c.timeout(), windows), (ms(5), 16));
+        // Nothing vouched: unchanged while the period runs, then halfway back to the floor.
+        window_of(&mut c, ms(10), now);
+        assert_eq!(c.timeout(), ms(40));
+        assert!(!c.tick(now + WINDOW_PERIOD / 2));
+        assert_eq!(c.timeout(), ms(40));
+        assert!(c.tick(now + WINDOW_PERIOD));
+        assert_eq!(c.timeout(), Duration::from_micros(22_500));
+        // A few reads vouched in a period that is over: the window closes with what it has.
+        c.vouched(ms(1), now + 2 * WINDOW_PERIOD);
+        c.vouched(ms(1), now + 2 * WINDOW_PERIOD);
+        assert!(c.vouched(ms(1), now + 3 * WINDOW_PERIOD));
+        assert!(c.timeout() < Duration::from_micros(22_500));
+    }
+
+    /// Probe id of the one read of the next broadcast (sent within the call).
+    fn probe_id(h: &mut Harness) -> u64 {
+        match h.out.try_recv() {
+            Ok(Sent::All(m)) => match decode_read_wire(&m) {
+                Ok(ReadWire::Probe(reads)) => reads[0].0,
+                other => panic!("expected a probe, got {other:?}"),
+            },
+            other => panic!("expected a probe broadcast, got {other:?}"),
+        }
+    }
+
+    /// A gateway (n = 4, t = 1) whose own answers come from its cache at once, on a paused
+    /// clock: each read's own answer is in when `take` returns, and the test chooses when each
+    /// vouch arrives.
+    async fn learning_gateway() -> (Harness, UdpSocket, crate::reply::ReplyTo, tokio::sync::mpsc::Receiver<crate::reply::Outgoing>) {
+        let (named, keep) = silent_named().await;
+        let h = harness_within(named, 0, 0, 5, 50, Fault::None).await;
+        fill(&h.cache, &query(9));
+        let (reply, answers) = crate::reply::ReplyTo::internal();
+        (h, keep, reply, answers)
+    }
+
+    /// The gateway takes read `dns_id` (a cache hit); its probe's id.
+    fn read(h: &mut Harness, reply: &crate::reply::ReplyTo, dns_id: u16) -> u64 {
+        take(h, ClientRequest { bytes: query(dns_id), tcp: false, reply: reply.clone() });
+        probe_id(h)
+    }
+
+    fn gauge(m: &Metrics) -> String {
+        m.render().lines().find(|l| l.starts_with("sdns_vouch_timeout_seconds{")).expect("the gauge").to_owned()
+    }
+
+    /// Through the service: peers that vouch just within the timeout raise it to the cap, never
+    /// past it, and the gauge shows it; quick vouches bring it back to the floor.
+    #[tokio::test(start_paused = true)]
+    async fn slow_vouches_raise_the_timeout_to_the_cap_and_quick_ones_lower_it() {
+        let (mut h, _named, reply, _answers) = learning_gateway().await;
+        assert_eq!(gauge(&h.service.metrics), "sdns_vouch_timeout_seconds{replica=\"0\"} 0.005");
+        let digest = answer_digest(&answer(6));
+        let mut reads = 0u64;
+        while h.service.timeout() < ms(50) {
+            let wait = h.service.timeout() * 9 / 10;
+            let id = read(&mut h, &reply, 5);
+            tokio::time::advance(wait).await;
+            h.service.handle(1, &encode_vouch(&[(id, digest)]));
+            h.service.handle(2, &encode_vouch(&[(id, digest)]));
+            reads += 1;
+            assert!(h.service.timeout() <= ms(50));
+            assert!(reads < 10 * WINDOW as u64, "stuck at {:?}", h.service.timeout());
+        }
+        assert_eq!(outcome(&h.service.metrics, "vouched"), reads);
+        assert_eq!(outcome(&h.service.metrics, "fell_back"), 0);
+        assert_eq!(gauge(&h.service.metrics), "sdns_vouch_timeout_seconds{replica=\"0\"} 0.05");
+        while h.service.timeout() > ms(5) {
+            let id = read(&mut h, &reply, 5);
+            tokio::time::advance(Duration::from_micros(200)).await;
+            h.service.handle(3, &encode_vouch(&[(id, digest)]));
+            h.service.handle(2, &encode_vouch(&[(id, digest)]));
+            reads += 1;
+            assert!(reads < 40 * WINDOW as u64, "stuck at {:?}", h.service.timeout());
+        }
+        assert_eq!(gauge(&h.service.metrics), "sdns_vouch_timeout_seconds{replica=\"0\"} 0.005");
+        assert_eq!(outcome(&h.service.metrics, "fell_back"), 0);
+    }
+
+    /// Reads that fall back teach nothing: not those that time out (nor their vouches, come
+    /// late), not those whose vouches fail at once.
+    #[tokio::test(start_paused = true)]
+    async fn reads_that_fall_back_do_not_move_the_timeout() {
+        let (mut h, _named, reply, _answers) = learning_gateway().await;
+        let digest = answer_digest(&answer(6));
+        // Raised first, so that it could move either way.
+        for _ in 0..WINDOW {
+            let id = read(&mut h, &reply, 5);
+            tokio::time::advance(Duration::from_micros(4_500)).await;
+            h.service.handle(1, &encode_vouch(&[(id, digest)]));
+            h.service.handle(3, &encode_vouch(&[(id, digest)]));
+        }
+        assert_eq!(h.service.timeout(), ms(18));
+        // Timed out: one vouch only, the second after the read was ordered.
+        for _ in 0..20 {
+            let id = read(&mut h, &reply, 5);
+            h.service.handle(1, &encode_vouch(&[(id, digest)]));
+            assert_eq!(h.fallback.recv().await.unwrap().bytes, query(5));
+            h.service.handle(2, &encode_vouch(&[(id, digest)]));
+        }
+        // Failed at once: two peers for another answer, then the third for the right one.
+        for _ in 0..(2 * WINDOW) {
+            let id = read(&mut h, &reply, 5);
+            h.service.handle(1, &encode_vouch(&[(id, [0xee; 32])]));
+            h.service.handle(2, &encode_vouch(&[(id, [0xdd; 32])]));
+            h.service.handle(3, &encode_vouch(&[(id, digest)]));
+            assert_eq!(h.fallback.try_recv().unwrap().bytes, query(5));
+        }
+        assert_eq!(outcome(&h.service.metrics, "fell_back"), 20 + 2 * WINDOW as u64);
+        assert_eq!(outcome(&h.service.metrics, "vouched"), WINDOW as u64);
+        assert_eq!(h.service.timeout(), ms(18));
+    }
+
+    /// Peer 3 is Byzantine. While the honest peers agree, its vouch never decides a read: late
+    /// or never, right or wrong, the timeout follows the honest peers' waits. Where it does
+    /// decide (an honest peer answered otherwise, e.g. racing a write) and it vouches as late as
+    /// it can, every time, the timeout reaches the cap and stays there.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_or_lying_peer_cannot_raise_the_timeout_past_the_cap() {
+        let (mut h, _named, reply, _answers) = learning_gateway().await;
+        let digest = answer_digest(&answer(6));
+        for i in 0..(3 * WINDOW) {
+            let id = read(&mut h, &reply, 5);
+            let deadline = h.service.timeout();
+            match i % 3 {
+                // Spoilt at once.
+                0 => h.service.handle(3, &encode_vouch(&[(id, [0xee; 32])])),
+                // Withheld (silent).
+                1 => {}
+                // Right, but as late as it can: it comes after the honest ones.
+                _ => {}
+            }
+            tokio::time::advance(ms(1)).await;
+            h.service.handle(1, &encode_vouch(&[(id, digest)]));
+            h.service.handle(2, &encode_vouch(&[(id, digest)]));
+            if i % 3 == 2 {
+                tokio::time::advance(deadline - ms(2)).await;
+                h.service.handle(3, &encode_vouch(&[(id, digest)]));
+            }
+        }
+        assert_eq!(outcome(&h.service.metrics, "vouched"), 3 * WINDOW as u64);
+        assert_eq!(h.service.timeout(), ms(5), "4 x the honest peers' 1 ms is below the floor");
+        // Its vouch decides: honest peer 2 answered otherwise.
+        for _ in 0..(4 * WINDOW) {
+            let id = read(&mut h, &reply, 5);
+            let deadline = h.service.timeout();
+            h.service.handle(1, &encode_vouch(&[(id, digest)]));
+            h.service.handle(2, &encode_vouch(&[(id, [0xdd; 32])]));
+            tokio::time::advance(deadline - Duration::from_micros(1)).await;
+            h.service.handle(3, &encode_vouch(&[(id, digest)]));
+            assert!(h.service.timeout() <= ms(50));
+        }
+        assert_eq!(outcome(&h.service.metrics, "fell_back"), 0);
+        assert_eq!(h.service.timeout(), ms(50), "at the cap, not past it");
+        // Silent now, where it decided: those reads fall back after at most the cap.
+        let start = Instant::now();
+        let id = read(&mut h, &reply, 5);
+        h.service.handle(1, &encode_vouch(&[(id, digest)]));
+        h.service.handle(2, &encode_vouch(&[(id, [0xdd; 32])]));
+        assert_eq!(h.fallback.recv().await.unwrap().bytes, query(5));
+        // tokio's timers tick by the millisecond; the clock is not on a tick here.
+        assert!((ms(50)..=ms(51)).contains(&start.elapsed()), "{:?}", start.elapsed());
+        assert_eq!(h.service.timeout(), ms(50));
+    }
+
+    /// The timeout varies, so a read queued later may be due sooner: it falls back at its own
+    /// deadline, not after the earlier read's.
+    #[tokio::test(start_paused = true)]
+    async fn a_read_due_sooner_falls_back_first() {
+        let (mut h, _named, reply, _answers) = learning_gateway().await;
+        let set = |h: &Harness, timeout: Duration| {
+            let mut clock = h.service.lock_clock();
+            clock.current_us = micros(timeout);
+            h.service.publish(true, &clock);
+        };
+        let start = Instant::now();
+        set(&h, ms(50));
+        read(&mut h, &reply, 1);
+        set(&h, ms(5));
+        read(&mut h, &reply, 2);
+        assert_eq!(h.fallback.recv().await.unwrap().bytes, query(2));
+        assert_eq!(start.elapsed(), ms(5));
+        assert_eq!(h.fallback.recv().await.unwrap().bytes, query(1));
+        assert_eq!(start.elapsed(), ms(50));
     }
 }
