@@ -35,8 +35,11 @@
 //! `cluster.vouch_timeout_max_ms`. What a Byzantine peer can do to it:
 //! - no read waits for its vouches longer than the cap, whatever any peer sends or withholds;
 //! - only reads 2t+1 replicas vouched for teach the clock: a withheld or spoilt vouch either
-//!   makes a read fall back (it teaches nothing, nor do vouches that come after) or leaves the
-//!   read to the honest peers;
+//!   makes a read fall back or leaves the read to the honest peers. A read that timed out is
+//!   ordered all the same, and still teaches if 2t+1 vouches match within the cap, with the
+//!   wait they took: a clock that saw only the reads vouched in time could never rise when
+//!   every vouch takes longer than the floor. A read that failed (2t+1 out of reach) teaches
+//!   nothing;
 //! - a vouched read's wait is the arrival of its 2t-th matching vouch. At least 2t of the n-1
 //!   peers are honest, so while they give the gateway's answer in time, that vouch comes no
 //!   later than the 2t-th honest one: a slow liar cannot make a wait longer than the honest
@@ -73,7 +76,7 @@
 //! long fallen back).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -96,6 +99,9 @@ const MAX_WAITING: usize = 4096;
 /// Timeouts queued at most (one per read whose own answer is in; a decided read's stays until
 /// it is due); beyond, the read due first is ordered at once.
 const MAX_DEADLINES: usize = 4 * MAX_WAITING;
+/// Timed-out reads kept for their late vouches at most (see `VouchedReads::late`); beyond,
+/// the oldest is forgotten.
+const MAX_LATE: usize = MAX_WAITING;
 /// Vouched reads per learning window of the [`VouchClock`] (a window also closes after
 /// [`WINDOW_PERIOD`] with fewer).
 const WINDOW: usize = 256;
@@ -160,6 +166,33 @@ pub struct VouchedReads {
     fallback: mpsc::Sender<ClientRequest>,
     /// Bytes of each peer's probes held now.
     held: Mutex<HashMap<u16, usize>>,
+    /// Reads ordered after all because their vouches did not come in time, kept until the
+    /// cap has passed: if 2t+1 still match by then, the wait they took teaches the clock. A
+    /// clock that learnt only from reads vouched in time could never rise above the floor
+    /// when every vouch takes longer than that.
+    late: Mutex<LateReads>,
+}
+
+/// Timed-out reads whose vouches may still come: (tally, own answer in) by read id, and the
+/// ids in the order they timed out.
+#[derive(Default)]
+struct LateReads {
+    reads: HashMap<u64, (Tally, Instant)>,
+    order: VecDeque<(Instant, u64)>,
+}
+
+impl LateReads {
+    /// Forgets the reads whose own answer came in before `since`, and the oldest beyond
+    /// [`MAX_LATE`].
+    fn prune(&mut self, since: Instant) {
+        while let Some(&(at, id)) = self.order.front() {
+            if at >= since && self.order.len() <= MAX_LATE {
+                break;
+            }
+            self.order.pop_front();
+            self.reads.remove(&id);
+        }
+    }
 }
 
 struct Waiting {
@@ -251,6 +284,7 @@ impl VouchedReads {
             fault: wiring.fault,
             waiting: Mutex::new(HashMap::new()),
             deadlines: Mutex::new(BinaryHeap::new()),
+            late: Mutex::new(LateReads::default()),
             deadline_added: Notify::new(),
             next_id: AtomicU64::new(0),
             fallback: wiring.fallback,
@@ -471,8 +505,25 @@ impl VouchedReads {
                 self.publish(changed, &clock);
             }
             for id in due {
-                self.fall_back(id);
+                self.time_out(id);
             }
+        }
+    }
+
+    /// A read's vouches did not come in time: it is ordered after all, and kept for the
+    /// vouches that may still come (they teach the clock, see `late`).
+    fn time_out(&self, id: u64) {
+        let Some(w) = self.lock_waiting().remove(&id) else { return };
+        if let Some(at) = w.own_at {
+            let cap = Duration::from_micros(self.lock_clock().cap_us);
+            let mut late = self.late.lock().unwrap_or_else(|e| e.into_inner());
+            late.reads.insert(id, (w.tally, at));
+            late.order.push_back((at, id));
+            late.prune(Instant::now().checked_sub(cap).unwrap_or(at));
+        }
+        self.metrics.inc_vouched_read("fell_back");
+        if self.fallback.try_send(w.request).is_err() {
+            self.metrics.inc_dropped("vouched_fallback_full");
         }
     }
 
@@ -502,6 +553,40 @@ impl VouchedReads {
         crate::read::deliver(&w.request.reply, answer, &self.metrics);
     }
 
+    /// Vouches for reads that timed out: one that 2t+1 replicas now vouched for, within the
+    /// cap, teaches the clock the wait it took (a liar's late vouch can decide that only
+    /// where it could have decided an in-time one, and never past the cap).
+    fn count_late_vouches(&self, from: u16, answers: &[(u64, [u8; 32])]) {
+        let now = Instant::now();
+        let mut waits = Vec::new();
+        {
+            let mut late = self.late.lock().unwrap_or_else(|e| e.into_inner());
+            if late.reads.is_empty() {
+                return;
+            }
+            for &(id, digest) in answers {
+                let Some((tally, _)) = late.reads.get_mut(&id) else { continue };
+                match tally.vouch(from, digest) {
+                    Verdict::Pending => {}
+                    Verdict::Failed => {
+                        late.reads.remove(&id);
+                    }
+                    Verdict::Vouched => waits.extend(late.reads.remove(&id).map(|(_, at)| now.saturating_duration_since(at))),
+                }
+            }
+        }
+        if waits.is_empty() {
+            return;
+        }
+        let mut clock = self.lock_clock();
+        let cap = Duration::from_micros(clock.cap_us);
+        let mut changed = false;
+        for wait in waits.into_iter().filter(|w| *w <= cap) {
+            changed |= clock.vouched(wait, now);
+        }
+        self.publish(changed, &clock);
+    }
+
     /// Orders the read after all, if it is still waiting.
     fn fall_back(&self, id: u64) {
         let Some(w) = self.lock_waiting().remove(&id) else { return };
@@ -512,17 +597,23 @@ impl VouchedReads {
     }
 
     fn count_vouches(&self, from: u16, answers: &[(u64, [u8; 32])]) {
-        let (mut vouched, mut failed) = (Vec::new(), Vec::new());
+        let (mut vouched, mut failed, mut others) = (Vec::new(), Vec::new(), Vec::new());
         {
             let mut waiting = self.lock_waiting();
             for &(id, digest) in answers {
-                let Some(w) = waiting.get_mut(&id) else { continue };
+                let Some(w) = waiting.get_mut(&id) else {
+                    others.push((id, digest));
+                    continue;
+                };
                 match w.tally.vouch(from, digest) {
                     Verdict::Pending => {}
                     Verdict::Failed => failed.push(id),
                     Verdict::Vouched => vouched.extend(waiting.remove(&id)),
                 }
             }
+        }
+        if !others.is_empty() {
+            self.count_late_vouches(from, &others);
         }
         for w in vouched {
             self.answer(w);
@@ -1178,8 +1269,8 @@ mod tests {
         assert_eq!(outcome(&h.service.metrics, "fell_back"), 0);
     }
 
-    /// Reads that fall back teach nothing: not those that time out (nor their vouches, come
-    /// late), not those whose vouches fail at once.
+    /// Reads that fall back teach nothing unless 2t+1 vouches still match: not those that
+    /// time out with too few matching vouches, not those whose vouches fail at once.
     #[tokio::test(start_paused = true)]
     async fn reads_that_fall_back_do_not_move_the_timeout() {
         let (mut h, _named, reply, _answers) = learning_gateway().await;
@@ -1192,12 +1283,13 @@ mod tests {
             h.service.handle(3, &encode_vouch(&[(id, digest)]));
         }
         assert_eq!(h.service.timeout(), ms(18));
-        // Timed out: one vouch only, the second after the read was ordered.
+        // Timed out: one vouch only, the second after the read was ordered and for another
+        // answer (2t+1 never match).
         for _ in 0..20 {
             let id = read(&mut h, &reply, 5);
             h.service.handle(1, &encode_vouch(&[(id, digest)]));
             assert_eq!(h.fallback.recv().await.unwrap().bytes, query(5));
-            h.service.handle(2, &encode_vouch(&[(id, digest)]));
+            h.service.handle(2, &encode_vouch(&[(id, [0xdd; 32])]));
         }
         // Failed at once: two peers for another answer, then the third for the right one.
         for _ in 0..(2 * WINDOW) {
@@ -1210,6 +1302,40 @@ mod tests {
         assert_eq!(outcome(&h.service.metrics, "fell_back"), 20 + 2 * WINDOW as u64);
         assert_eq!(outcome(&h.service.metrics, "vouched"), WINDOW as u64);
         assert_eq!(h.service.timeout(), ms(18));
+    }
+
+    /// Every vouch takes longer than the floor: the first reads time out, and their vouches,
+    /// matching late, raise the timeout above the waits, after which reads are vouched.
+    #[tokio::test(start_paused = true)]
+    async fn vouches_that_always_come_late_raise_the_timeout_from_the_floor() {
+        let (mut h, _named, reply, _answers) = learning_gateway().await;
+        let digest = answer_digest(&answer(6));
+        assert_eq!(h.service.timeout(), ms(5));
+        let mut timed_out = 0u64;
+        while h.service.timeout() < ms(8) {
+            let id = read(&mut h, &reply, 5);
+            assert_eq!(h.fallback.recv().await.unwrap().bytes, query(5), "timed out at the floor");
+            timed_out += 1;
+            tokio::time::advance(ms(3)).await;
+            h.service.handle(1, &encode_vouch(&[(id, digest)]));
+            h.service.handle(2, &encode_vouch(&[(id, digest)]));
+            assert!(timed_out <= WINDOW as u64, "the late vouches taught nothing: {:?}", h.service.timeout());
+        }
+        // 8 ms waits: 4 x 8 = 32 ms.
+        assert_eq!(h.service.timeout(), ms(32));
+        let id = read(&mut h, &reply, 5);
+        tokio::time::advance(ms(8)).await;
+        h.service.handle(1, &encode_vouch(&[(id, digest)]));
+        h.service.handle(2, &encode_vouch(&[(id, digest)]));
+        assert_eq!(outcome(&h.service.metrics, "vouched"), 1);
+        assert_eq!(outcome(&h.service.metrics, "fell_back"), timed_out);
+        // Late beyond the cap: nothing learnt from those.
+        let id = read(&mut h, &reply, 5);
+        assert_eq!(h.fallback.recv().await.unwrap().bytes, query(5));
+        tokio::time::advance(ms(60)).await;
+        h.service.handle(1, &encode_vouch(&[(id, digest)]));
+        h.service.handle(2, &encode_vouch(&[(id, digest)]));
+        assert_eq!(h.service.timeout(), ms(32));
     }
 
     /// Peer 3 is Byzantine. While the honest peers agree, its vouch never decides a read: late
