@@ -106,10 +106,7 @@ impl RawRecord {
         if self.rtype != TYPE_SOA {
             return None;
         }
-        let after_mname = skip_plain_name(&self.rdata, 0)?;
-        let after_rname = skip_plain_name(&self.rdata, after_mname)?;
-        let s = self.rdata.get(after_rname..after_rname + 4)?;
-        Some(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+        soa_rdata_serial(&self.rdata)
     }
 }
 
@@ -235,6 +232,14 @@ pub fn read_name(msg: &[u8], mut pos: usize) -> Result<(Vec<u8>, usize), WireErr
             _ => return Err(WireError::BadName(start, "reserved label type")),
         }
     }
+}
+
+/// The serial of an SOA's rdata in canonical form (names uncompressed); `None` when cut.
+pub fn soa_rdata_serial(rdata: &[u8]) -> Option<u32> {
+    let after_mname = skip_plain_name(rdata, 0)?;
+    let after_rname = skip_plain_name(rdata, after_mname)?;
+    let s = rdata.get(after_rname..after_rname + 4)?;
+    Some(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 /// Skips an uncompressed name inside canonical rdata; the offset after it.

@@ -142,8 +142,8 @@ impl Supervisor {
     }
 
     /// Kills named (its state is being replaced), runs `work` (on named's files: nothing
-    /// else writes them now), starts named again and waits until it is ready. named is started again even when `work`
-    /// fails; its error is returned.
+    /// else writes them now), starts named again and waits until it is ready. named is
+    /// started again even when `work` fails; its error is returned.
     pub async fn replace_files<F>(&self, work: F) -> Result<std::io::Result<()>, SuperviseError>
     where
         F: FnOnce() -> std::io::Result<()> + Send + 'static,

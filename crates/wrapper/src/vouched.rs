@@ -521,10 +521,7 @@ impl VouchedReads {
             late.order.push_back((at, id));
             late.prune(Instant::now().checked_sub(cap).unwrap_or(at));
         }
-        self.metrics.inc_vouched_read("fell_back");
-        if self.fallback.try_send(w.request).is_err() {
-            self.metrics.inc_dropped("vouched_fallback_full");
-        }
+        self.order(w.request);
     }
 
     /// Acts on a decided read (whoever removes it from the table acts, once).
@@ -590,8 +587,13 @@ impl VouchedReads {
     /// Orders the read after all, if it is still waiting.
     fn fall_back(&self, id: u64) {
         let Some(w) = self.lock_waiting().remove(&id) else { return };
+        self.order(w.request);
+    }
+
+    /// Hands a read that fell back to the gateway's loop, which orders it.
+    fn order(&self, request: ClientRequest) {
         self.metrics.inc_vouched_read("fell_back");
-        if self.fallback.try_send(w.request).is_err() {
+        if self.fallback.try_send(request).is_err() {
             self.metrics.inc_dropped("vouched_fallback_full");
         }
     }

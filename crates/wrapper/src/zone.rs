@@ -12,7 +12,7 @@ use hickory_proto::serialize::binary::BinEncodable;
 use named_glue::conf::ZoneConf;
 use named_glue::forward::{build_query, Forwarder};
 use named_glue::keys::ZoneKey;
-use named_glue::rrwire::{split_record, RawMessage, RawRecord};
+use named_glue::rrwire::{soa_rdata_serial, split_record, RawMessage, RawRecord};
 use named_glue::signer::SignatureTimes;
 use named_glue::signzone::sign_zone_file;
 use named_glue::supervisor::Supervisor;
@@ -68,10 +68,7 @@ pub fn zone_digest_of(records: &mut Vec<Vec<u8>>) -> [u8; 32] {
 pub fn soa_serial_of(records: &[Vec<u8>]) -> Option<u32> {
     const TYPE_SOA: u16 = 6;
     let rdata = records.iter().find_map(|r| split_wire(r).filter(|(_, rtype, ..)| *rtype == TYPE_SOA).map(|(.., rdata)| rdata))?;
-    let mname = name_len(rdata)?;
-    let rname = name_len(rdata.get(mname..)?)?;
-    let serial = rdata.get(mname + rname..mname + rname + 4)?;
-    Some(u32::from_be_bytes(serial.try_into().ok()?))
+    soa_rdata_serial(rdata)
 }
 
 /// Record types dnssec-signzone makes itself (RRSIG, NSEC, DNSKEY, NSEC3, NSEC3PARAM).
@@ -182,13 +179,19 @@ impl ZoneMaintenance {
     /// An AXFR of the local named: each message with what `rrwire` read from it.
     async fn transfer(&self) -> Result<Vec<(Vec<u8>, RawMessage)>, ZoneError> {
         let request = build_query(0, &self.zone, RecordType::AXFR).map_err(|e| ZoneError::Transfer(e.to_string()))?;
-        let stream = self.named.axfr(&request).await.map_err(|e| ZoneError::Transfer(e.to_string()))?;
+        self.transfer_of(&request, "AXFR").await
+    }
+
+    /// A zone transfer (`request`, an AXFR or IXFR query, named `kind` in errors) from the
+    /// local named: each message with what `rrwire` read from it.
+    async fn transfer_of(&self, request: &[u8], kind: &str) -> Result<Vec<(Vec<u8>, RawMessage)>, ZoneError> {
+        let stream = self.named.axfr(request).await.map_err(|e| ZoneError::Transfer(e.to_string()))?;
         let messages = stream.collect().await.map_err(|e| ZoneError::Transfer(e.to_string()))?;
         let mut out = Vec::with_capacity(messages.len());
         for bytes in messages {
             let m = RawMessage::parse(&bytes).map_err(|e| ZoneError::Transfer(e.to_string()))?;
             if m.header.rcode() != 0 {
-                return Err(ZoneError::Transfer(format!("named answered the AXFR with rcode {}", m.header.rcode())));
+                return Err(ZoneError::Transfer(format!("named answered the {kind} with rcode {}", m.header.rcode())));
             }
             out.push((bytes, m));
         }
@@ -215,17 +218,7 @@ impl ZoneMaintenance {
             return Ok(None);
         };
         let request = ixfr_request(&self.zone, base_soa)?;
-        let stream = self.named.axfr(&request).await.map_err(|e| ZoneError::Transfer(e.to_string()))?;
-        let messages = stream.collect().await.map_err(|e| ZoneError::Transfer(e.to_string()))?;
-        let mut records = Vec::new();
-        for bytes in messages {
-            let m = RawMessage::parse(&bytes).map_err(|e| ZoneError::Transfer(e.to_string()))?;
-            if m.header.rcode() != 0 {
-                return Err(ZoneError::Transfer(format!("named answered the IXFR with rcode {}", m.header.rcode())));
-            }
-            records.extend(m.answers);
-        }
-        Ok(Some(records))
+        Ok(Some(self.transfer_of(&request, "IXFR").await?.into_iter().flat_map(|(_, m)| m.answers).collect()))
     }
 
     /// The zone's SOA and RRSIGs (canonical wire form, sorted), what a slice chooses from:
@@ -507,11 +500,14 @@ impl ZoneMaintenance {
                 if changed > CATCH_UP_RECORDS && rounds.len() + 1 < MAX_ROUNDS {
                     // Another round needs the signer's input, which only the AXFR gives. The
                     // executor holds the log, so the zone is the one the IXFR showed.
-                    let (now, signer) = match signer {
-                        Some(signer) => (now, signer),
-                        None => self.content().await?,
+                    let (now, signer, changed) = match signer {
+                        Some(signer) => (now, signer, changed),
+                        None => {
+                            let (now, signer) = self.content().await?;
+                            let changed = ZoneDiff::between(&base, &now).len();
+                            (now, signer, changed)
+                        }
                     };
-                    let changed = ZoneDiff::between(&base, &now).len();
                     rounds.push(changed as u32);
                     let rrsets = self.begin_round(seq, now, signer, &rounds).await?;
                     tracing::info!(
@@ -690,21 +686,6 @@ fn decode_records(bytes: &[u8], seq: u64) -> Option<Vec<Vec<Vec<u8>>>> {
         lists.push(list);
     }
     Some(lists)
-}
-
-/// Length of the uncompressed name at the start of `wire`.
-fn name_len(wire: &[u8]) -> Option<usize> {
-    let mut pos = 0;
-    loop {
-        let len = usize::from(*wire.get(pos)?);
-        pos += 1 + len;
-        if len == 0 {
-            return Some(pos);
-        }
-        if len > 63 {
-            return None;
-        }
-    }
 }
 
 /// [`split_record`] without the class: (owner, type, ttl, rdata).
