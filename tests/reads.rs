@@ -1,9 +1,10 @@
 //! Reads and writes interleaved at one replica in ordered mode: every read sent after an
 //! update was acknowledged sees it, however warm the replica's read cache was, and no read
 //! ever sees an older value than one acknowledged before it was sent. Most of these reads
-//! take the vouched path (answered without ordering, 2t+1 replicas' answers matching); with
-//! a replica that vouches wrong digests they still do, and when too few honest replicas are
-//! left to vouch they fall back to ordering, answers as fresh as ever.
+//! take the vouched path (answered without ordering, once 2t peers' read barriers show the
+//! gateway's answer recent enough); with a replica that sends made-up barriers they still do,
+//! and where too few honest replicas are left they fall back to ordering, answers as fresh as
+//! ever.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
@@ -88,9 +89,11 @@ fn interleave(c: &Cluster, rounds: u32, first: u32) {
     });
 }
 
-/// A replica that vouches wrong digests (t = 1) cannot stop reads from being vouched by the
-/// two honest peers, nor make a stale answer pass; with one honest peer stopped, 2t+1
-/// matching answers are out of reach and reads fall back to ordering, still fresh.
+/// A replica that sends made-up barriers (t = 1; far ahead for even rounds, 0 for odd ones)
+/// cannot stop reads from being vouched by the two honest peers, nor make a stale answer
+/// pass. With one honest peer stopped, the rounds it claims far ahead fall back to ordering;
+/// those it claims at 0 are vouched with the one honest peer left, whose barrier alone
+/// decides what the answer must reflect: still fresh.
 #[test]
 fn a_wrong_voucher_cannot_make_reads_stale() {
     let c = Cluster::up(ClusterOpts { byzantine: vec![(1, "wrong-vouches".into())], ..Default::default() });
@@ -101,8 +104,8 @@ fn a_wrong_voucher_cannot_make_reads_stale() {
     interleave(&c, 3, 4);
     let fell_back = vouched(&c, 0, "fell_back") - fell_back_before;
     let vouched_after = vouched(&c, 0, "vouched") - vouched_before;
-    assert!(fell_back > 0, "with replica 2 stopped, reads fell back to ordering (vouched meanwhile: {vouched_after})");
-    assert_eq!(vouched_after, 0, "vouched with only one honest peer and a liar left");
+    assert!(fell_back > 0, "with replica 2 stopped, the rounds the liar claimed far ahead fell back (vouched meanwhile: {vouched_after})");
+    assert!(vouched_after > 0, "with replica 2 stopped, the rounds the liar claimed at 0 were vouched (fell back meanwhile: {fell_back})");
     // Whatever the liar did, the gateway's wait stayed within the configured bounds.
     let timeout = vouch_timeout(&c, 0);
     assert!((0.005..=0.05).contains(&timeout), "vouch timeout {timeout} s outside cluster.vouch_timeout_ms..=vouch_timeout_max_ms");
@@ -120,7 +123,7 @@ fn reads_after_an_acknowledged_update_see_it() {
         .and_then(|l| l.split_whitespace().last()?.parse().ok())
         .unwrap_or_else(|| panic!("no cache hit counter:\n{metrics}"));
     assert!(hits > 0, "the read cache answered nothing:\n{metrics}");
-    // Most of those reads were answered without ordering, 2t+1 answers matching.
+    // Most of those reads were answered without ordering.
     let (vouched, fell_back) = (vouched(&c, 0, "vouched"), vouched(&c, 0, "fell_back"));
     assert!(vouched > fell_back, "most reads were vouched: vouched {vouched}, fell back {fell_back}");
 }

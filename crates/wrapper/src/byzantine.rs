@@ -32,7 +32,7 @@ pub enum Mode {
     GarbageShares,
     /// Rewrites the answers it gives its own clients (A and AAAA data, TXT strings).
     WrongAnswers,
-    /// Vouches for other answers than its own to its peers' read probes (vouched reads).
+    /// Answers its peers' read probes with made-up barriers, far ahead or 0 (vouched reads).
     WrongVouches,
 }
 

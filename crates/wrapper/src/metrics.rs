@@ -386,7 +386,7 @@ impl Metrics {
             "Ordered-mode reads by how they were answered: vouched (2t+1 replicas' answers matched, not ordered) or fell_back (ordered instead: mismatch, timeout, or no room).",
             m.vouched_reads.clone(),
         );
-        registry.register("vouches_sent", "Answers to peers' read probes vouched for.", m.vouches_sent.clone());
+        registry.register("vouches_sent", "Peers' read probes answered with this replica's read barrier.", m.vouches_sent.clone());
         registry.register(
             "vouch_timeout_seconds",
             "How long this gateway now waits for vouches once its own answer is in, before ordering the read (follows its recently vouched reads, within cluster.vouch_timeout_ms..=vouch_timeout_max_ms).",

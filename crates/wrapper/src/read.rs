@@ -1,7 +1,7 @@
 //! The one way a read is answered from the local named: ordered reads (executor), local
 //! reads (`reads = "local"`, listeners: [`LocalReads`]) and voting reads (voting_read) all
 //! go through the cache lookup and [`forward_read`] here, and vouched reads (`crate::vouched`,
-//! at the gateway and at the peers that vouch) through the cache's keyed lookup and
+//! at the gateway that was asked) through the cache's keyed lookup and
 //! [`forward_answer`], the same steps returning the answer instead of sending it, so the paths
 //! cannot drift apart in what a client receives.
 //!
@@ -47,16 +47,14 @@ pub async fn forward_read(named: &Forwarder, cache: &ReadCache, fill: Option<Fil
     deliver(reply, answer, metrics);
 }
 
-/// What [`forward_read`] would hand the client, returned instead (vouched reads compare it
-/// with the peers' before anyone gets it); `None`: no answer.
+/// What [`forward_read`] would hand the client, returned instead; `None`: no answer.
 pub async fn forward_answer(named: &Forwarder, cache: &ReadCache, fill: Option<Fill>, message: &[u8], tcp: bool, metrics: &Metrics) -> Option<Vec<u8>> {
     let result = if tcp { named.forward_tcp(message).await } else { named.forward_udp(message).await };
-    took(cache, fill, message, result, metrics).0
+    took(cache, fill, message, result, metrics)
 }
 
-/// [`forward_answer`] with the answer's vouch digest (`crate::vouch::answer_digest`), for
-/// a UDP query to named that may already be begun (`begun`, from [`Forwarder::start_udp`]
-/// with the same message: named works on it while the caller goes on).
+/// [`forward_answer`] for a UDP query to named that may already be begun (`begun`, from
+/// [`Forwarder::start_udp`] with the same message: named works on it while the caller goes on).
 pub async fn vouched_answer(
     named: &Forwarder,
     cache: &ReadCache,
@@ -65,37 +63,26 @@ pub async fn vouched_answer(
     tcp: bool,
     begun: Option<UdpQuery>,
     metrics: &Metrics,
-) -> Option<(Vec<u8>, [u8; 32])> {
+) -> Option<Vec<u8>> {
     let result = match begun {
         Some(query) => named.finish_udp(query, message).await,
         None if tcp => named.forward_tcp(message).await,
         None => named.forward_udp(message).await,
     };
-    let (answer, digest) = took(cache, fill, message, result, metrics);
-    let answer = answer?;
-    // The cache computed it for what it could keep; the rest (a SERVFAIL, say) here.
-    let digest = digest.unwrap_or_else(|| crate::vouch::answer_digest(&answer));
-    Some((answer, digest))
+    took(cache, fill, message, result, metrics)
 }
 
 /// named's result for a read: counted, kept when `fill` allows, turned into what the client
-/// gets (with the digest the cache computed, if it did).
-fn took(
-    cache: &ReadCache,
-    fill: Option<Fill>,
-    message: &[u8],
-    result: Result<Vec<u8>, ForwardError>,
-    metrics: &Metrics,
-) -> (Option<Vec<u8>>, Option<[u8; 32]>) {
+/// gets.
+fn took(cache: &ReadCache, fill: Option<Fill>, message: &[u8], result: Result<Vec<u8>, ForwardError>, metrics: &Metrics) -> Option<Vec<u8>> {
     metrics.inc_read_cache(false);
     if result.as_ref().is_err_and(|e| !matches!(e, ForwardError::Timeout(_))) {
         metrics.inc_execute_error();
     }
-    let digest = match (fill, &result) {
-        (Some(fill), Ok(answer)) => cache.fill(fill, answer),
-        _ => None,
-    };
-    (client_answer(message, result), digest)
+    if let (Some(fill), Ok(answer)) = (fill, &result) {
+        cache.fill(fill, answer);
+    }
+    client_answer(message, result)
 }
 
 /// `reads = "local"`: the listeners answer every read themselves, from the cache or from

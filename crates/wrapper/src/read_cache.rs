@@ -51,18 +51,16 @@ struct Inner {
     misses: u64,
 }
 
-/// named's answer as kept, and its digest for vouched reads (`crate::vouch::answer_digest`,
-/// taken once here rather than at every read by the gateway and every peer).
+/// named's answer as kept.
 struct Entry {
     answer: Vec<u8>,
-    digest: [u8; 32],
 }
 
 /// What [`ReadCache::lookup_keyed`] has for a request.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Keyed {
-    /// named's answer with the request's id, and its digest.
-    Hit(Vec<u8>, [u8; 32]),
+    /// named's answer with the request's id.
+    Hit(Vec<u8>),
     Miss(Option<Fill>),
 }
 
@@ -101,75 +99,55 @@ impl ReadCache {
     pub fn lookup(&self, request: &[u8], tcp: bool) -> Lookup {
         let Some(key) = key(request, tcp) else { return Lookup::Miss(None) };
         match self.get(&key, [request[0], request[1]]) {
-            Ok((answer, _)) => Lookup::Hit(answer),
+            Ok(answer) => Lookup::Hit(answer),
             Err(epoch) => Lookup::Miss(epoch.map(|epoch| Fill { key, epoch })),
         }
     }
 
-    /// [`Self::lookup`] for a request whose [`key`] the caller has (`id`: the request's id),
-    /// with a hit's digest for vouched reads.
+    /// [`Self::lookup`] for a request whose [`key`] the caller has (`id`: the request's id).
     pub fn lookup_keyed(&self, key: &[u8], id: [u8; 2]) -> Keyed {
         match self.get(key, id) {
-            Ok((answer, digest)) => Keyed::Hit(answer, digest),
+            Ok(answer) => Keyed::Hit(answer),
             Err(epoch) => Keyed::Miss(epoch.map(|epoch| Fill { key: key.to_vec(), epoch })),
         }
     }
 
-    /// A hit (the answer with `id`, and its digest), or the epoch a fill would need (`None`
-    /// while a change runs).
-    fn get(&self, key: &[u8], id: [u8; 2]) -> Result<(Vec<u8>, [u8; 32]), Option<u64>> {
+    /// A hit (the answer with `id`), or the epoch a fill would need (`None` while a change
+    /// runs).
+    fn get(&self, key: &[u8], id: [u8; 2]) -> Result<Vec<u8>, Option<u64>> {
         let mut inner = self.inner();
         if let Some(entry) = inner.answers.get(key) {
             let mut answer = entry.answer.clone();
-            let digest = entry.digest;
             answer[..2].copy_from_slice(&id);
             inner.hits += 1;
-            return Ok((answer, digest));
+            return Ok(answer);
         }
         inner.misses += 1;
         Err((inner.changing == 0).then_some(inner.epoch))
     }
 
-    /// The digest of the cached answer for the request with this [`key`] (a peer vouching
-    /// needs no more), or on a miss the fill its answer from named would need (`None` while
-    /// a change runs), as [`Self::lookup_keyed`] without copying the answer.
-    pub fn digest(&self, key: &[u8]) -> Result<[u8; 32], Option<Fill>> {
-        let mut inner = self.inner();
-        if let Some(entry) = inner.answers.get(key) {
-            let digest = entry.digest;
-            inner.hits += 1;
-            return Ok(digest);
-        }
-        inner.misses += 1;
-        Err((inner.changing == 0).then_some(inner.epoch).map(|epoch| Fill { key: key.to_vec(), epoch }))
-    }
-
-    /// Keeps named's `answer` if no change began since `fill` was handed out. Returns the
-    /// answer's vouch digest (`crate::vouch::answer_digest`) when it computed it, i.e. for an
-    /// answer it could keep, kept or not.
-    pub fn fill(&self, fill: Fill, answer: &[u8]) -> Option<[u8; 32]> {
-        let Ok(header) = RawHeader::parse(answer) else { return None };
+    /// Keeps named's `answer` if no change began since `fill` was handed out (and it fits).
+    pub fn fill(&self, fill: Fill, answer: &[u8]) {
+        let Ok(header) = RawHeader::parse(answer) else { return };
         // The id must be the request's (key bytes are the request without its id): a
         // forwarder hands back only such answers, but keep the invariant local.
         if !header.is_response() || header.rcode() == RCODE_SERVFAIL {
-            return None;
+            return;
         }
-        let digest = crate::vouch::answer_digest(answer);
         let mut inner = self.inner();
         if inner.changing > 0 || inner.epoch != fill.epoch {
-            return Some(digest);
+            return;
         }
         let size = fill.key.len() + answer.len();
         if inner.bytes + size > self.max_bytes {
-            return Some(digest);
+            return;
         }
-        if let Some(old) = inner.answers.insert(fill.key, Entry { answer: answer.to_vec(), digest }) {
+        if let Some(old) = inner.answers.insert(fill.key, Entry { answer: answer.to_vec() }) {
             inner.bytes -= old.answer.len();
             inner.bytes += answer.len();
         } else {
             inner.bytes += size;
         }
-        Some(digest)
     }
 
     /// A change of the zone is about to be sent to named: nothing is answered from the
@@ -292,7 +270,7 @@ mod tests {
     fn fill_from_named(cache: &ReadCache, request: &[u8], tcp: bool) -> Vec<u8> {
         let Lookup::Miss(Some(fill)) = cache.lookup(request, tcp) else { panic!("expected a fillable miss") };
         let answer = answer_to(request, 0);
-        assert_eq!(cache.fill(fill, &answer), Some(crate::vouch::answer_digest(&answer)), "the digest of what it kept");
+        cache.fill(fill, &answer);
         answer
     }
 
@@ -355,24 +333,19 @@ mod tests {
         assert_eq!(cache.counts(), (1, 2));
     }
 
-    /// The keyed lookup and the digest agree with the plain lookup and with the digest of
-    /// named's answer.
+    /// The keyed lookup agrees with the plain lookup.
     #[test]
-    fn keyed_hits_carry_the_digest_of_the_answer() {
+    fn keyed_lookups_agree_with_plain_ones() {
         let cache = ReadCache::default();
         let q = query(1, true, &[]);
         let k = key(&q, false).unwrap();
-        assert!(matches!(cache.digest(&k), Err(Some(_))));
         assert!(matches!(cache.lookup_keyed(&k, [0, 1]), Keyed::Miss(Some(_))));
         let answer = fill_from_named(&cache, &q, false);
-        let want = crate::vouch::answer_digest(&answer);
-        assert_eq!(cache.digest(&k), Ok(want));
-        let Keyed::Hit(hit, digest) = cache.lookup_keyed(&k, [0xab, 0xcd]) else { panic!("expected a hit") };
-        assert_eq!((&hit[..2], &hit[2..], digest), (&[0xab, 0xcd][..], &answer[2..], want));
+        let Keyed::Hit(hit) = cache.lookup_keyed(&k, [0xab, 0xcd]) else { panic!("expected a hit") };
+        assert_eq!((&hit[..2], &hit[2..]), (&[0xab, 0xcd][..], &answer[2..]));
         assert_eq!(cache.lookup(&query(0xabcd, true, &[]), false), Lookup::Hit(hit));
         let cache = std::sync::Arc::new(cache);
         let change = cache.begin_change();
-        assert_eq!(cache.digest(&k), Err(None), "emptied by a change");
         assert_eq!(cache.lookup_keyed(&k, [0, 1]), Keyed::Miss(None), "nothing kept while it runs");
         drop(change);
     }
@@ -407,9 +380,9 @@ mod tests {
         let cache = ReadCache::default();
         let q = query(1, false, &[]);
         let Lookup::Miss(Some(fill)) = cache.lookup(&q, false) else { panic!() };
-        assert_eq!(cache.fill(fill, &answer_to(&q, RCODE_SERVFAIL)), None);
+        cache.fill(fill, &answer_to(&q, RCODE_SERVFAIL));
         let Lookup::Miss(Some(fill)) = cache.lookup(&q, false) else { panic!("SERVFAIL was kept") };
-        assert_eq!(cache.fill(fill, &q), None);
+        cache.fill(fill, &q);
         assert!(matches!(cache.lookup(&q, false), Lookup::Miss(Some(_))), "a request is not an answer");
         let Lookup::Miss(Some(fill)) = cache.lookup(&q, false) else { panic!() };
         cache.fill(fill, &answer_to(&q, 3));

@@ -2,78 +2,77 @@
 //! ordered mode (`cluster.vouched_reads`, on by default).
 //!
 //! The gateway (the replica a client asked, which that client trusts) answers a plain query
-//! without ordering it when 2t+1 replicas, itself included, give the same answer; otherwise
-//! it orders the read as before. Each read is probed at every peer on the mesh's reads
-//! channel (`mesh::CHANNEL_READS`, messages in `crate::vouch`; batched: the UDP listener
-//! sends the probes of the datagrams it took in one turn as one message); a replica answers a
-//! probe only after its executor has executed up to its *read barrier* at the probe's arrival
-//! (the highest seq it has sent a commit for, or delivered), and vouches with the digest of its
-//! answer (`crate::vouch::answer_digest`); the gateway answers its own copy after executing up
-//! to its barrier at the read's arrival, and tallies the vouches (`crate::vouch::Tally`).
+//! without ordering it once 2t of its peers have told it how far their logs reach, and its own
+//! answer reflects the log at least that far; otherwise it orders the read as before. This is
+//! the read index of Raft's linearizable reads, made Byzantine: the gateway asks for *positions*,
+//! never for answers, so a read costs its peers no work on named and no answer crosses the mesh.
+//!
+//! - The gateway probes its peers in rounds on the mesh's reads channel
+//!   (`mesh::CHANNEL_READS`, messages in `crate::vouch`): the UDP listener sends one probe for
+//!   all the datagrams it took in one turn. A probe carries the round's number only.
+//! - A peer answers at once, in the mesh's reader task, with its *read barrier* as the probe
+//!   arrived: the highest seq its ordering core has sent a commit for, or delivered. It looks at
+//!   nothing else: no cache, no named, no wait for its executor.
+//! - The gateway takes its own barrier as the read arrives, and its own answer (read cache,
+//!   else named) once it has executed that far, noting the executed position the answer
+//!   reflects. With 2t peers' barriers in, the read needs an answer reflecting the largest of
+//!   its own barrier and those 2t peers' smallest ([`crate::vouch::Barriers::required`]). An
+//!   answer that reflects it goes to the client; one taken before is taken again once the
+//!   gateway has executed that far (at most once per read; an answer of a later position
+//!   needs no further check).
 //!
 //! Why this is linearizable (docs/DETERMINISM.md, "Vouched reads", says it at length): a write
 //! W at seq s was acknowledged only after it committed, i.e. after 2t+1 replicas had sent a
-//! commit for s. Every replica whose answer counts (the gateway and 2t peers that match it)
-//! took its barrier after the read began, hence after W's acknowledgement; the 2t+1 of them
-//! and the 2t+1 committers share at least t+1 replicas, so at least one honest replica whose
-//! barrier was at or past s, whose answer reflects W. Every counted answer is the gateway's
-//! own (equal digests), and every honest answer comes from an executed, committed prefix of the
-//! log, so the client gets an answer that reflects W and nothing that was not ordered.
+//! commit for s, each showing a barrier of at least s from then on. The gateway and the 2t
+//! peers whose barriers count took theirs after the read began (a probe round is sent after
+//! every read it covers was taken); these 2t+1 replicas and the 2t+1 committers share at least
+//! t+1, so one honest replica among them, maybe the gateway, showed a barrier of at least s,
+//! and the required position is at least s: the answer reflects W. It reflects nothing that
+//! was not ordered, since the gateway executes only committed batches.
 //! The barrier is the one the ordering driver publishes (`ReplicaHandle::read_barrier`) after
 //! feeding each turn's inputs and before sending any of their messages, so a replica that has
 //! sent a commit for s already shows a barrier of at least s to a probe.
-//! A Byzantine peer can only withhold or spoil its vouch: the client is sent the gateway's own
-//! bytes, never a peer's. Without 2t+1 matches (a lagging or lying peer, a silent one, a
-//! budget exceeded) the read falls back to ordering after the gateway's vouch timeout, or at
-//! once when 2t+1 has become impossible.
+//!
+//! What a Byzantine peer can do: a barrier too low changes nothing (an honest committer is
+//! among any 2t+1); one too high, or none, can only make the read wait: taking the 2t smallest
+//! leaves up to t made-up barriers out once every peer has answered, and no read waits past
+//! the vouch timeout before it is ordered after all. The client is sent the gateway's own
+//! bytes, never anything a peer gave.
 //!
 //! The vouch timeout ([`VouchClock`]) follows the load: a read ordered after all costs an
 //! ordering round at every replica (about 50 ms under the load at which vouches get slow), far
 //! more than waiting a little longer. The gateway waits 4 times the 95th percentile of the
-//! waits (own answer in, to 2t+1 matching) of its recently vouched reads, never less than
-//! `cluster.vouch_timeout_ms` (the fixed timeout of before) and never more than
-//! `cluster.vouch_timeout_max_ms`. What a Byzantine peer can do to it:
-//! - no read waits for its vouches longer than the cap, whatever any peer sends or withholds;
-//! - only reads 2t+1 replicas vouched for teach the clock: a withheld or spoilt vouch either
-//!   makes a read fall back or leaves the read to the honest peers. A read that timed out is
-//!   ordered all the same, and still teaches if 2t+1 vouches match within the cap, with the
+//! waits (own answer in, to the read decided) of its recently vouched reads, never less than
+//! `cluster.vouch_timeout_ms` and never more than `cluster.vouch_timeout_max_ms`. What a
+//! Byzantine peer can do to it:
+//! - no read waits for its peers longer than the cap, whatever any peer sends or withholds;
+//! - only vouched reads teach the clock: a withheld barrier or one far ahead either makes a
+//!   read fall back or leaves the read to the honest peers. A read that timed out is ordered all
+//!   the same, and still teaches if its round's barriers decide it within the cap, with the
 //!   wait they took: a clock that saw only the reads vouched in time could never rise when
-//!   every vouch takes longer than the floor. A read that failed (2t+1 out of reach) teaches
-//!   nothing;
-//! - a vouched read's wait is the arrival of its 2t-th matching vouch. At least 2t of the n-1
-//!   peers are honest, so while they give the gateway's answer in time, that vouch comes no
-//!   later than the 2t-th honest one: a slow liar cannot make a wait longer than the honest
-//!   peers alone make it; a quick one can make it shorter, and the timeout never goes below
-//!   the floor;
-//! - only where fewer than 2t honest peers match in time (one lags, or answered otherwise as it
-//!   raced a write) does a liar's vouch decide the wait, anywhere up to the current deadline.
-//!   To move the percentile it must decide more than 5 % of a window's vouched reads, and all
-//!   it buys is the cap: the reads it could delay anyway, by withholding, wait at most that
-//!   before they are ordered;
+//!   every answer takes longer than the floor. A read whose own answer proved behind teaches
+//!   nothing once timed out;
+//! - a vouched read's wait ends with the 2t-th barrier that lets it pass. At least 2t of the
+//!   n-1 peers are honest, so a slow liar cannot make a wait longer than the honest peers alone
+//!   make it, and a quick one can make it shorter, never below the floor; only where an honest
+//!   peer is ahead of the gateway's answer and the others are slow does a liar decide the wait,
+//!   up to the current deadline, and all it buys is the cap;
 //! - a window period (1 s) with nothing vouched moves the timeout halfway back to the floor,
 //!   which never raises it.
 //!
 //! The timeout is the gateway's own: it decides whether a read is answered as vouched or
-//! ordered, never what any replica executes or answers, and the argument above holds whenever
-//! the 2t+1 matching answers come.
+//! ordered, never what any replica executes or answers.
 //!
-//! Cost: an unloaded read is a handful of task wake-ups. The listener takes the read, answers
-//! its own copy from the read cache when its barrier is already executed, and queues the probe
-//! on the mesh; a peer's probe is answered in the mesh's reader task (`Mesh::handle_inline`)
-//! from the cache's digests when its barrier is executed, and so are the vouches at the gateway,
-//! which sends its client the answer from there. Only what must wait (a barrier not executed
-//! yet, a cache miss that goes to named) gets a task of its own. A miss's query to named is
-//! sent before that task exists, in the call that took the read (the peer's reader task; at
-//! the gateway, the listener, just after its probes are out), so named works on it while the
-//! task is scheduled and the probes travel; the digest the read cache computes when it keeps
-//! named's answer is the one vouched for (computed once).
+//! Cost: a peer answers a round with one 17-byte message, whatever the round holds; the
+//! gateway answers from its read cache when its barrier is executed, and a miss's query to
+//! named is sent in the call that took the read, just after the round's probe is out, so named
+//! works on it while the probe travels. Only what must wait (a barrier not executed yet, a
+//! miss's answer from named) gets a task of its own.
 //!
-//! Nothing here makes the executor wait: the gateway and the peers wait for the executed
-//! position on a watch channel and answer from the read cache or named, as local reads do.
-//! What a peer can make this replica hold is bounded: a probe is at most 256 reads and 256 KiB
-//! (`crate::vouch::decode_read_wire`), what waits is refused beyond a byte budget per peer,
-//! and a probe whose barrier is not executed within [`PROBE_WAIT`] is dropped (its gateway has
-//! long fallen back).
+//! Nothing here makes the executor wait: the gateway waits for the executed position on a watch
+//! channel and answers from the read cache or named, as local reads do. What a peer can make
+//! this replica hold: nothing as a peer (a probe is answered within the call), and as a gateway
+//! one entry per peer per open round, within [`MAX_WAITING`] reads.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -92,16 +91,18 @@ use crate::metrics::Metrics;
 use crate::read::{Fill, Keyed, ReadCache};
 use crate::reply::ClientRequest;
 pub use crate::vouch::Fault;
-use crate::vouch::{decode_read_wire, encode_vouch, ProbeBatch, ReadWire, Tally, Verdict};
+use crate::vouch::{decode_read_wire, verdict, Barriers, ReadWire, Verdict};
 
-/// Reads awaiting their vouches at this gateway; beyond, reads are ordered directly.
+/// Reads awaiting their peers at this gateway; beyond, reads are ordered directly.
 const MAX_WAITING: usize = 4096;
 /// Timeouts queued at most (one per read whose own answer is in; a decided read's stays until
 /// it is due); beyond, the read due first is ordered at once.
 const MAX_DEADLINES: usize = 4 * MAX_WAITING;
-/// Timed-out reads kept for their late vouches at most (see `VouchedReads::late`); beyond,
-/// the oldest is forgotten.
+/// Timed-out reads kept for their rounds' late barriers at most (see `VouchedReads::late`);
+/// beyond, the oldest is forgotten.
 const MAX_LATE: usize = MAX_WAITING;
+/// Reads one probe round covers at most; the listener's turn starts another beyond.
+const MAX_ROUND_READS: usize = 256;
 /// Vouched reads per learning window of the [`VouchClock`] (a window also closes after
 /// [`WINDOW_PERIOD`] with fewer).
 const WINDOW: usize = 256;
@@ -111,15 +112,11 @@ const WINDOW_PERIOD: Duration = Duration::from_secs(1);
 /// The timeout is [`MARGIN`] times this percentile of a window's waits.
 const PERCENTILE: usize = 95;
 const MARGIN: u64 = 4;
-/// Bytes of a peer's probes this replica holds at once; beyond, its probes are dropped.
-const PEER_BUDGET: usize = 1 << 20;
-/// A probe whose barrier this replica has not executed within this time is dropped.
-pub const PROBE_WAIT: Duration = Duration::from_secs(1);
 /// The longest a gateway waits for its own executor to reach its barrier before ordering the
 /// read instead.
 const OWN_WAIT: Duration = Duration::from_secs(1);
 
-/// Where probes and vouches go: the mesh's reads channel, or a test's capture.
+/// Where probes and barriers go: the mesh's reads channel, or a test's capture.
 pub trait ReadsOutbound: Send + Sync + 'static {
     fn send(&self, to: u16, message: Vec<u8>);
     fn broadcast(&self, message: Vec<u8>);
@@ -128,7 +125,7 @@ pub trait ReadsOutbound: Send + Sync + 'static {
 impl ReadsOutbound for mesh::MeshSender {
     fn send(&self, to: u16, message: Vec<u8>) {
         if let Err(e) = mesh::MeshSender::send(self, to, mesh::CHANNEL_READS, Bytes::from(message)) {
-            tracing::debug!(to, error = %e, "vouch not sent");
+            tracing::debug!(to, error = %e, "read barrier not sent");
         }
     }
 
@@ -145,7 +142,7 @@ pub struct VouchedReads {
     named: Forwarder,
     cache: Arc<ReadCache>,
     metrics: Arc<Metrics>,
-    /// How long a gateway waits for vouches once its own answer is in, learnt from its
+    /// How long a gateway waits for its peers once its own answer is in, learnt from its
     /// vouched reads; `timeout_us` is its current value, read without the lock.
     clock: Mutex<VouchClock>,
     timeout_us: AtomicU64,
@@ -155,57 +152,110 @@ pub struct VouchedReads {
     executed: watch::Receiver<u64>,
     out: Arc<dyn ReadsOutbound>,
     fault: Fault,
-    /// Reads this gateway is collecting vouches for.
-    waiting: Mutex<HashMap<u64, Waiting>>,
+    /// Reads this gateway is deciding, and their probe rounds.
+    table: Mutex<Table>,
     /// When reads whose own answer is in fall back, earliest first (the timeout varies, so
     /// a read queued later may be due sooner).
     deadlines: Mutex<BinaryHeap<Reverse<(Instant, u64)>>>,
     deadline_added: Notify,
     next_id: AtomicU64,
+    next_round: AtomicU64,
     /// Reads to order after all (the gateway's loop orders them).
     fallback: mpsc::Sender<ClientRequest>,
-    /// Bytes of each peer's probes held now.
-    held: Mutex<HashMap<u16, usize>>,
-    /// Reads ordered after all because their vouches did not come in time, kept until the
-    /// cap has passed: if 2t+1 still match by then, the wait they took teaches the clock. A
-    /// clock that learnt only from reads vouched in time could never rise above the floor
-    /// when every vouch takes longer than that.
+    /// Reads ordered after all because their peers did not answer in time, kept until the
+    /// cap has passed: if their round's barriers then decide them, the wait they took
+    /// teaches the clock. A clock that learnt only from reads vouched in time could never rise
+    /// above the floor when every answer takes longer than that.
     late: Mutex<LateReads>,
 }
 
-/// Timed-out reads whose vouches may still come: (tally, own answer in) by read id, and the
-/// ids in the order they timed out.
+/// The reads being decided, by id, and the open probe rounds, by number.
+#[derive(Default)]
+struct Table {
+    reads: HashMap<u64, Waiting>,
+    rounds: HashMap<u64, Round>,
+}
+
+impl Table {
+    /// Takes read `id` out (whoever does acts on it, once), and out of its round; a round
+    /// with no read left is closed (its late answers find nothing).
+    fn remove(&mut self, id: u64) -> Option<Waiting> {
+        let w = self.reads.remove(&id)?;
+        if let Some(round) = self.rounds.get_mut(&w.round) {
+            round.reads.retain(|r| *r != id);
+            if round.reads.is_empty() {
+                self.rounds.remove(&w.round);
+            }
+        }
+        Some(w)
+    }
+}
+
+/// One probe round: its peers' barriers and the reads it covers that are still undecided.
+struct Round {
+    barriers: Barriers,
+    reads: Vec<u64>,
+}
+
+struct Waiting {
+    request: ClientRequest,
+    round: u64,
+    /// The gateway's barrier as the read arrived.
+    barrier: u64,
+    /// The gateway's own answer, once in, and the executed position it reflects.
+    answer: Option<(Vec<u8>, u64)>,
+    /// When the first own answer came in (the vouch timeout counts from there).
+    own_at: Option<Instant>,
+    /// The own answer proved behind and is being taken again.
+    again: bool,
+}
+
+impl Waiting {
+    fn verdict(&self, barriers: &Barriers) -> Verdict {
+        verdict(barriers, self.barrier, self.answer.as_ref().map(|(_, at)| *at))
+    }
+}
+
+/// Timed-out reads whose round may still decide them: by round, the round's barriers and its
+/// reads, and the reads in the order they timed out.
 #[derive(Default)]
 struct LateReads {
-    reads: HashMap<u64, (Tally, Instant)>,
-    order: VecDeque<(Instant, u64)>,
+    rounds: HashMap<u64, (Barriers, Vec<LateRead>)>,
+    order: VecDeque<(Instant, u64, u64)>,
+}
+
+/// A timed-out read as its round's late barriers need it.
+struct LateRead {
+    id: u64,
+    /// The gateway's barrier as the read arrived.
+    barrier: u64,
+    /// The executed position its own answer reflected, and when that answer came in.
+    at: u64,
+    own_at: Instant,
 }
 
 impl LateReads {
     /// Forgets the reads whose own answer came in before `since`, and the oldest beyond
     /// [`MAX_LATE`].
     fn prune(&mut self, since: Instant) {
-        while let Some(&(at, id)) = self.order.front() {
+        while let Some(&(at, round, id)) = self.order.front() {
             if at >= since && self.order.len() <= MAX_LATE {
                 break;
             }
             self.order.pop_front();
-            self.reads.remove(&id);
+            if let Some((_, reads)) = self.rounds.get_mut(&round) {
+                reads.retain(|r| r.id != id);
+                if reads.is_empty() {
+                    self.rounds.remove(&round);
+                }
+            }
         }
     }
 }
 
-struct Waiting {
-    tally: Tally,
-    request: ClientRequest,
-    /// The gateway's own answer, once in, and since when.
-    answer: Option<Vec<u8>>,
-    own_at: Option<Instant>,
-}
-
 /// What [`VouchedReads::start`] is wired to.
 pub struct Wiring {
-    /// Probes and vouches out (the mesh's reads channel).
+    /// Probes and barriers out (the mesh's reads channel).
     pub out: Arc<dyn ReadsOutbound>,
     pub barrier: watch::Receiver<u64>,
     pub executed: watch::Receiver<u64>,
@@ -213,50 +263,37 @@ pub struct Wiring {
     pub fault: Fault,
 }
 
-/// What a listener gathers in one turn for the vouched path ([`VouchedReads::take`]): the
-/// probes, sent as one message, and the gateway's own queries to named, begun once the probes
-/// are out ([`VouchedReads::send_probes`]).
+/// What a listener gathers in one turn for the vouched path ([`VouchedReads::take`]): one
+/// probe round for its reads, and the gateway's own queries to named, begun once the probe
+/// is out ([`VouchedReads::send_probes`]).
 #[derive(Debug, Default)]
 pub struct VouchTurn {
-    probes: ProbeBatch,
+    round: Option<u64>,
+    reads: usize,
     own: Vec<OwnFetch>,
 }
 
 impl VouchTurn {
     /// Nothing gathered (or all of it sent).
     pub fn is_empty(&self) -> bool {
-        self.probes.is_empty() && self.own.is_empty()
+        self.round.is_none() && self.own.is_empty()
     }
 }
 
 /// A read the gateway's cache missed with its barrier executed: named is asked for it once
-/// the probes are out.
+/// the probe is out. `at`: the executed position when the cache missed.
 #[derive(Debug)]
 struct OwnFetch {
     id: u64,
     tcp: bool,
     message: Vec<u8>,
     fill: Option<Fill>,
-}
-
-/// A peer's read this replica must wait for (its barrier, or named) before vouching.
-struct Deferred {
-    id: u64,
-    tcp: bool,
-    message: Vec<u8>,
-    key: Vec<u8>,
-}
-
-impl Deferred {
-    /// What it counts against its peer's budget while held.
-    fn held(&self) -> usize {
-        self.message.len() + self.key.len() + 64
-    }
+    at: u64,
 }
 
 impl VouchedReads {
-    /// The vouched-read service and the task that orders the reads whose vouches did not come
-    /// in time (an essential task of the replica). Peers' messages come in through
+    /// The vouched-read service and the task that orders the reads whose peers did not
+    /// answer in time (an essential task of the replica). Peers' messages come in through
     /// [`Self::handle`] (the mesh's inline handler of the reads channel).
     #[allow(clippy::too_many_arguments)]
     pub fn start(
@@ -282,13 +319,13 @@ impl VouchedReads {
             executed: wiring.executed,
             out: wiring.out,
             fault: wiring.fault,
-            waiting: Mutex::new(HashMap::new()),
+            table: Mutex::new(Table::default()),
             deadlines: Mutex::new(BinaryHeap::new()),
             late: Mutex::new(LateReads::default()),
             deadline_added: Notify::new(),
             next_id: AtomicU64::new(0),
+            next_round: AtomicU64::new(0),
             fallback: wiring.fallback,
-            held: Mutex::new(HashMap::new()),
         });
         let task = service.clone().expire();
         (service, task)
@@ -296,29 +333,30 @@ impl VouchedReads {
 
     /// Takes a client's read onto the vouched path when it can: a plain query (what the read
     /// cache could key; never an update, a transfer, a signed request) that is not a voting
-    /// client's. Its probe is added to `out`, which the caller sends with
+    /// client's. It joins the turn's probe round, which the caller sends with
     /// [`Self::send_probes`] (at once, or after the other reads it has at hand); its own answer
     /// is taken at once when the barrier is executed and the cache has it, and when the cache
-    /// misses, its query to named is begun as soon as the probes are out. Hands the request
+    /// misses, its query to named is begun as soon as the probe is out. Hands the request
     /// back, to be ordered (or answered as a voting read), otherwise.
     pub fn take(self: &Arc<Self>, request: ClientRequest, out: &mut VouchTurn) -> Result<(), ClientRequest> {
         if crate::voting_read::is_voting_read(&request.bytes) {
             return Err(request);
         }
         let Some(key) = crate::read_cache::key(&request.bytes, request.tcp) else { return Err(request) };
-        if !out.probes.fits(request.bytes.len()) {
+        if out.reads >= MAX_ROUND_READS {
             self.send_probes(out);
         }
         // Read after the read arrived: at or past every write acknowledged before it.
         let barrier = *self.barrier.borrow();
+        let executed = *self.executed.borrow();
         let (tcp, dns_id) = (request.tcp, [request.bytes[0], request.bytes[1]]);
         // The own answer: from the cache (`Ok`), from named now (`Err(Some(fill))`, the
         // barrier executed and the cache missed), or once the barrier is executed (`Err(None)`).
-        let own = if *self.executed.borrow() >= barrier {
+        let own = if executed >= barrier {
             match self.cache.lookup_keyed(&key, dns_id) {
-                Keyed::Hit(answer, digest) => {
+                Keyed::Hit(answer) => {
                     self.metrics.inc_read_cache(true);
-                    Ok((answer, digest))
+                    Ok(answer)
                 }
                 Keyed::Miss(fill) => Err(Some(fill)),
             }
@@ -326,94 +364,102 @@ impl VouchedReads {
             Err(None)
         };
         let (own, later) = match own {
-            Ok(hit) => (Some(hit), None),
+            Ok(hit) => (Some((hit, executed)), None),
             Err(fetch) => (None, Some(fetch)),
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let round = *out.round.get_or_insert_with(|| self.next_round.fetch_add(1, Ordering::Relaxed));
         // What named is asked when the own answer is not in the cache.
         let message = if later.is_some() { request.bytes.clone() } else { Vec::new() };
         let verdict;
         {
-            let mut waiting = self.lock_waiting();
-            if waiting.len() >= MAX_WAITING {
-                drop(waiting);
+            let mut table = self.lock_table();
+            if table.reads.len() >= MAX_WAITING {
+                drop(table);
                 self.metrics.inc_dropped("vouched_reads_full");
                 return Err(request);
             }
-            if !out.probes.push(id, tcp, &request.bytes) {
-                return Err(request);
-            }
-            let mut tally = Tally::new(self.n, self.t);
-            let answer = own.map(|(answer, digest)| {
-                tally.own(digest);
-                answer
-            });
-            verdict = tally.verdict();
-            let own_at = answer.is_some().then(Instant::now);
-            waiting.insert(id, Waiting { tally, request, answer, own_at });
+            let own_at = own.is_some().then(Instant::now);
+            let w = Waiting { request, round, barrier, answer: own, own_at, again: false };
+            let Table { reads, rounds } = &mut *table;
+            let r = rounds.entry(round).or_insert_with(|| Round { barriers: Barriers::new(self.n, self.t), reads: Vec::new() });
+            verdict = w.verdict(&r.barriers);
+            r.reads.push(id);
+            reads.insert(id, w);
         }
+        out.reads += 1;
         match later {
-            // The own answer is in; the vouches are not (the probe is not even sent yet),
+            // The own answer is in; the barriers are not (the probe is not even sent yet),
             // unless the gateway is its own quorum (t = 0).
             None if verdict == Verdict::Pending => self.wait_for_vouches(id),
-            None => self.decide(id, verdict),
-            // named is asked once the probes are out ([`Self::send_probes`]).
-            Some(Some(fill)) => out.own.push(OwnFetch { id, tcp, message, fill }),
+            None => self.act(id, verdict),
+            // named is asked once the probe is out ([`Self::send_probes`]).
+            Some(Some(fill)) => out.own.push(OwnFetch { id, tcp, message, fill, at: executed }),
             Some(None) => {
                 let service = self.clone();
-                tokio::spawn(async move {
-                    let mut executed = service.executed.clone();
-                    // The guard the wait returns is dropped at once (it must not be held across awaits).
-                    let reached = tokio::time::timeout(OWN_WAIT, executed.wait_for(|e| *e >= barrier)).await.is_ok_and(|r| r.is_ok());
-                    if !reached {
-                        return service.fall_back(id);
-                    }
-                    let own = match service.cache.lookup_keyed(&key, dns_id) {
-                        Keyed::Hit(answer, digest) => {
-                            service.metrics.inc_read_cache(true);
-                            Some((answer, digest))
-                        }
-                        Keyed::Miss(fill) => crate::read::vouched_answer(&service.named, &service.cache, fill, &message, tcp, None, &service.metrics).await,
-                    };
-                    service.own_answer(id, own);
-                });
+                tokio::spawn(async move { service.answer_at(id, barrier, key, message, tcp, OWN_WAIT).await });
             }
         }
         Ok(())
     }
 
-    /// The gateway's own answer to read `id` is in (`None`: named stayed silent, or the read
-    /// failed: the ordered path decides).
-    fn own_answer(&self, id: u64, own: Option<(Vec<u8>, [u8; 32])>) {
-        let Some((answer, digest)) = own else { return self.fall_back(id) };
-        let verdict = {
-            let mut waiting = self.lock_waiting();
-            let Some(w) = waiting.get_mut(&id) else { return };
-            w.answer = Some(answer);
-            w.own_at = Some(Instant::now());
-            w.tally.own(digest)
-        };
-        self.decide(id, verdict);
-        if verdict == Verdict::Pending {
-            self.wait_for_vouches(id);
+    /// The gateway's own answer to read `id` once it has executed up to `position` (waiting
+    /// at most `wait`; beyond, the read is ordered): from the cache, else named.
+    async fn answer_at(self: Arc<Self>, id: u64, position: u64, key: Vec<u8>, message: Vec<u8>, tcp: bool, wait: Duration) {
+        let mut executed = self.executed.clone();
+        // The guard the wait returns is dropped at once (it must not be held across awaits).
+        let reached = tokio::time::timeout(wait, executed.wait_for(|e| *e >= position)).await.is_ok_and(|r| r.is_ok());
+        if !reached {
+            return self.fall_back(id);
         }
+        let at = *executed.borrow();
+        let own = match self.cache.lookup_keyed(&key, [message[0], message[1]]) {
+            Keyed::Hit(answer) => {
+                self.metrics.inc_read_cache(true);
+                Some(answer)
+            }
+            Keyed::Miss(fill) => crate::read::vouched_answer(&self.named, &self.cache, fill, &message, tcp, None, &self.metrics).await,
+        };
+        self.own_answer(id, own.map(|answer| (answer, at)));
     }
 
-    /// Sends the probes gathered by [`Self::take`] to every peer, one message, then begins
-    /// the gateway's own queries to named for the reads its cache missed, each answered in a
-    /// task of its own: named works on them while the probes travel.
+    /// The gateway's own answer to read `id` is in, reflecting the executed position it
+    /// carries (`None`: named stayed silent, or the read failed: the ordered path decides).
+    fn own_answer(self: &Arc<Self>, id: u64, own: Option<(Vec<u8>, u64)>) {
+        let Some(own) = own else { return self.fall_back(id) };
+        let (verdict, first) = {
+            let mut table = self.lock_table();
+            let Table { reads, rounds } = &mut *table;
+            let Some(w) = reads.get_mut(&id) else { return };
+            let first = w.own_at.is_none();
+            w.own_at.get_or_insert_with(Instant::now);
+            w.answer = Some(own);
+            w.again = false;
+            let Some(round) = rounds.get(&w.round) else { return };
+            (w.verdict(&round.barriers), first)
+        };
+        if first && verdict != Verdict::Vouched {
+            self.wait_for_vouches(id);
+        }
+        self.act(id, verdict);
+    }
+
+    /// Sends the turn's probe round to every peer, one message, then begins the gateway's
+    /// own queries to named for the reads its cache missed, each answered in a task of its
+    /// own: named works on them while the probe travels.
     pub fn send_probes(self: &Arc<Self>, out: &mut VouchTurn) {
-        if let Some(message) = out.probes.take() {
+        if let Some(round) = out.round.take() {
             if self.fault != Fault::Silent {
-                self.out.broadcast(message);
+                self.out.broadcast(ReadWire::Probe { round }.encode());
             }
         }
-        for OwnFetch { id, tcp, message, fill } in out.own.drain(..) {
+        out.reads = 0;
+        for OwnFetch { id, tcp, message, fill, at } in out.own.drain(..) {
             let begun = (!tcp).then(|| self.named.start_udp(&message));
             let service = self.clone();
             tokio::spawn(async move {
                 let own = crate::read::vouched_answer(&service.named, &service.cache, fill, &message, tcp, begun, &service.metrics).await;
-                service.own_answer(id, own);
+                service.own_answer(id, own.map(|answer| (answer, at)));
             });
         }
     }
@@ -422,14 +468,14 @@ impl VouchedReads {
     /// in the mesh's reader task: it never waits.
     pub fn handle(self: &Arc<Self>, from: u16, frame: &[u8]) {
         match decode_read_wire(frame) {
-            Ok(ReadWire::Probe(reads)) => self.answer_probes(from, reads),
-            Ok(ReadWire::Vouch(answers)) => self.count_vouches(from, &answers),
+            Ok(ReadWire::Probe { round }) => self.answer_probe(from, round),
+            Ok(ReadWire::Barrier { round, barrier }) => self.count_barrier(from, round, barrier),
             Err(why) => self.metrics.inc_dropped(why),
         }
     }
 
-    fn lock_waiting(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Waiting>> {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock_table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock_deadlines(&self) -> std::sync::MutexGuard<'_, BinaryHeap<Reverse<(Instant, u64)>>> {
@@ -440,7 +486,11 @@ impl VouchedReads {
         self.clock.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// How long a read whose own answer comes in now waits for its vouches.
+    fn lock_late(&self) -> std::sync::MutexGuard<'_, LateReads> {
+        self.late.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How long a read whose own answer comes in now waits for its peers.
     pub fn timeout(&self) -> Duration {
         Duration::from_micros(self.timeout_us.load(Ordering::Relaxed))
     }
@@ -453,7 +503,7 @@ impl VouchedReads {
         }
     }
 
-    /// The read's own answer is in: it falls back unless vouched within the timeout.
+    /// The read's own answer is in: it falls back unless decided within the timeout.
     fn wait_for_vouches(&self, id: u64) {
         let at = Instant::now() + self.timeout();
         let (earliest, evicted) = {
@@ -472,7 +522,7 @@ impl VouchedReads {
         }
     }
 
-    /// Orders the reads whose vouches did not come in time.
+    /// Orders the reads whose peers did not answer in time.
     async fn expire(self: Arc<Self>) {
         loop {
             let front = self.lock_deadlines().peek().map(|Reverse((at, _))| *at);
@@ -510,35 +560,58 @@ impl VouchedReads {
         }
     }
 
-    /// A read's vouches did not come in time: it is ordered after all, and kept for the
-    /// vouches that may still come (they teach the clock, see `late`).
+    /// A read's peers did not answer in time: it is ordered after all, and kept for the
+    /// barriers that may still come (they teach the clock, see `late`).
     fn time_out(&self, id: u64) {
-        let Some(w) = self.lock_waiting().remove(&id) else { return };
-        if let Some(at) = w.own_at {
+        let (w, barriers) = {
+            let mut table = self.lock_table();
+            let Some(round) = table.reads.get(&id).map(|w| w.round) else { return };
+            let barriers = table.rounds.get(&round).map(|r| r.barriers.clone());
+            (table.remove(id), barriers)
+        };
+        let Some(w) = w else { return };
+        if let (Some(own_at), Some((_, at)), Some(barriers), false) = (w.own_at, &w.answer, barriers, w.again) {
             let cap = Duration::from_micros(self.lock_clock().cap_us);
-            let mut late = self.late.lock().unwrap_or_else(|e| e.into_inner());
-            late.reads.insert(id, (w.tally, at));
-            late.order.push_back((at, id));
-            late.prune(Instant::now().checked_sub(cap).unwrap_or(at));
+            let mut late = self.lock_late();
+            late.rounds.entry(w.round).or_insert_with(|| (barriers, Vec::new())).1.push(LateRead { id, barrier: w.barrier, at: *at, own_at });
+            late.order.push_back((own_at, w.round, id));
+            late.prune(Instant::now().checked_sub(cap).unwrap_or(own_at));
         }
         self.order(w.request);
     }
 
-    /// Acts on a decided read (whoever removes it from the table acts, once).
-    fn decide(&self, id: u64, verdict: Verdict) {
+    /// Acts on a read's verdict: answers it (whoever removes it from the table acts, once),
+    /// or takes its own answer again once executed far enough (once per read).
+    fn act(self: &Arc<Self>, id: u64, verdict: Verdict) {
         match verdict {
             Verdict::Pending => {}
-            Verdict::Failed => self.fall_back(id),
             Verdict::Vouched => {
-                let Some(w) = self.lock_waiting().remove(&id) else { return };
+                let Some(w) = self.lock_table().remove(id) else { return };
                 self.answer(w);
+            }
+            Verdict::Behind(position) => {
+                let again = {
+                    let mut table = self.lock_table();
+                    let Some(w) = table.reads.get_mut(&id) else { return };
+                    if w.again {
+                        return;
+                    }
+                    w.again = true;
+                    crate::read_cache::key(&w.request.bytes, w.request.tcp).map(|key| (key, w.request.bytes.clone(), w.request.tcp))
+                };
+                let Some((key, message, tcp)) = again else { return self.fall_back(id) };
+                // Never longer than the cap: the read's deadline orders it by then anyway.
+                let wait = Duration::from_micros(self.lock_clock().cap_us);
+                self.metrics.inc_vouched_read("taken_again");
+                let service = self.clone();
+                tokio::spawn(async move { service.answer_at(id, position, key, message, tcp, wait).await });
             }
         }
     }
 
     fn answer(&self, w: Waiting) {
-        let Some(answer) = w.answer else { return };
-        // Only reads 2t+1 replicas vouched for teach the timeout (the module doc says why).
+        let Some((answer, _)) = w.answer else { return };
+        // Only vouched reads teach the timeout (the module doc says why).
         if let Some(at) = w.own_at {
             let now = Instant::now();
             let mut clock = self.lock_clock();
@@ -550,26 +623,31 @@ impl VouchedReads {
         crate::read::deliver(&w.request.reply, answer, &self.metrics);
     }
 
-    /// Vouches for reads that timed out: one that 2t+1 replicas now vouched for, within the
-    /// cap, teaches the clock the wait it took (a liar's late vouch can decide that only
-    /// where it could have decided an in-time one, and never past the cap).
-    fn count_late_vouches(&self, from: u16, answers: &[(u64, [u8; 32])]) {
+    /// A barrier for a round whose reads timed out: one it now decides as vouched, within the
+    /// cap, teaches the clock the wait it took (a liar's barrier can decide that only where it
+    /// could have decided an in-time one, and never past the cap).
+    fn count_late_barrier(&self, from: u16, round: u64, barrier: u64) {
         let now = Instant::now();
         let mut waits = Vec::new();
         {
-            let mut late = self.late.lock().unwrap_or_else(|e| e.into_inner());
-            if late.reads.is_empty() {
+            let mut late = self.lock_late();
+            if late.rounds.is_empty() {
                 return;
             }
-            for &(id, digest) in answers {
-                let Some((tally, _)) = late.reads.get_mut(&id) else { continue };
-                match tally.vouch(from, digest) {
-                    Verdict::Pending => {}
-                    Verdict::Failed => {
-                        late.reads.remove(&id);
-                    }
-                    Verdict::Vouched => waits.extend(late.reads.remove(&id).map(|(_, at)| now.saturating_duration_since(at))),
+            let Some((barriers, reads)) = late.rounds.get_mut(&round) else { return };
+            if !barriers.reply(from, barrier) {
+                return;
+            }
+            reads.retain(|r| match verdict(barriers, r.barrier, Some(r.at)) {
+                Verdict::Pending => true,
+                Verdict::Vouched => {
+                    waits.push(now.saturating_duration_since(r.own_at));
+                    false
                 }
+                Verdict::Behind(_) => false,
+            });
+            if reads.is_empty() {
+                late.rounds.remove(&round);
             }
         }
         if waits.is_empty() {
@@ -586,7 +664,7 @@ impl VouchedReads {
 
     /// Orders the read after all, if it is still waiting.
     fn fall_back(&self, id: u64) {
-        let Some(w) = self.lock_waiting().remove(&id) else { return };
+        let Some(w) = self.lock_table().remove(id) else { return };
         self.order(w.request);
     }
 
@@ -598,151 +676,40 @@ impl VouchedReads {
         }
     }
 
-    fn count_vouches(&self, from: u16, answers: &[(u64, [u8; 32])]) {
-        let (mut vouched, mut failed, mut others) = (Vec::new(), Vec::new(), Vec::new());
+    /// Peer `from`'s barrier for round `round`: the reads of the round it decides are acted on.
+    fn count_barrier(self: &Arc<Self>, from: u16, round: u64, barrier: u64) {
+        let mut decided = Vec::new();
         {
-            let mut waiting = self.lock_waiting();
-            for &(id, digest) in answers {
-                let Some(w) = waiting.get_mut(&id) else {
-                    others.push((id, digest));
-                    continue;
-                };
-                match w.tally.vouch(from, digest) {
-                    Verdict::Pending => {}
-                    Verdict::Failed => failed.push(id),
-                    Verdict::Vouched => vouched.extend(waiting.remove(&id)),
-                }
-            }
-        }
-        if !others.is_empty() {
-            self.count_late_vouches(from, &others);
-        }
-        for w in vouched {
-            self.answer(w);
-        }
-        for id in failed {
-            self.fall_back(id);
-        }
-    }
-
-    /// A peer's probe: each read that is a plain query is answered once this replica has
-    /// executed up to its barrier now, and vouched for; the rest is ignored (no vouch: the
-    /// gateway falls back). With the barrier executed, a cached answer is vouched for here and
-    /// a miss's query to named is begun here (named works on it at once), its answer awaited
-    /// by a task of its own; what must wait is never held beyond the peer's budget.
-    fn answer_probes(self: &Arc<Self>, from: u16, reads: Vec<(u64, bool, &[u8])>) {
-        // Taken as the probe arrives: at or past every write acknowledged before its read began.
-        let after = *self.barrier.borrow();
-        let reached = *self.executed.borrow() >= after;
-        let mut vouches = Vec::new();
-        // Cache misses (barrier executed): (read, the fill named's answer may be kept with).
-        let mut misses = Vec::new();
-        let mut deferred = Vec::new();
-        for (id, tcp, message) in reads {
-            // Only what a read cache could key: plain queries, never an update, a transfer,
-            // a signed request (those are ordered, always).
-            let Some(key) = crate::read_cache::key(message, tcp) else { continue };
-            let read = Deferred { id, tcp, message: message.to_vec(), key };
-            if !reached {
-                deferred.push(read);
-                continue;
-            }
-            match self.cache.digest(&read.key) {
-                Ok(digest) => {
-                    self.metrics.inc_read_cache(true);
-                    vouches.push((id, digest));
-                }
-                Err(fill) => misses.push((read, fill)),
-            }
-        }
-        self.vouch(from, vouches);
-        if misses.is_empty() && deferred.is_empty() {
-            return;
-        }
-        let held: Vec<usize> = misses.iter().map(|(read, _)| read.held()).collect();
-        let deferred_bytes: usize = deferred.iter().map(Deferred::held).sum();
-        if !self.hold(from, held.iter().sum::<usize>() + deferred_bytes) {
-            return;
-        }
-        for ((read, fill), bytes) in misses.into_iter().zip(held) {
-            self.ask_named(from, read, fill, bytes);
-        }
-        if deferred.is_empty() {
-            return;
-        }
-        let service = self.clone();
-        tokio::spawn(async move {
-            let mut executed = service.executed.clone();
-            let reached = tokio::time::timeout(PROBE_WAIT, executed.wait_for(|e| *e >= after)).await.is_ok_and(|r| r.is_ok());
-            if !reached {
-                service.metrics.inc_dropped("read_probe_barrier_wait");
-                return service.release(from, deferred_bytes);
-            }
-            let mut hits = Vec::new();
-            let mut released = 0;
-            for read in deferred {
-                let bytes = read.held();
-                match service.cache.digest(&read.key) {
-                    Ok(digest) => {
-                        service.metrics.inc_read_cache(true);
-                        hits.push((read.id, digest));
-                        released += bytes;
+            let mut table = self.lock_table();
+            let Table { reads, rounds } = &mut *table;
+            if let Some(r) = rounds.get_mut(&round) {
+                if r.barriers.reply(from, barrier) {
+                    for id in &r.reads {
+                        let Some(w) = reads.get(id) else { continue };
+                        match w.verdict(&r.barriers) {
+                            Verdict::Pending => {}
+                            Verdict::Behind(_) if w.again => {}
+                            v => decided.push((*id, v)),
+                        }
                     }
-                    // Each miss keeps its bytes until named answered it.
-                    Err(fill) => service.ask_named(from, read, fill, bytes),
                 }
             }
-            service.vouch(from, hits);
-            service.release(from, released);
-        });
-    }
-
-    /// Counts `bytes` more of peer `from`'s reads as held; `false` (nothing counted, the
-    /// reads dropped) beyond its budget.
-    fn hold(&self, from: u16, bytes: usize) -> bool {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let peer = held.entry(from).or_default();
-        if *peer + bytes > PEER_BUDGET {
-            drop(held);
-            self.metrics.inc_dropped("read_probe_budget");
-            return false;
         }
-        *peer += bytes;
-        true
-    }
-
-    fn release(&self, from: u16, bytes: usize) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(peer) = held.get_mut(&from) {
-            *peer = peer.saturating_sub(bytes);
+        self.count_late_barrier(from, round, barrier);
+        for (id, verdict) in decided {
+            self.act(id, verdict);
         }
     }
 
-    /// Asks named for a peer's read (the barrier executed, the cache missed): the query is
-    /// begun here, its answer vouched for by a task of its own, which releases `bytes`.
-    fn ask_named(self: &Arc<Self>, from: u16, read: Deferred, fill: Option<Fill>, bytes: usize) {
-        let Deferred { id, tcp, message, .. } = read;
-        let begun = (!tcp).then(|| self.named.start_udp(&message));
-        let service = self.clone();
-        tokio::spawn(async move {
-            if let Some((_, digest)) = crate::read::vouched_answer(&service.named, &service.cache, fill, &message, tcp, begun, &service.metrics).await {
-                service.vouch(from, vec![(id, digest)]);
-            }
-            service.release(from, bytes);
-        });
-    }
-
-    fn vouch(&self, to: u16, mut answers: Vec<(u64, [u8; 32])>) {
-        if answers.is_empty() || self.fault == Fault::Silent {
+    /// A peer's probe: answered at once with this replica's barrier as it arrived.
+    fn answer_probe(&self, from: u16, round: u64) {
+        if self.fault == Fault::Silent {
             return;
         }
-        if self.fault == Fault::WrongVouches {
-            for (_, digest) in answers.iter_mut() {
-                digest[0] ^= 0xff;
-            }
-        }
-        self.metrics.inc_vouches_sent(answers.len() as u64);
-        self.out.send(to, encode_vouch(&answers));
+        // Taken as the probe arrives: at or past every write acknowledged before its reads began.
+        let barrier = self.fault.barrier(round, *self.barrier.borrow());
+        self.metrics.inc_vouches_sent(1);
+        self.out.send(from, ReadWire::Barrier { round, barrier }.encode());
     }
 }
 
@@ -814,7 +781,7 @@ fn micros(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vouch::answer_digest;
+    use crate::vouch::WRONG_BARRIER_AHEAD;
     use std::net::SocketAddr;
     use tokio::net::UdpSocket;
 
@@ -917,33 +884,24 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(2), out.recv()).await.expect("something sent").unwrap()
     }
 
-    /// The reads of the next probe broadcast: (id, tcp, message).
-    async fn next_probe(out: &mut mpsc::UnboundedReceiver<Sent>) -> Vec<(u64, bool, Vec<u8>)> {
-        match next_sent(out).await {
+    /// The round of the next probe broadcast.
+    async fn next_probe(out: &mut mpsc::UnboundedReceiver<Sent>) -> u64 {
+        probe_round(next_sent(out).await)
+    }
+
+    fn probe_round(sent: Sent) -> u64 {
+        match sent {
             Sent::All(m) => match decode_read_wire(&m) {
-                Ok(ReadWire::Probe(reads)) => reads.into_iter().map(|(id, tcp, m)| (id, tcp, m.to_vec())).collect(),
+                Ok(ReadWire::Probe { round }) => round,
                 other => panic!("expected a probe, got {other:?}"),
             },
             other => panic!("expected a broadcast, got {other:?}"),
         }
     }
 
-    fn vouch_to(sent: Sent) -> (u16, Vec<(u64, [u8; 32])>) {
-        match sent {
-            Sent::To(to, m) => match decode_read_wire(&m) {
-                Ok(ReadWire::Vouch(answers)) => (to, answers),
-                other => panic!("expected a vouch, got {other:?}"),
-            },
-            other => panic!("expected a vouch to one peer, got {other:?}"),
-        }
-    }
-
-    fn probe_of(reads: &[(u64, bool, &[u8])]) -> Vec<u8> {
-        let mut batch = ProbeBatch::default();
-        for (id, tcp, m) in reads {
-            assert!(batch.push(*id, *tcp, m));
-        }
-        batch.take().unwrap()
+    /// Peer `peer` says its barrier for `round` was `barrier`.
+    fn barrier(h: &Harness, peer: u16, round: u64, barrier: u64) {
+        h.service.handle(peer, &ReadWire::Barrier { round, barrier }.encode());
     }
 
     fn fill(cache: &ReadCache, request: &[u8]) {
@@ -959,48 +917,86 @@ mod tests {
             .unwrap_or(0)
     }
 
-    /// Two matching vouches answer the read; wrong digests from peers make it fall back at
-    /// once when 2t+1 is out of reach; silence falls back after the timeout.
+    async fn received(c: &UdpSocket) -> Vec<u8> {
+        let mut buf = [0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(2), c.recv(&mut buf)).await.expect("answered").unwrap();
+        buf[..n].to_vec()
+    }
+
+    /// Two peers' barriers no further than the gateway's answer answer the read; peers ahead
+    /// of it make the gateway take its answer again once it has executed that far, or order
+    /// the read when it never does; silence orders it after the timeout.
     #[tokio::test]
     async fn gateway_answers_when_vouched_and_orders_otherwise() {
         let mut h = harness(fake_named().await, 0, 0, 200, Fault::None).await;
         let (c, reply) = client().await;
         take(&h, ClientRequest { bytes: query(1), tcp: false, reply: reply.clone() });
-        let probes = next_probe(&mut h.out).await;
-        assert_eq!(probes.len(), 1);
-        let (id, tcp, message) = probes[0].clone();
-        assert_eq!((tcp, message), (false, query(1)));
-        // The peers' answers are named's for the same question (another id): they match.
-        let digest = answer_digest(&answer(77));
-        h.service.handle(1, &encode_vouch(&[(id, digest)]));
-        h.service.handle(1, &encode_vouch(&[(id, digest)]));
+        let round = next_probe(&mut h.out).await;
+        barrier(&h, 1, round, 0);
+        barrier(&h, 1, round, 0);
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(outcome(&h.service.metrics, "vouched"), 0, "one peer twice is not two");
-        h.service.handle(2, &encode_vouch(&[(id, digest)]));
+        barrier(&h, 2, round, 0);
         // The client got the gateway's own answer, its own id.
-        let mut buf = [0u8; 512];
-        let n = tokio::time::timeout(Duration::from_secs(2), c.recv(&mut buf)).await.expect("answered").unwrap();
-        assert_eq!(&buf[..n], &answer(1)[..]);
+        assert_eq!(received(&c).await, answer(1));
         assert_eq!(outcome(&h.service.metrics, "vouched"), 1);
         assert!(h.fallback.try_recv().is_err());
 
-        // Two wrong digests: ordered at once, long before the timeout.
+        // Two peers ahead (a write at 3 committed): answered once the gateway executed it.
         take(&h, ClientRequest { bytes: query(2), tcp: false, reply: reply.clone() });
-        let id = next_probe(&mut h.out).await[0].0;
-        h.service.handle(1, &encode_vouch(&[(id, [0xee; 32])]));
-        h.service.handle(3, &encode_vouch(&[(id, [0xdd; 32])]));
-        let ordered = tokio::time::timeout(Duration::from_millis(150), h.fallback.recv()).await.expect("fell back before the timeout").unwrap();
-        assert_eq!(ordered.bytes, query(2));
+        let round = next_probe(&mut h.out).await;
+        barrier(&h, 1, round, 3);
+        barrier(&h, 3, round, 3);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(outcome(&h.service.metrics, "vouched"), 1, "not answered from before the write");
+        assert_eq!(outcome(&h.service.metrics, "taken_again"), 1);
+        h.executed.send_replace(3);
+        assert_eq!(received(&c).await, answer(2));
+        assert_eq!(outcome(&h.service.metrics, "vouched"), 2);
+
+        // Ahead, and never executed: ordered.
+        take(&h, ClientRequest { bytes: query(4), tcp: false, reply: reply.clone() });
+        let round = next_probe(&mut h.out).await;
+        barrier(&h, 1, round, 9);
+        barrier(&h, 2, round, 9);
+        let ordered = tokio::time::timeout(Duration::from_secs(2), h.fallback.recv()).await.expect("fell back").unwrap();
+        assert_eq!(ordered.bytes, query(4));
         assert_eq!(outcome(&h.service.metrics, "fell_back"), 1);
 
-        // Nobody vouches: ordered after the timeout.
-        take(&h, ClientRequest { bytes: query(3), tcp: true, reply });
+        // Nobody answers: ordered after the timeout.
+        take(&h, ClientRequest { bytes: query(5), tcp: true, reply });
         let ordered = tokio::time::timeout(Duration::from_secs(2), h.fallback.recv()).await.expect("fell back").unwrap();
-        assert!(ordered.tcp && ordered.bytes == query(3));
+        assert!(ordered.tcp && ordered.bytes == query(5));
+    }
+
+    /// A barrier made up far ahead holds a read only until the last peer answered: the two
+    /// smallest decide. One made up far behind changes nothing.
+    #[tokio::test]
+    async fn a_made_up_barrier_counts_only_among_the_2t_smallest() {
+        let mut h = harness(fake_named().await, 4, 4, 2_000, Fault::None).await;
+        let (c, reply) = client().await;
+        take(&h, ClientRequest { bytes: query(1), tcp: false, reply: reply.clone() });
+        let round = next_probe(&mut h.out).await;
+        barrier(&h, 3, round, u64::MAX);
+        barrier(&h, 1, round, 4);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(outcome(&h.service.metrics, "vouched"), 0);
+        barrier(&h, 2, round, 4);
+        assert_eq!(received(&c).await, answer(1));
+        // Behind: a peer says 0 while the other says 6 (a write the gateway has not executed).
+        take(&h, ClientRequest { bytes: query(2), tcp: false, reply });
+        let round = next_probe(&mut h.out).await;
+        barrier(&h, 3, round, 0);
+        barrier(&h, 2, round, 6);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(outcome(&h.service.metrics, "vouched"), 1, "the lie does not lower what the honest peer requires");
+        h.executed.send_replace(6);
+        assert_eq!(received(&c).await, answer(2));
+        assert_eq!(outcome(&h.service.metrics, "fell_back"), 0);
     }
 
     /// With its barrier executed, the gateway's own answer comes from the read cache: named
-    /// (silent here) is never needed, and two vouches answer the client.
+    /// (silent here) is never needed, and two peers' barriers answer the client.
     #[tokio::test]
     async fn gateway_answers_from_the_cache_without_named() {
         let (named, _keep) = silent_named().await;
@@ -1008,13 +1004,10 @@ mod tests {
         fill(&h.cache, &query(9));
         let (c, reply) = client().await;
         take(&h, ClientRequest { bytes: query(5), tcp: false, reply });
-        let id = next_probe(&mut h.out).await[0].0;
-        let digest = answer_digest(&answer(6));
-        h.service.handle(2, &encode_vouch(&[(id, digest)]));
-        h.service.handle(3, &encode_vouch(&[(id, digest)]));
-        let mut buf = [0u8; 512];
-        let n = tokio::time::timeout(Duration::from_secs(2), c.recv(&mut buf)).await.expect("answered").unwrap();
-        assert_eq!(&buf[..n], &answer(5)[..], "the cached answer with the client's id");
+        let round = next_probe(&mut h.out).await;
+        barrier(&h, 2, round, 3);
+        barrier(&h, 3, round, 2);
+        assert_eq!(received(&c).await, answer(5), "the cached answer with the client's id");
         // Not a plain query (an update), or a voting client's read: handed back to be ordered.
         let mut update = query(5);
         update[2] |= 5 << 3;
@@ -1022,50 +1015,41 @@ mod tests {
         assert!(h.service.take(ClientRequest { bytes: update, tcp: false, reply }, &mut VouchTurn::default()).is_err());
     }
 
-    /// A peer's probe is answered only once its barrier is executed; probes that are not
-    /// plain queries are ignored.
+    /// A gateway whose executor is behind its barrier answers once it caught up.
     #[tokio::test]
-    async fn peers_vouch_after_their_barrier_only() {
-        let mut h = harness(fake_named().await, 5, 4, 200, Fault::None).await;
-        let mut update = query(5);
-        update[2] |= 5 << 3;
-        h.service.handle(2, &probe_of(&[(10, false, &query(5)), (11, false, &update), (12, false, &[9, 9])]));
-        let early = tokio::time::timeout(Duration::from_millis(100), h.out.recv()).await;
-        assert!(early.is_err(), "vouched before executing up to the barrier: {early:?}");
+    async fn gateway_answers_once_its_barrier_is_executed() {
+        let mut h = harness(fake_named().await, 5, 4, 2_000, Fault::None).await;
+        let (c, reply) = client().await;
+        take(&h, ClientRequest { bytes: query(3), tcp: false, reply });
+        let round = next_probe(&mut h.out).await;
+        barrier(&h, 1, round, 5);
+        barrier(&h, 2, round, 5);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(outcome(&h.service.metrics, "vouched"), 0);
         h.executed.send_replace(5);
-        let (to, answers) = vouch_to(next_sent(&mut h.out).await);
-        assert_eq!(to, 2);
-        assert_eq!(answers, vec![(10, answer_digest(&answer(5)))], "only the plain query");
+        assert_eq!(received(&c).await, answer(3));
     }
 
-    /// With the barrier executed and the answer cached, a peer vouches within the call that
-    /// brought the probe (no task, no named); misses go to named and are vouched for later.
+    /// A peer answers a probe within the call, with its barrier as the probe arrived, whatever
+    /// its executor has reached; malformed messages are counted and dropped.
     #[tokio::test]
-    async fn peers_vouch_from_the_cache_at_once() {
-        let mut h = harness(fake_named().await, 7, 7, 200, Fault::None).await;
-        fill(&h.cache, &query(1));
-        let other = {
-            let name = hickory_proto::rr::Name::from_ascii("other.example.test.").unwrap();
-            named_glue::forward::build_query(3, &name, hickory_proto::rr::RecordType::A).unwrap()
-        };
-        h.service.handle(1, &probe_of(&[(20, false, &query(2)), (21, false, &other)]));
-        let (to, answers) = vouch_to(h.out.try_recv().expect("vouched for the hit within the call"));
-        assert_eq!((to, answers), (1, vec![(20, answer_digest(&answer(2)))]));
-        let (to, answers) = vouch_to(next_sent(&mut h.out).await);
-        let mut named_answer = other.clone();
-        named_answer[2] |= 0x84;
-        assert_eq!((to, answers), (1, vec![(21, answer_digest(&named_answer))]));
-        // Malformed messages are counted and dropped.
+    async fn peers_answer_probes_with_their_barrier_at_once() {
+        let mut h = harness(fake_named().await, 7, 2, 200, Fault::None).await;
+        h.service.handle(2, &ReadWire::Probe { round: 10 }.encode());
+        let Ok(Sent::To(2, m)) = h.out.try_recv() else { panic!("answered within the call") };
+        assert_eq!(decode_read_wire(&m), Ok(ReadWire::Barrier { round: 10, barrier: 7 }));
         h.service.handle(1, &[7, 7, 7]);
         h.service.handle(1, &[]);
         assert!(h.out.try_recv().is_err());
         assert!(h.service.metrics.render().contains("read_message_tag"));
+        // A barrier for a round this gateway never sent counts nothing.
+        barrier(&h, 1, 12345, 7);
+        assert!(h.out.try_recv().is_err() && h.fallback.try_recv().is_err());
     }
 
-    /// With the barrier executed, named is asked for a cache miss within the call that took
-    /// the read: a peer's probe in the call that brought it, the gateway's own copy in the
-    /// call that sends its probes (after them). The test's runtime has one thread, so no task
-    /// runs before the test awaits: named has each query before any task could have sent it.
+    /// With the barrier executed, named is asked for the gateway's own copy of a cache miss in
+    /// the call that sends its probe (after it). The test's runtime has one thread, so no task
+    /// runs before the test awaits: named has the query before any task could have sent it.
     #[tokio::test]
     async fn misses_are_asked_of_named_within_the_call() {
         let named = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -1078,60 +1062,73 @@ mod tests {
             named.send_to(&buf[..n], from).unwrap();
             buf[..n].to_vec()
         };
-        // The first miss finds no pooled socket: a task opens one (and then keeps it).
-        h.service.handle(1, &probe_of(&[(40, false, &query(1))]));
+        // The first query finds no pooled socket: a task opens one (and then keeps it).
+        let (c, reply) = client().await;
+        take(&h, ClientRequest { bytes: query(1), tcp: false, reply: reply.clone() });
+        let round = next_probe(&mut h.out).await;
         let other = named.try_clone().unwrap();
-        let first = tokio::task::spawn_blocking(move || answer_one(&other));
-        assert_eq!(vouch_to(next_sent(&mut h.out).await), (1, vec![(40, answer_digest(&first.await.unwrap()))]));
-        // A peer's probe of another question: at named when the call returns.
-        let other_name = |id| {
-            let name = hickory_proto::rr::Name::from_ascii("other.example.test.").unwrap();
-            named_glue::forward::build_query(id, &name, hickory_proto::rr::RecordType::A).unwrap()
-        };
-        h.service.handle(2, &probe_of(&[(41, false, &other_name(3))]));
-        let answered = answer_one(&named);
-        let asked = other_name(3);
-        assert_eq!((&answered[..2], &answered[3..]), (&asked[..2], &asked[3..]), "the peer's question");
-        assert_eq!(vouch_to(next_sent(&mut h.out).await), (2, vec![(41, answer_digest(&answered))]));
-        // The gateway's own copy of a third question: the probe is out, and named has the
-        // query, when send_probes returns.
+        let first = tokio::task::spawn_blocking(move || answer_one(&other)).await.unwrap();
+        barrier(&h, 1, round, 2);
+        barrier(&h, 3, round, 2);
+        assert_eq!(received(&c).await, first);
+        // Another question: the probe is out, and named has the query, when send_probes returns.
         let third = {
             let name = hickory_proto::rr::Name::from_ascii("third.example.test.").unwrap();
             named_glue::forward::build_query(9, &name, hickory_proto::rr::RecordType::A).unwrap()
         };
-        let (c, reply) = client().await;
         let mut out = VouchTurn::default();
         h.service.take(ClientRequest { bytes: third.clone(), tcp: false, reply }, &mut out).unwrap();
         h.service.send_probes(&mut out);
-        let Sent::All(probe) = h.out.try_recv().expect("the probe went out first") else { panic!("a probe is broadcast") };
-        let Ok(ReadWire::Probe(reads)) = decode_read_wire(&probe) else { panic!("a probe") };
-        let id = reads[0].0;
+        let round = probe_round(h.out.try_recv().expect("the probe went out first"));
         let answered = answer_one(&named);
         assert_eq!((&answered[..2], &answered[3..]), (&third[..2], &third[3..]), "the client's question");
-        let digest = answer_digest(&answered);
-        h.service.handle(1, &encode_vouch(&[(id, digest)]));
-        h.service.handle(3, &encode_vouch(&[(id, digest)]));
-        let mut buf = [0u8; 512];
-        let n = tokio::time::timeout(Duration::from_secs(5), c.recv(&mut buf)).await.expect("answered").unwrap();
-        assert_eq!(&buf[..n], &answered[..]);
+        barrier(&h, 1, round, 2);
+        barrier(&h, 3, round, 1);
+        assert_eq!(received(&c).await, answered);
     }
 
-    /// The wrong-vouches fault vouches for another digest than its answer's; the silent one
-    /// sends nothing.
+    /// The reads a listener takes in one turn share one probe round, one message to the
+    /// peers; each peer's single answer decides all of them.
     #[tokio::test]
-    async fn faults_spoil_or_withhold_vouches() {
-        let mut h = harness(fake_named().await, 0, 0, 200, Fault::WrongVouches).await;
+    async fn one_round_per_turn() {
+        let mut h = harness(fake_named().await, 1, 1, 2_000, Fault::None).await;
         fill(&h.cache, &query(1));
-        h.service.handle(3, &probe_of(&[(30, false, &query(1))]));
-        let (_, answers) = vouch_to(h.out.try_recv().unwrap());
-        assert_eq!(answers.len(), 1);
-        assert_ne!(answers[0].1, answer_digest(&answer(1)));
+        let (c, reply) = client().await;
+        let mut out = VouchTurn::default();
+        for id in 1..=3 {
+            h.service.take(ClientRequest { bytes: query(id), tcp: false, reply: reply.clone() }, &mut out).unwrap();
+        }
+        h.service.send_probes(&mut out);
+        let round = next_probe(&mut h.out).await;
+        assert!(h.out.try_recv().is_err(), "one probe for three reads");
+        barrier(&h, 1, round, 1);
+        barrier(&h, 2, round, 1);
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        for _ in 1..=3 {
+            got.push(received(&c).await);
+        }
+        got.sort();
+        assert_eq!(got, (1..=3).map(answer).collect::<Vec<_>>());
+        assert_eq!(outcome(&h.service.metrics, "vouched"), 3);
+        let table = h.service.lock_table();
+        assert!(table.rounds.is_empty() && table.reads.is_empty(), "nothing left behind");
+    }
+
+    /// The wrong-vouches fault answers with a barrier far ahead of its own or with 0; the
+    /// silent one sends nothing.
+    #[tokio::test]
+    async fn faults_spoil_or_withhold_barriers() {
+        let mut h = harness(fake_named().await, 3, 3, 200, Fault::WrongVouches).await;
+        for (round, lie) in [(30, 3 + WRONG_BARRIER_AHEAD), (31, 0)] {
+            h.service.handle(3, &ReadWire::Probe { round }.encode());
+            let Ok(Sent::To(3, m)) = h.out.try_recv() else { panic!("answered") };
+            assert_eq!(decode_read_wire(&m), Ok(ReadWire::Barrier { round, barrier: lie }));
+        }
         let mut h = harness(fake_named().await, 0, 0, 200, Fault::Silent).await;
-        fill(&h.cache, &query(1));
-        h.service.handle(3, &probe_of(&[(30, false, &query(1))]));
+        h.service.handle(3, &ReadWire::Probe { round: 30 }.encode());
         let (_, reply) = client().await;
         take(&h, ClientRequest { bytes: query(4), tcp: false, reply });
-        assert!(h.out.try_recv().is_err(), "a silent replica sends no vouch and no probe");
+        assert!(h.out.try_recv().is_err(), "a silent replica sends no barrier and no probe");
     }
 
     fn ms(v: u64) -> Duration {
@@ -1206,20 +1203,9 @@ mod tests {
         assert!(c.timeout() < Duration::from_micros(22_500));
     }
 
-    /// Probe id of the one read of the next broadcast (sent within the call).
-    fn probe_id(h: &mut Harness) -> u64 {
-        match h.out.try_recv() {
-            Ok(Sent::All(m)) => match decode_read_wire(&m) {
-                Ok(ReadWire::Probe(reads)) => reads[0].0,
-                other => panic!("expected a probe, got {other:?}"),
-            },
-            other => panic!("expected a probe broadcast, got {other:?}"),
-        }
-    }
-
     /// A gateway (n = 4, t = 1) whose own answers come from its cache at once, on a paused
     /// clock: each read's own answer is in when `take` returns, and the test chooses when each
-    /// vouch arrives.
+    /// barrier arrives.
     async fn learning_gateway() -> (Harness, UdpSocket, crate::reply::ReplyTo, tokio::sync::mpsc::Receiver<crate::reply::Outgoing>) {
         let (named, keep) = silent_named().await;
         let h = harness_within(named, 0, 0, 5, 50, Fault::None).await;
@@ -1228,30 +1214,33 @@ mod tests {
         (h, keep, reply, answers)
     }
 
-    /// The gateway takes read `dns_id` (a cache hit); its probe's id.
+    /// The gateway takes read `dns_id` (a cache hit) in a round of its own; the round.
     fn read(h: &mut Harness, reply: &crate::reply::ReplyTo, dns_id: u16) -> u64 {
         take(h, ClientRequest { bytes: query(dns_id), tcp: false, reply: reply.clone() });
-        probe_id(h)
+        probe_round(h.out.try_recv().expect("the probe is sent within the call"))
     }
+
+    /// A barrier that lets the reads of `learning_gateway` pass, and one that does not.
+    const NOW: u64 = 0;
+    const AHEAD: u64 = 7;
 
     fn gauge(m: &Metrics) -> String {
         m.render().lines().find(|l| l.starts_with("sdns_vouch_timeout_seconds{")).expect("the gauge").to_owned()
     }
 
-    /// Through the service: peers that vouch just within the timeout raise it to the cap, never
-    /// past it, and the gauge shows it; quick vouches bring it back to the floor.
+    /// Through the service: peers that answer just within the timeout raise it to the cap,
+    /// never past it, and the gauge shows it; quick answers bring it back to the floor.
     #[tokio::test(start_paused = true)]
     async fn slow_vouches_raise_the_timeout_to_the_cap_and_quick_ones_lower_it() {
         let (mut h, _named, reply, _answers) = learning_gateway().await;
         assert_eq!(gauge(&h.service.metrics), "sdns_vouch_timeout_seconds{replica=\"0\"} 0.005");
-        let digest = answer_digest(&answer(6));
         let mut reads = 0u64;
         while h.service.timeout() < ms(50) {
             let wait = h.service.timeout() * 9 / 10;
-            let id = read(&mut h, &reply, 5);
+            let round = read(&mut h, &reply, 5);
             tokio::time::advance(wait).await;
-            h.service.handle(1, &encode_vouch(&[(id, digest)]));
-            h.service.handle(2, &encode_vouch(&[(id, digest)]));
+            barrier(&h, 1, round, NOW);
+            barrier(&h, 2, round, NOW);
             reads += 1;
             assert!(h.service.timeout() <= ms(50));
             assert!(reads < 10 * WINDOW as u64, "stuck at {:?}", h.service.timeout());
@@ -1260,10 +1249,10 @@ mod tests {
         assert_eq!(outcome(&h.service.metrics, "fell_back"), 0);
         assert_eq!(gauge(&h.service.metrics), "sdns_vouch_timeout_seconds{replica=\"0\"} 0.05");
         while h.service.timeout() > ms(5) {
-            let id = read(&mut h, &reply, 5);
+            let round = read(&mut h, &reply, 5);
             tokio::time::advance(Duration::from_micros(200)).await;
-            h.service.handle(3, &encode_vouch(&[(id, digest)]));
-            h.service.handle(2, &encode_vouch(&[(id, digest)]));
+            barrier(&h, 3, round, NOW);
+            barrier(&h, 2, round, NOW);
             reads += 1;
             assert!(reads < 40 * WINDOW as u64, "stuck at {:?}", h.service.timeout());
         }
@@ -1271,121 +1260,122 @@ mod tests {
         assert_eq!(outcome(&h.service.metrics, "fell_back"), 0);
     }
 
-    /// Reads that fall back teach nothing unless 2t+1 vouches still match: not those that
-    /// time out with too few matching vouches, not those whose vouches fail at once.
+    /// Reads that fall back teach nothing unless their round's barriers still let them pass:
+    /// not those that time out with too few, not those whose answer proved behind.
     #[tokio::test(start_paused = true)]
     async fn reads_that_fall_back_do_not_move_the_timeout() {
         let (mut h, _named, reply, _answers) = learning_gateway().await;
-        let digest = answer_digest(&answer(6));
         // Raised first, so that it could move either way.
         for _ in 0..WINDOW {
-            let id = read(&mut h, &reply, 5);
+            let round = read(&mut h, &reply, 5);
             tokio::time::advance(Duration::from_micros(4_500)).await;
-            h.service.handle(1, &encode_vouch(&[(id, digest)]));
-            h.service.handle(3, &encode_vouch(&[(id, digest)]));
+            barrier(&h, 1, round, NOW);
+            barrier(&h, 3, round, NOW);
         }
         assert_eq!(h.service.timeout(), ms(18));
-        // Timed out: one vouch only, the second after the read was ordered and for another
-        // answer (2t+1 never match).
+        // Timed out: one barrier only, the second after the read was ordered and ahead.
         for _ in 0..20 {
-            let id = read(&mut h, &reply, 5);
-            h.service.handle(1, &encode_vouch(&[(id, digest)]));
+            let round = read(&mut h, &reply, 5);
+            barrier(&h, 1, round, NOW);
             assert_eq!(h.fallback.recv().await.unwrap().bytes, query(5));
-            h.service.handle(2, &encode_vouch(&[(id, [0xdd; 32])]));
+            barrier(&h, 2, round, AHEAD);
         }
-        // Failed at once: two peers for another answer, then the third for the right one.
-        for _ in 0..(2 * WINDOW) {
-            let id = read(&mut h, &reply, 5);
-            h.service.handle(1, &encode_vouch(&[(id, [0xee; 32])]));
-            h.service.handle(2, &encode_vouch(&[(id, [0xdd; 32])]));
-            h.service.handle(3, &encode_vouch(&[(id, digest)]));
-            assert_eq!(h.fallback.try_recv().unwrap().bytes, query(5));
+        // Behind, never caught up: two peers ahead, then, after the read was ordered, the third
+        // at the gateway's position (a read whose answer proved behind is not kept to teach,
+        // though the 2t smallest would now let its first answer pass). Few enough
+        // that the window's period (1 s) is not over: that alone would lower the timeout.
+        for _ in 0..20 {
+            let round = read(&mut h, &reply, 5);
+            barrier(&h, 1, round, AHEAD);
+            barrier(&h, 2, round, AHEAD);
+            assert_eq!(h.fallback.recv().await.unwrap().bytes, query(5));
+            barrier(&h, 3, round, NOW);
         }
-        assert_eq!(outcome(&h.service.metrics, "fell_back"), 20 + 2 * WINDOW as u64);
+        assert_eq!(outcome(&h.service.metrics, "fell_back"), 40);
         assert_eq!(outcome(&h.service.metrics, "vouched"), WINDOW as u64);
         assert_eq!(h.service.timeout(), ms(18));
     }
 
-    /// Every vouch takes longer than the floor: the first reads time out, and their vouches,
-    /// matching late, raise the timeout above the waits, after which reads are vouched.
+    /// Every peer answers later than the floor: the first reads time out, and their rounds'
+    /// barriers, coming late, raise the timeout above the waits, after which reads are vouched.
     #[tokio::test(start_paused = true)]
     async fn vouches_that_always_come_late_raise_the_timeout_from_the_floor() {
         let (mut h, _named, reply, _answers) = learning_gateway().await;
-        let digest = answer_digest(&answer(6));
         assert_eq!(h.service.timeout(), ms(5));
         let mut timed_out = 0u64;
         while h.service.timeout() < ms(8) {
-            let id = read(&mut h, &reply, 5);
+            let round = read(&mut h, &reply, 5);
             assert_eq!(h.fallback.recv().await.unwrap().bytes, query(5), "timed out at the floor");
             timed_out += 1;
             tokio::time::advance(ms(3)).await;
-            h.service.handle(1, &encode_vouch(&[(id, digest)]));
-            h.service.handle(2, &encode_vouch(&[(id, digest)]));
-            assert!(timed_out <= WINDOW as u64, "the late vouches taught nothing: {:?}", h.service.timeout());
+            barrier(&h, 1, round, NOW);
+            barrier(&h, 2, round, NOW);
+            assert!(timed_out <= WINDOW as u64, "the late barriers taught nothing: {:?}", h.service.timeout());
         }
         // 8 ms waits: 4 x 8 = 32 ms.
         assert_eq!(h.service.timeout(), ms(32));
-        let id = read(&mut h, &reply, 5);
+        let round = read(&mut h, &reply, 5);
         tokio::time::advance(ms(8)).await;
-        h.service.handle(1, &encode_vouch(&[(id, digest)]));
-        h.service.handle(2, &encode_vouch(&[(id, digest)]));
+        barrier(&h, 1, round, NOW);
+        barrier(&h, 2, round, NOW);
         assert_eq!(outcome(&h.service.metrics, "vouched"), 1);
         assert_eq!(outcome(&h.service.metrics, "fell_back"), timed_out);
         // Late beyond the cap: nothing learnt from those.
-        let id = read(&mut h, &reply, 5);
+        let round = read(&mut h, &reply, 5);
         assert_eq!(h.fallback.recv().await.unwrap().bytes, query(5));
         tokio::time::advance(ms(60)).await;
-        h.service.handle(1, &encode_vouch(&[(id, digest)]));
-        h.service.handle(2, &encode_vouch(&[(id, digest)]));
+        barrier(&h, 1, round, NOW);
+        barrier(&h, 2, round, NOW);
         assert_eq!(h.service.timeout(), ms(32));
+        assert!(h.service.lock_late().rounds.is_empty(), "the late reads are forgotten");
     }
 
-    /// Peer 3 is Byzantine. While the honest peers agree, its vouch never decides a read: late
-    /// or never, right or wrong, the timeout follows the honest peers' waits. Where it does
-    /// decide (an honest peer answered otherwise, e.g. racing a write) and it vouches as late as
-    /// it can, every time, the timeout reaches the cap and stays there.
+    /// Peer 3 is Byzantine. While the honest peers agree, its barrier never decides a read:
+    /// late or never, far ahead or not, the timeout follows the honest peers' waits. Where it
+    /// does decide (an honest peer is ahead of the gateway's answer, e.g. racing a write, and
+    /// the gateway does not catch up) and it answers as late as it can, every time, the
+    /// timeout reaches the cap and stays there.
     #[tokio::test(start_paused = true)]
     async fn a_silent_or_lying_peer_cannot_raise_the_timeout_past_the_cap() {
         let (mut h, _named, reply, _answers) = learning_gateway().await;
-        let digest = answer_digest(&answer(6));
         for i in 0..(3 * WINDOW) {
-            let id = read(&mut h, &reply, 5);
+            let round = read(&mut h, &reply, 5);
             let deadline = h.service.timeout();
             match i % 3 {
-                // Spoilt at once.
-                0 => h.service.handle(3, &encode_vouch(&[(id, [0xee; 32])])),
+                // Far ahead at once.
+                0 => barrier(&h, 3, round, u64::MAX),
                 // Withheld (silent).
                 1 => {}
                 // Right, but as late as it can: it comes after the honest ones.
                 _ => {}
             }
             tokio::time::advance(ms(1)).await;
-            h.service.handle(1, &encode_vouch(&[(id, digest)]));
-            h.service.handle(2, &encode_vouch(&[(id, digest)]));
+            barrier(&h, 1, round, NOW);
+            barrier(&h, 2, round, NOW);
             if i % 3 == 2 {
                 tokio::time::advance(deadline - ms(2)).await;
-                h.service.handle(3, &encode_vouch(&[(id, digest)]));
+                barrier(&h, 3, round, NOW);
             }
         }
         assert_eq!(outcome(&h.service.metrics, "vouched"), 3 * WINDOW as u64);
         assert_eq!(h.service.timeout(), ms(5), "4 x the honest peers' 1 ms is below the floor");
-        // Its vouch decides: honest peer 2 answered otherwise.
+        // Its barrier decides: honest peer 2 is ahead.
         for _ in 0..(4 * WINDOW) {
-            let id = read(&mut h, &reply, 5);
+            let round = read(&mut h, &reply, 5);
             let deadline = h.service.timeout();
-            h.service.handle(1, &encode_vouch(&[(id, digest)]));
-            h.service.handle(2, &encode_vouch(&[(id, [0xdd; 32])]));
+            barrier(&h, 1, round, NOW);
+            barrier(&h, 2, round, AHEAD);
             tokio::time::advance(deadline - Duration::from_micros(1)).await;
-            h.service.handle(3, &encode_vouch(&[(id, digest)]));
+            barrier(&h, 3, round, NOW);
             assert!(h.service.timeout() <= ms(50));
         }
         assert_eq!(outcome(&h.service.metrics, "fell_back"), 0);
         assert_eq!(h.service.timeout(), ms(50), "at the cap, not past it");
         // Silent now, where it decided: those reads fall back after at most the cap.
         let start = Instant::now();
-        let id = read(&mut h, &reply, 5);
-        h.service.handle(1, &encode_vouch(&[(id, digest)]));
-        h.service.handle(2, &encode_vouch(&[(id, [0xdd; 32])]));
+        let round = read(&mut h, &reply, 5);
+        barrier(&h, 1, round, NOW);
+        barrier(&h, 2, round, AHEAD);
         assert_eq!(h.fallback.recv().await.unwrap().bytes, query(5));
         // tokio's timers tick by the millisecond; the clock is not on a tick here.
         assert!((ms(50)..=ms(51)).contains(&start.elapsed()), "{:?}", start.elapsed());
