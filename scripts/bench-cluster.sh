@@ -364,6 +364,11 @@ reads_part() {
         echo "$out" >> "$RESULTS"; log "probe $tag $target: $out"
       done
       curl -s -m 3 "http://127.0.0.1:$METRICS/metrics" > "$OUT/logs/$tag.metrics.txt" 2>/dev/null
+      # The peers' too: what a read costs the replicas that were not asked (their named
+      # queries show as read-cache misses).
+      for ((i = 1; i < n; i++)); do
+        curl -s -m 3 "http://127.0.0.1:$((METRICS + i))/metrics" > "$OUT/logs/$tag.metrics.r$i.txt" 2>/dev/null
+      done
       down; save_logs "$tag" "$dir" $n
     done
     rm -rf "$dir"
