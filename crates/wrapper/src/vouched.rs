@@ -324,7 +324,7 @@ impl VouchedReads {
             late: Mutex::new(LateReads::default()),
             deadline_added: Notify::new(),
             next_id: AtomicU64::new(0),
-            next_round: AtomicU64::new(0),
+            next_round: AtomicU64::new(first_round()),
             fallback: wiring.fallback,
         });
         let task = service.clone().expire();
@@ -774,6 +774,18 @@ impl VouchClock {
     }
 }
 
+/// Where this process numbers its probe rounds from: anywhere. A peer's barrier can reach a
+/// gateway that restarted since it was asked (the peer's queue outlives the connection); an
+/// old round's barrier, taken before the new round's reads began, must not count for them.
+fn first_round() -> u64 {
+    let mut seed = [0u8; 8];
+    if getrandom::fill(&mut seed).is_ok() {
+        return u64::from_be_bytes(seed);
+    }
+    // No OS randomness: the clock, in nanoseconds, is past any round the last process reached.
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
@@ -1045,6 +1057,10 @@ mod tests {
         // A barrier for a round this gateway never sent counts nothing.
         barrier(&h, 1, 12345, 7);
         assert!(h.out.try_recv().is_err() && h.fallback.try_recv().is_err());
+        // Another process (a restarted gateway) numbers its rounds elsewhere.
+        let other = harness(fake_named().await, 7, 2, 200, Fault::None).await;
+        let first = |h: &Harness| h.service.next_round.load(Ordering::Relaxed);
+        assert_ne!(first(&h), first(&other));
     }
 
     /// With the barrier executed, named is asked for the gateway's own copy of a cache miss in
