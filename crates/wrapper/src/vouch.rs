@@ -222,6 +222,65 @@ mod tests {
         assert_eq!(verdict(&b, 5, Some(5)), Verdict::Vouched, "the 2t smallest leave it out");
     }
 
+    /// Seeded scenarios: a write at seq s committed by 2t+1 random replicas (an honest one's
+    /// barrier is then at least s), up to t Byzantine replicas answering anything, honest
+    /// non-committers anywhere at or below their log, answers in any order, and the gateway
+    /// honest but maybe lagging. Once 2t peers answered, and at every later answer, the
+    /// required position is at least s.
+    #[test]
+    fn seeded_scenarios_never_require_less_than_an_acknowledged_write() {
+        // splitmix64: reproducible without a dependency.
+        let mut state = 0x5eed_u64;
+        let mut next = move || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        for scenario in 0..20_000u32 {
+            let n = [4u16, 7, 10][(next() % 3) as usize];
+            let t = (n - 1) / 3;
+            let s = 10 + next() % 1000;
+            // Replica 0 is the gateway; shuffle 0..n to pick committers and liars.
+            let mut ids: Vec<u16> = (0..n).collect();
+            for i in (1..ids.len()).rev() {
+                ids.swap(i, (next() % (i as u64 + 1)) as usize);
+            }
+            let committers = &ids[..usize::from(2 * t + 1)];
+            let liars: Vec<u16> = ids.iter().copied().filter(|&r| r != 0).take((next() % (u64::from(t) + 1)) as usize).collect();
+            let barrier_of = |r: u16, roll: u64| -> u64 {
+                if committers.contains(&r) {
+                    s + roll % 5
+                } else {
+                    roll % (s + 5)
+                }
+            };
+            let own = barrier_of(0, next());
+            let mut order: Vec<u16> = (1..n).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, (next() % (i as u64 + 1)) as usize);
+            }
+            let mut b = Barriers::new(n, t);
+            for (k, peer) in order.into_iter().enumerate() {
+                let value = if liars.contains(&peer) {
+                    match next() % 3 {
+                        0 => 0,
+                        1 => u64::MAX,
+                        _ => next(),
+                    }
+                } else {
+                    barrier_of(peer, next())
+                };
+                assert!(b.reply(peer, value));
+                match b.required(own) {
+                    None => assert!(k + 1 < usize::from(2 * t), "scenario {scenario}: 2t answers and nothing required"),
+                    Some(r) => assert!(r >= s, "scenario {scenario}: n {n}, write at {s}, required {r}; committers {committers:?}, liars {liars:?}"),
+                }
+            }
+        }
+    }
+
     #[test]
     fn one_say_per_peer() {
         let mut b = Barriers::new(4, 1);
