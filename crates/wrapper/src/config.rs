@@ -91,13 +91,12 @@ pub struct ClusterSection {
     pub protocol: Protocol,
     #[serde(default = "default_read_mode")]
     pub reads: ReadMode,
-    /// Ordered mode: answer a plain query without ordering it when 2t+1 replicas (the gateway
-    /// included) give the same answer, each after executing up to its read barrier (PBFT's
-    /// read-only optimisation inside the cluster; `crate::vouched`). Still linearizable;
-    /// `false` orders every read.
+    /// Ordered mode: answer a plain query without ordering it once 2t peers' read barriers
+    /// show the gateway's own answer recent enough (a read index with a Byzantine quorum;
+    /// `crate::vouched`). Still linearizable; `false` orders every read.
     #[serde(default = "default_true")]
     pub vouched_reads: bool,
-    /// How long a gateway waits at least for matching vouches once its own answer is in,
+    /// How long a gateway waits at least for its peers' barriers once its own answer is in,
     /// before it orders the read instead. Under load it waits longer, following the waits of
     /// its recently vouched reads (`crate::vouched::VouchClock`), up to `vouch_timeout_max_ms`.
     #[serde(default = "default_vouch_timeout_ms")]

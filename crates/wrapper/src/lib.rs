@@ -1,8 +1,8 @@
 //! The sdns wrapper: the paper's `Wrapper`, one per replica.
 //!
 //! A read: listener -> classify -> gateway -> ordering (bft) -> executor -> named -> client;
-//! in ordered mode a plain query first tries `vouched` (answered without ordering when 2t+1
-//! replicas' answers match).
+//! in ordered mode a plain query first tries `vouched` (answered without ordering once 2t
+//! peers' read barriers show the gateway's own answer recent enough).
 //! An update: the same path, executed by every replica; while named executes it,
 //! its signing requests come through named-glue's socket to `signing`, which runs
 //! the threshold protocol with the other replicas over the mesh.

@@ -487,7 +487,7 @@ pub async fn run(config: Config) -> Result<()> {
     let voter_rxs: Vec<_> = backgrounds.iter().map(|b| b.finished.subscribe()).collect();
     tasks.spawn("executor", executor.run(batches));
 
-    // Vouched reads (ordered mode): probes and vouches travel on the mesh's reads channel and
+    // Vouched reads (ordered mode): probes and barriers travel on the mesh's reads channel and
     // are handled in its reader tasks; the peers' probes are answered whatever this replica's
     // own setting (a gateway with it off sends none).
     let (fallback_tx, fallback_rx) = mpsc::channel(config.client.max_pending);

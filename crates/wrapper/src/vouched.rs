@@ -714,7 +714,7 @@ impl VouchedReads {
 }
 
 /// The gateway's vouch timeout: [`MARGIN`] times the [`PERCENTILE`]th percentile of the
-/// waits (own answer in, to 2t+1 matching) of its recently vouched reads, within
+/// waits (own answer in, to the read decided) of its recently vouched reads, within
 /// `floor..=cap` (`cluster.vouch_timeout_ms..=vouch_timeout_max_ms`). Learnt window by window
 /// ([`WINDOW`] vouched reads or [`WINDOW_PERIOD`]): up at once, down by halves. Only vouched
 /// reads teach it; the module doc says why a Byzantine peer cannot raise it beyond what its
