@@ -383,7 +383,7 @@ impl Metrics {
         }
         registry.register(
             "vouched_reads",
-            "Ordered-mode reads by how they were answered: vouched (2t+1 replicas' answers matched, not ordered) or fell_back (ordered instead: mismatch, timeout, or no room).",
+            "Ordered-mode reads by how they were answered: vouched (not ordered: 2t peers' read barriers showed the answer recent enough), fell_back (ordered instead: timeout, or no room), or taken_again (the answer was taken again after executing as far as a peer's barrier; such a read also counts as vouched or fell_back).",
             m.vouched_reads.clone(),
         );
         registry.register("vouches_sent", "Peers' read probes answered with this replica's read barrier.", m.vouches_sent.clone());

@@ -49,8 +49,7 @@ pub async fn forward_read(named: &Forwarder, cache: &ReadCache, fill: Option<Fil
 
 /// What [`forward_read`] would hand the client, returned instead; `None`: no answer.
 pub async fn forward_answer(named: &Forwarder, cache: &ReadCache, fill: Option<Fill>, message: &[u8], tcp: bool, metrics: &Metrics) -> Option<Vec<u8>> {
-    let result = if tcp { named.forward_tcp(message).await } else { named.forward_udp(message).await };
-    took(cache, fill, message, result, metrics)
+    vouched_answer(named, cache, fill, message, tcp, None, metrics).await
 }
 
 /// [`forward_answer`] for a UDP query to named that may already be begun (`begun`, from

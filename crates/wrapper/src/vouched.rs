@@ -418,7 +418,7 @@ impl VouchedReads {
                 self.metrics.inc_read_cache(true);
                 Some(answer)
             }
-            Keyed::Miss(fill) => crate::read::vouched_answer(&self.named, &self.cache, fill, &message, tcp, None, &self.metrics).await,
+            Keyed::Miss(fill) => crate::read::forward_answer(&self.named, &self.cache, fill, &message, tcp, &self.metrics).await,
         };
         self.own_answer(id, own.map(|answer| (answer, at)));
     }
