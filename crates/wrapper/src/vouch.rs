@@ -97,12 +97,16 @@ pub struct Barriers {
     /// 2t: with the gateway, a quorum.
     needed: usize,
     replies: BTreeMap<u16, u64>,
+    /// The largest of the 2t smallest replies (0 when t = 0), once 2t are in: what every
+    /// read of the round is checked against, so it is worked out once per reply, not per read.
+    peers_required: Option<u64>,
 }
 
 impl Barriers {
     /// For a cluster of `n` replicas tolerating `t` faults.
     pub fn new(n: u16, t: u16) -> Barriers {
-        Barriers { peers: usize::from(n.saturating_sub(1)), needed: 2 * usize::from(t), replies: BTreeMap::new() }
+        let needed = 2 * usize::from(t);
+        Barriers { peers: usize::from(n.saturating_sub(1)), needed, replies: BTreeMap::new(), peers_required: (needed == 0).then_some(0) }
     }
 
     /// Peer `peer`'s barrier; `false` when it counts nothing (the peer answered this round
@@ -112,6 +116,11 @@ impl Barriers {
             return false;
         }
         self.replies.insert(peer, barrier);
+        if self.replies.len() >= self.needed {
+            let mut barriers: Vec<u64> = self.replies.values().copied().collect();
+            barriers.sort_unstable();
+            self.peers_required = Some(barriers.get(..self.needed).and_then(|b| b.last().copied()).unwrap_or(0));
+        }
         true
     }
 
@@ -133,12 +142,7 @@ impl Barriers {
     /// taking the smallest 2t keeps up to t made-up barriers far ahead out of it once every
     /// peer answered.
     pub fn required(&self, own: u64) -> Option<u64> {
-        if self.replies.len() < self.needed {
-            return None;
-        }
-        let mut barriers: Vec<u64> = self.replies.values().copied().collect();
-        barriers.sort_unstable();
-        Some(barriers.get(..self.needed).and_then(|b| b.last().copied()).unwrap_or(0).max(own))
+        self.peers_required.map(|peers| peers.max(own))
     }
 }
 
