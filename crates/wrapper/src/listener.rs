@@ -44,6 +44,28 @@ const UDP_MAX: usize = 65_535;
 /// probes go to the peers as one message.
 const UDP_BURST: usize = 64;
 
+/// Binds the client UDP socket with a receive buffer of `receive_buffer` bytes (0: the OS
+/// default). The OS default (about 200 KiB on Linux, some 150 queries) overflows when a
+/// burst arrives while the listener's thread is busy elsewhere, and the kernel then drops
+/// queries unseen; named's own listeners drain faster, so without this the replica would
+/// lose queries that named alone answers.
+pub fn bind_udp(addr: SocketAddr, receive_buffer: usize) -> std::io::Result<UdpSocket> {
+    let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    if receive_buffer > 0 {
+        socket.set_recv_buffer_size(receive_buffer)?;
+        // Linux reports twice what it grants (its bookkeeping overhead included).
+        let granted = socket.recv_buffer_size()?;
+        if granted < receive_buffer {
+            warn!(asked = receive_buffer, granted, "client UDP receive buffer capped by net.core.rmem_max; raise it (sysctl) to absorb bursts");
+        } else {
+            debug!(asked = receive_buffer, granted, "client UDP receive buffer");
+        }
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    UdpSocket::from_std(socket.into())
+}
+
 pub async fn serve_udp(
     socket: Arc<UdpSocket>,
     to_gateway: mpsc::Sender<ClientRequest>,
@@ -275,6 +297,38 @@ mod tests {
     fn query(id: u16, name: &str) -> Vec<u8> {
         let name = hickory_proto::rr::Name::from_ascii(name).unwrap();
         named_glue::forward::build_query(id, &name, hickory_proto::rr::RecordType::A).unwrap()
+    }
+
+    /// The client socket gets the buffer asked for, as far as net.core.rmem_max allows, and a
+    /// burst larger than the OS default waits in it instead of being dropped.
+    #[tokio::test]
+    async fn client_udp_socket_holds_a_burst() {
+        let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+        let rmem_default: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_default").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+        let asked = 4 << 20;
+        let socket = bind_udp("127.0.0.1:0".parse().unwrap(), asked).unwrap();
+        let granted = socket2::SockRef::from(&socket).recv_buffer_size().unwrap();
+        // Linux grants min(asked, rmem_max) and reports twice that.
+        assert!(granted >= asked.min(rmem_max), "granted {granted}, asked {asked}, rmem_max {rmem_max}");
+        let default = bind_udp("127.0.0.1:0".parse().unwrap(), 0).unwrap();
+        assert_eq!(socket2::SockRef::from(&default).recv_buffer_size().unwrap(), rmem_default, "0 keeps the OS default");
+        if asked.min(rmem_max) <= 2 * rmem_default {
+            return; // this host's limit leaves nothing more to show
+        }
+        // Twice as many queries as the default buffer holds, sent before anything is read.
+        let to = socket.local_addr().unwrap();
+        let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sent = 2 * rmem_default / 512;
+        for id in 0..sent {
+            sender.send_to(&query(id as u16, "www.example.test."), to).unwrap();
+        }
+        let mut buf = [0u8; 512];
+        let mut received = 0;
+        socket.readable().await.unwrap();
+        while socket.try_recv_from(&mut buf).is_ok() {
+            received += 1;
+        }
+        assert_eq!(received, sent, "every query of the burst waited in the buffer");
     }
 
     /// Local reads: a cache hit is answered by the listener (with the request's id), a miss

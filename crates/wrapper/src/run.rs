@@ -17,7 +17,7 @@ use named_glue::forward::Forwarder;
 use named_glue::signer::{watch_time_source, ServiceLimits, SigningService};
 use named_glue::supervisor::{NamedSpec, Supervisor};
 use named_glue::tools::BindTools;
-use tokio::net::{TcpListener, UdpSocket};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tracing::info;
 
@@ -532,7 +532,7 @@ pub async fn run(config: Config) -> Result<()> {
     let (client_tx, client_rx) = mpsc::channel(config.client.max_pending);
     tasks.spawn("gateway", gateway.clone().run(client_rx, fallback_rx));
 
-    let udp = Arc::new(UdpSocket::bind(me.client).await.with_context(|| format!("binding UDP {}", me.client))?);
+    let udp = Arc::new(crate::listener::bind_udp(me.client, config.client.udp_receive_buffer).with_context(|| format!("binding UDP {}", me.client))?);
     let tcp = TcpListener::bind(me.client).await.with_context(|| format!("binding TCP {}", me.client))?;
     let access = Arc::new(config.access.clone());
     let filters = Arc::new(ClientFilters {
