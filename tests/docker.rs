@@ -391,11 +391,8 @@ fn seven_replicas_in_docker_survive_kills_partitions_and_restarts() {
 
     kills(&c);
     partition(&c, 5);
-    // The rolling restart comes last: a restarted replica's ordering starts again from
-    // sequence 0 and fetches every batch from its peers, which keep only the last ~1024 below
-    // their stable checkpoint (README, Known limits: no state transfer yet), so every restart
-    // in this test must happen while the log is shorter than that. The streams run at a few
-    // requests per second for the same reason (each read is ordered, health checks too).
+    // The rolling restart comes last; the ignored variant below puts the partition after it.
+    // A restarted replica resumes from its state volume (docs/RELIABILITY.md, "Restart").
     rolling_restart(&c);
 
     // down -v leaves no container, network or volume of the project behind.
@@ -420,6 +417,9 @@ fn seven_replicas_in_docker_survive_kills_partitions_and_restarts() {
 /// test. Two runs with the default 400 ms pauses converged; a run with 100 ms pauses
 /// (21:48 UTC) failed the same way (view 8 against 7, last_executed 507 against 815):
 /// `SDNS_DOCKER_STREAM_PAUSE_MS=100 cargo test --test docker -- --ignored partition_after`.
+/// On 2026-11-26, with restart persistence and state transfer in place, that command passed
+/// four runs of four (94-106 s each; 103-110 updates acknowledged across the partition, zones
+/// identical). It stays out of CI for its length.
 #[test]
 #[ignore = "longer variant; reproduces a catch-up failure seen once (doc comment)"]
 fn seven_replicas_in_docker_partition_after_rolling_restart() {
