@@ -27,6 +27,8 @@ fn start_replica(c: &Cluster, i: u16) {
     use std::os::unix::process::CommandExt;
     let dir = c.path(&format!("replica-{i}"));
     let log = std::fs::File::create(dir.join("sdns.log")).expect("log file");
+    // Detached, as `cluster up` leaves it: stopped through its pid file, never waited for.
+    #[allow(clippy::zombie_processes)]
     let child = Command::new(sdns_system_tests::sdns_bin())
         .arg("run")
         .arg("--config")
@@ -189,8 +191,7 @@ fn status_field(c: &Cluster, i: u16, field: &str) -> u64 {
 fn transfer_line(c: &Cluster, i: u16) -> String {
     log_of(c, i)
         .lines()
-        .filter(|l| l.contains("state transfer done"))
-        .last()
+        .rfind(|l| l.contains("state transfer done"))
         .map(|l| {
             let field = |name: &str| l.split(&format!("{name}=")).nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or("?").to_string();
             format!("checkpoint {}, {} records, fetched in {} ms, installed after {} ms", field("seq"), field("records"), field("fetch_ms"), field("total_ms"))

@@ -45,13 +45,16 @@ pub enum ForwardError {
 /// buffer, reused across queries: a socket per query costs socket, bind, connect,
 /// close and two epoll registrations, a fresh 64 KiB buffer besides. Clones share it.
 #[derive(Debug, Clone, Default)]
-pub struct UdpPool(std::sync::Arc<std::sync::Mutex<Vec<(UdpSocket, Vec<u8>)>>>);
+pub struct UdpPool(std::sync::Arc<std::sync::Mutex<Vec<Pooled>>>);
+
+/// An idle socket and its receive buffer.
+type Pooled = (UdpSocket, Vec<u8>);
 
 /// Idle sockets kept at most (more may be open while queries are in flight).
 const UDP_POOL_MAX: usize = 64;
 
 impl UdpPool {
-    fn take(&self) -> Option<(UdpSocket, Vec<u8>)> {
+    fn take(&self) -> Option<Pooled> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
 
@@ -72,7 +75,7 @@ impl UdpPool {
 /// first attempt is already sent.
 #[derive(Debug)]
 pub struct UdpQuery {
-    pooled: Option<(UdpSocket, Vec<u8>)>,
+    pooled: Option<Pooled>,
     sent: bool,
 }
 

@@ -152,7 +152,7 @@ impl Drop for SigningService {
 async fn serve(socket: tokio::net::UnixDatagram, replies: Arc<UnixDatagram>, signer: Arc<dyn Signer>, times: TimeSource, limits: ServiceLimits) {
     let permits = Arc::new(Semaphore::new(limits.max_in_flight.max(1)));
     // Requests being signed, by (sender, id): named's re-sends of one of them start nothing.
-    let in_flight: Arc<Mutex<HashSet<(Vec<u8>, u64)>>> = Arc::new(Mutex::new(HashSet::new()));
+    let in_flight = Arc::new(Mutex::new(HashSet::<(Vec<u8>, u64)>::new()));
     let mut buf = vec![0u8; wire::MAX_REQUEST_LEN + 1];
     loop {
         let (len, from) = match socket.recv_from(&mut buf).await {

@@ -125,8 +125,10 @@ impl FixedBase {
         for _ in 0..columns {
             let mut acc = one.clone();
             for _ in 0..ENTRIES {
+                // u64::from: a no-op where a limb is 64 bits, a widening where it is 32.
+                #[allow(clippy::useless_conversion)]
                 table.extend(acc.as_montgomery().as_words().iter().map(|w| u64::from(*w)));
-                acc = acc * &g;
+                acc *= &g;
             }
             // acc = g^64: the base of the next column.
             g = acc;
@@ -160,6 +162,7 @@ impl FixedBase {
 
     /// g^exponent, constant time in `exponent` for a given table (`None` if it is too long).
     pub(crate) fn pow_secret(&self, exponent: &BoxedUint) -> Option<BoxedMontyForm> {
+        #[allow(clippy::useless_conversion)] // as in `new`: limbs may be 32 bits
         let words: Zeroizing<Vec<u64>> = Zeroizing::new(exponent.as_words().iter().map(|w| u64::from(*w)).collect());
         if exponent.bits_precision() as usize > self.columns * WINDOW as usize {
             return None;
@@ -175,7 +178,7 @@ impl FixedBase {
                     *out |= w & mask;
                 }
             }
-            acc = acc * &self.form(&picked);
+            acc *= &self.form(&picked);
         }
         Some(acc)
     }
@@ -190,7 +193,7 @@ impl FixedBase {
         for column in 0..self.columns {
             let digit = Self::digit(&words, column) as usize;
             if digit != 0 {
-                acc = acc * &self.form(self.entry(column, digit));
+                acc *= &self.form(self.entry(column, digit));
             }
         }
         Some(acc)

@@ -63,7 +63,7 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
             .with_context(|| format!("starting replica {i}"))?;
         std::fs::write(pid_file(dir, i), format!("{}\n", child.id()))?;
     }
-    let zones = p.zones.iter().map(|z| Name::from_ascii(z)).collect::<Result<Vec<_>, _>>()?;
+    let zones = p.zones.iter().map(Name::from_ascii).collect::<Result<Vec<_>, _>>()?;
     // A Byzantine replica may never answer (silent, crashed) or hold a sign-zone request
     // forever: start-up waits for and asks only the others.
     let byzantine = |i: u16| p.byzantine.iter().find(|(id, _)| *id == i).map(|(_, m)| *m);
@@ -287,8 +287,8 @@ pub fn down(replicas: u16, dir: &Path) -> Result<()> {
 
 pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
     println!(
-        "{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {:<13} {}",
-        "replica", "pid", "view", "primary", "executed", "checkpoint", "peers", "named", "health", "re-signing"
+        "{:>7} {:>6} {:>5} {:>7} {:>8} {:>10} {:>6} {:>6}  {:<13} re-signing",
+        "replica", "pid", "view", "primary", "executed", "checkpoint", "peers", "named", "health"
     );
     let mut all_ok = true;
     let mut reports = Vec::new();

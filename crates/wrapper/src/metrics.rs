@@ -278,7 +278,7 @@ fn encode_zones(e: &mut DescriptorEncoder, zones: &[ZoneStatus]) -> std::fmt::Re
         return Ok(());
     }
     for (name, help, kind, value) in series {
-        let mut family = e.encode_descriptor(name, help, None, kind.clone())?;
+        let mut family = e.encode_descriptor(name, help, None, kind)?;
         for z in zones {
             let Some(v) = value(z) else { continue };
             let labels = [("zone", z.name.clone())];

@@ -181,30 +181,10 @@ impl Snapshot {
     }
 }
 
-/// The parts of a canonical record: (owner in wire form, type, class, ttl, rdata).
-fn split_record(record: &[u8]) -> Option<(&[u8], u16, u16, u32, &[u8])> {
-    let mut pos = 0usize;
-    loop {
-        let len = usize::from(*record.get(pos)?);
-        if len & 0xc0 != 0 {
-            return None;
-        }
-        pos += 1 + len;
-        if len == 0 {
-            break;
-        }
-        if pos > 255 {
-            return None;
-        }
-    }
-    let owner = record.get(..pos)?;
-    let fixed = record.get(pos..pos + 10)?;
-    let rtype = u16::from_be_bytes([fixed[0], fixed[1]]);
-    let class = u16::from_be_bytes([fixed[2], fixed[3]]);
-    let ttl = u32::from_be_bytes([fixed[4], fixed[5], fixed[6], fixed[7]]);
-    let rdlen = usize::from(u16::from_be_bytes([fixed[8], fixed[9]]));
-    let rdata = record.get(pos + 10..)?;
-    (rdata.len() == rdlen).then_some((owner, rtype, class, ttl, rdata))
+/// The parts of a canonical record: (owner in wire form, type, class, ttl, rdata); an owner
+/// longer than a name may be (255 bytes, RFC 1035) is refused too.
+fn split_record(record: &[u8]) -> Option<dnswire::rrwire::SplitRecord<'_>> {
+    dnswire::rrwire::split_record(record).filter(|parts| parts.0.len() <= 255)
 }
 
 /// A wire-form name as master-file text, every byte outside letters, digits, '-' and '_'
@@ -257,11 +237,14 @@ pub fn render_zone(records: &[Vec<u8>]) -> String {
 }
 
 /// The snapshots this replica kept, in `dir` (one file per checkpoint).
+/// A snapshot's bytes as last served: (seq, state digest, encoded snapshot).
+type Served = (u64, [u8; 32], Arc<Vec<u8>>);
+
 #[derive(Clone)]
 pub struct SnapshotStore {
     dir: PathBuf,
     /// The last snapshot read for a peer, so a fetch in chunks reads the file once.
-    served: Arc<Mutex<Option<(u64, [u8; 32], Arc<Vec<u8>>)>>>,
+    served: Arc<Mutex<Option<Served>>>,
 }
 
 impl SnapshotStore {
@@ -672,6 +655,10 @@ mod tests {
         let mut malformed = good.clone();
         malformed.zones[0].records.push(vec![0xc0, 0x0c, 0, 1]);
         assert!(matches!(malformed.verify(&claim), Err(SnapshotError::BadRecord { .. })));
+        // Well-formed labels, but an owner longer than the 255 bytes a name may have.
+        let mut long = good.clone();
+        long.zones[0].records.push(record(&["a".repeat(63).as_str(); 4], 1, 300, &[10, 0, 0, 1]));
+        assert!(matches!(long.verify(&claim), Err(SnapshotError::BadRecord { .. })));
 
         // The deduplication table is certified with the rest: a lying peer cannot hand over
         // one that forgets (or invents) delivered requests.

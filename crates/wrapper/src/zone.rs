@@ -809,9 +809,9 @@ impl<'a> ZoneDiff<'a> {
         let is_soa = |r: &[u8]| split_wire(r).is_some_and(|(_, t, _, _)| t == named_glue::rrwire::TYPE_SOA);
         let b: BTreeSet<&[u8]> = before.iter().map(Vec::as_slice).collect();
         let n: BTreeSet<&[u8]> = now.iter().map(Vec::as_slice).collect();
-        let removed = b.difference(&n).copied().filter(|r| !is_soa(*r)).collect();
-        let added = n.difference(&b).copied().filter(|r| !is_soa(*r)).collect();
-        let soa = n.difference(&b).copied().find(|r| is_soa(*r));
+        let removed = b.difference(&n).copied().filter(|r| !is_soa(r)).collect();
+        let added = n.difference(&b).copied().filter(|r| !is_soa(r)).collect();
+        let soa = n.difference(&b).copied().find(|r| is_soa(r));
         ZoneDiff { removed, added, soa }
     }
 

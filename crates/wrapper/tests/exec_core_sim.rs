@@ -195,11 +195,11 @@ fn generate(rng: &mut ChaCha8Rng, batches: usize) -> Log {
         let mut requests = Vec::new();
         for _ in 0..rng.next_u64() % 6 {
             let origin = (rng.next_u64() % u64::from(N)) as u16;
-            let client_waits = rng.next_u64() % 10 != 0;
+            let client_waits = !rng.next_u64().is_multiple_of(10);
             let r = rng.next_u64() % 100;
             let (op, expected) = if r < 55 {
                 reads += 1;
-                let tcp = rng.next_u64() % 2 == 0;
+                let tcp = rng.next_u64().is_multiple_of(2);
                 (Op::Dns { tcp, message: query(reads) }, Some(applied))
             } else if r < 85 {
                 writes += 1;
@@ -429,7 +429,7 @@ impl Sim {
                     })
                     .collect();
                 n.next += 1;
-                n.core.deliver(Delivered { seq, time_us: *time_us, checkpoint_due: seq % CHECKPOINT_EVERY == 0, requests })
+                n.core.deliver(Delivered { seq, time_us: *time_us, checkpoint_due: seq.is_multiple_of(CHECKPOINT_EVERY), requests })
             }
             Due::Done { incarnation, effect, event } => {
                 if incarnation != self.nodes[i].incarnation {
@@ -525,7 +525,7 @@ impl Sim {
                     let delay = match self.nodes[i].named {
                         Named::Quick | Named::Deviates(_) | Named::SigningFails => 1 + self.rng.next_u64() % 5,
                         Named::Slow => 50 + self.rng.next_u64() % 500,
-                        Named::Stalls if self.rng.next_u64() % 6 == 0 => 30_000 + self.rng.next_u64() % 120_000,
+                        Named::Stalls if self.rng.next_u64().is_multiple_of(6) => 30_000 + self.rng.next_u64() % 120_000,
                         Named::Stalls => 1 + self.rng.next_u64() % 20,
                     };
                     let event = Event::WriteAnswered { seq, index, answer: answer(&message, rcode) };
@@ -579,7 +579,7 @@ impl Sim {
                     }
                     self.nodes[i].digesting = true;
                     // Sometimes as long as a large zone's transfer: later batches run meanwhile.
-                    let delay = if self.rng.next_u64() % 4 == 0 { 100 + self.rng.next_u64() % 400 } else { 1 + self.rng.next_u64() % 30 };
+                    let delay = if self.rng.next_u64().is_multiple_of(4) { 100 + self.rng.next_u64() % 400 } else { 1 + self.rng.next_u64() % 30 };
                     self.schedule(delay, id, Due::Done { incarnation: inc, effect: Effect::Digest, event: Event::ZoneDigest { seq, digests: None } });
                 }
                 Command::Answer { reply, bytes } => {

@@ -889,7 +889,7 @@ fn axfr(server: std::net::SocketAddr, zone: &str, key: Option<&Path>, plan: &Pla
         .filter(|l| !l.starts_with(';') && !l.trim().is_empty())
         .filter(|l| l.split_whitespace().nth(3).is_none_or(|t| !t.eq_ignore_ascii_case("TSIG")))
         .collect();
-    if !done.status.success() || !records.first().is_some_and(|l| l.split_whitespace().nth(3) == Some("SOA")) {
+    if !done.status.success() || records.first().is_none_or(|l| l.split_whitespace().nth(3) != Some("SOA")) {
         bail!("AXFR of {zone} from {server} failed:\n{text}{}", String::from_utf8_lossy(&done.stderr));
     }
     let path = out.join(".adopt-axfr.db");

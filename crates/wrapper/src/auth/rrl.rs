@@ -150,7 +150,7 @@ impl Rrl {
         b.limited += 1;
         match self.config.slip {
             0 => Action::Drop,
-            s if b.limited % u64::from(s) == 0 => Action::Slip,
+            s if b.limited.is_multiple_of(u64::from(s)) => Action::Slip,
             _ => Action::Drop,
         }
     }
