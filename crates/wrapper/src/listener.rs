@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{mpsc, Semaphore};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use dnswire::framing;
 
@@ -56,7 +56,13 @@ pub fn bind_udp(addr: SocketAddr, receive_buffer: usize) -> std::io::Result<UdpS
         // Linux reports twice what it grants (its bookkeeping overhead included).
         let granted = socket.recv_buffer_size()?;
         if granted < receive_buffer {
-            warn!(asked = receive_buffer, granted, "client UDP receive buffer capped by net.core.rmem_max; raise it (sysctl) to absorb bursts");
+            // Stock kernels cap the default ask (rmem_max 208 KiB, twice that granted): worth
+            // a line, not a warning at every start. A size the operator chose is warned about.
+            if receive_buffer == crate::config::ClientSection::default().udp_receive_buffer {
+                info!(asked = receive_buffer, granted, "client UDP receive buffer capped by net.core.rmem_max; raise it (sysctl) to absorb larger bursts");
+            } else {
+                warn!(asked = receive_buffer, granted, "client UDP receive buffer capped by net.core.rmem_max; raise it (sysctl) to absorb bursts");
+            }
         } else {
             debug!(asked = receive_buffer, granted, "client UDP receive buffer");
         }
