@@ -421,7 +421,7 @@ fn seven_replicas_in_docker_survive_kills_partitions_and_restarts() {
 /// four runs of four (94-106 s each; 103-110 updates acknowledged across the partition, zones
 /// identical). It stays out of CI for its length.
 #[test]
-#[ignore = "longer variant; reproduces a catch-up failure seen once (doc comment)"]
+#[ignore = "longer variant (about 100 s); replays a catch-up failure seen on 2026-11-22 (doc comment)"]
 fn seven_replicas_in_docker_partition_after_rolling_restart() {
     let c = DockerCluster::up(7);
     kills(&c);

@@ -236,10 +236,10 @@ pub fn render_zone(records: &[Vec<u8>]) -> String {
     out
 }
 
-/// The snapshots this replica kept, in `dir` (one file per checkpoint).
 /// A snapshot's bytes as last served: (seq, state digest, encoded snapshot).
 type Served = (u64, [u8; 32], Arc<Vec<u8>>);
 
+/// The snapshots this replica kept, in `dir` (one file per checkpoint).
 #[derive(Clone)]
 pub struct SnapshotStore {
     dir: PathBuf,
