@@ -392,6 +392,9 @@ pub struct ClientSection {
     pub udp_receive_buffer: usize,
 }
 
+/// The largest `client.udp_receive_buffer` (within what setsockopt can take).
+const MAX_UDP_RECEIVE_BUFFER: usize = 1 << 30;
+
 impl Default for ClientSection {
     fn default() -> Self {
         Self {
@@ -695,6 +698,13 @@ impl Config {
         if self.client.max_pending == 0 || self.client.tcp_max_connections == 0 || self.client.tcp_max_pipelined == 0 || self.client.tcp_write_timeout_ms == 0 {
             return Err(bad("client", "limits must be positive".into()));
         }
+        // setsockopt takes an int; a larger ask would wrap to a tiny buffer.
+        if self.client.udp_receive_buffer > MAX_UDP_RECEIVE_BUFFER {
+            return Err(bad(
+                "client.udp_receive_buffer",
+                format!("{} bytes is above the largest allowed ({MAX_UDP_RECEIVE_BUFFER}, 1 GiB)", self.client.udp_receive_buffer),
+            ));
+        }
         Ok(())
     }
 
@@ -807,6 +817,7 @@ tsig_keys = ["tsig.key"]
             (sample(4).replace("state_dir", "byzantine = \"silent\"\nstate_dir"), "replica.byzantine"),
             (sample(4).replace("state_dir", "corrupt_shares = true\nstate_dir"), "replica.corrupt_shares"),
             (sample(4).replace("tsig_keys", "update_policy = [\"grant k self . A\"]\ntsig_keys"), "named.update_policy"),
+            (sample(4) + "\n[client]\nudp_receive_buffer = 5000000000\n", "client.udp_receive_buffer"),
         ];
         for (text, field) in cases {
             match parse(&text) {
