@@ -581,6 +581,12 @@ fn retransmitted_updates_execute_once() {
     // Through another: its own named's answer to the first execution, signed for the client.
     assert_eq!(rcode(&again_other), 0, "the retransmission through replica 2");
     assert_signed_answer(&key, &first, &again_other, "retransmission through replica 2");
+    // A replay under another header id (the MAC covers the original id, so it verifies): the
+    // same write, not executed again; answered under its own id.
+    let mut replay = first.clone();
+    replay[..2].copy_from_slice(&0x6a6au16.to_be_bytes());
+    let replayed = exchange(&c, 3, &replay);
+    assert_eq!((rcode(&replayed), &replayed[..2]), (0, &replay[..2]), "the replay under a new id");
 
     // Copies in flight at once, through two replicas (nsupdate retransmitting while the
     // first copy is still being ordered).

@@ -41,6 +41,19 @@ pub enum ForwardError {
     TransferTooLong(u32),
 }
 
+impl ForwardError {
+    /// Whether the local named (or the path to it) failed and the same bytes may well succeed
+    /// later: refused, reset or closed connections, timeouts, an answer named garbled. The
+    /// rest (a request too short for a header, or too long for TCP framing) is a function of
+    /// the bytes alone: sending them again fails again, on every replica alike.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ForwardError::Io(_) | ForwardError::Timeout(_) | ForwardError::Closed | ForwardError::BadAnswer(_) => true,
+            ForwardError::BadRequest(_) | ForwardError::TooLarge(_) | ForwardError::TransferTooLong(_) => false,
+        }
+    }
+}
+
 /// Connected UDP sockets to named with no query outstanding, each with its receive
 /// buffer, reused across queries: a socket per query costs socket, bind, connect,
 /// close and two epoll registrations, a fresh 64 KiB buffer besides. Clones share it.
@@ -472,6 +485,27 @@ mod tests {
 mod deadline {
     use super::*;
     use std::time::Duration;
+
+    /// What the bytes alone decide is not transient; a named that is down is.
+    #[tokio::test]
+    async fn errors_say_whether_sending_again_can_help() {
+        // A port nothing listens on: connection refused.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let fwd = Forwarder { tcp_timeout: Duration::from_secs(2), ..Forwarder::new(closed) };
+        let query = build_query(7, &Name::from_ascii("example.test.").unwrap(), RecordType::SOA).unwrap();
+        let refused = fwd.forward_tcp(&query).await.unwrap_err();
+        assert!(matches!(refused, ForwardError::Io(_)) && refused.is_transient(), "{refused:?}");
+        // Too long for TCP framing, and shorter than a header: the same failure every time.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let fwd = Forwarder { tcp_timeout: Duration::from_secs(2), ..Forwarder::new(listener.local_addr().unwrap()) };
+        let mut big = query.clone();
+        big.resize(framing::MAX_MESSAGE + 1, 0);
+        let too_large = fwd.forward_tcp(&big).await.unwrap_err();
+        assert!(matches!(too_large, ForwardError::TooLarge(n) if n == framing::MAX_MESSAGE + 1) && !too_large.is_transient());
+        let short = fwd.forward_tcp(&query[..11]).await.unwrap_err();
+        assert!(matches!(short, ForwardError::BadRequest(_)) && !short.is_transient());
+        assert!(ForwardError::Timeout(Duration::from_secs(1)).is_transient() && ForwardError::Closed.is_transient());
+    }
 
     /// A server that sends a transfer's first message and then nothing (keeping the
     /// connection open) cannot hold a transfer past its deadline.

@@ -6,8 +6,10 @@
 //! where the classifier cannot tell, named decides, so a replica answers whatever
 //! its named would answer for the same bytes. A query that does not parse goes to
 //! named as a read (named answers FORMERR, or stays silent, as it does directly);
-//! an UPDATE is always ordered as a write, parsed or not, so every named answers it
-//! alike. Updates of the zone's key material (DNSKEY, CDS, CDNSKEY, NSEC3PARAM,
+//! an UPDATE is always a write, parsed or not, and the update authentication decides
+//! it ([`precheck`] before ordering, the execution core's gate after): one that cannot
+//! be read carries no signature, so it is answered FORMERR and never reaches named.
+//! Updates of the zone's key material (DNSKEY, CDS, CDNSKEY, NSEC3PARAM,
 //! BIND's private type 65534, and "delete everything" at the apex) are refused by
 //! named's own update-policy, which named-glue writes with those denials: named
 //! signs that REFUSED with the request's TSIG key, as any other answer.
@@ -56,11 +58,51 @@ pub fn classify(bytes: &[u8], transport_is_tcp: bool) -> Verdict {
             Verdict::Order(if transfer { Kind::Transfer } else { Kind::Read })
         }
         // Over UDP named answers AXFR and IXFR in one datagram (an error, or the
-        // single SOA of RFC 1995), so they are plain reads. NOTIFY, STATUS and unknown
+        // single SOA of RFC 1995), so they execute as plain reads; they need the rights
+        // of a transfer all the same (`transfer_rights`). NOTIFY, STATUS and unknown
         // opcodes cannot change a primary's zone; named answers them (NOTIMP, or an
         // ignored NOTIFY) on the gateway alone.
         _ => Verdict::Order(Kind::Read),
     }
+}
+
+/// Whether a request needs what a zone transfer needs (a transfer key, or an address
+/// `allow_transfer` lists): a transfer over TCP, and a query whose first question asks
+/// for AXFR or IXFR over UDP (an IXFR over UDP can carry the zone's changes, RFC 1995 2).
+/// Reads the first question's type only, without allocating: it runs on every read.
+pub fn transfer_rights(verdict: &Verdict, bytes: &[u8]) -> bool {
+    match verdict {
+        Verdict::Order(Kind::Transfer) => true,
+        Verdict::Order(Kind::Read) => {
+            let Ok(header) = RawHeader::parse(bytes) else { return false };
+            if header.opcode() != OPCODE_QUERY || header.qdcount == 0 {
+                return false;
+            }
+            first_qtype(bytes).is_some_and(|t| t == TYPE_AXFR || t == TYPE_IXFR)
+        }
+        _ => false,
+    }
+}
+
+/// The type of the question at offset 12 (its name uncompressed, or a pointer).
+fn first_qtype(bytes: &[u8]) -> Option<u16> {
+    let mut at = 12;
+    loop {
+        let len = *bytes.get(at)?;
+        match len {
+            0 => {
+                at += 1;
+                break;
+            }
+            l if l & 0xc0 == 0xc0 => {
+                at += 2;
+                break;
+            }
+            l if l & 0xc0 == 0 => at += 1 + usize::from(l),
+            _ => return None,
+        }
+    }
+    Some(u16::from_be_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]))
 }
 
 /// The pre-ordering authentication filter (crate::auth), against the local clock: an
@@ -72,6 +114,7 @@ pub fn precheck(verdict: Verdict, bytes: &[u8], auth: Option<&crate::auth::zones
     let transfer = match verdict {
         Verdict::Order(Kind::Write) => false,
         Verdict::Order(Kind::Transfer) => true,
+        Verdict::Order(Kind::Read) if transfer_rights(&verdict, bytes) => true,
         _ => return verdict,
     };
     let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
@@ -118,6 +161,27 @@ mod tests {
     }
 
     #[test]
+    fn transfers_over_udp_need_transfer_rights() {
+        for rtype in [RecordType::AXFR, RecordType::IXFR] {
+            let q = query("example.test.", rtype);
+            for tcp in [false, true] {
+                assert!(transfer_rights(&classify(&q, tcp), &q), "{rtype} over tcp={tcp}");
+            }
+        }
+        let soa = query("example.test.", RecordType::SOA);
+        assert!(!transfer_rights(&classify(&soa, false), &soa));
+        // A compressed question name, a runt, garbage: no panic, and only a real AXFR counts.
+        let mut pointer = soa[..12].to_vec();
+        pointer.extend_from_slice(&[0xc0, 12, 0, 252, 0, 1]);
+        assert!(transfer_rights(&Verdict::Order(Kind::Read), &pointer));
+        assert!(!transfer_rights(&Verdict::Order(Kind::Read), &soa[..14]));
+        assert!(!transfer_rights(&Verdict::Order(Kind::Write), &query("example.test.", RecordType::AXFR)));
+        let mut bad = soa[..12].to_vec();
+        bad.extend_from_slice(&[0x80, 1, 2, 3]);
+        assert!(!transfer_rights(&Verdict::Order(Kind::Read), &bad));
+    }
+
+    #[test]
     fn updates_are_writes_and_named_judges_them() {
         let mut rrset = RecordSet::new(Name::from_str("host.example.test.").unwrap(), RecordType::A, 300);
         rrset.add_rdata(RData::A(A::new(192, 0, 2, 1)));
@@ -126,7 +190,8 @@ mod tests {
         // Key material: named's update-policy refuses it, every replica alike.
         let r = Record::update0(zone(), 0, RecordType::DNSKEY);
         assert_eq!(classify(&update_with(r), true), Verdict::Order(Kind::Write));
-        // An UPDATE that does not even parse is still a write: every named answers it.
+        // An UPDATE that does not even parse is still a write (the update authentication
+        // answers it).
         let mut bytes = update_with(Record::update0(zone(), 0, RecordType::A));
         bytes.truncate(20);
         assert_eq!(classify(&bytes, false), Verdict::Order(Kind::Write));

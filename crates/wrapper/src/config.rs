@@ -63,6 +63,8 @@ pub struct Config {
     pub auth: AuthSection,
     #[serde(default)]
     pub rrl: crate::auth::rrl::RrlConfig,
+    #[serde(default)]
+    pub order_limit: crate::auth::rrl::OrderLimitConfig,
     /// The zones served, one `[[zone]]` table each; after parsing, sorted by canonical name
     /// (the position is the zone index every replica derives alike). A file without
     /// `[[zone]]` tables is read as one zone from the single-zone fields of `[cluster]`,
@@ -419,7 +421,7 @@ pub struct MetricsSection {
 }
 
 /// Who may update the zone and transfer it (see README, "Update authentication").
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthSection {
     /// `tsig` (each zone's `tsig_keys`: every replica holds their secret),
@@ -436,6 +438,22 @@ pub struct AuthSection {
     /// Fault injection for tests: order updates and transfers without the pre-ordering
     /// check, as a corrupted replica could.
     pub skip_precheck: bool,
+    /// The longest validity (expiration less inception, s) a SIG(0) update may carry; one
+    /// valid longer is refused. Each SIG(0) update is remembered until it expires, so that
+    /// a replay of it is not executed again.
+    pub sig0_max_validity_s: u64,
+}
+
+impl Default for AuthSection {
+    fn default() -> Self {
+        AuthSection {
+            mode: crate::auth::Mode::default(),
+            sig0_keys: Vec::new(),
+            transfer_keys: Vec::new(),
+            skip_precheck: false,
+            sig0_max_validity_s: crate::auth::SIG0_MAX_VALIDITY_S,
+        }
+    }
 }
 
 fn default_protocol() -> Protocol {
@@ -695,6 +713,11 @@ impl Config {
             return Err(bad("signing.cache_entries", "must be at least 1".into()));
         }
         self.rrl.validate().map_err(|e| bad("rrl", e))?;
+        self.order_limit.validate().map_err(|e| bad("order_limit", e))?;
+        // At least nsupdate's 10 minutes; at most a day (each is remembered until it expires).
+        if !(600..=86_400).contains(&self.auth.sig0_max_validity_s) {
+            return Err(bad("auth.sig0_max_validity_s", format!("{} s is outside 600..=86400", self.auth.sig0_max_validity_s)));
+        }
         if self.client.max_pending == 0 || self.client.tcp_max_connections == 0 || self.client.tcp_max_pipelined == 0 || self.client.tcp_write_timeout_ms == 0 {
             return Err(bad("client", "limits must be positive".into()));
         }

@@ -769,12 +769,19 @@ impl<G: UpdateGate + 'static> Executor<G> {
 /// Sends an ordered write to named until named answers it. A write named never received
 /// (named restarting) is sent once it is back; one whose answer was lost is sent again,
 /// which an update's own prerequisites make safe or visibly different (its rcode goes
-/// into the outcome chain).
+/// into the outcome chain). Only a transient failure is retried: one the bytes themselves
+/// cause (the core sends none such, see `exec::gate::forwardable`) gets FORMERR at once,
+/// which is a function of the bytes, so the same at every replica.
 async fn write(named: &Forwarder, message: &[u8], metrics: &Metrics, id: u16, seq: u64) -> Vec<u8> {
     let mut pause = Duration::from_millis(50);
     loop {
         match named.forward_tcp(message).await {
             Ok(answer) => return answer,
+            Err(e) if !e.is_transient() => {
+                metrics.inc_execute_error();
+                tracing::error!(replica = id, seq, error = %e, "an ordered write cannot be sent to named as it is; recorded as FORMERR");
+                return crate::answer::error_answer(message, crate::answer::RCODE_FORMERR).unwrap_or_default();
+            }
             Err(e) => {
                 metrics.inc_execute_error();
                 warn!(replica = id, seq, error = %e, "named did not answer an ordered write; waiting for it and sending again");

@@ -485,6 +485,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
                 sig0_keys: if p.update_auth != Mode::Tsig && !several { vec!["sig0.key".into()] } else { Vec::new() },
                 transfer_keys: if several { Vec::new() } else { transfer_keys.clone() },
                 skip_precheck: p.skip_precheck.contains(&i),
+                ..AuthSection::default()
             },
             ordering: ordering.clone(),
             rrl: (p.rrl_responses_per_second > 0).then_some(RrlFile { responses_per_second: p.rrl_responses_per_second }),

@@ -17,7 +17,7 @@ use dnswire::framing;
 
 use crate::access::AccessSection;
 use crate::answer::{error_answer, RCODE_REFUSED};
-use crate::classify::{classify, precheck, Kind, Verdict};
+use crate::classify::{classify, precheck, transfer_rights, Kind, Verdict};
 use crate::metrics::Metrics;
 use crate::reply::{ClientRequest, Delivery, Outgoing, ReplyTo};
 use crate::vouched::{VouchTurn, VouchedReads};
@@ -27,6 +27,8 @@ use crate::vouched::{VouchTurn, VouchedReads};
 pub struct ClientFilters {
     pub auth: Option<std::sync::Arc<crate::auth::zones::ZoneAuth>>,
     pub rrl: Option<std::sync::Arc<crate::auth::rrl::Limiter>>,
+    /// `[order_limit]`: requests one client prefix may have ordered per second.
+    pub order_limit: Option<std::sync::Arc<crate::auth::rrl::OrderLimiter>>,
     /// Fault injection (Byzantine mode wrong-answers, test clusters only): rewrite every
     /// answer this replica gives its clients.
     pub lie: bool,
@@ -127,16 +129,18 @@ fn dispatch(
 ) {
     let verdict = classify(&bytes, tcp);
     // A transfer is allowed by address OR by a transfer key, as in BIND's allow-transfer list;
-    // the key check (and the update-signature check) answers as named would.
-    let transfer = matches!(verdict, Verdict::Order(Kind::Transfer));
+    // the key check (and the update-signature check) answers as named would. An AXFR or
+    // IXFR over UDP executes as a read but needs the same.
+    let transfer = transfer_rights(&verdict, &bytes);
     let by_address = match verdict {
+        Verdict::Order(_) if transfer => access.allows(peer.ip(), Kind::Transfer),
         Verdict::Order(kind) => access.allows(peer.ip(), kind),
         _ => true,
     };
     let verdict = if transfer && by_address { verdict } else { precheck(verdict, &bytes, filters.auth.as_deref()) };
     let refused_by_address = match verdict {
         // Without a key check configured, a transfer the address ACL refuses stays refused.
-        Verdict::Order(Kind::Transfer) => !by_address && filters.auth.is_none(),
+        Verdict::Order(_) if transfer => !by_address && filters.auth.is_none(),
         Verdict::Order(_) => !by_address,
         _ => false,
     };
@@ -165,6 +169,18 @@ fn dispatch(
                 },
                 _ => request,
             };
+            if filters.order_limit.as_ref().is_some_and(|l| !l.allow(peer.ip(), kind != Kind::Read)) {
+                // Over its prefix's rate: refused without ordering (the answer is no larger
+                // than the request, so it amplifies nothing).
+                metrics.inc_dropped("order_rate");
+                metrics.inc_refused();
+                if let Some(answer) = error_answer(&request.bytes, RCODE_REFUSED) {
+                    if let Delivery::Dropped(why) = request.reply.try_send(answer) {
+                        metrics.inc_dropped(why);
+                    }
+                }
+                return;
+            }
             // The gateway's queue is bounded; when full the client's retry will do.
             if to_gateway.try_send(request).is_err() {
                 metrics.inc_dropped("gateway_full");
@@ -360,8 +376,14 @@ mod tests {
         // named: answers every query with its bytes, QR set, and one extra byte.
         let named = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let forwarder = named_glue::forward::Forwarder::new(named.local_addr().unwrap());
-        let local =
-            ClientFilters { auth: None, rrl: None, lie: false, local_reads: Some(crate::read::LocalReads::new(cache.clone(), forwarder)), vouched: None };
+        let local = ClientFilters {
+            auth: None,
+            rrl: None,
+            order_limit: None,
+            lie: false,
+            local_reads: Some(crate::read::LocalReads::new(cache.clone(), forwarder)),
+            vouched: None,
+        };
         let probes = &mut VouchTurn::default();
 
         dispatch(query(0x4242, "www.example.test."), false, reply(), peer, &access, &local, &to_gateway, &metrics, probes);
@@ -389,6 +411,63 @@ mod tests {
         assert!(client.try_recv(&mut buf).is_err(), "and nothing was answered meanwhile");
     }
 
+    /// Before ordering: an AXFR/IXFR over UDP needs a transfer key or address like one over
+    /// TCP; an UPDATE that cannot be authorized (unreadable, unsigned) is answered and never
+    /// reaches the gateway; signed updates beyond a prefix's rate are refused.
+    #[tokio::test]
+    async fn what_cannot_be_authorized_or_is_over_the_rate_is_not_ordered() {
+        use crate::auth::{tsig, zones::ZoneAuth, Authenticator, Mode, TsigSecret};
+        let secret = TsigSecret { name: "up.".into(), algorithm: tsig::Algorithm::HmacSha256, secret: vec![7; 32] };
+        let auth = Authenticator::new(Mode::Tsig, std::slice::from_ref(&secret), &[], Vec::new()).unwrap();
+        let auth = Arc::new(ZoneAuth::new(vec![("example.test.".into(), auth)]).unwrap());
+        let limit = crate::auth::rrl::OrderLimitConfig { writes_per_second: 2, ..Default::default() };
+        let filters = ClientFilters {
+            auth: Some(auth),
+            rrl: None,
+            order_limit: crate::auth::rrl::OrderLimiter::new(&limit).map(Arc::new),
+            lie: false,
+            local_reads: None,
+            vouched: None,
+        };
+        let server = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        server.writable().await.unwrap();
+        let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let peer = client.local_addr().unwrap();
+        let reply = || ReplyTo::Udp { socket: server.clone(), peer, rrl: None, lie: false };
+        let (metrics, access) = (Metrics::new(0), AccessSection::default());
+        let (to_gateway, mut gateway) = mpsc::channel(8);
+        let mut probes = VouchTurn::default();
+        let mut buf = [0u8; 512];
+        let mut answered = |bytes: Vec<u8>| {
+            dispatch(bytes, false, reply(), peer, &access, &filters, &to_gateway, &metrics, &mut probes);
+        };
+        // An IXFR over UDP (type 251), unsigned, from an address allow_transfer does not list.
+        let mut ixfr = query(11, "example.test.");
+        let at = ixfr.len() - 4;
+        ixfr[at..at + 2].copy_from_slice(&251u16.to_be_bytes());
+        answered(ixfr);
+        let n = tokio::time::timeout(Duration::from_secs(2), client.recv(&mut buf)).await.expect("answered").unwrap();
+        assert_eq!((buf[3] & 0x0f, &buf[..2]), (RCODE_REFUSED, &[0u8, 11][..]));
+        assert!(n >= 12 && gateway.try_recv().is_err(), "not ordered");
+        // Opcode UPDATE, one question announced, none there: FORMERR, not ordered.
+        answered(vec![0, 12, 5 << 3, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+        tokio::time::timeout(Duration::from_secs(2), client.recv(&mut buf)).await.expect("answered").unwrap();
+        assert_eq!((buf[3] & 0x0f, buf[2] & 0x80), (crate::answer::RCODE_FORMERR, 0x80));
+        assert!(gateway.try_recv().is_err(), "not ordered");
+        // Validly signed updates: two a second pass, the third is refused.
+        let key = tsig::Key::new(&secret.name, secret.algorithm, &secret.secret).unwrap();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        for id in 1..=3u16 {
+            let mut update = query(id, "example.test.");
+            update[2] = 5 << 3;
+            answered(tsig::sign(&update, &key, now, 300, 0, Vec::new(), None));
+        }
+        assert!(gateway.try_recv().is_ok() && gateway.try_recv().is_ok(), "two ordered");
+        assert!(gateway.try_recv().is_err(), "the third is over the rate");
+        tokio::time::timeout(Duration::from_secs(2), client.recv(&mut buf)).await.expect("answered").unwrap();
+        assert_eq!((buf[3] & 0x0f, &buf[..2]), (RCODE_REFUSED, &[0u8, 3][..]));
+    }
+
     struct Broadcasts(std::sync::Mutex<Vec<Vec<u8>>>);
 
     impl crate::vouched::ReadsOutbound for Broadcasts {
@@ -411,7 +490,7 @@ mod tests {
         let named = named_glue::forward::Forwarder::new("127.0.0.1:9".parse().unwrap());
         let (vouched, _timeouts) =
             VouchedReads::start(4, 1, named, Arc::new(ReadCache::default()), Metrics::new(0), Duration::from_secs(1)..=Duration::from_secs(1), wiring);
-        let filters = ClientFilters { auth: None, rrl: None, lie: false, local_reads: None, vouched: Some(vouched.clone()) };
+        let filters = ClientFilters { auth: None, rrl: None, order_limit: None, lie: false, local_reads: None, vouched: Some(vouched.clone()) };
         let server = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
         let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
         let reply = || ReplyTo::Udp { socket: server.clone(), peer, rrl: None, lie: false };

@@ -74,7 +74,7 @@ fn authenticator(config: &Config, index: usize, zone: &ZoneSection) -> Result<(A
         let index = u16::try_from(index).map_err(|_| anyhow!("zone index {index} out of range"))?;
         Authenticator::for_zone(index, config.auth.mode, &updates, &transfers, sig0)
     };
-    let auth = auth.with_context(|| format!("update authentication of zone {}", zone.name))?;
+    let auth = auth.with_context(|| format!("update authentication of zone {}", zone.name))?.with_sig0_max_validity(config.auth.sig0_max_validity_s);
     // named knows the clients' update keys and the transfer keys but grants them nothing: it
     // verifies and signs TSIG on reads and transfers, which it answers itself; updates reach
     // it only re-signed with a local key.
@@ -539,6 +539,7 @@ pub async fn run(config: Config) -> Result<()> {
         // The fault-injection switch leaves this replica ordering whatever it gets.
         auth: (!config.auth.skip_precheck).then(|| auth.clone()),
         rrl: Limiter::new(config.rrl.clone()).map(Arc::new),
+        order_limit: crate::auth::rrl::OrderLimiter::new(&config.order_limit).map(Arc::new),
         lie: byzantine == Some(Mode::WrongAnswers),
         local_reads: (config.cluster.reads == crate::config::ReadMode::Local).then(|| crate::read::LocalReads::new(cache.clone(), named.clone())),
         vouched,

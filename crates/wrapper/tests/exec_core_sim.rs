@@ -1210,7 +1210,103 @@ fn a_retransmission_gets_the_first_answer_through_the_gate() {
     // The copy, ordered later through another gateway and through this one.
     let cmds = core.deliver(batch(2, t + 5, vec![(0, Op::Dns { tcp: false, message: request.clone() }, Some(2))]));
     assert_eq!(cmds[0], Command::Answer { reply: 2, bytes: first_answer.clone() }, "not the first answer as the client got it");
-    assert!(matches!(cmds[1..], [Command::Persist(_)]), "executed again: {cmds:?}");
+    // Decided without named: executing the batch again after a restart decides alike, so
+    // it is not written.
+    assert!(matches!(cmds[1..], [Command::Executed(2)]), "executed again: {cmds:?}");
+}
+
+/// A TSIG'd update replayed under another header id (the MAC covers the original id, so it
+/// still verifies) is the same write: executed once.
+#[test]
+fn a_replay_under_another_header_id_is_executed_once() {
+    let s = start_s();
+    let update = signed_update(5, s, 300);
+    let mut replay = update.clone();
+    replay[..2].copy_from_slice(&0x7777u16.to_be_bytes());
+    let named = |m: &[u8]| answer(m, ResponseCode::NoError);
+    let (seen, state) = writes(ExecState::default(), &[(1, s + 1, update), (2, s + 2, replay)], &named);
+    assert!(seen[0].0, "the first goes to named");
+    assert!(!seen[1].0, "the replay does not");
+    assert_eq!(state.recent_writes.len(), 1);
+}
+
+/// Forwards every write grown by `grow` bytes, as re-signing with a longer key name does.
+struct Grows(usize);
+
+impl UpdateGate for Grows {
+    fn decide(&self, message: &[u8], _agreed_time_s: u64) -> UpdateDecision {
+        let mut m = message.to_vec();
+        m.resize(m.len() + self.0, 0);
+        UpdateDecision::Forward(m)
+    }
+    fn answer_for_client(&self, _request: &[u8], named_answer: &[u8]) -> Vec<u8> {
+        named_answer.to_vec()
+    }
+}
+
+/// `update(k)` padded to `len` bytes (trailing bytes after the records: named's business).
+fn update_of_len(k: u16, len: usize) -> Vec<u8> {
+    let mut m = update(k);
+    m.resize(len, 0);
+    m
+}
+
+/// A write named can never take as it is (longer than TCP framing once the gate re-signed
+/// it, or ordered oversized by a Byzantine origin) gets FORMERR at every replica without
+/// reaching named, costs no write to disk, and the next write goes through as usual.
+#[test]
+fn a_write_named_cannot_take_is_refused_alike_without_named() {
+    let s = start_s();
+    let states: Vec<ExecState> = (0..2u16)
+        .map(|id| {
+            let mut core = ExecCore::new(config(id), Grows(6), ExecState::default());
+            let big = update_of_len(9, 65_530);
+            let reply = (id == 0).then_some(1);
+            let cmds = core.deliver(batch(1, s, vec![(0, Op::Dns { tcp: true, message: big.clone() }, reply)]));
+            let mut want = vec![];
+            if id == 0 {
+                want.push(Command::Answer { reply: 1, bytes: wrapper::answer::error_answer(&big, wrapper::answer::RCODE_FORMERR).unwrap() });
+            }
+            want.push(Command::Executed(1));
+            assert_eq!(cmds, want, "replica {id}");
+            // Ordered as it is, larger than any TCP message (the envelope's bound allows a
+            // few bytes more), by a Byzantine origin.
+            let mut core2 = ExecCore::new(config(id), Unchanged, ExecState::default());
+            let huge = update_of_len(10, 65_540);
+            assert_eq!(core2.deliver(batch(1, s, vec![(3, Op::Dns { tcp: true, message: huge }, None)])), vec![Command::Executed(1)]);
+            assert_eq!(core2.state().outcomes, core.state().outcomes, "the same outcome: FORMERR");
+            // The cluster goes on: the next write reaches named.
+            let cmds = core.deliver(batch(2, s + 1, vec![(1, Op::Dns { tcp: true, message: update(11) }, None)]));
+            let [Command::Write { seq: 2, index: 0, message, .. }] = &cmds[..] else { panic!("{cmds:?}") };
+            let cmds = core.handle(Event::WriteAnswered { seq: 2, index: 0, answer: answer(message, ResponseCode::NoError) });
+            assert!(matches!(&cmds[..], [Command::Persist(st)] if st.executed == 2), "{cmds:?}");
+            core.state().clone()
+        })
+        .collect();
+    assert_eq!(states[0], states[1], "honest replicas end alike");
+    let mut formerr = ExecState::default();
+    formerr.record(1, 0, u32::from(wrapper::answer::RCODE_FORMERR));
+    formerr.record(2, 0, 0);
+    formerr.executed = 2;
+    assert_eq!(states[0], formerr);
+}
+
+/// A batch of refusals decided without named is not persisted; a restart (from the state
+/// persisted before it) executes it again and ends in the same state.
+#[test]
+fn refusals_decided_without_named_are_not_written_and_replay_alike() {
+    let s = start_s();
+    let refused = |seq: u64| batch(seq, s, vec![(2, Op::Dns { tcp: false, message: update(1) }, None), (2, Op::Dns { tcp: true, message: update(3) }, None)]);
+    let mut core = ExecCore::new(config(0), OddRefused, ExecState::default());
+    assert_eq!(core.deliver(refused(1)), vec![Command::Executed(1)]);
+    let after = core.state().clone();
+    let mut restarted = ExecCore::new(config(0), OddRefused, ExecState::default());
+    assert_eq!(restarted.deliver(refused(1)), vec![Command::Executed(1)]);
+    assert_eq!(restarted.state(), &after);
+    // A checkpoint batch is written all the same.
+    let mut checkpoint = refused(2);
+    checkpoint.checkpoint_due = true;
+    assert!(matches!(&core.deliver(checkpoint)[..], [Command::Persist(st), Command::DigestZone { seq: 2 }] if st.executed == 2));
 }
 
 /// A crash between two writes of one batch: the batch resumes at the write the intent

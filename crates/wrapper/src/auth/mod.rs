@@ -125,7 +125,12 @@ pub struct Authenticator {
     transfer: Vec<Vec<u8>>,
     /// Time source for signing towards named (the local clock).
     clock: fn() -> u64,
+    /// The longest validity (s) a SIG(0) may carry (`[auth] sig0_max_validity_s`).
+    sig0_max_span_s: u64,
 }
+
+/// Default of `[auth] sig0_max_validity_s`: nsupdate signs for 10 minutes around its clock.
+pub const SIG0_MAX_VALIDITY_S: u64 = 3600;
 
 fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
@@ -170,7 +175,14 @@ impl Authenticator {
             let local = tsig::Key::new(&name, tsig::Algorithm::HmacSha256, &secret).ok_or(AuthError::BadKeyName(name))?;
             identities.push(Identity { local, local_secret: secret });
         }
-        Ok(Authenticator { mode, tsig: keys, update_tsig: tsig_ids, sig0, identities, transfer, clock: unix_now })
+        Ok(Authenticator { mode, tsig: keys, update_tsig: tsig_ids, sig0, identities, transfer, clock: unix_now, sig0_max_span_s: SIG0_MAX_VALIDITY_S })
+    }
+
+    /// Refuses SIG(0) updates valid (expiration less inception) for longer than `span_s`:
+    /// each is remembered until it expires, against its replay.
+    pub fn with_sig0_max_validity(mut self, span_s: u64) -> Self {
+        self.sig0_max_span_s = span_s;
+        self
     }
 
     pub fn mode(&self) -> Mode {
@@ -253,7 +265,7 @@ impl Authenticator {
         // SIG(0). Any failure is REFUSED: what named (9.18.28 on, which treats SIG(0)
         // requests as unsigned) answers them, and the update-policy outcome of an
         // unverifiable signer in older versions.
-        match sig0::verify(msg, &rec, &self.sig0, now_s) {
+        match sig0::verify(msg, &rec, &self.sig0, now_s, self.sig0_max_span_s) {
             Ok(key) => {
                 let index = self.sig0.iter().position(|k| k == key).unwrap_or(0);
                 Outcome::Pass { identity: self.update_tsig + index, body: tsig::strip(msg, rec.start, layout.id) }
@@ -274,19 +286,29 @@ impl Authenticator {
     }
 
     /// Before ordering, against the local clock: the answer for an update that cannot
-    /// succeed, or for a transfer without a valid transfer key. `None`: order it.
+    /// succeed (unreadable, unsigned, unknown key, bad signature, or too long for named once
+    /// re-signed), or for a transfer without a valid transfer key. `None`: order it. The
+    /// answer is the one execution would give (`decide`), so an honest gateway never orders
+    /// what every replica would refuse.
     pub fn precheck(&self, msg: &[u8], is_transfer: bool, now_s: u64) -> Option<Vec<u8>> {
-        if !is_transfer && wire::layout(msg).is_err() {
-            // Unreadable updates are ordered and left to named (see `decide`).
-            return None;
-        }
         if is_transfer {
             return self.check_transfer(msg, now_s);
         }
         match self.authenticate(msg, now_s) {
-            Outcome::Pass { .. } => None,
+            Outcome::Pass { identity, body } => {
+                let forwarded = self.resign(identity, body);
+                (!crate::exec::gate::forwardable(&forwarded)).then(|| self.refusal(msg, RCODE_FORMERR, now_s))
+            }
             Outcome::Refuse { answer, .. } => Some(answer),
         }
+    }
+
+    /// `body` (a request that passed as `identity`, its signature removed) signed with that
+    /// identity's local key, for named.
+    fn resign(&self, identity: usize, body: Vec<u8>) -> Vec<u8> {
+        // The identity index always comes from `identities`' own ranges.
+        let local = &self.identities[identity].local;
+        tsig::sign(&body, local, (self.clock)(), tsig::ANSWER_FUDGE, 0, Vec::new(), None)
     }
 
     /// AXFR/IXFR only with a TSIG key configured for transfers. named checks the
@@ -331,18 +353,19 @@ fn answer_of(o: Outcome) -> Vec<u8> {
 
 impl UpdateGate for Authenticator {
     fn decide(&self, message: &[u8], agreed_time_s: u64) -> UpdateDecision {
-        if wire::layout(message).is_err() {
-            // Not a readable message: named decides (it can only refuse it as malformed, and
-            // grants no update to a request without the local key), answering as named does.
-            return UpdateDecision::Forward(message.to_vec());
-        }
+        // An unreadable message is refused like an unsigned one, FORMERR as named answers
+        // it, without named: it carries no signature, so it can authorize nothing.
         match self.authenticate(message, agreed_time_s) {
             Outcome::Refuse { rcode, answer } => UpdateDecision::Refuse { rcode, answer },
-            Outcome::Pass { identity, body } => {
-                // The identity index always comes from `identities`' own ranges.
-                let local = &self.identities[identity].local;
-                UpdateDecision::Forward(tsig::sign(&body, local, (self.clock)(), tsig::ANSWER_FUDGE, 0, Vec::new(), None))
-            }
+            Outcome::Pass { identity, body } => UpdateDecision::Forward(self.resign(identity, body)),
+        }
+    }
+
+    fn refusal(&self, request: &[u8], rcode: u16, agreed_time_s: u64) -> Vec<u8> {
+        // Signed with the request's TSIG key when that verifies, as named signs its answers.
+        match wire::layout(request) {
+            Ok(layout) => self.signed_refusal(request, &layout, rcode, agreed_time_s).unwrap_or_else(|| answer_header(request, &layout, rcode)),
+            Err(_) => header_only(request, rcode),
         }
     }
 

@@ -218,9 +218,122 @@ impl Limiter {
     }
 }
 
+/// `[order_limit]`: how many requests per second one client prefix may have ordered.
+/// Every ordered update costs every replica a write to named, a durable record and a flushed
+/// read cache, so a key holder's flood (unauthenticated updates are never ordered) would
+/// otherwise slow every other client's updates; ordered reads cost the ordering only, and are
+/// limited only when `reads_per_second` is set. Counted as RRL counts answers (the same
+/// credits and debt, per /24 and /56 by default); a request over the limit is answered
+/// REFUSED without being ordered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OrderLimitConfig {
+    /// Updates and zone transfers per second per client prefix; 0: no limit.
+    pub writes_per_second: u32,
+    /// Ordered reads per second per client prefix; 0 (the default): no limit.
+    pub reads_per_second: u32,
+    /// Seconds over which a flood's rate is averaged (1..=3600).
+    pub window_s: u32,
+    pub ipv4_prefix: u8,
+    pub ipv6_prefix: u8,
+    /// Prefixes tracked at most; when full, those idle for a window are forgotten first.
+    pub max_table: usize,
+}
+
+impl Default for OrderLimitConfig {
+    fn default() -> Self {
+        // 200 updates/s from one /24 is some 50 times what nsupdate loops reach here
+        // (docs/BENCHMARKS.md); the window is short so that a client over it is back soon.
+        OrderLimitConfig { writes_per_second: 200, reads_per_second: 0, window_s: 5, ipv4_prefix: 24, ipv6_prefix: 56, max_table: 20_000 }
+    }
+}
+
+impl OrderLimitConfig {
+    fn rrl(&self, per_second: u32) -> RrlConfig {
+        RrlConfig {
+            responses_per_second: per_second,
+            window_s: self.window_s,
+            slip: 0,
+            ipv4_prefix: self.ipv4_prefix,
+            ipv6_prefix: self.ipv6_prefix,
+            max_table: self.max_table,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        self.rrl(self.writes_per_second).validate()
+    }
+}
+
+/// The per-prefix limit on ordered requests, shared by a replica's listeners.
+pub struct OrderLimiter {
+    writes: Mutex<Rrl>,
+    reads: Mutex<Rrl>,
+    start: Instant,
+}
+
+impl std::fmt::Debug for OrderLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrderLimiter").finish_non_exhaustive()
+    }
+}
+
+impl OrderLimiter {
+    /// `None` when neither limit is set.
+    pub fn new(config: &OrderLimitConfig) -> Option<OrderLimiter> {
+        let (writes, reads) = (Rrl::new(config.rrl(config.writes_per_second)), Rrl::new(config.rrl(config.reads_per_second)));
+        (writes.enabled() || reads.enabled()).then(|| OrderLimiter { writes: Mutex::new(writes), reads: Mutex::new(reads), start: Instant::now() })
+    }
+
+    /// Whether a request from `client` may be ordered now (`write`: an update or a transfer).
+    pub fn allow(&self, client: IpAddr, write: bool) -> bool {
+        self.allow_at(client, write, self.start.elapsed().as_millis() as u64)
+    }
+
+    fn allow_at(&self, client: IpAddr, write: bool, now_ms: u64) -> bool {
+        let rrl = if write { &self.writes } else { &self.reads };
+        // An IPv4 client on a dual-stack socket counts in its IPv4 prefix.
+        let client = match client {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(client),
+            v4 => v4,
+        };
+        match rrl.lock() {
+            Ok(mut r) => r.check(client, Kind::Error, now_ms) == Action::Send,
+            Err(_) => true,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ordered_requests_are_limited_per_prefix_writes_and_reads_apart() {
+        let config = OrderLimitConfig { writes_per_second: 10, window_s: 2, ..OrderLimitConfig::default() };
+        assert_eq!(config.validate(), Ok(()));
+        assert!(OrderLimitConfig { window_s: 0, ..config.clone() }.validate().is_err());
+        assert!(OrderLimitConfig { ipv6_prefix: 129, ..config.clone() }.validate().is_err());
+        assert!(OrderLimiter::new(&OrderLimitConfig { writes_per_second: 0, ..config.clone() }).is_none(), "both off: no limiter");
+        let l = OrderLimiter::new(&config).unwrap();
+        // A burst of a second's worth passes, the rest of a flood does not.
+        let passed = (0..1000).filter(|_| l.allow_at(ip("192.0.2.1"), true, 0)).count();
+        assert_eq!(passed, 10);
+        // The same /24 (and the same address mapped into IPv6) shares the account; another
+        // /24 does not; reads are not limited by default.
+        assert!(!l.allow_at(ip("192.0.2.77"), true, 0));
+        assert!(!l.allow_at(ip("::ffff:192.0.2.9"), true, 0));
+        assert!(l.allow_at(ip("192.0.3.1"), true, 0));
+        assert!((0..1000).all(|_| l.allow_at(ip("192.0.2.1"), false, 0)));
+        // The debt lasts at most the window: three seconds later the rate passes again.
+        assert_eq!((0..10).filter(|_| l.allow_at(ip("192.0.2.1"), true, 3_000)).count(), 10);
+        // Steady updates at the rate are never refused.
+        let l = OrderLimiter::new(&config).unwrap();
+        assert!((0..100u64).all(|i| l.allow_at(ip("198.51.100.2"), true, i * 100)));
+        // The default is generous for nsupdate: 200 at once from one address pass.
+        let l = OrderLimiter::new(&OrderLimitConfig::default()).unwrap();
+        assert!((0..200).all(|_| l.allow_at(ip("127.0.0.1"), true, 0)));
+    }
 
     fn rrl(rps: u32, window_s: u32, slip: u32) -> Rrl {
         Rrl::new(RrlConfig { responses_per_second: rps, window_s, slip, ..RrlConfig::default() })

@@ -127,11 +127,15 @@ pub enum Failure {
     UnknownKey,
     /// The agreed time lies outside [inception, expiration].
     OutsideWindow,
+    /// Valid for longer than the configured maximum (`[auth] sig0_max_validity_s`): the
+    /// longer a signed update may be ordered, the longer a replay must be remembered.
+    SpanTooLong,
     BadSignature,
 }
 
-/// The signer's identity when the SIG(0) verifies at `now_s`.
-pub fn verify<'k>(msg: &[u8], rec: &RecordAt, keys: &'k [Sig0Key], now_s: u64) -> Result<&'k Sig0Key, Failure> {
+/// The signer's identity when the SIG(0) verifies at `now_s` and is valid for at most
+/// `max_span_s` (expiration less inception).
+pub fn verify<'k>(msg: &[u8], rec: &RecordAt, keys: &'k [Sig0Key], now_s: u64, max_span_s: u64) -> Result<&'k Sig0Key, Failure> {
     if msg.len() > MAX_MESSAGE {
         return Err(Failure::TooBig);
     }
@@ -160,6 +164,10 @@ pub fn verify<'k>(msg: &[u8], rec: &RecordAt, keys: &'k [Sig0Key], now_s: u64) -
     let now = now_s as u32;
     if (now.wrapping_sub(inception) as i32) < 0 || (expiration.wrapping_sub(now) as i32) < 0 {
         return Err(Failure::OutsideWindow);
+    }
+    // Inside the window, so expiration follows inception (serial arithmetic).
+    if u64::from(expiration.wrapping_sub(inception)) > max_span_s {
+        return Err(Failure::SpanTooLong);
     }
     // What is signed: the SIG rdata without the signature, then the request as it was
     // before the SIG(0) was added (ARCOUNT one less).

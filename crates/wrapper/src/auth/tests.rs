@@ -283,3 +283,103 @@ fn update_keys_map_to_their_local_keys_for_the_policy() {
     assert_eq!(sig0.local_names("dhcp-key"), Some(Vec::new()));
     assert_eq!(sig0.local_names("*").map(|v| v.len()), Some(3));
 }
+
+/// An update of `total` bytes once signed with `key` at the fixed clock: one authority
+/// record whose rdata fills the rest (its content does not matter before named).
+fn update_of_size(key: &tsig::Key, total: usize) -> Vec<u8> {
+    let mut m = vec![0x12, 0x34, 0x28, 0, 0, 1, 0, 0, 0, 1, 0, 0];
+    m.extend_from_slice(&wire::name_to_wire("example.test.").unwrap());
+    m.extend_from_slice(&[0, 6, 0, 1]);
+    let owner = wire::name_to_wire("big.example.test.").unwrap();
+    let signed_growth = tsig::sign(&m, key, fixed_clock(), 300, 0, vec![], None).len() - m.len();
+    let rdlen = total - m.len() - owner.len() - 10 - signed_growth;
+    m.extend_from_slice(&owner);
+    m.extend_from_slice(&[0, 16, 0, 1, 0, 0, 1, 44]);
+    m.extend_from_slice(&u16::try_from(rdlen).unwrap().to_be_bytes());
+    m.extend((0..rdlen).map(|i| if i % 256 == 0 { 255 } else { b'x' }));
+    let signed = tsig::sign(&m, key, fixed_clock(), 300, 0, vec![], None);
+    assert_eq!(signed.len(), total);
+    signed
+}
+
+/// A validly signed update that named could take as it came, but not once re-signed with
+/// the (longer-named) local key: the gateway answers FORMERR, signed with the client's key,
+/// and the refusal the execution core gives (`UpdateGate::refusal`) is the same answer.
+#[test]
+fn an_update_too_long_once_re_signed_is_refused_before_ordering() {
+    let secret = TsigSecret { name: "up.".into(), algorithm: tsig::Algorithm::HmacSha256, secret: vec![9; 32] };
+    let mut a = Authenticator::new(Mode::Tsig, std::slice::from_ref(&secret), &[], Vec::new()).unwrap();
+    a.clock = fixed_clock;
+    let key = tsig::Key::new(&secret.name, secret.algorithm, &secret.secret).unwrap();
+    let big = update_of_size(&key, 65_530);
+    let UpdateDecision::Forward(forwarded) = a.decide(&big, fixed_clock()) else { panic!("valid: the gate passes it") };
+    assert!(forwarded.len() > crate::exec::gate::MAX_FORWARD, "re-signed it grows past TCP framing: {}", forwarded.len());
+    assert!(!crate::exec::gate::forwardable(&forwarded));
+    let answer = a.precheck(&big, false, fixed_clock()).expect("refused before ordering");
+    assert_eq!(rcode(&answer), RCODE_FORMERR);
+    assert_eq!(&answer[..2], &big[..2]);
+    let t = tsig_of(&answer);
+    assert_eq!((t.error, t.mac.len()), (0, 32), "signed with the client's key, as named signs");
+    assert_eq!(a.refusal(&big, RCODE_FORMERR, fixed_clock()), answer, "the execution core's refusal is the same");
+    // One that still fits once re-signed is ordered.
+    let fits = update_of_size(&key, 65_500);
+    assert_eq!(a.precheck(&fits, false, fixed_clock()), None);
+    let UpdateDecision::Forward(forwarded) = a.decide(&fits, fixed_clock()) else { panic!("passes") };
+    assert!(crate::exec::gate::forwardable(&forwarded));
+}
+
+/// An UPDATE too broken to read (here a header announcing a question that is not there)
+/// authorizes nothing: FORMERR, as named answers it, before ordering and at execution.
+#[test]
+fn unreadable_updates_are_refused_without_named() {
+    let a = auth(Mode::Both);
+    let runt = vec![0xbe, 0xef, 0x28, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    let UpdateDecision::Refuse { rcode: code, answer } = a.decide(&runt, fixed_clock()) else { panic!("refused") };
+    assert_eq!((code, rcode(&answer), &answer[..2]), (RCODE_FORMERR, RCODE_FORMERR, &runt[..2]));
+    assert_eq!(answer[2] & 0xf8, 0x80 | 0x28, "a response with the request's opcode");
+    assert_eq!(a.precheck(&runt, false, fixed_clock()), Some(answer.clone()));
+    assert_eq!(a.refusal(&runt, RCODE_FORMERR, fixed_clock()), answer);
+}
+
+/// A SIG(0) valid for longer than `sig0_max_validity_s` is refused; the replay key of a
+/// SIG(0) update is the signed data, valid until its expiration.
+#[test]
+fn sig0_validity_is_bounded_and_its_replay_key_spans_it() {
+    let (q, _) = capture("sig0-and-tsig-algs.txt", "Ksig0-ed25519.example.test.+015+62289.private");
+    let (inception, expiration) = sig0_window(&q);
+    let span = expiration - inception;
+    let now = inception + 1;
+    assert!(matches!(auth(Mode::Sig0).with_sig0_max_validity(span).decide(&q, now), UpdateDecision::Forward(_)));
+    assert!(matches!(auth(Mode::Sig0).with_sig0_max_validity(span - 1).decide(&q, now), UpdateDecision::Refuse { rcode: RCODE_REFUSED, .. }));
+    let key = crate::exec::gate::replay_key(&q).expect("signed");
+    assert_eq!((key.from_s, key.until_s), (inception, expiration));
+    // The header id is signed: another id is another (unverifiable) message.
+    let mut other = q.clone();
+    other[0] ^= 1;
+    assert_ne!(crate::exec::gate::replay_key(&other).unwrap().digest, key.digest);
+    // The signature bytes are not part of the key (an ECDSA signature has two encodings).
+    let mut resigned = q.clone();
+    let last = resigned.len() - 1;
+    resigned[last] ^= 1;
+    assert_eq!(crate::exec::gate::replay_key(&resigned).unwrap().digest, key.digest);
+}
+
+/// A TSIG update's replay key is what its MAC covers: the original id, not the header's.
+#[test]
+fn tsig_replay_key_ignores_the_header_id() {
+    let (q, _) = capture("tsig-hmac-sha256.txt", "ukey.key");
+    let t = tsig_of(&q);
+    let key = crate::exec::gate::replay_key(&q).expect("signed");
+    assert_eq!((key.from_s, key.until_s), (t.time_signed - u64::from(t.fudge), t.time_signed + u64::from(t.fudge)));
+    let mut replay = q.clone();
+    replay[..2].copy_from_slice(&(t.original_id ^ 0x5555).to_be_bytes());
+    assert_eq!(crate::exec::gate::replay_key(&replay).unwrap().digest, key.digest);
+    // Still valid under the new id (the MAC covers the original one): the gate passes it, so
+    // only the replay key keeps it from running twice.
+    assert!(matches!(auth(Mode::Tsig).decide(&replay, t.time_signed), UpdateDecision::Forward(_)));
+    let mut changed = q.clone();
+    changed[20] ^= 1;
+    assert_ne!(crate::exec::gate::replay_key(&changed).map(|k| k.digest), Some(key.digest));
+    // Unsigned or unreadable: no key.
+    assert_eq!(crate::exec::gate::replay_key(&q[..40]), None);
+}

@@ -106,6 +106,14 @@ impl UpdateGate for ZoneAuth {
             _ => named_answer.to_vec(),
         }
     }
+
+    fn refusal(&self, request: &[u8], rcode: u16, agreed_time_s: u64) -> Vec<u8> {
+        match self.target(request) {
+            Some(Target::Zone(auth)) => auth.refusal(request, rcode, agreed_time_s),
+            Some(Target::Unserved(layout, _)) => self.unserved(request, &layout, rcode, agreed_time_s),
+            None => crate::exec::gate::Unchanged.refusal(request, rcode, agreed_time_s),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -35,14 +35,12 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use hickory_proto::op::{Message, MessageType, ResponseCode};
-use hickory_proto::rr::RData;
 use named_glue::signer::SignatureTimes;
-use sha2::{Digest as _, Sha256};
 
 use crate::classify::{classify, Kind, Verdict};
 use crate::envelope::Op;
 use crate::exec::authority::{SignFinishAuth, SignZoneAuth, SignZoneVerifier};
-use crate::exec::gate::{UpdateDecision, UpdateGate};
+use crate::exec::gate::{forwardable, replay_key, UpdateDecision, UpdateGate};
 use crate::exec::state::{code, ExecState, RecentWrite, SigningRun};
 
 /// named's answers to recent writes kept for retransmissions (local, not replicated:
@@ -230,6 +228,10 @@ struct Running<R> {
     /// The state before the current zone-changing item touched it (see
     /// [`ExecCore::zone_change_at`]).
     before: Option<ExecState>,
+    /// Something of this batch went to named (a write, a signing, a slice): the batch is
+    /// persisted. One that named never saw (reads, refusals decided here) is executed again
+    /// alike after a restart, so it costs no fsync.
+    named: bool,
 }
 
 /// Where a crash interrupted the batch after the executed one, from the write intent
@@ -401,7 +403,16 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             applied = resume.applied.then_some(resume.index);
         }
         let items = batch.requests.into_iter().enumerate().map(|(i, item)| (u32::try_from(i).unwrap_or(u32::MAX), item)).filter(|(i, _)| *i >= from).collect();
-        self.running = Some(Running { seq: batch.seq, time_us: batch.time_us, checkpoint_due: batch.checkpoint_due, items, wait: None, applied, before: None });
+        self.running = Some(Running {
+            seq: batch.seq,
+            time_us: batch.time_us,
+            checkpoint_due: batch.checkpoint_due,
+            items,
+            wait: None,
+            applied,
+            before: None,
+            named: false,
+        });
         self.advance(&mut out);
         out
     }
@@ -593,14 +604,17 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                     run.wait = Some(Wait::Digest);
                     return;
                 }
-                let (seq, checkpoint) = (run.seq, run.checkpoint_due);
+                let (seq, checkpoint, named) = (run.seq, run.checkpoint_due, run.named);
                 self.running = None;
                 // A batch that changed nothing durable costs no write (and no fsync): most
-                // batches are reads only. Checkpoint batches are always written, so a restart
-                // never executes a checkpoint again: named may by then hold a write ordered
-                // after it (the one running at the crash), which would change its digest.
+                // batches are reads only, and refusals decided here without named (an
+                // unauthenticated or unforwardable update, from a faulty origin) change only
+                // the outcome chain and recent writes, which executing the batch again after
+                // a restart computes alike. Checkpoint batches are always written, so a
+                // restart never executes a checkpoint again: named may by then hold a write
+                // ordered after it (the one running at the crash), which would change its digest.
                 self.state.executed = self.durable.executed;
-                if self.state == self.durable && !checkpoint {
+                if !named && !checkpoint && self.state.zones == self.durable.zones {
                     self.state.executed = seq;
                     out.push(Command::Executed(seq));
                 } else {
@@ -646,19 +660,26 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                             return self.hold(index, item, Wait::Barrier);
                         }
                         let time_s = time_us / 1_000_000;
-                        let digest: [u8; 32] = Sha256::digest(&message).into();
+                        let replay = replay_key(&message);
                         self.keep_before();
                         self.state.prune_recent(time_s);
-                        if let Some(first) = self.state.recent_writes.get(&digest).copied() {
-                            // The same bytes again within their TSIG window: a client's
-                            // retransmission (or a replay). Executed once; this gets the
-                            // first execution's answer.
+                        if let Some((digest, first)) = replay.and_then(|k| self.state.recent_writes.get(&k.digest).map(|w| (k.digest, *w))) {
+                            // What the same signature covers, again within its window: a
+                            // client's retransmission (or a replay, under any header id).
+                            // Executed once; this gets the first execution's answer.
                             self.state.record(seq, index, code::DUPLICATE | first.outcome);
                             if let Some(reply) = item.reply {
                                 // named's answer as the client got it the first time (the
                                 // gate re-signs it for the client's key, over the same MAC).
                                 let bytes = match self.answers.get(&digest) {
-                                    Some(a) => self.gate.answer_for_client(&message, a),
+                                    Some(a) => {
+                                        // Under this copy's header id (a replay may carry another).
+                                        let mut a = a.clone();
+                                        if let (Some(to), Some(from)) = (a.get_mut(..2), message.get(..2)) {
+                                            to.copy_from_slice(from);
+                                        }
+                                        self.gate.answer_for_client(&message, &a)
+                                    }
                                     None => rcode_answer(&message, first.outcome),
                                 };
                                 out.push(Command::Answer { reply, bytes });
@@ -666,12 +687,20 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                             continue;
                         }
                         match self.gate.decide(&message, time_s) {
+                            UpdateDecision::Forward(bytes) if !forwardable(&bytes) => {
+                                // Bytes named can never take (too long for TCP once re-signed,
+                                // or no header): refused here, alike at every replica, rather
+                                // than sent to named for ever.
+                                let rcode = u16::from(crate::answer::RCODE_FORMERR);
+                                self.state.record(seq, index, u32::from(rcode));
+                                if let Some(reply) = item.reply {
+                                    out.push(Command::Answer { reply, bytes: self.gate.refusal(&message, rcode, time_s) });
+                                }
+                            }
                             UpdateDecision::Forward(bytes) => {
-                                // Only a TSIG whose time is acceptable now (within its fudge)
-                                // opens a window: a far-future time signed cannot pin an entry.
-                                let window = tsig_window(&message)
-                                    .filter(|&(signed, fudge)| signed <= time_s.saturating_add(fudge) && signed.saturating_add(fudge) >= time_s)
-                                    .map(|(signed, fudge)| (digest, signed.saturating_add(fudge)));
+                                // Only a signature valid now opens a window: a far-future time
+                                // signed cannot pin an entry.
+                                let window = replay.filter(|k| k.from_s <= time_s && time_s <= k.until_s).map(|k| (k.digest, k.until_s));
                                 if self.running.as_ref().is_some_and(|run| run.applied == Some(index)) {
                                     // named applied it before this replica crashed: it answered
                                     // NOERROR then (only a successful update changes the zone).
@@ -681,12 +710,16 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                                     if let Some((digest, expires_s)) = window {
                                         self.state.remember_write(digest, RecentWrite { expires_s, outcome: 0 });
                                     }
+                                    if let Some(run) = self.running.as_mut() {
+                                        run.named = true;
+                                    }
                                     continue;
                                 }
                                 let times = self.times(time_us);
                                 out.push(Command::Write { seq, index, message: bytes, times });
                                 if let Some(run) = self.running.as_mut() {
                                     run.wait = Some(Wait::Write { index, request: message, reply: item.reply, window });
+                                    run.named = true;
                                 }
                                 return;
                             }
@@ -761,6 +794,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                     out.push(Command::FinishSigning { zone, seq, run: signing, times });
                     if let Some(run) = self.running.as_mut() {
                         run.wait = Some(Wait::Finish { zone, index, reply: item.reply });
+                        run.named = true;
                     }
                     return;
                 }
@@ -780,6 +814,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         out.push(Command::ResignSlice { zone, seq, times, due_before_s, max_rrsets: self.config.slice_rrsets.max(1) });
                         if let Some(run) = self.running.as_mut() {
                             run.wait = Some(Wait::Slice { zone, index, reply: item.reply });
+                            run.named = true;
                         }
                         return;
                     }
@@ -824,6 +859,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         let Some(run) = self.running.as_mut() else { return };
         if quiet {
             run.wait = Some(Wait::Begin { zone, index, reply });
+            run.named = true;
             out.push(Command::BeginSigning { zone, seq, times });
         } else {
             run.wait = Some(Wait::SignPending { zone, index, reply });
@@ -891,19 +927,6 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             Err(format!("waiting: {} of the {needed} replicas needed asked for sign-zone", s.sign_zone_requests.len()))
         }
     }
-}
-
-/// The TSIG of `message`, if any: (time signed, fudge), seconds.
-fn tsig_window(message: &[u8]) -> Option<(u64, u64)> {
-    let m = Message::from_vec(message).ok()?;
-    if let Some(tsig) = &m.signature {
-        return Some((tsig.data.time, u64::from(tsig.data.fudge)));
-    }
-    // Without hickory's DNSSEC feature the TSIG stays the last additional record.
-    m.additionals.iter().rev().find_map(|r| match &r.data {
-        RData::TSIG(tsig) => Some((tsig.time, u64::from(tsig.fudge))),
-        _ => None,
-    })
 }
 
 /// An answer carrying the request's id, opcode, question and an outcome's rcode (for a

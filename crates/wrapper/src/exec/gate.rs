@@ -4,6 +4,85 @@
 //! that every honest replica decides alike (the update-authentication module supplies
 //! the real gate; [`Unchanged`] is the pass-through).
 
+use dnswire::layout::{self, HEADER_LEN, TYPE_SIG};
+use dnswire::tsig;
+use sha2::{Digest as _, Sha256};
+
+/// The largest message named can take: TCP's two-byte length (RFC 1035 4.2.2).
+pub const MAX_FORWARD: usize = dnswire::framing::MAX_MESSAGE;
+
+/// Whether named can be sent these bytes as they are: a header at least, and no longer
+/// than TCP framing allows. Bytes that are not are refused by the core (FORMERR, the same
+/// at every replica) instead of being sent to named, which could never take them.
+pub fn forwardable(bytes: &[u8]) -> bool {
+    (HEADER_LEN..=MAX_FORWARD).contains(&bytes.len())
+}
+
+/// What identifies a signed write against its replay: a digest of what its signature
+/// covers (not of its bytes: a TSIG'd update replayed under another header id, or with its
+/// MAC truncated, or a SIG(0) whose ECDSA signature was re-encoded, is the same write), and
+/// the agreed times (s) at which it can verify: a copy ordered then is not executed again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayKey {
+    pub digest: [u8; 32],
+    pub from_s: u64,
+    pub until_s: u64,
+}
+
+/// The replay key of a TSIG or SIG(0) signed message, read from its signature record
+/// without checking the signature (the gate's `decide` does that; the core remembers a key
+/// only once the write was forwarded, so an unverifiable copy cannot take a key first).
+/// `None`: unsigned or unreadable.
+pub fn replay_key(message: &[u8]) -> Option<ReplayKey> {
+    let l = layout::layout(message).ok()?;
+    let rec = l.signature?;
+    let mut h = Sha256::new();
+    if rec.rtype == layout::TYPE_TSIG {
+        let t = tsig::Tsig::parse(message, &rec).ok()?;
+        // RFC 8945 4.3.3: the MAC covers the message with its original id, and the TSIG
+        // variables (key, algorithm, time, fudge, error, other): not the header id.
+        h.update(b"tsig");
+        h.update(tsig::strip(message, rec.start, t.original_id));
+        h.update(t.key_name.to_ascii_lowercase());
+        h.update(t.algorithm.to_ascii_lowercase());
+        h.update(t.time_signed.to_be_bytes());
+        h.update(t.fudge.to_be_bytes());
+        h.update(t.error.to_be_bytes());
+        h.update(&t.other);
+        let fudge = u64::from(t.fudge);
+        return Some(ReplayKey { digest: h.finalize().into(), from_s: t.time_signed.saturating_sub(fudge), until_s: t.time_signed.saturating_add(fudge) });
+    }
+    if rec.rtype != TYPE_SIG {
+        return None;
+    }
+    // RFC 2931 3.1: the SIG rdata less the signature, then the message before the SIG(0)
+    // (its header id included, ARCOUNT one less). Fixed part of 18 bytes, then the signer's
+    // name, uncompressed.
+    let rdata = message.get(rec.rdata..rec.rdata + rec.rdlen)?;
+    let fixed = rdata.get(..18)?;
+    let expiration = u32::from_be_bytes([fixed[8], fixed[9], fixed[10], fixed[11]]);
+    let inception = u32::from_be_bytes([fixed[12], fixed[13], fixed[14], fixed[15]]);
+    let mut at = 18;
+    loop {
+        let len = usize::from(*rdata.get(at)?);
+        at += 1 + len;
+        if len == 0 {
+            break;
+        }
+        if len & 0xc0 != 0 || at - 18 > 255 {
+            return None;
+        }
+    }
+    h.update(b"sig0");
+    h.update(rdata.get(..at)?.to_ascii_lowercase());
+    let mut header = message.get(..HEADER_LEN)?.to_vec();
+    let ar = layout::u16_at(&header, 10)?.saturating_sub(1);
+    header[10..12].copy_from_slice(&ar.to_be_bytes());
+    h.update(&header);
+    h.update(message.get(HEADER_LEN..rec.start)?);
+    Some(ReplayKey { digest: h.finalize().into(), from_s: u64::from(inception), until_s: u64::from(expiration) })
+}
+
 /// What to do with one ordered write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UpdateDecision {
@@ -18,6 +97,11 @@ pub trait UpdateGate: Send + Sync {
     fn decide(&self, message: &[u8], agreed_time_s: u64) -> UpdateDecision;
     /// What the client gets back, given the request and named's answer to the forwarded bytes.
     fn answer_for_client(&self, request: &[u8], named_answer: &[u8]) -> Vec<u8>;
+    /// The answer to a write the core refuses with `rcode` without named (it forwarded bytes
+    /// named cannot take): from the request and the agreed time only.
+    fn refusal(&self, request: &[u8], rcode: u16, _agreed_time_s: u64) -> Vec<u8> {
+        u8::try_from(rcode).ok().and_then(|r| crate::answer::error_answer(request, r)).unwrap_or_default()
+    }
 }
 
 /// Forwards every write byte for byte and hands named's answer back as it is.
@@ -42,6 +126,10 @@ impl<T: UpdateGate + ?Sized> UpdateGate for std::sync::Arc<T> {
 
     fn answer_for_client(&self, request: &[u8], named_answer: &[u8]) -> Vec<u8> {
         (**self).answer_for_client(request, named_answer)
+    }
+
+    fn refusal(&self, request: &[u8], rcode: u16, agreed_time_s: u64) -> Vec<u8> {
+        (**self).refusal(request, rcode, agreed_time_s)
     }
 }
 

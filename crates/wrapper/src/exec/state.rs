@@ -1,7 +1,8 @@
 //! The execution state every honest replica holds identically after the same prefix
 //! of the log: where execution stands, the outcome of every ordered write, and what
-//! whole-zone operations were asked for and done. Persisted after every batch that changed
-//! more than the executed position, and at every checkpoint batch;
+//! whole-zone operations were asked for and done. Persisted after every batch that sent
+//! something to named or changed a zone's schedule, and at every checkpoint batch (a batch of
+//! reads and refusals decided without named is executed again alike after a restart);
 //! checkpoints attest to it.
 
 use std::collections::BTreeMap;
@@ -17,8 +18,8 @@ use crate::codec::{self, CodecError};
 /// one [`ZoneExec`] per zone. Older states are read and converted (as zone 0's).
 const VERSION: u8 = 4;
 const MAX_STATE_BYTES: usize = 256 * 1024;
-/// Recent TSIG-signed writes remembered for deduplication; beyond, the one whose window
-/// closes first is forgotten.
+/// Recent signed writes (TSIG or SIG(0)) remembered for deduplication; beyond, the one whose
+/// window closes first is forgotten.
 pub const MAX_RECENT_WRITES: usize = 1024;
 
 /// Outcome codes folded into the outcome chain besides named's rcodes (0..=4095).
@@ -52,11 +53,11 @@ pub struct SigningRun {
     pub time_s: u64,
 }
 
-/// A TSIG-signed write executed recently: a byte-identical copy ordered before its
-/// window closes is not executed again.
+/// A signed write executed recently: a copy of what its signature covers ordered before its
+/// validity ends is not executed again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecentWrite {
-    /// The TSIG's time signed plus its fudge (s).
+    /// When its signature stops being valid (s): TSIG time signed plus fudge, SIG(0) expiration.
     pub expires_s: u64,
     /// The first execution's outcome code.
     pub outcome: u32,
@@ -122,7 +123,8 @@ pub struct ExecState {
     /// Hash chain over (seq, request index, outcome code) of every ordered write and
     /// whole-zone signing: a replica whose named answered differently differs here.
     pub outcomes: [u8; 32],
-    /// SHA-256 of the bytes of recent TSIG-signed writes, with their window and outcome.
+    /// Recent signed writes by what their signature covers (`exec::gate::ReplayKey`), with the
+    /// end of their validity and their outcome.
     pub recent_writes: BTreeMap<[u8; 32], RecentWrite>,
     /// Per zone index (the order of the configuration's zones): a BTreeMap, so every
     /// replica walks it in the same order. A zone nothing happened to yet has no entry
