@@ -233,3 +233,40 @@ fn byzantine_modes_need_a_test_cluster() {
     let out_text = text(&out);
     assert!(!out.status.success() && out_text.contains("replica.byzantine") && out_text.contains("test_cluster"), "{out_text}");
 }
+
+fn writes_ordered(c: &Cluster, i: u16) -> u64 {
+    let series = format!("sdns_requests_total{{replica=\"{i}\",kind=\"write\"}}");
+    c.metrics(i).lines().find(|l| l.starts_with(&series)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// Replica 0 (the first primary) orders, as its own requests, updates no honest gateway
+/// orders (`mode`); ten updates through the honest replicas are each acknowledged, the
+/// honest zones stay identical, and the hostile writes were ordered (so refused at
+/// execution, without named, at every replica). The latencies are printed.
+fn hostile_writer_as_first_primary(mode: &str) {
+    let c = cluster(4, &[(0, mode)]);
+    let name = mode.replace(|ch: char| !ch.is_ascii_alphanumeric(), "");
+    let before = writes_ordered(&c, 1);
+    let mut latencies = Vec::new();
+    for k in 0..10u16 {
+        let through = 1 + k % 3;
+        let started = Instant::now();
+        let (ok, out) = c.nsupdate(through, &format!("update add {name}-{k}.example.test 300 A 192.0.2.{}", k + 1));
+        assert!(ok, "update {k} through honest replica {through} failed:\n{out}\n{}", c.logs());
+        latencies.push(started.elapsed().as_millis());
+    }
+    let hostile = writes_ordered(&c, 1).saturating_sub(before + 10);
+    eprintln!("{mode} as replica 0: ten updates through honest replicas acknowledged in {latencies:?} ms; {hostile} hostile writes ordered meanwhile");
+    assert!(hostile > 0, "replica 0 ordered none of its hostile writes\n{}", c.logs());
+    survives(&c, &[(0, Seen::Nothing)], &name);
+}
+
+#[test]
+fn four_with_an_oversized_writer_as_first_primary() {
+    hostile_writer_as_first_primary("oversized-writes");
+}
+
+#[test]
+fn four_with_an_update_flooder_as_first_primary() {
+    hostile_writer_as_first_primary("update-flooder");
+}

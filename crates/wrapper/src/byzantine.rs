@@ -34,11 +34,17 @@ pub enum Mode {
     WrongAnswers,
     /// Answers its peers' read probes with made-up barriers, far ahead or 0 (vouched reads).
     WrongVouches,
+    /// Orders, as its own requests (past its own pre-ordering check), updates named can never
+    /// take: validly signed ones too long once re-signed, and malformed ones.
+    OversizedWrites,
+    /// Orders unauthenticated updates (unreadable, unsigned, unknown key) as fast as the
+    /// ordering takes them.
+    UpdateFlooder,
 }
 
 impl Mode {
     /// Every mode, with `crash-after-N` at N = 20 (for listings and tests).
-    pub const ALL: [Mode; 11] = [
+    pub const ALL: [Mode; 13] = [
         Mode::Silent,
         Mode::CrashAfter(20),
         Mode::Equivocator,
@@ -50,6 +56,8 @@ impl Mode {
         Mode::GarbageShares,
         Mode::WrongAnswers,
         Mode::WrongVouches,
+        Mode::OversizedWrites,
+        Mode::UpdateFlooder,
     ];
 
     /// The ordering driver's behaviour for this mode, if it has one.
@@ -107,6 +115,8 @@ impl fmt::Display for Mode {
             Mode::GarbageShares => f.write_str("garbage-shares"),
             Mode::WrongAnswers => f.write_str("wrong-answers"),
             Mode::WrongVouches => f.write_str("wrong-vouches"),
+            Mode::OversizedWrites => f.write_str("oversized-writes"),
+            Mode::UpdateFlooder => f.write_str("update-flooder"),
         }
     }
 }
@@ -126,6 +136,8 @@ impl FromStr for Mode {
             "garbage-shares" => Mode::GarbageShares,
             "wrong-answers" => Mode::WrongAnswers,
             "wrong-vouches" => Mode::WrongVouches,
+            "oversized-writes" => Mode::OversizedWrites,
+            "update-flooder" => Mode::UpdateFlooder,
             other => match other.strip_prefix("crash-after-").map(str::parse::<u64>) {
                 Some(Ok(n)) => Mode::CrashAfter(n),
                 _ => {
@@ -154,6 +166,74 @@ pub fn parse_assignment(s: &str) -> Result<(u16, Mode), String> {
     let (id, mode) = s.split_once(':').ok_or_else(|| format!("{s:?}: expected ID:MODE, e.g. 3:peer-flooder"))?;
     let id = id.trim().parse::<u16>().map_err(|e| format!("{s:?}: replica id: {e}"))?;
     Ok((id, mode.trim().parse()?))
+}
+
+/// The updates `oversized-writes` and `update-flooder` order, the `k`-th of a cycle through
+/// their forms; `key`: a zone update key, `now_s` the time to sign at. `None` for other modes.
+pub fn hostile_write(mode: Mode, k: u64, key: Option<&crate::auth::tsig::Key>, now_s: u64) -> Option<Vec<u8>> {
+    use crate::auth::{tsig, wire};
+    let id = (k as u16).to_be_bytes();
+    // Opcode UPDATE, zone example-ish section of `qd` entries, `up` update records.
+    let update = |qd: u16, up: u16| {
+        let mut m = vec![id[0], id[1], 0x28, 0];
+        m.extend_from_slice(&qd.to_be_bytes());
+        m.extend_from_slice(&[0, 0]);
+        m.extend_from_slice(&up.to_be_bytes());
+        m.extend_from_slice(&[0, 0]);
+        m
+    };
+    let zone = wire::name_to_wire("example.test.").unwrap_or_default();
+    let form = match mode {
+        Mode::UpdateFlooder => k % 3,
+        Mode::OversizedWrites => 3 + k % 3,
+        _ => return None,
+    };
+    Some(match form {
+        // A header announcing a question that is not there.
+        0 => update(1, 0),
+        // A well-formed update, unsigned.
+        1 => {
+            let mut m = update(1, 1);
+            m.extend_from_slice(&zone);
+            m.extend_from_slice(&[0, 6, 0, 1, 0xc0, 12, 0, 1, 0, 1, 0, 0, 1, 44, 0, 4, 192, 0, 2, 13]);
+            m
+        }
+        // Signed with a key nobody configured.
+        2 => {
+            let mut m = update(1, 0);
+            m.extend_from_slice(&zone);
+            m.extend_from_slice(&[0, 6, 0, 1]);
+            match tsig::Key::new("no-such-key.", tsig::Algorithm::HmacSha256, &[7; 32]) {
+                Some(stranger) => tsig::sign(&m, &stranger, now_s, 300, 0, Vec::new(), None),
+                None => m,
+            }
+        }
+        // Validly signed, 65,530 bytes: too long for TCP once re-signed with a longer name.
+        3 => {
+            let Some(key) = key else { return Some(update(1, 0)) };
+            let mut m = update(1, 1);
+            m.extend_from_slice(&zone);
+            m.extend_from_slice(&[0, 6, 0, 1, 0xc0, 12, 0, 16, 0, 1, 0, 0, 1, 44]);
+            let growth = tsig::sign(&m, key, now_s, 300, 0, Vec::new(), None).len() - m.len();
+            let rdlen = 65_530usize.saturating_sub(m.len() + 2 + growth);
+            m.extend_from_slice(&u16::try_from(rdlen).unwrap_or(u16::MAX).to_be_bytes());
+            m.extend((0..rdlen).map(|i| if i % 256 == 0 { 255 } else { b'o' }));
+            tsig::sign(&m, key, now_s, 300, 0, Vec::new(), None)
+        }
+        // A compression loop in the zone section.
+        4 => {
+            let mut m = update(1, 0);
+            m.extend_from_slice(&[0xc0, 12, 0, 6, 0, 1]);
+            m
+        }
+        // Counts far beyond the records there, and truncated mid-record.
+        _ => {
+            let mut m = update(1, 0xffff);
+            m.extend_from_slice(&zone);
+            m.extend_from_slice(&[0, 6, 0, 1, 0xc0, 12, 0, 1]);
+            m
+        }
+    })
 }
 
 /// Rewrites a DNS answer as a lying replica would: every A record says 192.0.2.66, every
@@ -194,6 +274,31 @@ mod tests {
         assert!(parse_assignment("x:silent").is_err());
         let e = parse_assignment("1:evil").unwrap_err();
         assert!(e.contains("crash-after-N") && e.contains("wrong-answers"), "{e}");
+        assert_eq!(parse_assignment("0:oversized-writes"), Ok((0, Mode::OversizedWrites)));
+        assert_eq!(parse_assignment("0:update-flooder"), Ok((0, Mode::UpdateFlooder)));
+    }
+
+    /// Every form the two write modes order is an update no honest gateway orders: refused
+    /// before ordering, or (the signed oversized one) too long for named once re-signed.
+    #[test]
+    fn hostile_writes_are_what_an_honest_gateway_refuses() {
+        use crate::auth::{tsig, Authenticator, TsigSecret};
+        let secret = TsigSecret { name: "sdns-update.".into(), algorithm: tsig::Algorithm::HmacSha256, secret: vec![3; 32] };
+        let key = tsig::Key::new(&secret.name, secret.algorithm, &secret.secret).unwrap();
+        let auth = Authenticator::new(crate::auth::Mode::Tsig, std::slice::from_ref(&secret), &[], Vec::new()).unwrap();
+        let now = 1_800_000_000;
+        assert_eq!(hostile_write(Mode::Silent, 0, Some(&key), now), None);
+        for mode in [Mode::OversizedWrites, Mode::UpdateFlooder] {
+            for k in 0..6 {
+                let m = hostile_write(mode, k, Some(&key), now).unwrap();
+                assert_eq!(crate::classify::classify(&m, true), crate::classify::Verdict::Order(crate::classify::Kind::Write), "{mode} {k}");
+                assert!(auth.precheck(&m, false, now).is_some(), "{mode} form {k} would be ordered by an honest gateway");
+            }
+        }
+        let big = hostile_write(Mode::OversizedWrites, 0, Some(&key), now).unwrap();
+        assert_eq!(big.len(), 65_530);
+        let crate::exec::UpdateDecision::Forward(resigned) = crate::exec::UpdateGate::decide(&auth, &big, now) else { panic!("validly signed") };
+        assert!(!crate::exec::gate::forwardable(&resigned));
     }
 
     #[test]

@@ -523,6 +523,11 @@ pub async fn run(config: Config) -> Result<()> {
         next_number: AtomicU64::new(0),
     });
     metrics.set_slice_pace(config.signing.resign_slice_rrsets, config.signing.resign_slice_interval_s);
+    if let Some(mode @ (Mode::OversizedWrites | Mode::UpdateFlooder)) = byzantine {
+        // The first zone's first update key signs the oversized updates.
+        let key = zone_config.tsig_keys.first().and_then(|p| load_tsig(&config.resolve(p)).ok()).and_then(|k| tsig::Key::new(&k.name, k.algorithm, &k.secret));
+        tasks.spawn("Byzantine writes", order_hostile_writes(gateway.clone(), mode, key));
+    }
     for (index, (last, (signer, voter_rx))) in last_signed.into_iter().zip(sign_zone_signers.iter().zip(voter_rxs)).enumerate() {
         // validate() bounds the zone count far below u16::MAX.
         let zone = u16::try_from(index).map_err(|_| anyhow!("zone index {index} out of range"))?;
@@ -627,6 +632,29 @@ pub async fn run(config: Config) -> Result<()> {
     drop(tasks);
     drop(supervisor);
     outcome
+}
+
+/// Runs `oversized-writes` or `update-flooder`: orders [`crate::byzantine::hostile_write`]s as this replica's
+/// own requests, straight to the ordering (no pending client, so no bound but the ordering's
+/// own), as fast as it takes them. Returns when the ordering has gone.
+async fn order_hostile_writes(gateway: Arc<Gateway>, mode: Mode, key: Option<tsig::Key>) {
+    use std::sync::atomic::Ordering;
+    let mut k = 0u64;
+    loop {
+        let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let Some(message) = crate::byzantine::hostile_write(mode, k, key.as_ref(), now_s) else { return };
+        let payload = crate::envelope::Op::Dns { tcp: true, message }.encode();
+        let number = gateway.next_number.fetch_add(1, Ordering::Relaxed) + 1;
+        let request = bft::Request { origin: gateway.id, client: gateway.incarnation, number, payload };
+        if gateway.submit.send(request).await.is_err() {
+            return;
+        }
+        k += 1;
+        // Let the rest of this replica run between bursts (the submit queue bounds the rest).
+        if k.is_multiple_of(64) {
+            tokio::task::yield_now().await;
+        }
+    }
 }
 
 /// Turns the ordering driver's and the signer's per-peer counts into the status's
