@@ -30,7 +30,7 @@ use crate::config::{Config, ZoneSection};
 use crate::endpoint;
 use crate::exec::{ExecConfig, ExecCore, ExecState, SignZoneSigner, SignZoneVerifier, UpdateGate};
 use crate::executor::Executor;
-use crate::files::{check_secret_mode, zone_key, TsigKey as DealerTsig};
+use crate::files::{check_secret_mode, read_secret, zone_key, TsigKey as DealerTsig};
 use crate::gateway::Gateway;
 use crate::listener::ClientFilters;
 use crate::listener::{serve_tcp, serve_udp, TcpLimits};
@@ -45,9 +45,10 @@ fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
-/// Reads a TSIG key file (BIND's key statement, as `sdns keygen` or tsig-keygen write it).
+/// Reads a TSIG key file (BIND's key statement, as `sdns keygen` or tsig-keygen write it);
+/// one that group or others may read is refused.
 fn load_tsig(path: &Path) -> Result<TsigSecret> {
-    let key = DealerTsig::from_bind(&read(path)?).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let key = DealerTsig::from_bind(&read_secret(path).map_err(|e| anyhow!(e))?).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let algorithm = tsig::Algorithm::from_name(&key.algorithm)
         .ok_or_else(|| anyhow!("{}: TSIG algorithm {} is not supported (hmac-sha1/256/384/512 are)", path.display(), key.algorithm))?;
     Ok(TsigSecret { name: key.name.clone(), algorithm, secret: key.secret() })
@@ -219,8 +220,9 @@ pub async fn run(config: Config) -> Result<()> {
     // The mesh to the other replicas: ordering on channel 0, signing on channel 1.
     let me = config.me().clone();
     let peers: Vec<(u16, SocketAddr)> = config.peers.iter().filter(|p| p.id != id).map(|p| (p.id, p.peer)).collect();
-    let (ca_pem, cert_pem, tls_key_pem) =
-        (read(&config.resolve(&config.cluster.ca_cert))?, read(&config.resolve(&config.replica.cert))?, read(&config.resolve(&config.replica.tls_key))?);
+    let tls_key_pem = read_secret(&config.resolve(&config.replica.tls_key)).map_err(|e| anyhow!(e)).context("replica.tls_key")?;
+    let (ca_pem, cert_pem) = (read(&config.resolve(&config.cluster.ca_cert))?, read(&config.resolve(&config.replica.cert))?);
+
     // Sign-zone requests are signed with the mesh identity over the zone's name and checked
     // against the CA: one verifier and one signer per zone, in zone index order.
     let ca_der = mesh::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?;
