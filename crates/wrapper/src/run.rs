@@ -222,7 +222,6 @@ pub async fn run(config: Config) -> Result<()> {
     let peers: Vec<(u16, SocketAddr)> = config.peers.iter().filter(|p| p.id != id).map(|p| (p.id, p.peer)).collect();
     let tls_key_pem = read_secret(&config.resolve(&config.replica.tls_key)).map_err(|e| anyhow!(e)).context("replica.tls_key")?;
     let (ca_pem, cert_pem) = (read(&config.resolve(&config.cluster.ca_cert))?, read(&config.resolve(&config.replica.cert))?);
-
     // Sign-zone requests are signed with the mesh identity over the zone's name and checked
     // against the CA: one verifier and one signer per zone, in zone index order.
     let ca_der = mesh::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?;
@@ -568,9 +567,11 @@ pub async fn run(config: Config) -> Result<()> {
     let ms = mesh_status.clone();
     tasks.watch("mesh", WATCH_EVERY, move || mesh_status.has_stopped());
     let started = tokio::time::Instant::now();
+    let (own_requests, stall_after) = (gateway.pending.clone(), config.stall_after());
     tasks.spawn("status", async move {
         let mut last_view = 0;
         let mut attribution = Attribution::default();
+        let mut progress = Progress::default();
         loop {
             {
                 let s = status.borrow_and_update().clone();
@@ -580,6 +581,7 @@ pub async fn run(config: Config) -> Result<()> {
                 }
                 let connected = ms.peer_status().iter().filter(|p| p.connected).count();
                 let (faults, silent) = attribution.update(id, n, &s, &m.bad_shares(), started);
+                let observed = progress.observe(id, &s, m.status().last_executed, &own_requests, stall_after);
                 m.update_status(|st| {
                     st.view = s.core.view;
                     st.primary = s.core.primary;
@@ -587,6 +589,7 @@ pub async fn run(config: Config) -> Result<()> {
                     st.peers_connected = connected;
                     st.peer_faults = faults;
                     st.silent_peers = silent;
+                    (st.progress_stalled, st.own_requests_waiting_s, st.executor_behind_s) = observed;
                 });
             }
             tokio::select! {
@@ -676,6 +679,38 @@ impl Attribution {
         self.silent.retain(|p| silent.contains(p));
         let faults = faults.into_iter().map(|((peer, kind), count)| metrics::PeerFault { peer, kind, count }).collect();
         (faults, silent)
+    }
+}
+
+/// The health check's memory between status rounds (`crate::health`), and whether it last
+/// found this replica stalled (logged when that changes).
+#[derive(Default)]
+struct Progress {
+    lag: crate::health::ExecutorLag,
+    stalled: bool,
+}
+
+impl Progress {
+    /// Why this replica is stalled (if it is), how long its own requests have gone
+    /// undelivered and how long its executor has not moved behind the log (s).
+    fn observe(&mut self, me: u16, s: &bft::transport::DriverStatus, executed: u64, pending: &Pending, bound: Duration) -> (Option<String>, u64, u64) {
+        let delivered = s.core.last_delivered;
+        let observed = crate::health::Observed {
+            own_waiting: pending.undelivered_for(bound),
+            refused: s.submit_rejected,
+            executor_behind: self.lag.observe(executed, delivered, std::time::Instant::now()),
+            executed,
+            delivered,
+        };
+        let why = crate::health::stalled(&observed, bound);
+        match (&why, self.stalled) {
+            (Some(why), false) => tracing::warn!(replica = me, "stalled: {why}"),
+            (None, true) => info!(replica = me, "making progress again"),
+            _ => {}
+        }
+        self.stalled = why.is_some();
+        let secs = |d: Option<Duration>| d.map_or(0, |d| d.as_secs());
+        (why, secs(observed.own_waiting), secs(observed.executor_behind))
     }
 }
 
