@@ -209,6 +209,23 @@ fn four_with_a_replica_lying_to_its_clients() {
 }
 
 #[test]
+fn four_with_a_snapshot_leech() {
+    // Replica 3 asks its peers for state-transfer chunks without pause; each serves it at the
+    // per-peer rate and counts the rest against it, and updates through the others go on.
+    let c = cluster(4, &[(3, "snapshot-leech")]);
+    survives(&c, &[(3, Seen::Fault("state_transfer_requests_over_rate"))], "leech");
+    for round in 0..10u16 {
+        let through = round % 3;
+        let (ok, out) = c.nsupdate(through, &format!("update add leech-{round}.example.test 300 A 192.0.2.11"));
+        assert!(ok, "update {round} through honest replica {through} under the leech:\n{out}\n{}", c.logs());
+    }
+    let reference = c.axfr(0);
+    for i in [1, 2] {
+        assert_eq!(c.axfr(i), reference, "honest replica {i}'s zone differs from replica 0's\n{}", c.logs());
+    }
+}
+
+#[test]
 fn seven_with_two_in_mixed_modes() {
     let c = cluster(7, &[(2, "forged-relays"), (5, "garbage-shares")]);
     survives(&c, &[(2, Seen::Fault("relayed_a_request_of_another_origin")), (5, Seen::Fault("bad_signature_share"))], "mixed");

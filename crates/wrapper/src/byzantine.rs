@@ -2,7 +2,8 @@
 //! --byzantine ID:MODE,...` writes `[replica] byzantine = "MODE"`, and a replica refuses to
 //! start with one unless `[cluster] test_cluster = true`. Each mode is a thin hook in one
 //! driver (ordering: bft's transport driver; signing: the signing service; answers: the
-//! listener; vouches: the vouched-read service); a replica without a mode runs none of it.
+//! listener; vouches: the vouched-read service; state-transfer requests: `statexfer::leech`);
+//! a replica without a mode runs none of it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -34,11 +35,13 @@ pub enum Mode {
     WrongAnswers,
     /// Answers its peers' read probes with made-up barriers, far ahead or 0 (vouched reads).
     WrongVouches,
+    /// Asks its peers for state-transfer chunks without pause (`statexfer::leech`).
+    SnapshotLeech,
 }
 
 impl Mode {
     /// Every mode, with `crash-after-N` at N = 20 (for listings and tests).
-    pub const ALL: [Mode; 11] = [
+    pub const ALL: [Mode; 12] = [
         Mode::Silent,
         Mode::CrashAfter(20),
         Mode::Equivocator,
@@ -50,6 +53,7 @@ impl Mode {
         Mode::GarbageShares,
         Mode::WrongAnswers,
         Mode::WrongVouches,
+        Mode::SnapshotLeech,
     ];
 
     /// The ordering driver's behaviour for this mode, if it has one.
@@ -107,6 +111,7 @@ impl fmt::Display for Mode {
             Mode::GarbageShares => f.write_str("garbage-shares"),
             Mode::WrongAnswers => f.write_str("wrong-answers"),
             Mode::WrongVouches => f.write_str("wrong-vouches"),
+            Mode::SnapshotLeech => f.write_str("snapshot-leech"),
         }
     }
 }
@@ -126,6 +131,7 @@ impl FromStr for Mode {
             "garbage-shares" => Mode::GarbageShares,
             "wrong-answers" => Mode::WrongAnswers,
             "wrong-vouches" => Mode::WrongVouches,
+            "snapshot-leech" => Mode::SnapshotLeech,
             other => match other.strip_prefix("crash-after-").map(str::parse::<u64>) {
                 Some(Ok(n)) => Mode::CrashAfter(n),
                 _ => {

@@ -125,7 +125,8 @@ pub struct ZoneSigning {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PeerFault {
     pub peer: u16,
-    /// snake_case: the ordering core's reason, `undecodable_message` or `bad_signature_share`.
+    /// snake_case: the ordering core's reason, `undecodable_message`, `bad_signature_share` or
+    /// `state_transfer_requests_over_rate`.
     pub kind: String,
     pub count: u64,
 }

@@ -406,6 +406,15 @@ pub async fn run(config: Config) -> Result<()> {
     let (diverged_tx, diverged_rx) = watch::channel(0u64);
     let own_digests: crate::executor::OwnDigests = Default::default();
     tasks.spawn("state transfer", transfer.run(state_rx, needed_rx, installs_tx, installed_tx));
+    if byzantine == Some(Mode::SnapshotLeech) {
+        let (status, peers) = (handle.status.clone(), config.peers.iter().map(|p| p.id).filter(|p| *p != id).collect());
+        let target = move || {
+            let claim = status.borrow().core.stable_claim;
+            (claim.seq, claim.state_digest)
+        };
+        tasks.spawn("snapshot leech", crate::statexfer::leech(Arc::new(mesh.sender()), peers, target));
+    }
+    let leeches = transfer_stats.clone();
     tasks.spawn(
         "checkpoint repair",
         repair(
@@ -580,7 +589,8 @@ pub async fn run(config: Config) -> Result<()> {
                     last_view = s.core.view;
                 }
                 let connected = ms.peer_status().iter().filter(|p| p.connected).count();
-                let (faults, silent) = attribution.update(id, n, &s, &m.bad_shares(), started);
+                let over_rate = leeches.lock().map(|t| t.over_rate.clone()).unwrap_or_default();
+                let (faults, silent) = attribution.update(id, n, &s, &m.bad_shares(), &over_rate, started);
                 let observed = progress.observe(id, &s, m.status().last_executed, &own_requests, stall_after);
                 m.update_status(|st| {
                     st.view = s.core.view;
@@ -649,6 +659,7 @@ impl Attribution {
         n: u16,
         s: &bft::transport::DriverStatus,
         bad_shares: &std::collections::BTreeMap<u16, u64>,
+        over_rate: &std::collections::BTreeMap<u16, u64>,
         started: tokio::time::Instant,
     ) -> (Vec<metrics::PeerFault>, Vec<u16>) {
         let mut faults = std::collections::BTreeMap::<(u16, String), u64>::new();
@@ -660,6 +671,9 @@ impl Attribution {
         }
         for (peer, count) in bad_shares {
             *faults.entry((*peer, "bad_signature_share".into())).or_default() += count;
+        }
+        for (peer, count) in over_rate {
+            *faults.entry((*peer, "state_transfer_requests_over_rate".into())).or_default() += count;
         }
         for ((peer, kind), &count) in &faults {
             let logged = self.logged.entry((*peer, kind.clone())).or_default();
