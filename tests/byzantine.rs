@@ -208,6 +208,34 @@ fn four_with_a_replica_lying_to_its_clients() {
     assert!(out_text.contains("DISAGREED: replica 1") && !out_text.contains("192.0.2.66\n;; accepted"), "{out_text}");
 }
 
+/// Replica `b` asks its peers for state-transfer chunks without pause; each serves it at the
+/// per-peer rate and counts the rest against it, and ten updates through the others (one after
+/// the other, each acknowledged) go on.
+fn snapshot_leech(b: u16) {
+    let c = cluster(4, &[(b, "snapshot-leech")]);
+    survives(&c, &[(b, Seen::Fault("state_transfer_requests_over_rate"))], "leech");
+    let good = honest(&c, &[b]);
+    for round in 0..10usize {
+        let through = good[round % good.len()];
+        let (ok, out) = c.nsupdate(through, &format!("update add leech-{round}.example.test 300 A 192.0.2.11"));
+        assert!(ok, "update {round} through honest replica {through} under the leech:\n{out}\n{}", c.logs());
+    }
+    let reference = c.axfr(good[0]);
+    for &i in &good[1..] {
+        assert_eq!(c.axfr(i), reference, "honest replica {i}'s zone differs from replica {}'s\n{}", good[0], c.logs());
+    }
+}
+
+#[test]
+fn four_with_a_snapshot_leech() {
+    snapshot_leech(3);
+}
+
+#[test]
+fn four_with_a_snapshot_leech_as_first_primary() {
+    snapshot_leech(0);
+}
+
 #[test]
 fn seven_with_two_in_mixed_modes() {
     let c = cluster(7, &[(2, "forged-relays"), (5, "garbage-shares")]);

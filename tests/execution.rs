@@ -184,3 +184,57 @@ fn a_write_waits_for_a_restarting_named_and_is_not_skipped() {
     c.eventually("the later update", |i| c.dig(i, &["after-restart.example.test", "A", "+short"]).trim() == "192.0.2.51");
     assert_eq!(c.axfr(3), c.axfr(0));
 }
+
+/// Replica `i`'s `progress_stalled` from its /status: `Ok(None)` while it makes progress,
+/// `Err` with the body when it does not answer or the field is missing.
+fn stalled_reason(c: &Cluster, i: u16) -> Result<Option<String>, String> {
+    let out = run(Command::new("curl").args(["-s", "-m", "5"]).arg(format!("http://127.0.0.1:{}/status", c.metrics_port(i))));
+    let body = String::from_utf8_lossy(&out.stdout).into_owned();
+    match body.split("\"progress_stalled\":").nth(1) {
+        Some(rest) if rest.starts_with("null") => Ok(None),
+        Some(rest) => Ok(rest.strip_prefix('"').and_then(|r| r.split('"').next()).map(str::to_string)),
+        None => Err(body),
+    }
+}
+
+/// Health tells the truth: a replica whose named is stopped (SIGSTOP) under a write still
+/// answers `/status` with the current view, but its executor does not move while the ordering
+/// delivered past it; after `[metrics] stall_after_ms` (default 30 s) it says so in `/status`
+/// and the metrics instead of reporting itself fine, and once named goes on (SIGCONT) it is
+/// healthy again.
+#[test]
+fn a_replica_whose_executor_does_not_move_says_it_is_stalled() {
+    let c = Cluster::up(ClusterOpts::default());
+    assert_eq!(stalled_reason(&c, 3), Ok(None), "stalled before anything happened");
+    let pid = std::fs::read_to_string(c.path("replica-3/state/named/named.pid")).expect("named.pid of replica 3").trim().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let (ok, out) = c.nsupdate(0, "update add stalled-3.example.test 300 A 192.0.2.52");
+    assert!(ok, "the other three replicas apply the update:\n{out}\n{}", c.logs());
+    // Default bound 30 s; the check runs every second.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let stalled = loop {
+        if let Ok(Some(why)) = stalled_reason(&c, 3) {
+            break why;
+        }
+        if Instant::now() > deadline {
+            let _ = Command::new("kill").args(["-CONT", &pid]).status();
+            panic!("replica 3 never said it was stalled: {:?}\n{}", stalled_reason(&c, 3), c.logs());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(stalled.contains("executor behind the log"), "{stalled}");
+    let m = c.metrics(3);
+    assert!(m.contains("sdns_stalled{replica=\"3\"} 1"), "{m}");
+    // The other replicas are not stalled.
+    for i in 0..3 {
+        assert_eq!(stalled_reason(&c, i), Ok(None), "replica {i}");
+    }
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    c.eventually("the update at every replica", |i| c.dig(i, &["stalled-3.example.test", "A", "+short"]).trim() == "192.0.2.52");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stalled_reason(&c, 3) != Ok(None) {
+        assert!(Instant::now() < deadline, "replica 3 still says it is stalled: {:?}\n{}", stalled_reason(&c, 3), c.logs());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(c.metrics(3).contains("sdns_stalled{replica=\"3\"} 0"));
+}

@@ -168,6 +168,9 @@ pub struct Stats {
     pub shared_fallbacks: u64,
     /// Shared sessions that finished without this replica computing its share.
     pub shares_spared: u64,
+    /// Retries asking this replica for its share in a shared session it was not designated
+    /// for, ignored (see [`SignerCore::request_shared`]).
+    pub retries_ignored: u64,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -298,6 +301,8 @@ impl SignerCore {
     /// that kept it waiting are suspected for `Limits::suspect_for_us`. The signature is the
     /// same either way (RSA PKCS#1 v1.5 is deterministic); only who spends the CPU differs:
     /// per signature the cluster computes k shares and one combination instead of n of each.
+    /// A peer's `Retry` reaches only the designated replicas' shares: the others ignore it
+    /// until their own session falls back.
     pub fn request_shared(&mut self, now_us: u64, alg: u8, data: &[u8]) -> Result<Digest, RequestError> {
         self.open(now_us, alg, data, true)
     }
@@ -628,6 +633,15 @@ impl SignerCore {
             }
             return;
         };
+        if s.shared.as_ref().is_some_and(|d| !d.makers.contains(&self.id)) {
+            // Not designated: this replica's share was not asked for, and a peer's retry must
+            // not make it compute one (a proven share costs three exponentiations). It is not
+            // blamed: the peer may have fallen back already, or designated otherwise (its
+            // suspects are its own). Once this session falls back here too, the share is made
+            // and later retries are answered.
+            self.stats.retries_ignored += 1;
+            return;
+        }
         let share = if want_proof {
             s.proof_waiters.insert(from);
             let share = self.want_my_proven(digest);

@@ -511,6 +511,57 @@ fn early_proof_request_is_answered_when_named_asks() {
 }
 
 #[test]
+fn a_retry_makes_only_designated_replicas_compute_shares() {
+    // A shared session (whole-zone signing), n = 4, k = 2: a peer's Retry{proof} is answered
+    // by a designated replica (its proven share) and ignored by the others until their own
+    // session has fallen back.
+    for protocol in [Protocol::OptProof, Protocol::OptTe, Protocol::Basic] {
+        let n = 4;
+        let mut sim = Sim::new(11, n, protocol, vec![Fault::Honest; 4], 0);
+        let data = b"signed in a whole-zone signing";
+        let digest = SignerCore::digest(ALG, data);
+        // Designation as the core makes it with no suspects: k ids from a start the digest gives.
+        let start = u16::from_be_bytes([digest[0], digest[1]]) % n;
+        let (maker, idle, asker) = ((start + 1) % n, (start + 2) % n, (start + 3) % n);
+        let ctx = format!("{protocol:?}: maker {maker}, not designated {idle}");
+        for i in [maker, idle] {
+            sim.cores[usize::from(i)].request_shared(0, ALG, data).unwrap();
+            sim.drain(i);
+        }
+        let jobs = sim.share_jobs.clone();
+        assert_eq!(jobs[usize::from(idle)], 0, "a replica not designated computes nothing: {ctx}");
+        let proven_to_asker = |sim: &Sim, from: u16| {
+            sim.queue.iter().any(|q| {
+                q.1 == from
+                    && q.2 == asker
+                    && matches!(&q.3, SignMessage::Share { digest: d, share } if d == &digest && {
+                        shoup_rsa::SignatureShare::from_bytes(&keys(n).0, share).map(|s| s.proof.is_some()).unwrap_or(false)
+                    })
+            })
+        };
+        for i in [maker, idle] {
+            sim.cores[usize::from(i)].handle_message(1, asker, SignMessage::Retry { digest, proof: true });
+            sim.drain(i);
+        }
+        assert_eq!(sim.share_jobs[usize::from(idle)], 0, "a peer's retry made a replica not designated compute a share: {ctx}");
+        assert_eq!(sim.cores[usize::from(idle)].stats().retries_ignored, 1, "{ctx}");
+        assert!(!sim.queue.iter().any(|q| q.1 == idle), "the replica not designated answered: {ctx}");
+        assert!(proven_to_asker(&sim, maker), "the designated replica sends its proven share: {ctx}");
+        assert_eq!(sim.cores[usize::from(maker)].stats().retries_ignored, 0, "{ctx}");
+        // After its own fallback the session is an ordinary one: the share is made, and a
+        // retry is answered with proof.
+        let later = Limits::default().shared_fallback_us + 1;
+        sim.cores[usize::from(idle)].handle_timeout(later);
+        sim.drain(idle);
+        assert!(sim.share_jobs[usize::from(idle)] > 0, "the fallback makes its share: {ctx}");
+        sim.cores[usize::from(idle)].handle_message(later, asker, SignMessage::Retry { digest, proof: true });
+        sim.drain(idle);
+        assert!(proven_to_asker(&sim, idle), "after its fallback it answers with its proven share: {ctx}");
+        assert_eq!(sim.cores[usize::from(idle)].stats().retries_ignored, 1, "{ctx}");
+    }
+}
+
+#[test]
 fn shares_of_different_sessions_are_asked_for_at_once() {
     // What lets a driver use every core: the core hands out one share job per session
     // without waiting for any of them, and takes their results in any order.

@@ -2,7 +2,8 @@
 //! --byzantine ID:MODE,...` writes `[replica] byzantine = "MODE"`, and a replica refuses to
 //! start with one unless `[cluster] test_cluster = true`. Each mode is a thin hook in one
 //! driver (ordering: bft's transport driver; signing: the signing service; answers: the
-//! listener; vouches: the vouched-read service); a replica without a mode runs none of it.
+//! listener; vouches: the vouched-read service; state-transfer requests: `statexfer::leech`);
+//! a replica without a mode runs none of it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -40,11 +41,13 @@ pub enum Mode {
     /// Orders unauthenticated updates (unreadable, unsigned, unknown key) as fast as the
     /// ordering takes them.
     UpdateFlooder,
+    /// Asks its peers for state-transfer chunks without pause (`statexfer::leech`).
+    SnapshotLeech,
 }
 
 impl Mode {
     /// Every mode, with `crash-after-N` at N = 20 (for listings and tests).
-    pub const ALL: [Mode; 13] = [
+    pub const ALL: [Mode; 14] = [
         Mode::Silent,
         Mode::CrashAfter(20),
         Mode::Equivocator,
@@ -58,6 +61,7 @@ impl Mode {
         Mode::WrongVouches,
         Mode::OversizedWrites,
         Mode::UpdateFlooder,
+        Mode::SnapshotLeech,
     ];
 
     /// The ordering driver's behaviour for this mode, if it has one.
@@ -117,6 +121,7 @@ impl fmt::Display for Mode {
             Mode::WrongVouches => f.write_str("wrong-vouches"),
             Mode::OversizedWrites => f.write_str("oversized-writes"),
             Mode::UpdateFlooder => f.write_str("update-flooder"),
+            Mode::SnapshotLeech => f.write_str("snapshot-leech"),
         }
     }
 }
@@ -138,6 +143,7 @@ impl FromStr for Mode {
             "wrong-vouches" => Mode::WrongVouches,
             "oversized-writes" => Mode::OversizedWrites,
             "update-flooder" => Mode::UpdateFlooder,
+            "snapshot-leech" => Mode::SnapshotLeech,
             other => match other.strip_prefix("crash-after-").map(str::parse::<u64>) {
                 Some(Ok(n)) => Mode::CrashAfter(n),
                 _ => {

@@ -418,6 +418,11 @@ impl Default for ClientSection {
 pub struct MetricsSection {
     /// Prometheus metrics and /status on this address (HTTP); off when absent.
     pub listen: Option<SocketAddr>,
+    /// A replica whose own requests go undelivered, or whose executor does not move while
+    /// the ordering delivered past it, this long reports itself stalled (`/status`,
+    /// `sdns_stalled`, `sdns cluster status`); default: twice `client.request_timeout_ms`,
+    /// far above what a view change or a busy executor takes.
+    pub stall_after_ms: Option<u64>,
 }
 
 /// Who may update the zone and transfer it (see README, "Update authentication").
@@ -614,6 +619,11 @@ impl Config {
         self.signing.resign_after_s.unwrap_or(u64::from(self.validity_s()) / 2)
     }
 
+    /// How long without progress makes this replica report itself stalled.
+    pub fn stall_after(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.metrics.stall_after_ms.unwrap_or(self.client.request_timeout_ms.saturating_mul(2)))
+    }
+
     pub fn me(&self) -> &PeerSection {
         // validate() established that exactly one peer entry has our id.
         self.peers.iter().find(|p| p.id == self.replica.id).expect("validated: own peer entry exists")
@@ -686,6 +696,9 @@ impl Config {
         }
         if o.view_change_timeout_ms == 0 || o.request_timeout_ms == 0 || o.min_request_timeout_ms == 0 {
             return Err(bad("ordering", "timeouts must be positive".into()));
+        }
+        if self.metrics.stall_after_ms == Some(0) {
+            return Err(bad("metrics.stall_after_ms", "must be positive (every replica would be stalled)".into()));
         }
         if let Some(v) = self.signing.validity_s {
             if v < 60 || v > self.named.signature_validity_days.saturating_mul(86_400) {
@@ -819,6 +832,11 @@ tsig_keys = ["tsig.key"]
         let policy = parse(&sample(4).replace("tsig_keys", "update_policy = [\"grant dhcp zonesub A PTR\"]\ntsig_keys")).unwrap();
         let rules = policy.zones[0].policy_rules().unwrap().unwrap();
         assert_eq!((rules[0].identity.as_str(), rules[0].types.len()), ("dhcp", 2));
+        // The stall bound: twice the client timeout unless given; 0 is refused.
+        assert_eq!(c.stall_after(), std::time::Duration::from_secs(30));
+        let stall = |v: &str| parse(&(sample(4) + &format!("\n[metrics]\nstall_after_ms = {v}\n")));
+        assert_eq!(stall("5000").unwrap().stall_after(), std::time::Duration::from_secs(5));
+        assert!(stall("0").unwrap_err().to_string().contains("metrics.stall_after_ms"));
     }
 
     #[test]

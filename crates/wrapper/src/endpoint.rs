@@ -70,6 +70,8 @@ const CONNECTION_LIFETIME: Duration = Duration::from_secs(3600 + 60);
 /// outcome). The admin route wants `Authorization: Bearer <token>` (the token file in
 /// the state directory) and refuses any request with an `Origin` header, so neither
 /// another local user nor a web page the operator visits can use it.
+/// Every route refuses a `Host` that is not the endpoint's own address ([`host_allowed`]):
+/// a web page cannot read the status or metrics through DNS rebinding.
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, admin: Option<Arc<Admin>>) -> std::io::Result<()> {
     serve_on(TcpListener::bind(addr).await?, metrics, admin).await
 }
@@ -94,8 +96,11 @@ async fn serve_on(listener: TcpListener, metrics: Arc<Metrics>, admin: Option<Ar
             debug!("endpoint connection limit reached; closing a new connection");
             continue;
         };
+        // The address the client reached: the listen address, or with an unspecified one the
+        // interface's.
+        let Ok(local) = stream.local_addr() else { continue };
         let (metrics, admin) = (metrics.clone(), admin.clone());
-        let service = hyper::service::service_fn(move |request| respond(request, metrics.clone(), admin.clone()));
+        let service = hyper::service::service_fn(move |request| respond(request, local, metrics.clone(), admin.clone()));
         let connection = http.serve_connection(TokioIo::new(stream), service);
         tokio::spawn(async move {
             match tokio::time::timeout(CONNECTION_LIFETIME, connection).await {
@@ -115,12 +120,56 @@ fn reply(code: StatusCode, ctype: &'static str, body: impl Into<Bytes>) -> Respo
     response
 }
 
+/// Whether a request's `Host` header names this endpoint (`local`: the address the client
+/// connected to). A web page can reach a loopback endpoint through a name of its own that it
+/// points at 127.0.0.1 (DNS rebinding); the browser then sends that name as `Host`. So only
+/// the endpoint's own address is accepted: its IP with its port or without one, and for a
+/// loopback endpoint also `localhost` (with its port or without). A request without `Host`
+/// (HTTP/1.0 clients; browsers always send one) is accepted.
+fn host_allowed(host: Option<&[u8]>, local: SocketAddr) -> bool {
+    let Some(host) = host else { return true };
+    let Ok(host) = std::str::from_utf8(host) else { return false };
+    let host = host.trim().to_ascii_lowercase();
+    // `[v6]:port`, `[v6]`, `name:port`, `v4:port`, or a bare name or address.
+    let (name, port) = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((ip, "")) => (ip, None),
+            Some((ip, port)) => match port.strip_prefix(':') {
+                Some(port) => (ip, Some(port)),
+                None => return false,
+            },
+            None => return false,
+        },
+        None => match host.split_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host.as_str(), None),
+        },
+    };
+    if port.is_some_and(|p| p.parse::<u16>().ok() != Some(local.port())) {
+        return false;
+    }
+    let name = name.strip_suffix('.').unwrap_or(name);
+    match name.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip == local.ip(),
+        Err(_) => name == "localhost" && local.ip().is_loopback(),
+    }
+}
+
 /// One request's answer. The request's body is never read (no route takes one), so its size
 /// does not matter.
-async fn respond(request: Request<hyper::body::Incoming>, metrics: Arc<Metrics>, admin: Option<Arc<Admin>>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn respond(
+    request: Request<hyper::body::Incoming>,
+    local: SocketAddr,
+    metrics: Arc<Metrics>,
+    admin: Option<Arc<Admin>>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     const TEXT: &str = "text/plain; charset=utf-8";
     if request.headers().contains_key(ORIGIN) {
         return Ok(reply(StatusCode::FORBIDDEN, TEXT, "requests from web pages are refused\n"));
+    }
+    let hosts = request.headers().get_all(HOST);
+    if hosts.iter().count() > 1 || !host_allowed(hosts.iter().next().map(|h| h.as_bytes()), local) {
+        return Ok(reply(StatusCode::FORBIDDEN, TEXT, format!("the Host header must name this endpoint ({local}, or localhost on loopback)\n")));
     }
     let response = match (request.method(), request.uri().path()) {
         (&Method::POST, "/admin/sign-zone") => match admin {
@@ -288,6 +337,59 @@ mod tests {
         assert_eq!(request(addr, Method::POST, "/admin/sign-zone", &[("authorization", "Bearer x")], within).await.unwrap().0, 404);
         assert_eq!(request(addr, Method::POST, "/status", &[], within).await.unwrap().0, 405);
         assert_eq!(request(addr, Method::GET, "/", &[], within).await.unwrap().0, 404);
+    }
+
+    #[test]
+    fn only_the_endpoints_own_address_is_a_host() {
+        let v4: SocketAddr = "127.0.0.1:5601".parse().unwrap();
+        let allowed = |host: &str, local: SocketAddr| host_allowed(Some(host.as_bytes()), local);
+        for host in ["127.0.0.1:5601", "127.0.0.1", "localhost:5601", "localhost", "LOCALHOST.:5601", " 127.0.0.1:5601 "] {
+            assert!(allowed(host, v4), "{host}");
+        }
+        assert!(host_allowed(None, v4), "no Host (HTTP/1.0)");
+        for host in ["evil.example", "evil.example:5601", "127.0.0.1:80", "127.0.0.2:5601", "localhost:80", "127.0.0.1:", "[::1]:5601", "", "127.0.0.1:5601:1"]
+        {
+            assert!(!allowed(host, v4), "{host}");
+        }
+        assert!(!host_allowed(Some(b"\xff"), v4));
+        let v6: SocketAddr = "[::1]:9100".parse().unwrap();
+        for host in ["[::1]:9100", "[::1]", "localhost:9100"] {
+            assert!(allowed(host, v6), "{host}");
+        }
+        for host in ["::1", "[::1]9100", "[::1", "127.0.0.1:9100"] {
+            assert!(!allowed(host, v6), "{host}");
+        }
+        // Not loopback: `localhost` does not name it.
+        let lan: SocketAddr = "192.0.2.5:5601".parse().unwrap();
+        assert!(allowed("192.0.2.5:5601", lan) && allowed("192.0.2.5", lan));
+        assert!(!allowed("localhost:5601", lan) && !allowed("rebound.example:5601", lan));
+    }
+
+    #[tokio::test]
+    async fn a_request_for_another_host_is_refused() {
+        let addr = server().await;
+        let within = Duration::from_secs(5);
+        assert_eq!(request(addr, Method::GET, "/status", &[], within).await.unwrap().0, 200, "the client names the address it connects to");
+        let (code, text) = request(addr, Method::GET, "/status", &[("host", "rebound.example")], within).await.unwrap();
+        assert_eq!(code, 403, "{text}");
+        let local = format!("localhost:{}", addr.port());
+        assert_eq!(request(addr, Method::GET, "/metrics", &[("host", &local)], within).await.unwrap().0, 403, "two Host headers");
+        // Raw requests: without Host (HTTP/1.0) it is served; with `localhost` too; a rebound
+        // name is refused.
+        for (head, served) in [
+            ("GET /status HTTP/1.0\r\n\r\n".to_string(), true),
+            (format!("GET /status HTTP/1.1\r\nHost: localhost:{}\r\n\r\n", addr.port()), true),
+            (format!("GET /metrics HTTP/1.1\r\nHost: attacker.example:{}\r\n\r\n", addr.port()), false),
+        ] {
+            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream.write_all(head.as_bytes()).await.unwrap();
+            let mut answer = Vec::new();
+            tokio::time::timeout(within, stream.read_to_end(&mut answer)).await.unwrap().unwrap();
+            let status = String::from_utf8_lossy(&answer).lines().next().unwrap_or("").to_string();
+            assert_eq!(status.contains(" 200 "), served, "{head:?}: {status}");
+            assert_eq!(status.contains(" 403 "), !served, "{head:?}: {status}");
+        }
     }
 
     #[tokio::test]

@@ -404,6 +404,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 let reply = match entry {
                     Some(entry) if entry.matches(&request.payload) => {
                         self.metrics.observe_ordering_us(entry.arrived.elapsed().as_micros() as u64);
+                        self.pending.delivered();
                         Some(entry.reply)
                     }
                     Some(_) => {

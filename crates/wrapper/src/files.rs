@@ -24,14 +24,23 @@ pub fn write_public(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     fs::set_permissions(path, fs::Permissions::from_mode(0o644))
 }
 
-/// Refuses a secret file that group or others may read: a key share must not be.
+/// Refuses a secret file that group or others may read (key share, TLS key, TSIG update and
+/// transfer keys): whoever can read one can sign as this replica or as a client. What the
+/// dealer writes (`write_secret`) is 0600.
 pub fn check_secret_mode(path: &Path) -> Result<(), String> {
     let meta = fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
-        return Err(format!("{} has mode {mode:04o}; secret files must be 0600 (chmod 600 it)", path.display()));
+        let p = path.display();
+        return Err(format!("{p} is a key file readable by group or others (mode {mode:04o}); refused: run `chmod 600 {p}`"));
     }
     Ok(())
+}
+
+/// Reads a secret file as text once [`check_secret_mode`] allows it.
+pub fn read_secret(path: &Path) -> Result<String, String> {
+    check_secret_mode(path)?;
+    fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))
 }
 
 /// A TSIG key in BIND's format, usable as `nsupdate -k FILE` and includable in named.conf.
@@ -122,6 +131,18 @@ mod tests {
         fs::set_permissions(&p, fs::Permissions::from_mode(0o640)).unwrap();
         let e = check_secret_mode(&p).unwrap_err();
         assert!(e.contains("0640"), "{e}");
+        // Any group or other bit refuses the file, with the file and the fix named; owner
+        // bits alone do not.
+        for mode in [0o604, 0o620, 0o644, 0o660, 0o601, 0o610] {
+            fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+            let e = read_secret(&p).unwrap_err();
+            assert!(e.contains(&format!("chmod 600 {}", p.display())) && e.contains(&format!("{mode:04o}")), "{e}");
+        }
+        for mode in [0o600, 0o400, 0o700] {
+            fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(read_secret(&p).unwrap(), "x", "mode {mode:04o}");
+        }
+        assert!(read_secret(&dir.path().join("absent")).unwrap_err().contains("absent"));
     }
 
     #[test]

@@ -477,7 +477,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
                 tsig_keys: if several { Vec::new() } else { tsig_keys.clone() },
                 update_policy: update_policy.clone(),
             },
-            metrics: MetricsSection { listen: Some(p.layout.metrics(i)) },
+            metrics: MetricsSection { listen: Some(p.layout.metrics(i)), ..Default::default() },
             access: AccessSection { allow_transfer: allow_transfer.clone(), ..AccessSection::default() },
             signing: signing.clone(),
             auth: AuthSection {

@@ -23,6 +23,7 @@ pub mod exec;
 pub mod executor;
 pub mod files;
 pub mod gateway;
+pub mod health;
 pub mod keygen;
 pub mod listener;
 pub mod metrics;

@@ -72,6 +72,16 @@ pub struct Status {
     /// Every zone this replica serves, in zone index order.
     #[serde(default)]
     pub zones: Vec<ZoneStatus>,
+    /// Set while this replica makes no progress for longer than `metrics.stall_after_ms`
+    /// (`crate::health`): why.
+    #[serde(default)]
+    pub progress_stalled: Option<String>,
+    /// How long (s) this gateway's requests have gone undelivered, and how long the executor
+    /// has not moved while behind the log, as the health check last saw them (0: not so).
+    #[serde(default)]
+    pub own_requests_waiting_s: u64,
+    #[serde(default)]
+    pub executor_behind_s: u64,
 }
 
 /// One zone at one replica, for `/status`, `sdns cluster status` and the `zone`-labelled
@@ -115,7 +125,8 @@ pub struct ZoneSigning {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PeerFault {
     pub peer: u16,
-    /// snake_case: the ordering core's reason, `undecodable_message` or `bad_signature_share`.
+    /// snake_case: the ordering core's reason, `undecodable_message`, `bad_signature_share` or
+    /// `state_transfer_requests_over_rate`.
     pub kind: String,
     pub count: u64,
 }
@@ -141,6 +152,10 @@ impl Status {
         }
         if let Some(seq) = self.state_transfer {
             return Some(format!("catching up: fetching the state of checkpoint {seq} from peers"));
+        }
+        // Before the checkpoint comparison: a replica that does not move is not catching up.
+        if let Some(why) = &self.progress_stalled {
+            return Some(format!("stalled: {why}"));
         }
         let certified = self.stable_checkpoint.max(others_stable);
         (self.last_executed < certified).then(|| format!("catching up: executed batch {} is below the certified checkpoint {certified}", self.last_executed))
@@ -237,7 +252,7 @@ impl Collector for StatusCollector {
         gauge(
             &mut e,
             "catching_up",
-            "1 while this replica is not in agreement: behind the certified checkpoint, fetching state from peers, or diverged.",
+            "1 while this replica is not in agreement: behind the certified checkpoint, fetching state from peers, diverged, or stalled.",
             i64::from(s.disagreement(0).is_some()),
         )?;
         gauge(
@@ -247,6 +262,24 @@ impl Collector for StatusCollector {
             i64::from(s.diverged.is_some()),
         )?;
         counter(&mut e, "state_transfers", "Checkpoint states fetched from peers and installed.", s.state_transfers)?;
+        gauge(
+            &mut e,
+            "stalled",
+            "1 while this replica makes no progress: its own requests go undelivered, or its executor does not move behind the log, for longer than metrics.stall_after_ms.",
+            i64::from(s.progress_stalled.is_some()),
+        )?;
+        gauge(
+            &mut e,
+            "own_requests_undelivered_seconds",
+            "How long this gateway's requests have gone undelivered (0: they are delivered).",
+            s.own_requests_waiting_s,
+        )?;
+        gauge(
+            &mut e,
+            "executor_behind_seconds",
+            "How long the executor has not moved while the ordering delivered past it (0: it keeps up).",
+            s.executor_behind_s,
+        )?;
         encode_zones(&mut e, &s.zones)
     }
 }
@@ -631,6 +664,31 @@ mod tests {
         // The status travels as JSON to `sdns cluster status`, which shows the reason.
         let s: Status = serde_json::from_str(&serde_json::to_string(&m.status()).unwrap()).unwrap();
         assert_eq!(s.state_transfers, 1);
+    }
+
+    #[test]
+    fn a_stalled_replica_is_not_ok_anywhere() {
+        let m = Metrics::new(3);
+        m.update_status(|st| {
+            st.last_executed = 200;
+            st.stable_checkpoint = 192;
+        });
+        assert_eq!(m.status().disagreement(0), None);
+        assert!(m.render().contains("sdns_stalled{replica=\"3\"} 0"));
+        m.update_status(|st| {
+            st.progress_stalled = Some("own requests not delivered for 34 s".into());
+            st.own_requests_waiting_s = 34;
+        });
+        // What `sdns cluster status` prints instead of `ok`, from the JSON of /status.
+        let s: Status = serde_json::from_str(&serde_json::to_string(&m.status()).unwrap()).unwrap();
+        assert_eq!(s.disagreement(0).as_deref(), Some("stalled: own requests not delivered for 34 s"));
+        let text = m.render();
+        assert!(text.contains("sdns_stalled{replica=\"3\"} 1"), "{text}");
+        assert!(text.contains("sdns_own_requests_undelivered_seconds{replica=\"3\"} 34"), "{text}");
+        assert!(text.contains("sdns_catching_up{replica=\"3\"} 1"), "{text}");
+        // A diverged replica says that first (its repair explains the stall).
+        m.update_status(|st| st.diverged = Some("checkpoint 192 differs".into()));
+        assert!(m.status().disagreement(0).unwrap().starts_with("diverged"));
     }
 
     #[test]

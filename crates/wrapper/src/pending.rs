@@ -34,11 +34,13 @@ pub fn payload_digest(payload: &[u8]) -> [u8; 32] {
 pub struct Pending {
     map: Mutex<HashMap<(u64, u64), PendingEntry>>,
     max: usize,
+    /// Whether this gateway's requests are delivered at all (`crate::health`).
+    own: Mutex<crate::health::OwnRequests>,
 }
 
 impl Pending {
     pub fn new(max: usize) -> Pending {
-        Pending { map: Mutex::new(HashMap::new()), max }
+        Pending { map: Mutex::new(HashMap::new()), max, own: Mutex::default() }
     }
 
     /// False when the table is full: the caller answers SERVFAIL or drops.
@@ -50,6 +52,9 @@ impl Pending {
         }
         let arrived = Instant::now();
         map.insert(key, PendingEntry { reply, arrived, deadline: arrived + ttl, payload_digest });
+        if let Ok(mut own) = self.own.lock() {
+            own.submitted(arrived);
+        }
         true
     }
 
@@ -67,7 +72,29 @@ impl Pending {
         let before = map.len();
         let now = Instant::now();
         map.retain(|_, e| now < e.deadline);
-        before - map.len()
+        let expired = before - map.len();
+        if expired > 0 {
+            if let Ok(mut own) = self.own.lock() {
+                own.expired(now);
+            }
+        }
+        expired
+    }
+
+    /// One of this gateway's requests came back delivered as it was submitted (the
+    /// executor took its entry).
+    pub fn delivered(&self) {
+        let waiting = !self.is_empty();
+        if let Ok(mut own) = self.own.lock() {
+            own.delivered(Instant::now(), waiting);
+        }
+    }
+
+    /// How long this gateway's requests have gone undelivered, while that matters
+    /// ([`crate::health::OwnRequests::waiting`]).
+    pub fn undelivered_for(&self, bound: Duration) -> Option<Duration> {
+        let waiting = !self.is_empty();
+        self.own.lock().ok()?.waiting(Instant::now(), waiting, bound)
     }
 
     pub fn len(&self) -> usize {

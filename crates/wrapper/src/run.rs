@@ -30,7 +30,7 @@ use crate::config::{Config, ZoneSection};
 use crate::endpoint;
 use crate::exec::{ExecConfig, ExecCore, ExecState, SignZoneSigner, SignZoneVerifier, UpdateGate};
 use crate::executor::Executor;
-use crate::files::{check_secret_mode, zone_key, TsigKey as DealerTsig};
+use crate::files::{check_secret_mode, read_secret, zone_key, TsigKey as DealerTsig};
 use crate::gateway::Gateway;
 use crate::listener::ClientFilters;
 use crate::listener::{serve_tcp, serve_udp, TcpLimits};
@@ -45,9 +45,10 @@ fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
-/// Reads a TSIG key file (BIND's key statement, as `sdns keygen` or tsig-keygen write it).
+/// Reads a TSIG key file (BIND's key statement, as `sdns keygen` or tsig-keygen write it);
+/// one that group or others may read is refused.
 fn load_tsig(path: &Path) -> Result<TsigSecret> {
-    let key = DealerTsig::from_bind(&read(path)?).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let key = DealerTsig::from_bind(&read_secret(path).map_err(|e| anyhow!(e))?).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let algorithm = tsig::Algorithm::from_name(&key.algorithm)
         .ok_or_else(|| anyhow!("{}: TSIG algorithm {} is not supported (hmac-sha1/256/384/512 are)", path.display(), key.algorithm))?;
     Ok(TsigSecret { name: key.name.clone(), algorithm, secret: key.secret() })
@@ -219,8 +220,8 @@ pub async fn run(config: Config) -> Result<()> {
     // The mesh to the other replicas: ordering on channel 0, signing on channel 1.
     let me = config.me().clone();
     let peers: Vec<(u16, SocketAddr)> = config.peers.iter().filter(|p| p.id != id).map(|p| (p.id, p.peer)).collect();
-    let (ca_pem, cert_pem, tls_key_pem) =
-        (read(&config.resolve(&config.cluster.ca_cert))?, read(&config.resolve(&config.replica.cert))?, read(&config.resolve(&config.replica.tls_key))?);
+    let tls_key_pem = read_secret(&config.resolve(&config.replica.tls_key)).map_err(|e| anyhow!(e)).context("replica.tls_key")?;
+    let (ca_pem, cert_pem) = (read(&config.resolve(&config.cluster.ca_cert))?, read(&config.resolve(&config.replica.cert))?);
     // Sign-zone requests are signed with the mesh identity over the zone's name and checked
     // against the CA: one verifier and one signer per zone, in zone index order.
     let ca_der = mesh::pki::cert_der_from_pem(&ca_pem).context("cluster.ca_cert")?;
@@ -405,6 +406,15 @@ pub async fn run(config: Config) -> Result<()> {
     let (diverged_tx, diverged_rx) = watch::channel(0u64);
     let own_digests: crate::executor::OwnDigests = Default::default();
     tasks.spawn("state transfer", transfer.run(state_rx, needed_rx, installs_tx, installed_tx));
+    if byzantine == Some(Mode::SnapshotLeech) {
+        let (status, peers) = (handle.status.clone(), config.peers.iter().map(|p| p.id).filter(|p| *p != id).collect());
+        let target = move || {
+            let claim = status.borrow().core.stable_claim;
+            (claim.seq, claim.state_digest)
+        };
+        tasks.spawn("snapshot leech", crate::statexfer::leech(Arc::new(mesh.sender()), peers, target));
+    }
+    let leeches = transfer_stats.clone();
     tasks.spawn(
         "checkpoint repair",
         repair(
@@ -572,9 +582,11 @@ pub async fn run(config: Config) -> Result<()> {
     let ms = mesh_status.clone();
     tasks.watch("mesh", WATCH_EVERY, move || mesh_status.has_stopped());
     let started = tokio::time::Instant::now();
+    let (own_requests, stall_after) = (gateway.pending.clone(), config.stall_after());
     tasks.spawn("status", async move {
         let mut last_view = 0;
         let mut attribution = Attribution::default();
+        let mut progress = Progress::default();
         loop {
             {
                 let s = status.borrow_and_update().clone();
@@ -583,7 +595,9 @@ pub async fn run(config: Config) -> Result<()> {
                     last_view = s.core.view;
                 }
                 let connected = ms.peer_status().iter().filter(|p| p.connected).count();
-                let (faults, silent) = attribution.update(id, n, &s, &m.bad_shares(), started);
+                let over_rate = leeches.lock().map(|t| t.over_rate.clone()).unwrap_or_default();
+                let (faults, silent) = attribution.update(id, n, &s, &m.bad_shares(), &over_rate, started);
+                let observed = progress.observe(id, &s, m.status().last_executed, &own_requests, stall_after);
                 m.update_status(|st| {
                     st.view = s.core.view;
                     st.primary = s.core.primary;
@@ -591,6 +605,7 @@ pub async fn run(config: Config) -> Result<()> {
                     st.peers_connected = connected;
                     st.peer_faults = faults;
                     st.silent_peers = silent;
+                    (st.progress_stalled, st.own_requests_waiting_s, st.executor_behind_s) = observed;
                 });
             }
             tokio::select! {
@@ -673,6 +688,7 @@ impl Attribution {
         n: u16,
         s: &bft::transport::DriverStatus,
         bad_shares: &std::collections::BTreeMap<u16, u64>,
+        over_rate: &std::collections::BTreeMap<u16, u64>,
         started: tokio::time::Instant,
     ) -> (Vec<metrics::PeerFault>, Vec<u16>) {
         let mut faults = std::collections::BTreeMap::<(u16, String), u64>::new();
@@ -684,6 +700,9 @@ impl Attribution {
         }
         for (peer, count) in bad_shares {
             *faults.entry((*peer, "bad_signature_share".into())).or_default() += count;
+        }
+        for (peer, count) in over_rate {
+            *faults.entry((*peer, "state_transfer_requests_over_rate".into())).or_default() += count;
         }
         for ((peer, kind), &count) in &faults {
             let logged = self.logged.entry((*peer, kind.clone())).or_default();
@@ -703,6 +722,38 @@ impl Attribution {
         self.silent.retain(|p| silent.contains(p));
         let faults = faults.into_iter().map(|((peer, kind), count)| metrics::PeerFault { peer, kind, count }).collect();
         (faults, silent)
+    }
+}
+
+/// The health check's memory between status rounds (`crate::health`), and whether it last
+/// found this replica stalled (logged when that changes).
+#[derive(Default)]
+struct Progress {
+    lag: crate::health::ExecutorLag,
+    stalled: bool,
+}
+
+impl Progress {
+    /// Why this replica is stalled (if it is), how long its own requests have gone
+    /// undelivered and how long its executor has not moved behind the log (s).
+    fn observe(&mut self, me: u16, s: &bft::transport::DriverStatus, executed: u64, pending: &Pending, bound: Duration) -> (Option<String>, u64, u64) {
+        let delivered = s.core.last_delivered;
+        let observed = crate::health::Observed {
+            own_waiting: pending.undelivered_for(bound),
+            refused: s.submit_rejected,
+            executor_behind: self.lag.observe(executed, delivered, std::time::Instant::now()),
+            executed,
+            delivered,
+        };
+        let why = crate::health::stalled(&observed, bound);
+        match (&why, self.stalled) {
+            (Some(why), false) => tracing::warn!(replica = me, "stalled: {why}"),
+            (None, true) => info!(replica = me, "making progress again"),
+            _ => {}
+        }
+        self.stalled = why.is_some();
+        let secs = |d: Option<Duration>| d.map_or(0, |d| d.as_secs());
+        (why, secs(observed.own_waiting), secs(observed.executor_behind))
     }
 }
 

@@ -43,6 +43,25 @@ pub const CHUNK_BYTES: usize = 1024 * 1024;
 const CHUNK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause before trying the peers again when none had the snapshot.
 const ROUND_PAUSE: Duration = Duration::from_secs(1);
+/// A fetch must go at least this fast once the peer said how large the snapshot is (one chunk
+/// per second): a peer that answers every chunk just before [`CHUNK_TIMEOUT`] is left for
+/// another instead of holding the fetch for hours.
+const SLOWEST_CHUNK: Duration = Duration::from_secs(1);
+/// The fetcher asks one peer for at most this many chunks a second (one outstanding at a time,
+/// so fewer on a slow path), half of what a peer serves it ([`SERVE_RATE`]): an honest fetch
+/// is never over the limit, and a 256 MiB snapshot still comes in 8 s.
+const FETCH_RATE: u32 = 32;
+/// Chunk requests served per peer: this many a second on average, bursts of [`SERVE_BURST`].
+/// Each answer is up to [`CHUNK_BYTES`] for a request of some 50 bytes; beyond the rate a
+/// request is dropped and counted against the peer (`state_transfer_requests_over_rate`).
+pub const SERVE_RATE: f64 = 64.0;
+pub const SERVE_BURST: f64 = 64.0;
+/// Chunk requests being answered at once (on the blocking pool: reading and decoding a
+/// snapshot file is slow); more are dropped, and their fetcher asks again after its timeout.
+const SERVING_AT_ONCE: usize = 2;
+/// Encoded snapshots kept in memory for serving, newest checkpoints first; together at most
+/// the larger of `max_snapshot_bytes` and one snapshot.
+const SERVED_CACHED: usize = 2;
 /// Bytes of encoded delivery base a snapshot may carry: the ordering's `max_clients` (a
 /// million by default) entries of at most 49 bytes each fit.
 pub const MAX_BASE_BYTES: usize = 64 * 1024 * 1024;
@@ -236,21 +255,41 @@ pub fn render_zone(records: &[Vec<u8>]) -> String {
     out
 }
 
-/// A snapshot's bytes as last served: (seq, state digest, encoded snapshot).
-type Served = (u64, [u8; 32], Arc<Vec<u8>>);
+/// Snapshots read for peers, by checkpoint: (state digest, encoded snapshot). A fetch in
+/// chunks reads and checks the file once, not once per chunk.
+#[derive(Default)]
+struct ServedCache {
+    entries: BTreeMap<u64, ([u8; 32], Arc<Vec<u8>>)>,
+}
+
+impl ServedCache {
+    fn get(&self, seq: u64, digest: &[u8; 32]) -> Option<Arc<Vec<u8>>> {
+        self.entries.get(&seq).filter(|(d, _)| d == digest).map(|(_, bytes)| bytes.clone())
+    }
+
+    /// Keeps `bytes` for `seq`, then forgets the oldest checkpoints beyond [`SERVED_CACHED`]
+    /// entries or `max_bytes` together (the newest stays, whatever its size).
+    fn put(&mut self, seq: u64, digest: [u8; 32], bytes: Arc<Vec<u8>>, max_bytes: usize) {
+        self.entries.insert(seq, (digest, bytes));
+        while self.entries.len() > 1 && (self.entries.len() > SERVED_CACHED || self.entries.values().map(|(_, b)| b.len()).sum::<usize>() > max_bytes) {
+            self.entries.pop_first();
+        }
+    }
+}
 
 /// The snapshots this replica kept, in `dir` (one file per checkpoint).
 #[derive(Clone)]
 pub struct SnapshotStore {
     dir: PathBuf,
-    /// The last snapshot read for a peer, so a fetch in chunks reads the file once.
-    served: Arc<Mutex<Option<Served>>>,
+    served: Arc<Mutex<ServedCache>>,
+    /// Files read for peers (cache misses), for tests of the cache.
+    reads: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl SnapshotStore {
     pub fn new(dir: PathBuf) -> Result<SnapshotStore, SnapshotError> {
         std::fs::create_dir_all(&dir).map_err(|source| SnapshotError::Io { path: dir.clone(), source })?;
-        Ok(SnapshotStore { dir, served: Arc::new(Mutex::new(None)) })
+        Ok(SnapshotStore { dir, served: Default::default(), reads: Default::default() })
     }
 
     fn path(&self, seq: u64) -> PathBuf {
@@ -280,25 +319,57 @@ impl SnapshotStore {
         entries.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str()?.strip_suffix(".snap")?.parse::<u64>().ok()).collect()
     }
 
-    /// The encoded snapshot of checkpoint `seq` if this replica kept one with `digest`.
+    /// The encoded snapshot of checkpoint `seq` if this replica kept one with `digest`. Blocks
+    /// (reads and decodes the file unless it is cached): call it on the blocking pool.
     pub fn encoded(&self, seq: u64, digest: &[u8; 32], max: usize) -> Option<Arc<Vec<u8>>> {
-        if let Ok(served) = self.served.lock() {
-            if let Some((s, d, bytes)) = served.as_ref() {
-                if *s == seq && d == digest {
-                    return Some(bytes.clone());
-                }
-            }
+        // Held while reading: a second request for the same checkpoint waits for this read
+        // instead of making its own.
+        let mut served = self.served.lock().ok()?;
+        if let Some(bytes) = served.get(seq, digest) {
+            return Some(bytes);
         }
         let bytes = std::fs::read(self.path(seq)).ok()?;
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let snapshot = Snapshot::decode(&bytes, max).ok()?;
         if snapshot.seq != seq || &snapshot.digest != digest {
             return None;
         }
         let bytes = Arc::new(bytes);
-        if let Ok(mut served) = self.served.lock() {
-            *served = Some((seq, *digest, bytes.clone()));
-        }
+        served.put(seq, *digest, bytes.clone(), max);
         Some(bytes)
+    }
+
+    /// Snapshot files read for peers so far.
+    pub fn files_read(&self) -> u64 {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// A token bucket per peer: `rate` requests a second on average, bursts of `burst`. Pure:
+/// the caller gives the time.
+#[derive(Debug)]
+pub struct PeerRate {
+    rate: f64,
+    burst: f64,
+    buckets: BTreeMap<u16, (f64, std::time::Instant)>,
+}
+
+impl PeerRate {
+    pub fn new(rate: f64, burst: f64) -> PeerRate {
+        PeerRate { rate, burst, buckets: BTreeMap::new() }
+    }
+
+    /// Whether a request of `peer` at `now` is within its rate (it then spends a token).
+    pub fn allow(&mut self, peer: u16, now: std::time::Instant) -> bool {
+        let (tokens, last) = self.buckets.entry(peer).or_insert((self.burst, now));
+        *tokens = (*tokens + now.saturating_duration_since(*last).as_secs_f64() * self.rate).min(self.burst);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
     }
 }
 
@@ -347,6 +418,8 @@ pub struct TransferStats {
     pub rejected_snapshots: u64,
     /// The checkpoint being fetched or installed now.
     pub fetching: Option<u64>,
+    /// Chunk requests dropped per peer for going over [`SERVE_RATE`] (attribution).
+    pub over_rate: BTreeMap<u16, u64>,
 }
 
 /// Whether this replica's own digest for the certified (stable) checkpoint differs from the
@@ -383,9 +456,27 @@ impl<O: StateOutbound> StateTransfer<O> {
         // Answers for the fetcher; bounded, and a full queue drops (the fetch times out).
         let (answers_tx, answers_rx) = mpsc::channel::<(u16, StateMessage)>(16);
         tokio::spawn(this.clone().fetch_loop(answers_rx, needed, installs, installed));
+        let mut rate = PeerRate::new(SERVE_RATE, SERVE_BURST);
+        let serving = Arc::new(tokio::sync::Semaphore::new(SERVING_AT_ONCE));
         while let Some((from, bytes)) = incoming.recv().await {
             match StateMessage::decode(&bytes) {
-                Ok(StateMessage::Request { seq, digest, offset }) => this.serve(from, seq, digest, offset),
+                Ok(StateMessage::Request { seq, digest, offset }) => {
+                    if !rate.allow(from, std::time::Instant::now()) {
+                        if let Ok(mut stats) = this.stats.lock() {
+                            *stats.over_rate.entry(from).or_default() += 1;
+                        }
+                        continue;
+                    }
+                    let Ok(permit) = serving.clone().try_acquire_owned() else {
+                        debug!(from, seq, "state-transfer request dropped: already serving {SERVING_AT_ONCE}");
+                        continue;
+                    };
+                    let this = this.clone();
+                    tokio::task::spawn_blocking(move || {
+                        this.serve(from, seq, digest, offset);
+                        drop(permit);
+                    });
+                }
                 Ok(answer) => {
                     let _ = answers_tx.try_send((from, answer));
                 }
@@ -394,6 +485,7 @@ impl<O: StateOutbound> StateTransfer<O> {
         }
     }
 
+    /// Answers one chunk request (blocks: on the blocking pool).
     fn serve(&self, to: u16, seq: u64, digest: [u8; 32], offset: u64) {
         let message = match self.store.encoded(seq, &digest, self.max_snapshot_bytes) {
             Some(bytes) => {
@@ -503,13 +595,32 @@ impl<O: StateOutbound> StateTransfer<O> {
         let (seq, digest) = (claim.seq, claim.state_digest);
         let mut buffer: Vec<u8> = Vec::new();
         let mut total: Option<u64> = None;
+        let started = tokio::time::Instant::now();
+        let mut pace = tokio::time::interval(Duration::from_secs(1) / FETCH_RATE);
+        pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            pace.tick().await;
             let offset = buffer.len() as u64;
             debug!(replica = self.id, peer, seq, offset, "asking for a snapshot chunk");
             self.outbound.send(peer, Bytes::from(StateMessage::Request { seq, digest, offset }.encode()));
-            let deadline = tokio::time::Instant::now() + CHUNK_TIMEOUT;
+            let mut deadline = tokio::time::Instant::now() + CHUNK_TIMEOUT;
+            // Once the size is known, the whole fetch has a deadline too (a peer slow on
+            // every chunk is left for another).
+            if let Some(total) = total {
+                let slow = fetch_deadline(started, total);
+                if slow <= tokio::time::Instant::now() {
+                    return Err(FetchError::TooSlow);
+                }
+                deadline = deadline.min(slow);
+            }
             let (chunk_total, data) = loop {
-                let answer = tokio::time::timeout_at(deadline, answers.recv()).await.map_err(|_| FetchError::Timeout)?;
+                let answer = tokio::time::timeout_at(deadline, answers.recv()).await.map_err(|_| {
+                    if total.is_some_and(|t| fetch_deadline(started, t) <= deadline) {
+                        FetchError::TooSlow
+                    } else {
+                        FetchError::Timeout
+                    }
+                })?;
                 let Some((from, message)) = answer else { return Err(FetchError::Closed) };
                 debug!(replica = self.id, from, "state-transfer answer");
                 if from != peer {
@@ -544,10 +655,41 @@ impl<O: StateOutbound> StateTransfer<O> {
     }
 }
 
+/// Byzantine mode `snapshot-leech` (test clusters only): asks every peer for chunks of the
+/// snapshot of `target()` (its stable checkpoint, which honest peers keep) without pause, at
+/// changing offsets, and throws the answers away. Honest peers serve each peer at most
+/// [`SERVE_RATE`] chunks a second and count the rest against it.
+pub async fn leech<O: StateOutbound>(outbound: Arc<O>, peers: Vec<u16>, target: impl Fn() -> (u64, [u8; 32])) {
+    // Requests per peer between two yields of a millisecond: some 16,000 a second, 250 times
+    // the rate served.
+    const BURST: u64 = 16;
+    let mut sent = 0u64;
+    loop {
+        let (seq, digest) = target();
+        for &peer in &peers {
+            for _ in 0..BURST {
+                let offset = (sent % 4) * CHUNK_BYTES as u64;
+                outbound.send(peer, Bytes::from(StateMessage::Request { seq, digest, offset }.encode()));
+                sent += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// When a fetch of `total` bytes begun at `started` must be done: a chunk's timeout, and then
+/// [`SLOWEST_CHUNK`] per chunk.
+fn fetch_deadline(started: tokio::time::Instant, total: u64) -> tokio::time::Instant {
+    let chunks = u32::try_from(total.div_ceil(CHUNK_BYTES as u64)).unwrap_or(u32::MAX);
+    started + CHUNK_TIMEOUT + SLOWEST_CHUNK.saturating_mul(chunks)
+}
+
 #[derive(Debug, thiserror::Error)]
 enum FetchError {
     #[error("no answer to a chunk request in time")]
     Timeout,
+    #[error("the peer's chunks come too slowly (under one a second)")]
+    TooSlow,
     #[error("the peer has no snapshot of this checkpoint")]
     Unavailable,
     #[error("the snapshot would be {0} bytes, over the limit")]
@@ -803,6 +945,132 @@ mod tests {
         assert!(store.encoded(8, &snapshot(8, 2).0.digest, 1 << 20).is_none(), "pruned");
     }
 
+    #[test]
+    fn a_peer_is_served_at_its_rate_and_no_faster() {
+        let t0 = std::time::Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut rate = PeerRate::new(10.0, 5.0);
+        for _ in 0..5 {
+            assert!(rate.allow(1, t0), "a burst is served");
+        }
+        assert!(!rate.allow(1, t0), "beyond the burst");
+        assert!(rate.allow(2, t0), "each peer has its own bucket");
+        assert!(rate.allow(1, ms(100)), "a token a tenth of a second");
+        assert!(!rate.allow(1, ms(100)));
+        // A long pause refills the bucket to the burst, not beyond.
+        assert_eq!((0..10).filter(|_| rate.allow(1, ms(60_000))).count(), 5);
+        // A leech asking every millisecond for 10 s gets the burst and the rate, no more.
+        let served = (0..10_000).filter(|&i| rate.allow(3, ms(i))).count();
+        assert!((100..=106).contains(&served), "{served}");
+        // An honest fetcher (one request per 1/FETCH_RATE s, however long) is never refused
+        // at the rate served.
+        let mut served = PeerRate::new(SERVE_RATE, SERVE_BURST);
+        let step = Duration::from_secs(1) / FETCH_RATE;
+        assert!((0..100_000u32).all(|i| served.allow(1, t0 + step * i)));
+    }
+
+    #[test]
+    fn a_snapshot_is_read_once_for_all_its_chunks_and_the_cache_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotStore::new(dir.path().to_path_buf()).unwrap();
+        let snaps: Vec<Snapshot> = [64, 128, 192].iter().map(|&seq| snapshot(seq, 10).0).collect();
+        for s in &snaps {
+            store.save(s).unwrap();
+        }
+        for _ in 0..20 {
+            assert_eq!(store.encoded(64, &snaps[0].digest, 1 << 20).unwrap().as_slice(), snaps[0].encode().as_slice());
+        }
+        assert_eq!(store.files_read(), 1, "one read for every request of checkpoint 64");
+        for _ in 0..5 {
+            store.encoded(128, &snaps[1].digest, 1 << 20).unwrap();
+            store.encoded(64, &snaps[0].digest, 1 << 20).unwrap();
+        }
+        assert_eq!(store.files_read(), 2, "two checkpoints asked for in turn stay cached");
+        assert!(store.encoded(64, &[7; 32], 1 << 20).is_none(), "another digest is not served from the cache");
+        // A third checkpoint pushes out the oldest.
+        store.encoded(192, &snaps[2].digest, 1 << 20).unwrap();
+        store.encoded(128, &snaps[1].digest, 1 << 20).unwrap();
+        assert_eq!(store.files_read(), 4);
+        store.encoded(64, &snaps[0].digest, 1 << 20).unwrap();
+        assert_eq!(store.files_read(), 5, "checkpoint 64 was forgotten");
+        // The cache holds no more than max bytes (the newest entry always).
+        let mut cache = ServedCache::default();
+        cache.put(1, [1; 32], Arc::new(vec![0; 600]), 1000);
+        cache.put(2, [2; 32], Arc::new(vec![0; 600]), 1000);
+        assert!(cache.get(1, &[1; 32]).is_none() && cache.get(2, &[2; 32]).is_some());
+        cache.put(3, [3; 32], Arc::new(vec![0; 5000]), 1000);
+        assert_eq!(cache.entries.keys().copied().collect::<Vec<_>>(), vec![3]);
+    }
+
+    /// A peer that answers each chunk request `delay` after it, with the chunk of `bytes`;
+    /// counts the requests it got.
+    fn fake_peer(
+        mut incoming: mpsc::Receiver<(u16, Bytes)>,
+        to: mpsc::Sender<(u16, Bytes)>,
+        me: u16,
+        bytes: Arc<Vec<u8>>,
+        delay: Duration,
+    ) -> Arc<std::sync::atomic::AtomicU64> {
+        let asked = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let count = asked.clone();
+        tokio::spawn(async move {
+            while let Some((_, request)) = incoming.recv().await {
+                let Ok(StateMessage::Request { seq, digest, offset }) = StateMessage::decode(&request) else { continue };
+                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let (to, bytes) = (to.clone(), bytes.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let start = usize::try_from(offset).unwrap().min(bytes.len());
+                    let data = bytes[start..(start + CHUNK_BYTES).min(bytes.len())].to_vec();
+                    let chunk = StateMessage::Chunk { seq, digest, total: bytes.len() as u64, offset, data };
+                    let _ = to.send((me, Bytes::from(chunk.encode()))).await;
+                });
+            }
+        });
+        asked
+    }
+
+    /// Replica 0 fetches from peer 1 first, which answers every chunk just within the chunk
+    /// timeout: it is left once the fetch falls below a chunk a second, and peer 2 serves
+    /// the snapshot.
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_whose_chunks_come_too_slowly_is_left_for_another() {
+        let (honest, claim) = snapshot(64, 80_000);
+        let bytes = Arc::new(honest.encode());
+        assert!(bytes.len() > 2 * CHUNK_BYTES, "several chunks");
+        let (tx0, rx0) = mpsc::channel(64);
+        let (tx1, rx1) = mpsc::channel(64);
+        let (tx2, rx2) = mpsc::channel(64);
+        let slow = fake_peer(rx1, tx0.clone(), 1, bytes.clone(), CHUNK_TIMEOUT - Duration::from_millis(500));
+        let quick = fake_peer(rx2, tx0, 2, bytes, Duration::from_millis(1));
+        let dir = tempfile::tempdir().unwrap();
+        let transfer = StateTransfer {
+            id: 0,
+            peers: vec![1, 2],
+            store: SnapshotStore::new(dir.path().to_path_buf()).unwrap(),
+            outbound: Arc::new(Net { from: 0, peers: BTreeMap::from([(1, tx1), (2, tx2)]) }),
+            max_snapshot_bytes: 64 * 1024 * 1024,
+            stats: Default::default(),
+            zones: vec!["example.test.".into()],
+        };
+        let (need_tx, need_rx) = watch::channel(None);
+        let (itx, mut installs) = mpsc::channel(1);
+        let (dtx, mut installed) = mpsc::channel(1);
+        tokio::spawn(transfer.run(rx0, need_rx, itx, dtx));
+        need_tx.send_replace(Some(claim));
+        let (got, ack) = installs.recv().await.unwrap();
+        assert_eq!(got, honest);
+        ack.send(Ok(())).unwrap();
+        assert_eq!(installed.recv().await.unwrap().claim, claim);
+        let chunks = bytes_chunks(&honest);
+        assert!(slow.load(std::sync::atomic::Ordering::Relaxed) < chunks, "the slow peer was left before the end");
+        assert_eq!(quick.load(std::sync::atomic::Ordering::Relaxed), chunks, "the other peer served every chunk");
+    }
+
+    fn bytes_chunks(s: &Snapshot) -> u64 {
+        (s.encode().len() as u64).div_ceil(CHUNK_BYTES as u64)
+    }
+
     /// An in-memory network between state-transfer tasks.
     struct Net {
         from: u16,
@@ -829,6 +1097,7 @@ mod tests {
         forged.zones[0].records.push(record(&["evil", "example", "test"], 1, 300, &[10, 0, 0, 1]));
         let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
         let stores: Vec<_> = dirs.iter().map(|d| SnapshotStore::new(d.path().to_path_buf()).unwrap()).collect();
+        let kept = stores.clone();
         stores[1].save(&forged).unwrap();
         stores[2].save(&with_base(&honest, |base| base.clients[0].mask = 0b110)).unwrap();
         stores[3].save(&honest).unwrap();
@@ -865,5 +1134,8 @@ mod tests {
         ack.send(Ok(())).unwrap();
         let transferred = installed.recv().await.unwrap();
         assert_eq!((transferred.claim, transferred.base.encode()), (claim, honest.base));
+        // Each server read its snapshot file once, whatever the number of chunks asked for.
+        assert_eq!(kept[3].files_read(), 1);
+        assert!(kept.iter().all(|s| s.files_read() <= 1));
     }
 }
