@@ -59,9 +59,10 @@ pub const SERVE_BURST: f64 = 64.0;
 /// Chunk requests being answered at once (on the blocking pool: reading and decoding a
 /// snapshot file is slow); more are dropped, and their fetcher asks again after its timeout.
 const SERVING_AT_ONCE: usize = 2;
-/// Encoded snapshots kept in memory for serving, newest checkpoints first; together at most
-/// the larger of `max_snapshot_bytes` and one snapshot.
-const SERVED_CACHED: usize = 2;
+/// Encoded snapshots kept in memory for serving, newest checkpoints first: every kept one, so
+/// that requests going round them do not read a file each; together at most the larger of
+/// `max_snapshot_bytes` and one snapshot.
+const SERVED_CACHED: usize = SNAPSHOTS_KEPT;
 /// Bytes of encoded delivery base a snapshot may carry: the ordering's `max_clients` (a
 /// million by default) entries of at most 49 bytes each fit.
 pub const MAX_BASE_BYTES: usize = 64 * 1024 * 1024;
@@ -263,8 +264,10 @@ struct ServedCache {
 }
 
 impl ServedCache {
-    fn get(&self, seq: u64, digest: &[u8; 32]) -> Option<Arc<Vec<u8>>> {
-        self.entries.get(&seq).filter(|(d, _)| d == digest).map(|(_, bytes)| bytes.clone())
+    /// `Some(None)`: the checkpoint is cached with another digest, so this replica has no
+    /// snapshot with `digest` (one checkpoint has one state), and no file need be read.
+    fn get(&self, seq: u64, digest: &[u8; 32]) -> Option<Option<Arc<Vec<u8>>>> {
+        self.entries.get(&seq).map(|(d, bytes)| (d == digest).then(|| bytes.clone()))
     }
 
     /// Keeps `bytes` for `seq`, then forgets the oldest checkpoints beyond [`SERVED_CACHED`]
@@ -304,6 +307,10 @@ impl SnapshotStore {
         std::fs::write(&tmp, snapshot.encode())
             .and_then(|_| std::fs::rename(&tmp, &path))
             .map_err(|source| SnapshotError::Io { path: path.clone(), source })?;
+        // A checkpoint written again (a repaired replica's) is served from the new file.
+        if let Ok(mut served) = self.served.lock() {
+            served.entries.remove(&snapshot.seq);
+        }
         let mut seqs = self.seqs();
         seqs.sort_unstable();
         let excess = seqs.len().saturating_sub(SNAPSHOTS_KEPT);
@@ -322,11 +329,10 @@ impl SnapshotStore {
     /// The encoded snapshot of checkpoint `seq` if this replica kept one with `digest`. Blocks
     /// (reads and decodes the file unless it is cached): call it on the blocking pool.
     pub fn encoded(&self, seq: u64, digest: &[u8; 32], max: usize) -> Option<Arc<Vec<u8>>> {
-        // Held while reading: a second request for the same checkpoint waits for this read
-        // instead of making its own.
-        let mut served = self.served.lock().ok()?;
-        if let Some(bytes) = served.get(seq, digest) {
-            return Some(bytes);
+        // Not held while reading: the executor saving a snapshot must not wait for a peer's
+        // read. Two requests missing at once read twice, at most `SERVING_AT_ONCE` reads.
+        if let Some(cached) = self.served.lock().ok().and_then(|served| served.get(seq, digest)) {
+            return cached;
         }
         let bytes = std::fs::read(self.path(seq)).ok()?;
         self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -335,7 +341,9 @@ impl SnapshotStore {
             return None;
         }
         let bytes = Arc::new(bytes);
-        served.put(seq, *digest, bytes.clone(), max);
+        if let Ok(mut served) = self.served.lock() {
+            served.put(seq, *digest, bytes.clone(), max);
+        }
         Some(bytes)
     }
 
@@ -987,17 +995,26 @@ mod tests {
         }
         assert_eq!(store.files_read(), 2, "two checkpoints asked for in turn stay cached");
         assert!(store.encoded(64, &[7; 32], 1 << 20).is_none(), "another digest is not served from the cache");
-        // A third checkpoint pushes out the oldest.
-        store.encoded(192, &snaps[2].digest, 1 << 20).unwrap();
-        store.encoded(128, &snaps[1].digest, 1 << 20).unwrap();
+        assert_eq!(store.files_read(), 2, "nor read from the file: the checkpoint has the cached digest");
+        // Every kept checkpoint stays cached, asked for in any order.
+        for s in snaps.iter().rev().chain(&snaps) {
+            store.encoded(s.seq, &s.digest, 1 << 20).unwrap();
+        }
+        assert_eq!(store.files_read(), 3);
+        // A fourth pushes out the oldest.
+        let newer = snapshot(256, 10).0;
+        store.save(&newer).unwrap();
+        store.encoded(256, &newer.digest, 1 << 20).unwrap();
         assert_eq!(store.files_read(), 4);
-        store.encoded(64, &snaps[0].digest, 1 << 20).unwrap();
-        assert_eq!(store.files_read(), 5, "checkpoint 64 was forgotten");
+        store.encoded(128, &snaps[1].digest, 1 << 20).unwrap();
+        assert_eq!(store.files_read(), 4, "checkpoint 128 is still cached");
+        assert!(store.encoded(64, &snaps[0].digest, 1 << 20).is_none(), "checkpoint 64 was forgotten (and its file pruned)");
         // The cache holds no more than max bytes (the newest entry always).
         let mut cache = ServedCache::default();
         cache.put(1, [1; 32], Arc::new(vec![0; 600]), 1000);
         cache.put(2, [2; 32], Arc::new(vec![0; 600]), 1000);
-        assert!(cache.get(1, &[1; 32]).is_none() && cache.get(2, &[2; 32]).is_some());
+        assert!(cache.get(1, &[1; 32]).is_none() && cache.get(2, &[2; 32]).is_some_and(|b| b.is_some()));
+        assert_eq!(cache.get(2, &[9; 32]), Some(None), "another digest for a cached checkpoint");
         cache.put(3, [3; 32], Arc::new(vec![0; 5000]), 1000);
         assert_eq!(cache.entries.keys().copied().collect::<Vec<_>>(), vec![3]);
     }
