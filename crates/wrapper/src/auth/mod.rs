@@ -297,7 +297,7 @@ impl Authenticator {
         match self.authenticate(msg, now_s) {
             Outcome::Pass { identity, body } => {
                 let forwarded = self.resign(identity, body);
-                (!crate::exec::gate::forwardable(&forwarded)).then(|| self.refusal(msg, RCODE_FORMERR, now_s))
+                (!crate::exec::gate::forwardable(&forwarded)).then(|| self.answer_without_named(msg, RCODE_FORMERR, now_s))
             }
             Outcome::Refuse { answer, .. } => Some(answer),
         }
@@ -361,7 +361,7 @@ impl UpdateGate for Authenticator {
         }
     }
 
-    fn refusal(&self, request: &[u8], rcode: u16, agreed_time_s: u64) -> Vec<u8> {
+    fn answer_without_named(&self, request: &[u8], rcode: u16, agreed_time_s: u64) -> Vec<u8> {
         // Signed with the request's TSIG key when that verifies, as named signs its answers.
         match wire::layout(request) {
             Ok(layout) => self.signed_refusal(request, &layout, rcode, agreed_time_s).unwrap_or_else(|| answer_header(request, &layout, rcode)),

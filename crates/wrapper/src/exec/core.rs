@@ -34,7 +34,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use hickory_proto::op::{Message, MessageType, ResponseCode};
+use hickory_proto::op::{Message, ResponseCode};
 use named_glue::signer::SignatureTimes;
 
 use crate::classify::{classify, Kind, Verdict};
@@ -680,7 +680,9 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                                         }
                                         self.gate.answer_for_client(&message, &a)
                                     }
-                                    None => rcode_answer(&message, first.outcome),
+                                    // Signed for the client as named's answer was (a state
+                                    // transfer or a restart emptied the cache, say).
+                                    None => self.gate.answer_without_named(&message, client_rcode(first.outcome), time_s),
                                 };
                                 out.push(Command::Answer { reply, bytes });
                             }
@@ -694,7 +696,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                                 let rcode = u16::from(crate::answer::RCODE_FORMERR);
                                 self.state.record(seq, index, u32::from(rcode));
                                 if let Some(reply) = item.reply {
-                                    out.push(Command::Answer { reply, bytes: self.gate.refusal(&message, rcode, time_s) });
+                                    out.push(Command::Answer { reply, bytes: self.gate.answer_without_named(&message, rcode, time_s) });
                                 }
                             }
                             UpdateDecision::Forward(bytes) => {
@@ -929,13 +931,8 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     }
 }
 
-/// An answer carrying the request's id, opcode, question and an outcome's rcode (for a
-/// retransmission whose first answer this replica no longer holds).
-fn rcode_answer(request: &[u8], outcome: u32) -> Vec<u8> {
-    let Ok(m) = Message::from_vec(request) else { return Vec::new() };
-    let rcode = u16::try_from(outcome).ok().filter(|c| *c < 4096).map(<ResponseCode as From<u16>>::from).unwrap_or(ResponseCode::ServFail);
-    let mut a = Message::error_msg(m.metadata.id, m.metadata.op_code, rcode);
-    a.metadata.message_type = MessageType::Response;
-    a.add_queries(m.queries.iter().cloned());
-    a.to_vec().unwrap_or_default()
+/// The rcode a client gets for a recorded outcome: named's own (its low four bits: an
+/// extended rcode needs an OPT the core does not build), SERVFAIL for the core's own codes.
+fn client_rcode(outcome: u32) -> u16 {
+    u16::try_from(outcome).ok().filter(|c| *c < 16).unwrap_or(u16::from(ResponseCode::ServFail))
 }
