@@ -661,7 +661,9 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         }
                         let time_s = time_us / 1_000_000;
                         let replay = replay_key(&message);
-                        self.keep_before();
+                        // Pruning at this agreed time is idempotent, so the state kept for a
+                        // resume (`keep_before`) may be taken after it, and only for a write
+                        // that goes to named: a refusal or a duplicate costs no copy of the state.
                         self.state.prune_recent(time_s);
                         if let Some((digest, first)) = replay.and_then(|k| self.state.recent_writes.get(&k.digest).map(|w| (k.digest, *w))) {
                             // What the same signature covers, again within its window: a
@@ -717,6 +719,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                                     }
                                     continue;
                                 }
+                                self.keep_before();
                                 let times = self.times(time_us);
                                 out.push(Command::Write { seq, index, message: bytes, times });
                                 if let Some(run) = self.running.as_mut() {
