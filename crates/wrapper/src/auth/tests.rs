@@ -400,3 +400,21 @@ fn an_answer_without_named_is_signed_for_a_tsig_client() {
     let again = tsig::sign(&tsig::strip(&answer, l.signature.unwrap().start, l.id), &a.tsig[0], at.time_signed, at.fudge, 0, Vec::new(), Some(&t.mac));
     assert_eq!(again, answer, "signed with the client's key over the request's MAC");
 }
+
+/// An update cut short after its zone section gets FORMERR with the zone section back, as
+/// named answers it; one whose question does not parse gets the header alone.
+#[test]
+fn formerr_keeps_the_question_when_it_parses() {
+    let a = auth(Mode::Tsig);
+    let mut cut = vec![0x12, 0x34, 0x28, 0, 0, 1, 0, 0, 0, 1, 0, 0];
+    cut.extend_from_slice(&wire::name_to_wire("example.test.").unwrap());
+    cut.extend_from_slice(&[0, 6, 0, 1]);
+    let zone_end = cut.len();
+    cut.extend_from_slice(&[3, b'w', b'w']);
+    let UpdateDecision::Refuse { rcode: code, answer } = a.decide(&cut, fixed_clock()) else { panic!("refused") };
+    assert_eq!(code, RCODE_FORMERR);
+    assert_eq!(answer.len(), zone_end);
+    assert_eq!(&answer[4..12], &[0, 1, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&answer[12..], &cut[12..zone_end]);
+    assert_eq!((answer[2], answer[3]), (0xa8, 0x01));
+}
