@@ -18,6 +18,11 @@ pub const RCODE_FORMERR: u8 = 1;
 pub const RCODE_SERVFAIL: u8 = 2;
 pub const RCODE_REFUSED: u8 = 5;
 
+/// Whether the whole of `request` parses as a DNS message.
+pub fn parses(request: &[u8]) -> bool {
+    RawMessage::parse(request).is_ok()
+}
+
 /// The error answer named would give to `request` with `rcode`; `None` for a
 /// response or a runt, which named never answers.
 pub fn error_answer(request: &[u8], rcode: u8) -> Option<Vec<u8>> {

@@ -297,7 +297,7 @@ impl Authenticator {
         match self.authenticate(msg, now_s) {
             Outcome::Pass { identity, body } => {
                 let forwarded = self.resign(identity, body);
-                (!crate::exec::gate::forwardable(&forwarded)).then(|| self.refusal(msg, RCODE_FORMERR, now_s))
+                (!crate::exec::gate::forwardable(&forwarded)).then(|| self.answer_without_named(msg, RCODE_FORMERR, now_s))
             }
             Outcome::Refuse { answer, .. } => Some(answer),
         }
@@ -361,7 +361,7 @@ impl UpdateGate for Authenticator {
         }
     }
 
-    fn refusal(&self, request: &[u8], rcode: u16, agreed_time_s: u64) -> Vec<u8> {
+    fn answer_without_named(&self, request: &[u8], rcode: u16, agreed_time_s: u64) -> Vec<u8> {
         // Signed with the request's TSIG key when that verifies, as named signs its answers.
         match wire::layout(request) {
             Ok(layout) => self.signed_refusal(request, &layout, rcode, agreed_time_s).unwrap_or_else(|| answer_header(request, &layout, rcode)),
@@ -407,7 +407,22 @@ fn answer_header(msg: &[u8], layout: &Layout, rcode: u16) -> Vec<u8> {
 
 /// An answer for a message too broken to walk: its id and opcode only.
 fn header_only(msg: &[u8], rcode: u16) -> Vec<u8> {
-    // named's own shape for a message it cannot read (the question kept when it parses).
+    // named's own shape for a message it cannot read: the question kept when that much parses
+    // (an update cut short after its zone section gets it back), else the header alone.
+    if crate::answer::parses(msg) {
+        if let Some(answer) = u8::try_from(rcode).ok().and_then(|r| crate::answer::error_answer(msg, r)) {
+            return answer;
+        }
+    }
+    if let Some(end) = question_end(msg) {
+        let flags = 0x8000 | (wire::u16_at(msg, 2).unwrap_or(0) & (0x7800 | 0x0100 | 0x0010)) | (rcode & 0xf);
+        let mut out = msg[..2].to_vec();
+        out.extend_from_slice(&flags.to_be_bytes());
+        out.extend_from_slice(&msg[4..6]);
+        out.extend_from_slice(&[0; 6]);
+        out.extend_from_slice(&msg[wire::HEADER_LEN..end]);
+        return out;
+    }
     if let Some(answer) = u8::try_from(rcode).ok().and_then(|r| crate::answer::error_answer(msg, r)) {
         return answer;
     }
@@ -417,6 +432,20 @@ fn header_only(msg: &[u8], rcode: u16) -> Vec<u8> {
     out.extend_from_slice(&flags.to_be_bytes());
     out.extend_from_slice(&[0; 8]);
     out
+}
+
+/// Where the question section ends, when the header and every question parse.
+fn question_end(msg: &[u8]) -> Option<usize> {
+    let qdcount = wire::u16_at(msg, 4)?;
+    let mut pos = wire::HEADER_LEN;
+    for _ in 0..qdcount {
+        let (_, end) = wire::read_name(msg, pos).ok()?;
+        pos = end + 4;
+        if pos > msg.len() {
+            return None;
+        }
+    }
+    Some(pos)
 }
 
 fn refuse_plain(msg: &[u8], layout: &Layout, rcode: u16) -> Outcome {

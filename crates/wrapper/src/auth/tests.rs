@@ -320,7 +320,7 @@ fn an_update_too_long_once_re_signed_is_refused_before_ordering() {
     assert_eq!(&answer[..2], &big[..2]);
     let t = tsig_of(&answer);
     assert_eq!((t.error, t.mac.len()), (0, 32), "signed with the client's key, as named signs");
-    assert_eq!(a.refusal(&big, RCODE_FORMERR, fixed_clock()), answer, "the execution core's refusal is the same");
+    assert_eq!(a.answer_without_named(&big, RCODE_FORMERR, fixed_clock()), answer, "the execution core's refusal is the same");
     // One that still fits once re-signed is ordered.
     let fits = update_of_size(&key, 65_500);
     assert_eq!(a.precheck(&fits, false, fixed_clock()), None);
@@ -338,7 +338,7 @@ fn unreadable_updates_are_refused_without_named() {
     assert_eq!((code, rcode(&answer), &answer[..2]), (RCODE_FORMERR, RCODE_FORMERR, &runt[..2]));
     assert_eq!(answer[2] & 0xf8, 0x80 | 0x28, "a response with the request's opcode");
     assert_eq!(a.precheck(&runt, false, fixed_clock()), Some(answer.clone()));
-    assert_eq!(a.refusal(&runt, RCODE_FORMERR, fixed_clock()), answer);
+    assert_eq!(a.answer_without_named(&runt, RCODE_FORMERR, fixed_clock()), answer);
 }
 
 /// A SIG(0) valid for longer than `sig0_max_validity_s` is refused; the replay key of a
@@ -382,4 +382,39 @@ fn tsig_replay_key_ignores_the_header_id() {
     assert_ne!(crate::exec::gate::replay_key(&changed).map(|k| k.digest), Some(key.digest));
     // Unsigned or unreadable: no key.
     assert_eq!(crate::exec::gate::replay_key(&q[..40]), None);
+}
+
+/// A retransmission whose first answer the replica no longer holds (a state transfer or a
+/// restart emptied its cache) gets the recorded rcode signed with the client's key, as
+/// named's answer was: nsupdate rejects an unsigned answer to a signed update.
+#[test]
+fn an_answer_without_named_is_signed_for_a_tsig_client() {
+    let a = auth(Mode::Tsig);
+    let (q, _) = capture("tsig-hmac-sha256.txt", "ukey.key");
+    let t = tsig_of(&q);
+    let answer = a.answer_without_named(&q, 0, t.time_signed);
+    assert_eq!((rcode(&answer), &answer[..2], answer[2] & 0x80), (0, &q[..2], 0x80));
+    let at = tsig_of(&answer);
+    assert_eq!((at.error, at.mac.len()), (0, 32));
+    let l = wire::layout(&answer).unwrap();
+    let again = tsig::sign(&tsig::strip(&answer, l.signature.unwrap().start, l.id), &a.tsig[0], at.time_signed, at.fudge, 0, Vec::new(), Some(&t.mac));
+    assert_eq!(again, answer, "signed with the client's key over the request's MAC");
+}
+
+/// An update cut short after its zone section gets FORMERR with the zone section back, as
+/// named answers it; one whose question does not parse gets the header alone.
+#[test]
+fn formerr_keeps_the_question_when_it_parses() {
+    let a = auth(Mode::Tsig);
+    let mut cut = vec![0x12, 0x34, 0x28, 0, 0, 1, 0, 0, 0, 1, 0, 0];
+    cut.extend_from_slice(&wire::name_to_wire("example.test.").unwrap());
+    cut.extend_from_slice(&[0, 6, 0, 1]);
+    let zone_end = cut.len();
+    cut.extend_from_slice(&[3, b'w', b'w']);
+    let UpdateDecision::Refuse { rcode: code, answer } = a.decide(&cut, fixed_clock()) else { panic!("refused") };
+    assert_eq!(code, RCODE_FORMERR);
+    assert_eq!(answer.len(), zone_end);
+    assert_eq!(&answer[4..12], &[0, 1, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&answer[12..], &cut[12..zone_end]);
+    assert_eq!((answer[2], answer[3]), (0xa8, 0x01));
 }

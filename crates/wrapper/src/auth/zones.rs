@@ -107,11 +107,11 @@ impl UpdateGate for ZoneAuth {
         }
     }
 
-    fn refusal(&self, request: &[u8], rcode: u16, agreed_time_s: u64) -> Vec<u8> {
+    fn answer_without_named(&self, request: &[u8], rcode: u16, agreed_time_s: u64) -> Vec<u8> {
         match self.target(request) {
-            Some(Target::Zone(auth)) => auth.refusal(request, rcode, agreed_time_s),
+            Some(Target::Zone(auth)) => auth.answer_without_named(request, rcode, agreed_time_s),
             Some(Target::Unserved(layout, _)) => self.unserved(request, &layout, rcode, agreed_time_s),
-            None => crate::exec::gate::Unchanged.refusal(request, rcode, agreed_time_s),
+            None => crate::exec::gate::Unchanged.answer_without_named(request, rcode, agreed_time_s),
         }
     }
 }

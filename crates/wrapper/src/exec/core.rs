@@ -34,7 +34,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use hickory_proto::op::{Message, MessageType, ResponseCode};
+use hickory_proto::op::{Message, ResponseCode};
 use named_glue::signer::SignatureTimes;
 
 use crate::classify::{classify, Kind, Verdict};
@@ -661,7 +661,9 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                         }
                         let time_s = time_us / 1_000_000;
                         let replay = replay_key(&message);
-                        self.keep_before();
+                        // Pruning at this agreed time is idempotent, so the state kept for a
+                        // resume (`keep_before`) may be taken after it, and only for a write
+                        // that goes to named: a refusal or a duplicate costs no copy of the state.
                         self.state.prune_recent(time_s);
                         if let Some((digest, first)) = replay.and_then(|k| self.state.recent_writes.get(&k.digest).map(|w| (k.digest, *w))) {
                             // What the same signature covers, again within its window: a
@@ -680,7 +682,9 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                                         }
                                         self.gate.answer_for_client(&message, &a)
                                     }
-                                    None => rcode_answer(&message, first.outcome),
+                                    // Signed for the client as named's answer was (a state
+                                    // transfer or a restart emptied the cache, say).
+                                    None => self.gate.answer_without_named(&message, client_rcode(first.outcome), time_s),
                                 };
                                 out.push(Command::Answer { reply, bytes });
                             }
@@ -694,7 +698,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                                 let rcode = u16::from(crate::answer::RCODE_FORMERR);
                                 self.state.record(seq, index, u32::from(rcode));
                                 if let Some(reply) = item.reply {
-                                    out.push(Command::Answer { reply, bytes: self.gate.refusal(&message, rcode, time_s) });
+                                    out.push(Command::Answer { reply, bytes: self.gate.answer_without_named(&message, rcode, time_s) });
                                 }
                             }
                             UpdateDecision::Forward(bytes) => {
@@ -715,6 +719,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                                     }
                                     continue;
                                 }
+                                self.keep_before();
                                 let times = self.times(time_us);
                                 out.push(Command::Write { seq, index, message: bytes, times });
                                 if let Some(run) = self.running.as_mut() {
@@ -929,13 +934,8 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     }
 }
 
-/// An answer carrying the request's id, opcode, question and an outcome's rcode (for a
-/// retransmission whose first answer this replica no longer holds).
-fn rcode_answer(request: &[u8], outcome: u32) -> Vec<u8> {
-    let Ok(m) = Message::from_vec(request) else { return Vec::new() };
-    let rcode = u16::try_from(outcome).ok().filter(|c| *c < 4096).map(<ResponseCode as From<u16>>::from).unwrap_or(ResponseCode::ServFail);
-    let mut a = Message::error_msg(m.metadata.id, m.metadata.op_code, rcode);
-    a.metadata.message_type = MessageType::Response;
-    a.add_queries(m.queries.iter().cloned());
-    a.to_vec().unwrap_or_default()
+/// The rcode a client gets for a recorded outcome: named's own (its low four bits: an
+/// extended rcode needs an OPT the core does not build), SERVFAIL for the core's own codes.
+fn client_rcode(outcome: u32) -> u16 {
+    u16::try_from(outcome).ok().filter(|c| *c < 16).unwrap_or(u16::from(ResponseCode::ServFail))
 }

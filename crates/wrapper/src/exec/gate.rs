@@ -97,9 +97,11 @@ pub trait UpdateGate: Send + Sync {
     fn decide(&self, message: &[u8], agreed_time_s: u64) -> UpdateDecision;
     /// What the client gets back, given the request and named's answer to the forwarded bytes.
     fn answer_for_client(&self, request: &[u8], named_answer: &[u8]) -> Vec<u8>;
-    /// The answer to a write the core refuses with `rcode` without named (it forwarded bytes
-    /// named cannot take): from the request and the agreed time only.
-    fn refusal(&self, request: &[u8], rcode: u16, _agreed_time_s: u64) -> Vec<u8> {
+    /// The answer with `rcode` to a write the core answers without named (a refusal of bytes
+    /// named cannot take, or a retransmission's recorded outcome whose first answer this
+    /// replica no longer holds): from the request and the agreed time only, signed for the
+    /// client where named would sign.
+    fn answer_without_named(&self, request: &[u8], rcode: u16, _agreed_time_s: u64) -> Vec<u8> {
         u8::try_from(rcode).ok().and_then(|r| crate::answer::error_answer(request, r)).unwrap_or_default()
     }
 }
@@ -128,8 +130,8 @@ impl<T: UpdateGate + ?Sized> UpdateGate for std::sync::Arc<T> {
         (**self).answer_for_client(request, named_answer)
     }
 
-    fn refusal(&self, request: &[u8], rcode: u16, agreed_time_s: u64) -> Vec<u8> {
-        (**self).refusal(request, rcode, agreed_time_s)
+    fn answer_without_named(&self, request: &[u8], rcode: u16, agreed_time_s: u64) -> Vec<u8> {
+        (**self).answer_without_named(request, rcode, agreed_time_s)
     }
 }
 
