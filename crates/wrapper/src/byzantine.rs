@@ -34,11 +34,14 @@ pub enum Mode {
     WrongAnswers,
     /// Answers its peers' read probes with made-up barriers, far ahead or 0 (vouched reads).
     WrongVouches,
+    /// As primary, adds to every pre-prepare requests under the other origins it carries,
+    /// numbered 2^32 - 1 above theirs and just within the number jump.
+    OriginForger,
 }
 
 impl Mode {
     /// Every mode, with `crash-after-N` at N = 20 (for listings and tests).
-    pub const ALL: [Mode; 11] = [
+    pub const ALL: [Mode; 12] = [
         Mode::Silent,
         Mode::CrashAfter(20),
         Mode::Equivocator,
@@ -50,6 +53,7 @@ impl Mode {
         Mode::GarbageShares,
         Mode::WrongAnswers,
         Mode::WrongVouches,
+        Mode::OriginForger,
     ];
 
     /// The ordering driver's behaviour for this mode, if it has one.
@@ -61,6 +65,7 @@ impl Mode {
             Mode::ForgedRelays => Some(Behaviour::ForgedRelays),
             Mode::Flooder => Some(Behaviour::Flooder),
             Mode::StatusSpammer => Some(Behaviour::StatusSpammer),
+            Mode::OriginForger => Some(Behaviour::OriginForger),
             _ => None,
         }
     }
@@ -107,6 +112,7 @@ impl fmt::Display for Mode {
             Mode::GarbageShares => f.write_str("garbage-shares"),
             Mode::WrongAnswers => f.write_str("wrong-answers"),
             Mode::WrongVouches => f.write_str("wrong-vouches"),
+            Mode::OriginForger => f.write_str("origin-forger"),
         }
     }
 }
@@ -126,6 +132,7 @@ impl FromStr for Mode {
             "garbage-shares" => Mode::GarbageShares,
             "wrong-answers" => Mode::WrongAnswers,
             "wrong-vouches" => Mode::WrongVouches,
+            "origin-forger" => Mode::OriginForger,
             other => match other.strip_prefix("crash-after-").map(str::parse::<u64>) {
                 Some(Ok(n)) => Mode::CrashAfter(n),
                 _ => {
