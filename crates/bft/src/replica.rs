@@ -163,11 +163,14 @@ enum Timer {
     /// a parked origin's balance is back. Derived from the queue and the clock, so it is
     /// re-armed after every input (see [`Replica::arm_batch_timer`]).
     Batch,
+    /// A backup sent `Holds` claims less than `batch_delay` ago: later ones are gathered until
+    /// it fires (or a batch's count of them gathered), then go in one message.
+    Holds,
 }
 
 impl Timer {
     /// Every kind, in the order [`Replica::handle_timeout`] fires them when several are due.
-    const ALL: [Timer; 4] = [Timer::Tick, Timer::Request, Timer::ViewChange, Timer::Batch];
+    const ALL: [Timer; 5] = [Timer::Tick, Timer::Request, Timer::ViewChange, Timer::Batch, Timer::Holds];
 }
 
 /// Every deadline the replica keeps, one per [`Timer`] kind; the next wake-up is the earliest.
@@ -306,6 +309,8 @@ pub struct Replica {
     proposed: BTreeSet<RequestKey>,
     /// Seqs whose slot holds a waiting (not yet vouched) pre-prepare.
     waiting: BTreeSet<u64>,
+    /// `Holds` claims not yet sent to the primary (see [`Timer::Holds`]).
+    holds_out: Vec<(RequestKey, Digest)>,
     clients: BTreeMap<(ReplicaId, u64), ClientRecord>,
     /// (origin, seq of last delivery, client): each origin's pairs, oldest first.
     clients_by_age: BTreeSet<(ReplicaId, u64, u64)>,
@@ -392,6 +397,7 @@ impl Replica {
             parked: BTreeMap::new(),
             proposed: BTreeSet::new(),
             waiting: BTreeSet::new(),
+            holds_out: Vec::new(),
             clients: BTreeMap::new(),
             clients_by_age: BTreeSet::new(),
             clients_per_origin: BTreeMap::new(),
@@ -888,6 +894,7 @@ impl Replica {
             }
             // Proposing what is due is `after_step`'s, which every input ends with.
             Timer::Batch => {}
+            Timer::Holds => self.flush_holds(),
         }
     }
 
@@ -1017,9 +1024,13 @@ impl Replica {
             }
         } else if !own {
             // The primary proposes it once 2f replicas hold it, so that its backups can
-            // vouch for it.
-            let primary = self.primary();
-            self.send(primary, Message::Holds { sender: self.config.id, requests: vec![(key, digest)] });
+            // vouch for it. At once when none went within `batch_delay`, otherwise gathered, so
+            // that a burst costs a message per batch's count of requests, not one per request.
+            self.holds_out.push((key, digest));
+            if !self.timers.is_armed(Timer::Holds) || self.holds_out.len() >= self.config.batch_max_requests {
+                self.flush_holds();
+                self.timers.arm(Timer::Holds, self.now.plus(self.config.batch_delay));
+            }
         } else {
             // Only the origin relays its requests: a relayed request names its sender as origin,
             // so nobody can submit (or burn the numbers of) another replica's clients. To every
@@ -1065,10 +1076,30 @@ impl Replica {
         }
     }
 
+    /// Sends the gathered `Holds` claims to the primary (dropped while no primary is installed:
+    /// after the new view they all go again).
+    fn flush_holds(&mut self) {
+        self.timers.cancel(Timer::Holds);
+        let requests = std::mem::take(&mut self.holds_out);
+        if requests.is_empty() || self.is_primary() || self.phase.is_changing() {
+            return;
+        }
+        let primary = self.primary();
+        let chunk = self.config.limits().max_entries.max(1);
+        for requests in requests.chunks(chunk) {
+            self.send(primary, Message::Holds { sender: self.config.id, requests: requests.to_vec() });
+        }
+    }
+
     /// Tells the primary which of others' requests this replica holds: all of them after a
     /// new view (`all`), otherwise those waiting longer than an interval (a claim may have been
     /// lost or may have come before the request), bounded per tick.
     fn send_holds(&mut self, all: bool) {
+        if all {
+            // Everything held goes now; what was gathered is among it.
+            self.holds_out.clear();
+            self.timers.cancel(Timer::Holds);
+        }
         if self.is_primary() {
             return;
         }
