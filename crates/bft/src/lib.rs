@@ -54,7 +54,8 @@
 //!   arrives and every tick; the request timer runs meanwhile, so a primary that made a
 //!   request up is replaced by a view change. A primary proposes another origin's request only
 //!   when it holds it from the origin directly and 2f replicas other than itself hold it (the
-//!   origin, and backups that said so with a `Holds` message on receiving it), and fills a
+//!   origin, and backups that said so with a `Holds` message on receiving it: at once when
+//!   none went within `batch_delay`, otherwise gathered into one), and fills a
 //!   batch only with requests that a common 2f of them hold: f of those are honest and prepare
 //!   the batch, and their f prepares vouch for it at every other backup, so a Byzantine origin
 //!   that gives a request to the primary alone cannot make an honest primary's batch stall.
