@@ -140,6 +140,21 @@ fn four_with_a_view_change_poisoner_as_first_primary() {
     survives(&c, &[(0, Seen::Fault("view_change_claims_batches_beyond_its_checkpoints")), (0, Seen::Deposed)], "poisoner");
 }
 
+/// The attack: as the first primary, replica 0 adds to every pre-prepare requests under
+/// the other origins it carries, numbered 2^32 - 1 above theirs (which once locked every honest
+/// gateway out) and just within the jump. Backups never prepare such a batch, so the view
+/// changes; ten updates through the honest replicas are then all acknowledged.
+#[test]
+fn four_with_an_origin_forger_as_first_primary() {
+    let c = cluster(4, &[(0, "origin-forger")]);
+    survives(&c, &[(0, Seen::Deposed)], "originforger");
+    for k in 0..10u16 {
+        let through = 1 + k % 3;
+        let (ok, out) = c.nsupdate(through, &format!("update add forged{k}.example.test 300 A 192.0.2.{}", 10 + k));
+        assert!(ok, "update {k} through honest replica {through} failed:\n{out}\n{}", c.logs());
+    }
+}
+
 #[test]
 fn four_with_forged_relays() {
     one("forged-relays", 3, Seen::Fault("relayed_a_request_of_another_origin"));

@@ -34,3 +34,23 @@ pub fn poison_view_change(vc: &mut ViewChange, me: ReplicaId, window: u64, inter
     let skip = vc.checkpoints.len().saturating_sub(max);
     vc.checkpoints.drain(..skip);
 }
+
+/// The origin forger (the demonstration): for each other origin whose requests this
+/// primary has proposed (`seen`: that origin's latest client and number, updated from
+/// `proposal`), adds to `proposal` a request of that client numbered 2^32 - 1 above the number
+/// seen, and one `jump - 1` above it (within `max_number_jump`). Before origins were
+/// authenticated, the first made every later request of the victim look delivered.
+pub fn forge_origins(proposal: &mut Proposal, me: ReplicaId, seen: &mut std::collections::BTreeMap<ReplicaId, (u64, u64)>, jump: u64) {
+    for request in proposal.requests.iter().filter(|r| r.origin != me) {
+        let entry = seen.entry(request.origin).or_insert((request.client, request.number));
+        if (request.client, request.number) > *entry {
+            *entry = (request.client, request.number);
+        }
+    }
+    for (origin, (client, number)) in seen.iter() {
+        for above in [(1u64 << 32) - 1, jump.saturating_sub(1).max(1)] {
+            let forged = Request { origin: *origin, client: *client, number: number.saturating_add(above), payload: vec![0xf0; 8] };
+            proposal.requests.push(forged);
+        }
+    }
+}

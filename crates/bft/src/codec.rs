@@ -6,7 +6,7 @@
 //! Trailing bytes are an error, so each message has exactly one encoding.
 
 use crate::message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
-use crate::types::{Digest, Limits, Proposal, ReplicaId, Request, Time};
+use crate::types::{Digest, Limits, Proposal, ReplicaId, Request, RequestKey, Time};
 
 /// Version byte that starts every encoded message.
 pub const WIRE_VERSION: u8 = 1;
@@ -20,6 +20,8 @@ const TAG_VIEW_CHANGE: u8 = 6;
 const TAG_NEW_VIEW: u8 = 7;
 const TAG_STATUS: u8 = 8;
 const TAG_COMMITTED: u8 = 9;
+// 10 and 11 were the read probes and vouches of an earlier version: never reused.
+const TAG_HOLDS: u8 = 12;
 
 /// Why bytes are not a valid message (the peer's fault).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -53,6 +55,17 @@ impl Message {
                 out.push(TAG_REQUEST);
                 put_u64(&mut out, u64::from(*sender));
                 write_request(&mut out, request);
+            }
+            Message::Holds { sender, requests } => {
+                out.push(TAG_HOLDS);
+                put_u64(&mut out, u64::from(*sender));
+                put_len(&mut out, requests.len());
+                for (key, digest) in requests {
+                    put_u64(&mut out, u64::from(key.origin));
+                    put_u64(&mut out, key.client);
+                    put_u64(&mut out, key.number);
+                    out.extend_from_slice(digest);
+                }
             }
             Message::PrePrepare { sender, view, seq, proposal } => {
                 out.push(TAG_PRE_PREPARE);
@@ -114,6 +127,17 @@ impl Message {
         let tag = reader.byte("tag")?;
         let message = match tag {
             TAG_REQUEST => Message::Request { sender: reader.replica()?, request: reader.request()? },
+            TAG_HOLDS => {
+                let sender = reader.replica()?;
+                // An entry is at least 35 bytes (three varints and a digest).
+                let count = reader.count("holds", 35, reader.limits.max_entries)?;
+                let mut requests = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let key = RequestKey { origin: reader.replica()?, client: reader.u64("client")?, number: reader.u64("number")? };
+                    requests.push((key, reader.digest()?));
+                }
+                Message::Holds { sender, requests }
+            }
             TAG_PRE_PREPARE => {
                 Message::PrePrepare { sender: reader.replica()?, view: reader.u64("view")?, seq: reader.u64("seq")?, proposal: reader.proposal()? }
             }
@@ -139,6 +163,15 @@ impl Message {
         }
         Ok(message)
     }
+}
+
+/// Digest of a request's payload, by which [`Message::Holds`] names what its sender holds.
+pub fn request_digest(request: &Request) -> Digest {
+    use sha2::{Digest as _, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(b"sdns-bft-request-v1");
+    hasher.update(&request.payload);
+    hasher.finalize().into()
 }
 
 /// Digest of a view-change message (the new-view message names view changes by it).

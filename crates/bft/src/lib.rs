@@ -41,8 +41,30 @@
 //!   times strictly increase (a stamp not above the previous delivered time is raised to it plus
 //!   one microsecond, deterministically, which also covers null batches after a view change).
 //! - Requests are deduplicated by `(origin, client, number)`. Only a request's origin sends it
-//!   to other replicas (to the primary at once, to everyone after a retransmit interval); a
-//!   `Request` message whose origin is not its sender is refused and blamed. A backup suspects
+//!   to other replicas, to every replica at once (and again every retransmit interval while it
+//!   waits); a `Request` message whose origin is not its sender is refused and blamed.
+//! - Origins are authenticated end to end without signatures. A backup accepts (prepares) a
+//!   pre-prepare only when every request in it is vouched for: its origin is the primary (the
+//!   pre-prepare came from it over the authenticated link), or this replica holds the same
+//!   request (key and payload) from its origin directly (or from its own client), or its key
+//!   is already delivered (delivering it again is skipped), or f+1 replicas vouch for the whole
+//!   batch: the primary by its pre-prepare and f backups by a matching prepare (one of them is
+//!   honest and prepared only what it checked). Until then the pre-prepare waits, unreported
+//!   (bounded: one per seq in the window), and is checked again when a request or a prepare
+//!   arrives and every tick; the request timer runs meanwhile, so a primary that made a
+//!   request up is replaced by a view change. A primary proposes another origin's request only
+//!   when it holds it from the origin directly and 2f replicas other than itself hold it (the
+//!   origin, and backups that said so with a `Holds` message on receiving it: at once when
+//!   none went within `batch_delay`, otherwise gathered into one), and fills a
+//!   batch only with requests that a common 2f of them hold: f of those are honest and prepare
+//!   the batch, and their f prepares vouch for it at every other backup, so a Byzantine origin
+//!   that gives a request to the primary alone cannot make an honest primary's batch stall.
+//!   Entries installed by a new view are not checked again: each was prepared by a quorum in an
+//!   earlier view or is backed by f+1 accepted pre-prepares (the decision's `a2`), so an honest
+//!   replica vouched for it. Batches taken in catch-up (f+1 identical copies, or a chain that
+//!   reproduces a certified checkpoint's log digest) were committed by honest replicas, which
+//!   prepared them only vouched for, so they are authenticated too.
+//! - A backup suspects
 //!   the primary when a request it knows is not ordered in time: at least `min_request_timeout`,
 //!   doubled per view change without progress, at least four times the ordering latency it
 //!   observed recently, at most `request_timeout` (see [`Config::min_request_timeout`]); when
@@ -108,15 +130,19 @@
 //!   promised; PBFT's proactive recovery, which makes that safe, is not implemented. Count such
 //!   a replica against `f` until it has caught up. A restart that keeps the `Replica` is safe.
 //!   Safety and liveness hold as long as such replicas plus Byzantine ones are at most `f`.
-//! - A request's `origin` is not authenticated end to end (requests carry no signatures): a
-//!   Byzantine *primary* can still order requests it made up under any origin. Safety: every
-//!   honest replica delivers the same batches, forged or not. Liveness: a made-up number more
-//!   than `max_number_jump` above the client's highest is not delivered anywhere, so one batch
-//!   cannot push a client's numbers to the end; made-up numbers within the jump make the
-//!   victim client's real requests with those numbers look delivered (the gateway sees a
-//!   different payload under its key and answers its client with an error; the client
-//!   retries under a new number). The primary can do this only while it stays primary; it
-//!   cannot stop the ordering. Relays cannot forge at all (origin must equal sender).
+//! - Origins are authenticated without signatures (see "Protocol"), at a price: a Byzantine
+//!   origin that gives a request to the primary and to fewer than f honest backups, together
+//!   with f - 1 other Byzantine replicas that claim to hold it, can make an honest primary
+//!   propose a batch that does not become vouched (for n = 4, f = 1, it needs no accomplice:
+//!   the primary waits for the origin plus one backup, and the backup is honest, so it cannot
+//!   happen there); the batch waits until a view change, the same class as the limit below.
+//!   A request from a backup origin takes two more message delays than one from the
+//!   primary (its request to everyone, then the others' `Holds`), where it took one before.
+//!   A replica that lost its state forgets the requests it held, and cannot vouch for them
+//!   until their origin retransmits them (every interval) or f backups prepare. Claims of a
+//!   request the primary does not hold yet are dropped (bounded), and repeated every interval.
+//! - A Byzantine origin can number its own clients' requests as it likes (within
+//!   `max_number_jump`, now the pending bound rather than 2^32); that only affects its own.
 //! - A Byzantine origin can send its requests to the backups but not to the primary; the
 //!   backups cannot tell this from a primary that censors that origin, so they time out and
 //!   change views, and the next primary (which holds them) orders them. This costs at most one
@@ -152,18 +178,27 @@
 //!   loss, duplication, reordering, partitions that heal, crashes with and without state loss,
 //!   honest clients, and Byzantine actors: equivocating primary, silent primary, conflicter,
 //!   impersonator, replayer, twins, view-change poisoner, forged relays, peer flooder, status
-//!   spammer). Each seed runs a safety phase with faults, then a liveness phase after
+//!   spammer, and a hostile primary whose batches are drawn per seed from a grammar of hostile
+//!   batches: requests under other origins at every numbering bound, duplicate and conflicting
+//!   keys, batches at and just over the count and byte limits, times at and just beyond the
+//!   skew, equivocation). Each seed runs a safety phase with faults, then a liveness phase after
 //!   stabilisation; it checks agreement per seq, delivery of every request submitted to an
 //!   honest replica, no duplicate delivery, strictly increasing agreed times, no delivered
-//!   number jump, a bounded run of views without delivery after stabilisation, that no honest
+//!   number jump, that no request is delivered under an honest origin which that origin's
+//!   clients did not submit (same key and bytes), a bounded run of views without delivery after stabilisation, that no honest
 //!   replica is ever blamed (and that forgers and impersonators are), that an honest replica's
 //!   accounted bytes stay within [`Replica::held_bytes_bound`] under a flooder, that a status
 //!   spammer gets bounded pushes, and (for a few seeds) that a seed replays to the same
 //!   event-trace hash. `cargo test -p bft` runs 1500 seeds for n = 4, 500 for n = 7 and 250
 //!   for n = 10 with behaviours drawn at random (`BFT_SEEDS=N` overrides the count per size),
-//!   and for each of the ten named actors (`actor_*`, one per behaviour, checked by
+//!   and for each of the eleven named actors (`actor_*`, one per behaviour, checked by
 //!   `every_actor_has_a_test`) 100 seeds for n = 4 and 33 for n = 7 with f replicas behaving
-//!   that way (`BFT_ACTOR_SEEDS=N`): 3580 seeds per run, all with liveness checked.
+//!   that way (`BFT_ACTOR_SEEDS=N`): 3713 seeds per run, all with liveness checked.
+//! - Campaign of the generated adversary: `BFT_HOSTILE_SEEDS=100000 cargo test --release -p bft --test sim -- actor_hostile_primary`
+//!   (n = 4, and a third of the count for n = 7).
+//! - `tests/origins.rs`: a primary forging requests under other origins (numbers 2^32 - 1
+//!   above, at the jump, just above, below, a delivered key with other bytes) gets none of
+//!   them delivered and is replaced; a request given to the primary alone stalls no batch.
 //! - Replay one seed: `BFT_SEED=<seed> BFT_N=<n> [BFT_ACTOR=Poisoner] cargo test -p bft --test sim -- seed_repro --nocapture`
 //!   (`BFT_DEBUG=1` prints deliveries, faults, view changes).
 //! - Soak: `BFT_SOAK_SEEDS=100000 cargo test --release -p bft --test sim -- soak --ignored --nocapture`.
@@ -182,7 +217,7 @@ mod persist;
 mod replica;
 mod types;
 
-pub use codec::{new_view_digest, view_change_digest, DecodeError, WIRE_VERSION};
+pub use codec::{new_view_digest, request_digest, view_change_digest, DecodeError, WIRE_VERSION};
 pub use message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
 pub use persist::{checkpoint_state_digest, Persist, PersistedState, RestoreError, TransferMismatch, Transferred};
 pub use replica::{Action, Replica, Status};

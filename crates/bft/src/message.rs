@@ -1,14 +1,19 @@
 //! Protocol messages. Every message names its claimed sender; the core drops a message whose
 //! claimed sender differs from the authenticated channel it arrived on.
 
-use crate::types::{Digest, Proposal, ReplicaId, Request, Time};
+use crate::types::{Digest, Proposal, ReplicaId, Request, RequestKey, Time};
 
 /// A message between replicas. Encode with [`Message::encode`], decode with [`Message::decode`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Message {
-    /// A request relayed towards the primary.
+    /// A request sent by its origin (`request.origin == sender`) to every replica.
     Request { sender: ReplicaId, request: Request },
+    /// To the primary: the sender holds these requests, received directly from their origins
+    /// (key and [`crate::request_digest`] of each). A primary proposes another origin's
+    /// request only once 2f replicas other than itself hold it, so that its backups can check
+    /// where the request came from (see the crate docs, "Protocol").
+    Holds { sender: ReplicaId, requests: Vec<(RequestKey, Digest)> },
     /// The primary assigns `seq` to `proposal` in `view`.
     PrePrepare { sender: ReplicaId, view: u64, seq: u64, proposal: Proposal },
     /// A backup accepted the pre-prepare with `digest`.
@@ -110,6 +115,7 @@ impl Message {
     pub fn sender(&self) -> ReplicaId {
         match self {
             Message::Request { sender, .. }
+            | Message::Holds { sender, .. }
             | Message::PrePrepare { sender, .. }
             | Message::Prepare { sender, .. }
             | Message::Commit { sender, .. }
@@ -125,6 +131,7 @@ impl Message {
     pub fn kind(&self) -> &'static str {
         match self {
             Message::Request { .. } => "request",
+            Message::Holds { .. } => "holds",
             Message::PrePrepare { .. } => "pre-prepare",
             Message::Prepare { .. } => "prepare",
             Message::Commit { .. } => "commit",

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::codec::{new_view_digest, view_change_digest};
+use crate::codec::{new_view_digest, request_digest, view_change_digest};
 use crate::decide::{decide, search};
 use crate::message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
 use crate::persist::{fold_state_digest, meta_record, slot_record, table_digest, Meta, Persist, PersistedState, RestoreError, SlotRecord, Transferred};
@@ -163,11 +163,14 @@ enum Timer {
     /// a parked origin's balance is back. Derived from the queue and the clock, so it is
     /// re-armed after every input (see [`Replica::arm_batch_timer`]).
     Batch,
+    /// A backup sent `Holds` claims less than `batch_delay` ago: later ones are gathered until
+    /// it fires (or a batch's count of them gathered), then go in one message.
+    Holds,
 }
 
 impl Timer {
     /// Every kind, in the order [`Replica::handle_timeout`] fires them when several are due.
-    const ALL: [Timer; 4] = [Timer::Tick, Timer::Request, Timer::ViewChange, Timer::Batch];
+    const ALL: [Timer; 5] = [Timer::Tick, Timer::Request, Timer::ViewChange, Timer::Batch, Timer::Holds];
 }
 
 /// Every deadline the replica keeps, one per [`Timer`] kind; the next wake-up is the earliest.
@@ -245,6 +248,9 @@ struct Slot {
     fetched_bodies: BTreeMap<Digest, Proposal>,
     /// The view in which this slot's primary was blamed for equivocating (blamed once).
     equivocation_blamed: Option<u64>,
+    /// A pre-prepare of the current view not yet vouched for (see [`Replica::vouched`]):
+    /// neither prepared nor reported until it is.
+    waiting: Option<Accepted>,
 }
 
 #[derive(Clone, Debug)]
@@ -252,6 +258,12 @@ struct Awaited {
     request: Request,
     since: Time,
     own: bool,
+    /// Another origin's request: its [`request_digest`] (zero for an own request).
+    digest: Digest,
+    /// Another origin's request: the replicas known to hold it from its origin (the origin
+    /// itself, and the senders of matching [`Message::Holds`]), by increasing id. A primary
+    /// proposes it once there are 2f of them (see [`Replica::proposable`]).
+    holders: Vec<ReplicaId>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -295,6 +307,10 @@ pub struct Replica {
     /// back to half the bucket.
     parked: BTreeMap<ReplicaId, VecDeque<(RequestKey, usize)>>,
     proposed: BTreeSet<RequestKey>,
+    /// Seqs whose slot holds a waiting (not yet vouched) pre-prepare.
+    waiting: BTreeSet<u64>,
+    /// `Holds` claims not yet sent to the primary (see [`Timer::Holds`]).
+    holds_out: Vec<(RequestKey, Digest)>,
     clients: BTreeMap<(ReplicaId, u64), ClientRecord>,
     /// (origin, seq of last delivery, client): each origin's pairs, oldest first.
     clients_by_age: BTreeSet<(ReplicaId, u64, u64)>,
@@ -380,6 +396,8 @@ impl Replica {
             origin_tokens: BTreeMap::new(),
             parked: BTreeMap::new(),
             proposed: BTreeSet::new(),
+            waiting: BTreeSet::new(),
+            holds_out: Vec::new(),
             clients: BTreeMap::new(),
             clients_by_age: BTreeSet::new(),
             clients_per_origin: BTreeMap::new(),
@@ -698,6 +716,7 @@ impl Replica {
                 .map(|a| &a.proposal)
                 .chain(slot.prepared.iter().map(|p| &p.proposal))
                 .chain(slot.committed.iter().map(|(_, p)| p))
+                .chain(slot.waiting.iter().map(|w| &w.proposal))
                 .chain(slot.fetched_bodies.values());
             for proposal in proposals {
                 total = total.saturating_add(proposal_bytes(proposal));
@@ -724,7 +743,7 @@ impl Replica {
     /// derived from the budgets (B = `batch_max_bytes` + 16 per proposal, L = window, n peers):
     /// own requests `max_pending_requests` x (`max_request_bytes` + overhead); others' requests
     /// (n - 1) x `max_pending_bytes_per_origin`; slots at most 2L + K, each holding an accepted,
-    /// a prepared and a committed proposal and one fetched body per peer: (3 + n) x B; retained
+    /// a waiting, a prepared and a committed proposal and one fetched body per peer: (4 + n) x B; retained
     /// batches (`retained_batches` + 2L + K) x B; view changes, three per peer (two views plus
     /// one equivocating copy), each at most 4L prepared entries of B plus its fixed parts; new
     /// views n + 2 (relayed, pending, current), each at most L proposals of B.
@@ -738,7 +757,7 @@ impl Replica {
         let own = c.max_pending_requests.saturating_mul(c.max_request_bytes.saturating_add(REQUEST_OVERHEAD));
         let others = n.saturating_sub(1).saturating_mul(c.max_pending_bytes_per_origin);
         let slot_count = window.saturating_mul(2).saturating_add(interval);
-        let slots = slot_count.saturating_mul(batch.saturating_mul(3 + n));
+        let slots = slot_count.saturating_mul(batch.saturating_mul(4 + n));
         let retained = retained.saturating_add(slot_count).saturating_mul(batch);
         let entries = window.saturating_mul(4);
         let one_view_change = VIEW_CHANGE_FIXED
@@ -778,6 +797,9 @@ impl Replica {
         if self.is_delivered(&request.key()) {
             return Err(SubmitError::AlreadyDelivered);
         }
+        if self.number_jump_too_far(&request.key()) {
+            return Err(SubmitError::NumberTooFar);
+        }
         if self.awaited.contains_key(&request.key()) {
             return Ok(());
         }
@@ -801,6 +823,7 @@ impl Replica {
         }
         match message {
             Message::Request { request, .. } => self.on_request(from, request),
+            Message::Holds { requests, .. } => self.on_holds(from, requests),
             Message::PrePrepare { view, seq, proposal, .. } => self.on_pre_prepare(from, view, seq, proposal),
             Message::Prepare { view, seq, digest, .. } => self.on_prepare(from, view, seq, digest),
             Message::Commit { view, seq, digest, .. } => self.on_commit(from, view, seq, digest),
@@ -851,6 +874,11 @@ impl Replica {
                     // (they may be far ahead, in another view). A lone suspicion would leave this
                     // replica waiting in a view change nobody else makes: wait for fresh reports.
                     self.timers.arm(Timer::Request, now.plus(self.config.retransmit_interval.min(self.request_timeout())));
+                } else if self.is_proposing() && self.waiting.is_empty() && !self.awaited.values().any(|a| self.proposable(a)) {
+                    // A primary waits on nothing it could propose: the requests it holds reached
+                    // too few replicas to be vouched for (their origin's doing, or the claims
+                    // are still coming). Suspecting itself would let one origin cost a view.
+                    self.timers.arm(Timer::Request, now.plus(self.request_timeout()));
                 } else if let Some(view) = self.phase.ordering_view() {
                     // Peers that have not seen these requests yet (they reach everyone only after a
                     // retransmit interval) start their own timers now, so f+1 suspicions, and with
@@ -866,6 +894,7 @@ impl Replica {
             }
             // Proposing what is due is `after_step`'s, which every input ends with.
             Timer::Batch => {}
+            Timer::Holds => self.flush_holds(),
         }
     }
 
@@ -983,22 +1012,105 @@ impl Replica {
         } else {
             *self.relayed_bytes.entry(key.origin).or_default() += charge(&request);
         }
-        self.awaited.insert(key, Awaited { request: request.clone(), since: self.now, own });
+        let digest = if own { [0; 32] } else { request_digest(&request) };
+        let holders = if own { Vec::new() } else { vec![key.origin] };
+        let awaited = Awaited { request: request.clone(), since: self.now, own, digest, holders };
+        let proposable = self.proposable(&awaited);
+        self.awaited.insert(key, awaited);
         let changing = self.phase.is_changing();
         if self.is_primary() {
-            if !changing {
+            if !changing && proposable {
                 self.push_fresh(key, request.wire_size());
             }
-        } else if own && !changing {
+        } else if !own {
+            // The primary proposes it once 2f replicas hold it, so that its backups can
+            // vouch for it. At once when none went within `batch_delay`, otherwise gathered, so
+            // that a burst costs a message per batch's count of requests, not one per request.
+            self.holds_out.push((key, digest));
+            if !self.timers.is_armed(Timer::Holds) || self.holds_out.len() >= self.config.batch_max_requests {
+                self.flush_holds();
+                self.timers.arm(Timer::Holds, self.now.plus(self.config.batch_delay));
+            }
+        } else {
             // Only the origin relays its requests: a relayed request names its sender as origin,
-            // so nobody can submit (or burn the numbers of) another replica's clients.
-            let primary = self.primary();
-            self.send(primary, Message::Request { sender: self.config.id, request });
+            // so nobody can submit (or burn the numbers of) another replica's clients. To every
+            // replica at once: a backup prepares another origin's request only when it holds
+            // it from that origin (see `vouched`), so none can be made up by a primary.
+            self.broadcast(Message::Request { sender: self.config.id, request });
         }
         // The primary runs the timer too: a primary whose proposals cannot commit (its backups
         // moved to other views) must not wait forever.
         if !changing {
             self.timers.arm_if_idle(Timer::Request, self.now.plus(self.request_timeout()));
+        }
+    }
+
+    /// Whether a primary may propose this request: its own, or another origin's that 2f
+    /// replicas other than the primary hold from the origin. At least f of those are honest
+    /// and hold it (f >= 1; with f = 0 nobody lies), so they prepare a batch of such requests and
+    /// their f prepares vouch for it at every other backup: a Byzantine origin that gives a
+    /// request to the primary alone cannot make an honest primary's batch stall.
+    fn proposable(&self, awaited: &Awaited) -> bool {
+        awaited.own || awaited.holders.len() >= 2 * usize::from(self.config.f)
+    }
+
+    /// `from` holds these requests from their origins (see [`Message::Holds`]): recorded for
+    /// requests this replica awaits with the same payload; a request that reaches 2f holders
+    /// becomes proposable. Claims of requests this replica does not hold are dropped (the
+    /// claimer repeats them every interval while the request waits).
+    fn on_holds(&mut self, from: ReplicaId, requests: Vec<(RequestKey, Digest)>) {
+        let proposing = self.is_proposing();
+        for (key, digest) in requests {
+            let Some(awaited) = self.awaited.get_mut(&key) else { continue };
+            if awaited.own || awaited.digest != digest {
+                continue;
+            }
+            let Err(position) = awaited.holders.binary_search(&from) else { continue };
+            let before = awaited.holders.len() >= 2 * usize::from(self.config.f);
+            awaited.holders.insert(position, from);
+            let size = awaited.request.wire_size();
+            let now = awaited.holders.len() >= 2 * usize::from(self.config.f);
+            if proposing && now && !before && !self.proposed.contains(&key) {
+                self.push_fresh(key, size);
+            }
+        }
+    }
+
+    /// Sends the gathered `Holds` claims to the primary (dropped while no primary is installed:
+    /// after the new view they all go again).
+    fn flush_holds(&mut self) {
+        self.timers.cancel(Timer::Holds);
+        let requests = std::mem::take(&mut self.holds_out);
+        if requests.is_empty() || self.is_primary() || self.phase.is_changing() {
+            return;
+        }
+        let primary = self.primary();
+        let chunk = self.config.limits().max_entries.max(1);
+        for requests in requests.chunks(chunk) {
+            self.send(primary, Message::Holds { sender: self.config.id, requests: requests.to_vec() });
+        }
+    }
+
+    /// Tells the primary which of others' requests this replica holds: all of them after a
+    /// new view (`all`), otherwise those waiting longer than an interval (a claim may have been
+    /// lost or may have come before the request), bounded per tick.
+    fn send_holds(&mut self, all: bool) {
+        if all {
+            // Everything held goes now; what was gathered is among it.
+            self.holds_out.clear();
+            self.timers.cancel(Timer::Holds);
+        }
+        if self.is_primary() {
+            return;
+        }
+        let old = Time(self.now.0.saturating_sub(duration_us(self.config.retransmit_interval)));
+        let limit = if all { usize::MAX } else { self.config.batch_max_requests.saturating_mul(FAIR_SCAN) };
+        let held: Vec<(RequestKey, Digest)> =
+            self.awaited.iter().filter(|(_, a)| !a.own && (all || a.since <= old)).take(limit).map(|(key, a)| (*key, a.digest)).collect();
+        let primary = self.primary();
+        let chunk = self.config.limits().max_entries.max(1);
+        for requests in held.chunks(chunk) {
+            self.send(primary, Message::Holds { sender: self.config.id, requests: requests.to_vec() });
         }
     }
 
@@ -1042,6 +1154,17 @@ impl Replica {
             return;
         }
         self.learn_request(request, false);
+        if !self.waiting.is_empty() {
+            let seqs: Vec<u64> = self
+                .waiting
+                .iter()
+                .copied()
+                .filter(|seq| self.slots.get(seq).and_then(|slot| slot.waiting.as_ref()).is_some_and(|w| w.proposal.requests.iter().any(|r| r.key() == key)))
+                .collect();
+            for seq in seqs {
+                self.recheck_waiting(seq);
+            }
+        }
     }
 
     /// A request whose number jumps too far above its client's highest delivered one is not
@@ -1274,6 +1397,10 @@ impl Replica {
         let mut chosen = Vec::new();
         let mut over: BTreeSet<ReplicaId> = BTreeSet::new();
         let mut spent: BTreeMap<ReplicaId, usize> = BTreeMap::new();
+        // Replicas that hold every other origin's request taken so far: 2f of them must remain,
+        // so that f honest backups can prepare the whole batch (see `proposable`).
+        let mut common: Option<Vec<ReplicaId>> = None;
+        let needed = 2 * usize::from(self.config.f);
         for (key, _) in self.fresh.iter().take(scan) {
             if requests.len() >= self.config.batch_max_requests {
                 break;
@@ -1292,9 +1419,24 @@ impl Replica {
             if !requests.is_empty() && bytes + size > self.config.batch_max_bytes {
                 break;
             }
+            let narrowed = if awaited.own {
+                None
+            } else {
+                let narrowed: Vec<ReplicaId> = match &common {
+                    None => awaited.holders.clone(),
+                    Some(common) => common.iter().copied().filter(|r| awaited.holders.binary_search(r).is_ok()).collect(),
+                };
+                if narrowed.len() < needed {
+                    continue;
+                }
+                Some(narrowed)
+            };
             let (origin_bytes, origin_count) = taken.entry(key.origin).or_default();
             if *origin_count > 0 && (*origin_bytes + size > byte_share || *origin_count >= count_share) {
                 continue;
+            }
+            if narrowed.is_some() {
+                common = narrowed;
             }
             *origin_bytes += size;
             *origin_count += 1;
@@ -1347,18 +1489,89 @@ impl Replica {
             return;
         }
         let digest = proposal.digest(seq);
-        if let Some(accepted) = self.slots.get(&seq).and_then(|slot| slot.accepted.as_ref()) {
-            if accepted.view == view {
-                if accepted.digest != digest {
-                    self.blame(from, "two pre-prepares for one seq and view");
-                }
-                return;
+        let slot = self.slots.get(&seq);
+        let held =
+            slot.and_then(|slot| slot.accepted.as_ref()).filter(|a| a.view == view).or(slot.and_then(|slot| slot.waiting.as_ref()).filter(|w| w.view == view));
+        if let Some(held) = held {
+            if held.digest != digest {
+                self.blame(from, "two pre-prepares for one seq and view");
             }
+            // A waiting one is checked again when what could vouch for it arrives.
+            return;
         }
         if proposal.is_null() || !self.time_acceptable(seq, proposal.time) {
             return;
         }
+        if !self.vouched(seq, view, &digest, &proposal) {
+            // Some request in it is not known to come from its origin (yet): the origin sends
+            // its requests to everyone at once, so it normally arrives soon. Until then the
+            // batch waits, under the request timer, so a primary that made a request up is
+            // replaced by a view change.
+            let slot = self.slots.entry(seq).or_default();
+            slot.waiting = Some(Accepted { view, digest, proposal, at: self.now });
+            self.waiting.insert(seq);
+            self.timers.arm_if_idle(Timer::Request, self.now.plus(self.request_timeout()));
+            return;
+        }
         self.accept_pre_prepare(seq, digest, proposal);
+    }
+
+    /// Whether this backup may prepare the pre-prepare `digest` at `seq` in `view`: every
+    /// request in it is known to come from its origin, or f+1 replicas vouch for the whole
+    /// batch (the primary by its pre-prepare plus f backups by a matching prepare; one of
+    /// them is honest and prepared only what it checked). A request is known to come from its
+    /// origin when the origin is the primary (the pre-prepare came from it over the
+    /// authenticated link), when this replica holds the same request (key and payload)
+    /// received from its origin directly or submitted by its own client, or when its key is
+    /// already delivered (delivering it again is skipped, so it carries nothing).
+    fn vouched(&self, seq: u64, view: u64, digest: &Digest, proposal: &Proposal) -> bool {
+        let primary = self.primary();
+        let claims =
+            self.slots.get(&seq).map_or(0, |slot| slot.prepares.iter().filter(|(replica, vote)| **replica != primary && **vote == (view, *digest)).count());
+        if claims >= usize::from(self.config.f) {
+            return true;
+        }
+        proposal.requests.iter().all(|request| {
+            request.origin == primary
+                || self.awaited.get(&request.key()).is_some_and(|awaited| awaited.request == *request)
+                || self.is_delivered(&request.key())
+        })
+    }
+
+    /// Accepts the waiting pre-prepare at `seq` if it is vouched for now (see
+    /// [`Replica::vouched`]); drops it if its view is over.
+    fn recheck_waiting(&mut self, seq: u64) {
+        let current = self.phase.ordering_view();
+        let Some(waiting) = self.slots.get(&seq).and_then(|slot| slot.waiting.as_ref()) else {
+            self.waiting.remove(&seq);
+            return;
+        };
+        let live = current == Some(waiting.view) && self.in_window(seq);
+        if live && !self.vouched(seq, waiting.view, &waiting.digest, &waiting.proposal) {
+            return;
+        }
+        self.waiting.remove(&seq);
+        let Some(waiting) = self.slots.get_mut(&seq).and_then(|slot| slot.waiting.take()) else { return };
+        if live {
+            self.accept_pre_prepare(seq, waiting.digest, waiting.proposal);
+        }
+    }
+
+    /// Checks every waiting pre-prepare again (bounded by the window).
+    fn recheck_all_waiting(&mut self) {
+        let seqs: Vec<u64> = self.waiting.iter().copied().collect();
+        for seq in seqs {
+            self.recheck_waiting(seq);
+        }
+    }
+
+    /// Forgets every waiting pre-prepare (the view they belong to is over).
+    fn drop_waiting(&mut self) {
+        for seq in std::mem::take(&mut self.waiting) {
+            if let Some(slot) = self.slots.get_mut(&seq) {
+                slot.waiting = None;
+            }
+        }
     }
 
     /// The primary's time must be near our clock and between its neighbours' times.
@@ -1397,7 +1610,9 @@ impl Replica {
         for request in &proposal.requests {
             self.proposed.insert(request.key());
         }
+        self.waiting.remove(&seq);
         let slot = self.slots.entry(seq).or_default();
+        slot.waiting = None;
         match slot.pre_prepared.iter_mut().find(|(d, _)| *d == digest) {
             Some(entry) => entry.1 = entry.1.max(view),
             None => {
@@ -1428,6 +1643,9 @@ impl Replica {
         }
         if !self.record_vote_in_slot(from, view, seq, digest, true) {
             return;
+        }
+        if self.waiting.contains(&seq) {
+            self.recheck_waiting(seq);
         }
         self.check_prepared(seq);
     }
@@ -1593,7 +1811,7 @@ impl Replica {
                 self.suspicions = 0;
             }
         }
-        if !self.awaited.is_empty() && !changing {
+        if (!self.awaited.is_empty() || !self.waiting.is_empty()) && !changing {
             self.timers.arm_if_idle(Timer::Request, self.now.plus(self.request_timeout()));
         }
         self.actions.push_back(Action::Deliver(Batch { seq, view: self.view(), time, requests, checkpoint_due, base }));
@@ -1667,6 +1885,9 @@ impl Replica {
         while self.slots.first_key_value().is_some_and(|(seq, _)| *seq <= keep_above) {
             self.slots.pop_first();
         }
+        while self.waiting.first().is_some_and(|seq| *seq <= keep_above) {
+            self.waiting.pop_first();
+        }
         let mut retain_above = self.stable.seq.min(self.last_delivered).saturating_sub(self.config.retained_batches);
         if let Some(durable) = self.bases.keys().next() {
             // A restart delivers again from the durable base.
@@ -1687,7 +1908,12 @@ impl Replica {
                 let view_change = own.clone();
                 self.broadcast(Message::ViewChange(view_change));
             }
-            Phase::Normal { .. } => self.retransmit_slots(),
+            Phase::Normal { .. } => {
+                // What could vouch for a waiting pre-prepare may have come another way (a
+                // delivery made its requests old news).
+                self.recheck_all_waiting();
+                self.retransmit_slots();
+            }
         }
         if let Some(claim) = self.own_checkpoints.values().next_back().copied() {
             self.broadcast(Message::Checkpoint { sender: self.config.id, checkpoint: claim });
@@ -1744,6 +1970,9 @@ impl Replica {
             return;
         }
         self.relay_own_requests(false);
+        if !self.phase.is_changing() {
+            self.send_holds(false);
+        }
     }
 
     /// Own requests only, to everyone: backups then know them too and suspect a primary that
@@ -1939,6 +2168,7 @@ impl Replica {
         self.timers.cancel(Timer::Request);
         self.timers.cancel(Timer::ViewChange);
         self.clear_fresh();
+        self.drop_waiting();
         let view_change = self.build_view_change(target);
         let digest = view_change_digest(&view_change);
         self.phase = Phase::ViewChanging { own: view_change.clone(), last_normal_view, pending_new_view: None };
@@ -2200,6 +2430,7 @@ impl Replica {
         debug_assert!(view >= self.view());
         let (proposals, checkpoint) = (new_view.proposals.clone(), new_view.checkpoint);
         self.phase = Phase::Normal { view, new_view: Some(new_view), began: self.now };
+        self.drop_waiting();
         self.mark_meta();
         self.timers.cancel(Timer::ViewChange);
         self.view_changes.retain(|(_, v), _| *v > view);
@@ -2243,15 +2474,19 @@ impl Replica {
             let mut keys: Vec<(Time, RequestKey)> = self.awaited.iter().map(|(key, a)| (a.since, *key)).collect();
             keys.sort_unstable();
             for (_, key) in keys {
-                let size = self.awaited.get(&key).map_or(0, |a| a.request.wire_size());
+                let Some(awaited) = self.awaited.get(&key).filter(|a| self.proposable(a)) else { continue };
+                let size = awaited.request.wire_size();
                 self.push_fresh(key, size);
             }
             return;
         }
-        let primary = self.primary();
+        self.send_holds(true);
+        // To everyone, not only the new primary: its backups vouch for a request only when
+        // they hold it from its origin (a request this replica proposed itself as the old
+        // primary never went to them).
         let requests: Vec<Request> = self.awaited.values().filter(|a| a.own).map(|a| a.request.clone()).collect();
         for request in requests {
-            self.send(primary, Message::Request { sender: self.config.id, request });
+            self.broadcast(Message::Request { sender: self.config.id, request });
         }
     }
 
@@ -2309,6 +2544,7 @@ impl Replica {
         debug_assert!(self.slots.get(&(self.last_delivered + 1)).is_none_or(|slot| slot.committed.is_none()));
         debug_assert!(!self.is_proposing() || self.next_seq > self.last_delivered.min(self.stable.seq));
         debug_assert!(self.timers.is_armed(Timer::Tick));
+        debug_assert!(self.waiting.iter().all(|seq| self.slots.get(seq).is_some_and(|slot| slot.waiting.is_some())));
         debug_assert!(!self.phase.is_changing() || !self.timers.is_armed(Timer::Request));
         debug_assert!(self.phase.is_changing() || !self.timers.is_armed(Timer::ViewChange));
         if let Phase::ViewChanging { own, last_normal_view, pending_new_view } = &self.phase {

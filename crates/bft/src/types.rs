@@ -193,8 +193,12 @@ pub struct Config {
     pub max_request_bytes: usize,
     /// A request whose number is more than this above its client's highest delivered number (or
     /// above this for a client with none) is not delivered (decided at delivery, so on every
-    /// replica alike): a forged huge number cannot make a client's later numbers look delivered
-    /// in one step. Gateways number their requests consecutively.
+    /// replica alike), is refused by [`crate::Replica::submit`] and, relayed, blamed. The
+    /// pending bound: a gateway numbers its requests consecutively, so it never numbers
+    /// further above its highest delivered one than the requests it has outstanding (at most
+    /// `max_pending_requests` here; one that lost track of some renumbers under a new client
+    /// when refused). A Byzantine origin can number its own clients' requests as it likes, and
+    /// cannot put requests under another origin (see the crate docs, "Protocol").
     pub max_number_jump: u64,
     /// Period of status broadcasts and retransmissions (the network may lose messages).
     pub retransmit_interval: Duration,
@@ -232,7 +236,7 @@ impl Config {
             max_pending_bytes_per_origin: 16 * 1024 * 1024,
             max_origin_bytes_per_sec: 0,
             max_request_bytes: 64 * 1024 + 1024,
-            max_number_jump: 1 << 32,
+            max_number_jump: 100_000,
             retransmit_interval: Duration::from_millis(500),
             max_clients: 1_000_000,
             persist: true,
@@ -346,6 +350,11 @@ pub enum SubmitError {
     TooLarge { size: usize, limit: usize },
     #[error("request was already delivered")]
     AlreadyDelivered,
+    /// The number is more than `max_number_jump` above the client's highest delivered one, so
+    /// the request would never be delivered: the caller renumbers (a new client, numbering
+    /// from 1, is always within the jump).
+    #[error("request number is more than max_number_jump above its client's highest delivered number")]
+    NumberTooFar,
     #[error("request names origin {origin}, not this replica {id}")]
     NotOwnOrigin { origin: ReplicaId, id: ReplicaId },
 }

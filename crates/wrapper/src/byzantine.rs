@@ -43,11 +43,14 @@ pub enum Mode {
     UpdateFlooder,
     /// Asks its peers for state-transfer chunks without pause (`statexfer::leech`).
     SnapshotLeech,
+    /// As primary, adds to every pre-prepare requests under the other origins it carries,
+    /// numbered 2^32 - 1 above theirs and just within the number jump.
+    OriginForger,
 }
 
 impl Mode {
     /// Every mode, with `crash-after-N` at N = 20 (for listings and tests).
-    pub const ALL: [Mode; 14] = [
+    pub const ALL: [Mode; 15] = [
         Mode::Silent,
         Mode::CrashAfter(20),
         Mode::Equivocator,
@@ -62,6 +65,7 @@ impl Mode {
         Mode::OversizedWrites,
         Mode::UpdateFlooder,
         Mode::SnapshotLeech,
+        Mode::OriginForger,
     ];
 
     /// The ordering driver's behaviour for this mode, if it has one.
@@ -73,6 +77,7 @@ impl Mode {
             Mode::ForgedRelays => Some(Behaviour::ForgedRelays),
             Mode::Flooder => Some(Behaviour::Flooder),
             Mode::StatusSpammer => Some(Behaviour::StatusSpammer),
+            Mode::OriginForger => Some(Behaviour::OriginForger),
             _ => None,
         }
     }
@@ -122,6 +127,7 @@ impl fmt::Display for Mode {
             Mode::OversizedWrites => f.write_str("oversized-writes"),
             Mode::UpdateFlooder => f.write_str("update-flooder"),
             Mode::SnapshotLeech => f.write_str("snapshot-leech"),
+            Mode::OriginForger => f.write_str("origin-forger"),
         }
     }
 }
@@ -144,6 +150,7 @@ impl FromStr for Mode {
             "oversized-writes" => Mode::OversizedWrites,
             "update-flooder" => Mode::UpdateFlooder,
             "snapshot-leech" => Mode::SnapshotLeech,
+            "origin-forger" => Mode::OriginForger,
             other => match other.strip_prefix("crash-after-").map(str::parse::<u64>) {
                 Some(Ok(n)) => Mode::CrashAfter(n),
                 _ => {

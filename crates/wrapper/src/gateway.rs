@@ -1,17 +1,22 @@
 //! The gateway: turns classified client requests into ordered requests.
 //!
-//! Request identity is (this replica, incarnation, number). The incarnation is fixed
-//! at start-up from the clock, so after a restart the numbers of a new incarnation are
-//! never mistaken for retries the ordering has already delivered.
+//! Request identity is (this replica, incarnation, number). The incarnation is taken at
+//! start-up from the clock, so after a restart the numbers of a new incarnation are
+//! never mistaken for retries the ordering has already delivered. A fresh request the
+//! ordering refuses as already delivered (or numbered beyond its jump) means that a primary
+//! ordered requests under this gateway's name, or that numbers were lost: the gateway warns,
+//! counts it, moves to the next incarnation and submits the request again under it
+//! ([`Gateway::renumber`]), so its client is still answered.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bft::Request;
+use bft::SubmitError;
 use named_glue::forward::Forwarder;
 use tokio::sync::mpsc;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::answer::servfail;
 use crate::envelope::Op;
@@ -22,7 +27,8 @@ use crate::reply::{ClientRequest, ReplyTo};
 
 pub struct Gateway {
     pub id: u16,
-    pub incarnation: u64,
+    /// The client incarnation fresh requests are numbered under (see the module docs).
+    pub incarnation: AtomicU64,
     pub pending: Arc<Pending>,
     pub submit: mpsc::Sender<Request>,
     pub named: Forwarder,
@@ -60,8 +66,9 @@ impl Gateway {
 
     /// Orders `op` with `reply` waiting for its answer. Also used by the admin path.
     pub async fn order(&self, op: Op, reply: ReplyTo) {
+        let incarnation = self.incarnation.load(Ordering::Relaxed);
         let number = self.next_number.fetch_add(1, Ordering::Relaxed) + 1;
-        let key = (self.incarnation, number);
+        let key = (incarnation, number);
         let (message, ttl) = match &op {
             Op::Dns { message, .. } => (Some(message.clone()), self.client_timeout),
             // Signing a whole zone takes as long as it takes; the admin caller waits.
@@ -77,7 +84,42 @@ impl Gateway {
             }
             return;
         }
-        let request = Request { origin: self.id, client: self.incarnation, number, payload };
+        let request = Request { origin: self.id, client: incarnation, number, payload };
+        if self.submit.send(request).await.is_err() {
+            self.pending.take(&key);
+        }
+    }
+
+    /// Takes the ordering's refusals of this gateway's fresh requests (see the module docs)
+    /// and renumbers each under a new incarnation; runs until the ordering stops.
+    pub async fn renumber_refused(self: Arc<Self>, mut refused: mpsc::Receiver<(Request, SubmitError)>) {
+        while let Some((request, error)) = refused.recv().await {
+            self.renumber(request, &error).await;
+        }
+    }
+
+    /// One refused request: warned and counted, then submitted again under the next
+    /// incarnation (numbering from 1) if its client still waits for it.
+    pub async fn renumber(&self, request: Request, error: &SubmitError) {
+        self.metrics.inc_own_request_refused();
+        let old = (request.client, request.number);
+        warn!(replica = self.id, client = old.0, number = old.1, %error, "the ordering refused a fresh request of this gateway (a primary may have ordered requests under its name); renumbering");
+        let Some(entry) = self.pending.take(&old) else { return };
+        // Moves on once per refused incarnation: requests refused under an older one meanwhile
+        // join the current one.
+        let current = self.incarnation.load(Ordering::Relaxed);
+        if current == request.client {
+            let _ = self.incarnation.compare_exchange(current, current.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed);
+            self.next_number.store(0, Ordering::Relaxed);
+        }
+        let incarnation = self.incarnation.load(Ordering::Relaxed);
+        let number = self.next_number.fetch_add(1, Ordering::Relaxed) + 1;
+        let key = (incarnation, number);
+        if !self.pending.reinsert(key, entry) {
+            self.metrics.inc_dropped("pending_full");
+            return;
+        }
+        let request = Request { origin: self.id, client: incarnation, number, payload: request.payload };
         if self.submit.send(request).await.is_err() {
             self.pending.take(&key);
         }

@@ -336,6 +336,7 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<Label<&'static str>, Counter>,
     refused: Counter,
+    own_requests_refused: Counter,
     dropped: Family<Label<&'static str>, Counter>,
     ordering_latency: Histogram,
     signing_latency: Histogram,
@@ -367,6 +368,7 @@ impl Metrics {
             registry: Registry::default(),
             requests: Family::default(),
             refused: Counter::default(),
+            own_requests_refused: Counter::default(),
             dropped: Family::default(),
             ordering_latency: Histogram::new(LATENCY_BUCKETS),
             signing_latency: Histogram::new(LATENCY_BUCKETS),
@@ -396,6 +398,11 @@ impl Metrics {
         registry.register("requests", "Client requests ordered, by kind.", m.requests.clone());
         registry.register("refused", "Requests answered before ordering (REFUSED, FORMERR).", m.refused.clone());
         registry.register("dropped", "Client messages dropped, by reason.", m.dropped.clone());
+        registry.register(
+            "own_requests_refused",
+            "Fresh requests of this gateway the ordering refused as already delivered or numbered beyond the jump (a primary ordered requests under its name, or numbers were lost); each was renumbered.",
+            m.own_requests_refused.clone(),
+        );
         registry.register("ordering_latency_seconds", "From a client request's arrival to its delivery by the ordering.", m.ordering_latency.clone());
         registry.register("signing_latency_seconds", "From named's signing request to the threshold signature.", m.signing_latency.clone());
         registry.register(
@@ -444,6 +451,10 @@ impl Metrics {
         self.refused.inc();
     }
     /// `why`: a snake_case reason, the label value as it is.
+    pub fn inc_own_request_refused(&self) {
+        self.own_requests_refused.inc();
+    }
+
     pub fn inc_dropped(&self, why: &'static str) {
         self.dropped.get_or_create(&[("reason", why)]).inc();
     }

@@ -58,6 +58,16 @@ impl Pending {
         true
     }
 
+    /// Puts back an entry taken under another key (a renumbered request); false when full.
+    pub fn reinsert(&self, key: (u64, u64), entry: PendingEntry) -> bool {
+        let Ok(mut map) = self.map.lock() else { return false };
+        if map.len() >= self.max {
+            return false;
+        }
+        map.insert(key, entry);
+        true
+    }
+
     pub fn take(&self, key: &(u64, u64)) -> Option<PendingEntry> {
         self.map.lock().ok()?.remove(key)
     }

@@ -365,7 +365,7 @@ pub async fn run(config: Config) -> Result<()> {
     let behaviour = byzantine.and_then(Mode::ordering).map(|b| bft::transport::Byzantine::new(b, replica.config()));
     // Vouched reads travel on the mesh's reads channel (`crate::vouched`), never through the
     // ordering driver, which only publishes the read barrier they wait for.
-    let (handle, batches) = spawn_replica_with(replica, mesh.sender(), ordering_rx, behaviour, Some(store));
+    let (mut handle, batches) = spawn_replica_with(replica, mesh.sender(), ordering_rx, behaviour, Some(store));
 
     let pending = Arc::new(Pending::new(config.client.max_pending));
     let core = ExecCore::new(
@@ -523,7 +523,7 @@ pub async fn run(config: Config) -> Result<()> {
     let incarnation = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
     let gateway = Arc::new(Gateway {
         id,
-        incarnation,
+        incarnation: AtomicU64::new(incarnation),
         pending,
         submit: handle.submit.clone(),
         named: named.clone(),
@@ -546,6 +546,9 @@ pub async fn run(config: Config) -> Result<()> {
     }
     let (client_tx, client_rx) = mpsc::channel(config.client.max_pending);
     tasks.spawn("gateway", gateway.clone().run(client_rx, fallback_rx));
+    if let Some(refused) = handle.refused.take() {
+        tasks.spawn("gateway renumbering", gateway.clone().renumber_refused(refused));
+    }
 
     let udp = Arc::new(crate::listener::bind_udp(me.client, config.client.udp_receive_buffer).with_context(|| format!("binding UDP {}", me.client))?);
     let tcp = TcpListener::bind(me.client).await.with_context(|| format!("binding TCP {}", me.client))?;

@@ -29,6 +29,11 @@ pub enum Behaviour {
     Flooder,
     /// With every message, also sends status reports claiming it delivered nothing.
     StatusSpammer,
+    /// As primary, adds to each pre-prepare, for every other origin it has proposed requests
+    /// of, a request of that origin's client numbered 2^32 - 1 above the latest one and one
+    /// just within `max_number_jump` (see [`crate::actors::forge_origins`]). Backups never
+    /// prepare such a batch (they hold no such request from its origin), so the view changes.
+    OriginForger,
 }
 
 /// One Byzantine replica's behaviour and the little state it keeps.
@@ -40,8 +45,11 @@ pub struct Byzantine {
     interval: u64,
     max_request_bytes: usize,
     batch_max_bytes: usize,
+    max_number_jump: u64,
     counter: u64,
     rng: u64,
+    /// The origin forger: each other origin's latest (client, number) it proposed.
+    seen: std::collections::BTreeMap<ReplicaId, (u64, u64)>,
 }
 
 impl Byzantine {
@@ -55,8 +63,10 @@ impl Byzantine {
             interval: config.checkpoint_interval,
             max_request_bytes: config.max_request_bytes,
             batch_max_bytes: config.batch_max_bytes,
+            max_number_jump: config.max_number_jump,
             counter: 0,
             rng: 0x9e37_79b9_7f4a_7c15 ^ u64::from(config.id),
+            seen: std::collections::BTreeMap::new(),
         }
     }
 
@@ -80,6 +90,14 @@ impl Byzantine {
             Behaviour::Poisoner => self.poison(to, message),
             Behaviour::ForgedRelays => self.forge(to, message),
             Behaviour::Flooder => self.flood(to, message),
+            Behaviour::OriginForger => match message {
+                Message::PrePrepare { sender, view, seq, mut proposal } => {
+                    // The same forgery to every backup (the driver rewrites per receiver).
+                    crate::actors::forge_origins(&mut proposal, self.me, &mut self.seen, self.max_number_jump);
+                    vec![(to, Message::PrePrepare { sender, view, seq, proposal })]
+                }
+                other => vec![(to, other)],
+            },
             Behaviour::StatusSpammer => {
                 let report = StatusReport { sender: self.me, view: 0, view_changing: true, last_delivered: 0, stable_seq: 0, oldest_retained: 1 };
                 let mut out = vec![(to, message)];
@@ -194,6 +212,13 @@ mod tests {
             time: Time(10),
             requests: vec![Request { origin: 0, client: 1, number: 1, payload: vec![1] }, Request { origin: 0, client: 1, number: 2, payload: vec![2] }],
         };
+        let mut forger = Byzantine::new(Behaviour::OriginForger, &Config::new(4, 0));
+        let mut carried = proposal.clone();
+        carried.requests.push(Request { origin: 2, client: 5, number: 7, payload: vec![3] });
+        let out = forger.rewrite(1, Message::PrePrepare { sender: 0, view: 0, seq: 1, proposal: carried });
+        let Message::PrePrepare { proposal: forged, .. } = &out[0].1 else { panic!("{out:?}") };
+        let numbers: Vec<u64> = forged.requests.iter().filter(|r| r.origin == 2).map(|r| r.number).collect();
+        assert_eq!(numbers, vec![7, 7 + (1 << 32) - 1, 7 + Config::new(4, 0).max_number_jump - 1], "origin 2's client, above its latest number");
         let pp = Message::PrePrepare { sender: 0, view: 0, seq: 1, proposal };
         let mut eq = Byzantine::new(Behaviour::Equivocator, &Config::new(4, 0));
         let to_even = eq.rewrite(2, pp.clone());

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use super::byzantine::Byzantine;
 use super::store::Store;
-use crate::{Action, Batch, CheckpointClaim, Digest, Limits, Message, Replica, Request, Status, Time, Transferred};
+use crate::{Action, Batch, CheckpointClaim, Digest, Limits, Message, Replica, Request, Status, SubmitError, Time, Transferred};
 
 /// At most this many queued inputs are fed to the core before its actions are flushed, so one
 /// busy source cannot starve the others and output is flushed in reasonably sized bursts.
@@ -85,6 +85,11 @@ pub struct DriverStatus {
 pub struct ReplicaHandle {
     /// Submit a request at this replica (this replica is its gateway).
     pub submit: mpsc::Sender<Request>,
+    /// Requests the core refused at submit because they can never be delivered under their
+    /// number (already delivered, or beyond `max_number_jump`): for a gateway that numbers
+    /// fresh requests, a sign that a primary ordered requests under its name; it renumbers
+    /// them. Take it once; bounded, refusals beyond its room are only counted.
+    pub refused: Option<mpsc::Receiver<(Request, SubmitError)>>,
     /// Confirm the state digest after executing a batch whose `checkpoint_due` is set.
     pub checkpoint: mpsc::Sender<(u64, Digest)>,
     pub status: watch::Receiver<DriverStatus>,
@@ -146,6 +151,7 @@ pub fn spawn_replica_with<O: Outbound>(
     store: Option<Store>,
 ) -> (ReplicaHandle, mpsc::UnboundedReceiver<Batch>) {
     let (submit_tx, submit_rx) = mpsc::channel(4096);
+    let (refused_tx, refused_rx) = mpsc::channel(1024);
     let (checkpoint_tx, checkpoint_rx) = mpsc::channel(64);
     let (deliver_tx, deliver_rx) = mpsc::unbounded_channel();
     let (transfer_tx, transfer_rx) = watch::channel(None);
@@ -169,6 +175,7 @@ pub fn spawn_replica_with<O: Outbound>(
         outbound: Arc::new(outbound),
         incoming,
         submit_rx,
+        refused_tx,
         checkpoint_rx,
         installed_rx,
         barrier_tx,
@@ -189,6 +196,7 @@ pub fn spawn_replica_with<O: Outbound>(
     let task = tokio::spawn(driver.run());
     let handle = ReplicaHandle {
         submit: submit_tx,
+        refused: Some(refused_rx),
         checkpoint: checkpoint_tx,
         status: status_rx,
         state_transfer: transfer_rx,
@@ -205,6 +213,7 @@ struct Driver<O: Outbound> {
     outbound: Arc<O>,
     incoming: mpsc::Receiver<(u16, Bytes)>,
     submit_rx: mpsc::Receiver<Request>,
+    refused_tx: mpsc::Sender<(Request, SubmitError)>,
     checkpoint_rx: mpsc::Receiver<(u64, Digest)>,
     installed_rx: mpsc::Receiver<Transferred>,
     barrier_tx: watch::Sender<u64>,
@@ -312,9 +321,15 @@ impl<O: Outbound> Driver<O> {
                 }
             }
             Input::Submit(request) => {
+                let copy = request.clone();
                 if let Err(e) = self.replica.submit(now, request) {
                     self.submit_rejected += 1;
-                    tracing::debug!(error = %e, "request refused");
+                    if matches!(e, SubmitError::AlreadyDelivered | SubmitError::NumberTooFar) {
+                        // Dropped when the gateway does not keep up: it is counted above.
+                        let _ = self.refused_tx.try_send((copy, e));
+                    } else {
+                        tracing::debug!(error = %e, "request refused");
+                    }
                 }
             }
             Input::Checkpoint(seq, digest) => {

@@ -18,9 +18,10 @@ pub enum Behaviour {
     ForgedRelays,
     Flooder,
     StatusSpammer,
+    HostilePrimary,
 }
 
-pub const ALL: [Behaviour; 10] = [
+pub const ALL: [Behaviour; 11] = [
     Behaviour::Equivocator,
     Behaviour::Nuller,
     Behaviour::Conflicter,
@@ -31,6 +32,7 @@ pub const ALL: [Behaviour; 10] = [
     Behaviour::ForgedRelays,
     Behaviour::Flooder,
     Behaviour::StatusSpammer,
+    Behaviour::HostilePrimary,
 ];
 
 /// Rewrites one outgoing message addressed to `to`; returns what is really sent.
@@ -54,6 +56,7 @@ pub fn rewrite(
         Behaviour::ForgedRelays => forged_relays::rewrite(state, rng, me, n, to, message),
         Behaviour::Flooder => flooder::rewrite(state, rng, me, n, to, message),
         Behaviour::StatusSpammer => status_spammer::rewrite(me, to, message),
+        Behaviour::HostilePrimary => hostile::rewrite(state, rng, me, n, to, message),
     }
 }
 
@@ -63,6 +66,112 @@ pub struct ByzantineState {
     history: Vec<Message>,
     /// Next made-up request number.
     counter: u64,
+    /// The hostile primary: each other origin's latest (client, number) it proposed.
+    seen: std::collections::BTreeMap<ReplicaId, (u64, u64)>,
+    /// The hostile primary: the batch drawn for (view, seq), sent to every backup unless it
+    /// equivocates.
+    hostile_last: Option<(u64, u64, bft::Proposal)>,
+}
+
+/// Hostile primary: every pre-prepare it sends is drawn once per seq (and, now and then, again
+/// for one receiver: equivocation) from a grammar of hostile batches: requests under other origins (the clients and numbers it
+/// saw, at every bound: just above, at and beyond the jump, 2^32 - 1 above, u64::MAX, below the
+/// deduplication window, a delivered key with other bytes), duplicate and conflicting keys in
+/// one batch, batches at the count and byte limits and one over, times at and just beyond the
+/// clock skew, or the honest batch. Honest replicas must never deliver a request an honest
+/// origin did not submit, and must go on delivering every honest request.
+pub mod hostile {
+    use bft::{Message, Proposal, ReplicaId, Request, Time, DEDUP_WINDOW};
+
+    use super::ByzantineState;
+    use crate::cluster::{sim_config, SimRng};
+
+    pub fn rewrite(state: &mut ByzantineState, rng: &mut SimRng, me: ReplicaId, n: u16, to: ReplicaId, message: Message) -> Vec<(ReplicaId, Message)> {
+        let Message::PrePrepare { sender, view, seq, mut proposal } = message else { return vec![(to, message)] };
+        for request in proposal.requests.iter().filter(|r| r.origin != me) {
+            let entry = state.seen.entry(request.origin).or_insert((request.client, request.number));
+            *entry = (*entry).max((request.client, request.number));
+        }
+        // The same hostile batch to every backup, so that one the backups accepted would be
+        // delivered; now and then another one to this receiver.
+        if let Some((_, _, drawn)) = state.hostile_last.as_ref().filter(|(v, s, _)| (*v, *s) == (view, seq)) {
+            if !rng.chance(0.15) {
+                return vec![(to, Message::PrePrepare { sender, view, seq, proposal: drawn.clone() })];
+            }
+        }
+        let productions = rng.below(3) + 1;
+        for _ in 0..productions {
+            produce(state, rng, me, n, &mut proposal);
+        }
+        state.hostile_last = Some((view, seq, proposal.clone()));
+        vec![(to, Message::PrePrepare { sender, view, seq, proposal })]
+    }
+
+    fn produce(state: &mut ByzantineState, rng: &mut SimRng, me: ReplicaId, n: u16, proposal: &mut Proposal) {
+        let config = sim_config(n, me);
+        let jump = config.max_number_jump;
+        let payload = vec![0xf0 ^ rng.next() as u8; 8];
+        match rng.below(8) {
+            // A request under another origin, numbered at one of the bounds.
+            0 | 1 => {
+                let victim = ((u64::from(me) + 1 + rng.below(u64::from(n - 1))) % u64::from(n)) as ReplicaId;
+                let (client, high) = state.seen.get(&victim).copied().unwrap_or((rng.below(3), 1));
+                let numbers = [
+                    high.saturating_add(1),
+                    high.saturating_add(jump),
+                    high.saturating_add(jump + 1),
+                    high.saturating_add((1 << 32) - 1),
+                    u64::MAX,
+                    high.saturating_sub(DEDUP_WINDOW + 5),
+                    high,
+                    1,
+                ];
+                let number = numbers[rng.below(numbers.len() as u64) as usize];
+                proposal.requests.push(Request { origin: victim, client, number, payload });
+            }
+            // The same key twice: the same request, or another payload under its key.
+            2 => {
+                if let Some(original) = proposal.requests.get(rng.below(proposal.requests.len().max(1) as u64) as usize).cloned() {
+                    let mut copy = original.clone();
+                    if rng.chance(0.5) {
+                        copy.payload = payload;
+                    }
+                    let at = rng.below(proposal.requests.len() as u64 + 1) as usize;
+                    proposal.requests.insert(at, copy);
+                }
+            }
+            // At the count limit, or one over.
+            3 => {
+                let over = rng.chance(0.3);
+                let target = config.batch_max_requests + usize::from(over);
+                while proposal.requests.len() < target {
+                    state.counter += 1;
+                    proposal.requests.push(Request { origin: me, client: 500, number: state.counter, payload: vec![1; 8] });
+                }
+            }
+            // At the byte limit, or one over.
+            4 => {
+                let over = rng.chance(0.3);
+                let bytes: usize = proposal.requests.iter().map(Request::wire_size).sum();
+                let room = (config.batch_max_bytes + usize::from(over)).saturating_sub(bytes);
+                if room > 24 {
+                    state.counter += 1;
+                    let size = (room - 24).min(config.max_request_bytes - 24);
+                    proposal.requests.push(Request { origin: me, client: 501, number: state.counter, payload: vec![2; size] });
+                }
+            }
+            // A time at the skew's edge or just beyond it, either way.
+            5 => {
+                let skew = config.max_clock_skew.as_micros() as u64;
+                let offset = if rng.chance(0.5) { skew - 1_000 } else { skew + 1_000 };
+                proposal.time = if rng.chance(0.5) { Time(proposal.time.0 + offset) } else { Time(proposal.time.0.saturating_sub(offset)) };
+            }
+            // Reordered requests (another digest for the same content).
+            6 => proposal.requests.reverse(),
+            // The honest batch.
+            _ => {}
+        }
+    }
 }
 
 /// View-change poisoner: silent as primary (no pre-prepares, no new views) and, in every view

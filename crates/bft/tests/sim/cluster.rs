@@ -67,6 +67,9 @@ pub struct Cluster {
     client_numbers: BTreeMap<(ReplicaId, u64), u64>,
     /// Requests accepted by honest replicas, with the request for client retries.
     tracked: BTreeMap<RequestKey, Request>,
+    /// Every request an honest replica's clients submitted (accepted or not), with its bytes:
+    /// an honest replica never delivers anything else under an honest origin.
+    submitted: BTreeMap<RequestKey, Vec<u8>>,
     /// seq -> digest of (time, requests) first delivered by an honest replica.
     canonical: BTreeMap<u64, [u8; 32]>,
     trace: u64,
@@ -248,6 +251,7 @@ impl Cluster {
             next_script: START_US,
             client_numbers: BTreeMap::new(),
             tracked: BTreeMap::new(),
+            submitted: BTreeMap::new(),
             canonical: BTreeMap::new(),
             trace: 0xcbf2_9ce4_8422_2325,
             stats: Stats::default(),
@@ -599,6 +603,16 @@ impl Cluster {
             }
             return;
         }
+        if honest {
+            let forged = batch.requests.iter().find(|request| {
+                let origin = usize::from(request.origin);
+                origin < self.nodes.len() && self.honest(origin) && self.submitted.get(&request.key()) != Some(&request.payload)
+            });
+            if let Some(request) = forged {
+                self.failure = Some(Failure::Safety(format!("replica {id} delivered {:?}, which its honest origin never submitted", request.key())));
+                return;
+            }
+        }
         let app = &mut self.nodes[id].apps[copy];
         if honest {
             if batch.seq != app.last_seq + 1 {
@@ -730,6 +744,9 @@ impl Cluster {
         let now = self.local_time(id);
         let copies = self.nodes[id].replicas.len();
         let copy = self.rng.below(copies as u64) as usize;
+        if self.honest(id) {
+            self.submitted.insert(request.key(), request.payload.clone());
+        }
         let accepted = self.nodes[id].replicas[copy].submit(now, request.clone()).is_ok();
         self.mix(&[self.now, id as u64, number, u64::from(accepted)], &[]);
         if accepted && self.honest(id) {

@@ -121,6 +121,20 @@ fn actor_replayer() {
     run_actor(Behaviour::Replayer);
 }
 
+/// The generated adversary: a primary whose batches are drawn from a grammar of hostile
+/// batches (see `byzantine::hostile`). `BFT_HOSTILE_SEEDS=N` runs a longer campaign (n = 4,
+/// and a third of it for n = 7).
+#[test]
+fn actor_hostile_primary() {
+    match env_u64("BFT_HOSTILE_SEEDS") {
+        Some(count) => {
+            run_many_with(4, 0, count, Some(Behaviour::HostilePrimary));
+            run_many_with(7, 0, count / 3, Some(Behaviour::HostilePrimary));
+        }
+        None => run_actor(Behaviour::HostilePrimary),
+    }
+}
+
 #[test]
 fn actor_twins() {
     run_actor(Behaviour::Twins);
