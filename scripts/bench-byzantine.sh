@@ -7,18 +7,23 @@
 #     replica 3 for BENCH_SECONDS, counting acknowledged updates;
 # and print a markdown table with the ratio of each mode to the fault-free run. The Byzantine
 # replica is replica 1, except for the modes that act as primary (equivocating-primary,
-# view-change-poisoner: replica 0, the primary of view 0).
+# view-change-poisoner, origin-forger, and the writers oversized-writes and update-flooder, whose system tests run them there: replica 0, the primary of view 0).
+# With BENCH_SAMPLES > 1 every mode (the fault-free run too) is measured that many times, the
+# samples of one round one after another so that a noisy minute touches every mode alike; the
+# table gives each mode's median and range, and the ratio of medians.
 #
 # Environment (defaults in brackets):
 #   BENCH_MODES ["none silent crash-after-200 equivocating-primary view-change-poisoner
-#                 forged-relays peer-flooder status-spammer corrupt-shares garbage-shares wrong-answers"]
-#   BENCH_SECONDS [10]  BENCH_UPDATERS [4]  BENCH_DNSPERF_CLIENTS [4]  BENCH_DNSPERF_OUTSTANDING [20]
+#                 forged-relays peer-flooder status-spammer corrupt-shares garbage-shares wrong-answers
+#                 wrong-vouches origin-forger oversized-writes update-flooder snapshot-leech"]
+#   BENCH_SAMPLES [1]  BENCH_SECONDS [10]  BENCH_UPDATERS [4]  BENCH_DNSPERF_CLIENTS [4]  BENCH_DNSPERF_OUTSTANDING [20]
 #   BENCH_BITS [1024]   BENCH_PORT_BASE [33000]   BENCH_OUT [target/bench-byzantine/<UTC time>]
 #   SDNS_BIN [target/release/sdns, else target/debug/sdns]   SDNS_BIND_DIR [target/bind9]
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-MODES=${BENCH_MODES:-"none silent crash-after-200 equivocating-primary view-change-poisoner forged-relays peer-flooder status-spammer corrupt-shares garbage-shares wrong-answers"}
+MODES=${BENCH_MODES:-"none silent crash-after-200 equivocating-primary view-change-poisoner forged-relays peer-flooder status-spammer corrupt-shares garbage-shares wrong-answers wrong-vouches origin-forger oversized-writes update-flooder snapshot-leech"}
+SAMPLES=${BENCH_SAMPLES:-1}
 SECONDS_EACH=${BENCH_SECONDS:-10}
 UPDATERS=${BENCH_UPDATERS:-4}
 DP_CLIENTS=${BENCH_DNSPERF_CLIENTS:-4}
@@ -89,15 +94,16 @@ updates() {  # acknowledged updates/s through replica $THROUGH
 }
 
 : > "$OUT/results.tsv"
+for ((sample = 1; sample <= SAMPLES; sample++)); do
 for mode in $MODES; do
   dir=$WORK/run-$mode
   rm -rf "$dir"; cp -r "$KEYS" "$dir"
   args=()
   if [ "$mode" != none ]; then
-    case $mode in equivocating-primary|view-change-poisoner) who=0 ;; *) who=1 ;; esac
+    case $mode in equivocating-primary|view-change-poisoner|origin-forger|oversized-writes|update-flooder) who=0 ;; *) who=1 ;; esac
     args=(--byzantine "$who:$mode")
   fi
-  log "mode $mode: cluster up"
+  log "mode $mode (sample $sample of $SAMPLES): cluster up"
   ACTIVE=$dir
   if ! timeout 300 "$SDNS" cluster up --replicas "$N" --bits "$BITS" --bind-dir "$BIND_DIR" --dir "$dir" "${ports[@]}" "${args[@]}" > "$OUT/up-$mode.log" 2>&1; then
     log "mode $mode: cluster up failed (see $OUT/up-$mode.log)"
@@ -114,21 +120,38 @@ for mode in $MODES; do
   for ((i = 0; i < N; i++)); do cp "$dir/replica-$i/sdns.log" "$OUT/replica-$i-$mode.log" 2>/dev/null; done
   "$SDNS" cluster down --replicas "$N" --dir "$dir" >/dev/null 2>&1; ACTIVE=""
 done
+done
 
 python3 - "$OUT/results.tsv" <<'EOF' | tee "$OUT/report.md"
-import sys
+import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
-base = next((r for r in rows if r[0] == "none"), None)
-def ratio(v, b):
-    try:
-        return f"{float(v) / float(b):.2f}" if float(b) > 0 else "-"
-    except ValueError:
-        return "-"
-print("| mode | ordered reads/s | ratio | updates/s | ratio | >= 0.5x |")
-print("|---|---:|---:|---:|---:|---|")
-for r in rows:
-    rr = ratio(r[1], base[1]) if base else "-"
-    wr = ratio(r[2], base[2]) if base else "-"
-    ok = "yes" if all(x != "-" and float(x) >= 0.5 for x in (rr, wr)) else "**no**"
-    print(f"| {r[0]} | {r[1]} | {rr} | {r[2]} | {wr} | {ok} |")
+modes, samples = [], {}
+for mode, reads, writes in rows:
+    if mode not in samples:
+        modes.append(mode)
+        samples[mode] = ([], [])
+    for i, v in enumerate((reads, writes)):
+        try:
+            samples[mode][i].append(float(v))
+        except ValueError:
+            pass  # a run whose cluster did not come up counts as no sample
+def cell(vals):
+    if not vals:
+        return "failed", None
+    med = statistics.median(vals)
+    spread = f" ({min(vals):g}-{max(vals):g})" if len(vals) > 1 else ""
+    return f"{med:g}{spread}", med
+base = samples.get("none")
+base_med = [statistics.median(v) if v else None for v in base] if base else [None, None]
+print("| mode | samples | ordered reads/s | ratio | updates/s | ratio | >= 0.5x |")
+print("|---|---:|---:|---:|---:|---:|---|")
+for mode in modes:
+    r_txt, r_med = cell(samples[mode][0])
+    w_txt, w_med = cell(samples[mode][1])
+    ratios = []
+    for med, b in ((r_med, base_med[0]), (w_med, base_med[1])):
+        ratios.append(f"{med / b:.2f}" if med is not None and b else "-")
+    ok = "yes" if all(x != "-" and float(x) >= 0.5 for x in ratios) else "**no**"
+    n = max(len(samples[mode][0]), len(samples[mode][1]))
+    print(f"| {mode} | {n} | {r_txt} | {ratios[0]} | {w_txt} | {ratios[1]} | {ok} |")
 EOF

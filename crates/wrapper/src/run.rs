@@ -663,7 +663,7 @@ async fn order_hostile_writes(gateway: Arc<Gateway>, mode: Mode, key: Option<tsi
         let Some(message) = crate::byzantine::hostile_write(mode, k, key.as_ref(), now_s) else { return };
         let payload = crate::envelope::Op::Dns { tcp: true, message }.encode();
         let number = gateway.next_number.fetch_add(1, Ordering::Relaxed) + 1;
-        let request = bft::Request { origin: gateway.id, client: gateway.incarnation, number, payload };
+        let request = bft::Request { origin: gateway.id, client: gateway.incarnation.load(Ordering::Relaxed), number, payload };
         if gateway.submit.send(request).await.is_err() {
             return;
         }
