@@ -139,8 +139,11 @@
 //!   A request from a backup origin takes two more message delays than one from the
 //!   primary (its request to everyone, then the others' `Holds`), where it took one before.
 //!   A replica that lost its state forgets the requests it held, and cannot vouch for them
-//!   until their origin retransmits them (every interval) or f backups prepare. Claims of a
-//!   request the primary does not hold yet are dropped (bounded), and repeated every interval.
+//!   until their origin retransmits them (every interval) or f backups prepare. A claim that
+//!   overtakes its request (the origin sends to everyone at once) is kept until the request
+//!   comes, at most 4096 per claimer (a Byzantine claimer pushes out only its own); dropping it
+//!   instead left such requests waiting for the claimer's repeat an interval later, long enough
+//!   for backups to suspect the primary when one replica was down (tests/statexfer.rs).
 //! - A Byzantine origin can number its own clients' requests as it likes (within
 //!   `max_number_jump`, now the pending bound rather than 2^32); that only affects its own.
 //! - A Byzantine origin can send its requests to the backups but not to the primary; the

@@ -78,6 +78,12 @@ const PUSH_BURST: u64 = 16;
 const PUSH_BATCHES_OF_BYTES: usize = 4;
 /// A primary looks this many batches' worth of queued requests ahead to share a batch fairly.
 const FAIR_SCAN: usize = 4;
+/// `Holds` claims kept per claimer for requests not held yet (see `early_holds`): a few
+/// batches' worth, since a claim overtakes its request only by the difference of two links.
+const EARLY_HOLDS_PER_PEER: usize = 4096;
+/// What one kept early claim is charged in [`Replica::held_bytes`] (key, digest, claimer and
+/// the two index entries).
+const EARLY_HOLD_BYTES: usize = 128;
 /// Most slots whose messages are retransmitted per tick.
 const RETRANSMIT_SLOTS: usize = 32;
 /// Checkpoints asked for by state transfer that may still be installed.
@@ -311,6 +317,14 @@ pub struct Replica {
     waiting: BTreeSet<u64>,
     /// `Holds` claims not yet sent to the primary (see [`Timer::Holds`]).
     holds_out: Vec<(RequestKey, Digest)>,
+    /// `Holds` claims of requests this replica did not hold yet when they came: the origin
+    /// sends a request to every replica at once, so a backup's claim often overtakes it.
+    /// Applied when the request arrives; at most [`EARLY_HOLDS_PER_PEER`] per claimer, oldest
+    /// dropped first (see [`Replica::keep_early_holds`]).
+    early_holds: BTreeMap<RequestKey, Vec<(ReplicaId, Digest)>>,
+    /// Each claimer's entries in `early_holds`, oldest first (entries already applied are
+    /// skipped when popped).
+    early_holds_order: BTreeMap<ReplicaId, VecDeque<RequestKey>>,
     clients: BTreeMap<(ReplicaId, u64), ClientRecord>,
     /// (origin, seq of last delivery, client): each origin's pairs, oldest first.
     clients_by_age: BTreeSet<(ReplicaId, u64, u64)>,
@@ -398,6 +412,8 @@ impl Replica {
             proposed: BTreeSet::new(),
             waiting: BTreeSet::new(),
             holds_out: Vec::new(),
+            early_holds: BTreeMap::new(),
+            early_holds_order: BTreeMap::new(),
             clients: BTreeMap::new(),
             clients_by_age: BTreeSet::new(),
             clients_per_origin: BTreeMap::new(),
@@ -705,7 +721,7 @@ impl Replica {
     /// payload bytes plus fixed per-item charges. Not the allocator's figure; the documented
     /// bound ([`Replica::held_bytes_bound`]) is checked against it in the simulator.
     pub fn held_bytes(&self) -> usize {
-        let mut total = 0usize;
+        let mut total = self.early_holds_order.values().map(|order| order.len().saturating_mul(EARLY_HOLD_BYTES)).fold(0usize, usize::saturating_add);
         for awaited in self.awaited.values() {
             total = total.saturating_add(charge(&awaited.request));
         }
@@ -768,7 +784,8 @@ impl Replica {
         let one_new_view =
             VIEW_CHANGE_FIXED.saturating_add(n.saturating_mul(ENTRY_FIXED)).saturating_add(window.saturating_mul(batch.saturating_add(ENTRY_FIXED)));
         let new_views = n.saturating_add(2).saturating_mul(one_new_view);
-        [own, others, slots, retained, view_changes, new_views].into_iter().fold(0usize, usize::saturating_add)
+        let early_holds = n.saturating_mul(EARLY_HOLDS_PER_PEER).saturating_mul(EARLY_HOLD_BYTES);
+        [own, others, slots, retained, view_changes, new_views, early_holds].into_iter().fold(0usize, usize::saturating_add)
     }
 
     /// Next action for the driver. Worth polling after every other call.
@@ -1013,7 +1030,16 @@ impl Replica {
             *self.relayed_bytes.entry(key.origin).or_default() += charge(&request);
         }
         let digest = if own { [0; 32] } else { request_digest(&request) };
-        let holders = if own { Vec::new() } else { vec![key.origin] };
+        let mut holders = if own { Vec::new() } else { vec![key.origin] };
+        if let Some(claims) = self.early_holds.remove(&key) {
+            for (claimer, claimed) in claims {
+                if !own && claimed == digest {
+                    if let Err(position) = holders.binary_search(&claimer) {
+                        holders.insert(position, claimer);
+                    }
+                }
+            }
+        }
         let awaited = Awaited { request: request.clone(), since: self.now, own, digest, holders };
         let proposable = self.proposable(&awaited);
         self.awaited.insert(key, awaited);
@@ -1056,12 +1082,18 @@ impl Replica {
 
     /// `from` holds these requests from their origins (see [`Message::Holds`]): recorded for
     /// requests this replica awaits with the same payload; a request that reaches 2f holders
-    /// becomes proposable. Claims of requests this replica does not hold are dropped (the
-    /// claimer repeats them every interval while the request waits).
+    /// becomes proposable. Claims of requests this replica does not hold yet are kept until
+    /// the request comes (bounded per claimer; the claimer also repeats them every interval
+    /// while the request waits).
     fn on_holds(&mut self, from: ReplicaId, requests: Vec<(RequestKey, Digest)>) {
         let proposing = self.is_proposing();
         for (key, digest) in requests {
-            let Some(awaited) = self.awaited.get_mut(&key) else { continue };
+            let Some(awaited) = self.awaited.get_mut(&key) else {
+                if !self.is_delivered(&key) {
+                    self.keep_early_holds(from, key, digest);
+                }
+                continue;
+            };
             if awaited.own || awaited.digest != digest {
                 continue;
             }
@@ -1072,6 +1104,27 @@ impl Replica {
             let now = awaited.holders.len() >= 2 * usize::from(self.config.f);
             if proposing && now && !before && !self.proposed.contains(&key) {
                 self.push_fresh(key, size);
+            }
+        }
+    }
+
+    /// Keeps `from`'s claim of a request this replica does not hold yet, within
+    /// [`EARLY_HOLDS_PER_PEER`] per claimer (a Byzantine claimer only pushes out its own).
+    fn keep_early_holds(&mut self, from: ReplicaId, key: RequestKey, digest: Digest) {
+        let claims = self.early_holds.entry(key).or_default();
+        if claims.iter().any(|(claimer, _)| *claimer == from) {
+            return;
+        }
+        claims.push((from, digest));
+        let order = self.early_holds_order.entry(from).or_default();
+        order.push_back(key);
+        while order.len() > EARLY_HOLDS_PER_PEER {
+            let Some(old) = order.pop_front() else { break };
+            if let Some(claims) = self.early_holds.get_mut(&old) {
+                claims.retain(|(claimer, _)| *claimer != from);
+                if claims.is_empty() {
+                    self.early_holds.remove(&old);
+                }
             }
         }
     }

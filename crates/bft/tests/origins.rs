@@ -167,3 +167,49 @@ fn backup_requests_are_ordered_and_far_numbers_refused() {
     let delivered = run(&mut replicas, &mut now, 100, &mut honest);
     assert!(delivered.iter().all(|batches| batches.len() == 1 && batches[0].requests[0].number == jump), "{delivered:?}");
 }
+
+/// A backup's `Holds` claim that overtakes the request it claims (the origin sends to every
+/// replica at once, over different links) is kept by the primary and counted when the
+/// request comes. With replica 3 down, the origin (replica 1) and replica 2 are the only 2f
+/// holders the primary can have; dropping the early claim left the request waiting for
+/// replica 2's repeat an interval later, and backups suspected the primary meanwhile
+/// (tests/statexfer.rs saw it on real processes).
+#[test]
+fn a_holds_claim_that_overtakes_its_request_is_kept() {
+    let mut now = Time(1_000_000);
+    let mut replicas: Vec<Replica> = (0..4).map(|id| Replica::new(Config::new(4, id), now).unwrap()).collect();
+    let interval_us = replicas[0].config().retransmit_interval.as_micros() as u64;
+    // Replica 3 is down; the origin's request to the primary is held back until replica 2's
+    // claim has arrived.
+    let held_back = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let stash = held_back.clone();
+    let mut rewrite = move |from: ReplicaId, to: ReplicaId, message: Message| -> Vec<Message> {
+        if from == 3 || to == 3 {
+            return Vec::new();
+        }
+        if from == 1 && to == 0 && matches!(message, Message::Request { .. }) {
+            stash.borrow_mut().push(message);
+            return Vec::new();
+        }
+        vec![message]
+    };
+    let r = request(1, 1, 1);
+    replicas[1].submit(now, r.clone()).unwrap();
+    let start = now;
+    let first = run(&mut replicas, &mut now, 3, &mut rewrite);
+    assert!(first.iter().all(Vec::is_empty), "nothing ordered before the primary holds it");
+    let late: Vec<Message> = held_back.borrow_mut().drain(..).collect();
+    assert_eq!(late.len(), 1, "the origin's request to the primary was held back");
+    for message in late {
+        replicas[0].handle_message(now, 1, message);
+    }
+    // A few message rounds, well within one retransmit interval of virtual time: the claim
+    // must come from what the primary kept, not from the claimer's repeat.
+    let delivered = run(&mut replicas, &mut now, 8, &mut rewrite);
+    assert!(now.0 - start.0 < interval_us, "the run stayed within one interval ({} us)", now.0 - start.0);
+    for (id, batches) in delivered.iter().enumerate().take(3) {
+        let keys: Vec<(u16, u64, u64)> = batches.iter().flat_map(|b| b.requests.iter().map(|r| (r.origin, r.client, r.number))).collect();
+        assert_eq!(keys, vec![(1, 1, 1)], "replica {id}");
+        assert_eq!(replicas[id].status().view, 0, "no view change at replica {id}");
+    }
+}
