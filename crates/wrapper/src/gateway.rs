@@ -64,11 +64,15 @@ impl Gateway {
         }
     }
 
+    /// The (incarnation, number) the next fresh request of this gateway is submitted under.
+    pub fn next_key(&self) -> (u64, u64) {
+        let incarnation = self.incarnation.load(Ordering::Relaxed);
+        (incarnation, self.next_number.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
     /// Orders `op` with `reply` waiting for its answer. Also used by the admin path.
     pub async fn order(&self, op: Op, reply: ReplyTo) {
-        let incarnation = self.incarnation.load(Ordering::Relaxed);
-        let number = self.next_number.fetch_add(1, Ordering::Relaxed) + 1;
-        let key = (incarnation, number);
+        let key @ (incarnation, number) = self.next_key();
         let (message, ttl) = match &op {
             Op::Dns { message, .. } => (Some(message.clone()), self.client_timeout),
             // Signing a whole zone takes as long as it takes; the admin caller waits.
@@ -112,9 +116,7 @@ impl Gateway {
             let _ = self.incarnation.compare_exchange(current, current.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed);
             self.next_number.store(0, Ordering::Relaxed);
         }
-        let incarnation = self.incarnation.load(Ordering::Relaxed);
-        let number = self.next_number.fetch_add(1, Ordering::Relaxed) + 1;
-        let key = (incarnation, number);
+        let key @ (incarnation, number) = self.next_key();
         if !self.pending.reinsert(key, entry) {
             self.metrics.inc_dropped("pending_full");
             return;

@@ -656,14 +656,13 @@ pub async fn run(config: Config) -> Result<()> {
 /// own requests, straight to the ordering (no pending client, so no bound but the ordering's
 /// own), as fast as it takes them. Returns when the ordering has gone.
 async fn order_hostile_writes(gateway: Arc<Gateway>, mode: Mode, key: Option<tsig::Key>) {
-    use std::sync::atomic::Ordering;
     let mut k = 0u64;
     loop {
         let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let Some(message) = crate::byzantine::hostile_write(mode, k, key.as_ref(), now_s) else { return };
         let payload = crate::envelope::Op::Dns { tcp: true, message }.encode();
-        let number = gateway.next_number.fetch_add(1, Ordering::Relaxed) + 1;
-        let request = bft::Request { origin: gateway.id, client: gateway.incarnation.load(Ordering::Relaxed), number, payload };
+        let (client, number) = gateway.next_key();
+        let request = bft::Request { origin: gateway.id, client, number, payload };
         if gateway.submit.send(request).await.is_err() {
             return;
         }
