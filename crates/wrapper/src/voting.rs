@@ -234,7 +234,8 @@ fn build_update(words: &[String], zone: &Name) -> Result<Message> {
             }
             let ttl: u32 = ttl.parse().with_context(|| format!("bad TTL {ttl}"))?;
             let rtype = type_of(rtype)?;
-            let mut rrset = RecordSet::new(name_of(name)?, rtype, ttl);
+            // `with_ttl`: `RecordSet::new`'s third argument is a SOA serial, and its records get TTL 0.
+            let mut rrset = RecordSet::with_ttl(name_of(name)?, rtype, ttl);
             rrset.add_rdata(rdata_of(rtype, rdata)?);
             // No prerequisite: like nsupdate's `update add`.
             Ok(update_message::append(rrset, zone.clone(), false, false))
@@ -244,7 +245,7 @@ fn build_update(words: &[String], zone: &Name) -> Result<Message> {
             [name, rtype] => Ok(update_message::delete_rrset(Record::update0(name_of(name)?, 0, type_of(rtype)?), zone.clone(), false)),
             [name, rtype, rdata @ ..] => {
                 let rtype = type_of(rtype)?;
-                let mut rrset = RecordSet::new(name_of(name)?, rtype, 0);
+                let mut rrset = RecordSet::with_ttl(name_of(name)?, rtype, 0);
                 rrset.add_rdata(rdata_of(rtype, rdata)?);
                 Ok(update_message::delete_by_rdata(rrset, zone.clone(), false))
             }
@@ -287,6 +288,7 @@ mod tests {
         assert_eq!(add.authorities.len(), 1);
         assert_eq!(add.authorities[0].name, Name::from_str("new.example.test.").unwrap());
         assert_eq!(add.authorities[0].to_string().split_whitespace().last(), Some("192.0.2.7"));
+        assert_eq!(add.authorities[0].ttl, 300, "the TTL given, as nsupdate stores it");
         let del = build_update(&words("delete www.example.test. A"), &zone).unwrap();
         assert_eq!((del.authorities[0].record_type(), del.authorities[0].dns_class), (RecordType::A, DNSClass::ANY));
         let txt = build_update(&words("add t.example.test. 60 TXT \"two words\""), &zone).unwrap();
