@@ -18,6 +18,18 @@ pub fn send(pid: i32, signal: i32) -> bool {
     rc == 0
 }
 
+/// Lets a command-line tool end quietly when its reader goes away (`sdns cluster status | head`),
+/// as other Unix tools do, instead of panicking at the next print: Rust starts programs with
+/// SIGPIPE ignored. Only for short-lived commands; a replica must never die of a closed pipe.
+pub fn default_sigpipe() {
+    // SAFETY: signal(2) with SIG_DFL installs no handler of ours (no code runs on delivery), and
+    // it is called before any other thread could be writing.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Whether a process with this pid exists (and may be signalled by us).
 pub fn alive(pid: i32) -> bool {
     send(pid, 0)

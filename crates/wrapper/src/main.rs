@@ -262,6 +262,9 @@ impl ClusterArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Cmd::Run { .. } | Cmd::Stub(_)) {
+        named_glue::signal::default_sigpipe();
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SDNS_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
