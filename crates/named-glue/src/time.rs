@@ -23,6 +23,15 @@ pub fn format_timestamp(secs: u64) -> String {
     format!("{y:04}{m:02}{d:02}{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// RFC 3339 in UTC (`2026-11-27T22:34:05Z`) for seconds since the epoch: what operators read
+/// in status output and logs, where an epoch count says nothing at a glance.
+pub fn format_rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
 /// Seconds since the epoch now (0 if the clock is before 1970).
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
@@ -38,5 +47,8 @@ mod tests {
         assert_eq!(format_timestamp(951_782_400), "20000229000000");
         assert_eq!(format_timestamp(1_700_000_000), "20231114221320");
         assert_eq!(format_timestamp(4_102_444_799), "20991231235959");
+        assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(format_rfc3339(1_795_798_923), "2026-11-27T17:02:03Z");
     }
 }

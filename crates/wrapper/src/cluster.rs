@@ -84,6 +84,7 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
         let tokens: Vec<std::path::PathBuf> = waited.iter().map(|&i| admin_token_file(dir, i)).collect();
         // Every zone, one ordered request each.
         let outcome = sign_zone(&admins, &tokens, None).context("sign-zone")?;
+        eprintln!("sdns cluster: {}", outcome.replace('\n', "\nsdns cluster: "));
         std::fs::write(&marker, outcome.as_bytes())?;
     }
     for &i in &waited {
@@ -295,7 +296,12 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
     let rows: Vec<(Option<i32>, Option<Status>)> = (0..p.replicas)
         .map(|i| {
             let pid = read_pid(&pid_file(dir, i)).filter(|&pid| alive(pid));
-            (pid, crate::endpoint::get(p.layout.metrics(i), "/status").ok().and_then(|b| serde_json::from_str(&b).ok()))
+            let mut status: Option<Status> = crate::endpoint::get(p.layout.metrics(i), "/status").ok().and_then(|b| serde_json::from_str(&b).ok());
+            // Before its first checkpoint a replica has digested no serial: show the one it serves.
+            for z in status.iter_mut().flat_map(|s| s.zones.iter_mut()).filter(|z| z.serial.is_none()) {
+                z.serial = Name::from_ascii(&z.name).ok().and_then(|name| soa_serial(p.layout.client(i), &name));
+            }
+            (pid, status)
         })
         .collect();
     for (i, (pid, status)) in (0..p.replicas).zip(rows.iter().cloned()) {
@@ -377,7 +383,8 @@ fn zone_lines(statuses: &[(u16, &Status)]) -> Vec<String> {
         let Some((_, first)) = seen.first() else { continue };
         let signed = |z: &crate::metrics::ZoneStatus| {
             let running = z.signing_since.map(|seq| format!(", signing since seq {seq}")).unwrap_or_default();
-            format!("signed at {}, next re-signing from {}{running}", z.signed_at, z.next_resign_due)
+            let at = |secs: u64| if secs == 0 { "-".to_string() } else { named_glue::time::format_rfc3339(secs) };
+            format!("signed at {}, next re-signing from {}{running}", at(z.signed_at), at(z.next_resign_due))
         };
         let missing = statuses.len() - seen.len();
         if missing == 0 && seen.iter().all(|(_, z)| z.serial == first.serial && z.key_tag == first.key_tag) {
@@ -424,6 +431,17 @@ fn exchange_udp(addr: SocketAddr, request: &[u8], timeout: Duration) -> Result<M
 /// Until the replica answers an ordered SOA query for the zone.
 fn wait_answering(addr: SocketAddr, zone: &Name, within: Duration) -> Result<()> {
     wait_for(addr, zone, RecordType::SOA, within, |m| m.metadata.response_code == ResponseCode::NoError && !m.answers.is_empty())
+}
+
+/// The SOA serial `addr` serves for `zone` now, if it answers within a moment.
+fn soa_serial(addr: SocketAddr, zone: &Name) -> Option<u32> {
+    let mut query = Message::new(0x5e71, MessageType::Query, OpCode::Query);
+    query.add_query(Query::query(zone.clone(), RecordType::SOA));
+    let answer = exchange_udp(addr, &query.to_vec().ok()?, Duration::from_millis(700)).ok()?;
+    answer.answers.iter().find_map(|r| match &r.data {
+        hickory_proto::rr::RData::SOA(soa) => Some(soa.serial),
+        _ => None,
+    })
 }
 
 /// Until the replica serves the zone's DNSKEY (the zone is signed).
@@ -511,7 +529,8 @@ pub fn sign_zone(admins: &[SocketAddr], tokens: &[std::path::PathBuf], zone: Opt
         }
         report += &format!("{addr}: {}\n", line.replace('\n', "\n    "));
     }
-    eprint!("{report}");
+    // Every replica asks, so all but the first find a signing running and say so: that is
+    // not news when the zone was signed, and the whole report is the error when it was not.
     let signed: Option<Vec<String>> = zones.into_values().collect();
     match signed {
         Some(lines) if !lines.is_empty() => Ok(lines.join("\n")),
@@ -535,7 +554,7 @@ mod tests {
         let a = Status { zones: vec![zone("r.arpa.", 7, 1), zone("example.test.", 3, 2)], ..Default::default() };
         let b = Status { zones: vec![zone("r.arpa.", 7, 1), zone("example.test.", 4, 2)], ..Default::default() };
         let lines = zone_lines(&[(0, &a), (1, &b)]);
-        assert_eq!(lines[1], "zone r.arpa.: serial 7, key tag 1, signed at 100, next re-signing from 0");
+        assert_eq!(lines[1], "zone r.arpa.: serial 7, key tag 1, signed at 1970-01-01T00:01:40Z, next re-signing from -");
         assert_eq!(lines[2], "zone example.test.: the replicas differ");
         assert!(lines[3].starts_with("  replica 0: serial 3") && lines[4].starts_with("  replica 1: serial 4"), "{lines:?}");
         assert!(zone_lines(&[(0, &Status::default())]).is_empty());
