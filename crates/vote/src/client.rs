@@ -199,24 +199,25 @@ impl VotingClient {
     /// TSIG-signed with `key` if given, and accepts the result n - t replicas report (enough
     /// that every later voting read sees it; see the crate docs).
     ///
-    /// Each replica orders the copy it received, so the update is executed once per copy; the
-    /// first applies it and the others find it applied. Plain additions and deletions give the
-    /// same result every time; an update with prerequisites (RFC 2136 section 2.4) can fail on
-    /// the later copies, and the tally then reports the results as they are.
+    /// Every replica gets the same signed bytes and orders its copy; the first copy in the
+    /// log is applied, and the replicas answer the later ones with its outcome (they know a
+    /// copy by what its signature covers, within the signature's time window), so no copy
+    /// ordered after another client's update can undo it. An unsigned update has no such
+    /// identity: each of its copies is applied.
     pub async fn update(&self, update: &Message, key: Option<&TsigKey>) -> Result<Outcome, ClientError> {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        let round = self
-            .round(RoundKind::Update, self.replicas.update_quorum(), true, |id| {
-                let mut m = update.clone();
-                m.metadata.id = id;
-                m.signature = None;
-                let bytes = match key {
-                    Some(k) => k.sign(&mut m, now).map_err(|e| ClientError::Build(e.to_string()))?,
-                    None => m.to_vec().map_err(|e| ClientError::Build(e.to_string()))?,
-                };
-                Ok((m, bytes))
-            })
-            .await?;
+        // One signed message, the same bytes to every replica. Each replica orders its copy;
+        // the replicas know the later copies for what the signature covers and answer them
+        // with the first's outcome. Copies signed apart (another id, another MAC) would each
+        // be applied, and a copy ordered after someone else's later update would undo it.
+        let mut m = update.clone();
+        m.metadata.id = random_id();
+        m.signature = None;
+        let bytes = match key {
+            Some(k) => k.sign(&mut m, now).map_err(|e| ClientError::Build(e.to_string()))?,
+            None => m.to_vec().map_err(|e| ClientError::Build(e.to_string()))?,
+        };
+        let round = self.round(RoundKind::Update, self.replicas.update_quorum(), true, |_| Ok((m.clone(), bytes.clone()))).await?;
         Ok(self.outcome(vec![round]))
     }
 
