@@ -472,7 +472,12 @@ impl<G: UpdateGate + 'static> Executor<G> {
                         intent.await;
                     }
                     let _ = tx.send(Some(times));
-                    let answer = write(&named, &message, &metrics, id, seq).await;
+                    let answer = if crate::seeded_bug::skip_this_write(id) {
+                        tracing::error!(replica = id, seq, "SEEDED BUG skip-write: this write is answered NOERROR and never given to named");
+                        crate::answer::error_answer(&message, 0).unwrap_or_default()
+                    } else {
+                        write(&named, &message, &metrics, id, seq).await
+                    };
                     drop(change);
                     let _ = tx.send(None);
                     let _ = events.send(Event::WriteAnswered { seq, index, answer });

@@ -32,6 +32,7 @@ pub mod read;
 pub mod read_cache;
 pub mod reply;
 pub mod run;
+pub mod seeded_bug;
 pub mod signer_input;
 pub mod signing;
 pub mod statexfer;

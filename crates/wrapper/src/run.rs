@@ -129,6 +129,10 @@ pub async fn run(config: Config) -> Result<()> {
         // validate() allows this only in a test cluster.
         tracing::warn!(replica = id, %mode, "BYZANTINE MODE: this replica misbehaves on purpose (test cluster)");
     }
+    let seeded_bug = crate::seeded_bug::active(id);
+    if let Some(bug) = seeded_bug {
+        tracing::warn!(replica = id, ?bug, "SEEDED BUG (SDNS_SEEDED_BUG): this replica is wrong on purpose, to test the history checker");
+    }
 
     // Keys: one threshold key per zone, in zone index order; every share must be private
     // to this replica's user.
@@ -559,7 +563,8 @@ pub async fn run(config: Config) -> Result<()> {
         rrl: Limiter::new(config.rrl.clone()).map(Arc::new),
         order_limit: crate::auth::rrl::OrderLimiter::new(&config.order_limit).map(Arc::new),
         lie: byzantine == Some(Mode::WrongAnswers),
-        local_reads: (config.cluster.reads == crate::config::ReadMode::Local).then(|| crate::read::LocalReads::new(cache.clone(), named.clone())),
+        local_reads: (config.cluster.reads == crate::config::ReadMode::Local || seeded_bug == Some(crate::seeded_bug::Bug::EarlyRead))
+            .then(|| crate::read::LocalReads::new(cache.clone(), named.clone())),
         vouched,
     });
     tasks.spawn("UDP listener", serve_udp(udp, client_tx.clone(), metrics.clone(), access.clone(), filters.clone()));
