@@ -272,6 +272,7 @@ class Nemesis:
         self.log = open(log_path, "w")
         self.interval = interval
         self.down = {}  # replica -> what is wrong with it
+        self.failures = []
         self.lock = threading.Lock()
 
     def note(self, what, replica, **more):
@@ -310,8 +311,20 @@ class Nemesis:
         elif fault == "skew":
             # A clock two hours ahead (sdns and its named), by a restart under libfaketime.
             self.c.kill9(i)
-            self.c.up({"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "+2h", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+            if not self.restart(i, {"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "+2h", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}):
+                return
         self.note(fault, i)
+
+    def restart(self, i, env=None):
+        """`cluster up` for the stopped replica; a replica that does not come back is a
+        finding (noted, and counted in the report), not the end of the campaign."""
+        try:
+            self.c.up(env)
+            return True
+        except Exception as e:  # noqa: BLE001
+            self.failures.append(f"replica {i} did not come back: {str(e).strip().splitlines()[-1]}")
+            self.note("restart failed", i, error=str(e).strip().splitlines()[-1])
+            return False
 
     def heal_one(self):
         with self.lock:
@@ -323,13 +336,16 @@ class Nemesis:
             self.c.signal_both(i, signal.SIGCONT)
         elif fault in ("kill", "skew"):
             self.c.kill9(i)
-            self.c.up()
+            if not self.restart(i):
+                return
         with self.lock:
             del self.down[i]
         self.note("heal " + fault, i)
 
     def heal_all(self):
-        while self.down:
+        for _ in range(5 * self.c.n):
+            if not self.down:
+                return
             self.heal_one()
 
 
@@ -416,18 +432,18 @@ def main():
             if outcome == "ok":
                 final.setdefault(f"k{key}", value)
     transfer_key = os.path.join(args.dir, "transfer.key")
-    zones = {}
-    for i in range(c.n):
-        if i in c.byzantine:
-            continue
-        for _ in range(30):
-            zone = axfr(c, i, transfer_key)
-            if zone and zones and zone == next(iter(zones.values())):
-                break
-            if zone and not zones:
-                break
-            time.sleep(1)
-        zones[i] = zone
+    # Every honest replica's zone, taken again (all of them) until they agree or a minute
+    # has passed: a replica just healed may still be catching up.
+    honest = [i for i in range(c.n) if i not in c.byzantine]
+    agree_until = time.monotonic() + 60
+    while True:
+        zones = {i: axfr(c, i, transfer_key) for i in honest}
+        if (len({tuple(z) for z in zones.values()}) == 1 and all(zones.values())) or time.monotonic() > agree_until:
+            break
+        time.sleep(2)
+    for i, zone in zones.items():
+        with open(os.path.join(args.out, f"zone-{i}.txt"), "w") as f:
+            f.write("\n".join(zone) + "\n")
     c.down()
     for i in range(c.n):
         log = os.path.join(args.dir, f"replica-{i}", "sdns.log")
@@ -451,6 +467,8 @@ def main():
         "lost_acknowledged_writes": [f"{k}: {why}" for k, why in lost],
         "g2_unanswered_voting_requests": len(g2),
         "zones_identical": len(distinct_zones) == 1 and all(zones.values()),
+        "zone_lines": {i: len(z) for i, z in zones.items()},
+        "replicas_not_back": nemesis.failures,
     }
     with open(os.path.join(args.out, "report.json"), "w") as f:
         json.dump(report, f, indent=2)
@@ -462,7 +480,9 @@ def main():
         print(v)
     for k, why in lost[:5]:
         print(f"lost: {k}: {why}")
-    passed = not violations and not lost and not g2 and report["zones_identical"]
+    for f in nemesis.failures:
+        print(f"nemesis: {f}")
+    passed = not violations and not lost and not g2 and report["zones_identical"] and not nemesis.failures
     print("PASS" if passed else "FAIL", f"(history and report in {args.out})")
     shutil.rmtree(args.dir, ignore_errors=True)
     return 0 if passed else 1
