@@ -27,8 +27,10 @@
 #   TABLE2_CONFIGS ["1:0 4:0 4:1 7:0 7:1 7:2"]  TABLE2_PROTOCOLS ["basic opt-proof opt-te"]
 #                           (n = 1 runs opt-te only: one replica has no shares to prove)
 #   TABLE2_TOPOLOGY [scripts/bench/topology.toml]   TABLE2_SEED [1] (the proxies' jitter/loss)
+#   TABLE2_LOCAL [1]        before each configuration, the same with every delay 0 (through the
+#                           same proxies): sdns's own local costs, for the "model+local" column
 #   TABLE2_DOC [1, 0 when quick]   TABLE2_OUT [target/bench-table2/<UTC time>]
-#   TABLE2_PORT_BASE [33000]  TABLE2_BITS [2048]  TABLE2_SETTLE_SECONDS [3]
+#   TABLE2_PORT_BASE [23000]  TABLE2_BITS [2048]  TABLE2_SETTLE_SECONDS [3]
 #   BENCH_KEYS [target/bench-keys]  SDNS_BIN [<cargo target>/release/sdns]
 #   NETDELAY_BIN [<cargo target>/release/netdelay]  SDNS_BIND_DIR [target/bind9]
 set -uo pipefail
@@ -50,9 +52,12 @@ else
 fi
 TOPOLOGY=${TABLE2_TOPOLOGY:-$HERE/topology.toml}
 SEED=${TABLE2_SEED:-1}
+LOCAL=${TABLE2_LOCAL:-1}
 BITS=${TABLE2_BITS:-2048}
 SETTLE=${TABLE2_SETTLE_SECONDS:-3}
-PORT_BASE=${TABLE2_PORT_BASE:-33000}
+# Below the kernel's ephemeral range (32768-60999 here): an outgoing connection's port must
+# not take a proxy's or a replica's listening port.
+PORT_BASE=${TABLE2_PORT_BASE:-23000}
 KEYS=${BENCH_KEYS:-$ROOT/target/bench-keys}
 STAMP=$(date -u +%Y%m%dT%H%MZ)
 OUT=${TABLE2_OUT:-$ROOT/target/bench-table2/$STAMP}
@@ -114,7 +119,13 @@ if [ ! -x "$SDNS" ] || [ ! -x "$NETDELAY" ]; then
   log "building sdns and netdelay (release)"
   (cd "$ROOT" && cargo build --release -p wrapper --bin sdns -p netdelay --bin netdelay) || { echo "table2: build failed" >&2; exit 1; }
 fi
-python3 -c 'import matplotlib' 2>/dev/null || log "python3-matplotlib missing: no plots (apt-get install -y python3-matplotlib)"
+# The plots need matplotlib; Debian's python3-matplotlib is seen by /usr/bin/python3 only (a
+# pyenv or venv python3 earlier on PATH does not see it).
+REPORT_PY=python3
+for py in python3 /usr/bin/python3; do
+  if "$py" -c 'import matplotlib, tomllib' 2>/dev/null; then REPORT_PY=$py; break; fi
+done
+"$REPORT_PY" -c 'import matplotlib' 2>/dev/null || log "python3-matplotlib missing: no plots (apt-get install -y python3-matplotlib)"
 
 log "output in $OUT; $(nproc) cores; $(uptime)"
 {
@@ -141,7 +152,7 @@ start_proxies() {  # start_proxies LINKS_FILE LOG
   "$NETDELAY" --seed "$SEED" "$1" > "$2" 2>&1 &
   PROXY_PID=$!
   for _ in $(seq 100); do
-    grep -q "ready" "$2" 2>/dev/null && return 0
+    grep -q "^netdelay: ready" "$2" 2>/dev/null && return 0
     kill -0 "$PROXY_PID" 2>/dev/null || return 1
     sleep 0.1
   done
@@ -149,7 +160,7 @@ start_proxies() {  # start_proxies LINKS_FILE LOG
 }
 
 # --- stock named, behind the client's link ----------------------------------------------------
-BASE_NAMED=$((PORT_BASE + 990)) BASE_PROXY=$((PORT_BASE + 980))
+BASE_NAMED=$((PORT_BASE + 90)) BASE_PROXY=$((PORT_BASE + 80))
 start_baseline() {
   local dealt=$1 b=$WORK/baseline
   mkdir -p "$b/keys"
@@ -219,18 +230,19 @@ PY
 
 # --- one configuration --------------------------------------------------------------------------
 RUN=0
-run_config() {  # run_config N CORRUPTED PROTOCOL
-  local n=$1 k=$2 proto=$3 tag="n$1c$2-$3" dealt corrupt=""
+run_config() {  # run_config N CORRUPTED PROTOCOL [SCALE]: SCALE 0 = every delay 0 (local costs)
+  local n=$1 k=$2 proto=$3 scale=${4:-1} tag="n$1c$2-$3" dealt corrupt="" kind=sdns split=split
+  [ "$scale" = 0 ] && tag=$tag-local kind=sdns-local split=split-local
   dealt=$(deal "$n") || { fail "$tag" "keygen for n=$n failed"; return; }
   [ "$k" -ge 1 ] && corrupt=$(seq -s, 1 "$k")
   RUN=$((RUN + 1))
   local base=$((PORT_BASE + 100 * RUN))
-  [ $((base + 100)) -le "$BASE_PROXY" ] || { fail "$tag" "out of ports (raise TABLE2_PORT_BASE spacing)"; return; }
+  [ $((base + 100)) -le 32768 ] || { fail "$tag" "out of ports below 32768 (lower TABLE2_PORT_BASE)"; return; }
   local client=$base peer=$((base + 10)) named=$((base + 20)) metrics=$((base + 30)) proxy=$((base + 40))
   local dir=$WORK/$tag
   rm -rf "$dir"; cp -a "$dealt" "$dir"
   python3 "$HERE/wan.py" links --topology "$TOPOLOGY" --n "$n" --peer-port "$peer" --client-port "$client" \
-    --named-port "$BASE_NAMED" --proxy-port "$proxy" --links-out "$dir/links" --routes-out "$dir/routes" \
+    --named-port "$BASE_NAMED" --proxy-port "$proxy" --scale "$scale" --links-out "$dir/links" --routes-out "$dir/routes" \
     || { fail "$tag" "no links for n=$n in $TOPOLOGY"; return; }
   cp "$dir/links" "$OUT/logs/$tag.links"
   log "== $tag: n=$n corrupted=${corrupt:-none} protocol=$proto (client proxy $proxy -> $client)"
@@ -248,7 +260,7 @@ run_config() {  # run_config N CORRUPTED PROTOCOL
     local out
     out=$(timeout "$MEASURE_TIMEOUT" python3 "$HERE/measure.py" latency --port "$proxy" --zone "$ZONE" \
       --key "$dir/tsig.key" --reps "$REPS" --tag "$tag" --update-timeout 30 \
-      --meta "$(meta kind=sdns n="$n" corrupted="$k" protocol="$proto" corrupt_ids="${corrupt:-}")")
+      --meta "$(meta kind=$kind n="$n" corrupted="$k" protocol="$proto" corrupt_ids="${corrupt:-}" scale="$scale")")
     curl -s -m 3 "http://127.0.0.1:$metrics/metrics" > "$OUT/logs/$tag.metrics-after.txt"
     if [ -z "$out" ]; then
       fail "$tag" "latency probe failed or timed out"
@@ -262,10 +274,10 @@ run_config() {  # run_config N CORRUPTED PROTOCOL
       python3 -c 'import json,sys
 a=[float(x) for x in sys.argv[1:9]]; m=json.loads(sys.argv[9])
 oc, sc = a[5]-a[1], a[7]-a[3]
-m.update(kind="split", ordering_count=int(oc), signing_count=int(sc),
+m.update(ordering_count=int(oc), signing_count=int(sc),
          ordering_mean_ms=(a[4]-a[0])/oc*1000 if oc else None, signing_mean_ms=(a[6]-a[2])/sc*1000 if sc else None)
 print(json.dumps(m))' "$os0" "$oc0" "$ss0" "$sc0" "$os1" "$oc1" "$ss1" "$sc1" \
-        "$(meta tag="$tag" n="$n" corrupted="$k" protocol="$proto" corrupt_ids="${corrupt:-}")" >> "$RESULTS"
+        "$(meta kind=$split tag="$tag" n="$n" corrupted="$k" protocol="$proto" corrupt_ids="${corrupt:-}")" >> "$RESULTS"
     fi
   fi
   for ((i = 0; i < n; i++)); do cp "$dir/replica-$i/sdns.log" "$OUT/logs/$tag.replica-$i.log" 2>/dev/null; done
@@ -285,12 +297,15 @@ for cfg in $CONFIGS; do
   n=${cfg%%:*} k=${cfg##*:}
   protos=$PROTOCOLS
   [ "$n" = 1 ] && protos=opt-te
-  for proto in $protos; do run_config "$n" "$k" "$proto"; done
+  for proto in $protos; do
+    [ "$LOCAL" = 1 ] && run_config "$n" "$k" "$proto" 0
+    run_config "$n" "$k" "$proto"
+  done
 done
 [ -n "$BASE_PID" ] && measure_baseline base-after
 
 DATE=$(date -u +%F)
-python3 "$HERE/wan.py" report "$RESULTS" --topology "$TOPOLOGY" --plots "$OUT/plots" --date "$DATE" > "$OUT/report.md"
+"$REPORT_PY" "$HERE/wan.py" report "$RESULTS" --topology "$TOPOLOGY" --plots "$OUT/plots" --date "$DATE" > "$OUT/report.md"
 cat "$OUT/report.md"
 if [ "$DOC" = 1 ]; then
   mkdir -p "$ROOT/docs/plots"

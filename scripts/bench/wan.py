@@ -44,7 +44,9 @@ PAPER = {
 
 
 class Topology:
-    def __init__(self, path):
+    def __init__(self, path, scale=1.0):
+        # scale 0: every link without delay (the same cluster, its local costs only).
+        self.scale = scale
         with open(path, "rb") as f:
             t = tomllib.load(f)
         self.sites = t["replicas"]
@@ -59,6 +61,9 @@ class Topology:
         self.compute = {k: float(v) for k, v in t.get("compute_ms", {}).items()}
 
     def site_delay(self, a, b):
+        return self.scale * self._site_delay(a, b)
+
+    def _site_delay(self, a, b):
         if a == b:
             return self.same
         if (a, b) not in self.table:
@@ -168,7 +173,7 @@ def model(top, n, corrupt, protocol):
 
 
 def cmd_links(a):
-    top = Topology(a.topology)
+    top = Topology(a.topology, a.scale)
     n = a.n
     if n > len(top.sites):
         sys.exit(f"wan.py: the topology has {len(top.sites)} replica sites, not {n}")
@@ -215,6 +220,11 @@ def cmd_report(a):
     lat = [r for r in rows if "read" in r and isinstance(r.get("read"), dict)]
     base = [r for r in lat if r.get("kind") == "baseline"]
     sd = [r for r in lat if r.get("kind") == "sdns"]
+    zero = Topology(a.topology, 0.0)
+    # The same configuration with every delay 0, measured just before (TABLE2_LOCAL=1), and
+    # its replica 0's ordering mean: sdns's own local costs, which the model does not guess.
+    local = {(r["n"], r["corrupted"], r["protocol"]): r for r in lat if r.get("kind") == "sdns-local"}
+    local_split = {(r["n"], r["corrupted"], r["protocol"]): r for r in rows if r.get("kind") == "split-local"}
     pooled = {op: [x for r in base for x in r[op].get("samples_ms", [])] for op in ("read", "add", "delete")}
     bstat = {op: stats(v) for op, v in pooled.items()}
     failed = [r for r in rows if "failed" in r]
@@ -226,42 +236,59 @@ def cmd_report(a):
     if any(bstat.values()):
         p("Stock named (same BIND build, no signer socket, ordinary RSASHA256 key) over the same client link, "
           "pooled before and after the clusters: "
-          + ", ".join(f"{op} {fmt(bstat[op]['median'], 1)} ms (p25-p75 {fmt(bstat[op]['p25'], 1)}-{fmt(bstat[op]['p75'], 1)})" for op in ("read", "add", "delete") if bstat[op]) + ".")
+          + ", ".join(f"{op} {fmt(bstat[op]['median'], 1)} ms (p25-p75 {fmt(bstat[op]['p25'], 1)}-{fmt(bstat[op]['p75'], 1)})" for op in ("read", "add", "delete") if bstat[op])
+          + "; the paper's unmodified named, its (1, 0) row: read 3 ms, add 47 ms, delete 22 ms.")
         p("")
     p("Medians of the repeated operations in ms, p25-p75 in brackets; model = stock named's median "
       "plus the model's added terms (docs/LATENCY.md); x named = median / stock named's median; "
       "paper = the paper's Table 2 (seconds, 2004, Internet rows) and its ratio to their unmodified named.")
     p("")
-    p("| (n, k) | protocol | op | median ms [p25-p75] | model ms | median / model | x named | paper s | paper x named |")
-    p("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    if local:
+        p("model+local = the same configuration measured with every delay 0 just before (its median: "
+          "sdns's own local costs on this machine) plus the model's network terms; on the delayed "
+          "links a read (and nsupdate's SOA read) is ordered, not vouched, so the zero-delay run's "
+          "mean ordering time is added for each such read.")
+        p("")
+    p("| (n, k) | protocol | op | median ms [p25-p75] | model ms | median / model | model+local ms | median / (model+local) | x named | paper s | paper x named |")
+    p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     plot = []
     for r in sorted(sd, key=lambda r: (r["n"], r["corrupted"], r["protocol"])):
         n, k, proto = r["n"], r["corrupted"], r["protocol"]
         corrupt = [int(x) for x in str(r.get("corrupt_ids", "")).split(",") if x]
         m = model(top, n, corrupt, proto)
+        m0 = model(zero, n, corrupt, proto)
+        lr, ls = local.get((n, k, proto)), local_split.get((n, k, proto))
         for op in ("read", "add", "delete"):
             s = stats(r[op].get("samples_ms", []))
             if not s:
-                p(f"| ({n}, {k}) | {proto} | {op} | no sample | | | | | |")
+                p(f"| ({n}, {k}) | {proto} | {op} | no sample | | | | | | | |")
                 continue
+            ml = None
+            if lr and stats(lr[op].get("samples_ms", [])):
+                ml = stats(lr[op]["samples_ms"])["median"] + m[f"{op}_ms"] - m0[f"{op}_ms"]
+                if m["read_path"] != m0["read_path"] and ls and ls.get("ordering_mean_ms"):
+                    ml += ls["ordering_mean_ms"]
+            mlr = s["median"] / ml if ml else None
             b = bstat.get(op)
             mod = b["median"] + m[f"{op}_extra_ms"] if b else None
             ratio = s["median"] / mod if mod else None
             xn = s["median"] / b["median"] if b else None
-            pp = PAPER.get((n, k), {}).get(op)
+            # The paper's (1, 0) row is its unmodified named: beside the stock named, not here.
+            pp = PAPER.get((n, k), {}).get(op) if n > 1 else None
             if isinstance(pp, dict):
                 pp = pp.get(proto)
             pn = PAPER[(1, 0)][op]
             pn = pn.get("plain") if isinstance(pn, dict) else pn
             paper = f"{pp:g}" if pp is not None else "-"
             paper_x = f"{pp / pn:.0f}" if pp is not None and pn else "-"
-            p(f"| ({n}, {k}) | {proto} | {op} | {s['median']:.1f} [{s['p25']:.1f}-{s['p75']:.1f}] | {fmt(mod, 1)} | {fmt(ratio, 2)} | {fmt(xn, 1)} | {paper} | {paper_x} |")
+            p(f"| ({n}, {k}) | {proto} | {op} | {s['median']:.1f} [{s['p25']:.1f}-{s['p75']:.1f}] | {fmt(mod, 1)} | {fmt(ratio, 2)} | {fmt(ml, 1)} | {fmt(mlr, 2)} | {fmt(xn, 1)} | {paper} | {paper_x} |")
             plot.append((n, k, proto, op, s, mod))
     if failed:
         p("")
         p("Failed or skipped: " + "; ".join(f"{r.get('tag')}: {r['failed']}" for r in failed))
     # Table 3: what the replicas' metrics split out of one update (replica 0, means).
     t3 = [r for r in rows if r.get("kind") == "split"]
+    t3_local = local_split
     if t3:
         p("")
         p("Table 3 (the time split), from replica 0's metrics over each run: the service exposes the "
@@ -270,13 +297,14 @@ def cmd_report(a):
           "not split a signature into share computation, waiting for shares and combination; the model's "
           "split is beside it.")
         p("")
-        p("| (n, k) | protocol | ordering mean ms | model ordering ms | signature mean ms | signatures | model signature ms (add, per signature) |")
-        p("| --- | --- | --- | --- | --- | --- | --- |")
+        p("| (n, k) | protocol | ordering mean ms | model ordering ms | ordering mean ms, zero delay | signature mean ms | signatures | model signature ms (add, per signature) | signature mean ms, zero delay |")
+        p("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in sorted(t3, key=lambda r: (r["n"], r["corrupted"], r["protocol"])):
             corrupt = [int(x) for x in str(r.get("corrupt_ids", "")).split(",") if x]
             m = model(top, r["n"], corrupt, r["protocol"])
-            p(f"| ({r['n']}, {r['corrupted']}) | {r['protocol']} | {fmt(r.get('ordering_mean_ms'), 1)} | {m['ordering_ms']:.1f} | "
-              f"{fmt(r.get('signing_mean_ms'), 1)} | {r.get('signing_count', '-')} | {m['add_signing_ms'] / SIGNATURES['add']:.1f} |")
+            z = t3_local.get((r["n"], r["corrupted"], r["protocol"]), {})
+            p(f"| ({r['n']}, {r['corrupted']}) | {r['protocol']} | {fmt(r.get('ordering_mean_ms'), 1)} | {m['ordering_ms']:.1f} | {fmt(z.get('ordering_mean_ms'), 1)} | "
+              f"{fmt(r.get('signing_mean_ms'), 1)} | {r.get('signing_count', '-')} | {m['add_signing_ms'] / SIGNATURES['add']:.1f} | {fmt(z.get('signing_mean_ms'), 1)} |")
     print("\n".join(out))
     if a.plots:
         plots(plot, bstat, a.plots, a.date)
@@ -343,6 +371,7 @@ def main():
     l.add_argument("--n", type=int, required=True)
     for x in ("peer-port", "client-port", "named-port", "proxy-port"):
         l.add_argument("--" + x, type=int, required=True)
+    l.add_argument("--scale", type=float, default=1.0, help="multiply every delay (0: local costs only)")
     l.add_argument("--links-out", required=True)
     l.add_argument("--routes-out", required=True)
     m = sub.add_parser("model")

@@ -569,6 +569,7 @@ mod tests {
             rrl_responses_per_second: 0,
             checkpoint_interval: None,
             retained_batches: None,
+            peer_routes: None,
         }
     }
 

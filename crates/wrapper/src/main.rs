@@ -221,6 +221,10 @@ struct ClusterArgs {
     /// (default 1024); one further behind catches up by state transfer.
     #[arg(long)]
     retained_batches: Option<u64>,
+    /// Emulated wide-area links: a file of `FROM TO ADDRESS` lines; replica FROM dials replica
+    /// TO at ADDRESS (a delaying proxy, `netdelay`) instead of TO's peer port (docs/LATENCY.md).
+    #[arg(long)]
+    peer_routes: Option<PathBuf>,
 }
 
 impl ClusterArgs {
@@ -256,6 +260,7 @@ impl ClusterArgs {
             rrl_responses_per_second: self.rrl_responses_per_second,
             checkpoint_interval: self.checkpoint_interval,
             retained_batches: self.retained_batches,
+            peer_routes: self.peer_routes.clone(),
         }
     }
 }
