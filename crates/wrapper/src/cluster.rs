@@ -570,6 +570,7 @@ mod tests {
             checkpoint_interval: None,
             retained_batches: None,
             peer_routes: None,
+            min_request_timeout_ms: None,
         }
     }
 

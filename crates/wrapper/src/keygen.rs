@@ -122,6 +122,10 @@ pub struct ClusterParams {
     /// TO's own peer address (a delaying proxy in front of it: emulated wide-area links,
     /// docs/LATENCY.md). Only the dialing side changes; every replica still listens on its own.
     pub peer_routes: Option<PathBuf>,
+    /// Written as `[ordering] min_request_timeout_ms` when set: it must exceed the ordering
+    /// latency of a cluster's first requests, which over wide-area links is far above the
+    /// default 250 ms.
+    pub min_request_timeout_ms: Option<u64>,
 }
 
 impl ClusterParams {
@@ -355,6 +359,8 @@ struct OrderingFile {
     checkpoint_interval: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     retained_batches: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_request_timeout_ms: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -420,8 +426,11 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         zone_signer_threads: p.zone_signer_threads,
         cache_entries: p.signature_cache_entries,
     });
-    let ordering = (p.checkpoint_interval.is_some() || p.retained_batches.is_some())
-        .then_some(OrderingFile { checkpoint_interval: p.checkpoint_interval, retained_batches: p.retained_batches });
+    let ordering = (p.checkpoint_interval.is_some() || p.retained_batches.is_some() || p.min_request_timeout_ms.is_some()).then_some(OrderingFile {
+        checkpoint_interval: p.checkpoint_interval,
+        retained_batches: p.retained_batches,
+        min_request_timeout_ms: p.min_request_timeout_ms,
+    });
     // Several zones: every zone's fields in its `[[zone]]` table (the single-zone fields
     // stay empty); one zone: the single-zone fields every earlier dealing wrote.
     let zone_tables: Vec<ZoneSection> = if several {
@@ -575,6 +584,7 @@ mod tests {
             checkpoint_interval: Some(8),
             retained_batches: Some(16),
             peer_routes: None,
+            min_request_timeout_ms: None,
         }
     }
 
@@ -675,7 +685,10 @@ mod tests {
         std::fs::write(&routes, "# from to address\n0 1 127.0.0.1:41001\n0 2 127.0.0.1:41002 # NY\n3 0 127.0.0.1:41030\n").unwrap();
         let mut p = params(Mode::Tsig);
         p.peer_routes = Some(routes.clone());
+        p.min_request_timeout_ms = Some(1500);
         write_configs(&p, out.path()).unwrap();
+        let c = crate::config::Config::load(&replica_dir(out.path(), 2).join("replica.toml")).unwrap();
+        assert_eq!((c.ordering.min_request_timeout_ms, c.ordering.checkpoint_interval), (1500, 8));
         let peer = |i: u16, j: u16| {
             let c = crate::config::Config::load(&replica_dir(out.path(), i).join("replica.toml")).unwrap();
             c.peers.iter().find(|e| e.id == j).unwrap().peer

@@ -225,6 +225,11 @@ struct ClusterArgs {
     /// TO at ADDRESS (a delaying proxy, `netdelay`) instead of TO's peer port (docs/LATENCY.md).
     #[arg(long)]
     peer_routes: Option<PathBuf>,
+    /// Ordering: the shortest wait before a backup suspects the primary (default 250 ms); it
+    /// must exceed the ordering latency of the cluster's first requests (raise it over
+    /// wide-area links).
+    #[arg(long)]
+    min_request_timeout_ms: Option<u64>,
 }
 
 impl ClusterArgs {
@@ -261,6 +266,7 @@ impl ClusterArgs {
             checkpoint_interval: self.checkpoint_interval,
             retained_batches: self.retained_batches,
             peer_routes: self.peer_routes.clone(),
+            min_request_timeout_ms: self.min_request_timeout_ms,
         }
     }
 }
