@@ -588,6 +588,8 @@ mod tests {
             rrl_responses_per_second: 0,
             checkpoint_interval: None,
             retained_batches: None,
+            peer_routes: None,
+            min_request_timeout_ms: None,
         }
     }
 

@@ -118,6 +118,14 @@ pub struct ClusterParams {
     /// soak runs shrink them so a short absence is already past the retained log).
     pub checkpoint_interval: Option<u64>,
     pub retained_batches: Option<u64>,
+    /// A file of `FROM TO ADDRESS` lines: replica FROM dials replica TO at ADDRESS instead of
+    /// TO's own peer address (a delaying proxy in front of it: emulated wide-area links,
+    /// docs/LATENCY.md). Only the dialing side changes; every replica still listens on its own.
+    pub peer_routes: Option<PathBuf>,
+    /// Written as `[ordering] min_request_timeout_ms` when set: it must exceed the ordering
+    /// latency of a cluster's first requests, which over wide-area links is far above the
+    /// default 250 ms.
+    pub min_request_timeout_ms: Option<u64>,
 }
 
 impl ClusterParams {
@@ -351,6 +359,8 @@ struct OrderingFile {
     checkpoint_interval: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     retained_batches: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_request_timeout_ms: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -416,8 +426,11 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         zone_signer_threads: p.zone_signer_threads,
         cache_entries: p.signature_cache_entries,
     });
-    let ordering = (p.checkpoint_interval.is_some() || p.retained_batches.is_some())
-        .then_some(OrderingFile { checkpoint_interval: p.checkpoint_interval, retained_batches: p.retained_batches });
+    let ordering = (p.checkpoint_interval.is_some() || p.retained_batches.is_some() || p.min_request_timeout_ms.is_some()).then_some(OrderingFile {
+        checkpoint_interval: p.checkpoint_interval,
+        retained_batches: p.retained_batches,
+        min_request_timeout_ms: p.min_request_timeout_ms,
+    });
     // Several zones: every zone's fields in its `[[zone]]` table (the single-zone fields
     // stay empty); one zone: the single-zone fields every earlier dealing wrote.
     let zone_tables: Vec<ZoneSection> = if several {
@@ -445,6 +458,14 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         Vec::new()
     };
     let single = |value: PathBuf| (!several).then_some(value);
+    let routes = match &p.peer_routes {
+        Some(f) => {
+            let text = std::fs::read_to_string(f).with_context(|| format!("reading --peer-routes {}", f.display()))?;
+            parse_peer_routes(&text, n).with_context(|| format!("--peer-routes {}", f.display()))?
+        }
+        None => Vec::new(),
+    };
+    let dial = |from: u16, to: u16| routes.iter().find(|r| r.0 == from && r.1 == to).map_or_else(|| p.layout.peer(to), |r| r.2);
     for i in 0..n {
         let file = ReplicaFile {
             cluster: ClusterSection {
@@ -489,7 +510,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
             },
             ordering: ordering.clone(),
             rrl: (p.rrl_responses_per_second > 0).then_some(RrlFile { responses_per_second: p.rrl_responses_per_second }),
-            peer: (0..n).map(|j| PeerSection { id: j, client: p.layout.client(j), peer: p.layout.peer(j) }).collect(),
+            peer: (0..n).map(|j| PeerSection { id: j, client: p.layout.client(j), peer: dial(i, j) }).collect(),
             zone: zone_tables.clone(),
         };
         let c = format!(
@@ -505,6 +526,31 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         write_public(&path, c.as_bytes())?;
     }
     Ok(())
+}
+
+/// Parses `--peer-routes`: `FROM TO ADDRESS` per line, `#` comments; each (FROM, TO) once,
+/// two different replicas below `n`.
+pub fn parse_peer_routes(text: &str, n: u16) -> Result<Vec<(u16, u16, SocketAddr)>> {
+    let mut out: Vec<(u16, u16, SocketAddr)> = Vec::new();
+    for (k, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [from, to, addr] = f[..] else { bail!("line {}: expected `FROM TO ADDRESS`", k + 1) };
+        let from: u16 = from.parse().with_context(|| format!("line {}: replica {from:?}", k + 1))?;
+        let to: u16 = to.parse().with_context(|| format!("line {}: replica {to:?}", k + 1))?;
+        let addr: SocketAddr = addr.parse().with_context(|| format!("line {}: address {addr:?}", k + 1))?;
+        if from >= n || to >= n || from == to {
+            bail!("line {}: {from} -> {to} is not a link between two of the {n} replicas", k + 1);
+        }
+        if out.iter().any(|r| (r.0, r.1) == (from, to)) {
+            bail!("line {}: {from} -> {to} is routed twice", k + 1);
+        }
+        out.push((from, to, addr));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -537,6 +583,8 @@ mod tests {
             rrl_responses_per_second: 7,
             checkpoint_interval: Some(8),
             retained_batches: Some(16),
+            peer_routes: None,
+            min_request_timeout_ms: None,
         }
     }
 
@@ -625,5 +673,36 @@ mod tests {
         p.zone_files = vec![PathBuf::from("one.db")];
         let e = keygen(&p, out.path()).unwrap_err().to_string();
         assert!(e.contains("one per --zone"), "{e}");
+    }
+
+    #[test]
+    fn peer_routes_change_only_the_dialing_side() {
+        let out = tempfile::tempdir().unwrap();
+        for i in 0..4 {
+            std::fs::create_dir_all(replica_dir(out.path(), i)).unwrap();
+        }
+        let routes = out.path().join("routes");
+        std::fs::write(&routes, "# from to address\n0 1 127.0.0.1:41001\n0 2 127.0.0.1:41002 # NY\n3 0 127.0.0.1:41030\n").unwrap();
+        let mut p = params(Mode::Tsig);
+        p.peer_routes = Some(routes.clone());
+        p.min_request_timeout_ms = Some(1500);
+        write_configs(&p, out.path()).unwrap();
+        let c = crate::config::Config::load(&replica_dir(out.path(), 2).join("replica.toml")).unwrap();
+        assert_eq!((c.ordering.min_request_timeout_ms, c.ordering.checkpoint_interval), (1500, 8));
+        let peer = |i: u16, j: u16| {
+            let c = crate::config::Config::load(&replica_dir(out.path(), i).join("replica.toml")).unwrap();
+            c.peers.iter().find(|e| e.id == j).unwrap().peer
+        };
+        assert_eq!(peer(0, 1), "127.0.0.1:41001".parse().unwrap());
+        assert_eq!(peer(0, 2), "127.0.0.1:41002".parse().unwrap());
+        assert_eq!(peer(3, 0), "127.0.0.1:41030".parse().unwrap());
+        // Unrouted links and every replica's own (listening) entry keep the layout's address.
+        assert_eq!(peer(0, 3), p.layout.peer(3));
+        assert_eq!(peer(1, 0), p.layout.peer(0));
+        assert_eq!(peer(0, 0), p.layout.peer(0));
+        assert_eq!(peer(3, 3), p.layout.peer(3));
+        for bad in ["0 0 127.0.0.1:1", "0 4 127.0.0.1:1", "0 1", "0 1 nowhere", "0 1 127.0.0.1:1\n0 1 127.0.0.1:2"] {
+            assert!(parse_peer_routes(bad, 4).is_err(), "{bad}");
+        }
     }
 }

@@ -221,6 +221,15 @@ struct ClusterArgs {
     /// (default 1024); one further behind catches up by state transfer.
     #[arg(long)]
     retained_batches: Option<u64>,
+    /// Emulated wide-area links: a file of `FROM TO ADDRESS` lines; replica FROM dials replica
+    /// TO at ADDRESS (a delaying proxy, `netdelay`) instead of TO's peer port (docs/LATENCY.md).
+    #[arg(long)]
+    peer_routes: Option<PathBuf>,
+    /// Ordering: the shortest wait before a backup suspects the primary (default 250 ms); it
+    /// must exceed the ordering latency of the cluster's first requests (raise it over
+    /// wide-area links).
+    #[arg(long)]
+    min_request_timeout_ms: Option<u64>,
 }
 
 impl ClusterArgs {
@@ -256,6 +265,8 @@ impl ClusterArgs {
             rrl_responses_per_second: self.rrl_responses_per_second,
             checkpoint_interval: self.checkpoint_interval,
             retained_batches: self.retained_batches,
+            peer_routes: self.peer_routes.clone(),
+            min_request_timeout_ms: self.min_request_timeout_ms,
         }
     }
 }
