@@ -81,7 +81,8 @@ fn a_minute_under_the_nemesis_is_linearizable_and_loses_nothing() {
 /// between.
 #[test]
 fn the_checker_catches_a_replica_that_skips_a_write() {
-    let (code, report, said) = campaign(&["--replicas", "4", "--seconds", "40", "--seed", "12", "--faults", "", "--reads", "0.95", "--seeded-bug", "skip-write@1"]);
+    let (code, report, said) =
+        campaign(&["--replicas", "4", "--seconds", "40", "--seed", "12", "--faults", "", "--reads", "0.95", "--seeded-bug", "skip-write@1"]);
     eprintln!("{said}");
     assert_eq!(code, 1, "the campaign must fail:\n{said}");
     assert!(count(&report, "linearizability_violations") + count(&report, "lost_acknowledged_writes") > 0, "{said}");
