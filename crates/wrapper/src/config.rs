@@ -139,6 +139,12 @@ pub struct ReplicaSection {
     /// (see `crate::byzantine`). Refused unless `cluster.test_cluster`.
     #[serde(default)]
     pub byzantine: Option<crate::byzantine::Mode>,
+    /// Fault injection for tests: ordered writes with a record of this owner name are never
+    /// sent to this replica's named; the executor sees the transient failure of a named that
+    /// times out on them (set on every replica, it makes one write fail everywhere: the
+    /// abandon rule's test). Refused unless `cluster.test_cluster`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_fail_writes_naming: Option<String>,
     /// Working directory for runtime state (named's files, the signer socket).
     pub state_dir: PathBuf,
 }
@@ -646,6 +652,9 @@ impl Config {
             }
             if self.replica.corrupt_shares {
                 return Err(bad("replica.corrupt_shares", "is fault injection; refused unless cluster.test_cluster = true".into()));
+            }
+            if self.replica.test_fail_writes_naming.is_some() {
+                return Err(bad("replica.test_fail_writes_naming", "is fault injection; refused unless cluster.test_cluster = true".into()));
             }
         }
         if self.cluster.vouch_timeout_ms == 0 || self.cluster.vouch_timeout_ms > 10_000 {
