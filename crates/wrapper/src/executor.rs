@@ -104,19 +104,22 @@ pub struct Executor<G: UpdateGate> {
     /// The write this replica's named has not answered for `ABANDON_CLAIM_AFTER`: the
     /// claimer task (`run::stuck_claimer`) orders `Op::Stuck` for it while it is set.
     pub stuck: watch::Sender<Option<(u64, u32)>>,
+    /// Signatures the write signing socket returned so far: while they move, the running
+    /// write makes progress (a large update waits for many) and is not claimed stuck.
+    pub signatures: Arc<AtomicU64>,
     /// Test hook (`replica.test_fail_writes_naming`, test clusters only): writes with a
     /// record of this owner name are never sent to named; the forwarder's transient failure
     /// is reported for them instead, as if named timed out on them at every replica.
     pub fail_writes_naming: Option<hickory_proto::rr::Name>,
     /// The task sending the running write to named, aborted when the write is abandoned.
-    pub write_task: Mutex<Option<tokio::task::AbortHandle>>,
+    pub write_task: Mutex<Option<((u64, u32), tokio::task::AbortHandle)>>,
 }
 
-/// How long the executor waits for named's answer to one write before it orders a claim
-/// that the write is stuck (`Op::Stuck`), and how often it says so again meanwhile. Local:
-/// it only decides when this replica speaks; the write is abandoned by what the log holds
-/// (claims of t+1 replicas). Far above a write's usual time (tens of ms; a few seconds for
-/// large updates that wait for many threshold signatures).
+/// How long the executor waits for named's answer to one write, with no signature made for
+/// it meanwhile, before it orders a claim that the write is stuck (`Op::Stuck`). Local: it
+/// only decides when this replica speaks; the write is abandoned by what the log holds
+/// (claims of t+1 replicas). Far above a write's usual time (tens of ms) and above the pause
+/// between two of its signatures (a large update waits for many, one after another).
 const ABANDON_CLAIM_AFTER: Duration = Duration::from_secs(10);
 
 /// The cache epoch of the last digests, the digests (zone index order), their records.
@@ -194,6 +197,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
         let mut stuck_check = tokio::time::interval(Duration::from_secs(1));
         stuck_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut waiting_write: Option<((u64, u32), std::time::Instant)> = None;
+        let mut signed = self.signatures.load(Ordering::Relaxed);
         // Batches committed and not yet executed: taken from the ordering as they come, so
         // that the core sees the claims in them while it waits on an earlier write (they
         // waited in the channel before; the bound is the ordering's window either way).
@@ -219,8 +223,10 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 Some(event) = events.recv() => self.core.handle(event),
                 _ = stuck_check.tick() => {
                     let now = self.core.stuck_write();
+                    let signatures = self.signatures.load(Ordering::Relaxed);
+                    let progress = std::mem::replace(&mut signed, signatures) != signatures;
                     waiting_write = match (waiting_write, now) {
-                        (Some((w, since)), Some(n)) if w == n => Some((w, since)),
+                        (Some((w, since)), Some(n)) if w == n && !progress => Some((w, since)),
                         (_, Some(n)) => Some((n, std::time::Instant::now())),
                         (_, None) => None,
                     };
@@ -536,7 +542,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     let _ = tx.send(None);
                     let _ = events.send(Event::WriteAnswered { seq, index, answer });
                 });
-                *self.write_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+                *self.write_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(((seq, index), task));
             }
             Command::BeginSigning { zone, seq, times } => {
                 let Some((maintenance, background)) = self.zone_parts(zone) else {
@@ -775,7 +781,8 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 // The task that keeps sending it goes; named may still hold the write if it
                 // took it after all (its zone then differs at the next checkpoint, and the
                 // certified state repairs it, docs/DETERMINISM.md "Abandoned writes").
-                if let Some(task) = self.write_task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                let task = self.write_task.lock().unwrap_or_else(|e| e.into_inner()).take_if(|(at, _)| *at == (seq, index));
+                if let Some((_, task)) = task {
                     task.abort();
                 }
                 let _ = self.times.send(None);

@@ -264,8 +264,11 @@ pub async fn run(config: Config) -> Result<()> {
     let (times_tx, times_rx) = watch::channel(None);
     let socket_path = state.join("signer.sock");
     // No timeout anywhere on this path: a signature takes as long as the replicas take.
+    // Signatures made for writes: a write that still gets them is not stuck (`Executor::signatures`).
+    let write_signatures = Arc::new(AtomicU64::new(0));
+    let progressing = Arc::new(service::Progressing { inner: signer.clone(), done: write_signatures.clone() });
     let signing_service =
-        SigningService::bind(&socket_path, signer.clone(), watch_time_source(times_rx), ServiceLimits::default()).context("binding the signing socket")?;
+        SigningService::bind(&socket_path, progressing, watch_time_source(times_rx), ServiceLimits::default()).context("binding the signing socket")?;
     tasks.watch("signing socket", WATCH_EVERY, move || signing_service.has_stopped());
     // Background whole-zone signings have a socket of their own: its times are the running
     // signing's while writes execute with theirs, and what it signs is counted for progress.
@@ -479,6 +482,7 @@ pub async fn run(config: Config) -> Result<()> {
     }
     let executor = Executor {
         stuck: stuck_tx,
+        signatures: write_signatures,
         fail_writes_naming,
         write_task: Default::default(),
         executed: executed_tx,

@@ -142,7 +142,7 @@ pub enum Command<R> {
     /// restart changes nothing either (its clients are gone, so its reads are skipped).
     Executed(u64),
     /// Write `index` of batch `seq` is abandoned (see [`ExecCore::committed`]): stop sending
-    /// it to named; its outcome is recorded and its client answered.
+    /// it to named if it was sent; its outcome is recorded and its client answered.
     AbandonWrite { seq: u64, index: u32 },
 }
 
@@ -826,6 +826,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                                     // f+1 replicas said it is stuck, and this one has not sent it
                                     // yet (it was behind, or restarted): not sent at all.
                                     self.abandon_write(seq, index, &message, item.reply, window, time_s, out);
+                                    out.push(Command::AbandonWrite { seq, index });
                                     continue;
                                 }
                                 self.keep_before();
