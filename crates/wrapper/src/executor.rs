@@ -107,6 +107,11 @@ pub struct Executor<G: UpdateGate> {
     /// Signatures the write signing socket returned so far: while they move, the running
     /// write makes progress (a large update waits for many) and is not claimed stuck.
     pub signatures: Arc<AtomicU64>,
+    /// Committed batches waiting behind a stuck write past which it is claimed stuck after
+    /// `ABANDON_CLAIM_HURRIED` rather than `ABANDON_CLAIM_AFTER`: half the ordering's
+    /// watermark window, so that the claims still find room in the log (nothing past the
+    /// window is ordered until a checkpoint after the stuck write is certified).
+    pub claim_backlog: usize,
     /// Test hook (`replica.test_fail_writes_naming`, test clusters only): writes with a
     /// record of this owner name are never sent to named; the forwarder's transient failure
     /// is reported for them instead, as if named timed out on them at every replica.
@@ -121,6 +126,8 @@ pub struct Executor<G: UpdateGate> {
 /// (claims of t+1 replicas). Far above a write's usual time (tens of ms) and above the pause
 /// between two of its signatures (a large update waits for many, one after another).
 const ABANDON_CLAIM_AFTER: Duration = Duration::from_secs(10);
+/// The same bound while the committed batches behind the write fill half the window.
+const ABANDON_CLAIM_HURRIED: Duration = Duration::from_secs(2);
 
 /// The cache epoch of the last digests, the digests (zone index order), their records.
 pub type LastDigest = (u64, Vec<[u8; 32]>, Arc<Vec<Vec<Vec<u8>>>>);
@@ -230,7 +237,8 @@ impl<G: UpdateGate + 'static> Executor<G> {
                         (_, Some(n)) => Some((n, std::time::Instant::now())),
                         (_, None) => None,
                     };
-                    let claim = waiting_write.filter(|(_, since)| since.elapsed() >= ABANDON_CLAIM_AFTER).map(|(w, _)| w);
+                    let bound = if queued.len() >= self.claim_backlog { ABANDON_CLAIM_HURRIED } else { ABANDON_CLAIM_AFTER };
+                    let claim = waiting_write.filter(|(_, since)| since.elapsed() >= bound).map(|(w, _)| w);
                     self.stuck.send_if_modified(|c| {
                         let changed = *c != claim;
                         *c = claim;

@@ -483,6 +483,8 @@ pub async fn run(config: Config) -> Result<()> {
     let executor = Executor {
         stuck: stuck_tx,
         signatures: write_signatures,
+        // Half the watermark window (four checkpoint intervals, above).
+        claim_backlog: usize::try_from(o.checkpoint_interval.saturating_mul(2)).unwrap_or(usize::MAX).max(1),
         fail_writes_naming,
         write_task: Default::default(),
         executed: executed_tx,
