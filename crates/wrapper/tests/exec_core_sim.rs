@@ -2015,7 +2015,6 @@ fn a_write_stuck_at_t_plus_one_replicas_is_abandoned_by_the_log() {
     let t = start_s();
     let claim = Op::Stuck { seq: 1, index: 0 }.encode();
     let first = || batch(1, t, vec![(0, Op::Dns { tcp: true, message: update(2) }, Some(7)), (1, Op::Dns { tcp: true, message: update(4) }, None)]);
-    let servfail = answer(&update(2), ResponseCode::ServFail);
 
     let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
     let cmds = core.deliver(first());
@@ -2033,7 +2032,9 @@ fn a_write_stuck_at_t_plus_one_replicas_is_abandoned_by_the_log() {
     // The second distinct origin: abandoned, and the batch goes on to its next write.
     let cmds = core.committed(4, [(2, &claim[..])]);
     assert_eq!(cmds.len(), 3, "{cmds:?}");
-    assert_eq!(cmds[0], Command::Answer { reply: 7, bytes: servfail.clone() });
+    let Command::Answer { reply: 7, bytes } = &cmds[0] else { panic!("{cmds:?}") };
+    let servfail = Message::from_vec(bytes).unwrap();
+    assert_eq!((servfail.metadata.id, servfail.metadata.response_code), (2, ResponseCode::ServFail));
     assert_eq!(cmds[1], Command::AbandonWrite { seq: 1, index: 0 });
     assert!(matches!(cmds[2], Command::Write { seq: 1, index: 1, .. }), "{cmds:?}");
     // named's late answer to the abandoned write is ignored.
@@ -2052,7 +2053,10 @@ fn a_write_stuck_at_t_plus_one_replicas_is_abandoned_by_the_log() {
     assert!(behind.committed(2, [(3, &claim[..])]).is_empty());
     assert!(behind.committed(3, [(2, &claim[..])]).is_empty());
     let cmds = behind.deliver(first());
-    assert!(matches!(cmds[..], [Command::AbandonWrite { seq: 1, index: 0 }, Command::Write { seq: 1, index: 1, .. }]), "the stuck write is not sent: {cmds:?}");
+    assert!(
+        matches!(cmds[..], [Command::Answer { reply: 7, .. }, Command::AbandonWrite { seq: 1, index: 0 }, Command::Write { seq: 1, index: 1, .. }]),
+        "the stuck write is not sent: {cmds:?}"
+    );
     let cmds = behind.handle(Event::WriteAnswered { seq: 1, index: 1, answer: answer(&update(4), ResponseCode::NoError) });
     assert_eq!(cmds, vec![Command::Persist(want.clone())]);
 
@@ -2094,6 +2098,18 @@ fn abandon_run(seed: u64) -> Result<(), String> {
     nameds.rotate_left((seed % 4) as usize);
     let mut sim = Sim::new(seed, batches, nameds);
     sim.hang = Some(k);
+    // Reads ordered after the hung write see one write fewer than the generator counted.
+    let mut past = false;
+    for r in sim.log.batches.iter_mut().flat_map(|(_, r)| r.iter_mut()) {
+        if matches!(Op::decode(&r.payload), Ok(Op::Dns { message, .. }) if id_of(&message) == k && Message::from_vec(&message).unwrap().metadata.op_code == OpCode::Update) {
+            past = true;
+        }
+        if past {
+            if let Some(e) = r.expected_applied.as_mut() {
+                *e -= 1;
+            }
+        }
+    }
     sim.run(seed % 2 == 0);
     if !sim.failures.is_empty() {
         return Err(sim.failures.join("\n"));
