@@ -866,6 +866,7 @@ tsig_keys = ["tsig.key"]
             (sample(4) + "\n[rrl]\nresponses_per_second = 5\nwindow_s = 0\n", "rrl"),
             (sample(4).replace("state_dir", "byzantine = \"silent\"\nstate_dir"), "replica.byzantine"),
             (sample(4).replace("state_dir", "corrupt_shares = true\nstate_dir"), "replica.corrupt_shares"),
+            (sample(4).replace("state_dir", "test_fail_writes_naming = \"hang.example.test.\"\nstate_dir"), "replica.test_fail_writes_naming"),
             (sample(4).replace("tsig_keys", "update_policy = [\"grant k self . A\"]\ntsig_keys"), "named.update_policy"),
             (sample(4) + "\n[client]\nudp_receive_buffer = 5000000000\n", "client.udp_receive_buffer"),
         ];
@@ -965,6 +966,8 @@ tsig_keys = ["tsig.key"]
         assert_eq!(c.replica.byzantine, Some(crate::byzantine::Mode::CrashAfter(5)));
         let e = parse(&test.replace("crash-after-5", "evil")).unwrap_err();
         assert!(e.to_string().contains("evil"), "{e}");
+        let hook = parse(&test.replace("state_dir", "test_fail_writes_naming = \"hang.example.test.\"\nstate_dir")).unwrap();
+        assert_eq!(hook.replica.test_fail_writes_naming.as_deref(), Some("hang.example.test."));
     }
 
     #[test]

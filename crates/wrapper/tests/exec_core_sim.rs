@@ -2088,7 +2088,9 @@ fn abandon_run(seed: u64) -> Result<(), String> {
         .iter()
         .flat_map(|(_, r)| r)
         .find_map(|x| match Op::decode(&x.payload) {
-            Ok(Op::Dns { message, .. }) if Message::from_vec(&message).unwrap().metadata.op_code == OpCode::Update && rule_rcode(id_of(&message)) == ResponseCode::NoError => {
+            Ok(Op::Dns { message, .. })
+                if Message::from_vec(&message).unwrap().metadata.op_code == OpCode::Update && rule_rcode(id_of(&message)) == ResponseCode::NoError =>
+            {
                 Some(id_of(&message))
             }
             _ => None,
@@ -2101,7 +2103,8 @@ fn abandon_run(seed: u64) -> Result<(), String> {
     // Reads ordered after the hung write see one write fewer than the generator counted.
     let mut past = false;
     for r in sim.log.batches.iter_mut().flat_map(|(_, r)| r.iter_mut()) {
-        if matches!(Op::decode(&r.payload), Ok(Op::Dns { message, .. }) if id_of(&message) == k && Message::from_vec(&message).unwrap().metadata.op_code == OpCode::Update) {
+        if matches!(Op::decode(&r.payload), Ok(Op::Dns { message, .. }) if id_of(&message) == k && Message::from_vec(&message).unwrap().metadata.op_code == OpCode::Update)
+        {
             past = true;
         }
         if past {

@@ -351,7 +351,16 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// Records write `index` of batch `seq` as abandoned and answers its client SERVFAIL
     /// (a function of the request and the agreed time, as every refusal without named).
     #[allow(clippy::too_many_arguments)]
-    fn abandon_write(&mut self, seq: u64, index: u32, request: &[u8], reply: Option<R>, window: Option<([u8; 32], u64)>, time_s: u64, out: &mut Vec<Command<R>>) {
+    fn abandon_write(
+        &mut self,
+        seq: u64,
+        index: u32,
+        request: &[u8],
+        reply: Option<R>,
+        window: Option<([u8; 32], u64)>,
+        time_s: u64,
+        out: &mut Vec<Command<R>>,
+    ) {
         self.state.record(seq, index, code::ABANDONED);
         // A retransmission within the signature's window gets the same outcome, not another wait.
         if let Some((digest, expires_s)) = window {
