@@ -702,6 +702,7 @@ struct Attribution {
 }
 
 impl Attribution {
+    #[allow(clippy::too_many_arguments)]
     fn update(
         &mut self,
         me: u16,

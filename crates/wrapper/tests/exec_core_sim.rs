@@ -2113,7 +2113,7 @@ fn abandon_run(seed: u64) -> Result<(), String> {
             }
         }
     }
-    sim.run(seed % 2 == 0);
+    sim.run(seed.is_multiple_of(2));
     if !sim.failures.is_empty() {
         return Err(sim.failures.join("\n"));
     }
