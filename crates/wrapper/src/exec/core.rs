@@ -146,10 +146,10 @@ pub enum Command<R> {
     AbandonWrite { seq: u64, index: u32 },
 }
 
-/// Per-origin counts kinds (`ExecCore::hostile_writes`): ordered writes the gate refused
-/// (unreadable, unsigned, unknown key, bad signature or time), and writes too long for
-/// named once re-signed.
+/// The kinds [`ExecCore::hostile_writes`] counts per origin (attribution labels): ordered
+/// writes the gate refused (unreadable, unsigned, unknown key, bad signature or time)...
 pub const UNAUTHORIZED_WRITES: &str = "unauthorized_writes_ordered";
+/// ...and ordered writes too long for named once re-signed.
 pub const UNFORWARDABLE_WRITES: &str = "unforwardable_writes_ordered";
 
 /// Results of commands.
