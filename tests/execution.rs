@@ -238,3 +238,41 @@ fn a_replica_whose_executor_does_not_move_says_it_is_stalled() {
     }
     assert!(c.metrics(3).contains("sdns_stalled{replica=\"3\"} 0"));
 }
+
+/// `sdns_writes_abandoned_total` of replica `i`.
+fn abandoned(c: &Cluster, i: u16) -> u64 {
+    let series = format!("sdns_writes_abandoned_total{{replica=\"{i}\"}}");
+    c.metrics(i).lines().find(|l| l.starts_with(&series)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// A write that named fails on at every replica (the test hook `--test-fail-writes-naming`
+/// makes each replica's executor see a transient failure, for ever, for updates naming
+/// hang.example.test, without sending them to named) is abandoned by the rule of the log:
+/// every executor orders a claim that it is stuck after its local bound, and once t+1 claims
+/// are committed every replica abandons it. Its client gets SERVFAIL, a later update is
+/// acknowledged, every replica counts the abandoned write, and the zones are identical.
+#[test]
+fn a_write_named_fails_at_every_replica_is_abandoned_by_the_log() {
+    let c = Cluster::up(ClusterOpts { extra: vec!["--test-fail-writes-naming".into(), "hang.example.test.".into()], ..Default::default() });
+    let started = Instant::now();
+    let (ok, out) = c.nsupdate(1, "update add hang.example.test 300 A 192.0.2.60");
+    let took = started.elapsed();
+    assert!(!ok && out.contains("SERVFAIL"), "the stuck write is answered SERVFAIL:\n{out}\n{}", c.logs());
+    eprintln!("the stuck write was answered after {took:?}");
+    // Ordered after the stuck one: it can only be acknowledged once that was abandoned.
+    let (ok, out) = c.nsupdate(2, "update add after-hang.example.test 300 A 192.0.2.61");
+    assert!(ok, "a later update is acknowledged:\n{out}\n{}", c.logs());
+    c.eventually("the later update at every replica", |i| c.dig(i, &["after-hang.example.test", "A", "+short"]).trim() == "192.0.2.61");
+    for i in 0..c.n {
+        assert!(abandoned(&c, i) >= 1, "replica {i} abandoned no write:\n{}", c.metrics(i));
+        assert_eq!(c.dig(i, &["hang.example.test", "A", "+short"]).trim(), "", "replica {i} serves the abandoned write");
+    }
+    let reference = c.axfr_sorted(0);
+    for i in 1..c.n {
+        assert_eq!(c.axfr_sorted(i), reference, "replica {i}'s zone differs from replica 0's\n{}", c.logs());
+    }
+    // A replica that only sent claims is not left behind: all take later writes alike.
+    let (ok, out) = c.nsupdate(3, "update add later.example.test 300 A 192.0.2.62");
+    assert!(ok, "{out}\n{}", c.logs());
+    c.eventually("the last update at every replica", |i| c.dig(i, &["later.example.test", "A", "+short"]).trim() == "192.0.2.62");
+}

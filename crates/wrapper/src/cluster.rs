@@ -573,6 +573,7 @@ mod tests {
             reads: ReadMode::Ordered,
             corrupt: Vec::new(),
             byzantine: Vec::new(),
+            fail_writes_naming: None,
             layout,
             bind_dir: "target/bind9".into(),
             zone_files: Vec::new(),

@@ -139,6 +139,12 @@ pub struct ReplicaSection {
     /// (see `crate::byzantine`). Refused unless `cluster.test_cluster`.
     #[serde(default)]
     pub byzantine: Option<crate::byzantine::Mode>,
+    /// Fault injection for tests: ordered writes with a record of this owner name are never
+    /// sent to this replica's named; the executor sees the transient failure of a named that
+    /// times out on them (set on every replica, it makes one write fail everywhere: the
+    /// abandon rule's test). Refused unless `cluster.test_cluster`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_fail_writes_naming: Option<String>,
     /// Working directory for runtime state (named's files, the signer socket).
     pub state_dir: PathBuf,
 }
@@ -647,6 +653,9 @@ impl Config {
             if self.replica.corrupt_shares {
                 return Err(bad("replica.corrupt_shares", "is fault injection; refused unless cluster.test_cluster = true".into()));
             }
+            if self.replica.test_fail_writes_naming.is_some() {
+                return Err(bad("replica.test_fail_writes_naming", "is fault injection; refused unless cluster.test_cluster = true".into()));
+            }
         }
         if self.cluster.vouch_timeout_ms == 0 || self.cluster.vouch_timeout_ms > 10_000 {
             return Err(bad("cluster.vouch_timeout_ms", format!("{} is outside 1..=10000", self.cluster.vouch_timeout_ms)));
@@ -857,6 +866,7 @@ tsig_keys = ["tsig.key"]
             (sample(4) + "\n[rrl]\nresponses_per_second = 5\nwindow_s = 0\n", "rrl"),
             (sample(4).replace("state_dir", "byzantine = \"silent\"\nstate_dir"), "replica.byzantine"),
             (sample(4).replace("state_dir", "corrupt_shares = true\nstate_dir"), "replica.corrupt_shares"),
+            (sample(4).replace("state_dir", "test_fail_writes_naming = \"hang.example.test.\"\nstate_dir"), "replica.test_fail_writes_naming"),
             (sample(4).replace("tsig_keys", "update_policy = [\"grant k self . A\"]\ntsig_keys"), "named.update_policy"),
             (sample(4) + "\n[client]\nudp_receive_buffer = 5000000000\n", "client.udp_receive_buffer"),
         ];
@@ -956,6 +966,8 @@ tsig_keys = ["tsig.key"]
         assert_eq!(c.replica.byzantine, Some(crate::byzantine::Mode::CrashAfter(5)));
         let e = parse(&test.replace("crash-after-5", "evil")).unwrap_err();
         assert!(e.to_string().contains("evil"), "{e}");
+        let hook = parse(&test.replace("state_dir", "test_fail_writes_naming = \"hang.example.test.\"\nstate_dir")).unwrap();
+        assert_eq!(hook.replica.test_fail_writes_naming.as_deref(), Some("hang.example.test."));
     }
 
     #[test]

@@ -42,7 +42,17 @@ pub enum Op {
     ResignZone(u16),
     /// [`Op::SignZoneFinish`] for zone `zone`.
     SignZoneFinishIn { zone: u16, auth: SignFinishAuth },
+    /// The sender's executor has waited longer than its local bound for named's answer to
+    /// write `index` of batch `seq`. Once claims from `faults + 1` distinct origins for the
+    /// same write are committed, every replica that has not executed it abandons it
+    /// (`crate::exec::core`, docs/DETERMINISM.md "Abandoned writes"). Only the ordering's
+    /// authenticated origin counts, so f Byzantine replicas alone cannot make up the f+1.
+    Stuck { seq: u64, index: u32 },
 }
+
+/// postcard's tag of [`Op::Stuck`] (its variant index), the byte after the version: lets the
+/// executor find claims among committed requests without decoding every DNS message.
+const STUCK_TAG: u8 = 7;
 
 impl Op {
     /// A sign-zone request for zone `zone` (zone 0 in its original form).
@@ -69,6 +79,17 @@ impl Op {
             Op::SignZoneFinish(auth)
         } else {
             Op::SignZoneFinishIn { zone, auth }
+        }
+    }
+
+    /// The write a [`Op::Stuck`] claim names, if `bytes` are one.
+    pub fn stuck_claim(bytes: &[u8]) -> Option<(u64, u32)> {
+        if bytes.get(1) != Some(&STUCK_TAG) {
+            return None;
+        }
+        match Op::decode(bytes) {
+            Ok(Op::Stuck { seq, index }) => Some((seq, index)),
+            _ => None,
         }
     }
 
@@ -100,9 +121,16 @@ mod tests {
             Op::sign_zone(1, auth),
             Op::resign(2),
             Op::sign_zone_finish(1, finish),
+            Op::Stuck { seq: 300, index: 2 },
         ] {
             assert_eq!(Op::decode(&op.encode()), Ok(op));
         }
+        // Claims are found by their tag; nothing else carries it.
+        assert_eq!(Op::stuck_claim(&Op::Stuck { seq: 300, index: 2 }.encode()), Some((300, 2)));
+        assert_eq!(Op::stuck_claim(&Op::Stuck { seq: u64::MAX, index: u32::MAX }.encode()), Some((u64::MAX, u32::MAX)));
+        assert_eq!(Op::stuck_claim(&Op::Dns { tcp: true, message: vec![7; 12] }.encode()), None);
+        assert_eq!(Op::stuck_claim(&Op::resign(7).encode()), None);
+        assert_eq!(Op::stuck_claim(&[VERSION, STUCK_TAG, 0xff]), None);
         assert!(matches!(Op::decode(&[]), Err(CodecError::Empty { .. })));
         assert!(matches!(Op::decode(&[9, 0]), Err(CodecError::Version { got: 9, .. })));
         assert!(matches!(Op::decode(&[VERSION, 0, 1]), Err(CodecError::Decode { .. })));

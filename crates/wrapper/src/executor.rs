@@ -101,7 +101,33 @@ pub struct Executor<G: UpdateGate> {
     /// The executed position, for reads that wait for it (`crate::vouched`): published as
     /// soon as a batch's last write is answered by named, before the state is persisted.
     pub executed: watch::Sender<u64>,
+    /// The write this replica's named has not answered for `ABANDON_CLAIM_AFTER`: the
+    /// claimer task (`run::stuck_claimer`) orders `Op::Stuck` for it while it is set.
+    pub stuck: watch::Sender<Option<(u64, u32)>>,
+    /// Signatures the write signing socket returned so far: while they move, the running
+    /// write makes progress (a large update waits for many) and is not claimed stuck.
+    pub signatures: Arc<AtomicU64>,
+    /// Committed batches waiting behind a stuck write past which it is claimed stuck after
+    /// `ABANDON_CLAIM_HURRIED` rather than `ABANDON_CLAIM_AFTER`: half the ordering's
+    /// watermark window, so that the claims still find room in the log (nothing past the
+    /// window is ordered until a checkpoint after the stuck write is certified).
+    pub claim_backlog: usize,
+    /// Test hook (`replica.test_fail_writes_naming`, test clusters only): writes with a
+    /// record of this owner name are never sent to named; the forwarder's transient failure
+    /// is reported for them instead, as if named timed out on them at every replica.
+    pub fail_writes_naming: Option<hickory_proto::rr::Name>,
+    /// The task sending the running write to named, aborted when the write is abandoned.
+    pub write_task: Mutex<Option<((u64, u32), tokio::task::AbortHandle)>>,
 }
+
+/// How long the executor waits for named's answer to one write, with no signature made for
+/// it meanwhile, before it orders a claim that the write is stuck (`Op::Stuck`). Local: it
+/// only decides when this replica speaks; the write is abandoned by what the log holds
+/// (claims of t+1 replicas). Far above a write's usual time (tens of ms) and above the pause
+/// between two of its signatures (a large update waits for many, one after another).
+const ABANDON_CLAIM_AFTER: Duration = Duration::from_secs(10);
+/// The same bound while the committed batches behind the write fill half the window.
+const ABANDON_CLAIM_HURRIED: Duration = Duration::from_secs(2);
 
 /// The cache epoch of the last digests, the digests (zone index order), their records.
 pub type LastDigest = (u64, Vec<[u8; 32]>, Arc<Vec<Vec<Vec<u8>>>>);
@@ -121,11 +147,12 @@ pub type OwnDigests = Arc<Mutex<std::collections::BTreeMap<u64, Digest>>>;
 pub struct CommandTasks(std::sync::Mutex<Vec<tokio::task::AbortHandle>>);
 
 impl CommandTasks {
-    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) -> tokio::task::AbortHandle {
         let handle = tokio::spawn(task).abort_handle();
         let mut tasks = self.0.lock().unwrap_or_else(|e| e.into_inner());
         tasks.retain(|t| !t.is_finished());
-        tasks.push(handle);
+        tasks.push(handle.clone());
+        handle
     }
 
     fn abort_all(&self) -> usize {
@@ -173,11 +200,52 @@ impl<G: UpdateGate + 'static> Executor<G> {
         let mut stall_check = tokio::time::interval(STALL_WARNING);
         stall_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut stalled: Option<(u64, std::time::Instant)> = None;
+        // The write named has not answered, and since when (for the stuck claims).
+        let mut stuck_check = tokio::time::interval(Duration::from_secs(1));
+        stuck_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut waiting_write: Option<((u64, u32), std::time::Instant)> = None;
+        let mut signed = self.signatures.load(Ordering::Relaxed);
+        // Batches committed and not yet executed: taken from the ordering as they come, so
+        // that the core sees the claims in them while it waits on an earlier write (they
+        // waited in the channel before; the bound is the ordering's window either way).
+        let mut queued: std::collections::VecDeque<Batch> = std::collections::VecDeque::new();
+        let mut ordering_open = true;
         loop {
             let paused = *diverged_at.borrow_and_update() > installed_at;
+            if self.core.is_idle() && !paused {
+                if let Some(batch) = queued.pop_front() {
+                    let delivered = self.resolve(batch);
+                    let commands = self.core.deliver(delivered);
+                    for command in commands {
+                        self.perform(command, &events_tx).await;
+                    }
+                    continue;
+                }
+                if !ordering_open {
+                    return;
+                }
+            }
             let commands = tokio::select! {
                 biased;
                 Some(event) = events.recv() => self.core.handle(event),
+                _ = stuck_check.tick() => {
+                    let now = self.core.stuck_write();
+                    let signatures = self.signatures.load(Ordering::Relaxed);
+                    let progress = std::mem::replace(&mut signed, signatures) != signatures;
+                    waiting_write = match (waiting_write, now) {
+                        (Some((w, since)), Some(n)) if w == n && !progress => Some((w, since)),
+                        (_, Some(n)) => Some((n, std::time::Instant::now())),
+                        (_, None) => None,
+                    };
+                    let bound = if queued.len() >= self.claim_backlog { ABANDON_CLAIM_HURRIED } else { ABANDON_CLAIM_AFTER };
+                    let claim = waiting_write.filter(|(_, since)| since.elapsed() >= bound).map(|(w, _)| w);
+                    self.stuck.send_if_modified(|c| {
+                        let changed = *c != claim;
+                        *c = claim;
+                        changed
+                    });
+                    Vec::new()
+                }
                 _ = stall_check.tick() => {
                     match self.core.waiting_for() {
                         Some((seq, what)) => match stalled {
@@ -224,12 +292,16 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 }
                 // A divergence found while this replica was executing: stop taking batches.
                 Ok(()) = diverged_at.changed(), if !paused => Vec::new(),
-                batch = batches.recv(), if self.core.is_idle() && !paused => match batch {
+                batch = batches.recv(), if ordering_open => match batch {
                     Some(batch) => {
-                        let delivered = self.resolve(batch);
-                        self.core.deliver(delivered)
+                        let commands = self.core.committed(batch.seq, batch.requests.iter().map(|r| (r.origin, &r.payload[..])));
+                        queued.push_back(batch);
+                        commands
                     }
-                    None => return,
+                    None => {
+                        ordering_open = false;
+                        Vec::new()
+                    }
                 },
             };
             for command in commands {
@@ -467,12 +539,15 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 let change = self.cache.begin_change();
                 let zone = self.zone_of(&message);
                 let intent = self.core.zone_change_at().map(|(seq, index, z, state)| self.intent(seq, index, z.unwrap_or(zone), state));
-                self.tasks.spawn(async move {
+                let fail = self.fail_writes_naming.as_ref().is_some_and(|name| names_owner(&message, name));
+                let task = self.tasks.spawn(async move {
                     if let Some(intent) = intent {
                         intent.await;
                     }
                     let _ = tx.send(Some(times));
-                    let answer = if crate::seeded_bug::skip_this_write(id) {
+                    let answer = if fail {
+                        fail_for_test(&metrics, id, seq).await
+                    } else if crate::seeded_bug::skip_this_write(id) {
                         tracing::error!(replica = id, seq, "SEEDED BUG skip-write: this write is answered NOERROR and never given to named");
                         crate::answer::error_answer(&message, 0).unwrap_or_default()
                     } else {
@@ -482,6 +557,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     let _ = tx.send(None);
                     let _ = events.send(Event::WriteAnswered { seq, index, answer });
                 });
+                *self.write_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(((seq, index), task));
             }
             Command::BeginSigning { zone, seq, times } => {
                 let Some((maintenance, background)) = self.zone_parts(zone) else {
@@ -709,10 +785,25 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     Err(e) => warn!(replica = self.id, error = %e, "cannot record the execution state"),
                 }
                 self.metrics.update_status(|s| s.last_executed = executed);
+                self.metrics.set_hostile_writes(self.core.hostile_writes());
             }
             Command::Executed(seq) => {
                 self.executed.send_replace(seq);
                 self.metrics.update_status(|s| s.last_executed = seq);
+                self.metrics.set_hostile_writes(self.core.hostile_writes());
+            }
+            Command::AbandonWrite { seq, index } => {
+                // The task that keeps sending it goes; named may still hold the write if it
+                // took it after all (its zone then differs at the next checkpoint, and the
+                // certified state repairs it, docs/DETERMINISM.md "Abandoned writes").
+                let task = self.write_task.lock().unwrap_or_else(|e| e.into_inner()).take_if(|(at, _)| *at == (seq, index));
+                if let Some((_, task)) = task {
+                    task.abort();
+                }
+                let _ = self.times.send(None);
+                self.metrics.inc_execute_error();
+                self.metrics.update_status(|s| s.writes_abandoned += 1);
+                warn!(replica = self.id, seq, index, "write abandoned: t+1 replicas' claims that it is stuck were committed before named answered it here");
             }
         }
     }
@@ -795,6 +886,26 @@ async fn write(named: &Forwarder, message: &[u8], metrics: &Metrics, id: u16, se
                 pause = (pause * 2).min(WRITE_RETRY_MAX);
             }
         }
+    }
+}
+
+/// The test hook's write (`Executor::fail_writes_naming`): the transient failure `write`
+/// retries, for ever, without sending anything to named.
+async fn fail_for_test(metrics: &Metrics, id: u16, seq: u64) -> Vec<u8> {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        metrics.inc_execute_error();
+        warn!(replica = id, seq, "named did not answer an ordered write; waiting for it and sending again (test hook: replica.test_fail_writes_naming)");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(WRITE_RETRY_MAX);
+    }
+}
+
+/// Whether an update has a record (prerequisite or update section) owned by `name`.
+fn names_owner(message: &[u8], name: &hickory_proto::rr::Name) -> bool {
+    match hickory_proto::op::Message::from_vec(message) {
+        Ok(m) => m.answers.iter().chain(&m.authorities).any(|r| &r.name == name),
+        Err(_) => false,
     }
 }
 

@@ -79,6 +79,9 @@ impl Gateway {
             Op::SignZone(_) | Op::Resign | Op::SignZoneFinish(_) | Op::SignZoneIn { .. } | Op::ResignZone(_) | Op::SignZoneFinishIn { .. } => {
                 (None, Duration::from_secs(600))
             }
+            // Said again every few seconds while the write is stuck; each copy's answer
+            // comes only once the executor is past it.
+            Op::Stuck { .. } => (None, Duration::from_secs(30)),
         };
         let payload = op.encode();
         if !self.pending.insert(key, reply.clone(), ttl, payload_digest(&payload)) {

@@ -92,6 +92,9 @@ pub struct ClusterParams {
     pub corrupt: Vec<u16>,
     /// Replicas that misbehave, and how (fault injection; makes the cluster a test cluster).
     pub byzantine: Vec<(u16, crate::byzantine::Mode)>,
+    /// Written as every replica's `replica.test_fail_writes_naming` (fault injection; makes
+    /// the cluster a test cluster).
+    pub fail_writes_naming: Option<String>,
     pub layout: Layout,
     pub bind_dir: PathBuf,
     /// Each zone's data, in the order of `zones` (none: a small demo zone each).
@@ -380,7 +383,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
             bail!("--byzantine: replica {id} is given two modes");
         }
     }
-    let test_cluster = !p.corrupt.is_empty() || !p.byzantine.is_empty();
+    let test_cluster = !p.corrupt.is_empty() || !p.byzantine.is_empty() || p.fail_writes_naming.is_some();
     let several = p.zones.len() > 1;
     // A directory dealt by `sdns adopt` keeps the operator's keys and update-policy.
     // A directory dealt by `sdns adopt` keeps the operator's keys and update-policy, per zone
@@ -489,6 +492,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
                 tls_key: "tls.key".into(),
                 corrupt_shares: p.corrupt.contains(&i),
                 byzantine: p.byzantine.iter().find(|(id, _)| *id == i).map(|(_, mode)| *mode),
+                test_fail_writes_naming: p.fail_writes_naming.clone(),
                 state_dir: "state".into(),
             },
             named: NamedFile {
@@ -568,6 +572,7 @@ mod tests {
             reads: ReadMode::Ordered,
             corrupt: Vec::new(),
             byzantine: vec![(1, crate::byzantine::Mode::Flooder)],
+            fail_writes_naming: None,
             layout: Layout::default(),
             bind_dir: PathBuf::from("/opt/bind"),
             zone_files: Vec::new(),

@@ -163,6 +163,11 @@ struct ClusterArgs {
     /// garbage-shares, wrong-answers, wrong-vouches, snapshot-leech.
     #[arg(long, value_delimiter = ',', value_parser = wrapper::byzantine::parse_assignment)]
     byzantine: Vec<(u16, wrapper::byzantine::Mode)>,
+    /// Fault injection for tests (makes the cluster a test cluster): every replica's
+    /// executor treats ordered writes with a record of this owner name as if its named
+    /// timed out on them, never sending them (`replica.test_fail_writes_naming`).
+    #[arg(long)]
+    test_fail_writes_naming: Option<String>,
     /// The zone's data (default: a small demo zone); with several --zone, one per zone in
     /// the same order.
     #[arg(long = "zone-file")]
@@ -244,6 +249,7 @@ impl ClusterArgs {
             reads: self.reads,
             corrupt: self.corrupt.clone(),
             byzantine: self.byzantine.clone(),
+            fail_writes_naming: self.test_fail_writes_naming.clone(),
             layout: Layout {
                 addresses: self.addresses.clone(),
                 client_port: self.client_port,

@@ -69,6 +69,10 @@ pub struct Status {
     /// stall check last saw it.
     #[serde(default)]
     pub stalled: Option<(u64, u64)>,
+    /// Ordered writes this replica abandoned (claims from t+1 replicas that they were stuck
+    /// were committed before its named answered), since start.
+    #[serde(default)]
+    pub writes_abandoned: u64,
     /// Every zone this replica serves, in zone index order.
     #[serde(default)]
     pub zones: Vec<ZoneStatus>,
@@ -262,6 +266,7 @@ impl Collector for StatusCollector {
             i64::from(s.diverged.is_some()),
         )?;
         counter(&mut e, "state_transfers", "Checkpoint states fetched from peers and installed.", s.state_transfers)?;
+        counter(&mut e, "writes_abandoned", "Ordered writes abandoned by the rule of the log (t+1 replicas' named did not answer them).", s.writes_abandoned)?;
         gauge(
             &mut e,
             "stalled",
@@ -355,6 +360,9 @@ pub struct Metrics {
     /// The same counts, which `bad_shares()` hands to the attribution (a family cannot be read
     /// back as a whole).
     bad_share_counts: Mutex<BTreeMap<u16, u64>>,
+    /// Ordered writes an honest gateway would have answered itself, per (origin, kind), as
+    /// the execution core counted them (merged into the status's `peer_faults`).
+    hostile_writes: Mutex<BTreeMap<(u16, &'static str), u64>>,
     /// Pace of the slices: at most this many RRsets per this many seconds.
     slice_pace: Mutex<(u32, u64)>,
     progress: Arc<Progress>,
@@ -381,6 +389,7 @@ impl Metrics {
             view_changes: Counter::default(),
             slice_latency: Histogram::new(LATENCY_BUCKETS),
             bad_shares: Family::default(),
+            hostile_writes: Mutex::default(),
             shares_spared: Counter::default(),
             shared_fallbacks: Counter::default(),
             bad_share_counts: Mutex::new(BTreeMap::new()),
@@ -607,6 +616,17 @@ impl Metrics {
     /// Bad shares per peer so far (merged into the status's `peer_faults`).
     pub fn bad_shares(&self) -> BTreeMap<u16, u64> {
         self.bad_share_counts.lock().map(|b| b.clone()).unwrap_or_default()
+    }
+    /// The execution core's per-origin counts of ordered writes refused without named.
+    pub fn set_hostile_writes(&self, counts: &BTreeMap<(u16, &'static str), u64>) {
+        if let Ok(mut h) = self.hostile_writes.lock() {
+            if *h != *counts {
+                h.clone_from(counts);
+            }
+        }
+    }
+    pub fn hostile_writes(&self) -> BTreeMap<(u16, &'static str), u64> {
+        self.hostile_writes.lock().map(|h| h.clone()).unwrap_or_default()
     }
     pub fn update_status(&self, f: impl FnOnce(&mut Status)) {
         if let Ok(mut s) = self.progress.status.lock() {

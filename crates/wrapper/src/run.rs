@@ -268,8 +268,11 @@ pub async fn run(config: Config) -> Result<()> {
     let (times_tx, times_rx) = watch::channel(None);
     let socket_path = state.join("signer.sock");
     // No timeout anywhere on this path: a signature takes as long as the replicas take.
+    // Signatures made for writes: a write that still gets them is not stuck (`Executor::signatures`).
+    let write_signatures = Arc::new(AtomicU64::new(0));
+    let progressing = Arc::new(service::Progressing { inner: signer.clone(), done: write_signatures.clone() });
     let signing_service =
-        SigningService::bind(&socket_path, signer.clone(), watch_time_source(times_rx), ServiceLimits::default()).context("binding the signing socket")?;
+        SigningService::bind(&socket_path, progressing, watch_time_source(times_rx), ServiceLimits::default()).context("binding the signing socket")?;
     tasks.watch("signing socket", WATCH_EVERY, move || signing_service.has_stopped());
     // Background whole-zone signings have a socket of their own: its times are the running
     // signing's while writes execute with theirs, and what it signs is counted for progress.
@@ -473,7 +476,21 @@ pub async fn run(config: Config) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     let (executed_tx, executed_rx) = watch::channel(0u64);
+    let (stuck_tx, stuck_rx) = watch::channel(None);
+    let fail_writes_naming = match &config.replica.test_fail_writes_naming {
+        Some(name) => Some(Name::from_ascii(name).context("replica.test_fail_writes_naming")?),
+        None => None,
+    };
+    if let Some(name) = &fail_writes_naming {
+        tracing::warn!(replica = id, %name, "FAULT INJECTION: ordered writes naming this owner are never sent to named (test cluster)");
+    }
     let executor = Executor {
+        stuck: stuck_tx,
+        signatures: write_signatures,
+        // Half the watermark window (four checkpoint intervals, above).
+        claim_backlog: usize::try_from(o.checkpoint_interval.saturating_mul(2)).unwrap_or(usize::MAX).max(1),
+        fail_writes_naming,
+        write_task: Default::default(),
         executed: executed_tx,
         tasks: Default::default(),
         id,
@@ -542,6 +559,7 @@ pub async fn run(config: Config) -> Result<()> {
         let key = zone_config.tsig_keys.first().and_then(|p| load_tsig(&config.resolve(p)).ok()).and_then(|k| tsig::Key::new(&k.name, k.algorithm, &k.secret));
         tasks.spawn("Byzantine writes", order_hostile_writes(gateway.clone(), mode, key));
     }
+    tasks.spawn("stuck-write claimer", stuck_claimer(gateway.clone(), stuck_rx));
     for (index, (last, (signer, voter_rx))) in last_signed.into_iter().zip(sign_zone_signers.iter().zip(voter_rxs)).enumerate() {
         // validate() bounds the zone count far below u16::MAX.
         let zone = u16::try_from(index).map_err(|_| anyhow!("zone index {index} out of range"))?;
@@ -604,7 +622,7 @@ pub async fn run(config: Config) -> Result<()> {
                 }
                 let connected = ms.peer_status().iter().filter(|p| p.connected).count();
                 let over_rate = leeches.lock().map(|t| t.over_rate.clone()).unwrap_or_default();
-                let (faults, silent) = attribution.update(id, n, &s, &m.bad_shares(), &over_rate, started);
+                let (faults, silent) = attribution.update(id, n, &s, &m.bad_shares(), &over_rate, &m.hostile_writes(), started);
                 let observed = progress.observe(id, &s, m.status().last_executed, &own_requests, stall_after);
                 m.update_status(|st| {
                     st.view = s.core.view;
@@ -689,6 +707,7 @@ struct Attribution {
 }
 
 impl Attribution {
+    #[allow(clippy::too_many_arguments)]
     fn update(
         &mut self,
         me: u16,
@@ -696,6 +715,7 @@ impl Attribution {
         s: &bft::transport::DriverStatus,
         bad_shares: &std::collections::BTreeMap<u16, u64>,
         over_rate: &std::collections::BTreeMap<u16, u64>,
+        hostile_writes: &std::collections::BTreeMap<(u16, &'static str), u64>,
         started: tokio::time::Instant,
     ) -> (Vec<metrics::PeerFault>, Vec<u16>) {
         let mut faults = std::collections::BTreeMap::<(u16, String), u64>::new();
@@ -710,6 +730,12 @@ impl Attribution {
         }
         for (peer, count) in over_rate {
             *faults.entry((*peer, "state_transfer_requests_over_rate".into())).or_default() += count;
+        }
+        // Writes the peer ordered that its gateway's check would have answered (not blamed in
+        // the ordering's sense: refused alike everywhere, they cost only their share of the
+        // origin's budget; docs/RELIABILITY.md).
+        for ((peer, kind), count) in hostile_writes.iter().filter(|((peer, _), _)| *peer != me) {
+            *faults.entry((*peer, (*kind).to_string())).or_default() += count;
         }
         for ((peer, kind), &count) in &faults {
             let logged = self.logged.entry((*peer, kind.clone())).or_default();
@@ -870,6 +896,36 @@ async fn resign_timer(gateway: Arc<Gateway>, zone: u16, last_signed: Arc<AtomicU
             gateway.order(crate::envelope::Op::resign(zone), reply).await;
             // Wait for it to be ordered and executed (or expire) before checking again.
             let _ = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
+        }
+    }
+}
+
+/// How often a replica says again that a write is still stuck (a claim lost with a primary
+/// that failed is thereby replaced).
+const STUCK_CLAIM_EVERY: Duration = Duration::from_secs(5);
+
+/// While the executor reports a write its named has not answered for its local bound
+/// (`Executor::stuck`), orders `Op::Stuck` for it, again every `STUCK_CLAIM_EVERY`. Claims
+/// of t+1 replicas committed after the write make every replica that has not executed it
+/// abandon it (`exec::core`); this task only says when this replica is stuck.
+async fn stuck_claimer(gateway: Arc<Gateway>, mut stuck: watch::Receiver<Option<(u64, u32)>>) {
+    loop {
+        let current = *stuck.borrow_and_update();
+        match current {
+            Some((seq, index)) => {
+                tracing::warn!(replica = gateway.id, seq, index, "named has not answered an ordered write for long; ordering a claim that it is stuck");
+                let (reply, _answer) = crate::reply::ReplyTo::internal();
+                gateway.order(crate::envelope::Op::Stuck { seq, index }, reply).await;
+                tokio::select! {
+                    r = stuck.changed() => if r.is_err() { return },
+                    _ = tokio::time::sleep(STUCK_CLAIM_EVERY) => {}
+                }
+            }
+            None => {
+                if stuck.changed().await.is_err() {
+                    return;
+                }
+            }
         }
     }
 }

@@ -279,6 +279,18 @@ enum Due {
         event: Event,
     },
     Crash,
+    /// The executor's local bound on a write named has not answered (the abandon runs):
+    /// if the node still waits for it, it orders a `Stuck` claim.
+    StuckCheck {
+        incarnation: u64,
+        seq: u64,
+        index: u32,
+    },
+    /// Batch `batch` (an index into the log) committed: the node's executor sees it now,
+    /// before it executes it (`ExecCore::committed`).
+    Committed {
+        batch: usize,
+    },
 }
 
 enum Effect {
@@ -316,7 +328,16 @@ struct Sim {
     max_reads_seen: usize,
     failures: Vec<String>,
     write_answers: BTreeMap<u16, BTreeSet<u16>>,
+    /// Write `k` that no named ever answers (every replica's named times out on it): the
+    /// executors claim it stuck after `STUCK_AFTER_MS`, through the log.
+    hang: Option<u16>,
+    /// Writes abandoned (sent or not), per node.
+    abandoned: BTreeMap<u16, u32>,
 }
+
+/// The executors' local bound before a stuck claim, and between claims (simulated ms).
+const STUCK_AFTER_MS: u64 = 10_000;
+const STUCK_CLAIM_EVERY_MS: u64 = 5_000;
 
 fn config(id: u16) -> ExecConfig {
     ExecConfig {
@@ -367,6 +388,8 @@ impl Sim {
             max_reads_seen: 0,
             failures: Vec::new(),
             write_answers: BTreeMap::new(),
+            hang: None,
+            abandoned: BTreeMap::new(),
         };
         for id in 0..N {
             sim.schedule(0, id, Due::Deliver);
@@ -419,8 +442,36 @@ impl Sim {
                 n.reads.clear();
                 n.write_in_flight = false;
                 n.digesting = false;
+                // The ordering hands the restarted executor every committed batch past its
+                // position again: their claims count anew.
+                for (b, (_, requests)) in self.log.batches.iter().enumerate().skip(usize::try_from(n.persisted.executed).unwrap()) {
+                    let cmds = n.core.committed(b as u64 + 1, requests.iter().map(|r| (r.origin, &r.payload[..])));
+                    assert!(cmds.is_empty(), "a core running no batch abandons nothing");
+                }
                 self.schedule(1, id, Due::Deliver);
                 return;
+            }
+            Due::StuckCheck { incarnation, seq, index } => {
+                if incarnation != self.nodes[i].incarnation || self.nodes[i].core.stuck_write() != Some((seq, index)) {
+                    return;
+                }
+                // Ordered: a batch after every one committed so far, seen by every node soon.
+                let time_us = self.log.batches.last().map_or(start_s() * 1_000_000, |(t, _)| *t) + 1_000_000;
+                let payload = Op::Stuck { seq, index }.encode();
+                self.log.batches.push((time_us, vec![Logged { origin: id, payload, client_waits: false, expected_applied: None }]));
+                let batch = self.log.batches.len() - 1;
+                for j in 0..N {
+                    let delay = 1 + self.rng.next_u64() % 50;
+                    self.schedule(delay, j, Due::Committed { batch });
+                    self.schedule(delay + 1, j, Due::Deliver);
+                }
+                self.schedule(STUCK_CLAIM_EVERY_MS, id, Due::StuckCheck { incarnation, seq, index });
+                return;
+            }
+            Due::Committed { batch } => {
+                let n = &mut self.nodes[i];
+                let requests = &self.log.batches[batch].1;
+                n.core.committed(batch as u64 + 1, requests.iter().map(|r| (r.origin, &r.payload[..])))
             }
             Due::Deliver => {
                 let n = &mut self.nodes[i];
@@ -533,6 +584,12 @@ impl Sim {
                     let _ = times;
                     self.nodes[i].write_in_flight = true;
                     let k = id_of(&message);
+                    if self.hang == Some(k) {
+                        // No answer ever; the executor's local bound runs.
+                        let delay = STUCK_AFTER_MS + self.rng.next_u64() % 1_000;
+                        self.schedule(delay, id, Due::StuckCheck { incarnation: inc, seq, index });
+                        continue;
+                    }
                     let rcode = if self.nodes[i].named == Named::Deviates(k) { ResponseCode::ServFail } else { rule_rcode(k) };
                     let delay = match self.nodes[i].named {
                         Named::Quick | Named::Deviates(_) | Named::SigningFails => 1 + self.rng.next_u64() % 5,
@@ -615,6 +672,11 @@ impl Sim {
                 Command::Persist(state) => {
                     self.nodes[i].executed = state.executed;
                     self.nodes[i].persisted = state;
+                }
+                Command::AbandonWrite { .. } => {
+                    // The task sending it, if any, is aborted.
+                    self.nodes[i].write_in_flight = false;
+                    *self.abandoned.entry(id).or_default() += 1;
                 }
                 Command::Executed(seq) => {
                     let before = self.nodes[i].executed;
@@ -1940,4 +2002,145 @@ fn a_hostile_origin_cannot_stop_execution_or_reach_named() {
 fn one_hostile_seed() {
     let Some(seed) = std::env::var("EXEC_HOSTILE_SEED").ok().and_then(|s| s.parse().ok()) else { return };
     hostile_run(seed, 40).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+}
+
+/// The abandon rule on one core: claims that write 0 of batch 1 is stuck count only from
+/// batches after it, once per origin; at t+1 distinct origins the write named has not
+/// answered is abandoned (its client gets SERVFAIL, the outcome chain records it, the batch
+/// goes on and named's late answer changes nothing). A replica that sees the claims before
+/// its turn comes does not send the write at all and ends in the same state; one whose named
+/// answered first ends elsewhere (its next checkpoint differs: the certified state repairs it).
+#[test]
+fn a_write_stuck_at_t_plus_one_replicas_is_abandoned_by_the_log() {
+    let t = start_s();
+    let claim = Op::Stuck { seq: 1, index: 0 }.encode();
+    let first = || batch(1, t, vec![(0, Op::Dns { tcp: true, message: update(2) }, Some(7)), (1, Op::Dns { tcp: true, message: update(4) }, None)]);
+
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    let cmds = core.deliver(first());
+    assert!(matches!(cmds[..], [Command::Write { seq: 1, index: 0, .. }]), "{cmds:?}");
+    assert_eq!(core.stuck_write(), Some((1, 0)));
+    // One origin, however often, is not t+1; a claim in the stuck batch itself or before it
+    // names nothing ordered before it.
+    assert!(core.committed(2, [(3, &claim[..])]).is_empty());
+    assert!(core.committed(3, [(3, &claim[..]), (3, &claim[..])]).is_empty());
+    assert!(core.committed(1, [(2, &claim[..])]).is_empty());
+    // A claim for another write does not count for this one.
+    let other = Op::Stuck { seq: 1, index: 1 }.encode();
+    assert!(core.committed(3, [(1, &other[..])]).is_empty());
+    assert_eq!(core.stuck_write(), Some((1, 0)));
+    // The second distinct origin: abandoned, and the batch goes on to its next write.
+    let cmds = core.committed(4, [(2, &claim[..])]);
+    assert_eq!(cmds.len(), 3, "{cmds:?}");
+    let Command::Answer { reply: 7, bytes } = &cmds[0] else { panic!("{cmds:?}") };
+    let servfail = Message::from_vec(bytes).unwrap();
+    assert_eq!((servfail.metadata.id, servfail.metadata.response_code), (2, ResponseCode::ServFail));
+    assert_eq!(cmds[1], Command::AbandonWrite { seq: 1, index: 0 });
+    assert!(matches!(cmds[2], Command::Write { seq: 1, index: 1, .. }), "{cmds:?}");
+    // named's late answer to the abandoned write is ignored.
+    assert!(core.handle(Event::WriteAnswered { seq: 1, index: 0, answer: answer(&update(2), ResponseCode::NoError) }).is_empty());
+    let cmds = core.handle(Event::WriteAnswered { seq: 1, index: 1, answer: answer(&update(4), ResponseCode::NoError) });
+    let [Command::Persist(abandoned)] = &cmds[..] else { panic!("{cmds:?}") };
+    let mut want = ExecState::default();
+    want.record(1, 0, wrapper::exec::state::code::ABANDONED);
+    want.record(1, 1, 0);
+    want.executed = 1;
+    assert_eq!(abandoned, &want);
+
+    // A replica behind: the committed claims are known before batch 1 runs. The write is
+    // never sent; the state is the same.
+    let mut behind = ExecCore::new(config(1), Unchanged, ExecState::default());
+    assert!(behind.committed(2, [(3, &claim[..])]).is_empty());
+    assert!(behind.committed(3, [(2, &claim[..])]).is_empty());
+    let cmds = behind.deliver(first());
+    assert!(
+        matches!(cmds[..], [Command::Answer { reply: 7, .. }, Command::AbandonWrite { seq: 1, index: 0 }, Command::Write { seq: 1, index: 1, .. }]),
+        "the stuck write is not sent: {cmds:?}"
+    );
+    let cmds = behind.handle(Event::WriteAnswered { seq: 1, index: 1, answer: answer(&update(4), ResponseCode::NoError) });
+    assert_eq!(cmds, vec![Command::Persist(want.clone())]);
+
+    // A replica whose named answered before the claims came: applied, and so different.
+    let mut ahead = ExecCore::new(config(2), Unchanged, ExecState::default());
+    ahead.deliver(first());
+    ahead.handle(Event::WriteAnswered { seq: 1, index: 0, answer: answer(&update(2), ResponseCode::NoError) });
+    ahead.handle(Event::WriteAnswered { seq: 1, index: 1, answer: answer(&update(4), ResponseCode::NoError) });
+    assert!(ahead.committed(4, [(3, &claim[..]), (2, &claim[..])]).is_empty(), "claims for an executed write decide nothing");
+    assert_ne!(ahead.state(), &want);
+    assert_ne!(ahead.state().checkpoint_digest(&[[0; 32]]), want.checkpoint_digest(&[[0; 32]]), "visible at the next checkpoint");
+
+    // The claims, executed in their own batches, only answer their (internal) client.
+    let cmds = core.deliver(batch(2, t + 1, vec![(0, Op::Stuck { seq: 1, index: 0 }, Some(9))]));
+    assert!(matches!(&cmds[..], [Command::Answer { reply: 9, .. }, Command::Executed(2)]), "{cmds:?}");
+}
+
+/// Write `k` (the first that named's rule applies) is never answered by any named: every
+/// executor claims it stuck after its local bound, through the log; once t+1 claims are
+/// committed every replica abandons it, whether it was waiting for named, behind, or
+/// restarted; every batch executes and the replicas agree (state, zone, checkpoints); no
+/// zone holds the write and its client, if any, got SERVFAIL.
+fn abandon_run(seed: u64) -> Result<(), String> {
+    let batches = 60;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let log = generate(&mut rng, batches);
+    let k = log
+        .batches
+        .iter()
+        .flat_map(|(_, r)| r)
+        .find_map(|x| match Op::decode(&x.payload) {
+            Ok(Op::Dns { message, .. })
+                if Message::from_vec(&message).unwrap().metadata.op_code == OpCode::Update && rule_rcode(id_of(&message)) == ResponseCode::NoError =>
+            {
+                Some(id_of(&message))
+            }
+            _ => None,
+        })
+        .ok_or("no write in the log")?;
+    let mut nameds = [Named::Quick, Named::Slow, Named::Stalls, Named::Quick];
+    nameds.rotate_left((seed % 4) as usize);
+    let mut sim = Sim::new(seed, batches, nameds);
+    sim.hang = Some(k);
+    // Reads ordered after the hung write see one write fewer than the generator counted.
+    let mut past = false;
+    for r in sim.log.batches.iter_mut().flat_map(|(_, r)| r.iter_mut()) {
+        if matches!(Op::decode(&r.payload), Ok(Op::Dns { message, .. }) if id_of(&message) == k && Message::from_vec(&message).unwrap().metadata.op_code == OpCode::Update)
+        {
+            past = true;
+        }
+        if past {
+            if let Some(e) = r.expected_applied.as_mut() {
+                *e -= 1;
+            }
+        }
+    }
+    sim.run(seed.is_multiple_of(2));
+    if !sim.failures.is_empty() {
+        return Err(sim.failures.join("\n"));
+    }
+    let total = sim.log.batches.len();
+    if total == batches {
+        return Err("no stuck claim was ordered".into());
+    }
+    check_honest_agree(&sim, &[0, 1, 2, 3], total)?;
+    for (i, n) in sim.nodes.iter().enumerate() {
+        if n.zone.applied.contains(&k) {
+            return Err(format!("replica {i}'s zone holds the abandoned write {k}"));
+        }
+    }
+    if sim.abandoned.values().sum::<u32>() == 0 {
+        return Err("no replica abandoned a write".into());
+    }
+    if let Some(codes) = sim.write_answers.get(&k) {
+        if codes.iter().any(|c| *c != u16::from(ResponseCode::ServFail)) {
+            return Err(format!("the abandoned write was answered {codes:?}, not SERVFAIL"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_write_no_named_answers_is_abandoned_alike_everywhere() {
+    let count = std::env::var("EXEC_ABANDON_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(40u64);
+    let failed: Vec<String> = (0..count).filter_map(|seed| abandon_run(seed).err().map(|e| format!("seed {seed}: {e}"))).collect();
+    assert!(failed.is_empty(), "{} seeds failed:\n{}", failed.len(), failed.join("\n"));
 }

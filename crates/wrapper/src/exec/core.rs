@@ -25,7 +25,15 @@
 //! - re-signing is incremental: an ordered `Resign` at agreed time T, once the zone was
 //!   signed and no earlier than `slice_interval_s` after the last slice, re-signs at most
 //!   `slice_rrsets` RRsets whose signatures expire by T + (validity - `resign_after_s`),
-//!   soonest first (docs/DETERMINISM.md, "Incremental re-signing").
+//!   soonest first (docs/DETERMINISM.md, "Incremental re-signing");
+//! - a write named does not answer is abandoned by a rule of the log, never a local timer:
+//!   once ordered `Stuck` claims for that write from `faults + 1` distinct origins are
+//!   committed (seen in batches after it, through [`ExecCore::committed`]), a replica that
+//!   has not executed it records `code::ABANDONED`, answers its client SERVFAIL and goes on
+//!   (docs/DETERMINISM.md, "Abandoned writes");
+//! - ordered writes that an honest gateway's pre-ordering check answers itself (refused by
+//!   the gate, or too long for named once re-signed) are counted per origin
+//!   ([`ExecCore::hostile_writes`]): refused alike everywhere, and attributed.
 //!
 //! With several zones, sign-zone, finish claims and re-signing name their zone (its index in
 //! the configuration's zone order) and each zone keeps its own counts and schedules in the
@@ -133,7 +141,16 @@ pub enum Command<R> {
     /// re-sign that was not due): nothing to write. Re-executing such a batch after a
     /// restart changes nothing either (its clients are gone, so its reads are skipped).
     Executed(u64),
+    /// Write `index` of batch `seq` is abandoned (see [`ExecCore::committed`]): stop sending
+    /// it to named if it was sent; its outcome is recorded and its client answered.
+    AbandonWrite { seq: u64, index: u32 },
 }
+
+/// The kinds [`ExecCore::hostile_writes`] counts per origin (attribution labels): ordered
+/// writes the gate refused (unreadable, unsigned, unknown key, bad signature or time)...
+pub const UNAUTHORIZED_WRITES: &str = "unauthorized_writes_ordered";
+/// ...and ordered writes too long for named once re-signed.
+pub const UNFORWARDABLE_WRITES: &str = "unforwardable_writes_ordered";
 
 /// Results of commands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -264,6 +281,13 @@ pub struct ExecCore<R, G> {
     /// Per zone, the admin waiting for its running background signing to finish (local:
     /// only the gateway that ordered the request holds it).
     sign_reply: BTreeMap<u16, R>,
+    /// Committed `Stuck` claims past the executed position: per claiming origin, the latest
+    /// (batch, write) it named (an honest replica's claims only move forward), so at most
+    /// one entry per origin.
+    stuck_claims: BTreeMap<u16, (u64, u32)>,
+    /// Ordered writes refused without named, per (origin, kind): local attribution, not
+    /// replicated state.
+    hostile: BTreeMap<(u16, &'static str), u64>,
 }
 
 impl<R, G: UpdateGate> ExecCore<R, G> {
@@ -281,7 +305,93 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             answer_order: VecDeque::new(),
             resume: None,
             sign_reply: BTreeMap::new(),
+            stuck_claims: BTreeMap::new(),
+            hostile: BTreeMap::new(),
         }
+    }
+
+    /// A batch the ordering committed, seen when it arrives, before it is executed (the
+    /// executor is usually behind): its `Stuck` claims count for the writes before it. When
+    /// the write this replica waits for now has claims from `faults + 1` distinct origins,
+    /// it is abandoned (recorded `code::ABANDONED`, its client answered SERVFAIL,
+    /// [`Command::AbandonWrite`]) and the batch goes on; a write that has them already when
+    /// its turn comes is abandoned without being sent.
+    pub fn committed<'a>(&mut self, seq: u64, requests: impl IntoIterator<Item = (u16, &'a [u8])>) -> Vec<Command<R>> {
+        let mut out = Vec::new();
+        let mut changed = false;
+        for (origin, payload) in requests {
+            let Some(claim) = crate::envelope::Op::stuck_claim(payload) else { continue };
+            // A claim names a write ordered before it; one already executed here decides nothing.
+            if claim.0 >= seq || claim.0 <= self.state.executed {
+                continue;
+            }
+            let latest = self.stuck_claims.entry(origin).or_insert(claim);
+            if claim > *latest {
+                *latest = claim;
+            }
+            changed = true;
+        }
+        if !changed {
+            return out;
+        }
+        let Some(run) = self.running.as_mut() else { return out };
+        let seq = run.seq;
+        let waiting = matches!(&run.wait, Some(Wait::Write { index, .. }) if self_abandoned(&self.stuck_claims, self.config.faults, seq, *index));
+        if !waiting {
+            return out;
+        }
+        let time_s = run.time_us / 1_000_000;
+        let Some(Wait::Write { index, request, reply, window }) = run.wait.take() else { return out };
+        self.abandon_write(seq, index, &request, reply, window, time_s, &mut out);
+        out.push(Command::AbandonWrite { seq, index });
+        self.advance(&mut out);
+        out
+    }
+
+    /// Records write `index` of batch `seq` as abandoned and answers its client SERVFAIL
+    /// (a function of the request and the agreed time, as every refusal without named).
+    #[allow(clippy::too_many_arguments)]
+    fn abandon_write(
+        &mut self,
+        seq: u64,
+        index: u32,
+        request: &[u8],
+        reply: Option<R>,
+        window: Option<([u8; 32], u64)>,
+        time_s: u64,
+        out: &mut Vec<Command<R>>,
+    ) {
+        self.state.record(seq, index, code::ABANDONED);
+        // A retransmission within the signature's window gets the same outcome, not another wait.
+        if let Some((digest, expires_s)) = window {
+            self.state.remember_write(digest, RecentWrite { expires_s, outcome: code::ABANDONED });
+        }
+        if let Some(reply) = reply {
+            out.push(Command::Answer { reply, bytes: self.gate.answer_without_named(request, u16::from(ResponseCode::ServFail), time_s) });
+        }
+        // Persisted like a write named saw: the decision came from batches after this one,
+        // which a restart may not have seen again before reaching it.
+        if let Some(run) = self.running.as_mut() {
+            run.named = true;
+        }
+    }
+
+    /// The write this replica's named has not answered yet: (batch, index), for the
+    /// executor's local bound after which it orders a `Stuck` claim.
+    pub fn stuck_write(&self) -> Option<(u64, u32)> {
+        let run = self.running.as_ref()?;
+        match &run.wait {
+            Some(Wait::Write { index, .. }) => Some((run.seq, *index)),
+            _ => None,
+        }
+    }
+
+    /// Ordered writes refused without named, per (origin, kind) ([`UNAUTHORIZED_WRITES`],
+    /// [`UNFORWARDABLE_WRITES`]) since this replica started. An honest gateway orders none
+    /// (its pre-ordering check answers them), except an update whose signature's time
+    /// window closed between its check and the agreed time.
+    pub fn hostile_writes(&self) -> &BTreeMap<(u16, &'static str), u64> {
+        &self.hostile
     }
 
     /// After a crash in the middle of batch `resume.seq`: when that batch is delivered
@@ -614,6 +724,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 // restart never executes a checkpoint again: named may by then hold a write
                 // ordered after it (the one running at the crash), which would change its digest.
                 self.state.executed = self.durable.executed;
+                self.stuck_claims.retain(|_, (at, _)| *at > seq);
                 if !named && !checkpoint && self.state.zones == self.durable.zones {
                     self.state.executed = seq;
                     out.push(Command::Executed(seq));
@@ -697,6 +808,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                                 // than sent to named for ever.
                                 let rcode = u16::from(crate::answer::RCODE_FORMERR);
                                 self.state.record(seq, index, u32::from(rcode));
+                                *self.hostile.entry((item.origin, UNFORWARDABLE_WRITES)).or_default() += 1;
                                 if let Some(reply) = item.reply {
                                     out.push(Command::Answer { reply, bytes: self.gate.answer_without_named(&message, rcode, time_s) });
                                 }
@@ -719,6 +831,13 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                                     }
                                     continue;
                                 }
+                                if self_abandoned(&self.stuck_claims, self.config.faults, seq, index) {
+                                    // f+1 replicas said it is stuck, and this one has not sent it
+                                    // yet (it was behind, or restarted): not sent at all.
+                                    self.abandon_write(seq, index, &message, item.reply, window, time_s, out);
+                                    out.push(Command::AbandonWrite { seq, index });
+                                    continue;
+                                }
                                 self.keep_before();
                                 let times = self.times(time_us);
                                 out.push(Command::Write { seq, index, message: bytes, times });
@@ -730,6 +849,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                             }
                             UpdateDecision::Refuse { rcode, answer } => {
                                 self.state.record(seq, index, u32::from(rcode));
+                                *self.hostile.entry((item.origin, UNAUTHORIZED_WRITES)).or_default() += 1;
                                 if let Some(reply) = item.reply {
                                     out.push(Command::Answer { reply, bytes: answer });
                                 }
@@ -755,6 +875,13 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 },
                 // Normalised above.
                 Op::SignZone(_) | Op::Resign | Op::SignZoneFinish(_) => {}
+                // Counted when committed (`committed`); executed, it names a write this
+                // replica is already past.
+                Op::Stuck { seq: at, index: write } => {
+                    if let Some(reply) = item.reply {
+                        out.push(Command::Answer { reply, bytes: format!("noted: write {write} of batch {at} is executed here").into_bytes() });
+                    }
+                }
                 Op::SignZoneIn { auth, .. } => {
                     let time_s = time_us / 1_000_000;
                     self.keep_before();
@@ -932,6 +1059,11 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             Err(format!("waiting: {} of the {needed} replicas needed asked for sign-zone", s.sign_zone_requests.len()))
         }
     }
+}
+
+/// Whether committed claims from `faults + 1` distinct origins name write `index` of batch `seq`.
+fn self_abandoned(claims: &BTreeMap<u16, (u64, u32)>, faults: u16, seq: u64, index: u32) -> bool {
+    claims.values().filter(|c| **c == (seq, index)).count() > usize::from(faults)
 }
 
 /// The rcode a client gets for a recorded outcome: named's own (its low four bits: an

@@ -11,7 +11,7 @@ pub mod core;
 pub mod gate;
 pub mod state;
 
-pub use self::core::{Command, Delivered, Event, ExecConfig, ExecCore, Item, Resume};
+pub use self::core::{Command, Delivered, Event, ExecConfig, ExecCore, Item, Resume, UNAUTHORIZED_WRITES, UNFORWARDABLE_WRITES};
 pub use authority::{SignFinishAuth, SignZoneAuth, SignZoneSigner, SignZoneVerifier};
 pub use gate::{Unchanged, UpdateDecision, UpdateGate};
 pub use state::{ExecState, SigningRun, WriteIntent};

@@ -43,6 +43,9 @@ pub mod code {
     /// Another round of a background signing began: the low 16 bits hold how many records
     /// the writes changed during the last one (capped).
     pub const SIGNING_ROUND: u32 = 0x0020_0000;
+    /// A write abandoned: claims that it was stuck from t+1 replicas were committed before
+    /// named answered it here (or before it was sent); its client got SERVFAIL.
+    pub const ABANDONED: u32 = 0x0040_0000;
 }
 
 /// A whole-zone signing running in the background: it signs the zone as it was at

@@ -104,6 +104,25 @@ impl Signer for Counting {
     }
 }
 
+/// The signer of ordered writes (and re-signing slices): the same threshold signer, each
+/// signature it returns counted in `done`, so that the executor's claim that a write is stuck
+/// (`crate::executor`) waits while a long update still gets its signatures.
+pub struct Progressing {
+    pub inner: Arc<ThresholdSigner>,
+    pub done: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Signer for Progressing {
+    fn sign(&self, request: SignRequest) -> SignFuture {
+        let (signing, done) = (self.inner.sign_as(request, false), self.done.clone());
+        Box::pin(async move {
+            let signature = signing.await?;
+            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(signature)
+        })
+    }
+}
+
 fn now_us() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
 }
