@@ -135,6 +135,15 @@ fn actor_hostile_primary() {
     }
 }
 
+/// A primary that fills every batch with its own requests (see `byzantine::budget_hog`):
+/// backups hold it to the per-origin budget of the log. `BFT_HOG_SEEDS=N` for a campaign.
+#[test]
+fn actor_budget_hog() {
+    let count = env_u64("BFT_HOG_SEEDS").unwrap_or(40);
+    run_many_with(4, 0, count, Some(Behaviour::BudgetHog));
+    run_many_with(7, 0, count / 4, Some(Behaviour::BudgetHog));
+}
+
 #[test]
 fn actor_twins() {
     run_actor(Behaviour::Twins);
