@@ -1316,6 +1316,13 @@ impl Replica {
         if !self.is_proposing() || self.next_seq > self.high_watermark() {
             return None;
         }
+        let current = self.proposer_budgets.as_ref().is_some_and(|(view, seq, _)| (*view, *seq) == (self.view(), self.next_seq));
+        if self.rule.enabled() && !current {
+            // Behind the batches before its next seq (see `refresh_proposer_budgets`): nothing
+            // goes until it catches up, which an input brings, so no deadline (a past one would
+            // fire at once, again and again).
+            return None;
+        }
         let unpark = self.unpark_deadline();
         let first = self.fresh.iter().find(|(key, _)| self.awaited.contains_key(key) && !self.proposed.contains(key));
         let batch = first.and_then(|(key, _)| self.awaited.get(key)).map(|a| a.since.plus(self.config.batch_delay));

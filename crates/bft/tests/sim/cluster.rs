@@ -397,6 +397,10 @@ impl Cluster {
                 self.hog_charged += request.wire_size().max(min_charge) as u64;
             }
         }
+        if batch.requests.is_empty() {
+            // A null batch's time may be raised from 0 (a view change at the start).
+            return;
+        }
         let first = self.log_span.map_or(batch.time.0, |(first, _)| first);
         self.log_span = Some((first, batch.time.0));
     }
@@ -413,8 +417,9 @@ impl Cluster {
         let config = sim_config(self.n, 0);
         let (first, last) = self.log_span.unwrap_or((0, 0));
         let batch = config.batch_max_bytes as u64;
-        let per_hog = batch + (last - first) * config.max_origin_bytes_per_sec as u64 / 1_000_000 + config.watermark_window * batch;
-        let bound = hogs * per_hog;
+        let refill = u128::from(last - first) * config.max_origin_bytes_per_sec as u128 / 1_000_000;
+        let per_hog = batch + u64::try_from(refill).unwrap_or(u64::MAX) + config.watermark_window * batch;
+        let bound = hogs.saturating_mul(per_hog);
         if self.hog_charged > bound {
             return Err(Failure::Liveness(format!(
                 "the log carries {} bytes of budget hogs' requests over {} us, above the budget's {bound}",
