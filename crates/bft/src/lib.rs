@@ -257,8 +257,8 @@ pub use message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedE
 pub use persist::{checkpoint_state_digest, Persist, PersistedState, RestoreError, TransferMismatch, Transferred};
 pub use replica::{Action, Replica, Status};
 pub use types::{
-    Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, Limits, OriginBudgets, Proposal, ReplicaId, Request, RequestKey, StateTransferError,
-    SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
+    Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, Limits, OriginBudgets, Proposal, ReplicaId, Request, RequestKey,
+    StateTransferError, SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
 };
 
 #[cfg(feature = "transport")]

@@ -10,8 +10,8 @@ use crate::decide::{decide, search};
 use crate::message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
 use crate::persist::{fold_state_digest, meta_record, slot_record, table_digest, Meta, Persist, PersistedState, RestoreError, SlotRecord, Transferred};
 use crate::types::{
-    duration_us, Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, OriginBudgets, Proposal, ReplicaId, Request, RequestKey, StateTransferError,
-    SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
+    duration_us, Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, OriginBudgets, Proposal, ReplicaId, Request, RequestKey,
+    StateTransferError, SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
 };
 
 /// Something the driver must do.
