@@ -227,7 +227,7 @@
 //!   that way (`BFT_ACTOR_SEEDS=N`): 3713 seeds per run, all with liveness checked.
 //! - Campaign of the generated adversary: `BFT_HOSTILE_SEEDS=100000 cargo test --release -p bft --test sim -- actor_hostile_primary`
 //!   (n = 4, and a third of the count for n = 7).
-//! - The budget hog: `cargo test -p bft --test sim -- actor_budget_hog` (40 seeds at n = 4, 10
+//! - The budget hog: `cargo test -p bft --test sim -- actor_budget_hog` (100 seeds at n = 4, 33
 //!   at n = 7); `BFT_HOG_SEEDS=N` for a campaign. A batch over the budget refused and blamed,
 //!   an honest primary's batch at the budget's edge accepted: `tests/origins.rs`.
 //! - `tests/origins.rs`: a primary forging requests under other origins (numbers 2^32 - 1

@@ -1401,8 +1401,9 @@ impl Replica {
         }
         let view = self.phase.ordering_view();
         let mut known = 0u64;
+        let from = self.last_delivered.saturating_add(1);
         // Bounded by the window.
-        for (_, slot) in self.slots.range(self.last_delivered.saturating_add(1)..upto) {
+        for (_, slot) in self.slots.range(from..upto.max(from)) {
             let committed = slot.committed.as_ref().map(|(_, proposal)| proposal);
             let accepted = || slot.accepted.as_ref().filter(|a| Some(a.view) == view).map(|a| &a.proposal);
             if let Some(proposal) = committed.or_else(accepted) {
@@ -1410,7 +1411,7 @@ impl Replica {
                 known += 1;
             }
         }
-        (budgets, known == upto.saturating_sub(self.last_delivered.saturating_add(1)))
+        (budgets, known == upto.saturating_sub(from))
     }
 
     /// Makes [`Replica::proposer_budgets`] the budget after this primary's last proposal;
