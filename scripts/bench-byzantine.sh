@@ -7,7 +7,7 @@
 #     replica 3 for BENCH_SECONDS, counting acknowledged updates;
 # and print a markdown table with the ratio of each mode to the fault-free run. The Byzantine
 # replica is replica 1, except for the modes that act as primary (equivocating-primary,
-# view-change-poisoner, origin-forger, and the writers oversized-writes and update-flooder, whose system tests run them there: replica 0, the primary of view 0).
+# view-change-poisoner, origin-forger, budget-hog, and the writers oversized-writes and update-flooder, whose system tests run them there: replica 0, the primary of view 0).
 # With BENCH_SAMPLES > 1 every mode (the fault-free run too) is measured that many times, the
 # samples of one round one after another so that a noisy minute touches every mode alike; the
 # table gives each mode's median and range, and the ratio of medians.
@@ -15,14 +15,14 @@
 # Environment (defaults in brackets):
 #   BENCH_MODES ["none silent crash-after-200 equivocating-primary view-change-poisoner
 #                 forged-relays peer-flooder status-spammer corrupt-shares garbage-shares wrong-answers
-#                 wrong-vouches origin-forger oversized-writes update-flooder snapshot-leech"]
+#                 wrong-vouches origin-forger budget-hog oversized-writes update-flooder snapshot-leech"]
 #   BENCH_SAMPLES [1]  BENCH_SECONDS [10]  BENCH_UPDATERS [4]  BENCH_DNSPERF_CLIENTS [4]  BENCH_DNSPERF_OUTSTANDING [20]
 #   BENCH_BITS [1024]   BENCH_PORT_BASE [33000]   BENCH_OUT [target/bench-byzantine/<UTC time>]
 #   SDNS_BIN [target/release/sdns, else target/debug/sdns]   SDNS_BIND_DIR [target/bind9]
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-MODES=${BENCH_MODES:-"none silent crash-after-200 equivocating-primary view-change-poisoner forged-relays peer-flooder status-spammer corrupt-shares garbage-shares wrong-answers wrong-vouches origin-forger oversized-writes update-flooder snapshot-leech"}
+MODES=${BENCH_MODES:-"none silent crash-after-200 equivocating-primary view-change-poisoner forged-relays peer-flooder status-spammer corrupt-shares garbage-shares wrong-answers wrong-vouches origin-forger budget-hog oversized-writes update-flooder snapshot-leech"}
 SAMPLES=${BENCH_SAMPLES:-1}
 SECONDS_EACH=${BENCH_SECONDS:-10}
 UPDATERS=${BENCH_UPDATERS:-4}
@@ -100,7 +100,7 @@ for mode in $MODES; do
   rm -rf "$dir"; cp -r "$KEYS" "$dir"
   args=()
   if [ "$mode" != none ]; then
-    case $mode in equivocating-primary|view-change-poisoner|origin-forger|oversized-writes|update-flooder) who=0 ;; *) who=1 ;; esac
+    case $mode in equivocating-primary|view-change-poisoner|origin-forger|budget-hog|oversized-writes|update-flooder) who=0 ;; *) who=1 ;; esac
     args=(--byzantine "$who:$mode")
   fi
   log "mode $mode (sample $sample of $SAMPLES): cluster up"

@@ -101,7 +101,14 @@ impl Network {
     }
 
     fn with_mode(n: u16, mode: Mode) -> Network {
-        let replicas = (0..n).map(|id| Replica::new(Config::new(n, id), Time(1)).expect("valid config")).collect();
+        let config = |id| {
+            let mut config = Config::new(n, id);
+            // The per-origin budget bounds one origin's rate in agreed time; this measures how
+            // fast the core orders, with every request from one origin and the clock still.
+            config.max_origin_bytes_per_sec = 0;
+            config
+        };
+        let replicas = (0..n).map(|id| Replica::new(config(id), Time(1)).expect("valid config")).collect();
         Network { replicas, queue: VecDeque::new(), delivered: vec![0; usize::from(n)], mode, counter: 0, origin: ORIGIN_UNDER_ATTACK }
     }
 

@@ -54,3 +54,30 @@ pub fn forge_origins(proposal: &mut Proposal, me: ReplicaId, seen: &mut std::col
         }
     }
 }
+
+/// The budget hog: fills `proposal` (an honest batch, whose requests it keeps) up to the batch
+/// limits with requests of its own origin `me` (client `client`, numbered on from `*number`),
+/// each as large as the room left allows, so that every batch it proposes carries as much of
+/// its own as a batch can. Each is within the per-request and batch limits, and its origin is
+/// the primary, so backups hold it vouched for: only the per-origin budget of the log refuses
+/// it. The payload is filler no application executes (sdns skips a payload that does not
+/// decode). `limits`: the batch's count and bytes and the largest request.
+pub fn hog_batch(proposal: &mut Proposal, me: ReplicaId, client: u64, number: &mut u64, limits: (usize, usize, usize)) {
+    let (max_requests, max_bytes, max_request_bytes) = limits;
+    let overhead = Request { origin: me, client, number: 0, payload: Vec::new() }.wire_size();
+    let mut used: usize = proposal.requests.iter().map(Request::wire_size).sum();
+    while proposal.requests.len() < max_requests {
+        let slots = max_requests - proposal.requests.len();
+        let room = max_bytes.saturating_sub(used);
+        // The room shared among the slots left, but never tiny: with many slots, small
+        // requests each charged the per-request minimum.
+        let size = (room / slots).max(overhead + 40).min(max_request_bytes);
+        if size <= overhead || size > room {
+            break;
+        }
+        *number += 1;
+        let request = Request { origin: me, client, number: *number, payload: vec![0xb0; size - overhead] };
+        used += request.wire_size();
+        proposal.requests.push(request);
+    }
+}

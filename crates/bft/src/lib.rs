@@ -76,11 +76,30 @@
 //!   of `max_clients` per origin, answers to status reports once per half retransmit interval
 //!   per peer and at most `PUSH_BURST` batches / four batch sizes each. A primary shares each
 //!   batch's bytes and count equally among the origins queued at its head, so one origin's
-//!   large requests cannot crowd out the others', and (with `max_origin_bytes_per_sec`) puts at
-//!   most that rate of one origin's bytes into batches on average, so one origin cannot make
-//!   the cluster order, log and persist at full speed however idle the others are. [`Replica::held_bytes`]
+//!   large requests cannot crowd out the others'. [`Replica::held_bytes`]
 //!   accounts what is held and [`Replica::held_bytes_bound`] states its bound, which the
 //!   simulator checks under a flooder.
+//! - Per-origin budget of the log (with `max_origin_bytes_per_sec` > 0, the default): a token
+//!   bucket per origin of `batch_max_bytes`, refilled at that rate by the agreed times of the
+//!   batches in sequence order and charged, for every request in a batch, its wire size but at
+//!   least `min_request_charge` (so tiny requests cannot go by the thousand); a request may be
+//!   taken while its origin's balance is positive ([`OriginBudgets`], a function of the log:
+//!   the same at every honest replica after the same batch, certified with the deduplication
+//!   table in each checkpoint's state digest and carried by [`DeliveryBase`] for state
+//!   transfer). An honest primary proposes by it, from the budget after its own last proposal
+//!   refilled to the new batch's time (requests of an origin over it wait, parked, until half
+//!   a bucket is back). A backup checks a pre-prepare for seq s against the budget after its
+//!   delivered batches and then each later batch below s that it holds committed or accepted
+//!   in the current view; it refuses one that breaks the rule, blames the primary (`batch
+//!   over the origin budget`) and runs its request timer, so a view change replaces it. The
+//!   rule is monotone: a batch left out never makes the state stricter, and a backup knows a
+//!   subset of the batches the primary proposed before s, so it is never stricter than an
+//!   honest primary (which proposes nothing while it does not know every batch before its
+//!   next seq). Pipelining, reordering and view changes cost only leniency: a backup that has
+//!   not seen s - 1 yet checks s more leniently, and entries a new view re-proposes are not
+//!   checked again (a quorum prepared them). So a primary cannot fill batches with its own (or
+//!   one origin's) requests beyond the budget while including the others', and one origin
+//!   cannot make the cluster order, log and persist at full speed however idle the others are.
 //! - View change in the MAC variant of the paper: the transport authenticates senders but
 //!   messages carry no signatures, so a view change is trusted only for its own sender's claims
 //!   (P and Q sets, checkpoint claims) and a new-view names the view changes it used by digest;
@@ -175,13 +194,22 @@
 //!   What it can make a replica send is bounded instead: one answer per half retransmit
 //!   interval, at most `PUSH_BURST` batches and four batch sizes of bytes.
 //! - View-change timeouts double per failed view up to 32 times the configured value.
+//! - The per-origin budget bounds an origin's average rate, not its share of a moment: a
+//!   Byzantine primary may still put a full bucket (`batch_max_bytes`) of its own requests in
+//!   at once, and one more batch per backup that has not seen the batches before it. An
+//!   honest origin that wants more than its budget waits at the primary (the defaults leave
+//!   far more than DNS clients send through one replica). A new primary behind its view's
+//!   starting checkpoint proposes nothing until it has caught up (it could not check its own
+//!   proposals as strictly as its backups).
 //!
 //! # Testing
 //! - `tests/sim/`: a deterministic simulator (virtual time, seeded ChaCha RNG, per-link delays,
 //!   loss, duplication, reordering, partitions that heal, crashes with and without state loss,
 //!   honest clients, and Byzantine actors: equivocating primary, silent primary, conflicter,
 //!   impersonator, replayer, twins, view-change poisoner, forged relays, peer flooder, status
-//!   spammer, and a hostile primary whose batches are drawn per seed from a grammar of hostile
+//!   spammer, a budget hog (a primary that fills every batch with its own requests up to the
+//!   batch limits; the log must carry no more of its bytes than its budget over the log's
+//!   span, a bucket and a window of slack), and a hostile primary whose batches are drawn per seed from a grammar of hostile
 //!   batches: requests under other origins at every numbering bound, duplicate and conflicting
 //!   keys, batches at and just over the count and byte limits, times at and just beyond the
 //!   skew, equivocation). Each seed runs a safety phase with faults, then a liveness phase after
@@ -199,6 +227,9 @@
 //!   that way (`BFT_ACTOR_SEEDS=N`): 3713 seeds per run, all with liveness checked.
 //! - Campaign of the generated adversary: `BFT_HOSTILE_SEEDS=100000 cargo test --release -p bft --test sim -- actor_hostile_primary`
 //!   (n = 4, and a third of the count for n = 7).
+//! - The budget hog: `cargo test -p bft --test sim -- actor_budget_hog` (100 seeds at n = 4, 33
+//!   at n = 7); `BFT_HOG_SEEDS=N` for a campaign. A batch over the budget refused and blamed,
+//!   an honest primary's batch at the budget's edge accepted: `tests/origins.rs`.
 //! - `tests/origins.rs`: a primary forging requests under other origins (numbers 2^32 - 1
 //!   above, at the jump, just above, below, a delivered key with other bytes) gets none of
 //!   them delivered and is replaced; a request given to the primary alone stalls no batch.
@@ -213,6 +244,7 @@
 #![forbid(unsafe_code)]
 
 pub mod actors;
+mod budget;
 mod codec;
 mod decide;
 mod message;
@@ -225,8 +257,8 @@ pub use message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedE
 pub use persist::{checkpoint_state_digest, Persist, PersistedState, RestoreError, TransferMismatch, Transferred};
 pub use replica::{Action, Replica, Status};
 pub use types::{
-    Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, Limits, Proposal, ReplicaId, Request, RequestKey, StateTransferError,
-    SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
+    Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, Limits, OriginBudgets, Proposal, ReplicaId, Request, RequestKey,
+    StateTransferError, SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
 };
 
 #[cfg(feature = "transport")]

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 
 use crate::codec::{put_len, put_u64, write_checkpoint, write_new_view, write_proposal, write_view_change, DecodeError, Reader};
 use crate::message::{CheckpointClaim, NewView, ViewChange};
-use crate::types::{ClientEntry, DeliveryBase, Digest, Limits, Proposal, ReplicaId, Time};
+use crate::types::{ClientEntry, DeliveryBase, Digest, Limits, OriginBudgets, Proposal, ReplicaId, Time};
 
 const SNAPSHOT_MAGIC: &[u8; 16] = b"sdns-bft-state-1";
 const TAG_META: u8 = 1;
@@ -45,7 +45,7 @@ pub enum Persist {
 
 impl DeliveryBase {
     pub fn genesis() -> DeliveryBase {
-        DeliveryBase { seq: 0, time: Time(0), log_digest: [0; 32], clients: Vec::new() }
+        DeliveryBase { seq: 0, time: Time(0), log_digest: [0; 32], clients: Vec::new(), budgets: OriginBudgets::default() }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -63,21 +63,28 @@ impl DeliveryBase {
 }
 
 /// The state digest a checkpoint certifies: the application's digest at that checkpoint
-/// together with the ordering's deduplication table there. PBFT counts the table of client
+/// together with the ordering's deduplication table and per-origin budget there. PBFT counts the table of client
 /// replies and timestamps as part of the checkpointed state; here it is what keeps a replica
 /// that installed a transferred checkpoint from delivering again a request delivered in the
 /// part of the log it skipped. [`crate::Replica::checkpoint`] folds its own table in, so the
 /// application passes only its own digest there.
-pub fn checkpoint_state_digest(application: &Digest, clients: &[ClientEntry]) -> Digest {
-    fold_state_digest(application, &table_digest(clients))
+pub fn checkpoint_state_digest(application: &Digest, base: &DeliveryBase) -> Digest {
+    fold_state_digest(application, &table_digest(&base.clients, &base.budgets))
 }
 
-/// The deduplication table's digest, in the order given (the core's is sorted by origin and
-/// client), so two tables have the same digest only if they are the same list.
-pub(crate) fn table_digest(clients: &[ClientEntry]) -> Digest {
+/// The digest of the deduplication table, in the order given (the core's is sorted by origin
+/// and client), so two tables have the same digest only if they are the same list, and of the
+/// per-origin budget.
+pub(crate) fn table_digest(clients: &[ClientEntry], budgets: &OriginBudgets) -> Digest {
     use sha2::{Digest as _, Sha256};
     let mut hasher = Sha256::new();
-    hasher.update(b"sdns bft deduplication table v1");
+    hasher.update(b"sdns bft deduplication table v2");
+    hasher.update(budgets.clock.0.to_le_bytes());
+    hasher.update((budgets.balances.len() as u64).to_le_bytes());
+    for (origin, balance) in &budgets.balances {
+        hasher.update(origin.to_le_bytes());
+        hasher.update(balance.to_le_bytes());
+    }
     hasher.update((clients.len() as u64).to_le_bytes());
     for entry in clients {
         hasher.update(entry.origin.to_le_bytes());
@@ -136,7 +143,7 @@ impl Transferred {
         if base.seq != claim.seq || base.time != claim.time || base.log_digest != claim.log_digest {
             return Err(TransferMismatch::Position);
         }
-        if checkpoint_state_digest(&self.application_digest, &base.clients) != claim.state_digest {
+        if checkpoint_state_digest(&self.application_digest, base) != claim.state_digest {
             return Err(TransferMismatch::StateDigest);
         }
         Ok(())
@@ -416,6 +423,12 @@ fn write_base(out: &mut Vec<u8>, base: &DeliveryBase) {
         out.extend_from_slice(&entry.mask.to_le_bytes());
         put_u64(out, entry.last_seq);
     }
+    put_u64(out, base.budgets.clock.0);
+    put_len(out, base.budgets.balances.len());
+    for (origin, balance) in &base.budgets.balances {
+        put_u64(out, u64::from(*origin));
+        out.extend_from_slice(&balance.to_le_bytes());
+    }
 }
 
 fn read_base(r: &mut Reader<'_>) -> Result<DeliveryBase, DecodeError> {
@@ -435,7 +448,20 @@ fn read_base(r: &mut Reader<'_>) -> Result<DeliveryBase, DecodeError> {
         let last_seq = r.u64("last_seq")?;
         clients.push(ClientEntry { origin, client, high, mask: u128::from_le_bytes(mask), last_seq });
     }
-    Ok(DeliveryBase { seq, time, log_digest, clients })
+    let clock = Time(r.u64("budget clock")?);
+    let count = r.count("budgets", 9, usize::MAX)?;
+    let mut balances = BTreeMap::new();
+    for _ in 0..count {
+        let origin = r.replica()?;
+        let mut bytes = [0u8; 8];
+        for byte in &mut bytes {
+            *byte = r.byte("balance")?;
+        }
+        if balances.insert(origin, i64::from_le_bytes(bytes)).is_some() {
+            return Err(DecodeError::OutOfRange { field: "budget origin", value: u64::from(origin) });
+        }
+    }
+    Ok(DeliveryBase { seq, time, log_digest, clients, budgets: OriginBudgets { clock, balances } })
 }
 
 /// Proposals are written once: `prepared` and `committed` usually repeat `accepted`.

@@ -4,13 +4,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use crate::budget::Rule;
 use crate::codec::{new_view_digest, request_digest, view_change_digest};
 use crate::decide::{decide, search};
 use crate::message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
 use crate::persist::{fold_state_digest, meta_record, slot_record, table_digest, Meta, Persist, PersistedState, RestoreError, SlotRecord, Transferred};
 use crate::types::{
-    duration_us, Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, Proposal, ReplicaId, Request, RequestKey, StateTransferError,
-    SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
+    duration_us, Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, OriginBudgets, Proposal, ReplicaId, Request, RequestKey,
+    StateTransferError, SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,
 };
 
 /// Something the driver must do.
@@ -306,9 +307,13 @@ pub struct Replica {
     fresh: VecDeque<(RequestKey, usize)>,
     /// Sum of the sizes in `fresh` (stale entries included until popped).
     fresh_bytes: usize,
-    /// The primary's per-origin rate (`max_origin_bytes_per_sec`): balance in bytes (negative
-    /// after an overdraft) and when it was last updated.
-    origin_tokens: BTreeMap<ReplicaId, (i64, Time)>,
+    /// The per-origin budget rule (`max_origin_bytes_per_sec`, see [`crate::budget`]).
+    rule: Rule,
+    /// The per-origin budget after the last delivered batch (a function of the log).
+    budgets: OriginBudgets,
+    /// The proposer's budget after its last proposal: (view, next seq, budget). Derived from
+    /// the log ([`Replica::projected_budgets`]) when the key no longer matches.
+    proposer_budgets: Option<(u64, u64, OriginBudgets)>,
     /// Fresh requests of origins over their rate, in arrival order, until their balance is
     /// back to half the bucket.
     parked: BTreeMap<ReplicaId, VecDeque<(RequestKey, usize)>>,
@@ -391,6 +396,7 @@ impl Replica {
         // before it may suspect a primary (see `reports_needed_after`).
         let mut timers = Timers::default();
         timers.arm(Timer::Tick, now);
+        let rule = Rule::new(&config);
         let mut replica = Replica {
             now,
             phase: Phase::Normal { view: 0, new_view: None, began: now },
@@ -407,7 +413,9 @@ impl Replica {
             awaited: BTreeMap::new(),
             fresh: VecDeque::new(),
             fresh_bytes: 0,
-            origin_tokens: BTreeMap::new(),
+            rule,
+            budgets: OriginBudgets::default(),
+            proposer_budgets: None,
             parked: BTreeMap::new(),
             proposed: BTreeSet::new(),
             waiting: BTreeSet::new(),
@@ -491,6 +499,10 @@ impl Replica {
         if !replica.install_table(&base.clients) {
             return Err(RestoreError::Inconsistent("deduplication table"));
         }
+        if !base.budgets.plausible(&replica.rule, n) {
+            return Err(RestoreError::Inconsistent("per-origin budget"));
+        }
+        replica.budgets = base.budgets.clone();
         let base_seq = base.seq;
         replica.bases = BTreeMap::from([(base_seq, base)]);
         for (seq, record) in slots.into_iter().filter(|(seq, _)| *seq > base_seq) {
@@ -594,7 +606,7 @@ impl Replica {
             .iter()
             .map(|((origin, client), record)| ClientEntry { origin: *origin, client: *client, high: record.high, mask: record.mask, last_seq: record.last_seq })
             .collect();
-        DeliveryBase { seq: self.last_delivered, time: self.last_time, log_digest: self.log_digest, clients }
+        DeliveryBase { seq: self.last_delivered, time: self.last_time, log_digest: self.log_digest, clients, budgets: self.budgets.clone() }
     }
 
     fn meta(&self) -> Meta {
@@ -971,6 +983,11 @@ impl Replica {
             // table is empty now, as a replica that lost its state has it.
             return Err(StateTransferError::BadBase { seq: claim.seq, why: "deduplication table out of this replica's bounds" });
         }
+        if !base.budgets.plausible(&self.rule, self.config.n) {
+            return Err(StateTransferError::BadBase { seq: claim.seq, why: "per-origin budget out of this replica's bounds" });
+        }
+        self.budgets = base.budgets.clone();
+        self.proposer_budgets = None;
         self.last_delivered = claim.seq;
         self.last_time = Time(self.last_time.0.max(claim.time.0));
         self.log_digest = claim.log_digest;
@@ -1299,6 +1316,13 @@ impl Replica {
         if !self.is_proposing() || self.next_seq > self.high_watermark() {
             return None;
         }
+        let current = self.proposer_budgets.as_ref().is_some_and(|(view, seq, _)| (*view, *seq) == (self.view(), self.next_seq));
+        if self.rule.enabled() && !current {
+            // Behind the batches before its next seq (see `refresh_proposer_budgets`): nothing
+            // goes until it catches up, which an input brings, so no deadline (a past one would
+            // fire at once, again and again).
+            return None;
+        }
         let unpark = self.unpark_deadline();
         let first = self.fresh.iter().find(|(key, _)| self.awaited.contains_key(key) && !self.proposed.contains(key));
         let batch = first.and_then(|(key, _)| self.awaited.get(key)).map(|a| a.since.plus(self.config.batch_delay));
@@ -1319,7 +1343,7 @@ impl Replica {
     }
 
     fn try_propose(&mut self) {
-        if !self.is_proposing() {
+        if !self.is_proposing() || !self.refresh_proposer_budgets() {
             return;
         }
         self.unpark();
@@ -1360,24 +1384,60 @@ impl Replica {
 
     /// Size of the per-origin token bucket.
     fn origin_bucket(&self) -> i64 {
-        i64::try_from(self.config.batch_max_bytes).unwrap_or(i64::MAX)
+        self.rule.bucket()
     }
 
-    /// `origin`'s balance now (refilled at `max_origin_bytes_per_sec`, up to the bucket).
-    fn origin_balance(&self, origin: ReplicaId) -> i64 {
-        let Some((balance, at)) = self.origin_tokens.get(&origin) else { return self.origin_bucket() };
-        let rate = u128::try_from(self.config.max_origin_bytes_per_sec).unwrap_or(u128::MAX);
-        let refill = u128::from(self.now.0.saturating_sub(at.0)).saturating_mul(rate) / 1_000_000;
-        let refill = i64::try_from(refill).unwrap_or(i64::MAX);
-        balance.saturating_add(refill).min(self.origin_bucket())
-    }
-
-    fn spend_rate(&mut self, origin: ReplicaId, bytes: usize) {
-        if self.config.max_origin_bytes_per_sec == 0 {
-            return;
+    /// The per-origin budget after the batches below `upto` that this replica knows, in
+    /// sequence order: the delivered state, then each later slot's committed batch or the one
+    /// it accepted in the current view. Slots it knows neither of are left out, which is never
+    /// stricter (see [`OriginBudgets::apply`]): an honest primary, which knows every batch it
+    /// proposed, checks at least as strictly as any backup.
+    ///
+    /// Also says whether it knew every one of those batches.
+    fn projected_budgets(&self, upto: u64) -> (OriginBudgets, bool) {
+        let mut budgets = self.budgets.clone();
+        if !self.rule.enabled() {
+            return (budgets, true);
         }
-        let balance = self.origin_balance(origin).saturating_sub(i64::try_from(bytes).unwrap_or(i64::MAX));
-        self.origin_tokens.insert(origin, (balance, self.now));
+        let view = self.phase.ordering_view();
+        let mut known = 0u64;
+        let from = self.last_delivered.saturating_add(1);
+        // Bounded by the window.
+        for (_, slot) in self.slots.range(from..upto.max(from)) {
+            let committed = slot.committed.as_ref().map(|(_, proposal)| proposal);
+            let accepted = || slot.accepted.as_ref().filter(|a| Some(a.view) == view).map(|a| &a.proposal);
+            if let Some(proposal) = committed.or_else(accepted) {
+                budgets.apply(&self.rule, proposal);
+                known += 1;
+            }
+        }
+        (budgets, known == upto.saturating_sub(from))
+    }
+
+    /// Makes [`Replica::proposer_budgets`] the budget after this primary's last proposal;
+    /// false (and none) while it does not know every batch before its next seq (a new primary
+    /// behind its view's starting checkpoint): it would check more leniently than its backups,
+    /// so it proposes nothing until it has caught up.
+    fn refresh_proposer_budgets(&mut self) -> bool {
+        if !self.is_proposing() {
+            self.proposer_budgets = None;
+            return false;
+        }
+        let key = (self.view(), self.next_seq);
+        if self.proposer_budgets.as_ref().is_some_and(|(view, seq, _)| (*view, *seq) == key) {
+            return true;
+        }
+        let (budgets, complete) = self.projected_budgets(self.next_seq);
+        self.proposer_budgets = complete.then_some((key.0, key.1, budgets));
+        complete
+    }
+
+    /// `origin`'s balance now, by the budget after this primary's last proposal.
+    fn origin_balance(&self, origin: ReplicaId) -> i64 {
+        match &self.proposer_budgets {
+            Some((view, seq, budgets)) if (*view, *seq) == (self.view(), self.next_seq) => budgets.balance_at(&self.rule, origin, self.now),
+            _ => self.projected_budgets(self.next_seq).0.balance_at(&self.rule, origin, self.now),
+        }
     }
 
     /// Moves `origin`'s fresh requests aside until its balance recovers.
@@ -1398,6 +1458,7 @@ impl Replica {
 
     /// Puts back the parked requests of origins whose balance is back to half the bucket.
     fn unpark(&mut self) {
+        self.refresh_proposer_budgets();
         let half = self.origin_bucket() / 2;
         let ready: Vec<ReplicaId> = self.parked.keys().copied().filter(|o| self.origin_balance(*o) >= half).collect();
         for origin in ready {
@@ -1409,15 +1470,8 @@ impl Replica {
 
     /// When the first parked origin's balance is back to half the bucket.
     fn unpark_deadline(&self) -> Option<Time> {
-        let rate = u64::try_from(self.config.max_origin_bytes_per_sec).unwrap_or(u64::MAX).max(1);
         let half = self.origin_bucket() / 2;
-        self.parked
-            .keys()
-            .map(|origin| {
-                let missing = u64::try_from(half.saturating_sub(self.origin_balance(*origin))).unwrap_or(0);
-                Time(self.now.0.saturating_add(missing.saturating_mul(1_000_000).div_ceil(rate)))
-            })
-            .min()
+        self.parked.keys().map(|origin| Time(self.now.0.saturating_add(self.rule.refill_us(self.origin_balance(*origin), half)))).min()
     }
 
     fn pop_fresh(&mut self) {
@@ -1433,7 +1487,15 @@ impl Replica {
     }
 
     /// Proposes one batch; false when nothing could go (origins over their rate are parked).
+    /// Each request is taken by the per-origin budget rule the backups check
+    /// ([`crate::budget`]), from the budget after this primary's last proposal refilled to the
+    /// new batch's time, in the order it goes into the batch.
     fn propose_batch(&mut self) -> bool {
+        self.refresh_proposer_budgets();
+        let rule = self.rule;
+        let time = Time(self.now.0.max(self.last_proposed_time.0.saturating_add(1)).max(self.last_time.0.saturating_add(1)));
+        let mut budgets = self.proposer_budgets.as_ref().map(|(_, _, budgets)| budgets.clone()).unwrap_or_default();
+        budgets.advance(&rule, time);
         // Fair among origins (Aardvark's lesson): within the first entries of the queue, each
         // origin with a request there gets an equal share of the batch's bytes and count (at
         // least one request), so one origin flooding large requests cannot crowd out the
@@ -1449,7 +1511,6 @@ impl Replica {
         let mut bytes = 0usize;
         let mut chosen = Vec::new();
         let mut over: BTreeSet<ReplicaId> = BTreeSet::new();
-        let mut spent: BTreeMap<ReplicaId, usize> = BTreeMap::new();
         // Replicas that hold every other origin's request taken so far: 2f of them must remain,
         // so that f honest backups can prepare the whole batch (see `proposable`).
         let mut common: Option<Vec<ReplicaId>> = None;
@@ -1462,9 +1523,8 @@ impl Replica {
             if over.contains(&key.origin) {
                 continue;
             }
-            // Over its rate once this batch's share is counted: the rest of its requests wait.
-            let balance = self.origin_balance(key.origin).saturating_sub(i64::try_from(spent.get(&key.origin).copied().unwrap_or(0)).unwrap_or(i64::MAX));
-            if self.config.max_origin_bytes_per_sec > 0 && balance <= 0 {
+            // Over its budget once this batch's share is counted: the rest of its requests wait.
+            if rule.enabled() && budgets.balance(&rule, key.origin) <= 0 {
                 over.insert(key.origin);
                 continue;
             }
@@ -1493,15 +1553,14 @@ impl Replica {
             }
             *origin_bytes += size;
             *origin_count += 1;
-            *spent.entry(key.origin).or_default() += size;
+            if rule.enabled() {
+                budgets.take(&rule, &awaited.request);
+            }
             bytes += size;
             requests.push(awaited.request.clone());
             chosen.push(*key);
         }
         self.proposed.extend(chosen);
-        for (origin, bytes) in spent {
-            self.spend_rate(origin, bytes);
-        }
         for origin in over {
             self.park(origin);
         }
@@ -1514,11 +1573,11 @@ impl Replica {
         if requests.is_empty() {
             return false;
         }
-        let time = Time(self.now.0.max(self.last_proposed_time.0.saturating_add(1)).max(self.last_time.0.saturating_add(1)));
         self.last_proposed_time = time;
         let proposal = Proposal { time, requests };
         let seq = self.next_seq;
         self.next_seq += 1;
+        self.proposer_budgets = Some((self.view(), self.next_seq, budgets));
         let digest = proposal.digest(seq);
         self.broadcast(Message::PrePrepare { sender: self.config.id, view: self.view(), seq, proposal: proposal.clone() });
         self.accept_pre_prepare(seq, digest, proposal);
@@ -1553,6 +1612,19 @@ impl Replica {
             return;
         }
         if proposal.is_null() || !self.time_acceptable(seq, proposal.time) {
+            return;
+        }
+        // A seq this replica delivered already (fetched) is decided: its state includes it.
+        let over = if seq > self.last_delivered { self.projected_budgets(seq).0.apply(&self.rule, &proposal) } else { None };
+        if let Some(origin) = over {
+            // It carries more of `origin`'s requests than the log's budget allows. An honest
+            // primary proposes by the same rule from every batch before this one, and this
+            // replica knows a subset of those (never stricter), so the primary broke it: refuse,
+            // blame, and suspect it (the request timer, so that a backup that missed what its
+            // peers committed catches up rather than changing views alone).
+            debug_assert!(origin < self.config.n);
+            self.blame(from, "batch over the origin budget");
+            self.timers.arm_if_idle(Timer::Request, self.now.plus(self.request_timeout()));
             return;
         }
         if !self.vouched(seq, view, &digest, &proposal) {
@@ -1844,13 +1916,15 @@ impl Replica {
                 requests.push(request.clone());
             }
         }
+        // Charged whether or not a request is delivered: the rule is about what the log carries.
+        self.budgets.apply(&self.rule, &proposal);
         self.last_delivered = seq;
         self.last_time = time;
         self.retained.insert(seq, proposal);
         let checkpoint_due = seq % self.config.checkpoint_interval == 0;
         let base = checkpoint_due.then(|| self.capture_base());
         if let Some(base) = base.as_ref().filter(|_| seq > self.stable.seq) {
-            self.checkpoint_times.insert(seq, (time, self.log_digest, table_digest(&base.clients)));
+            self.checkpoint_times.insert(seq, (time, self.log_digest, table_digest(&base.clients, &base.budgets)));
         }
         if let Some(base) = base.as_ref().filter(|_| self.config.persist) {
             self.bases.insert(seq, base.clone());

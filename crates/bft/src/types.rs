@@ -112,6 +112,22 @@ pub struct DeliveryBase {
     /// Log digest after batch `seq`.
     pub log_digest: Digest,
     pub clients: Vec<ClientEntry>,
+    /// The per-origin budget after batch `seq` (see [`OriginBudgets`]).
+    pub budgets: OriginBudgets,
+}
+
+/// The per-origin budget of the log (see [`Config::max_origin_bytes_per_sec`]): a token bucket
+/// of `batch_max_bytes` per origin, refilled at `max_origin_bytes_per_sec` by the agreed times
+/// of the batches in sequence order and charged for every request in them (at least
+/// `min_request_charge` each). A function of the log alone, so every honest replica holds the
+/// same one after the same batch; a checkpoint certifies it with the deduplication table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OriginBudgets {
+    /// The latest batch time the balances were refilled to.
+    pub clock: Time,
+    /// Each origin's balance in bytes (negative after an overdraft) at `clock`, for origins
+    /// below a full bucket; an origin not listed has a full bucket.
+    pub balances: std::collections::BTreeMap<ReplicaId, i64>,
 }
 
 /// A batch delivered to the application, in strict sequence order, one per sequence number.
@@ -182,12 +198,20 @@ pub struct Config {
     /// [`Request::wire_size`] plus [`REQUEST_OVERHEAD`]); requests beyond it are dropped, and the
     /// origin retransmits. Caps what one peer can make this replica hold in pending requests.
     pub max_pending_bytes_per_origin: usize,
-    /// Bytes per second of one origin's requests a primary puts into batches, on average (a
-    /// token bucket of `batch_max_bytes`; a request may overdraw it once). Requests beyond it
-    /// wait at the primary. 0: unlimited. Caps how much ordering, execution, logging and
-    /// persistence one origin (a flooding replica) can make the whole cluster do, however idle
-    /// the others are.
+    /// Bytes per second of one origin's requests the log may carry, on average: a token bucket
+    /// of `batch_max_bytes` per origin, refilled by the agreed batch times and charged
+    /// `max(wire size, min_request_charge)` per request, in sequence order ([`OriginBudgets`]);
+    /// a request may be taken while its origin's balance is positive (so it may overdraw the
+    /// bucket once). An honest primary proposes by this rule (requests beyond it wait at the
+    /// primary) and backups refuse a pre-prepare that breaks it, blame the primary and suspect
+    /// it. 0: unlimited. Caps how much ordering, execution, logging and persistence one origin
+    /// (a flooding replica, or a primary filling its batches with its own requests) can make
+    /// the whole cluster do, however idle the others are.
     pub max_origin_bytes_per_sec: usize,
+    /// The least a request is charged against its origin's budget, whatever its size: bounds
+    /// the requests per second of one origin (`max_origin_bytes_per_sec` / this), so tiny
+    /// requests cannot be ordered by the thousand.
+    pub min_request_charge: usize,
     /// Largest request accepted, as [`Request::wire_size`]: what the application can execute
     /// (a 64 KiB DNS message plus its envelope). At most `batch_max_bytes`.
     pub max_request_bytes: usize,
@@ -234,7 +258,8 @@ impl Config {
             retained_batches: 1024,
             max_pending_requests: 100_000,
             max_pending_bytes_per_origin: 16 * 1024 * 1024,
-            max_origin_bytes_per_sec: 0,
+            max_origin_bytes_per_sec: 1024 * 1024,
+            min_request_charge: 512,
             max_request_bytes: 64 * 1024 + 1024,
             max_number_jump: 100_000,
             retransmit_interval: Duration::from_millis(500),

@@ -271,8 +271,8 @@ fn replica_behind_checkpoint_40(clients: Vec<bft::ClientEntry>) -> (Replica, bft
     config.watermark_window = 8;
     let mut replica = Replica::new(config, Time(0)).unwrap();
     let application_digest = [5; 32];
-    let base = bft::DeliveryBase { seq: 40, time: Time(40), log_digest: [4; 32], clients };
-    let state_digest = bft::checkpoint_state_digest(&application_digest, &base.clients);
+    let base = bft::DeliveryBase { seq: 40, time: Time(40), log_digest: [4; 32], clients, budgets: Default::default() };
+    let state_digest = bft::checkpoint_state_digest(&application_digest, &base);
     let claim = bft::CheckpointClaim { seq: 40, time: Time(40), log_digest: [4; 32], state_digest };
     for peer in 0..3u16 {
         replica.handle_message(Time(1), peer, Message::Checkpoint { sender: peer, checkpoint: claim });

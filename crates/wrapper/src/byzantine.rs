@@ -46,11 +46,14 @@ pub enum Mode {
     /// As primary, adds to every pre-prepare requests under the other origins it carries,
     /// numbered 2^32 - 1 above theirs and just within the number jump.
     OriginForger,
+    /// As primary, fills every pre-prepare up to the batch limits with requests of its own
+    /// origin (filler no replica executes), keeping the others' requests in it.
+    BudgetHog,
 }
 
 impl Mode {
     /// Every mode, with `crash-after-N` at N = 20 (for listings and tests).
-    pub const ALL: [Mode; 15] = [
+    pub const ALL: [Mode; 16] = [
         Mode::Silent,
         Mode::CrashAfter(20),
         Mode::Equivocator,
@@ -66,6 +69,7 @@ impl Mode {
         Mode::UpdateFlooder,
         Mode::SnapshotLeech,
         Mode::OriginForger,
+        Mode::BudgetHog,
     ];
 
     /// The ordering driver's behaviour for this mode, if it has one.
@@ -78,6 +82,7 @@ impl Mode {
             Mode::Flooder => Some(Behaviour::Flooder),
             Mode::StatusSpammer => Some(Behaviour::StatusSpammer),
             Mode::OriginForger => Some(Behaviour::OriginForger),
+            Mode::BudgetHog => Some(Behaviour::BudgetHog),
             _ => None,
         }
     }
@@ -128,6 +133,7 @@ impl fmt::Display for Mode {
             Mode::UpdateFlooder => f.write_str("update-flooder"),
             Mode::SnapshotLeech => f.write_str("snapshot-leech"),
             Mode::OriginForger => f.write_str("origin-forger"),
+            Mode::BudgetHog => f.write_str("budget-hog"),
         }
     }
 }
@@ -151,6 +157,7 @@ impl FromStr for Mode {
             "update-flooder" => Mode::UpdateFlooder,
             "snapshot-leech" => Mode::SnapshotLeech,
             "origin-forger" => Mode::OriginForger,
+            "budget-hog" => Mode::BudgetHog,
             other => match other.strip_prefix("crash-after-").map(str::parse::<u64>) {
                 Some(Ok(n)) => Mode::CrashAfter(n),
                 _ => {
@@ -289,6 +296,7 @@ mod tests {
         assert!(e.contains("crash-after-N") && e.contains("wrong-answers"), "{e}");
         assert_eq!(parse_assignment("0:oversized-writes"), Ok((0, Mode::OversizedWrites)));
         assert_eq!(parse_assignment("0:update-flooder"), Ok((0, Mode::UpdateFlooder)));
+        assert_eq!(parse_assignment("0:budget-hog"), Ok((0, Mode::BudgetHog)));
     }
 
     /// Every form the two write modes order is an update no honest gateway orders: refused

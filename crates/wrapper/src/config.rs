@@ -305,10 +305,15 @@ pub struct OrderingSection {
     /// Largest snapshot (zone records plus execution state, encoded) this replica accepts
     /// from a peer in a state transfer.
     pub max_snapshot_bytes: usize,
-    /// Bytes per second of one replica's requests that a primary orders, on average (bft
-    /// `max_origin_bytes_per_sec`): bounds what a flooding replica makes every replica order,
-    /// log, persist and execute. Far above what DNS clients send through one replica.
+    /// Bytes per second of one replica's requests the log may carry, on average (bft
+    /// `max_origin_bytes_per_sec`, a token bucket of one batch's bytes that every replica
+    /// derives from the log): an honest primary proposes by it and backups refuse, blame and
+    /// depose a primary that breaks it. Bounds what a flooding replica, or a primary filling
+    /// its batches with its own requests, makes every replica order, log, persist and execute.
     pub max_origin_bytes_per_sec: usize,
+    /// The least one request is charged against that budget (bft `min_request_charge`): with
+    /// the defaults one replica's requests are ordered at most 2,048 a second on average.
+    pub min_request_charge: usize,
 }
 
 impl Default for OrderingSection {
@@ -324,6 +329,7 @@ impl Default for OrderingSection {
             retained_batches: 1024,
             max_snapshot_bytes: 256 * 1024 * 1024,
             max_origin_bytes_per_sec: 1024 * 1024,
+            min_request_charge: 512,
         }
     }
 }

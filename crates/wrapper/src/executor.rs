@@ -755,7 +755,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 // of that digest is what its divergence check and its snapshot go by.
                 match base {
                     Some(base) => {
-                        let certified = bft::checkpoint_state_digest(&digest, &base.clients);
+                        let certified = bft::checkpoint_state_digest(&digest, &base);
                         if let Ok(mut own) = self.own_digests.lock() {
                             own.insert(seq, certified);
                             while own.len() > OWN_DIGESTS_KEPT {

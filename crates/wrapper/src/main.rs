@@ -160,7 +160,8 @@ struct ClusterArgs {
     /// Replicas that misbehave, for tests and demonstrations (makes the cluster a test
     /// cluster): ID:MODE,... with MODE one of silent, crash-after-N, equivocating-primary,
     /// view-change-poisoner, forged-relays, peer-flooder, status-spammer, corrupt-shares,
-    /// garbage-shares, wrong-answers, wrong-vouches, snapshot-leech.
+    /// garbage-shares, wrong-answers, wrong-vouches, oversized-writes, update-flooder,
+    /// snapshot-leech, origin-forger, budget-hog.
     #[arg(long, value_delimiter = ',', value_parser = wrapper::byzantine::parse_assignment)]
     byzantine: Vec<(u16, wrapper::byzantine::Mode)>,
     /// Fault injection for tests (makes the cluster a test cluster): every replica's

@@ -322,6 +322,7 @@ pub async fn run(config: Config) -> Result<()> {
     bcfg.max_clock_skew = Duration::from_millis(o.max_clock_skew_ms);
     bcfg.retained_batches = o.retained_batches;
     bcfg.max_origin_bytes_per_sec = o.max_origin_bytes_per_sec;
+    bcfg.min_request_charge = o.min_request_charge;
     let state_file = state.join("exec.state");
     let mut exec_state = ExecState::load(&state_file).context("the execution state")?;
     if !state_file.exists() {

@@ -767,8 +767,8 @@ mod tests {
         state.record(seq, 0, 0);
         let zone = zone_digest_of(&mut records);
         let clients = vec![bft::ClientEntry { origin: 1, client: 7, high: 3, mask: 0b111, last_seq: seq - 2 }];
-        let base = bft::DeliveryBase { seq, time: bft::Time(1), log_digest: [3; 32], clients };
-        let digest = bft::checkpoint_state_digest(&state.checkpoint_digest(&[zone]), &base.clients);
+        let base = bft::DeliveryBase { seq, time: bft::Time(1), log_digest: [3; 32], clients, budgets: Default::default() };
+        let digest = bft::checkpoint_state_digest(&state.checkpoint_digest(&[zone]), &base);
         let claim = CheckpointClaim { seq, time: bft::Time(1), log_digest: [3; 32], state_digest: digest };
         (Snapshot { seq, digest, state, zones: vec![SnapshotZone { name: "example.test.".into(), records }], base: base.encode() }, claim)
     }
@@ -833,7 +833,7 @@ mod tests {
         reverse.push(record(&["7", "2", "0", "192", "in-addr", "arpa"], 12, 300, b"\x01h\x07example\x04test\x00"));
         let digests = [zone_digest_of(&mut one.zones[0].records.clone()), zone_digest_of(&mut reverse.clone())];
         let base = bft::DeliveryBase::decode(&one.base).unwrap();
-        let digest = bft::checkpoint_state_digest(&one.state.checkpoint_digest(&digests), &base.clients);
+        let digest = bft::checkpoint_state_digest(&one.state.checkpoint_digest(&digests), &base);
         let claim = CheckpointClaim { seq: 64, time: bft::Time(1), log_digest: [3; 32], state_digest: digest };
         let mut two = one.clone();
         two.digest = digest;

@@ -34,7 +34,15 @@ pub enum Behaviour {
     /// just within `max_number_jump` (see [`crate::actors::forge_origins`]). Backups never
     /// prepare such a batch (they hold no such request from its origin), so the view changes.
     OriginForger,
+    /// As primary, fills every pre-prepare up to the batch limits with requests of its own
+    /// origin, keeping the others' (see [`crate::actors::hog_batch`]). Backups refuse such a
+    /// batch once it breaks the per-origin budget of the log, blame the primary and change
+    /// views.
+    BudgetHog,
 }
+
+/// The client the budget hog's own requests go under.
+const HOG_CLIENT: u64 = 0xb0d6_e700;
 
 /// One Byzantine replica's behaviour and the little state it keeps.
 pub struct Byzantine {
@@ -50,6 +58,10 @@ pub struct Byzantine {
     rng: u64,
     /// The origin forger: each other origin's latest (client, number) it proposed.
     seen: std::collections::BTreeMap<ReplicaId, (u64, u64)>,
+    batch_max_requests: usize,
+    /// The budget hog: the batches it sent per (view, seq), the latest two windows (sent alike
+    /// to every backup, and again so when retransmitted).
+    hogged: std::collections::BTreeMap<(u64, u64), Proposal>,
 }
 
 impl Byzantine {
@@ -67,6 +79,8 @@ impl Byzantine {
             counter: 0,
             rng: 0x9e37_79b9_7f4a_7c15 ^ u64::from(config.id),
             seen: std::collections::BTreeMap::new(),
+            batch_max_requests: config.batch_max_requests,
+            hogged: std::collections::BTreeMap::new(),
         }
     }
 
@@ -94,6 +108,24 @@ impl Byzantine {
                 Message::PrePrepare { sender, view, seq, mut proposal } => {
                     // The same forgery to every backup (the driver rewrites per receiver).
                     crate::actors::forge_origins(&mut proposal, self.me, &mut self.seen, self.max_number_jump);
+                    vec![(to, Message::PrePrepare { sender, view, seq, proposal })]
+                }
+                other => vec![(to, other)],
+            },
+            Behaviour::BudgetHog => match message {
+                Message::PrePrepare { sender, view, seq, mut proposal } => {
+                    match self.hogged.get(&(view, seq)) {
+                        Some(hogged) => proposal = hogged.clone(),
+                        None => {
+                            let limits = (self.batch_max_requests, self.batch_max_bytes, self.max_request_bytes);
+                            // Its own client, numbered on across batches.
+                            crate::actors::hog_batch(&mut proposal, self.me, HOG_CLIENT, &mut self.counter, limits);
+                            self.hogged.insert((view, seq), proposal.clone());
+                            while self.hogged.len() as u64 > 2 * self.window {
+                                self.hogged.pop_first();
+                            }
+                        }
+                    }
                     vec![(to, Message::PrePrepare { sender, view, seq, proposal })]
                 }
                 other => vec![(to, other)],
@@ -225,5 +257,23 @@ mod tests {
         let to_odd = eq.rewrite(1, pp.clone());
         assert_eq!(to_even, vec![(2, pp.clone())]);
         assert_ne!(to_odd, vec![(1, pp)]);
+    }
+
+    #[test]
+    fn the_budget_hog_fills_each_batch_to_the_limits_alike_for_every_backup() {
+        let config = Config::new(4, 0);
+        let mut hog = Byzantine::new(Behaviour::BudgetHog, &config);
+        let honest = Request { origin: 2, client: 5, number: 1, payload: vec![1; 100] };
+        let pp = Message::PrePrepare { sender: 0, view: 0, seq: 3, proposal: Proposal { time: Time(10), requests: vec![honest.clone()] } };
+        let to_one = hog.rewrite(1, pp.clone());
+        let to_two = hog.rewrite(2, pp.clone());
+        assert_eq!(to_one[0].1, to_two[0].1, "the same batch to every backup");
+        let Message::PrePrepare { proposal, .. } = &to_one[0].1 else { panic!("{to_one:?}") };
+        assert_eq!(proposal.requests[0], honest, "the others' requests are kept");
+        let own: Vec<&Request> = proposal.requests.iter().filter(|r| r.origin == 0).collect();
+        assert!(!own.is_empty() && proposal.requests.len() <= config.batch_max_requests);
+        let bytes: usize = proposal.requests.iter().map(Request::wire_size).sum();
+        assert!(bytes <= config.batch_max_bytes && bytes + config.max_request_bytes > config.batch_max_bytes, "{bytes} bytes: full");
+        assert!(own.iter().all(|r| r.wire_size() <= config.max_request_bytes));
     }
 }

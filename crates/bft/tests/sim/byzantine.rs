@@ -19,9 +19,10 @@ pub enum Behaviour {
     Flooder,
     StatusSpammer,
     HostilePrimary,
+    BudgetHog,
 }
 
-pub const ALL: [Behaviour; 11] = [
+pub const ALL: [Behaviour; 12] = [
     Behaviour::Equivocator,
     Behaviour::Nuller,
     Behaviour::Conflicter,
@@ -33,6 +34,7 @@ pub const ALL: [Behaviour; 11] = [
     Behaviour::Flooder,
     Behaviour::StatusSpammer,
     Behaviour::HostilePrimary,
+    Behaviour::BudgetHog,
 ];
 
 /// Rewrites one outgoing message addressed to `to`; returns what is really sent.
@@ -57,6 +59,7 @@ pub fn rewrite(
         Behaviour::Flooder => flooder::rewrite(state, rng, me, n, to, message),
         Behaviour::StatusSpammer => status_spammer::rewrite(me, to, message),
         Behaviour::HostilePrimary => hostile::rewrite(state, rng, me, n, to, message),
+        Behaviour::BudgetHog => budget_hog::rewrite(state, me, n, to, message),
     }
 }
 
@@ -71,6 +74,41 @@ pub struct ByzantineState {
     /// The hostile primary: the batch drawn for (view, seq), sent to every backup unless it
     /// equivocates.
     hostile_last: Option<(u64, u64, bft::Proposal)>,
+    /// The budget hog: the batches it sent per (view, seq), the latest few (a retransmitted
+    /// pre-prepare goes out as it first did).
+    hogged: std::collections::BTreeMap<(u64, u64), bft::Proposal>,
+}
+
+/// Budget hog: as primary, fills every pre-prepare up to the batch limits with requests of its
+/// own origin, keeping the honest ones in it (`bft::actors::hog_batch`), the same batch to
+/// every backup. Its origin is the primary, so only the per-origin budget of the log refuses
+/// such a batch: the log must carry no more of its bytes than the budget allows, and honest
+/// requests must still be delivered.
+pub mod budget_hog {
+    use bft::{Message, ReplicaId};
+
+    use super::ByzantineState;
+    use crate::cluster::sim_config;
+
+    /// The client its own requests go under.
+    pub const CLIENT: u64 = 0xb0d6;
+
+    pub fn rewrite(state: &mut ByzantineState, me: ReplicaId, n: u16, to: ReplicaId, message: Message) -> Vec<(ReplicaId, Message)> {
+        let Message::PrePrepare { sender, view, seq, mut proposal } = message else { return vec![(to, message)] };
+        match state.hogged.get(&(view, seq)) {
+            Some(hogged) => proposal = hogged.clone(),
+            None => {
+                let config = sim_config(n, me);
+                let limits = (config.batch_max_requests, config.batch_max_bytes, config.max_request_bytes);
+                bft::actors::hog_batch(&mut proposal, me, CLIENT, &mut state.counter, limits);
+                state.hogged.insert((view, seq), proposal.clone());
+                while state.hogged.len() > 2 * config.watermark_window as usize {
+                    state.hogged.pop_first();
+                }
+            }
+        }
+        vec![(to, Message::PrePrepare { sender, view, seq, proposal })]
+    }
 }
 
 /// Hostile primary: every pre-prepare it sends is drawn once per seq (and, now and then, again

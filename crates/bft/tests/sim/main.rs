@@ -135,6 +135,20 @@ fn actor_hostile_primary() {
     }
 }
 
+/// A primary that fills every batch with its own requests (see `byzantine::budget_hog`):
+/// backups hold it to the per-origin budget of the log. `BFT_HOG_SEEDS=N` runs a longer
+/// campaign (n = 4, and a third of it for n = 7).
+#[test]
+fn actor_budget_hog() {
+    match env_u64("BFT_HOG_SEEDS") {
+        Some(count) => {
+            run_many_with(4, 0, count, Some(Behaviour::BudgetHog));
+            run_many_with(7, 0, count / 3, Some(Behaviour::BudgetHog));
+        }
+        None => run_actor(Behaviour::BudgetHog),
+    }
+}
+
 #[test]
 fn actor_twins() {
     run_actor(Behaviour::Twins);
