@@ -367,7 +367,7 @@ def main():
     p.add_argument("--reads", type=float, default=0.5, help="fraction of operations that are reads")
     p.add_argument("--plain", type=int, default=4, help="dig/nsupdate client processes")
     p.add_argument("--voting", type=int, default=1, help="voting client (sdns query/update) processes")
-    p.add_argument("--faults", default="kill,stop,skew", help="nemesis faults, comma-separated: kill, stop, skew; empty for none")
+    p.add_argument("--faults", default="kill,stop,skew", help="nemesis faults, comma-separated: kill, stop, skew; none (or empty) for none")
     p.add_argument("--interval", type=float, default=8.0, help="mean seconds between nemesis actions")
     p.add_argument("--victims", default="", help="replicas the nemesis may fault, comma-separated (default: any honest one)")
     p.add_argument("--byzantine", default="", help="ID:MODE,... replicas Byzantine for the whole run (counted against t)")
@@ -381,7 +381,7 @@ def main():
     args.out = args.out or tempfile.mkdtemp(prefix="sdns-nemesis-")
     os.makedirs(args.out, exist_ok=True)
     args.dir = tempfile.mkdtemp(prefix="sdns-nemesis-cluster-")
-    faults = [f for f in args.faults.split(",") if f]
+    faults = [f for f in args.faults.split(",") if f and f != "none"]
     if "skew" in faults and not os.path.exists(FAKETIME_LIB):
         print(f"no {FAKETIME_LIB} (Debian's faketime package): leaving out clock skew", file=sys.stderr)
         faults.remove("skew")
