@@ -372,6 +372,7 @@ def main():
     p.add_argument("--victims", default="", help="replicas the nemesis may fault, comma-separated (default: any honest one)")
     p.add_argument("--byzantine", default="", help="ID:MODE,... replicas Byzantine for the whole run (counted against t)")
     p.add_argument("--seeded-bug", default="", help="test the checker: skip-write@ID or early-read@ID (see docs/RELIABILITY.md)")
+    p.add_argument("--keep", action="store_true", help="keep the cluster directory (replica logs) for inspection")
     p.add_argument("--out", default=None, help="directory for history, report and logs (default: a new temporary one)")
     p.add_argument("--sdns", default=os.environ.get("SDNS_BIN", os.path.join(ROOT, "target", "debug", "sdns")))
     p.add_argument("--bind-dir", default=os.environ.get("SDNS_BIND_DIR", os.path.join(ROOT, "target", "bind9")))
@@ -484,7 +485,8 @@ def main():
         print(f"nemesis: {f}")
     passed = not violations and not lost and not g2 and report["zones_identical"] and not nemesis.failures
     print("PASS" if passed else "FAIL", f"(history and report in {args.out})")
-    shutil.rmtree(args.dir, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(args.dir, ignore_errors=True)
     return 0 if passed else 1
 
 
