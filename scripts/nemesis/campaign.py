@@ -282,8 +282,10 @@ class Nemesis:
         print(f"  nemesis {entry['time']:7.1f}s: {what} replica {replica}", flush=True)
 
     def healthy(self):
+        """Where plain clients go: a plain client's guarantees hold only through an honest
+        replica (the paper's G1'/G2'), so never a Byzantine one nor one the nemesis holds."""
         with self.lock:
-            return [i for i in range(self.c.n) if i not in self.down]
+            return [i for i in range(self.c.n) if i not in self.down and i not in self.c.byzantine]
 
     def run(self, stop):
         budget = self.c.t - len(self.c.byzantine)
