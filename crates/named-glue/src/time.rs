@@ -15,21 +15,24 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// Seconds since the epoch as UTC (year, month, day, hour, minute, second).
+fn utc(secs: u64) -> (i64, u32, u32, u64, u64, u64) {
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    (y, m, d, rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
 /// `YYYYMMDDHHMMSS` in UTC for seconds since the epoch.
 pub fn format_timestamp(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!("{y:04}{m:02}{d:02}{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    let (y, m, d, h, mi, s) = utc(secs);
+    format!("{y:04}{m:02}{d:02}{h:02}{mi:02}{s:02}")
 }
 
 /// RFC 3339 in UTC (`2026-11-27T22:34:05Z`) for seconds since the epoch: what operators read
 /// in status output and logs, where an epoch count says nothing at a glance.
 pub fn format_rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    let (y, m, d, h, mi, s) = utc(secs);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
 }
 
 /// Seconds since the epoch now (0 if the clock is before 1970).

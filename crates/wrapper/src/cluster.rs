@@ -435,9 +435,8 @@ fn wait_answering(addr: SocketAddr, zone: &Name, within: Duration) -> Result<()>
 
 /// The SOA serial `addr` serves for `zone` now, if it answers within a moment.
 fn soa_serial(addr: SocketAddr, zone: &Name) -> Option<u32> {
-    let mut query = Message::new(0x5e71, MessageType::Query, OpCode::Query);
-    query.add_query(Query::query(zone.clone(), RecordType::SOA));
-    let answer = exchange_udp(addr, &query.to_vec().ok()?, Duration::from_millis(700)).ok()?;
+    let query = named_glue::forward::build_query(0x5e71, zone, RecordType::SOA).ok()?;
+    let answer = exchange_udp(addr, &query, Duration::from_millis(700)).ok()?;
     answer.answers.iter().find_map(|r| match &r.data {
         hickory_proto::rr::RData::SOA(soa) => Some(soa.serial),
         _ => None,
