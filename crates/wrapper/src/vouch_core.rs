@@ -30,9 +30,6 @@ pub const WINDOW_PERIOD: Duration = Duration::from_secs(1);
 /// The timeout is [`MARGIN`] times this percentile of a window's waits.
 const PERCENTILE: usize = 95;
 const MARGIN: u64 = 4;
-/// The longest a gateway waits for its own answer (its executor reaching the read's barrier,
-/// then the cache or named) before ordering the read instead.
-pub const OWN_WAIT: Duration = Duration::from_secs(1);
 
 /// What the gateway is to do. `R` is the client's request, handed back in the end.
 #[derive(Debug, PartialEq, Eq)]
@@ -60,6 +57,9 @@ pub struct Settings {
     /// The vouch timeout's floor and cap (`cluster.vouch_timeout_ms..=vouch_timeout_max_ms`).
     pub floor: Duration,
     pub cap: Duration,
+    /// The longest the driver may take to report a read's own answer ([`VouchCore::take`]):
+    /// past it the read is ordered, whatever the driver still does.
+    pub own_wait: Duration,
     pub fault: Fault,
     /// Where this process numbers its probe rounds from: anywhere (the driver draws it). A
     /// peer's barrier can reach a gateway that restarted since it was asked (the peer's queue
@@ -111,8 +111,8 @@ struct Waiting<R> {
     own_at: Option<u64>,
     /// The own answer proved behind and is being taken again.
     again: bool,
-    /// When the read is ordered unless decided: [`OWN_WAIT`] after it was taken while its own
-    /// answer is not in, the vouch timeout after that answer came in.
+    /// When the read is ordered unless decided: [`Settings::own_wait`] after it was taken while
+    /// its own answer is not in, the vouch timeout after that answer came in.
     deadline: u64,
 }
 
@@ -165,6 +165,8 @@ pub struct VouchCore<R> {
     n: u16,
     t: u16,
     fault: Fault,
+    /// [`Settings::own_wait`], in microseconds.
+    own_wait: u64,
     /// How long a gateway waits for its peers once its own answer is in.
     clock: VouchClock,
     reads: HashMap<u64, Waiting<R>>,
@@ -187,6 +189,7 @@ impl<R> VouchCore<R> {
             n: settings.n,
             t: settings.t,
             fault: settings.fault,
+            own_wait: micros(settings.own_wait),
             clock: VouchClock::new(settings.floor, settings.cap, now_us),
             reads: HashMap::new(),
             rounds: HashMap::new(),
@@ -221,7 +224,7 @@ impl<R> VouchCore<R> {
     /// full): `barrier` is the gateway's read barrier taken after the read arrived (at or past
     /// every write acknowledged before it), `own` its own answer if at hand, with the executed
     /// position it reflects. Without it, the caller takes that answer once executed up to
-    /// `barrier` and reports it with [`Self::own_answer`] within [`OWN_WAIT`]. The read's id,
+    /// `barrier` and reports it with [`Self::own_answer`] within [`Settings::own_wait`]. The read's id,
     /// or the request back when [`MAX_WAITING`] reads wait already (it is to be ordered).
     pub fn take(&mut self, turn: &mut Turn, now_us: u64, request: R, barrier: u64, own: Option<(Vec<u8>, u64)>) -> Result<(u64, Vec<Action<R>>), R> {
         if self.reads.len() >= MAX_WAITING {
@@ -238,8 +241,8 @@ impl<R> VouchCore<R> {
         let (n, t) = (self.n, self.t);
         let r = self.rounds.entry(round).or_insert_with(|| Round { barriers: Barriers::new(n, t), reads: Vec::new() });
         r.reads.push(id);
-        let wait = if own.is_some() { self.clock.timeout() } else { OWN_WAIT };
-        let deadline = now_us.saturating_add(micros(wait));
+        let wait = if own.is_some() { micros(self.clock.timeout()) } else { self.own_wait };
+        let deadline = now_us.saturating_add(wait);
         let w = Waiting { request, round, barrier, own_at: own.as_ref().map(|_| now_us), answer: own, again: false, deadline };
         // The barriers are not in (the probe is not even sent), unless the gateway is its
         // own quorum (t = 0).
@@ -514,6 +517,8 @@ mod tests {
     }
 
     const PERIOD: u64 = 1_000_000;
+    /// The longest the tests' drivers take to report an own answer.
+    const OWN_WAIT: Duration = Duration::from_secs(1);
 
     /// One window of vouched reads that all waited `wait`.
     fn window_of(clock: &mut VouchClock, wait: Duration, now: u64) {
@@ -600,7 +605,7 @@ mod tests {
 
     impl Gate {
         fn new(floor: Duration, cap: Duration) -> Gate {
-            let settings = Settings { n: 4, t: 1, floor, cap, fault: Fault::None, first_round: 1 << 40 };
+            let settings = Settings { n: 4, t: 1, floor, cap, own_wait: OWN_WAIT, fault: Fault::None, first_round: 1 << 40 };
             let core = VouchCore::new(settings, 0);
             let gauge = core.timeout();
             Gate { core, now: 0, requests: 0, answered: Vec::new(), ordered: Vec::new(), fetches: Vec::new(), gauge }
@@ -839,7 +844,7 @@ mod tests {
     /// barrier far ahead for even rounds and 0 for odd ones.
     #[test]
     fn faults_shape_probes_and_answers() {
-        let settings = Settings { n: 4, t: 1, floor: ms(5), cap: ms(5), fault: Fault::Silent, first_round: 0 };
+        let settings = Settings { n: 4, t: 1, floor: ms(5), cap: ms(5), own_wait: OWN_WAIT, fault: Fault::Silent, first_round: 0 };
         let mut core = VouchCore::new(settings, 0);
         let mut turn = Turn::default();
         core.take(&mut turn, 0, 1u32, 0, None).expect("room");
@@ -959,7 +964,7 @@ mod tests {
             let n = [4u16, 7, 10][rng.below(3) as usize];
             let t = (n - 1) / 3;
             let (floor, cap) = (1 + rng.below(5), 5 + rng.below(50));
-            let settings = Settings { n, t, floor: ms(floor), cap: ms(cap), fault: Fault::None, first_round: rng.next() };
+            let settings = Settings { n, t, floor: ms(floor), cap: ms(cap), own_wait: OWN_WAIT, fault: Fault::None, first_round: rng.next() };
             let kinds = [Lie::High, Lie::Low, Lie::Silent, Lie::Noise];
             let liars = (0..rng.below(u64::from(t) + 1)).map(|i| (1 + i as u16 * 2, kinds[rng.below(4) as usize])).collect();
             World {

@@ -96,7 +96,11 @@ use crate::read::{Fill, Keyed, ReadCache};
 use crate::reply::ClientRequest;
 pub use crate::vouch::Fault;
 use crate::vouch::{decode_read_wire, ReadWire};
-use crate::vouch_core::{answer_probe, micros, Action, Settings, Turn, VouchCore, OWN_WAIT};
+use crate::vouch_core::{answer_probe, micros, Action, Settings, Turn, VouchCore};
+
+/// The longest a gateway waits for its own executor to reach a read's barrier before ordering
+/// the read instead.
+const OWN_WAIT: Duration = Duration::from_secs(1);
 
 /// Where probes and barriers go: the mesh's reads channel, or a test's capture.
 pub trait ReadsOutbound: Send + Sync + 'static {
@@ -194,7 +198,11 @@ impl VouchedReads {
         timeout: RangeInclusive<Duration>,
         wiring: Wiring,
     ) -> (Arc<VouchedReads>, impl std::future::Future<Output = ()> + Send + 'static) {
-        let settings = Settings { n, t, floor: *timeout.start(), cap: *timeout.end(), fault: wiring.fault, first_round: first_round() };
+        // The core orders a read whose own answer never came once the driver's every wait for
+        // it is over (the executor's, then named's): the backstop never cuts one short.
+        let named_wait = (named.udp_timeout * named.udp_attempts.max(1)).max(3 * named.tcp_timeout);
+        let own_wait = OWN_WAIT + named_wait + Duration::from_secs(1);
+        let settings = Settings { n, t, floor: *timeout.start(), cap: *timeout.end(), own_wait, fault: wiring.fault, first_round: first_round() };
         let core = VouchCore::new(settings, 0);
         metrics.set_vouch_timeout(core.timeout());
         let service = Arc::new(VouchedReads {
