@@ -41,5 +41,6 @@ pub mod transfer;
 pub mod voting;
 pub mod voting_read;
 pub mod vouch;
+pub mod vouch_core;
 pub mod vouched;
 pub mod zone;
