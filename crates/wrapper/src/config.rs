@@ -535,17 +535,6 @@ impl Layout {
 }
 
 impl Config {
-    /// The file form of a replica's file, its layout upgraded and its zones in canonical
-    /// order, unchecked beyond its types: for tools that read or rewrite a replica's file.
-    /// A replica runs from [`Settings::load`], which checks every value.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        let mut config = Config::from_toml(&text, path)?;
-        config.upgrade(path)?;
-        config.zones.sort_by_key(ZoneSection::apex);
-        Ok(config)
-    }
-
     /// The file as written (either layout); `path` only names it in errors.
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
         toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })
@@ -601,7 +590,7 @@ impl Config {
         Ok(Layout::SingleZone)
     }
 
-    /// The zone with this index (its position in canonical order, after [`Config::load`]).
+    /// The zone with this index (its position in canonical order, after `Config::load`).
     pub fn zone(&self, index: usize) -> Option<&ZoneSection> {
         self.zones.get(index)
     }

@@ -215,13 +215,33 @@ fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
 }
 
+impl Config {
+    /// A replica's file as tools read it back (`sdns update --config`, keygen's tests): checked
+    /// as [`Settings::load`] checks it, then the file form with its layout upgraded and its
+    /// zones in canonical order (paths as written). Here rather than beside the file form so
+    /// that the file form does not depend on the runtime form.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let (text, base) = read(path)?;
+        let mut config = Config::from_toml(&text, path)?;
+        Settings::new(config.clone(), path, &base)?;
+        config.upgrade(path)?;
+        config.zones.sort_by_key(ZoneSection::apex);
+        Ok(config)
+    }
+}
+
+/// A file's text, and the directory its relative paths are resolved against: absolute,
+/// because named changes into its own directory before opening files.
+fn read(path: &Path) -> Result<(String, PathBuf), ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+    let absolute = std::path::absolute(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+    Ok((text, absolute.parent().map(Path::to_owned).unwrap_or_default()))
+}
+
 impl Settings {
     /// Reads, checks and converts a replica's file.
     pub fn load(path: &Path) -> Result<Settings, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        // Absolute, because named changes into its own directory before opening files.
-        let absolute = std::path::absolute(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        let base = absolute.parent().map(Path::to_owned).unwrap_or_default();
+        let (text, base) = read(path)?;
         Settings::parse(&text, path, &base)
     }
 
