@@ -91,10 +91,10 @@ fn install_script_stages_an_fhs_layout_and_touches_nothing_else() {
             assert_eq!(mode(&dir.join(secret)), 0o600, "{name}/{secret}");
         }
         assert!(!dir.join("state").exists());
-        let config = wrapper::config::Config::load(&dir.join("replica.toml")).unwrap();
-        assert_eq!(config.named.bind_dir, Path::new("/usr/local/lib/sdns/bind9"));
-        assert_eq!(config.replica.state_dir, PathBuf::from(format!("/var/lib/sdns/{name}")));
-        assert_eq!(config.resolve(&config.zones[0].key_share), dir.join("share.json"));
+        let settings = wrapper::config::Settings::load(&dir.join("replica.toml")).unwrap();
+        assert_eq!(settings.named.bind_dir, Path::new("/usr/local/lib/sdns/bind9"));
+        assert_eq!(settings.state_dir, PathBuf::from(format!("/var/lib/sdns/{name}")));
+        assert_eq!(settings.zones[0].key_share, dir.join("share.json"));
     }
     assert!(!root.join("etc/sdns/replica-2").exists());
 
@@ -148,16 +148,15 @@ fn install_script_copies_every_zones_directory() {
     let (ok, said) = install(&root, &["--replica", r2.to_str().unwrap()]);
     assert!(ok, "{said}");
     let dir = root.join("etc/sdns/replica-2");
-    let config = wrapper::config::Config::load(&dir.join("replica.toml")).unwrap();
-    assert_eq!(config.zones.len(), 2);
-    for z in &config.zones {
-        for (path, secret) in [(&z.key_share, true), (&z.public_key, false), (&z.zone_file, false)] {
-            let file = config.resolve(path);
+    let settings = wrapper::config::Settings::load(&dir.join("replica.toml")).unwrap();
+    assert_eq!(settings.zones.len(), 2);
+    for z in &settings.zones {
+        for (file, secret) in [(&z.key_share, true), (&z.public_key, false), (&z.zone_file, false)] {
             assert!(file.starts_with(dir.join("zones")) && file.is_file(), "{} of {} not installed", file.display(), z.name);
             assert_eq!(mode(&file) == 0o600, secret, "{}", file.display());
         }
         for key in &z.tsig_keys {
-            assert_eq!(mode(&config.resolve(key)), 0o600, "{}", key.display());
+            assert_eq!(mode(key), 0o600, "{}", key.display());
         }
     }
     assert_eq!(mode(&dir.join("zones")), 0o700);
@@ -172,7 +171,7 @@ fn install_script_copies_every_zones_directory() {
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     let out = run(Command::new("sh").arg(&check).env("SDNS_CONFIG", r2.join("replica.toml")).env("PATH", &path));
     let said = text(&out);
-    let client = config.peers.iter().find(|p| p.id == 2).unwrap().client;
+    let client = settings.peers.iter().find(|p| p.id == 2).unwrap().client;
     let first = std::fs::read_to_string(r2.join("replica.toml")).unwrap();
     let first = first.split("[[zone]]").nth(1).and_then(|t| t.lines().find_map(|l| l.strip_prefix("name = "))).unwrap().trim_matches('"').to_owned();
     assert!(out.status.success() && said.contains(&format!("@{} -p {} {first} SOA", client.ip(), client.port())), "healthcheck.sh:\n{said}");

@@ -7,6 +7,7 @@
 //! zone signed in the background wait for named however long it takes (retrying while it restarts) rather than give up
 //! on a local timer, since giving up would make this replica differ from the others.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
 use crate::classify::{classify, Verdict};
+use crate::config::Settings;
 use crate::envelope::Op;
 use crate::exec::state::serial_before;
 use crate::exec::ExecState;
@@ -55,69 +57,198 @@ impl Background {
 }
 
 pub struct Executor<G: UpdateGate> {
-    pub id: u16,
-    pub core: ExecCore<ReplyTo, G>,
+    id: u16,
+    core: ExecCore<ReplyTo, G>,
     /// Reads (their own timeouts: a read that fails gets SERVFAIL and changes nothing).
-    pub named: Forwarder,
+    named: Forwarder,
     /// Writes: long per-read timeout; on failure the write is sent again once named answers.
-    pub writes: Forwarder,
-    pub pending: Arc<Pending>,
-    pub times: watch::Sender<Option<SignatureTimes>>,
-    pub checkpoints: mpsc::Sender<(u64, Digest)>,
-    pub metrics: Arc<Metrics>,
+    writes: Forwarder,
+    pending: Arc<Pending>,
+    times: watch::Sender<Option<SignatureTimes>>,
+    checkpoints: mpsc::Sender<(u64, Digest)>,
+    metrics: Arc<Metrics>,
     /// Every zone's whole-zone operations, in zone index order.
-    pub zones: Vec<Arc<ZoneMaintenance>>,
+    zones: Vec<Arc<ZoneMaintenance>>,
     /// Where the execution state is persisted after every batch that changed it.
-    pub state_file: PathBuf,
+    state_file: PathBuf,
     /// Each zone's last signing time (zone index order), shared with the re-sign timers.
-    pub last_signed: Vec<Arc<AtomicU64>>,
+    last_signed: Vec<Arc<AtomicU64>>,
     /// named's answers to reads, emptied around every write and signing (`crate::read_cache`).
-    pub cache: Arc<ReadCache>,
+    cache: Arc<ReadCache>,
     /// The last zone digests (one per zone), the cache epoch they were computed at, and the
     /// records they were computed from (a checkpoint's snapshot when the digests are reused).
-    pub last_digest: Arc<Mutex<Option<LastDigest>>>,
+    last_digest: Arc<Mutex<Option<LastDigest>>>,
     /// Where the snapshot of every checkpoint is kept for peers that need state transfer.
-    pub snapshots: Option<SnapshotStore>,
+    snapshots: Option<SnapshotStore>,
     /// The records each pending checkpoint digest was computed from.
-    pub digested: DigestedRecords,
+    digested: DigestedRecords,
     /// The ordering's delivery base of each checkpoint batch taken but not yet digested: the
     /// certified digest covers its deduplication table, and the snapshot carries it.
-    pub bases: OrderingBases,
+    bases: OrderingBases,
     /// The tasks the running batch's commands started: aborted when a transferred state
     /// replaces what that batch was doing (see [`Executor::preempt`]).
-    pub tasks: CommandTasks,
+    tasks: CommandTasks,
     /// Verified snapshots to install (from state transfer).
-    pub installs: Option<mpsc::Receiver<Install>>,
+    installs: Option<mpsc::Receiver<Install>>,
     /// Each zone's background signing (zone index order): its own socket and times, since
     /// two zones' signings may run at once.
-    pub backgrounds: Vec<Arc<Background>>,
+    backgrounds: Vec<Arc<Background>>,
     /// This replica's own state digest at each recent checkpoint, to compare with the
     /// certified one (`crate::statexfer::watch_divergence`).
-    pub own_digests: OwnDigests,
+    own_digests: OwnDigests,
     /// The checkpoint at which this replica's state was found to differ from the certified
     /// one (0: never). Until a transferred state after it is installed, no batch is executed:
     /// executing on a diverged state would only spread the difference.
-    pub diverged_at: Option<watch::Receiver<u64>>,
+    diverged_at: Option<watch::Receiver<u64>>,
     /// The executed position, for reads that wait for it (`crate::vouched`): published as
     /// soon as a batch's last write is answered by named, before the state is persisted.
-    pub executed: watch::Sender<u64>,
+    executed: watch::Sender<u64>,
     /// The write this replica's named has not answered for `ABANDON_CLAIM_AFTER`: the
-    /// claimer task (`run::stuck_claimer`) orders `Op::Stuck` for it while it is set.
-    pub stuck: watch::Sender<Option<(u64, u32)>>,
+    /// claimer task (`run::requests`) orders `Op::Stuck` for it while it is set.
+    stuck: watch::Sender<Option<(u64, u32)>>,
     /// Signatures the write signing socket returned so far: while they move, the running
     /// write makes progress (a large update waits for many) and is not claimed stuck.
-    pub signatures: Arc<AtomicU64>,
+    signatures: Arc<AtomicU64>,
     /// Committed batches waiting behind a stuck write past which it is claimed stuck after
     /// `ABANDON_CLAIM_HURRIED` rather than `ABANDON_CLAIM_AFTER`: half the ordering's
     /// watermark window, so that the claims still find room in the log (nothing past the
     /// window is ordered until a checkpoint after the stuck write is certified).
-    pub claim_backlog: usize,
+    claim_backlog: usize,
     /// Test hook (`replica.test_fail_writes_naming`, test clusters only): writes with a
     /// record of this owner name are never sent to named; the forwarder's transient failure
     /// is reported for them instead, as if named timed out on them at every replica.
-    pub fail_writes_naming: Option<hickory_proto::rr::Name>,
+    fail_writes_naming: Option<hickory_proto::rr::Name>,
     /// The task sending the running write to named, aborted when the write is abandoned.
-    pub write_task: Mutex<Option<((u64, u32), tokio::task::AbortHandle)>>,
+    write_task: Mutex<Option<((u64, u32), tokio::task::AbortHandle)>>,
+}
+
+/// The executor's own settings.
+#[derive(Clone, Debug)]
+pub struct ExecutorConfig {
+    pub id: u16,
+    /// Where the execution state is persisted (`exec.state` in the state directory).
+    pub state_file: PathBuf,
+    /// See [`Executor::claim_backlog`].
+    pub claim_backlog: usize,
+    /// See [`Executor::fail_writes_naming`].
+    pub fail_writes_naming: Option<hickory_proto::rr::Name>,
+}
+
+impl From<&Settings> for ExecutorConfig {
+    fn from(s: &Settings) -> ExecutorConfig {
+        ExecutorConfig {
+            id: s.id,
+            state_file: s.state_dir.join("exec.state"),
+            // Half the watermark window (four checkpoint intervals, `bft::Config::from`).
+            claim_backlog: usize::try_from(s.ordering.checkpoint_interval.get().saturating_mul(2)).unwrap_or(usize::MAX).max(1),
+            fail_writes_naming: s.test.fail_writes_naming.clone(),
+        }
+    }
+}
+
+/// The execution core's settings: the agreed-time parameters every replica must share, and
+/// the sign-zone verifiers (one per zone, from the cluster CA).
+pub fn exec_config(s: &Settings, sign_zone_verifiers: Vec<crate::exec::SignZoneVerifier>) -> crate::exec::ExecConfig {
+    crate::exec::ExecConfig {
+        id: s.id,
+        faults: s.faults,
+        validity_s: s.signing.validity_s,
+        resign_after_s: s.signing.resign_after_s,
+        slice_interval_s: s.signing.resign_slice_interval_s.get(),
+        slice_rrsets: s.signing.resign_slice_rrsets.get(),
+        sign_zone_interval_s: s.signing.sign_zone_interval_s,
+        sign_zone_window_s: s.signing.sign_zone_window_s.get(),
+        sign_zone_verifiers,
+        max_reads_in_flight: MAX_READS_IN_FLIGHT,
+    }
+}
+
+/// Reads executing at once at this gateway.
+const MAX_READS_IN_FLIGHT: usize = 64;
+
+/// What the executor works with, made by the other parts of the replica.
+pub struct ExecutorLinks {
+    pub named: Forwarder,
+    pub writes: Forwarder,
+    pub pending: Arc<Pending>,
+    pub cache: Arc<ReadCache>,
+    pub metrics: Arc<Metrics>,
+    /// The signature times of the running write, for the write signing socket.
+    pub times: watch::Sender<Option<SignatureTimes>>,
+    pub signatures: Arc<AtomicU64>,
+    pub checkpoints: mpsc::Sender<(u64, Digest)>,
+    /// Every zone's whole-zone operations and background signing, in zone index order.
+    pub zones: Vec<Arc<ZoneMaintenance>>,
+    pub backgrounds: Vec<Arc<Background>>,
+    /// State transfer; without it no snapshot is kept and none installed.
+    pub transfer: Option<TransferLinks>,
+}
+
+/// The executor's side of state transfer and checkpoint repair.
+pub struct TransferLinks {
+    pub snapshots: SnapshotStore,
+    pub installs: mpsc::Receiver<Install>,
+    pub diverged_at: watch::Receiver<u64>,
+}
+
+impl<G: UpdateGate> Executor<G> {
+    pub fn new(config: ExecutorConfig, core: ExecCore<ReplyTo, G>, links: ExecutorLinks) -> Executor<G> {
+        let ExecutorConfig { id, state_file, claim_backlog, fail_writes_naming } = config;
+        let ExecutorLinks { named, writes, pending, cache, metrics, times, signatures, checkpoints, zones, backgrounds, transfer } = links;
+        let (snapshots, installs, diverged_at) = match transfer {
+            Some(t) => (Some(t.snapshots), Some(t.installs), Some(t.diverged_at)),
+            None => (None, None, None),
+        };
+        Executor {
+            id,
+            core,
+            named,
+            writes,
+            pending,
+            times,
+            checkpoints,
+            metrics,
+            last_signed: zones.iter().map(|_| Arc::new(AtomicU64::new(0))).collect(),
+            zones,
+            state_file,
+            cache,
+            last_digest: Default::default(),
+            snapshots,
+            digested: Default::default(),
+            bases: Default::default(),
+            tasks: Default::default(),
+            installs,
+            backgrounds,
+            own_digests: Default::default(),
+            diverged_at,
+            executed: watch::channel(0).0,
+            stuck: watch::channel(None).0,
+            signatures,
+            claim_backlog,
+            fail_writes_naming,
+            write_task: Default::default(),
+        }
+    }
+
+    /// The executed position as it moves (see [`Executor::executed`]).
+    pub fn executed_rx(&self) -> watch::Receiver<u64> {
+        self.executed.subscribe()
+    }
+
+    /// The write this replica claims stuck, if any (see [`Executor::stuck`]).
+    pub fn stuck_rx(&self) -> watch::Receiver<Option<(u64, u32)>> {
+        self.stuck.subscribe()
+    }
+
+    /// Each zone's last signing time, for its re-sign timer (zone index order).
+    pub fn last_signed(&self) -> Vec<Arc<AtomicU64>> {
+        self.last_signed.clone()
+    }
+
+    /// This replica's own checkpoint digests, for the divergence check.
+    pub fn own_digests(&self) -> OwnDigests {
+        self.own_digests.clone()
+    }
 }
 
 /// How long the executor waits for named's answer to one write, with no signature made for
@@ -165,6 +296,30 @@ impl CommandTasks {
     }
 }
 
+/// The executor loop's timers: how long the running batch has taken, and how long named
+/// has not answered its write.
+struct Watchdog {
+    stall_check: tokio::time::Interval,
+    /// The batch seen running at the last stall check, and since when.
+    stalled: Option<(u64, std::time::Instant)>,
+    stuck_check: tokio::time::Interval,
+    /// The write named has not answered, and since when (for the stuck claims).
+    waiting_write: Option<((u64, u32), std::time::Instant)>,
+    /// The write signatures counted at the last stuck check.
+    signed: u64,
+}
+
+impl Watchdog {
+    fn new(signed: u64) -> Watchdog {
+        let interval = |every| {
+            let mut check = tokio::time::interval(every);
+            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            check
+        };
+        Watchdog { stall_check: interval(STALL_WARNING), stalled: None, stuck_check: interval(Duration::from_secs(1)), waiting_write: None, signed }
+    }
+}
+
 /// How often a batch that does not finish is reported (first after one to two periods).
 const STALL_WARNING: Duration = Duration::from_secs(10);
 
@@ -183,32 +338,12 @@ impl<G: UpdateGate + 'static> Executor<G> {
         let mut diverged_at = self.diverged_at.take().unwrap_or(idle_diverged);
         // The last installed transferred state's checkpoint.
         let mut installed_at = 0u64;
-        let state = self.core.state().clone();
-        self.publish_last_signed(&state);
-        self.executed.send_replace(state.executed);
-        if state.executed > 0 {
-            info!(replica = self.id, last = state.executed, "resuming after executed batch");
-        }
-        self.reconcile_with_named().await;
-        // A signing that was running when this replica stopped goes on (or is found done).
-        for (zone, run, times) in self.core.signing_runs() {
-            info!(replica = self.id, zone, began = run.seq, "resuming the background whole-zone signing");
-            self.start_background(zone, run.seq, times);
-        }
-        // A batch that does not finish holds every later one and any state install: said
-        // every STALL_WARNING while it lasts, with what it waits for.
-        let mut stall_check = tokio::time::interval(STALL_WARNING);
-        stall_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut stalled: Option<(u64, std::time::Instant)> = None;
-        // The write named has not answered, and since when (for the stuck claims).
-        let mut stuck_check = tokio::time::interval(Duration::from_secs(1));
-        stuck_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut waiting_write: Option<((u64, u32), std::time::Instant)> = None;
-        let mut signed = self.signatures.load(Ordering::Relaxed);
+        self.resume().await;
+        let mut watchdog = Watchdog::new(self.signatures.load(Ordering::Relaxed));
         // Batches committed and not yet executed: taken from the ordering as they come, so
         // that the core sees the claims in them while it waits on an earlier write (they
         // waited in the channel before; the bound is the ordering's window either way).
-        let mut queued: std::collections::VecDeque<Batch> = std::collections::VecDeque::new();
+        let mut queued: VecDeque<Batch> = VecDeque::new();
         let mut ordering_open = true;
         loop {
             let paused = *diverged_at.borrow_and_update() > installed_at;
@@ -228,49 +363,12 @@ impl<G: UpdateGate + 'static> Executor<G> {
             let commands = tokio::select! {
                 biased;
                 Some(event) = events.recv() => self.core.handle(event),
-                _ = stuck_check.tick() => {
-                    let now = self.core.stuck_write();
-                    let signatures = self.signatures.load(Ordering::Relaxed);
-                    let progress = std::mem::replace(&mut signed, signatures) != signatures;
-                    waiting_write = match (waiting_write, now) {
-                        (Some((w, since)), Some(n)) if w == n && !progress => Some((w, since)),
-                        (_, Some(n)) => Some((n, std::time::Instant::now())),
-                        (_, None) => None,
-                    };
-                    let bound = if queued.len() >= self.claim_backlog { ABANDON_CLAIM_HURRIED } else { ABANDON_CLAIM_AFTER };
-                    let claim = waiting_write.filter(|(_, since)| since.elapsed() >= bound).map(|(w, _)| w);
-                    self.stuck.send_if_modified(|c| {
-                        let changed = *c != claim;
-                        *c = claim;
-                        changed
-                    });
+                _ = watchdog.stuck_check.tick() => {
+                    self.check_stuck(&mut watchdog, queued.len());
                     Vec::new()
                 }
-                _ = stall_check.tick() => {
-                    match self.core.waiting_for() {
-                        Some((seq, what)) => match stalled {
-                            Some((at, since)) if at == seq => {
-                                warn!(
-                                    replica = self.id,
-                                    seq,
-                                    secs = since.elapsed().as_secs(),
-                                    reads_in_flight = self.core.reads_in_flight(),
-                                    "a batch has been executing for long; waiting for {what}"
-                                );
-                                // The repair task fetches the certified state past a batch
-                                // that does not finish (see `run::repair`).
-                                self.metrics.update_status(|s| s.stalled = Some((seq, since.elapsed().as_secs())));
-                            }
-                            _ => {
-                                stalled = Some((seq, std::time::Instant::now()));
-                                self.metrics.update_status(|s| s.stalled = None);
-                            }
-                        },
-                        None => {
-                            stalled = None;
-                            self.metrics.update_status(|s| s.stalled = None);
-                        }
-                    }
+                _ = watchdog.stall_check.tick() => {
+                    self.check_stalled(&mut watchdog);
                     Vec::new()
                 }
                 Some((snapshot, ack)) = installs.recv() => {
@@ -285,7 +383,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                         installed_at = installed_at.max(seq);
                     }
                     // The stalled batch, if any, is gone with it.
-                    stalled = None;
+                    watchdog.stalled = None;
                     self.metrics.update_status(|s| s.stalled = None);
                     let _ = ack.send(result);
                     Vec::new()
@@ -306,6 +404,72 @@ impl<G: UpdateGate + 'static> Executor<G> {
             };
             for command in commands {
                 self.perform(command, &events_tx).await;
+            }
+        }
+    }
+
+    /// Takes up where this replica left off: the executed position published, a write a
+    /// crash interrupted reconciled with named, a background signing that was running
+    /// resumed (or found done).
+    async fn resume(&mut self) {
+        let state = self.core.state().clone();
+        self.publish_last_signed(&state);
+        self.executed.send_replace(state.executed);
+        if state.executed > 0 {
+            info!(replica = self.id, last = state.executed, "resuming after executed batch");
+        }
+        self.reconcile_with_named().await;
+        for (zone, run, times) in self.core.signing_runs() {
+            info!(replica = self.id, zone, began = run.seq, "resuming the background whole-zone signing");
+            self.start_background(zone, run.seq, times);
+        }
+    }
+
+    /// Sets or clears the stuck claim (`Executor::stuck`): the write named has not answered
+    /// for its bound, with no signature made for it meanwhile.
+    fn check_stuck(&self, w: &mut Watchdog, queued: usize) {
+        let now = self.core.stuck_write();
+        let signatures = self.signatures.load(Ordering::Relaxed);
+        let progress = std::mem::replace(&mut w.signed, signatures) != signatures;
+        w.waiting_write = match (w.waiting_write, now) {
+            (Some((write, since)), Some(n)) if write == n && !progress => Some((write, since)),
+            (_, Some(n)) => Some((n, std::time::Instant::now())),
+            (_, None) => None,
+        };
+        let bound = if queued >= self.claim_backlog { ABANDON_CLAIM_HURRIED } else { ABANDON_CLAIM_AFTER };
+        let claim = w.waiting_write.filter(|(_, since)| since.elapsed() >= bound).map(|(write, _)| write);
+        self.stuck.send_if_modified(|c| {
+            let changed = *c != claim;
+            *c = claim;
+            changed
+        });
+    }
+
+    /// A batch that does not finish holds every later one and any state install: said every
+    /// STALL_WARNING while it lasts, with what it waits for.
+    fn check_stalled(&self, w: &mut Watchdog) {
+        match self.core.waiting_for() {
+            Some((seq, what)) => match w.stalled {
+                Some((at, since)) if at == seq => {
+                    warn!(
+                        replica = self.id,
+                        seq,
+                        secs = since.elapsed().as_secs(),
+                        reads_in_flight = self.core.reads_in_flight(),
+                        "a batch has been executing for long; waiting for {what}"
+                    );
+                    // The repair task fetches the certified state past a batch that does not
+                    // finish (see `run::repair`, the repair task).
+                    self.metrics.update_status(|s| s.stalled = Some((seq, since.elapsed().as_secs())));
+                }
+                _ => {
+                    w.stalled = Some((seq, std::time::Instant::now()));
+                    self.metrics.update_status(|s| s.stalled = None);
+                }
+            },
+            None => {
+                w.stalled = None;
+                self.metrics.update_status(|s| s.stalled = None);
             }
         }
     }
@@ -508,285 +672,14 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     self.metrics.inc_dropped(why);
                 }
             }
-            Command::Read { id, transfer, tcp, message, reply } => {
-                let fill = match transfer {
-                    true => None,
-                    false => match self.cache.lookup(&message, tcp) {
-                        // Answered here: no task, no round trip to named.
-                        Lookup::Hit(answer) => {
-                            self.metrics.inc_read_cache(true);
-                            crate::read::deliver(&reply, answer, &self.metrics);
-                            let _ = events.send(Event::ReadDone { id });
-                            return;
-                        }
-                        Lookup::Miss(fill) => fill,
-                    },
-                };
-                let (named, metrics, events, cache) = (self.named.clone(), self.metrics.clone(), events.clone(), self.cache.clone());
-                self.tasks.spawn(async move {
-                    if transfer {
-                        transfer_to(named, message, reply, metrics, id, events).await;
-                    } else {
-                        crate::read::forward_read(&named, &cache, fill, &message, tcp, &reply, &metrics).await;
-                        let _ = events.send(Event::ReadDone { id });
-                    }
-                });
-            }
-            Command::Write { seq, index, message, times } => {
-                let (named, metrics, events, tx) = (self.writes.clone(), self.metrics.clone(), events.clone(), self.times.clone());
-                let id = self.id;
-                // Begun before named can apply the write; ended once it answered.
-                let change = self.cache.begin_change();
-                let zone = self.zone_of(&message);
-                let intent = self.core.zone_change_at().map(|(seq, index, z, state)| self.intent(seq, index, z.unwrap_or(zone), state));
-                let fail = self.fail_writes_naming.as_ref().is_some_and(|name| names_owner(&message, name));
-                let task = self.tasks.spawn(async move {
-                    if let Some(intent) = intent {
-                        intent.await;
-                    }
-                    let _ = tx.send(Some(times));
-                    let answer = if fail {
-                        fail_for_test(&metrics, id, seq).await
-                    } else if crate::seeded_bug::skip_this_write(id) {
-                        tracing::error!(replica = id, seq, "SEEDED BUG skip-write: this write is answered NOERROR and never given to named");
-                        crate::answer::error_answer(&message, 0).unwrap_or_default()
-                    } else {
-                        write(&named, &message, &metrics, id, seq).await
-                    };
-                    drop(change);
-                    let _ = tx.send(None);
-                    let _ = events.send(Event::WriteAnswered { seq, index, answer });
-                });
-                *self.write_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(((seq, index), task));
-            }
-            Command::BeginSigning { zone, seq, times } => {
-                let Some((maintenance, background)) = self.zone_parts(zone) else {
-                    let _ = events.send(Event::SigningBegun { seq, result: Err(format!("no zone has index {zone}")) });
-                    return;
-                };
-                let (metrics, events) = (self.metrics.clone(), events.clone());
-                let id = self.id;
-                // The zone does not change here: only its content is kept.
-                self.tasks.spawn(async move {
-                    let result = begin_signing(&maintenance, seq).await;
-                    match &result {
-                        Ok(total) => {
-                            info!(replica = id, seq, rrsets = total, "whole-zone signing begun; it runs in the background");
-                            metrics.zone_signing_begun(seq, *total);
-                            start_background(&maintenance, &background, &metrics, seq, times, id);
-                        }
-                        Err(e) => {
-                            metrics.inc_execute_error();
-                            warn!(replica = id, zone = %maintenance.zone, seq, error = %e, "sign-zone could not begin; zone left as it was");
-                        }
-                    }
-                    let _ = events.send(Event::SigningBegun { seq, result: result.map(|_| ()) });
-                });
-            }
-            Command::FinishSigning { zone, seq, run, times } => {
-                let Some((maintenance, background)) = self.zone_parts(zone) else {
-                    let _ = events.send(Event::SigningFinished { seq, result: Err(format!("no zone has index {zone}")) });
-                    return;
-                };
-                let (metrics, events, tx) = (self.metrics.clone(), events.clone(), self.times.clone());
-                let (id, cache) = (self.id, self.cache.clone());
-                let intent = self.core.zone_change_at().map(|(seq, index, z, state)| self.intent(seq, index, z.unwrap_or(zone), state));
-                // Another round signs with the signing's own times (its first round's).
-                let run_times = self.core.signing_run(zone).map_or(times, |(_, t)| t);
-                self.tasks.spawn(async move {
-                    // This replica's part, however long it takes (t+1 others are done).
-                    let mut done = background.finished.subscribe();
-                    let part = loop {
-                        let current = done.borrow_and_update().clone();
-                        if let Some((s, r)) = current {
-                            if s == run.seq {
-                                break r;
-                            }
-                        }
-                        if done.changed().await.is_err() {
-                            break Err("the background signing went away".to_string());
-                        }
-                    };
-                    let started = std::time::Instant::now();
-                    let result = match part {
-                        Ok(()) => {
-                            if let Some(intent) = intent {
-                                intent.await;
-                            }
-                            let change = cache.begin_change();
-                            let _ = tx.send(Some(times));
-                            let r = finish_signing(&maintenance, seq, run.seq).await;
-                            let _ = tx.send(None);
-                            drop(change);
-                            r
-                        }
-                        Err(e) => Err(e),
-                    };
-                    let result = match result {
-                        Ok(Finish::Round { changed, rrsets }) => {
-                            info!(replica = id, seq, previous = run.seq, changed, "another round of the whole-zone signing begun");
-                            metrics.zone_signing_begun(seq, rrsets);
-                            start_background(&maintenance, &background, &metrics, seq, run_times, id);
-                            let _ = events.send(Event::SigningRound { seq, changed });
-                            return;
-                        }
-                        Ok(Finish::Installed { changed }) => Ok(changed),
-                        Err(e) => Err(e),
-                    };
-                    match &result {
-                        Ok(changed) => info!(
-                            replica = id,
-                            seq,
-                            began = run.seq,
-                            changed,
-                            ms = started.elapsed().as_millis() as u64,
-                            "zone signed with the distributed key installed"
-                        ),
-                        Err(e) => {
-                            metrics.inc_execute_error();
-                            warn!(replica = id, seq, error = %e, "whole-zone signing failed; zone left as it was");
-                        }
-                    }
-                    metrics.zone_signing_finished(started.elapsed());
-                    let _ = events.send(Event::SigningFinished { seq, result });
-                });
-            }
-            Command::ResignSlice { zone, seq, times, due_before_s, max_rrsets } => {
-                let Some((maintenance, _)) = self.zone_parts(zone) else {
-                    let _ = events.send(Event::SliceDone { seq, result: Err(format!("no zone has index {zone}")) });
-                    return;
-                };
-                let (metrics, events, tx, cache) = (self.metrics.clone(), events.clone(), self.times.clone(), self.cache.clone());
-                let id = self.id;
-                let intent = self.core.zone_change_at().map(|(seq, index, z, state)| self.intent(seq, index, z.unwrap_or(zone), state));
-                self.tasks.spawn(async move {
-                    if let Some(intent) = intent {
-                        intent.await;
-                    }
-                    let _ = tx.send(Some(times));
-                    let started = std::time::Instant::now();
-                    let result = resign_slice(&maintenance, &cache, seq, due_before_s, max_rrsets, times).await;
-                    let _ = tx.send(None);
-                    let result = match result {
-                        Ok(report) => {
-                            if report.resigned > 0 {
-                                info!(
-                                    replica = id,
-                                    seq,
-                                    resigned = report.resigned,
-                                    due = report.due,
-                                    read = if report.incremental { "ixfr" } else { "axfr" },
-                                    ms = started.elapsed().as_millis() as u64,
-                                    "re-signing slice"
-                                );
-                            }
-                            metrics.observe_zone_slice(zone, report, started.elapsed());
-                            Ok(report.resigned)
-                        }
-                        Err(e) => {
-                            metrics.inc_execute_error();
-                            warn!(replica = id, seq, error = %e, "re-signing slice failed; zone left as it was");
-                            Err(e)
-                        }
-                    };
-                    let _ = events.send(Event::SliceDone { seq, result });
-                });
-            }
-            Command::DigestZone { seq } => {
-                // The zone changes only by writes and signings, which advance the cache's
-                // epoch: at the same epoch the zone, and so its digest, is the same.
-                let keep = self.snapshots.is_some();
-                let epoch = self.cache.quiet_epoch();
-                let last = self.last_digest.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                if let (Some(epoch), Some((at, digests, records))) = (epoch, last) {
-                    if epoch == at {
-                        if keep {
-                            remember_digested(&self.digested, seq, (*records).clone());
-                        }
-                        let _ = events.send(Event::ZoneDigest { seq, digests: Some(digests) });
-                        return;
-                    }
-                }
-                let (zones, events, cache, last_digest, digested, metrics) =
-                    (self.zones.clone(), events.clone(), self.cache.clone(), self.last_digest.clone(), self.digested.clone(), self.metrics.clone());
-                let id = self.id;
-                self.tasks.spawn(async move {
-                    // Every zone in index order; one that cannot be read spoils the checkpoint.
-                    let mut all = Some((Vec::with_capacity(zones.len()), Vec::with_capacity(zones.len())));
-                    for maintenance in &zones {
-                        match (zone_digest(maintenance, id).await, all.as_mut()) {
-                            (Some((digest, records)), Some((digests, lists))) => {
-                                digests.push(digest);
-                                lists.push(records);
-                            }
-                            _ => {
-                                all = None;
-                                break;
-                            }
-                        }
-                    }
-                    let digests = all.map(|(digests, lists)| {
-                        for (index, records) in lists.iter().enumerate() {
-                            let serial = crate::zone::soa_serial_of(records);
-                            metrics.update_zone(u16::try_from(index).unwrap_or(u16::MAX), |z| z.serial = serial);
-                        }
-                        let records = Arc::new(lists);
-                        if keep {
-                            remember_digested(&digested, seq, (*records).clone());
-                        }
-                        if let Some(before) = epoch {
-                            // Kept only if no change began while the zones were read.
-                            if cache.quiet_epoch() == Some(before) {
-                                *last_digest.lock().unwrap_or_else(|e| e.into_inner()) = Some((before, digests.clone(), records));
-                            }
-                        }
-                        digests
-                    });
-                    let _ = events.send(Event::ZoneDigest { seq, digests });
-                });
-            }
-            Command::Checkpoint { seq, digest, state } => {
-                let base = self.bases.lock().ok().and_then(|mut bases| {
-                    let base = bases.remove(&seq);
-                    bases.retain(|at, _| *at > seq);
-                    base
-                });
-                // The ordering folds its own table into what it certifies; this replica's copy
-                // of that digest is what its divergence check and its snapshot go by.
-                match base {
-                    Some(base) => {
-                        let certified = bft::checkpoint_state_digest(&digest, &base);
-                        if let Ok(mut own) = self.own_digests.lock() {
-                            own.insert(seq, certified);
-                            while own.len() > OWN_DIGESTS_KEPT {
-                                own.pop_first();
-                            }
-                        }
-                        self.keep_snapshot(seq, certified, base, state);
-                    }
-                    None => warn!(replica = self.id, seq, "no delivery base for this checkpoint: no snapshot kept, no divergence check"),
-                }
-                let _ = self.checkpoints.send((seq, digest)).await;
-            }
-            Command::Persist(state) => {
-                // Two fsyncs: off the runtime's worker threads (there are as many as cores,
-                // and the ordering and the clients need them meanwhile), but still finished
-                // before the next batch starts.
-                self.publish_last_signed(&state);
-                let (path, executed) = (self.state_file.clone(), state.executed);
-                // named holds the batch's writes: reads may go past it while it is written.
-                self.executed.send_replace(executed);
-                let stored = tokio::task::spawn_blocking(move || state.store(&path)).await;
-                match stored {
-                    Ok(Ok(())) => {}
-                    // named holds the zone; a restart without this file re-executes from
-                    // the last recorded batch, which the outcome chain would then show.
-                    Ok(Err(e)) => warn!(replica = self.id, error = %e, "cannot record the execution state"),
-                    Err(e) => warn!(replica = self.id, error = %e, "cannot record the execution state"),
-                }
-                self.metrics.update_status(|s| s.last_executed = executed);
-                self.metrics.set_hostile_writes(self.core.hostile_writes());
-            }
+            Command::Read { id, transfer, tcp, message, reply } => self.read(id, transfer, tcp, message, reply, events),
+            Command::Write { seq, index, message, times } => self.write(seq, index, message, times, events),
+            Command::BeginSigning { zone, seq, times } => self.begin_signing(zone, seq, times, events),
+            Command::FinishSigning { zone, seq, run, times } => self.finish_signing(zone, seq, run.seq, times, events),
+            Command::ResignSlice { zone, seq, times, due_before_s, max_rrsets } => self.resign_slice(zone, seq, times, due_before_s, max_rrsets, events),
+            Command::DigestZone { seq } => self.digest_zones(seq, events),
+            Command::Checkpoint { seq, digest, state } => self.checkpoint(seq, digest, state).await,
+            Command::Persist(state) => self.persist(state).await,
             Command::Executed(seq) => {
                 self.executed.send_replace(seq);
                 self.metrics.update_status(|s| s.last_executed = seq);
@@ -805,6 +698,321 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 self.metrics.update_status(|s| s.writes_abandoned += 1);
                 warn!(replica = self.id, seq, index, "write abandoned: t+1 replicas' claims that it is stuck were committed before named answered it here");
             }
+        }
+    }
+
+    /// A read (or a zone transfer): from the read cache, else from named in a task.
+    fn read(&self, id: u64, transfer: bool, tcp: bool, message: Vec<u8>, reply: ReplyTo, events: &mpsc::UnboundedSender<Event>) {
+        let fill = match transfer {
+            true => None,
+            false => match self.cache.lookup(&message, tcp) {
+                // Answered here: no task, no round trip to named.
+                Lookup::Hit(answer) => {
+                    self.metrics.inc_read_cache(true);
+                    crate::read::deliver(&reply, answer, &self.metrics);
+                    let _ = events.send(Event::ReadDone { id });
+                    return;
+                }
+                Lookup::Miss(fill) => fill,
+            },
+        };
+        let (named, metrics, events, cache) = (self.named.clone(), self.metrics.clone(), events.clone(), self.cache.clone());
+        self.tasks.spawn(async move {
+            if transfer {
+                transfer_to(named, message, reply, metrics, id, events).await;
+            } else {
+                crate::read::forward_read(&named, &cache, fill, &message, tcp, &reply, &metrics).await;
+                let _ = events.send(Event::ReadDone { id });
+            }
+        });
+    }
+
+    /// The intent of the zone change the core is about to make (see [`Self::intent`]), in
+    /// zone `zone` unless the core names another.
+    fn change_intent(&self, zone: u16) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        self.core.zone_change_at().map(|(seq, index, z, state)| self.intent(seq, index, z.unwrap_or(zone), state))
+    }
+
+    /// An ordered write, sent to named until it answers (see [`write`]).
+    fn write(&self, seq: u64, index: u32, message: Vec<u8>, times: SignatureTimes, events: &mpsc::UnboundedSender<Event>) {
+        let (named, metrics, events, tx) = (self.writes.clone(), self.metrics.clone(), events.clone(), self.times.clone());
+        let id = self.id;
+        // Begun before named can apply the write; ended once it answered.
+        let change = self.cache.begin_change();
+        let intent = self.change_intent(self.zone_of(&message));
+        let fail = self.fail_writes_naming.as_ref().is_some_and(|name| names_owner(&message, name));
+        let task = self.tasks.spawn(async move {
+            if let Some(intent) = intent {
+                intent.await;
+            }
+            let _ = tx.send(Some(times));
+            let answer = if fail {
+                fail_for_test(&metrics, id, seq).await
+            } else if crate::seeded_bug::skip_this_write(id) {
+                tracing::error!(replica = id, seq, "SEEDED BUG skip-write: this write is answered NOERROR and never given to named");
+                crate::answer::error_answer(&message, 0).unwrap_or_default()
+            } else {
+                write(&named, &message, &metrics, id, seq).await
+            };
+            drop(change);
+            let _ = tx.send(None);
+            let _ = events.send(Event::WriteAnswered { seq, index, answer });
+        });
+        *self.write_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(((seq, index), task));
+    }
+
+    /// Keeps the zone's content and starts this replica's part of a whole-zone signing in
+    /// the background. The zone does not change here.
+    fn begin_signing(&self, zone: u16, seq: u64, times: SignatureTimes, events: &mpsc::UnboundedSender<Event>) {
+        let Some((maintenance, background)) = self.zone_parts(zone) else {
+            let _ = events.send(Event::SigningBegun { seq, result: Err(format!("no zone has index {zone}")) });
+            return;
+        };
+        let (metrics, events) = (self.metrics.clone(), events.clone());
+        let id = self.id;
+        self.tasks.spawn(async move {
+            let result = begin_signing(&maintenance, seq).await;
+            match &result {
+                Ok(total) => {
+                    info!(replica = id, seq, rrsets = total, "whole-zone signing begun; it runs in the background");
+                    metrics.zone_signing_begun(seq, *total);
+                    start_background(&maintenance, &background, &metrics, seq, times, id);
+                }
+                Err(e) => {
+                    metrics.inc_execute_error();
+                    warn!(replica = id, zone = %maintenance.zone, seq, error = %e, "sign-zone could not begin; zone left as it was");
+                }
+            }
+            let _ = events.send(Event::SigningBegun { seq, result: result.map(|_| ()) });
+        });
+    }
+
+    /// Installs the zone signed in the background (signing `run` began), once this
+    /// replica's part is done, or begins another round of it.
+    fn finish_signing(&self, zone: u16, seq: u64, run: u64, times: SignatureTimes, events: &mpsc::UnboundedSender<Event>) {
+        let Some((maintenance, background)) = self.zone_parts(zone) else {
+            let _ = events.send(Event::SigningFinished { seq, result: Err(format!("no zone has index {zone}")) });
+            return;
+        };
+        let finish = FinishTask {
+            id: self.id,
+            maintenance,
+            background,
+            metrics: self.metrics.clone(),
+            cache: self.cache.clone(),
+            times: self.times.clone(),
+            events: events.clone(),
+            intent: self.change_intent(zone).map(|i| Box::pin(i) as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>),
+            // Another round signs with the signing's own times (its first round's).
+            run_times: self.core.signing_run(zone).map_or(times, |(_, t)| t),
+        };
+        self.tasks.spawn(finish.run(seq, run, times));
+    }
+
+    /// A re-signing slice of zone `zone`.
+    fn resign_slice(&self, zone: u16, seq: u64, times: SignatureTimes, due_before_s: u32, max_rrsets: u32, events: &mpsc::UnboundedSender<Event>) {
+        let Some((maintenance, _)) = self.zone_parts(zone) else {
+            let _ = events.send(Event::SliceDone { seq, result: Err(format!("no zone has index {zone}")) });
+            return;
+        };
+        let (metrics, events, tx, cache) = (self.metrics.clone(), events.clone(), self.times.clone(), self.cache.clone());
+        let id = self.id;
+        let intent = self.change_intent(zone);
+        self.tasks.spawn(async move {
+            if let Some(intent) = intent {
+                intent.await;
+            }
+            let _ = tx.send(Some(times));
+            let started = std::time::Instant::now();
+            let result = resign_slice(&maintenance, &cache, seq, due_before_s, max_rrsets, times).await;
+            let _ = tx.send(None);
+            let result = match result {
+                Ok(report) => {
+                    if report.resigned > 0 {
+                        info!(
+                            replica = id,
+                            seq,
+                            resigned = report.resigned,
+                            due = report.due,
+                            read = if report.incremental { "ixfr" } else { "axfr" },
+                            ms = started.elapsed().as_millis() as u64,
+                            "re-signing slice"
+                        );
+                    }
+                    metrics.observe_zone_slice(zone, report, started.elapsed());
+                    Ok(report.resigned)
+                }
+                Err(e) => {
+                    metrics.inc_execute_error();
+                    warn!(replica = id, seq, error = %e, "re-signing slice failed; zone left as it was");
+                    Err(e)
+                }
+            };
+            let _ = events.send(Event::SliceDone { seq, result });
+        });
+    }
+
+    /// Every zone's digest for checkpoint `seq`: the last ones again if no zone changed
+    /// since, else read from named in a task.
+    fn digest_zones(&self, seq: u64, events: &mpsc::UnboundedSender<Event>) {
+        // The zone changes only by writes and signings, which advance the cache's epoch: at
+        // the same epoch the zone, and so its digest, is the same.
+        let keep = self.snapshots.is_some();
+        let epoch = self.cache.quiet_epoch();
+        let last = self.last_digest.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let (Some(epoch), Some((at, digests, records))) = (epoch, last) {
+            if epoch == at {
+                if keep {
+                    remember_digested(&self.digested, seq, (*records).clone());
+                }
+                let _ = events.send(Event::ZoneDigest { seq, digests: Some(digests) });
+                return;
+            }
+        }
+        let (zones, events, cache, last_digest, digested, metrics) =
+            (self.zones.clone(), events.clone(), self.cache.clone(), self.last_digest.clone(), self.digested.clone(), self.metrics.clone());
+        let id = self.id;
+        self.tasks.spawn(async move {
+            let digests = zone_digests(&zones, id).await.map(|(digests, lists)| {
+                for (index, records) in lists.iter().enumerate() {
+                    let serial = crate::zone::soa_serial_of(records);
+                    metrics.update_zone(u16::try_from(index).unwrap_or(u16::MAX), |z| z.serial = serial);
+                }
+                let records = Arc::new(lists);
+                if keep {
+                    remember_digested(&digested, seq, (*records).clone());
+                }
+                if let Some(before) = epoch {
+                    // Kept only if no change began while the zones were read.
+                    if cache.quiet_epoch() == Some(before) {
+                        *last_digest.lock().unwrap_or_else(|e| e.into_inner()) = Some((before, digests.clone(), records));
+                    }
+                }
+                digests
+            });
+            let _ = events.send(Event::ZoneDigest { seq, digests });
+        });
+    }
+
+    /// Checkpoint `seq`: its certified digest remembered for the divergence check, its
+    /// snapshot kept, the digest handed to the ordering.
+    async fn checkpoint(&self, seq: u64, digest: Digest, state: ExecState) {
+        let base = self.bases.lock().ok().and_then(|mut bases| {
+            let base = bases.remove(&seq);
+            bases.retain(|at, _| *at > seq);
+            base
+        });
+        // The ordering folds its own table into what it certifies; this replica's copy of
+        // that digest is what its divergence check and its snapshot go by.
+        match base {
+            Some(base) => {
+                let certified = bft::checkpoint_state_digest(&digest, &base);
+                if let Ok(mut own) = self.own_digests.lock() {
+                    own.insert(seq, certified);
+                    while own.len() > OWN_DIGESTS_KEPT {
+                        own.pop_first();
+                    }
+                }
+                self.keep_snapshot(seq, certified, base, state);
+            }
+            None => warn!(replica = self.id, seq, "no delivery base for this checkpoint: no snapshot kept, no divergence check"),
+        }
+        let _ = self.checkpoints.send((seq, digest)).await;
+    }
+
+    /// Records the execution state. Two fsyncs: off the runtime's worker threads (there are
+    /// as many as cores, and the ordering and the clients need them meanwhile), but still
+    /// finished before the next batch starts.
+    async fn persist(&self, state: ExecState) {
+        self.publish_last_signed(&state);
+        let (path, executed) = (self.state_file.clone(), state.executed);
+        // named holds the batch's writes: reads may go past it while it is written.
+        self.executed.send_replace(executed);
+        let stored = tokio::task::spawn_blocking(move || state.store(&path)).await;
+        match stored {
+            Ok(Ok(())) => {}
+            // named holds the zone; a restart without this file re-executes from the last
+            // recorded batch, which the outcome chain would then show.
+            Ok(Err(e)) => warn!(replica = self.id, error = %e, "cannot record the execution state"),
+            Err(e) => warn!(replica = self.id, error = %e, "cannot record the execution state"),
+        }
+        self.metrics.update_status(|s| s.last_executed = executed);
+        self.metrics.set_hostile_writes(self.core.hostile_writes());
+    }
+}
+
+/// The task that finishes a whole-zone signing at this replica (`Command::FinishSigning`).
+struct FinishTask {
+    id: u16,
+    maintenance: Arc<ZoneMaintenance>,
+    background: Arc<Background>,
+    metrics: Arc<Metrics>,
+    cache: Arc<ReadCache>,
+    /// The write signing socket's times (the installation's update signs with them).
+    times: watch::Sender<Option<SignatureTimes>>,
+    events: mpsc::UnboundedSender<Event>,
+    intent: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+    /// The times another round signs with.
+    run_times: SignatureTimes,
+}
+
+impl FinishTask {
+    async fn run(self, seq: u64, run: u64, times: SignatureTimes) {
+        // This replica's part, however long it takes (t+1 others are done).
+        let part = part_done(&self.background, run).await;
+        let started = std::time::Instant::now();
+        let result = match part {
+            Ok(()) => {
+                if let Some(intent) = self.intent {
+                    intent.await;
+                }
+                let change = self.cache.begin_change();
+                let _ = self.times.send(Some(times));
+                let r = finish_signing(&self.maintenance, seq, run).await;
+                let _ = self.times.send(None);
+                drop(change);
+                r
+            }
+            Err(e) => Err(e),
+        };
+        let (id, metrics) = (self.id, &self.metrics);
+        let result = match result {
+            Ok(Finish::Round { changed, rrsets }) => {
+                info!(replica = id, seq, previous = run, changed, "another round of the whole-zone signing begun");
+                metrics.zone_signing_begun(seq, rrsets);
+                start_background(&self.maintenance, &self.background, metrics, seq, self.run_times, id);
+                let _ = self.events.send(Event::SigningRound { seq, changed });
+                return;
+            }
+            Ok(Finish::Installed { changed }) => Ok(changed),
+            Err(e) => Err(e),
+        };
+        match &result {
+            Ok(changed) => {
+                info!(replica = id, seq, began = run, changed, ms = started.elapsed().as_millis() as u64, "zone signed with the distributed key installed")
+            }
+            Err(e) => {
+                metrics.inc_execute_error();
+                warn!(replica = id, seq, error = %e, "whole-zone signing failed; zone left as it was");
+            }
+        }
+        metrics.zone_signing_finished(started.elapsed());
+        let _ = self.events.send(Event::SigningFinished { seq, result });
+    }
+}
+
+/// Waits for this replica's part of background signing `run`, and its outcome.
+async fn part_done(background: &Background, run: u64) -> Result<(), String> {
+    let mut done = background.finished.subscribe();
+    loop {
+        let current = done.borrow_and_update().clone();
+        if let Some((s, r)) = current {
+            if s == run {
+                return r;
+            }
+        }
+        if done.changed().await.is_err() {
+            return Err("the background signing went away".to_string());
         }
     }
 }
@@ -1063,6 +1271,18 @@ async fn zone_digest(maintenance: &ZoneMaintenance, id: u16) -> Option<([u8; 32]
     }
     warn!(replica = id, "zone digest unavailable; this checkpoint will not match");
     None
+}
+
+/// Every zone's digest and records, in zone index order; one that cannot be read spoils
+/// the checkpoint.
+async fn zone_digests(zones: &[Arc<ZoneMaintenance>], id: u16) -> Option<(Vec<[u8; 32]>, Vec<Vec<Vec<u8>>>)> {
+    let (mut digests, mut lists) = (Vec::with_capacity(zones.len()), Vec::with_capacity(zones.len()));
+    for maintenance in zones {
+        let (digest, records) = zone_digest(maintenance, id).await?;
+        digests.push(digest);
+        lists.push(records);
+    }
+    Some((digests, lists))
 }
 
 /// A zone transfer: named's snapshot is taken when it starts answering, so the core may

@@ -306,7 +306,7 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
 
 /// What `sdns keygen` writes to a replica's `replica.toml`: the settings it decides, every
 /// other one left to its default (config.rs). Serialized with toml and read back with
-/// `Config::parse` before it is written.
+/// `Settings::parse` before it is written.
 #[derive(Serialize)]
 struct ReplicaFile {
     cluster: ClusterSection,
@@ -526,7 +526,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         );
         let path = replica_dir(out, i).join("replica.toml");
         // Validate what we wrote, so a bad parameter fails here and not at start-up.
-        crate::config::Config::parse(&c, &path, &replica_dir(out, i)).with_context(|| format!("generated {}", path.display()))?;
+        crate::config::Settings::parse(&c, &path, &replica_dir(out, i)).with_context(|| format!("generated {}", path.display()))?;
         write_public(&path, c.as_bytes())?;
     }
     Ok(())
@@ -613,7 +613,7 @@ mod tests {
                 assert_eq!(c.replica.byzantine, (i == 1).then_some(crate::byzantine::Mode::Flooder));
                 assert_eq!((c.rrl.responses_per_second, c.rrl.slip), (7, 2));
                 assert_eq!((c.ordering.checkpoint_interval, c.ordering.retained_batches), (8, 16));
-                assert_eq!(c.signing.zone_signer_threads(), 3);
+                assert_eq!(c.signing.zone_signer_threads, Some(3));
                 assert_eq!(c.signing.cache_entries, 512);
             }
         }
@@ -661,8 +661,10 @@ mod tests {
         p.zones = vec!["example.test.".into(), "2.0.192.in-addr.arpa.".into()];
         write_configs(&p, out.path()).unwrap();
         // Loading refuses single-zone fields beside [[zone]] tables: none were written.
-        let c = crate::config::Config::load(&replica_dir(out.path(), 1).join("replica.toml")).unwrap();
-        assert!(!c.single_zone_fields);
+        let file = replica_dir(out.path(), 1).join("replica.toml");
+        let written = crate::config::Config::from_toml(&std::fs::read_to_string(&file).unwrap(), &file).unwrap();
+        assert_eq!(written.layout(), crate::config::Layout::ZoneTables);
+        let c = crate::config::Config::load(&file).unwrap();
         let names: Vec<&str> = c.zones.iter().map(|z| z.name.as_str()).collect();
         assert_eq!(names, ["2.0.192.in-addr.arpa.", "example.test."]);
         let reverse = &c.zones[0];

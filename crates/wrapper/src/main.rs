@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use wrapper::config::{Config, Protocol, ReadMode};
+use wrapper::config::{Protocol, ReadMode, Settings};
 use wrapper::keygen::{ClusterParams, Layout};
 
 #[derive(Parser)]
@@ -320,7 +320,7 @@ fn main() -> ExitCode {
             };
             wrapper::adopt::adopt(&options, &cluster.params(), &out)
         }
-        Cmd::Run { config } => match Config::load(&config) {
+        Cmd::Run { config } => match Settings::load(&config) {
             Ok(c) => tokio::runtime::Runtime::new().map_err(anyhow::Error::from).and_then(|rt| {
                 let result = rt.block_on(wrapper::run::run(c));
                 // A blocking job still running (a share being computed) must not hold up the
