@@ -58,13 +58,13 @@ pub struct Config {
     pub metrics: MetricsSection,
     /// Client-address ACLs (named sees every client as the loopback address).
     #[serde(default)]
-    pub access: crate::access::AccessSection,
+    pub access: exec::access::AccessSection,
     #[serde(default)]
     pub auth: AuthSection,
     #[serde(default)]
-    pub rrl: crate::auth::rrl::RrlConfig,
+    pub rrl: crate::rrl::RrlConfig,
     #[serde(default)]
-    pub order_limit: crate::auth::rrl::OrderLimitConfig,
+    pub order_limit: crate::rrl::OrderLimitConfig,
     /// The zones served, one `[[zone]]` table each; after parsing, sorted by canonical name
     /// (the position is the zone index every replica derives alike). A file without
     /// `[[zone]]` tables is read as one zone from the single-zone fields of `[cluster]`,
@@ -443,7 +443,7 @@ pub struct MetricsSection {
 pub struct AuthSection {
     /// `tsig` (each zone's `tsig_keys`: every replica holds their secret),
     /// `sig0` (each zone's public `sig0_keys`: no replica can sign), or `both`; for every zone.
-    pub mode: crate::auth::Mode,
+    pub mode: exec::auth::Mode,
     /// Single-zone layout: SIG(0) public key files as `dnssec-keygen -T KEY -n USER` writes
     /// them (`K<name>.+<alg>+<tag>.key`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -464,11 +464,11 @@ pub struct AuthSection {
 impl Default for AuthSection {
     fn default() -> Self {
         AuthSection {
-            mode: crate::auth::Mode::default(),
+            mode: exec::auth::Mode::default(),
             sig0_keys: Vec::new(),
             transfer_keys: Vec::new(),
             skip_precheck: false,
-            sig0_max_validity_s: crate::auth::SIG0_MAX_VALIDITY_S,
+            sig0_max_validity_s: exec::auth::SIG0_MAX_VALIDITY_S,
         }
     }
 }
@@ -773,10 +773,10 @@ impl Config {
             if ![5, 7, 8, 10].contains(&z.algorithm) {
                 return Err(bad(field("algorithm"), format!("{} is not an RSA DNSSEC algorithm (5, 7, 8, 10)", z.algorithm)));
             }
-            if mode != crate::auth::Mode::Tsig && z.sig0_keys.is_empty() {
+            if mode != exec::auth::Mode::Tsig && z.sig0_keys.is_empty() {
                 return Err(bad(field("sig0_keys"), format!("mode \"{}\" needs at least one SIG(0) key file", mode.as_str())));
             }
-            if mode != crate::auth::Mode::Sig0 && z.tsig_keys.is_empty() {
+            if mode != exec::auth::Mode::Sig0 && z.tsig_keys.is_empty() {
                 return Err(bad(field("tsig_keys"), format!("auth.mode \"{}\" needs at least one TSIG key file", mode.as_str())));
             }
             if let Some(Err(e)) = z.policy_rules() {
@@ -838,11 +838,11 @@ tsig_keys = ["tsig.key"]
         assert_eq!((c.cluster.vouch_timeout_ms, c.cluster.vouch_timeout_max_ms), (5, 50));
         assert_eq!(c.resolve(Path::new("share.json")), Path::new("/etc/sdns/share.json"));
         assert_eq!(c.me().client.port(), 5301);
-        assert_eq!(c.auth.mode, crate::auth::Mode::Tsig);
+        assert_eq!(c.auth.mode, exec::auth::Mode::Tsig);
         assert!(c.zones[0].transfer_keys.is_empty() && !c.auth.skip_precheck);
         assert_eq!(c.rrl.responses_per_second, 0);
         let both = parse(&(sample(4) + "\n[auth]\nmode = \"both\"\nsig0_keys = [\"K.key\"]\n[rrl]\nresponses_per_second = 20\n")).unwrap();
-        assert_eq!((both.auth.mode, both.rrl.responses_per_second, both.rrl.slip), (crate::auth::Mode::Both, 20, 2));
+        assert_eq!((both.auth.mode, both.rrl.responses_per_second, both.rrl.slip), (exec::auth::Mode::Both, 20, 2));
         assert!(c.zones[0].update_policy.is_none() && c.zones[0].policy_rules().is_none());
         let policy = parse(&sample(4).replace("tsig_keys", "update_policy = [\"grant dhcp zonesub A PTR\"]\ntsig_keys")).unwrap();
         let rules = policy.zones[0].policy_rules().unwrap().unwrap();

@@ -10,6 +10,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use bft::transport::driver::{now, spawn_replica_with};
 use bft::transport::Store;
 use bft::Replica;
+use exec::auth::sig0::Sig0Key;
+use exec::auth::zones::ZoneAuth;
+use exec::auth::TsigKey as DealerTsig;
+use exec::auth::{tsig, Authenticator, TsigSecret};
+use exec::{ExecConfig, ExecCore, ExecState, SignZoneSigner, SignZoneVerifier, UpdateGate};
 use hickory_proto::rr::Name;
 use mesh::{Mesh, MeshConfig, CHANNEL_ORDERING, CHANNEL_READS, CHANNEL_SIGNING, CHANNEL_STATE};
 use named_glue::conf::{NamedConf, TsigKey, ZoneConf};
@@ -21,21 +26,17 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tracing::info;
 
-use crate::auth::rrl::Limiter;
-use crate::auth::sig0::Sig0Key;
-use crate::auth::zones::ZoneAuth;
-use crate::auth::{tsig, Authenticator, TsigSecret};
 use crate::byzantine::{Mode, SigningFault};
 use crate::config::{Config, ZoneSection};
 use crate::endpoint;
-use crate::exec::{ExecConfig, ExecCore, ExecState, SignZoneSigner, SignZoneVerifier, UpdateGate};
 use crate::executor::Executor;
-use crate::files::{check_secret_mode, read_secret, zone_key, TsigKey as DealerTsig};
+use crate::files::{check_secret_mode, read_secret, zone_key};
 use crate::gateway::Gateway;
 use crate::listener::ClientFilters;
 use crate::listener::{serve_tcp, serve_udp, TcpLimits};
 use crate::metrics::{self, Metrics};
 use crate::pending::Pending;
+use crate::rrl::Limiter;
 use crate::signing::{service, Keys, SignerCore, SignerLimits};
 use crate::statexfer::{SnapshotStore, StateTransfer};
 use crate::tasks::Essential;
@@ -69,11 +70,11 @@ fn authenticator(config: &Config, index: usize, zone: &ZoneSection) -> Result<(A
         })
         .collect::<Result<Vec<_>>>()?;
     let auth = if config.zones.len() == 1 {
-        Authenticator::new(config.auth.mode, &updates, &transfers, sig0)
+        Authenticator::new(config.auth.mode, &updates, &transfers, sig0, named_glue::time::unix_now)
     } else {
         // validate() bounds the zone count far below u16::MAX.
         let index = u16::try_from(index).map_err(|_| anyhow!("zone index {index} out of range"))?;
-        Authenticator::for_zone(index, config.auth.mode, &updates, &transfers, sig0)
+        Authenticator::for_zone(index, config.auth.mode, &updates, &transfers, sig0, named_glue::time::unix_now)
     };
     let auth = auth.with_context(|| format!("update authentication of zone {}", zone.name))?.with_sig0_max_validity(config.auth.sig0_max_validity_s);
     // named knows the clients' update keys and the transfer keys but grants them nothing: it
@@ -82,7 +83,7 @@ fn authenticator(config: &Config, index: usize, zone: &ZoneSection) -> Result<(A
     let mut known = transfers.clone();
     known.extend(updates.iter().filter(|u| !transfers.iter().any(|t| t.name.eq_ignore_ascii_case(&u.name))).cloned());
     let (local, transfer) = auth.named_keys(&known);
-    let conf_key = |k: crate::auth::NamedKey| TsigKey { name: k.name, algorithm: k.algorithm.to_string(), secret: k.secret };
+    let conf_key = |k: exec::auth::NamedKey| TsigKey { name: k.name, algorithm: k.algorithm.to_string(), secret: k.secret };
     Ok((auth, local.into_iter().map(conf_key).collect(), transfer.into_iter().map(conf_key).collect()))
 }
 
@@ -580,7 +581,7 @@ pub async fn run(config: Config) -> Result<()> {
         // The fault-injection switch leaves this replica ordering whatever it gets.
         auth: (!config.auth.skip_precheck).then(|| auth.clone()),
         rrl: Limiter::new(config.rrl.clone()).map(Arc::new),
-        order_limit: crate::auth::rrl::OrderLimiter::new(&config.order_limit).map(Arc::new),
+        order_limit: crate::rrl::OrderLimiter::new(&config.order_limit).map(Arc::new),
         lie: byzantine == Some(Mode::WrongAnswers),
         local_reads: (config.cluster.reads == crate::config::ReadMode::Local || seeded_bug == Some(crate::seeded_bug::Bug::EarlyRead))
             .then(|| crate::read::LocalReads::new(cache.clone(), named.clone())),
@@ -684,7 +685,7 @@ async fn order_hostile_writes(gateway: Arc<Gateway>, mode: Mode, key: Option<tsi
     loop {
         let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let Some(message) = crate::byzantine::hostile_write(mode, k, key.as_ref(), now_s) else { return };
-        let payload = crate::envelope::Op::Dns { tcp: true, message }.encode();
+        let payload = exec::envelope::Op::Dns { tcp: true, message }.encode();
         let (client, number) = gateway.next_key();
         let request = bft::Request { origin: gateway.id, client, number, payload };
         if gateway.submit.send(request).await.is_err() {
@@ -894,7 +895,7 @@ async fn resign_timer(gateway: Arc<Gateway>, zone: u16, last_signed: Arc<AtomicU
         let last = last_signed.load(std::sync::atomic::Ordering::Relaxed);
         if last != 0 {
             let (reply, mut rx) = crate::reply::ReplyTo::internal();
-            gateway.order(crate::envelope::Op::resign(zone), reply).await;
+            gateway.order(exec::envelope::Op::resign(zone), reply).await;
             // Wait for it to be ordered and executed (or expire) before checking again.
             let _ = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
         }
@@ -916,7 +917,7 @@ async fn stuck_claimer(gateway: Arc<Gateway>, mut stuck: watch::Receiver<Option<
             Some((seq, index)) => {
                 tracing::warn!(replica = gateway.id, seq, index, "named has not answered an ordered write for long; ordering a claim that it is stuck");
                 let (reply, _answer) = crate::reply::ReplyTo::internal();
-                gateway.order(crate::envelope::Op::Stuck { seq, index }, reply).await;
+                gateway.order(exec::envelope::Op::Stuck { seq, index }, reply).await;
                 tokio::select! {
                     r = stuck.changed() => if r.is_err() { return },
                     _ = tokio::time::sleep(STUCK_CLAIM_EVERY) => {}
@@ -952,7 +953,7 @@ async fn finish_voter(gateway: Arc<Gateway>, zone: u16, signer: Arc<SignZoneSign
         };
         loop {
             let (reply, mut rx) = crate::reply::ReplyTo::internal();
-            gateway.order(crate::envelope::Op::sign_zone_finish(zone, auth.clone()), reply).await;
+            gateway.order(exec::envelope::Op::sign_zone_finish(zone, auth.clone()), reply).await;
             let answer = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
             let text = match answer {
                 Ok(Some(a)) => String::from_utf8_lossy(&a.bytes).into_owned(),

@@ -2,7 +2,7 @@
 //!
 //! No IO, no clock, no randomness: everything it decides comes from the batch (its
 //! sequence number, agreed time and requests) and the replicated [`ExecState`], so
-//! every honest replica decides alike. The tokio side (`crate::executor`) performs
+//! every honest replica decides alike. The tokio side (the wrapper's `executor`) performs
 //! the commands and reports their results; it decides nothing.
 //!
 //! Rules it enforces:
@@ -42,14 +42,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use dnswire::dnssec::SignatureTimes;
 use hickory_proto::op::{Message, ResponseCode};
-use named_glue::signer::SignatureTimes;
 
+use crate::authority::{SignFinishAuth, SignZoneAuth, SignZoneVerifier};
 use crate::classify::{classify, Kind, Verdict};
 use crate::envelope::Op;
-use crate::exec::authority::{SignFinishAuth, SignZoneAuth, SignZoneVerifier};
-use crate::exec::gate::{forwardable, replay_key, UpdateDecision, UpdateGate};
-use crate::exec::state::{code, ExecState, RecentWrite, SigningRun};
+use crate::gate::{forwardable, replay_key, UpdateDecision, UpdateGate};
+use crate::state::{code, ExecState, RecentWrite, SigningRun};
 
 /// named's answers to recent writes kept for retransmissions (local, not replicated:
 /// only what to send, never whether to execute).
@@ -252,7 +252,7 @@ struct Running<R> {
 }
 
 /// Where a crash interrupted the batch after the executed one, from the write intent
-/// (`crate::exec::state::WriteIntent`): the state before write `index`, and whether named
+/// (`crate::state::WriteIntent`): the state before write `index`, and whether named
 /// applied that write (its serial moved).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resume {
