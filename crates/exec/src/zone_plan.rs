@@ -227,6 +227,11 @@ impl<'a> ZoneDiff<'a> {
         self.removed.len() + self.added.len() + usize::from(self.soa.is_some())
     }
 
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// UPDATE messages (each within one TCP message), the SOA in the first: with a serial
     /// above the installed one, named takes it as it is and increments only for the later
     /// messages. Deletions (class NONE, exact records) before additions.
