@@ -5,8 +5,8 @@ use std::net::UdpSocket;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use exec::auth::{tsig, wire};
 use sdns_system_tests::{Cluster, ClusterOpts};
-use wrapper::auth::{tsig, wire};
 
 fn metric(c: &Cluster, i: u16, series: &str) -> u64 {
     let text = c.metrics(i);
@@ -115,7 +115,7 @@ fn update(id: u16, k: u32) -> Vec<u8> {
 #[test]
 fn edge_of_window_tsig_updates_apply_everywhere_or_nowhere() {
     let c = Cluster::up(ClusterOpts::default());
-    let file = wrapper::files::TsigKey::from_bind(&std::fs::read_to_string(c.path("tsig.key")).unwrap()).unwrap();
+    let file = exec::auth::TsigKey::from_bind(&std::fs::read_to_string(c.path("tsig.key")).unwrap()).unwrap();
     let key = tsig::Key::new(&file.name, tsig::Algorithm::from_name(&file.algorithm).unwrap(), &file.secret()).unwrap();
     let ordered_before = writes_executed(&c, 0);
     let mut outcomes = Vec::new();
@@ -201,7 +201,7 @@ fn udp_answers_are_rate_limited_per_client() {
 }
 
 fn update_key(c: &Cluster) -> tsig::Key {
-    let file = wrapper::files::TsigKey::from_bind(&std::fs::read_to_string(c.path("tsig.key")).unwrap()).unwrap();
+    let file = exec::auth::TsigKey::from_bind(&std::fs::read_to_string(c.path("tsig.key")).unwrap()).unwrap();
     tsig::Key::new(&file.name, tsig::Algorithm::from_name(&file.algorithm).unwrap(), &file.secret()).unwrap()
 }
 

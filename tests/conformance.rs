@@ -776,11 +776,7 @@ fn replica_answers_as_its_named() {
         q[2] |= 0x01; // RD, which named echoes
         let from_named = udp_one(named, &q, Duration::from_secs(3)).expect("named refuses out-of-zone queries");
         assert_eq!(RawMessage::parse(&from_named).expect("parses").header.rcode(), 5);
-        assert_eq!(
-            wrapper::answer::error_answer(&q, wrapper::answer::RCODE_REFUSED).as_deref(),
-            Some(&from_named[..]),
-            "wrapper's REFUSED vs named's, EDNS {k}"
-        );
+        assert_eq!(exec::answer::error_answer(&q, exec::answer::RCODE_REFUSED).as_deref(), Some(&from_named[..]), "wrapper's REFUSED vs named's, EDNS {k}");
     }
 
     // Address ACLs: the cluster's config lets 127.0.0.1 transfer, not 127.0.0.2 (which
@@ -788,7 +784,7 @@ fn replica_answers_as_its_named() {
     let axfr = query(0x7801, ZONE, TYPE_AXFR, 1, None);
     let refused = tcp_from([127, 0, 0, 2], replica, &axfr);
     assert_eq!(refused.len(), 1, "one REFUSED for a transfer from an address not allowed");
-    assert_eq!(Some(&refused[0]), wrapper::answer::error_answer(&axfr, wrapper::answer::RCODE_REFUSED).as_ref());
+    assert_eq!(Some(&refused[0]), exec::answer::error_answer(&axfr, exec::answer::RCODE_REFUSED).as_ref());
     let allowed = tcp(replica, &axfr);
     assert!(!allowed.is_empty() && RawMessage::parse(&allowed[0]).is_ok_and(|m| m.header.rcode() == 0 && m.answers.len() > 10), "AXFR from 127.0.0.1");
     let q = query(0x7802, "www.example.test.", 1, 1, None);

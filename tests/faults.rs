@@ -493,7 +493,7 @@ fn state_directory_deleted() {
 
 /// One resource record in wire form (`rdata` empty for the prerequisite and delete forms).
 fn rr(name: &str, rtype: u16, class: u16, ttl: u32, rdata: &[u8]) -> Vec<u8> {
-    let mut r = wrapper::auth::wire::name_to_wire(name).expect("name");
+    let mut r = exec::auth::wire::name_to_wire(name).expect("name");
     r.extend_from_slice(&rtype.to_be_bytes());
     r.extend_from_slice(&class.to_be_bytes());
     r.extend_from_slice(&ttl.to_be_bytes());
@@ -509,7 +509,7 @@ fn update_message(id: u16, prerequisites: &[Vec<u8>], updates: &[Vec<u8>]) -> Ve
     m.extend_from_slice(&(prerequisites.len() as u16).to_be_bytes());
     m.extend_from_slice(&(updates.len() as u16).to_be_bytes());
     m.extend_from_slice(&[0, 0]);
-    m.extend_from_slice(&wrapper::auth::wire::name_to_wire("example.test.").expect("zone"));
+    m.extend_from_slice(&exec::auth::wire::name_to_wire("example.test.").expect("zone"));
     m.extend_from_slice(&[0, 6, 0, 1]);
     for r in prerequisites.iter().chain(updates) {
         m.extend_from_slice(r);
@@ -523,10 +523,10 @@ const CLASS_NONE: u16 = 254;
 
 /// "prereq nxrrset NAME A; update add NAME 300 A 192.0.2.LAST", TSIG-signed now (fudge 300):
 /// executed a second time it fails (YXRRSET), or, after the record was deleted, adds it again.
-fn add_if_absent(key: &wrapper::auth::tsig::Key, id: u16, name: &str, last: u8) -> Vec<u8> {
+fn add_if_absent(key: &exec::auth::tsig::Key, id: u16, name: &str, last: u8) -> Vec<u8> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     let message = update_message(id, &[rr(name, TYPE_A, CLASS_NONE, 0, &[])], &[rr(name, TYPE_A, CLASS_IN, 300, &[192, 0, 2, last])]);
-    wrapper::auth::tsig::sign(&message, key, now, 300, 0, Vec::new(), None)
+    exec::auth::tsig::sign(&message, key, now, 300, 0, Vec::new(), None)
 }
 
 /// Sends `bytes` over UDP to replica `i` and returns the answer.
@@ -545,8 +545,8 @@ fn rcode(answer: &[u8]) -> u8 {
 
 /// The answer's TSIG is `key`'s over `request`'s MAC (checked by signing the stripped answer
 /// again with the answer's own time and comparing).
-fn assert_signed_answer(key: &wrapper::auth::tsig::Key, request: &[u8], answer: &[u8], what: &str) {
-    use wrapper::auth::{tsig, wire};
+fn assert_signed_answer(key: &exec::auth::tsig::Key, request: &[u8], answer: &[u8], what: &str) {
+    use exec::auth::{tsig, wire};
     let req = wire::layout(request).expect("request layout").signature.expect("request TSIG");
     let req_mac = tsig::Tsig::parse(request, &req).expect("request TSIG").mac;
     let rec = wire::layout(answer).expect("answer layout").signature.unwrap_or_else(|| panic!("{what}: answer carries no TSIG"));
@@ -564,8 +564,8 @@ fn assert_signed_answer(key: &wrapper::auth::tsig::Key, request: &[u8], answer: 
 #[test]
 fn retransmitted_updates_execute_once() {
     let c = Cluster::up(ClusterOpts::default());
-    let file = wrapper::files::TsigKey::from_bind(&std::fs::read_to_string(c.path("tsig.key")).unwrap()).unwrap();
-    let key = wrapper::auth::tsig::Key::new(&file.name, wrapper::auth::tsig::Algorithm::from_name(&file.algorithm).unwrap(), &file.secret()).unwrap();
+    let file = exec::auth::TsigKey::from_bind(&std::fs::read_to_string(c.path("tsig.key")).unwrap()).unwrap();
+    let key = exec::auth::tsig::Key::new(&file.name, exec::auth::tsig::Algorithm::from_name(&file.algorithm).unwrap(), &file.secret()).unwrap();
 
     // A retransmission after the first answer, after another client deleted the record.
     let first = add_if_absent(&key, 0x5101, "once.example.test.", 1);

@@ -3,8 +3,10 @@
 //! forwarder to named and the voting client. Generic over tokio's byte streams; it does no IO
 //! of its own and sets no deadlines (callers wrap it in theirs).
 
+#[cfg(feature = "tokio")]
 use std::io;
 
+#[cfg(feature = "tokio")]
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The largest message a frame can carry.
@@ -21,6 +23,7 @@ pub fn frame(message: &[u8]) -> Option<Vec<u8>> {
 
 /// Writes one framed message in one write (so a peer never sees a lone length). A message
 /// longer than [`MAX_MESSAGE`] is an `InvalidInput` error and nothing is written.
+#[cfg(feature = "tokio")]
 pub async fn write_message<W: AsyncWrite + Unpin>(stream: &mut W, message: &[u8]) -> io::Result<()> {
     let framed = frame(message)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("a DNS message of {} bytes does not fit a TCP frame", message.len())))?;
@@ -29,6 +32,7 @@ pub async fn write_message<W: AsyncWrite + Unpin>(stream: &mut W, message: &[u8]
 
 /// Reads one framed message. `Ok(None)`: the stream ended cleanly before a length; a stream
 /// that ends inside a frame is an `UnexpectedEof` error.
+#[cfg(feature = "tokio")]
 pub async fn read_message<R: AsyncRead + Unpin>(stream: &mut R) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 2];
     match stream.read_exact(&mut len[..1]).await {
@@ -42,7 +46,7 @@ pub async fn read_message<R: AsyncRead + Unpin>(stream: &mut R) -> io::Result<Op
     Ok(Some(message))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tokio"))]
 mod tests {
     use super::*;
 

@@ -60,20 +60,9 @@ pub trait Signer: Send + Sync + 'static {
     fn sign(&self, request: SignRequest) -> SignFuture;
 }
 
-/// RRSIG inception and expiration, seconds since the epoch (mod 2^32).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SignatureTimes {
-    pub inception: u32,
-    pub expiration: u32,
-}
-
-impl SignatureTimes {
-    /// named's own rule applied to the agreed time `t`: inception one hour
-    /// back (clock skew), expiration `validity_secs` ahead.
-    pub fn from_agreed(t: u32, validity_secs: u32) -> Self {
-        SignatureTimes { inception: t.wrapping_sub(3600), expiration: t.wrapping_add(validity_secs) }
-    }
-}
+// Part of the signer's API, defined with the wire arithmetic so that the execution core
+// decides the times without a runtime.
+pub use dnswire::dnssec::SignatureTimes;
 
 /// Where the service gets the agreed times of the request being executed;
 /// `None` means no ordered request is executing, and signing is refused.

@@ -190,8 +190,8 @@ pub fn parse_assignment(s: &str) -> Result<(u16, Mode), String> {
 
 /// The updates `oversized-writes` and `update-flooder` order, the `k`-th of a cycle through
 /// their forms; `key`: a zone update key, `now_s` the time to sign at. `None` for other modes.
-pub fn hostile_write(mode: Mode, k: u64, key: Option<&crate::auth::tsig::Key>, now_s: u64) -> Option<Vec<u8>> {
-    use crate::auth::{tsig, wire};
+pub fn hostile_write(mode: Mode, k: u64, key: Option<&exec::auth::tsig::Key>, now_s: u64) -> Option<Vec<u8>> {
+    use exec::auth::{tsig, wire};
     let id = (k as u16).to_be_bytes();
     // Opcode UPDATE, zone example-ish section of `qd` entries, `up` update records.
     let update = |qd: u16, up: u16| {
@@ -303,23 +303,23 @@ mod tests {
     /// before ordering, or (the signed oversized one) too long for named once re-signed.
     #[test]
     fn hostile_writes_are_what_an_honest_gateway_refuses() {
-        use crate::auth::{tsig, Authenticator, TsigSecret};
+        use exec::auth::{tsig, Authenticator, TsigSecret};
         let secret = TsigSecret { name: "sdns-update.".into(), algorithm: tsig::Algorithm::HmacSha256, secret: vec![3; 32] };
         let key = tsig::Key::new(&secret.name, secret.algorithm, &secret.secret).unwrap();
-        let auth = Authenticator::new(crate::auth::Mode::Tsig, std::slice::from_ref(&secret), &[], Vec::new()).unwrap();
+        let auth = Authenticator::new(exec::auth::Mode::Tsig, std::slice::from_ref(&secret), &[], Vec::new(), named_glue::time::unix_now).unwrap();
         let now = 1_800_000_000;
         assert_eq!(hostile_write(Mode::Silent, 0, Some(&key), now), None);
         for mode in [Mode::OversizedWrites, Mode::UpdateFlooder] {
             for k in 0..6 {
                 let m = hostile_write(mode, k, Some(&key), now).unwrap();
-                assert_eq!(crate::classify::classify(&m, true), crate::classify::Verdict::Order(crate::classify::Kind::Write), "{mode} {k}");
+                assert_eq!(exec::classify::classify(&m, true), exec::classify::Verdict::Order(exec::classify::Kind::Write), "{mode} {k}");
                 assert!(auth.precheck(&m, false, now).is_some(), "{mode} form {k} would be ordered by an honest gateway");
             }
         }
         let big = hostile_write(Mode::OversizedWrites, 0, Some(&key), now).unwrap();
         assert_eq!(big.len(), 65_530);
-        let crate::exec::UpdateDecision::Forward(resigned) = crate::exec::UpdateGate::decide(&auth, &big, now) else { panic!("validly signed") };
-        assert!(!crate::exec::gate::forwardable(&resigned));
+        let exec::UpdateDecision::Forward(resigned) = exec::UpdateGate::decide(&auth, &big, now) else { panic!("validly signed") };
+        assert!(!exec::gate::forwardable(&resigned));
     }
 
     #[test]

@@ -104,12 +104,12 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
 /// in `zones/<zone>/`), and only that zone is signed.
 pub fn rollover_finish(p: &ClusterParams, dir: &Path) -> Result<()> {
     p.one_zone("sdns cluster rollover-finish")?;
-    let zone = crate::adopt::absolute_name(p.zone());
+    let zone = exec::names::absolute_name(p.zone());
     let Some(records) = crate::adopt::Adopted::load_all(dir)? else {
         bail!("{} holds no rollover: it was not adopted from a signed zone", dir.display());
     };
     let several = records.len() > 1;
-    if !records.iter().any(|a| crate::adopt::absolute_name(&a.zone) == zone) {
+    if !records.iter().any(|a| exec::names::absolute_name(&a.zone) == zone) {
         let names: Vec<&str> = records.iter().map(|a| a.zone.as_str()).collect();
         bail!(
             "{} was adopted for zone{} {}; give {}--zone {}",
@@ -124,7 +124,7 @@ pub fn rollover_finish(p: &ClusterParams, dir: &Path) -> Result<()> {
     if !dir.join(&zdir).join(crate::adopt::rollover::ROLLOVER_FILE).exists() {
         bail!("{} holds no rollover of {zone}: it was not adopted from a signed zone", dir.display());
     }
-    let marker = crate::adopt::rollover::marker_name(&zone);
+    let marker = exec::names::marker_name(&zone);
     let exe = std::env::current_exe().context("locating the sdns binary")?;
     let out = Command::new(&exe)
         .arg("update")
@@ -193,13 +193,13 @@ fn print_usage(p: &ClusterParams, dir: &Path) {
         .find(|f| f.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("Ksdns-update.") && n.ends_with(".private")));
     // In sig0 mode only the SIG(0) key authorizes updates; the shared TSIG key does not.
     let (how, key) = match (p.update_auth, &sig0) {
-        (crate::auth::Mode::Tsig, _) | (_, None) => ("TSIG, a key every replica holds", tsig.clone()),
+        (exec::auth::Mode::Tsig, _) | (_, None) => ("TSIG, a key every replica holds", tsig.clone()),
         (_, Some(k)) => ("SIG(0), a key no replica holds", k.clone()),
     };
     // An adopted zone: the operator's own key, under the operator's update-policy.
     let adopted_key = crate::adopt::Adopted::load(dir).ok().flatten().and_then(|a| a.tsig_keys.into_iter().find(|k| k != "tsig.key"));
     let (how, key) = match adopted_key {
-        Some(k) if p.update_auth != crate::auth::Mode::Sig0 => ("TSIG, your own key; it may update what your update-policy grants", dir.join(k)),
+        Some(k) if p.update_auth != exec::auth::Mode::Sig0 => ("TSIG, your own key; it may update what your update-policy grants", dir.join(k)),
         _ => (how, key),
     };
     println!(
@@ -583,7 +583,7 @@ mod tests {
             resign_slice_rrsets: None,
             zone_signer_threads: None,
             signature_cache_entries: None,
-            update_auth: crate::auth::Mode::Tsig,
+            update_auth: exec::auth::Mode::Tsig,
             skip_precheck: Vec::new(),
             rrl_responses_per_second: 0,
             checkpoint_interval: None,

@@ -68,13 +68,13 @@ pub struct Config {
     pub metrics: MetricsSection,
     /// Client-address ACLs (named sees every client as the loopback address).
     #[serde(default)]
-    pub access: crate::access::AccessSection,
+    pub access: exec::access::AccessSection,
     #[serde(default)]
     pub auth: AuthSection,
     #[serde(default)]
-    pub rrl: crate::auth::rrl::RrlConfig,
+    pub rrl: crate::rrl::RrlConfig,
     #[serde(default)]
-    pub order_limit: crate::auth::rrl::OrderLimitConfig,
+    pub order_limit: crate::rrl::OrderLimitConfig,
     /// The zones served, one `[[zone]]` table each; once loaded, sorted by canonical name
     /// (the position is the zone index every replica derives alike). A file without
     /// `[[zone]]` tables is read as one zone from the single-zone fields of `[cluster]`,
@@ -441,7 +441,7 @@ pub struct MetricsSection {
 pub struct AuthSection {
     /// `tsig` (each zone's `tsig_keys`: every replica holds their secret),
     /// `sig0` (each zone's public `sig0_keys`: no replica can sign), or `both`; for every zone.
-    pub mode: crate::auth::Mode,
+    pub mode: exec::auth::Mode,
     /// Single-zone layout: SIG(0) public key files as `dnssec-keygen -T KEY -n USER` writes
     /// them (`K<name>.+<alg>+<tag>.key`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -462,11 +462,11 @@ pub struct AuthSection {
 impl Default for AuthSection {
     fn default() -> Self {
         AuthSection {
-            mode: crate::auth::Mode::default(),
+            mode: exec::auth::Mode::default(),
             sig0_keys: Vec::new(),
             transfer_keys: Vec::new(),
             skip_precheck: false,
-            sig0_max_validity_s: crate::auth::SIG0_MAX_VALIDITY_S,
+            sig0_max_validity_s: exec::auth::SIG0_MAX_VALIDITY_S,
         }
     }
 }

@@ -25,7 +25,7 @@ pub struct Admin {
     pub gateway: Arc<crate::gateway::Gateway>,
     pub token: String,
     /// Each zone's name and sign-zone signer, in zone index order.
-    pub signers: Vec<(String, Arc<crate::exec::SignZoneSigner>)>,
+    pub signers: Vec<(String, Arc<exec::SignZoneSigner>)>,
 }
 
 /// The admin token's file in a replica's state directory.
@@ -195,7 +195,7 @@ async fn respond(
 
 /// The zone a sign-zone request asks for: `zone=NAME` in the query (case and final dot
 /// aside), or every zone without one. `Err`: the answer for a zone not served.
-fn zones_asked(signers: &[(String, Arc<crate::exec::SignZoneSigner>)], query: Option<&str>) -> Result<Vec<usize>, String> {
+fn zones_asked(signers: &[(String, Arc<exec::SignZoneSigner>)], query: Option<&str>) -> Result<Vec<usize>, String> {
     let canonical = |n: &str| n.trim_end_matches('.').to_ascii_lowercase();
     let asked = query.into_iter().flat_map(|q| q.split('&')).find_map(|kv| kv.strip_prefix("zone="));
     match asked {
@@ -230,13 +230,14 @@ async fn sign_zones(admin: &Admin, query: Option<&str>) -> String {
     lines.join("\n")
 }
 
-async fn sign_zone(admin: &Admin, zone: u16, signer: &crate::exec::SignZoneSigner) -> String {
-    let auth = match signer.sign() {
+async fn sign_zone(admin: &Admin, zone: u16, signer: &exec::SignZoneSigner) -> String {
+    let now_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
+    let auth = match signer.sign(now_us) {
         Ok(auth) => auth,
         Err(e) => return format!("error: cannot sign the request: {e}"),
     };
     let (reply, mut rx) = crate::reply::ReplyTo::internal();
-    admin.gateway.order(crate::envelope::Op::sign_zone(zone, auth), reply).await;
+    admin.gateway.order(exec::envelope::Op::sign_zone(zone, auth), reply).await;
     // Answered once the signed zone is installed (the signing runs in the background).
     match tokio::time::timeout(SIGN_ZONE_WAIT, rx.recv()).await {
         Ok(Some(answer)) => String::from_utf8_lossy(&answer.bytes).into_owned(),
@@ -317,7 +318,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let metrics = Metrics::new(7);
-        metrics.inc_request(crate::classify::Kind::Write);
+        metrics.inc_request(exec::classify::Kind::Write);
         tokio::spawn(serve_on(listener, metrics, None));
         addr
     }

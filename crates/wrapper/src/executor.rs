@@ -1,4 +1,4 @@
-//! Performs what the execution core (`crate::exec`) decides, against the local named.
+//! Performs what the execution core (`exec`) decides, against the local named.
 //!
 //! This is the thin tokio side: it hands delivered batches (with the reply handles this
 //! gateway holds) to the core, carries out its commands, and reports their results as
@@ -19,18 +19,19 @@ use named_glue::signer::SignatureTimes;
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
-use crate::classify::{classify, Verdict};
 use crate::config::Settings;
-use crate::envelope::Op;
-use crate::exec::state::serial_before;
-use crate::exec::ExecState;
-use crate::exec::{Command, Delivered, Event, ExecCore, Item, Resume, UpdateGate, WriteIntent};
 use crate::metrics::Metrics;
 use crate::pending::Pending;
 use crate::read::{Lookup, ReadCache};
 use crate::reply::{Delivery, ReplyTo};
 use crate::statexfer::{canonical_zone_name, write_zone_files, DigestedRecords, Install, Snapshot, SnapshotStore, SnapshotZone};
-use crate::zone::{zone_digest_of, Finish, ZoneError, ZoneMaintenance};
+use crate::zone::{Finish, ZoneError, ZoneMaintenance};
+use exec::classify::{classify, Verdict};
+use exec::envelope::Op;
+use exec::state::serial_before;
+use exec::zone_plan::zone_digest_of;
+use exec::ExecState;
+use exec::{Command, Delivered, Event, ExecCore, Item, Resume, UpdateGate, WriteIntent};
 
 /// How long the later messages of a zone transfer may wait for room in the client's
 /// queue (the transfer runs in a task of its own; the executor does not wait for it).
@@ -148,8 +149,8 @@ impl From<&Settings> for ExecutorConfig {
 
 /// The execution core's settings: the agreed-time parameters every replica must share, and
 /// the sign-zone verifiers (one per zone, from the cluster CA).
-pub fn exec_config(s: &Settings, sign_zone_verifiers: Vec<crate::exec::SignZoneVerifier>) -> crate::exec::ExecConfig {
-    crate::exec::ExecConfig {
+pub fn exec_config(s: &Settings, sign_zone_verifiers: Vec<exec::SignZoneVerifier>) -> exec::ExecConfig {
+    exec::ExecConfig {
         id: s.id,
         faults: s.faults,
         validity_s: s.signing.validity_s,
@@ -599,7 +600,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
     /// last change that may have reached named: a serial that moved after it is its doing.
     /// A signing or re-signing slice interrupted by a crash runs again (the same signing,
     /// or the slice's own journal), so only for a write does "applied" decide anything.
-    fn intent(&self, seq: u64, index: u32, zone: u16, state: crate::exec::ExecState) -> impl std::future::Future<Output = ()> + Send + 'static {
+    fn intent(&self, seq: u64, index: u32, zone: u16, state: exec::ExecState) -> impl std::future::Future<Output = ()> + Send + 'static {
         let apex = self.zones.get(usize::from(zone)).or(self.zones.first()).map(|m| m.zone.clone()).unwrap_or_else(hickory_proto::rr::Name::root);
         let (named, path, id, metrics) = (self.named.clone(), WriteIntent::path_for(&self.state_file), self.id, self.metrics.clone());
         async move {
@@ -750,7 +751,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 fail_for_test(&metrics, id, seq).await
             } else if crate::seeded_bug::skip_this_write(id) {
                 tracing::error!(replica = id, seq, "SEEDED BUG skip-write: this write is answered NOERROR and never given to named");
-                crate::answer::error_answer(&message, 0).unwrap_or_default()
+                exec::answer::error_answer(&message, 0).unwrap_or_default()
             } else {
                 write(&named, &message, &metrics, id, seq).await
             };
@@ -875,7 +876,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
         self.tasks.spawn(async move {
             let digests = zone_digests(&zones, id).await.map(|(digests, lists)| {
                 for (index, records) in lists.iter().enumerate() {
-                    let serial = crate::zone::soa_serial_of(records);
+                    let serial = exec::zone_plan::soa_serial_of(records);
                     metrics.update_zone(u16::try_from(index).unwrap_or(u16::MAX), |z| z.serial = serial);
                 }
                 let records = Arc::new(lists);
@@ -1019,7 +1020,7 @@ async fn part_done(background: &Background, run: u64) -> Result<(), String> {
 
 impl<G: UpdateGate + 'static> Executor<G> {
     /// Each zone's last signing time, for its re-sign timer.
-    fn publish_last_signed(&self, state: &crate::exec::ExecState) {
+    fn publish_last_signed(&self, state: &exec::ExecState) {
         self.metrics.set_zone_schedules(state);
         for (index, last) in self.last_signed.iter().enumerate() {
             let zone = u16::try_from(index).unwrap_or(u16::MAX);
@@ -1046,10 +1047,10 @@ impl<G: UpdateGate + 'static> Executor<G> {
         if self.zones.len() < 2 {
             return 0;
         }
-        let Ok((apex, _)) = crate::auth::wire::read_name(message, crate::auth::wire::HEADER_LEN) else { return 0 };
+        let Ok((apex, _)) = exec::auth::wire::read_name(message, exec::auth::wire::HEADER_LEN) else { return 0 };
         self.zones
             .iter()
-            .position(|m| crate::auth::wire::name_to_wire(&m.zone.to_ascii().to_ascii_lowercase()).as_deref() == Some(&apex[..]))
+            .position(|m| exec::auth::wire::name_to_wire(&m.zone.to_ascii().to_ascii_lowercase()).as_deref() == Some(&apex[..]))
             .and_then(|i| u16::try_from(i).ok())
             .unwrap_or(0)
     }
@@ -1085,7 +1086,7 @@ async fn write(named: &Forwarder, message: &[u8], metrics: &Metrics, id: u16, se
             Err(e) if !e.is_transient() => {
                 metrics.inc_execute_error();
                 tracing::error!(replica = id, seq, error = %e, "an ordered write cannot be sent to named as it is; recorded as FORMERR");
-                return crate::answer::error_answer(message, crate::answer::RCODE_FORMERR).unwrap_or_default();
+                return exec::answer::error_answer(message, exec::answer::RCODE_FORMERR).unwrap_or_default();
             }
             Err(e) => {
                 metrics.inc_execute_error();

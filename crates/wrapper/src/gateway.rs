@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use bft::Request;
 use bft::SubmitError;
+use exec::answer::servfail;
+use exec::envelope::Op;
 use named_glue::forward::Forwarder;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::answer::servfail;
-use crate::envelope::Op;
 use crate::metrics::Metrics;
 use crate::pending::{payload_digest, Pending};
 use crate::read::ReadCache;

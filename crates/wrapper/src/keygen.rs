@@ -28,12 +28,13 @@ use hickory_proto::rr::Name;
 use mesh::pki::{generate_ca, issue_replica_cert};
 use rand_chacha::rand_core::SeedableRng;
 
-use crate::auth::Mode;
+use exec::access::AccessSection;
+use exec::auth::Mode;
+use exec::auth::TsigKey;
 use serde::Serialize;
 
-use crate::access::AccessSection;
 use crate::config::{AuthSection, ClusterSection, MetricsSection, PeerSection, Protocol, ReadMode, ReplicaSection, ZoneSection};
-use crate::files::{demo_zone, write_public, write_secret, zone_key, TsigKey};
+use crate::files::{demo_zone, write_public, write_secret, zone_key};
 
 /// Where each replica listens. Defaults put a whole cluster on one host.
 #[derive(Clone, Debug)]
@@ -409,7 +410,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         }
     }
     let allow_transfer =
-        allow_transfer.iter().map(|a| a.parse().map_err(|e| anyhow::anyhow!("allow_transfer {a:?}: {e}"))).collect::<Result<Vec<crate::access::Prefix>>>()?;
+        allow_transfer.iter().map(|a| a.parse().map_err(|e| anyhow::anyhow!("allow_transfer {a:?}: {e}"))).collect::<Result<Vec<exec::access::Prefix>>>()?;
     let signing = [
         p.validity_s.is_some(),
         p.resign_slice_interval_s.is_some(),

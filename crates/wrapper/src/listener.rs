@@ -14,10 +14,10 @@ use tokio::sync::{mpsc, Semaphore};
 use tracing::{debug, info, warn};
 
 use dnswire::framing;
+use exec::access::AccessSection;
+use exec::answer::{error_answer, RCODE_REFUSED};
+use exec::classify::{classify, precheck, transfer_rights, Kind, Verdict};
 
-use crate::access::AccessSection;
-use crate::answer::{error_answer, RCODE_REFUSED};
-use crate::classify::{classify, precheck, transfer_rights, Kind, Verdict};
 use crate::metrics::Metrics;
 use crate::reply::{ClientRequest, Delivery, Outgoing, ReplyTo};
 use crate::vouched::{VouchTurn, VouchedReads};
@@ -25,10 +25,10 @@ use crate::vouched::{VouchTurn, VouchedReads};
 /// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
 #[derive(Default)]
 pub struct ClientFilters {
-    pub auth: Option<std::sync::Arc<crate::auth::zones::ZoneAuth>>,
-    pub rrl: Option<std::sync::Arc<crate::auth::rrl::Limiter>>,
+    pub auth: Option<std::sync::Arc<exec::auth::zones::ZoneAuth>>,
+    pub rrl: Option<std::sync::Arc<crate::rrl::Limiter>>,
     /// `[order_limit]`: requests one client prefix may have ordered per second.
-    pub order_limit: Option<std::sync::Arc<crate::auth::rrl::OrderLimiter>>,
+    pub order_limit: Option<std::sync::Arc<crate::rrl::OrderLimiter>>,
     /// Fault injection (Byzantine mode wrong-answers, test clusters only): rewrite every
     /// answer this replica gives its clients.
     pub lie: bool,
@@ -137,7 +137,7 @@ fn dispatch(
         Verdict::Order(kind) => access.allows(peer.ip(), kind),
         _ => true,
     };
-    let verdict = if transfer && by_address { verdict } else { precheck(verdict, &bytes, filters.auth.as_deref()) };
+    let verdict = if transfer && by_address { verdict } else { precheck(verdict, &bytes, filters.auth.as_deref(), named_glue::time::unix_now()) };
     let refused_by_address = match verdict {
         // Without a key check configured, a transfer the address ACL refuses stays refused.
         Verdict::Order(_) if transfer => !by_address && filters.auth.is_none(),
@@ -416,15 +416,15 @@ mod tests {
     /// reaches the gateway; signed updates beyond a prefix's rate are refused.
     #[tokio::test]
     async fn what_cannot_be_authorized_or_is_over_the_rate_is_not_ordered() {
-        use crate::auth::{tsig, zones::ZoneAuth, Authenticator, Mode, TsigSecret};
+        use exec::auth::{tsig, zones::ZoneAuth, Authenticator, Mode, TsigSecret};
         let secret = TsigSecret { name: "up.".into(), algorithm: tsig::Algorithm::HmacSha256, secret: vec![7; 32] };
-        let auth = Authenticator::new(Mode::Tsig, std::slice::from_ref(&secret), &[], Vec::new()).unwrap();
+        let auth = Authenticator::new(Mode::Tsig, std::slice::from_ref(&secret), &[], Vec::new(), named_glue::time::unix_now).unwrap();
         let auth = Arc::new(ZoneAuth::new(vec![("example.test.".into(), auth)]).unwrap());
-        let limit = crate::auth::rrl::OrderLimitConfig { writes_per_second: 2, ..Default::default() };
+        let limit = crate::rrl::OrderLimitConfig { writes_per_second: 2, ..Default::default() };
         let filters = ClientFilters {
             auth: Some(auth),
             rrl: None,
-            order_limit: crate::auth::rrl::OrderLimiter::new(&limit).map(Arc::new),
+            order_limit: crate::rrl::OrderLimiter::new(&limit).map(Arc::new),
             lie: false,
             local_reads: None,
             vouched: None,
@@ -452,7 +452,7 @@ mod tests {
         // Opcode UPDATE, one question announced, none there: FORMERR, not ordered.
         answered(vec![0, 12, 5 << 3, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
         tokio::time::timeout(Duration::from_secs(2), client.recv(&mut buf)).await.expect("answered").unwrap();
-        assert_eq!((buf[3] & 0x0f, buf[2] & 0x80), (crate::answer::RCODE_FORMERR, 0x80));
+        assert_eq!((buf[3] & 0x0f, buf[2] & 0x80), (exec::answer::RCODE_FORMERR, 0x80));
         assert!(gateway.try_recv().is_err(), "not ordered");
         // Validly signed updates: two a second pass, the third is refused.
         let key = tsig::Key::new(&secret.name, secret.algorithm, &secret.secret).unwrap();

@@ -5,6 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use wrapper::config::{Protocol, ReadMode, Settings};
 use wrapper::keygen::{ClusterParams, Layout};
@@ -211,8 +212,8 @@ struct ClusterArgs {
     signature_cache_entries: Option<usize>,
     /// What authorizes updates: tsig (a shared key every replica holds), sig0 (a KEY
     /// pair whose private half only the operator has), or both.
-    #[arg(long, value_enum, default_value = "tsig")]
-    update_auth: wrapper::auth::Mode,
+    #[arg(long, default_value = "tsig", value_parser = update_auth_parser())]
+    update_auth: exec::auth::Mode,
     /// Replicas that order updates without checking them first (fault injection, tests).
     #[arg(long, value_delimiter = ',')]
     skip_precheck: Vec<u16>,
@@ -276,6 +277,12 @@ impl ClusterArgs {
             min_request_timeout_ms: self.min_request_timeout_ms,
         }
     }
+}
+
+/// `--update-auth`: the execution core's `Mode`, by its names, each shown with what it trusts.
+fn update_auth_parser() -> impl TypedValueParser<Value = exec::auth::Mode> {
+    let values = exec::auth::Mode::ALL.map(|m| PossibleValue::new(m.as_str()).help(m.help()));
+    PossibleValuesParser::new(values).try_map(|s| s.parse::<exec::auth::Mode>())
 }
 
 fn main() -> ExitCode {

@@ -448,11 +448,11 @@ impl Metrics {
         Arc::new(Metrics { registry, ..m })
     }
 
-    pub fn inc_request(&self, kind: crate::classify::Kind) {
+    pub fn inc_request(&self, kind: exec::classify::Kind) {
         let kind = match kind {
-            crate::classify::Kind::Read => "read",
-            crate::classify::Kind::Transfer => "transfer",
-            crate::classify::Kind::Write => "write",
+            exec::classify::Kind::Read => "read",
+            exec::classify::Kind::Transfer => "transfer",
+            exec::classify::Kind::Write => "write",
         };
         self.requests.get_or_create(&[("kind", kind)]).inc();
     }
@@ -523,7 +523,7 @@ impl Metrics {
     }
 
     /// Each zone's schedule as the execution state holds it (agreed values).
-    pub fn set_zone_schedules(&self, state: &crate::exec::ExecState) {
+    pub fn set_zone_schedules(&self, state: &exec::ExecState) {
         self.update_status(|s| {
             for (index, z) in s.zones.iter_mut().enumerate() {
                 let e = state.zone(u16::try_from(index).unwrap_or(u16::MAX));
@@ -726,7 +726,7 @@ mod tests {
     fn each_zone_has_its_own_labelled_series_and_status() {
         let m = Metrics::new(0);
         m.set_zones([("2.0.192.in-addr.arpa.".to_string(), 11), ("example.test.".to_string(), 22)]);
-        let mut state = crate::exec::ExecState::default();
+        let mut state = exec::ExecState::default();
         state.zone_mut(1).last_signed_s = 1000;
         state.zone_mut(1).next_slice_s = 1020;
         m.set_zone_schedules(&state);

@@ -11,7 +11,7 @@
 //!   choice for those bytes (as for some malformed requests), and over UDP it is also how
 //!   a stopped named looks (refused sends are waited out), so the client retries;
 //! - anything else (TCP connection refused, named's answer undecodable, ...): the SERVFAIL
-//!   named would give, shaped as named's (`crate::answer`).
+//!   named would give, shaped as named's (`answer`).
 //!
 //! The answer is handed over without waiting for the client (bounded queues drop).
 //!
@@ -106,7 +106,7 @@ impl LocalReads {
     /// Answers a read (a query, never a transfer) without waiting: a hit at once, a miss
     /// by a task of its own.
     pub fn answer(&self, message: Vec<u8>, tcp: bool, reply: ReplyTo, metrics: &Arc<Metrics>) {
-        metrics.inc_request(crate::classify::Kind::Read);
+        metrics.inc_request(exec::classify::Kind::Read);
         let fill = match self.cache.lookup(&message, tcp) {
             Lookup::Hit(answer) => {
                 metrics.inc_read_cache(true);
@@ -143,7 +143,7 @@ pub fn client_answer(request: &[u8], result: Result<Vec<u8>, ForwardError>) -> O
         }
         Err(e) => {
             debug!(error = %e, "read failed");
-            crate::answer::error_answer(request, crate::answer::RCODE_SERVFAIL)
+            exec::answer::error_answer(request, exec::answer::RCODE_SERVFAIL)
         }
     }
 }
@@ -151,7 +151,7 @@ pub fn client_answer(request: &[u8], result: Result<Vec<u8>, ForwardError>) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::answer::RCODE_SERVFAIL;
+    use exec::answer::RCODE_SERVFAIL;
     use std::net::SocketAddr;
     use std::sync::Arc;
     use std::time::Duration;

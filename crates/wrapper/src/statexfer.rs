@@ -21,14 +21,13 @@ use std::time::Duration;
 
 use bft::CheckpointClaim;
 use bytes::Bytes;
+use exec::codec::{self, CodecError};
+use exec::zone_plan::zone_digest_of;
+use exec::ExecState;
 use mesh::{MeshSender, CHANNEL_STATE};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
-
-use crate::codec::{self, CodecError};
-use crate::exec::ExecState;
-use crate::zone::zone_digest_of;
 
 /// 2: with the ordering's delivery base; 3: every zone's records, with its name (version 2
 /// snapshots, one zone's, are read too: kept ones stay servable after an upgrade).
@@ -118,7 +117,7 @@ pub struct SnapshotZone {
 struct SnapshotV2 {
     seq: u64,
     digest: [u8; 32],
-    state: crate::exec::state::StateV3,
+    state: exec::state::StateV3,
     records: Vec<Vec<u8>>,
     base: Vec<u8>,
 }
@@ -870,9 +869,9 @@ mod tests {
             sign_zone_requests: BTreeMap<u16, u64>,
             sign_zone_stamps: BTreeMap<u16, u64>,
             outcomes: [u8; 32],
-            recent_writes: BTreeMap<[u8; 32], crate::exec::state::RecentWrite>,
+            recent_writes: BTreeMap<[u8; 32], exec::state::RecentWrite>,
             next_slice_s: u64,
-            signing: Option<crate::exec::SigningRun>,
+            signing: Option<exec::SigningRun>,
             sign_finish_votes: std::collections::BTreeSet<u16>,
         }
         #[derive(Serialize)]

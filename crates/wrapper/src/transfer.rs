@@ -12,11 +12,11 @@
 
 use std::sync::Arc;
 
+use exec::answer::{error_answer, RCODE_SERVFAIL};
 use named_glue::forward::{AxfrStream, Forwarder};
 use tokio::sync::Semaphore;
 use tracing::debug;
 
-use crate::answer::{error_answer, RCODE_SERVFAIL};
 use crate::metrics::Metrics;
 use crate::reply::ReplyTo;
 

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use exec::auth::TsigKey as DealerTsig;
 use hickory_proto::op::{update_message, Message, ResponseCode};
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordSet, RecordType};
 use vote::client::{Options, Verdict, VotingClient};
@@ -24,7 +25,6 @@ use vote::tsig::TsigKey;
 use vote::Replicas;
 
 use crate::config::Config;
-use crate::files::TsigKey as DealerTsig;
 
 pub const EXIT_REFUSED: u8 = 1;
 pub const EXIT_ERROR: u8 = 2;

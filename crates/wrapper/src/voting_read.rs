@@ -11,12 +11,12 @@
 //! answering one without ordering cannot make replicas diverge. Answers in flight are bounded;
 //! beyond the bound a voting read is dropped (the client retries or falls back), never queued.
 
+use exec::classify::Kind;
 use named_glue::forward::Forwarder;
 use named_glue::rrwire::{opt_option, RawHeader, RawMessage, TYPE_AXFR, TYPE_IXFR};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
-use crate::classify::Kind;
 use crate::metrics::Metrics;
 use crate::read::ReadCache;
 use crate::reply::ClientRequest;

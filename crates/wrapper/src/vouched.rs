@@ -86,11 +86,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use exec::classify::Kind;
 use named_glue::forward::Forwarder;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
-use crate::classify::Kind;
 use crate::metrics::Metrics;
 use crate::read::{Fill, Keyed, ReadCache};
 use crate::reply::ClientRequest;

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wrapper::classify::{classify, Verdict};
+use exec::classify::{classify, Verdict};
 
 fuzz_target!(|data: &[u8]| {
     for tcp in [false, true] {

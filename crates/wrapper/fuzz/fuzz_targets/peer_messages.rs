@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wrapper::envelope::Op;
+use exec::envelope::Op;
 use wrapper::signing::{SignEnvelope, WireFormat};
 
 fuzz_target!(|data: &[u8]| {

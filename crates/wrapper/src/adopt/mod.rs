@@ -24,10 +24,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{anyhow, bail, Context, Result};
+use exec::auth::TsigKey;
+use exec::names::absolute_name;
 
 use self::bindconf::Statement;
-pub use self::record::{absolute_name, adopted_for, Adopted, ADOPTED_FILE};
-use crate::files::{write_public, write_secret, TsigKey};
+pub use self::record::{adopted_for, Adopted, ADOPTED_FILE};
+use crate::files::{write_public, write_secret};
 use crate::keygen::{keygen, replica_dir, write_configs, ClusterParams};
 
 /// A TSIG key from a `key` statement.
@@ -357,7 +359,7 @@ impl Scope<'_> {
                     match o.as_str() {
                         "any" => prefixes.extend(["0.0.0.0/0".to_owned(), "::/0".to_owned()]),
                         "localhost" => prefixes.extend(["127.0.0.1".to_owned(), "::1".to_owned()]),
-                        other if other.parse::<crate::access::Prefix>().is_ok() => prefixes.push(other.to_owned()),
+                        other if other.parse::<exec::access::Prefix>().is_ok() => prefixes.push(other.to_owned()),
                         other => unkept.push(other.to_owned()),
                     }
                 }
@@ -634,7 +636,7 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
                     .iter()
                     .cloned()
                     // The dealer's key may delete the rollover marker (and change nothing else).
-                    .chain(z.old_ksk.as_ref().map(|_| format!("grant {dealer} name {} TXT", rollover::marker_name(&z.zone))))
+                    .chain(z.old_ksk.as_ref().map(|_| format!("grant {dealer} name {} TXT", exec::names::marker_name(&z.zone))))
                     .collect(),
                 allow_transfer: z.plan.transfer_addresses.clone(),
             }
@@ -781,12 +783,12 @@ fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk:
     let finish = if zdir.as_os_str().is_empty() {
         format!(
             "sdns cluster rollover-finish --dir DIR (a local cluster), or delete {} TXT\n            (nsupdate -k tsig.key) and run sdns sign-zone",
-            rollover::marker_name(zone)
+            exec::names::marker_name(zone)
         )
     } else {
         format!(
             "sdns cluster rollover-finish --dir DIR --zone {zone} (a local cluster), or delete\n            {} TXT (nsupdate -k {}) and run sdns sign-zone --zone {zone}",
-            rollover::marker_name(zone),
+            exec::names::marker_name(zone),
             zdir.join("tsig.key").display()
         )
     };

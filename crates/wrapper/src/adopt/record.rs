@@ -11,6 +11,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use exec::names::absolute_name;
 use hickory_proto::rr::Name;
 use serde::{Deserialize, Serialize};
 
@@ -130,16 +131,6 @@ pub fn adopted_zones(dir: &Path, zones: &[String]) -> Result<Option<Vec<Adopted>
         })
         .collect::<Result<Vec<_>>>()
         .map(Some)
-}
-
-/// A domain name in lower case with its trailing dot.
-pub fn absolute_name(name: &str) -> String {
-    let lower = name.to_ascii_lowercase();
-    if lower.ends_with('.') {
-        lower
-    } else {
-        format!("{lower}.")
-    }
 }
 
 /// Checks a directory's adoption record against the zone being configured.

@@ -21,9 +21,9 @@ use super::{
     check_zone_set, zone_dir_name, AuthSection, ClientSection, ClusterSection, Config, ConfigError, Layout, MetricsSection, NamedSection, OrderingSection,
     PeerSection, Protocol, ReadMode, SigningSection, ZoneSection, MAX_UDP_RECEIVE_BUFFER, MAX_ZONES,
 };
-use crate::access::AccessSection;
-use crate::auth::rrl::{OrderLimitConfig, RrlConfig};
 use crate::byzantine::{Mode, SigningFault};
+use crate::rrl::{OrderLimitConfig, RrlConfig};
+use exec::access::AccessSection;
 
 /// A replica's configuration, checked.
 #[derive(Clone, Debug)]
@@ -176,7 +176,7 @@ pub struct MetricsSettings {
 
 #[derive(Clone, Debug)]
 pub struct AuthSettings {
-    pub mode: crate::auth::Mode,
+    pub mode: exec::auth::Mode,
     pub skip_precheck: bool,
     pub sig0_max_validity_s: u64,
 }
@@ -356,7 +356,7 @@ impl Check<'_> {
 
     /// Each zone well formed, and the set of zones one named can serve side by side; in
     /// canonical order (the zone index every replica derives alike, whatever the file's order).
-    fn zones(&self, zones: &[ZoneSection], mode: crate::auth::Mode, base: &Path) -> Result<Vec<ZoneSettings>, ConfigError> {
+    fn zones(&self, zones: &[ZoneSection], mode: exec::auth::Mode, base: &Path) -> Result<Vec<ZoneSettings>, ConfigError> {
         if zones.len() > MAX_ZONES {
             return Err(self.bad("zone", format!("{} zones; at most {MAX_ZONES}", zones.len())));
         }
@@ -368,10 +368,10 @@ impl Check<'_> {
             if ![5, 7, 8, 10].contains(&z.algorithm) {
                 return Err(self.bad(&field("algorithm"), format!("{} is not an RSA DNSSEC algorithm (5, 7, 8, 10)", z.algorithm)));
             }
-            if mode != crate::auth::Mode::Tsig && z.sig0_keys.is_empty() {
+            if mode != exec::auth::Mode::Tsig && z.sig0_keys.is_empty() {
                 return Err(self.bad(&field("sig0_keys"), format!("mode \"{}\" needs at least one SIG(0) key file", mode.as_str())));
             }
-            if mode != crate::auth::Mode::Sig0 && z.tsig_keys.is_empty() {
+            if mode != exec::auth::Mode::Sig0 && z.tsig_keys.is_empty() {
                 return Err(self.bad(&field("tsig_keys"), format!("auth.mode \"{}\" needs at least one TSIG key file", mode.as_str())));
             }
             let update_policy = z.policy_rules().transpose().map_err(|e| self.bad(&field("update_policy"), e))?;

@@ -48,11 +48,11 @@ fn sample_parses_with_defaults() {
     assert_eq!(c.zones[0].key_share, Path::new("/etc/sdns/share.json"));
     assert_eq!((c.state_dir.as_path(), c.named.bind_dir.as_path()), (Path::new("/etc/sdns/state"), Path::new("/opt/bind")));
     assert_eq!(c.me.client.port(), 5301);
-    assert_eq!(c.auth.mode, crate::auth::Mode::Tsig);
+    assert_eq!(c.auth.mode, exec::auth::Mode::Tsig);
     assert!(c.zones[0].transfer_keys.is_empty() && !c.auth.skip_precheck);
     assert_eq!(c.rrl.responses_per_second, 0);
     let both = parse(&(sample(4) + "\n[auth]\nmode = \"both\"\nsig0_keys = [\"K.key\"]\n[rrl]\nresponses_per_second = 20\n")).unwrap();
-    assert_eq!((both.auth.mode, both.rrl.responses_per_second, both.rrl.slip), (crate::auth::Mode::Both, 20, 2));
+    assert_eq!((both.auth.mode, both.rrl.responses_per_second, both.rrl.slip), (exec::auth::Mode::Both, 20, 2));
     assert!(c.zones[0].update_policy.is_none());
     let policy = parse(&sample(4).replace("tsig_keys", "update_policy = [\"grant dhcp zonesub A PTR\"]\ntsig_keys")).unwrap();
     let rules = policy.zones[0].update_policy.as_ref().unwrap();

@@ -14,20 +14,20 @@ use named_glue::forward::Forwarder;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
-use crate::auth::rrl::{Limiter, OrderLimiter};
-use crate::auth::zones::ZoneAuth;
 use crate::byzantine::Mode;
 use crate::config::{GatewayConfig, Settings};
 use crate::endpoint;
-use crate::exec::SignZoneSigner;
 use crate::gateway::Gateway;
 use crate::listener::{bind_udp, serve_tcp, serve_udp, ClientFilters, TcpLimits};
 use crate::metrics::Metrics;
 use crate::pending::Pending;
 use crate::read::{LocalReads, ReadCache};
 use crate::reply::ClientRequest;
+use crate::rrl::{Limiter, OrderLimiter};
 use crate::tasks::Essential;
 use crate::vouched::VouchedReads;
+use exec::auth::zones::ZoneAuth;
+use exec::SignZoneSigner;
 
 /// What the client side reads and answers with.
 pub(super) struct Reads {
@@ -118,7 +118,7 @@ pub(super) fn client_filters(s: &Settings, auth: &Arc<ZoneAuth>, reads: &Reads, 
 /// Binds the client address (UDP and TCP) and starts a listener on each.
 pub(super) async fn start_listeners(
     cfg: &GatewayConfig,
-    access: crate::access::AccessSection,
+    access: exec::access::AccessSection,
     filters: ClientFilters,
     to_gateway: mpsc::Sender<ClientRequest>,
     metrics: &Arc<Metrics>,

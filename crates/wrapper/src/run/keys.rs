@@ -8,11 +8,12 @@ use anyhow::{anyhow, bail, Context, Result};
 use named_glue::conf::{PolicyRule, TsigKey};
 use named_glue::keys::ZoneKey;
 
-use crate::auth::sig0::Sig0Key;
-use crate::auth::{tsig, Authenticator, TsigSecret};
 use crate::config::{Settings, ZoneSettings};
-use crate::files::{check_secret_mode, read_secret, zone_key, TsigKey as DealerTsig};
+use crate::files::{check_secret_mode, read_secret, zone_key};
 use crate::signing::Keys;
+use exec::auth::sig0::Sig0Key;
+use exec::auth::TsigKey as DealerTsig;
+use exec::auth::{tsig, Authenticator, TsigSecret};
 
 pub(super) fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
@@ -57,11 +58,11 @@ pub(super) fn authenticator(s: &Settings, index: usize, zone: &ZoneSettings) -> 
         .map(|path| Sig0Key::from_key_file(&read(path)?).map_err(|e| anyhow!("{}: {}: {e}", s.field_of(zone, "sig0_keys"), path.display())))
         .collect::<Result<Vec<_>>>()?;
     let auth = if s.zones.len() == 1 {
-        Authenticator::new(s.auth.mode, &updates, &transfers, sig0)
+        Authenticator::new(s.auth.mode, &updates, &transfers, sig0, named_glue::time::unix_now)
     } else {
         // The settings bound the zone count far below u16::MAX.
         let index = u16::try_from(index).map_err(|_| anyhow!("zone index {index} out of range"))?;
-        Authenticator::for_zone(index, s.auth.mode, &updates, &transfers, sig0)
+        Authenticator::for_zone(index, s.auth.mode, &updates, &transfers, sig0, named_glue::time::unix_now)
     };
     let auth = auth.with_context(|| format!("update authentication of zone {}", zone.name))?.with_sig0_max_validity(s.auth.sig0_max_validity_s);
     // named knows the clients' update keys and the transfer keys but grants them nothing: it
@@ -70,7 +71,7 @@ pub(super) fn authenticator(s: &Settings, index: usize, zone: &ZoneSettings) -> 
     let mut known = transfers.clone();
     known.extend(updates.iter().filter(|u| !transfers.iter().any(|t| t.name.eq_ignore_ascii_case(&u.name))).cloned());
     let (local, transfer) = auth.named_keys(&known);
-    let conf_key = |k: crate::auth::NamedKey| TsigKey { name: k.name, algorithm: k.algorithm.to_string(), secret: k.secret };
+    let conf_key = |k: exec::auth::NamedKey| TsigKey { name: k.name, algorithm: k.algorithm.to_string(), secret: k.secret };
     Ok((auth, local.into_iter().map(conf_key).collect(), transfer.into_iter().map(conf_key).collect()))
 }
 

@@ -11,8 +11,8 @@ use tokio::sync::mpsc;
 
 use super::keys::read;
 use crate::config::Settings;
-use crate::exec::{SignZoneSigner, SignZoneVerifier};
 use crate::files::read_secret;
+use exec::{SignZoneSigner, SignZoneVerifier};
 
 type Inbox = mpsc::Receiver<(u16, Bytes)>;
 

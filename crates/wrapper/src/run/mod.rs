@@ -32,12 +32,12 @@ use tracing::info;
 
 use crate::byzantine::Mode;
 use crate::config::{GatewayConfig, Settings, SigningConfig, TransferConfig};
-use crate::exec::{ExecCore, UpdateGate};
 use crate::executor::{exec_config, Executor, ExecutorConfig, ExecutorLinks};
 use crate::metrics::Metrics;
 use crate::pending::Pending;
 use crate::read::ReadCache;
 use crate::tasks::Essential;
+use exec::{ExecCore, UpdateGate};
 
 /// Runs one replica until it is stopped or one of its essential tasks ends.
 pub async fn run(settings: Settings) -> Result<()> {

@@ -15,10 +15,10 @@ use named_glue::tools::BindTools;
 use tracing::info;
 
 use super::keys::{authenticator, local_policy};
-use crate::auth::tsig;
-use crate::auth::zones::ZoneAuth;
 use crate::config::{Settings, ZoneSettings};
 use crate::signing::Keys;
+use exec::auth::tsig;
+use exec::auth::zones::ZoneAuth;
 
 /// The key named grants the re-signing updates to (RRSIG only).
 const MAINTENANCE_KEY: &str = "resign.sdns-local.";

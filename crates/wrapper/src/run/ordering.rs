@@ -14,7 +14,7 @@ use tracing::info;
 
 use crate::byzantine::Mode;
 use crate::config::Settings;
-use crate::exec::ExecState;
+use exec::ExecState;
 
 /// The execution state persisted in the state directory (`exec.state`).
 pub(super) fn load_exec_state(state_dir: &Path) -> Result<ExecState> {

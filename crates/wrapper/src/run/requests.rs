@@ -8,12 +8,12 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use tokio::sync::watch;
 
-use crate::auth::tsig;
 use crate::byzantine::Mode;
-use crate::exec::SignZoneSigner;
 use crate::executor::Background;
 use crate::gateway::Gateway;
 use crate::tasks::Essential;
+use exec::auth::tsig;
+use exec::SignZoneSigner;
 
 /// What the replica's own requests are made from.
 pub(super) struct OwnRequests<'a> {
@@ -60,7 +60,7 @@ async fn order_hostile_writes(gateway: Arc<Gateway>, mode: Mode, key: Option<tsi
     loop {
         let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let Some(message) = crate::byzantine::hostile_write(mode, k, key.as_ref(), now_s) else { return };
-        let payload = crate::envelope::Op::Dns { tcp: true, message }.encode();
+        let payload = exec::envelope::Op::Dns { tcp: true, message }.encode();
         let (client, number) = gateway.next_key();
         let request = bft::Request { origin: gateway.id, client, number, payload };
         if gateway.submit.send(request).await.is_err() {
@@ -84,7 +84,7 @@ async fn resign_timer(gateway: Arc<Gateway>, zone: u16, last_signed: Arc<AtomicU
         let last = last_signed.load(std::sync::atomic::Ordering::Relaxed);
         if last != 0 {
             let (reply, mut rx) = crate::reply::ReplyTo::internal();
-            gateway.order(crate::envelope::Op::resign(zone), reply).await;
+            gateway.order(exec::envelope::Op::resign(zone), reply).await;
             // Wait for it to be ordered and executed (or expire) before checking again.
             let _ = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
         }
@@ -106,7 +106,7 @@ async fn stuck_claimer(gateway: Arc<Gateway>, mut stuck: watch::Receiver<Option<
             Some((seq, index)) => {
                 tracing::warn!(replica = gateway.id, seq, index, "named has not answered an ordered write for long; ordering a claim that it is stuck");
                 let (reply, _answer) = crate::reply::ReplyTo::internal();
-                gateway.order(crate::envelope::Op::Stuck { seq, index }, reply).await;
+                gateway.order(exec::envelope::Op::Stuck { seq, index }, reply).await;
                 tokio::select! {
                     r = stuck.changed() => if r.is_err() { return },
                     _ = tokio::time::sleep(STUCK_CLAIM_EVERY) => {}
@@ -142,7 +142,7 @@ async fn finish_voter(gateway: Arc<Gateway>, zone: u16, signer: Arc<SignZoneSign
         };
         loop {
             let (reply, mut rx) = crate::reply::ReplyTo::internal();
-            gateway.order(crate::envelope::Op::sign_zone_finish(zone, auth.clone()), reply).await;
+            gateway.order(exec::envelope::Op::sign_zone_finish(zone, auth.clone()), reply).await;
             let answer = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
             let text = match answer {
                 Ok(Some(a)) => String::from_utf8_lossy(&a.bytes).into_owned(),

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 pub use threshold::SignMessage;
 
-use crate::codec::{self, CodecError};
+use exec::codec::{self, CodecError};
 
 /// 2: every message carries its zone index (several zones per cluster). A replica drops
 /// messages of another version as undecodable (counted against the sender), so all replicas

@@ -9,7 +9,7 @@
 //! (the wrapper holds no verified key for the request); docs/CONFORMANCE.md
 //! lists that difference.
 
-use named_glue::rrwire::{RawHeader, RawMessage, TYPE_OPT};
+use dnswire::rrwire::{RawHeader, RawMessage, TYPE_OPT};
 
 /// named's `edns-udp-size` default (BIND 9.18), which its OPT advertises.
 pub const NAMED_EDNS_UDP_SIZE: u16 = 1232;

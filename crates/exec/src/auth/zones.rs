@@ -7,7 +7,7 @@
 
 use super::wire::{self, Layout};
 use super::{answer_header, AuthError, Authenticator, Mode, RCODE_FORMERR, RCODE_NOTAUTH};
-use crate::exec::gate::{UpdateDecision, UpdateGate};
+use crate::gate::{UpdateDecision, UpdateGate};
 
 pub struct ZoneAuth {
     /// In zone index order: the apex in lower-case wire form, its text, its authenticator.
@@ -111,7 +111,7 @@ impl UpdateGate for ZoneAuth {
         match self.target(request) {
             Some(Target::Zone(auth)) => auth.answer_without_named(request, rcode, agreed_time_s),
             Some(Target::Unserved(layout, _)) => self.unserved(request, &layout, rcode, agreed_time_s),
-            None => crate::exec::gate::Unchanged.answer_without_named(request, rcode, agreed_time_s),
+            None => crate::gate::Unchanged.answer_without_named(request, rcode, agreed_time_s),
         }
     }
 }
@@ -158,8 +158,8 @@ mod tests {
 
     fn two_zones() -> (ZoneAuth, TsigSecret, TsigSecret) {
         let (rev, fwd) = (secret("rev-key", 1), secret("fwd-key", 2));
-        let reverse = Authenticator::for_zone(0, Mode::Tsig, std::slice::from_ref(&rev), &[], Vec::new()).unwrap();
-        let forward = Authenticator::for_zone(1, Mode::Tsig, std::slice::from_ref(&fwd), &[], Vec::new()).unwrap();
+        let reverse = Authenticator::for_zone(0, Mode::Tsig, std::slice::from_ref(&rev), &[], Vec::new(), || NOW).unwrap();
+        let forward = Authenticator::for_zone(1, Mode::Tsig, std::slice::from_ref(&fwd), &[], Vec::new(), || NOW).unwrap();
         let auth = ZoneAuth::new(vec![("2.0.192.in-addr.arpa.".into(), reverse), ("example.test.".into(), forward)]).unwrap();
         (auth, rev, fwd)
     }
@@ -207,8 +207,8 @@ mod tests {
     #[test]
     fn one_zone_behaves_as_its_authenticator() {
         let only = secret("k", 3);
-        let auth =
-            ZoneAuth::new(vec![("example.test.".into(), Authenticator::new(Mode::Tsig, std::slice::from_ref(&only), &[], Vec::new()).unwrap())]).unwrap();
+        let auth = ZoneAuth::new(vec![("example.test.".into(), Authenticator::new(Mode::Tsig, std::slice::from_ref(&only), &[], Vec::new(), || NOW).unwrap())])
+            .unwrap();
         // An update of another zone goes to named, which answers it NOTAUTH itself.
         match auth.decide(&update("other.test.", Some(&key(&only)), NOW), NOW) {
             UpdateDecision::Forward(bytes) => assert_eq!(local_key(&bytes), "tsig-0.sdns-local."),

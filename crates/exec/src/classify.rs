@@ -2,7 +2,7 @@
 //!
 //! The wrapper does not interpret requests beyond this: every message that passes is
 //! ordered and handed to named byte for byte (TSIG-signed updates stay verifiable by
-//! named). The message is only walked (`named_glue::rrwire`), never fully decoded:
+//! named). The message is only walked (`dnswire::rrwire`), never fully decoded:
 //! where the classifier cannot tell, named decides, so a replica answers whatever
 //! its named would answer for the same bytes. A query that does not parse goes to
 //! named as a read (named answers FORMERR, or stays silent, as it does directly);
@@ -14,7 +14,7 @@
 //! named's own update-policy, which named-glue writes with those denials: named
 //! signs that REFUSED with the request's TSIG key, as any other answer.
 
-use named_glue::rrwire::{RawHeader, RawMessage, TYPE_AXFR, TYPE_IXFR};
+use dnswire::rrwire::{RawHeader, RawMessage, TYPE_AXFR, TYPE_IXFR};
 
 /// What the executor must do with an ordered request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,11 +105,12 @@ fn first_qtype(bytes: &[u8]) -> Option<u16> {
     Some(u16::from_be_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]))
 }
 
-/// The pre-ordering authentication filter (crate::auth), against the local clock: an
-/// update that cannot pass, or a transfer without a transfer key, is answered here as
-/// named would answer it, without being ordered. Execution re-checks every ordered
-/// update against the batch's agreed time, and that check decides.
-pub fn precheck(verdict: Verdict, bytes: &[u8], auth: Option<&crate::auth::zones::ZoneAuth>) -> Verdict {
+/// The pre-ordering authentication filter (crate::auth), against the local clock (`now_s`,
+/// seconds since the epoch, read by the caller): an update that cannot pass, or a transfer
+/// without a transfer key, is answered here as named would answer it, without being
+/// ordered. Execution re-checks every ordered update against the batch's agreed time, and
+/// that check decides.
+pub fn precheck(verdict: Verdict, bytes: &[u8], auth: Option<&crate::auth::zones::ZoneAuth>, now_s: u64) -> Verdict {
     let Some(auth) = auth else { return verdict };
     let transfer = match verdict {
         Verdict::Order(Kind::Write) => false,
@@ -117,7 +118,6 @@ pub fn precheck(verdict: Verdict, bytes: &[u8], auth: Option<&crate::auth::zones
         Verdict::Order(Kind::Read) if transfer_rights(&verdict, bytes) => true,
         _ => return verdict,
     };
-    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     match auth.precheck(bytes, transfer, now_s) {
         Some(answer) => Verdict::Answer(answer),
         None => verdict,

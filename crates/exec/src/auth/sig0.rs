@@ -72,7 +72,7 @@ impl Sig0Key {
         rdata.push(protocol);
         rdata.push(algorithm);
         rdata.extend_from_slice(&public_key);
-        Sig0Key::new(signer, algorithm, named_glue::keys::key_tag(&rdata), public_key)
+        Sig0Key::new(signer, algorithm, dnswire::dnssec::key_tag(&rdata), public_key)
     }
 
     fn new(signer: Vec<u8>, algorithm: u8, tag: u16, public_key: Vec<u8>) -> Result<Sig0Key, KeyFileError> {

@@ -17,7 +17,6 @@
 //! that run only; within the run a replayed claim is still true (counted once, as a set).
 
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use mesh::pki;
 use serde::{Deserialize, Serialize};
@@ -76,12 +75,7 @@ fn claim_bytes(label: &[u8], zone: &str, replica: u16, value: u64) -> Vec<u8> {
 }
 
 fn canonical_zone(zone: &str) -> String {
-    let z = zone.to_ascii_lowercase();
-    if z.ends_with('.') {
-        z
-    } else {
-        z + "."
-    }
+    crate::names::absolute_name(zone)
 }
 
 /// The check every replica runs at execution: deterministic, no clock.
@@ -140,9 +134,10 @@ impl SignZoneSigner {
         Ok(SignZoneSigner { id, zone: canonical_zone(zone), cert, key_pem, last_stamp: Mutex::new(0) })
     }
 
-    /// A fresh authenticator stamped with the local clock (never below the last one).
-    pub fn sign(&self) -> Result<SignZoneAuth, String> {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
+    /// A fresh authenticator stamped with the local clock, `now_us` (µs since the epoch, read
+    /// by the caller), never below the last one.
+    pub fn sign(&self, now_us: u64) -> Result<SignZoneAuth, String> {
+        let now = now_us;
         let stamp_us = {
             let mut last = self.last_stamp.lock().unwrap_or_else(|p| p.into_inner());
             *last = now.max(last.saturating_add(1));
@@ -185,8 +180,9 @@ mod tests {
         assert!(v.verify(&SignZoneAuth { stamp_us: a.stamp_us + 1, ..a.clone() }, t).is_err());
         assert!(v.verify(&SignZoneAuth { replica: 1, ..a.clone() }, t).is_err());
         assert!(SignZoneVerifier::new("other.test", ca_der).verify(&a, t).is_err());
-        // Stamps from one signer strictly increase.
-        let (x, y) = (signer.sign().unwrap(), signer.sign().unwrap());
+        // Stamps from one signer strictly increase, even at the same clock reading.
+        let now_us = t * 1_000_000;
+        let (x, y) = (signer.sign(now_us).unwrap(), signer.sign(now_us).unwrap());
         assert!(y.stamp_us > x.stamp_us);
     }
 

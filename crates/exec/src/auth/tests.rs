@@ -4,8 +4,8 @@
 //! a UDP relay between the two ("Q hex" / "R hex" lines after "# key file"); the
 //! "badtime" request was signed by a script 1000 s in the past, sent to the same named.
 
+use super::keyfile::TsigKey as FileKey;
 use super::*;
-use crate::files::TsigKey as FileKey;
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/auth");
 
@@ -44,9 +44,7 @@ fn fixed_clock() -> u64 {
 
 fn auth(mode: Mode) -> Authenticator {
     let updates = [secret("ukey.key"), secret("k512.key"), secret("k1.key")];
-    let mut a = Authenticator::new(mode, &updates, &[], sig0_keys()).unwrap();
-    a.clock = fixed_clock;
-    a
+    Authenticator::new(mode, &updates, &[], sig0_keys(), fixed_clock).unwrap()
 }
 
 fn tsig_of(msg: &[u8]) -> tsig::Tsig {
@@ -213,8 +211,7 @@ fn in_sig0_mode_a_valid_shared_tsig_update_is_refused() {
 fn transfers_need_a_transfer_key() {
     let update = secret("ukey.key");
     let transfer = secret("k512.key");
-    let mut a = Authenticator::new(Mode::Tsig, std::slice::from_ref(&update), std::slice::from_ref(&transfer), vec![]).unwrap();
-    a.clock = fixed_clock;
+    let a = Authenticator::new(Mode::Tsig, std::slice::from_ref(&update), std::slice::from_ref(&transfer), vec![], fixed_clock).unwrap();
     let axfr = |key: Option<&tsig::Key>| {
         let mut m = vec![0xab, 0xcd, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0];
         m.extend_from_slice(&wire::name_to_wire("example.test.").unwrap());
@@ -271,7 +268,7 @@ fn garbage_never_panics() {
 #[test]
 fn update_keys_map_to_their_local_keys_for_the_policy() {
     let key = |name: &str| TsigSecret { name: name.into(), algorithm: tsig::Algorithm::HmacSha256, secret: vec![7; 32] };
-    let auth = Authenticator::new(Mode::Tsig, &[key("dhcp-key"), key("Ops.")], &[key("xfr")], Vec::new()).unwrap();
+    let auth = Authenticator::new(Mode::Tsig, &[key("dhcp-key"), key("Ops.")], &[key("xfr")], Vec::new(), fixed_clock).unwrap();
     assert_eq!(auth.local_names("dhcp-key."), Some(vec!["tsig-0.sdns-local".to_string()]));
     assert_eq!(auth.local_names("ops"), Some(vec!["tsig-1.sdns-local".to_string()]));
     assert_eq!(auth.local_names("*").map(|v| v.len()), Some(2));
@@ -279,7 +276,7 @@ fn update_keys_map_to_their_local_keys_for_the_policy() {
     assert_eq!(auth.local_names("xfr"), None);
     assert_eq!(auth.local_names("nobody"), None);
     // In sig0 mode a TSIG key authorizes nothing: its rules name no local key.
-    let sig0 = Authenticator::new(Mode::Sig0, &[key("dhcp-key")], &[], sig0_keys()).unwrap();
+    let sig0 = Authenticator::new(Mode::Sig0, &[key("dhcp-key")], &[], sig0_keys(), fixed_clock).unwrap();
     assert_eq!(sig0.local_names("dhcp-key"), Some(Vec::new()));
     assert_eq!(sig0.local_names("*").map(|v| v.len()), Some(3));
 }
@@ -308,13 +305,12 @@ fn update_of_size(key: &tsig::Key, total: usize) -> Vec<u8> {
 #[test]
 fn an_update_too_long_once_re_signed_is_refused_before_ordering() {
     let secret = TsigSecret { name: "up.".into(), algorithm: tsig::Algorithm::HmacSha256, secret: vec![9; 32] };
-    let mut a = Authenticator::new(Mode::Tsig, std::slice::from_ref(&secret), &[], Vec::new()).unwrap();
-    a.clock = fixed_clock;
+    let a = Authenticator::new(Mode::Tsig, std::slice::from_ref(&secret), &[], Vec::new(), fixed_clock).unwrap();
     let key = tsig::Key::new(&secret.name, secret.algorithm, &secret.secret).unwrap();
     let big = update_of_size(&key, 65_530);
     let UpdateDecision::Forward(forwarded) = a.decide(&big, fixed_clock()) else { panic!("valid: the gate passes it") };
-    assert!(forwarded.len() > crate::exec::gate::MAX_FORWARD, "re-signed it grows past TCP framing: {}", forwarded.len());
-    assert!(!crate::exec::gate::forwardable(&forwarded));
+    assert!(forwarded.len() > crate::gate::MAX_FORWARD, "re-signed it grows past TCP framing: {}", forwarded.len());
+    assert!(!crate::gate::forwardable(&forwarded));
     let answer = a.precheck(&big, false, fixed_clock()).expect("refused before ordering");
     assert_eq!(rcode(&answer), RCODE_FORMERR);
     assert_eq!(&answer[..2], &big[..2]);
@@ -325,7 +321,7 @@ fn an_update_too_long_once_re_signed_is_refused_before_ordering() {
     let fits = update_of_size(&key, 65_500);
     assert_eq!(a.precheck(&fits, false, fixed_clock()), None);
     let UpdateDecision::Forward(forwarded) = a.decide(&fits, fixed_clock()) else { panic!("passes") };
-    assert!(crate::exec::gate::forwardable(&forwarded));
+    assert!(crate::gate::forwardable(&forwarded));
 }
 
 /// An UPDATE too broken to read (here a header announcing a question that is not there)
@@ -351,17 +347,17 @@ fn sig0_validity_is_bounded_and_its_replay_key_spans_it() {
     let now = inception + 1;
     assert!(matches!(auth(Mode::Sig0).with_sig0_max_validity(span).decide(&q, now), UpdateDecision::Forward(_)));
     assert!(matches!(auth(Mode::Sig0).with_sig0_max_validity(span - 1).decide(&q, now), UpdateDecision::Refuse { rcode: RCODE_REFUSED, .. }));
-    let key = crate::exec::gate::replay_key(&q).expect("signed");
+    let key = crate::gate::replay_key(&q).expect("signed");
     assert_eq!((key.from_s, key.until_s), (inception, expiration));
     // The header id is signed: another id is another (unverifiable) message.
     let mut other = q.clone();
     other[0] ^= 1;
-    assert_ne!(crate::exec::gate::replay_key(&other).unwrap().digest, key.digest);
+    assert_ne!(crate::gate::replay_key(&other).unwrap().digest, key.digest);
     // The signature bytes are not part of the key (an ECDSA signature has two encodings).
     let mut resigned = q.clone();
     let last = resigned.len() - 1;
     resigned[last] ^= 1;
-    assert_eq!(crate::exec::gate::replay_key(&resigned).unwrap().digest, key.digest);
+    assert_eq!(crate::gate::replay_key(&resigned).unwrap().digest, key.digest);
 }
 
 /// A TSIG update's replay key is what its MAC covers: the original id, not the header's.
@@ -369,19 +365,19 @@ fn sig0_validity_is_bounded_and_its_replay_key_spans_it() {
 fn tsig_replay_key_ignores_the_header_id() {
     let (q, _) = capture("tsig-hmac-sha256.txt", "ukey.key");
     let t = tsig_of(&q);
-    let key = crate::exec::gate::replay_key(&q).expect("signed");
+    let key = crate::gate::replay_key(&q).expect("signed");
     assert_eq!((key.from_s, key.until_s), (t.time_signed - u64::from(t.fudge), t.time_signed + u64::from(t.fudge)));
     let mut replay = q.clone();
     replay[..2].copy_from_slice(&(t.original_id ^ 0x5555).to_be_bytes());
-    assert_eq!(crate::exec::gate::replay_key(&replay).unwrap().digest, key.digest);
+    assert_eq!(crate::gate::replay_key(&replay).unwrap().digest, key.digest);
     // Still valid under the new id (the MAC covers the original one): the gate passes it, so
     // only the replay key keeps it from running twice.
     assert!(matches!(auth(Mode::Tsig).decide(&replay, t.time_signed), UpdateDecision::Forward(_)));
     let mut changed = q.clone();
     changed[20] ^= 1;
-    assert_ne!(crate::exec::gate::replay_key(&changed).map(|k| k.digest), Some(key.digest));
+    assert_ne!(crate::gate::replay_key(&changed).map(|k| k.digest), Some(key.digest));
     // Unsigned or unreadable: no key.
-    assert_eq!(crate::exec::gate::replay_key(&q[..40]), None);
+    assert_eq!(crate::gate::replay_key(&q[..40]), None);
 }
 
 /// A retransmission whose first answer the replica no longer holds (a state transfer or a

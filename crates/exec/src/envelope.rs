@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::authority::{SignFinishAuth, SignZoneAuth};
 use crate::codec::{self, CodecError};
-use crate::exec::authority::{SignFinishAuth, SignZoneAuth};
 
 // 2: sign-zone requests carry their replica's signature.
 // 3: finish claims too.
@@ -21,7 +21,7 @@ pub enum Op {
     /// The paper's special command (Section 4.3): sign the whole zone with the
     /// distributed key, on every replica at this point of the log. Carries the asking
     /// replica's signature: it counts toward the t+1 needed only for the replica whose
-    /// key signed it (`crate::exec::authority`).
+    /// key signed it (`crate::authority`).
     SignZone(SignZoneAuth),
     /// Maintenance: sign the zone again if, by the batch's agreed time, the last signing
     /// is at least `resign_after` old. Any replica may submit it when its own clock says
@@ -32,7 +32,7 @@ pub enum Op {
     /// t+1 replicas said so, every replica installs its signed zone at that point of the
     /// log (waiting for its own part if need be). Ignored when no signing runs. Carries
     /// the replica's signature over the run's seq: it counts only for the replica whose
-    /// key signed it, and only for that run (`crate::exec::authority`).
+    /// key signed it, and only for that run (`crate::authority`).
     SignZoneFinish(SignFinishAuth),
     // Appended variants keep the encoding of the ones above: a single-zone cluster sends
     // only those (zone 0), and its replicas of this version and the last decode each other.
@@ -45,7 +45,7 @@ pub enum Op {
     /// The sender's executor has waited longer than its local bound for named's answer to
     /// write `index` of batch `seq`. Once claims from `faults + 1` distinct origins for the
     /// same write are committed, every replica that has not executed it abandons it
-    /// (`crate::exec::core`, docs/DETERMINISM.md "Abandoned writes"). Only the ordering's
+    /// (`crate::core`, docs/DETERMINISM.md "Abandoned writes"). Only the ordering's
     /// authenticated origin counts, so f Byzantine replicas alone cannot make up the f+1.
     Stuck { seq: u64, index: u32 },
 }

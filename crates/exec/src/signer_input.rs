@@ -45,7 +45,7 @@ pub fn signer_records(records: Vec<RawRecord>, apex: &[u8], marker: &[u8], thres
                 return false;
             }
             match r.rtype {
-                TYPE_DNSKEY => named_glue::keys::key_tag(&r.rdata) != threshold_tag,
+                TYPE_DNSKEY => dnswire::dnssec::key_tag(&r.rdata) != threshold_tag,
                 TYPE_RRSIG => {
                     let covered = r.rdata.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]));
                     let tag = r.rdata.get(16..18).map(|b| u16::from_be_bytes([b[0], b[1]]));
@@ -226,8 +226,8 @@ mod tests {
         let apex = wire("example.test.");
         let marker = wire("_sdns-rollover.example.test.");
         let dnskey = |pubkey: u8| RawRecord { owner: apex.clone(), rtype: TYPE_DNSKEY, class: 1, ttl: 300, rdata: vec![1, 1, 3, 8, pubkey], span: 0..0 };
-        let threshold_tag = named_glue::keys::key_tag(&dnskey(1).rdata);
-        let operator_tag = named_glue::keys::key_tag(&dnskey(2).rdata);
+        let threshold_tag = dnswire::dnssec::key_tag(&dnskey(1).rdata);
+        let operator_tag = dnswire::dnssec::key_tag(&dnskey(2).rdata);
         let rrsig = |tag: u16| {
             let mut rdata = vec![0, 48, 8, 2, 0, 0, 1, 44, 0, 0, 0, 9, 0, 0, 0, 1];
             rdata.extend_from_slice(&tag.to_be_bytes());

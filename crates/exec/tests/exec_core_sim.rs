@@ -1,4 +1,4 @@
-//! Seeded, deterministic simulation of the execution core (`wrapper::exec`) on n
+//! Seeded, deterministic simulation of the execution core (`exec`) on n
 //! replicas against fake nameds that are slow, stall for minutes (a named restarting:
 //! the executor keeps sending until it answers), or answer one write differently; with
 //! wrappers that crash and resume from their persisted state, and clients whose answers
@@ -7,7 +7,7 @@
 //! next checkpoint; reads see exactly the writes ordered before them; read slots are
 //! bounded; every batch executes although no client reads.
 //!
-//! Reproduce one run: `EXEC_SEED=<seed> cargo test -p wrapper --test exec_core_sim -- one_seed --nocapture`.
+//! Reproduce one run: `EXEC_SEED=<seed> cargo test -p exec --test exec_core_sim -- one_seed --nocapture`.
 //!
 //! A Byzantine origin (`a_hostile_origin_cannot_stop_execution_or_reach_named`): its ordered
 //! requests are drawn per seed from a grammar of hostile DNS bytes (unreadable headers, bad
@@ -18,21 +18,21 @@
 //! batch ends within a bounded number of steps, nothing not validly signed (nor anything named
 //! cannot take) reaches named, honest states and zones are identical, every honest client is
 //! answered. CI runs 24 seeds; a longer campaign:
-//! `EXEC_HOSTILE_SEEDS=5000 cargo test --release -p wrapper --test exec_core_sim -- a_hostile_origin --nocapture`;
-//! one seed: `EXEC_HOSTILE_SEED=<seed> cargo test -p wrapper --test exec_core_sim -- one_hostile_seed --nocapture`.
+//! `EXEC_HOSTILE_SEEDS=5000 cargo test --release -p exec --test exec_core_sim -- a_hostile_origin --nocapture`;
+//! one seed: `EXEC_HOSTILE_SEED=<seed> cargo test -p exec --test exec_core_sim -- one_hostile_seed --nocapture`.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
+use exec::envelope::Op;
+use exec::{
+    Command, Delivered, Event, ExecConfig, ExecCore, ExecState, Item, SignZoneAuth, SignZoneSigner, SignZoneVerifier, Unchanged, UpdateDecision, UpdateGate,
+};
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{rdata::A, DNSClass, Name, RData, Record, RecordType};
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest as _, Sha256};
-use wrapper::envelope::Op;
-use wrapper::exec::{
-    Command, Delivered, Event, ExecConfig, ExecCore, ExecState, Item, SignZoneAuth, SignZoneSigner, SignZoneVerifier, Unchanged, UpdateDecision, UpdateGate,
-};
 
 const N: u16 = 4;
 const T: u16 = 1;
@@ -47,6 +47,12 @@ fn start_s() -> u64 {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
         now - now % 86_400
     })
+}
+
+/// The replica's local clock (s), which the update authentication signs towards named with
+/// (the wrapper gives it named-glue's; named's time check is the fake named's business here).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
 }
 
 /// The cluster's CA and every replica's identity (mesh certificate and key), made once.
@@ -757,7 +763,7 @@ fn honest_replicas_agree_with_slow_stalling_named_and_crashing_wrappers() {
     let mut failed = Vec::new();
     for seed in seeds() {
         if let Err(e) = run_seed(seed) {
-            failed.push(format!("seed {seed}: {e}\n  reproduce: EXEC_SEED={seed} cargo test -p wrapper --test exec_core_sim -- one_seed --nocapture"));
+            failed.push(format!("seed {seed}: {e}\n  reproduce: EXEC_SEED={seed} cargo test -p exec --test exec_core_sim -- one_seed --nocapture"));
         }
     }
     assert!(failed.is_empty(), "{} seeds failed:\n{}", failed.len(), failed.join("\n"));
@@ -1339,7 +1345,7 @@ fn a_write_named_cannot_take_is_refused_alike_without_named() {
             let cmds = core.deliver(batch(1, s, vec![(0, Op::Dns { tcp: true, message: big.clone() }, reply)]));
             let mut want = vec![];
             if id == 0 {
-                want.push(Command::Answer { reply: 1, bytes: wrapper::answer::error_answer(&big, wrapper::answer::RCODE_FORMERR).unwrap() });
+                want.push(Command::Answer { reply: 1, bytes: exec::answer::error_answer(&big, exec::answer::RCODE_FORMERR).unwrap() });
             }
             want.push(Command::Executed(1));
             assert_eq!(cmds, want, "replica {id}");
@@ -1359,7 +1365,7 @@ fn a_write_named_cannot_take_is_refused_alike_without_named() {
         .collect();
     assert_eq!(states[0], states[1], "honest replicas end alike");
     let mut formerr = ExecState::default();
-    formerr.record(1, 0, u32::from(wrapper::answer::RCODE_FORMERR));
+    formerr.record(1, 0, u32::from(exec::answer::RCODE_FORMERR));
     formerr.record(2, 0, 0);
     formerr.executed = 2;
     assert_eq!(states[0], formerr);
@@ -1408,7 +1414,7 @@ fn a_crash_mid_batch_resumes_at_the_interrupted_write() {
     let before_second = before_second.unwrap();
     for applied in [true, false] {
         let mut restarted = ExecCore::new(config(0), OddRefused, ExecState::default());
-        restarted.resume_at(wrapper::exec::Resume { seq: 1, index: 1, state: before_second.clone(), applied });
+        restarted.resume_at(exec::Resume { seq: 1, index: 1, state: before_second.clone(), applied });
         let mut cmds = restarted.deliver(writes());
         let first_sent = if applied { 2 } else { 1 };
         for index in first_sent..3u32 {
@@ -1419,7 +1425,7 @@ fn a_crash_mid_batch_resumes_at_the_interrupted_write() {
     }
     // An intent for any other batch than the one after the executed position is ignored.
     let mut other = ExecCore::new(config(0), OddRefused, ExecState::default());
-    other.resume_at(wrapper::exec::Resume { seq: 2, index: 1, state: before_second, applied: true });
+    other.resume_at(exec::Resume { seq: 2, index: 1, state: before_second, applied: true });
     let cmds = other.deliver(writes());
     assert!(matches!(cmds[..], [Command::Write { index: 0, .. }]), "{cmds:?}");
 }
@@ -1475,7 +1481,7 @@ fn a_whole_zone_signing_runs_beside_reads_and_writes_until_t_plus_one_replicas_a
     assert_eq!(u64::from(times.expiration), s + 1 + 600);
     let cmds = core.handle(Event::SigningBegun { seq: 2, result: Ok(()) });
     assert!(!cmds.iter().any(|c| matches!(c, Command::Answer { .. })), "the admin is answered when the zone is installed: {cmds:?}");
-    assert_eq!(core.state().zone(0).signing, Some(wrapper::exec::SigningRun { seq: 2, time_s: s + 1 }));
+    assert_eq!(core.state().zone(0).signing, Some(exec::SigningRun { seq: 2, time_s: s + 1 }));
     assert!(core.is_idle(), "the executor goes on");
 
     // Reads and writes run meanwhile, as ever.
@@ -1529,11 +1535,11 @@ fn a_signing_that_was_written_to_goes_another_round_before_it_is_installed() {
     assert!(texts[0].1.starts_with("finished round: another begun at seq 4 for the 40 records"), "{texts:?}");
     assert!(matches!(cmds.last(), Some(Command::Persist(_))) && core.is_idle(), "the executor goes on: {cmds:?}");
     let st = core.state();
-    assert_eq!(st.zone(0).signing, Some(wrapper::exec::SigningRun { seq: 4, time_s: s + 1 }), "the new round, with the signing's first times");
+    assert_eq!(st.zone(0).signing, Some(exec::SigningRun { seq: 4, time_s: s + 1 }), "the new round, with the signing's first times");
     assert!(st.zone(0).sign_finish_votes.is_empty(), "the last round's claims are used up");
     assert_ne!(st.outcomes, before, "the round is in the outcome chain");
     let mut want = ExecState { outcomes: before, ..Default::default() };
-    want.record(4, 0, wrapper::exec::state::code::SIGNING_ROUND | 40);
+    want.record(4, 0, exec::state::code::SIGNING_ROUND | 40);
     assert_eq!(st.outcomes, want.outcomes, "recorded with the records changed");
 
     // A claim for the round that ended no longer counts; two for the new one finish it.
@@ -1575,17 +1581,17 @@ fn a_byzantine_primary_cannot_forge_finish_claims() {
         (1, genuine3.clone(), Some(3)),
         (2, genuine3, Some(4)),
         // Claims that name replicas 0, 1 and 2 but carry replica 3's certificate and signature.
-        (0, Op::SignZoneFinish(wrapper::exec::SignFinishAuth { replica: 0, ..auth3.clone() }), Some(5)),
-        (1, Op::SignZoneFinish(wrapper::exec::SignFinishAuth { replica: 1, ..auth3.clone() }), Some(6)),
+        (0, Op::SignZoneFinish(exec::SignFinishAuth { replica: 0, ..auth3.clone() }), Some(5)),
+        (1, Op::SignZoneFinish(exec::SignFinishAuth { replica: 1, ..auth3.clone() }), Some(6)),
         // Replica 2's genuine claim for another run (an earlier signing's claim, replayed).
         (2, finish(2, 1), Some(7)),
         // Another cluster's replica 2, and replica 2's key for another zone.
         (2, Op::SignZoneFinish(pki().outsiders[2].sign_finish(2).unwrap()), Some(8)),
         (2, Op::SignZoneFinish(pki().other_zone[2].sign_finish(2).unwrap()), Some(9)),
         // Replica 2's sign-zone signature (stamp 2) passed off as a finish claim for run 2.
-        (2, Op::SignZoneFinish(wrapper::exec::SignFinishAuth { replica: 2, run_seq: 2, cert: sz_auth.cert, signature: sz_auth.signature }), Some(10)),
+        (2, Op::SignZoneFinish(exec::SignFinishAuth { replica: 2, run_seq: 2, cert: sz_auth.cert, signature: sz_auth.signature }), Some(10)),
         // Garbage.
-        (1, Op::SignZoneFinish(wrapper::exec::SignFinishAuth { replica: 1, run_seq: 2, cert: vec![0x30; 40], signature: vec![7; 64] }), Some(11)),
+        (1, Op::SignZoneFinish(exec::SignFinishAuth { replica: 1, run_seq: 2, cert: vec![0x30; 40], signature: vec![7; 64] }), Some(11)),
     ];
     let cmds = core.deliver(batch(3, s + 2, forged));
     assert!(!cmds.iter().any(|c| matches!(c, Command::FinishSigning { .. })), "forged claims finished the signing: {cmds:?}");
@@ -1685,12 +1691,12 @@ fn two_zones_keep_their_own_signing_and_re_signing() {
 
 /// The cluster's update key in the hostile-origin runs (tsig mode: every replica holds it, so
 /// the Byzantine one can sign validly too).
-fn hostile_secret() -> wrapper::auth::TsigSecret {
-    wrapper::auth::TsigSecret { name: "sdns-update.".into(), algorithm: wrapper::auth::tsig::Algorithm::HmacSha256, secret: vec![0x5a; 32] }
+fn hostile_secret() -> exec::auth::TsigSecret {
+    exec::auth::TsigSecret { name: "sdns-update.".into(), algorithm: exec::auth::tsig::Algorithm::HmacSha256, secret: vec![0x5a; 32] }
 }
 
-fn hostile_key(secret: &wrapper::auth::TsigSecret) -> wrapper::auth::tsig::Key {
-    wrapper::auth::tsig::Key::new(&secret.name, secret.algorithm, &secret.secret).unwrap()
+fn hostile_key(secret: &exec::auth::TsigSecret) -> exec::auth::tsig::Key {
+    exec::auth::tsig::Key::new(&secret.name, secret.algorithm, &secret.secret).unwrap()
 }
 
 /// An update of example.test adding `w<k>` (A), with `pad` bytes of TXT rdata besides.
@@ -1726,8 +1732,8 @@ struct Hostile {
 /// headers, bad counts, compression loops, sizes around 65,535 less the re-signing growth,
 /// signed, unsigned, wrongly signed, unknown keys, stale times, replays under new ids, zone
 /// transfers over both transports).
-fn hostile_batch(rng: &mut ChaCha8Rng, time_s: u64, key: &wrapper::auth::tsig::Key, next_k: &mut u32, signed_log: &mut Vec<Vec<u8>>) -> Vec<Hostile> {
-    use wrapper::auth::tsig;
+fn hostile_batch(rng: &mut ChaCha8Rng, time_s: u64, key: &exec::auth::tsig::Key, next_k: &mut u32, signed_log: &mut Vec<Vec<u8>>) -> Vec<Hostile> {
+    use exec::auth::tsig;
     let mut out = Vec::new();
     let sign = |m: &[u8], k: &tsig::Key, t: u64| tsig::sign(m, k, t, 300, 0, Vec::new(), None);
     for _ in 0..1 + rng.next_u64() % 6 {
@@ -1833,8 +1839,8 @@ struct HostileNamed {
 }
 
 fn hostile_run(seed: u64, batches: usize) -> Result<(), String> {
+    use exec::auth::{Authenticator, Mode};
     use std::sync::Arc;
-    use wrapper::auth::{Authenticator, Mode};
     let secret = hostile_secret();
     let key = hostile_key(&secret);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -1855,7 +1861,7 @@ fn hostile_run(seed: u64, batches: usize) -> Result<(), String> {
         persisted: ExecState,
         answers: BTreeMap<u64, usize>,
     }
-    let gate = || Arc::new(Authenticator::new(Mode::Tsig, std::slice::from_ref(&secret), &[], Vec::new()).unwrap());
+    let gate = || Arc::new(Authenticator::new(Mode::Tsig, std::slice::from_ref(&secret), &[], Vec::new(), unix_now).unwrap());
     let mut nodes: Vec<Honest> = (1..N)
         .map(|id| {
             let g = gate();
@@ -1900,8 +1906,8 @@ fn hostile_run(seed: u64, batches: usize) -> Result<(), String> {
                         if !(12..=65_535).contains(&message.len()) {
                             return Err(format!("replica {id}: {} bytes sent to named", message.len()));
                         }
-                        let layout = wrapper::auth::wire::layout(&message).map_err(|e| format!("replica {id}: named got unreadable bytes: {e}"))?;
-                        let body = wrapper::auth::tsig::strip(&message, layout.signature.map_or(message.len(), |r| r.start), 0);
+                        let layout = exec::auth::wire::layout(&message).map_err(|e| format!("replica {id}: named got unreadable bytes: {e}"))?;
+                        let body = exec::auth::tsig::strip(&message, layout.signature.map_or(message.len(), |r| r.start), 0);
                         node.named.applied.insert(Sha256::digest(&body).into());
                         let mut answer = message[..12].to_vec();
                         answer[2] |= 0x80;
@@ -1991,7 +1997,7 @@ fn a_hostile_origin_cannot_stop_execution_or_reach_named() {
     for seed in hostile_seeds() {
         if let Err(e) = hostile_run(seed, 40) {
             failed.push(format!(
-                "seed {seed}: {e}\n  reproduce: EXEC_HOSTILE_SEED={seed} cargo test -p wrapper --test exec_core_sim -- one_hostile_seed --nocapture"
+                "seed {seed}: {e}\n  reproduce: EXEC_HOSTILE_SEED={seed} cargo test -p exec --test exec_core_sim -- one_hostile_seed --nocapture"
             ));
         }
     }
@@ -2042,7 +2048,7 @@ fn a_write_stuck_at_t_plus_one_replicas_is_abandoned_by_the_log() {
     let cmds = core.handle(Event::WriteAnswered { seq: 1, index: 1, answer: answer(&update(4), ResponseCode::NoError) });
     let [Command::Persist(abandoned)] = &cmds[..] else { panic!("{cmds:?}") };
     let mut want = ExecState::default();
-    want.record(1, 0, wrapper::exec::state::code::ABANDONED);
+    want.record(1, 0, exec::state::code::ABANDONED);
     want.record(1, 1, 0);
     want.executed = 1;
     assert_eq!(abandoned, &want);

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::wire;
+use exec::auth::wire;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

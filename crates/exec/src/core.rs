@@ -2,7 +2,7 @@
 //!
 //! No IO, no clock, no randomness: everything it decides comes from the batch (its
 //! sequence number, agreed time and requests) and the replicated [`ExecState`], so
-//! every honest replica decides alike. The tokio side (`crate::executor`) performs
+//! every honest replica decides alike. The tokio side (the wrapper's `executor`) performs
 //! the commands and reports their results; it decides nothing.
 //!
 //! Rules it enforces:
@@ -42,14 +42,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use dnswire::dnssec::SignatureTimes;
 use hickory_proto::op::{Message, ResponseCode};
-use named_glue::signer::SignatureTimes;
 
+use crate::authority::{SignFinishAuth, SignZoneAuth, SignZoneVerifier};
 use crate::classify::{classify, Kind, Verdict};
 use crate::envelope::Op;
-use crate::exec::authority::{SignFinishAuth, SignZoneAuth, SignZoneVerifier};
-use crate::exec::gate::{forwardable, replay_key, UpdateDecision, UpdateGate};
-use crate::exec::state::{code, ExecState, RecentWrite, SigningRun};
+use crate::gate::{forwardable, replay_key, UpdateDecision, UpdateGate};
+use crate::state::{code, ExecState, RecentWrite, SigningRun};
 
 /// named's answers to recent writes kept for retransmissions (local, not replicated:
 /// only what to send, never whether to execute).
@@ -251,8 +251,23 @@ struct Running<R> {
     named: bool,
 }
 
+/// Where an item sits in the log: its batch, its index in it, and the batch's agreed time (µs).
+#[derive(Clone, Copy, Debug)]
+struct At {
+    seq: u64,
+    index: u32,
+    time_us: u64,
+}
+
+/// What the running batch does after an item: go on with the next one, or wait for an event.
+#[derive(Debug)]
+enum Step {
+    Next,
+    Wait,
+}
+
 /// Where a crash interrupted the batch after the executed one, from the write intent
-/// (`crate::exec::state::WriteIntent`): the state before write `index`, and whether named
+/// (`crate::state::WriteIntent`): the state before write `index`, and whether named
 /// applied that write (its serial moved).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resume {
@@ -529,163 +544,199 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
 
     pub fn handle(&mut self, event: Event) -> Vec<Command<R>> {
         let mut out = Vec::new();
-        match event {
+        // `None`: the event answers nothing the core waits for (stale, or another batch's):
+        // nothing changes and the batch is not advanced.
+        let taken = match event {
             Event::ReadDone { id } => {
-                if self.reads.remove(&id) {
-                    if let Some(run) = &mut self.running {
-                        let released = match run.wait {
-                            Some(Wait::ReadSlot) => true,
-                            Some(Wait::Barrier) => self.reads.is_empty() && self.digesting.is_none(),
-                            _ => false,
-                        };
-                        if released {
-                            run.wait = None;
-                        }
-                    }
-                }
+                self.read_done(id);
+                Some(())
             }
-            Event::WriteAnswered { seq, index, answer } => {
-                let Some(run) = &mut self.running else { return out };
-                if run.seq != seq || !matches!(&run.wait, Some(Wait::Write { index: i, .. }) if *i == index) {
-                    return out;
-                }
-                let Some(Wait::Write { request, reply, window, .. }) = run.wait.take() else { return out };
-                let outcome = match Message::from_vec(&answer) {
-                    Ok(m) => u32::from(u16::from(m.metadata.response_code)),
-                    Err(_) => code::UNDECODABLE_ANSWER,
+            Event::WriteAnswered { seq, index, answer } => self.write_answered(seq, index, answer, &mut out),
+            Event::SigningBegun { seq, result } => self.signing_begun(seq, result, &mut out),
+            Event::SigningFinished { seq, result } => self.signing_finished(seq, result, &mut out),
+            Event::SigningRound { seq, changed } => self.signing_round(seq, changed, &mut out),
+            Event::SliceDone { seq, result } => self.slice_done(seq, result, &mut out),
+            Event::ZoneDigest { seq, digests } => self.zone_digest(seq, digests, &mut out),
+        };
+        if taken.is_some() {
+            self.advance(&mut out);
+        }
+        out
+    }
+
+    /// Read `id` is done: its slot is free, and a barrier may fall.
+    fn read_done(&mut self, id: u64) {
+        if self.reads.remove(&id) {
+            if let Some(run) = &mut self.running {
+                let released = match run.wait {
+                    Some(Wait::ReadSlot) => true,
+                    Some(Wait::Barrier) => self.reads.is_empty() && self.digesting.is_none(),
+                    _ => false,
                 };
-                self.state.record(seq, index, outcome);
-                if let Some((digest, expires_s)) = window {
-                    self.state.remember_write(digest, RecentWrite { expires_s, outcome });
-                    self.cache_answer(digest, answer.clone());
-                }
-                if let Some(reply) = reply {
-                    out.push(Command::Answer { reply, bytes: self.gate.answer_for_client(&request, &answer) });
-                }
-            }
-            Event::SigningBegun { seq, result } => {
-                let Some(run) = &mut self.running else { return out };
-                if run.seq != seq || !matches!(run.wait, Some(Wait::Begin { .. })) {
-                    return out;
-                }
-                let Some(Wait::Begin { zone, index, reply }) = run.wait.take() else { return out };
-                let time_s = run.time_us / 1_000_000;
-                match result {
-                    Ok(()) => {
-                        let z = self.state.zone_mut(zone);
-                        z.signing = Some(SigningRun { seq, time_s });
-                        z.sign_finish_votes.clear();
-                        self.state.record(seq, index, code::SIGNING_BEGUN);
-                        // Answered when the signed zone is installed.
-                        match reply {
-                            Some(reply) => {
-                                self.sign_reply.insert(zone, reply);
-                            }
-                            None => {
-                                self.sign_reply.remove(&zone);
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        self.state.record(seq, index, code::ZONE_SIGN_FAILED);
-                        if let Some(reply) = reply {
-                            out.push(Command::Answer { reply, bytes: format!("error: {e}").into_bytes() });
-                        }
-                    }
-                }
-            }
-            Event::SigningFinished { seq, result } => {
-                let Some(run) = &mut self.running else { return out };
-                if run.seq != seq || !matches!(run.wait, Some(Wait::Finish { .. })) {
-                    return out;
-                }
-                let Some(Wait::Finish { zone, index, reply }) = run.wait.take() else { return out };
-                let z = self.state.zone_mut(zone);
-                let signing = z.signing.take().unwrap_or(SigningRun { seq, time_s: run.time_us / 1_000_000 });
-                z.sign_finish_votes.clear();
-                let text = match result {
-                    Ok(_) => {
-                        // The signatures carry the run's agreed time.
-                        self.state.zone_mut(zone).last_signed_s = signing.time_s;
-                        self.state.record(seq, index, code::ZONE_SIGNED);
-                        format!("signed at seq {}", signing.seq)
-                    }
-                    Err(e) => {
-                        self.state.record(seq, index, code::ZONE_SIGN_FAILED);
-                        format!("error: {e}")
-                    }
-                };
-                if let Some(reply) = self.sign_reply.remove(&zone) {
-                    out.push(Command::Answer { reply, bytes: text.clone().into_bytes() });
-                }
-                if let Some(reply) = reply {
-                    out.push(Command::Answer { reply, bytes: format!("finished: {text}").into_bytes() });
-                }
-            }
-            Event::SigningRound { seq, changed } => {
-                let Some(run) = &mut self.running else { return out };
-                if run.seq != seq || !matches!(run.wait, Some(Wait::Finish { .. })) {
-                    return out;
-                }
-                let Some(Wait::Finish { zone, index, reply }) = run.wait.take() else { return out };
-                // The same signing: its signatures keep the first round's times; the finish
-                // claims now name this round.
-                let z = self.state.zone_mut(zone);
-                let time_s = z.signing.map_or(run.time_us / 1_000_000, |s| s.time_s);
-                z.signing = Some(SigningRun { seq, time_s });
-                z.sign_finish_votes.clear();
-                self.state.record(seq, index, code::SIGNING_ROUND | changed.min(0xffff));
-                if let Some(reply) = reply {
-                    out.push(Command::Answer {
-                        reply,
-                        bytes: format!("finished round: another begun at seq {seq} for the {changed} records changed meanwhile").into_bytes(),
-                    });
-                }
-            }
-            Event::SliceDone { seq, result } => {
-                let Some(run) = &mut self.running else { return out };
-                if run.seq != seq || !matches!(run.wait, Some(Wait::Slice { .. })) {
-                    return out;
-                }
-                let Some(Wait::Slice { index, reply, .. }) = run.wait.take() else { return out };
-                let outcome = match result {
-                    Ok(n) => code::SLICE_RESIGNED | n.min(0xfffe),
-                    Err(_) => code::SLICE_FAILED,
-                };
-                self.state.record(seq, index, outcome);
-                if let Some(reply) = reply {
-                    out.push(Command::Answer { reply, bytes: b"done".to_vec() });
-                }
-            }
-            Event::ZoneDigest { seq, digests } => {
-                let Some((_, state)) = self.digesting.take_if(|(at, _)| *at == seq) else { return out };
-                let zones = self.zone_count().max(1);
-                let digest = match digests.filter(|d| d.len() == zones) {
-                    Some(digests) => state.checkpoint_digest(&digests),
-                    // A digest no other replica can produce: this checkpoint will not match.
-                    None => {
-                        let mut zone = [0xffu8; 32];
-                        zone[..2].copy_from_slice(&self.config.id.to_be_bytes());
-                        let mut d = state.checkpoint_digest(&vec![zone; zones]);
-                        d[0] ^= 0x5a;
-                        d
-                    }
-                };
-                out.push(Command::Checkpoint { seq, digest, state });
-                if let Some(run) = &mut self.running {
-                    let released = match run.wait {
-                        Some(Wait::Digest) => true,
-                        Some(Wait::Barrier) => self.reads.is_empty(),
-                        _ => false,
-                    };
-                    if released {
-                        run.wait = None;
-                    }
+                if released {
+                    run.wait = None;
                 }
             }
         }
-        self.advance(&mut out);
-        out
+    }
+
+    /// named answered the write the core waits for: its outcome is recorded (and remembered
+    /// against a replay), its client answered.
+    fn write_answered(&mut self, seq: u64, index: u32, answer: Vec<u8>, out: &mut Vec<Command<R>>) -> Option<()> {
+        let run = self.running.as_mut()?;
+        if run.seq != seq || !matches!(&run.wait, Some(Wait::Write { index: i, .. }) if *i == index) {
+            return None;
+        }
+        let Some(Wait::Write { request, reply, window, .. }) = run.wait.take() else { return None };
+        let outcome = match Message::from_vec(&answer) {
+            Ok(m) => u32::from(u16::from(m.metadata.response_code)),
+            Err(_) => code::UNDECODABLE_ANSWER,
+        };
+        self.state.record(seq, index, outcome);
+        if let Some((digest, expires_s)) = window {
+            self.state.remember_write(digest, RecentWrite { expires_s, outcome });
+            self.cache_answer(digest, answer.clone());
+        }
+        if let Some(reply) = reply {
+            out.push(Command::Answer { reply, bytes: self.gate.answer_for_client(&request, &answer) });
+        }
+        Some(())
+    }
+
+    /// The zone's content was kept for the background signing begun at `seq` (or could not be).
+    fn signing_begun(&mut self, seq: u64, result: Result<(), String>, out: &mut Vec<Command<R>>) -> Option<()> {
+        let run = self.running.as_mut()?;
+        if run.seq != seq || !matches!(run.wait, Some(Wait::Begin { .. })) {
+            return None;
+        }
+        let Some(Wait::Begin { zone, index, reply }) = run.wait.take() else { return None };
+        let time_s = run.time_us / 1_000_000;
+        match result {
+            Ok(()) => {
+                let z = self.state.zone_mut(zone);
+                z.signing = Some(SigningRun { seq, time_s });
+                z.sign_finish_votes.clear();
+                self.state.record(seq, index, code::SIGNING_BEGUN);
+                // Answered when the signed zone is installed.
+                match reply {
+                    Some(reply) => {
+                        self.sign_reply.insert(zone, reply);
+                    }
+                    None => {
+                        self.sign_reply.remove(&zone);
+                    }
+                }
+            }
+            Err(e) => {
+                self.state.record(seq, index, code::ZONE_SIGN_FAILED);
+                if let Some(reply) = reply {
+                    out.push(Command::Answer { reply, bytes: format!("error: {e}").into_bytes() });
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// The signed zone is installed at `seq` (or failed to be): the signing is over.
+    fn signing_finished(&mut self, seq: u64, result: Result<u32, String>, out: &mut Vec<Command<R>>) -> Option<()> {
+        let run = self.running.as_mut()?;
+        if run.seq != seq || !matches!(run.wait, Some(Wait::Finish { .. })) {
+            return None;
+        }
+        let Some(Wait::Finish { zone, index, reply }) = run.wait.take() else { return None };
+        let z = self.state.zone_mut(zone);
+        let signing = z.signing.take().unwrap_or(SigningRun { seq, time_s: run.time_us / 1_000_000 });
+        z.sign_finish_votes.clear();
+        let text = match result {
+            Ok(_) => {
+                // The signatures carry the run's agreed time.
+                self.state.zone_mut(zone).last_signed_s = signing.time_s;
+                self.state.record(seq, index, code::ZONE_SIGNED);
+                format!("signed at seq {}", signing.seq)
+            }
+            Err(e) => {
+                self.state.record(seq, index, code::ZONE_SIGN_FAILED);
+                format!("error: {e}")
+            }
+        };
+        if let Some(reply) = self.sign_reply.remove(&zone) {
+            out.push(Command::Answer { reply, bytes: text.clone().into_bytes() });
+        }
+        if let Some(reply) = reply {
+            out.push(Command::Answer { reply, bytes: format!("finished: {text}").into_bytes() });
+        }
+        Some(())
+    }
+
+    /// Instead of installing at `seq`, another round of the signing began there.
+    fn signing_round(&mut self, seq: u64, changed: u32, out: &mut Vec<Command<R>>) -> Option<()> {
+        let run = self.running.as_mut()?;
+        if run.seq != seq || !matches!(run.wait, Some(Wait::Finish { .. })) {
+            return None;
+        }
+        let Some(Wait::Finish { zone, index, reply }) = run.wait.take() else { return None };
+        // The same signing: its signatures keep the first round's times; the finish
+        // claims now name this round.
+        let z = self.state.zone_mut(zone);
+        let time_s = z.signing.map_or(run.time_us / 1_000_000, |s| s.time_s);
+        z.signing = Some(SigningRun { seq, time_s });
+        z.sign_finish_votes.clear();
+        self.state.record(seq, index, code::SIGNING_ROUND | changed.min(0xffff));
+        if let Some(reply) = reply {
+            out.push(Command::Answer {
+                reply,
+                bytes: format!("finished round: another begun at seq {seq} for the {changed} records changed meanwhile").into_bytes(),
+            });
+        }
+        Some(())
+    }
+
+    /// The re-signing slice of batch `seq` is done (or named refused it).
+    fn slice_done(&mut self, seq: u64, result: Result<u32, String>, out: &mut Vec<Command<R>>) -> Option<()> {
+        let run = self.running.as_mut()?;
+        if run.seq != seq || !matches!(run.wait, Some(Wait::Slice { .. })) {
+            return None;
+        }
+        let Some(Wait::Slice { index, reply, .. }) = run.wait.take() else { return None };
+        let outcome = match result {
+            Ok(n) => code::SLICE_RESIGNED | n.min(0xfffe),
+            Err(_) => code::SLICE_FAILED,
+        };
+        self.state.record(seq, index, outcome);
+        if let Some(reply) = reply {
+            out.push(Command::Answer { reply, bytes: b"done".to_vec() });
+        }
+        Some(())
+    }
+
+    /// The zone digests of checkpoint `seq` are in: its checkpoint digest goes to the
+    /// ordering, and zone changes waiting for it may go on.
+    fn zone_digest(&mut self, seq: u64, digests: Option<Vec<[u8; 32]>>, out: &mut Vec<Command<R>>) -> Option<()> {
+        let (_, state) = self.digesting.take_if(|(at, _)| *at == seq)?;
+        let zones = self.zone_count().max(1);
+        let digest = match digests.filter(|d| d.len() == zones) {
+            Some(digests) => state.checkpoint_digest(&digests),
+            // A digest no other replica can produce: this checkpoint will not match.
+            None => {
+                let mut zone = [0xffu8; 32];
+                zone[..2].copy_from_slice(&self.config.id.to_be_bytes());
+                let mut d = state.checkpoint_digest(&vec![zone; zones]);
+                d[0] ^= 0x5a;
+                d
+            }
+        };
+        out.push(Command::Checkpoint { seq, digest, state });
+        if let Some(run) = &mut self.running {
+            let released = match run.wait {
+                Some(Wait::Digest) => true,
+                Some(Wait::Barrier) => self.reads.is_empty(),
+                _ => false,
+            };
+            if released {
+                run.wait = None;
+            }
+        }
+        Some(())
     }
 
     fn times(&self, time_us: u64) -> SignatureTimes {
@@ -714,248 +765,303 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                     run.wait = Some(Wait::Digest);
                     return;
                 }
-                let (seq, checkpoint, named) = (run.seq, run.checkpoint_due, run.named);
-                self.running = None;
-                // A batch that changed nothing durable costs no write (and no fsync): most
-                // batches are reads only, and refusals decided here without named (an
-                // unauthenticated or unforwardable update, from a faulty origin) change only
-                // the outcome chain and recent writes, which executing the batch again after
-                // a restart computes alike. Checkpoint batches are always written, so a
-                // restart never executes a checkpoint again: named may by then hold a write
-                // ordered after it (the one running at the crash), which would change its digest.
-                self.state.executed = self.durable.executed;
-                self.stuck_claims.retain(|_, (at, _)| *at > seq);
-                if !named && !checkpoint && self.state.zones == self.durable.zones {
-                    self.state.executed = seq;
-                    out.push(Command::Executed(seq));
-                } else {
-                    self.state.executed = seq;
-                    self.durable = self.state.clone();
-                    out.push(Command::Persist(self.state.clone()));
-                }
-                if checkpoint {
-                    // The zone is as this batch left it until the next zone change, which
-                    // waits for the digest (like a write waits for earlier reads); reads of
-                    // later batches go on meanwhile. A crash before the digest is in loses
-                    // only this replica's vote for this checkpoint.
-                    self.digesting = Some((seq, self.state.clone()));
-                    out.push(Command::DigestZone { seq });
-                }
+                return self.finish_batch(out);
+            };
+            let at = At { seq: run.seq, index, time_us: run.time_us };
+            if let Step::Wait = self.execute(at, item, out) {
                 return;
-            };
-            let (seq, time_us) = (run.seq, run.time_us);
-            let Ok(op) = Op::decode(&item.payload) else { continue };
-            // Zone 0's requests in their original form are zone 0's requests.
-            let op = match op {
-                Op::SignZone(auth) => Op::SignZoneIn { zone: 0, auth },
-                Op::Resign => Op::ResignZone(0),
-                Op::SignZoneFinish(auth) => Op::SignZoneFinishIn { zone: 0, auth },
-                other => other,
-            };
-            let zone = match op {
-                Op::SignZoneIn { zone, .. } | Op::ResignZone(zone) | Op::SignZoneFinishIn { zone, .. } => zone,
-                _ => 0,
-            };
-            if !matches!(op, Op::Dns { .. }) && !self.serves(zone) {
-                // An index from the log that names no configured zone: the same refusal on
-                // every replica (they share the configuration's zone set).
-                if let Some(reply) = item.reply {
-                    out.push(Command::Answer { reply, bytes: format!("refused: no zone has index {zone}").into_bytes() });
-                }
-                continue;
-            }
-            match op {
-                Op::Dns { tcp, message } => match classify(&message, tcp) {
-                    Verdict::Order(Kind::Write) => {
-                        if !self.zone_quiet() {
-                            return self.hold(index, item, Wait::Barrier);
-                        }
-                        let time_s = time_us / 1_000_000;
-                        let replay = replay_key(&message);
-                        // Pruning at this agreed time is idempotent, so the state kept for a
-                        // resume (`keep_before`) may be taken after it, and only for a write
-                        // that goes to named: a refusal or a duplicate costs no copy of the state.
-                        self.state.prune_recent(time_s);
-                        if let Some((digest, first)) = replay.and_then(|k| self.state.recent_writes.get(&k.digest).map(|w| (k.digest, *w))) {
-                            // What the same signature covers, again within its window: a
-                            // client's retransmission (or a replay, under any header id).
-                            // Executed once; this gets the first execution's answer.
-                            self.state.record(seq, index, code::DUPLICATE | first.outcome);
-                            if let Some(reply) = item.reply {
-                                // named's answer as the client got it the first time (the
-                                // gate re-signs it for the client's key, over the same MAC).
-                                let bytes = match self.answers.get(&digest) {
-                                    Some(a) => {
-                                        // Under this copy's header id (a replay may carry another).
-                                        let mut a = a.clone();
-                                        if let (Some(to), Some(from)) = (a.get_mut(..2), message.get(..2)) {
-                                            to.copy_from_slice(from);
-                                        }
-                                        self.gate.answer_for_client(&message, &a)
-                                    }
-                                    // Signed for the client as named's answer was (a state
-                                    // transfer or a restart emptied the cache, say).
-                                    None => self.gate.answer_without_named(&message, client_rcode(first.outcome), time_s),
-                                };
-                                out.push(Command::Answer { reply, bytes });
-                            }
-                            continue;
-                        }
-                        match self.gate.decide(&message, time_s) {
-                            UpdateDecision::Forward(bytes) if !forwardable(&bytes) => {
-                                // Bytes named can never take (too long for TCP once re-signed,
-                                // or no header): refused here, alike at every replica, rather
-                                // than sent to named for ever.
-                                let rcode = u16::from(crate::answer::RCODE_FORMERR);
-                                self.state.record(seq, index, u32::from(rcode));
-                                *self.hostile.entry((item.origin, UNFORWARDABLE_WRITES)).or_default() += 1;
-                                if let Some(reply) = item.reply {
-                                    out.push(Command::Answer { reply, bytes: self.gate.answer_without_named(&message, rcode, time_s) });
-                                }
-                            }
-                            UpdateDecision::Forward(bytes) => {
-                                // Only a signature valid now opens a window: a far-future time
-                                // signed cannot pin an entry.
-                                let window = replay.filter(|k| k.from_s <= time_s && time_s <= k.until_s).map(|k| (k.digest, k.until_s));
-                                if self.running.as_ref().is_some_and(|run| run.applied == Some(index)) {
-                                    // named applied it before this replica crashed: it answered
-                                    // NOERROR then (only a successful update changes the zone).
-                                    // Its client went with the crash; a retransmission gets the
-                                    // recorded outcome.
-                                    self.state.record(seq, index, 0);
-                                    if let Some((digest, expires_s)) = window {
-                                        self.state.remember_write(digest, RecentWrite { expires_s, outcome: 0 });
-                                    }
-                                    if let Some(run) = self.running.as_mut() {
-                                        run.named = true;
-                                    }
-                                    continue;
-                                }
-                                if self_abandoned(&self.stuck_claims, self.config.faults, seq, index) {
-                                    // f+1 replicas said it is stuck, and this one has not sent it
-                                    // yet (it was behind, or restarted): not sent at all.
-                                    self.abandon_write(seq, index, &message, item.reply, window, time_s, out);
-                                    out.push(Command::AbandonWrite { seq, index });
-                                    continue;
-                                }
-                                self.keep_before();
-                                let times = self.times(time_us);
-                                out.push(Command::Write { seq, index, message: bytes, times });
-                                if let Some(run) = self.running.as_mut() {
-                                    run.wait = Some(Wait::Write { index, request: message, reply: item.reply, window });
-                                    run.named = true;
-                                }
-                                return;
-                            }
-                            UpdateDecision::Refuse { rcode, answer } => {
-                                self.state.record(seq, index, u32::from(rcode));
-                                *self.hostile.entry((item.origin, UNAUTHORIZED_WRITES)).or_default() += 1;
-                                if let Some(reply) = item.reply {
-                                    out.push(Command::Answer { reply, bytes: answer });
-                                }
-                            }
-                        }
-                    }
-                    Verdict::Order(kind @ (Kind::Read | Kind::Transfer)) => {
-                        // Only the gateway owes an answer; the others only ordered it.
-                        if item.reply.is_none() {
-                            continue;
-                        }
-                        if self.reads.len() >= self.config.max_reads_in_flight.max(1) {
-                            return self.hold(index, item, Wait::ReadSlot);
-                        }
-                        let Some(reply) = item.reply else { continue };
-                        self.next_read += 1;
-                        let id = self.next_read;
-                        self.reads.insert(id);
-                        out.push(Command::Read { id, transfer: kind == Kind::Transfer, tcp, message, reply });
-                    }
-                    // A gateway answers these itself; one that orders them is lying or newer.
-                    Verdict::Answer(_) | Verdict::Drop(_) => {}
-                },
-                // Normalised above.
-                Op::SignZone(_) | Op::Resign | Op::SignZoneFinish(_) => {}
-                // Counted when committed (`committed`); executed, it names a write this
-                // replica is already past.
-                Op::Stuck { seq: at, index: write } => {
-                    if let Some(reply) = item.reply {
-                        out.push(Command::Answer { reply, bytes: format!("noted: write {write} of batch {at} is executed here").into_bytes() });
-                    }
-                }
-                Op::SignZoneIn { auth, .. } => {
-                    let time_s = time_us / 1_000_000;
-                    self.keep_before();
-                    match self.sign_zone_request(zone, item.origin, &auth, time_s) {
-                        Ok(()) => return self.start_signing(zone, index, item.reply, seq, time_us, out),
-                        Err(text) => {
-                            if let Some(reply) = item.reply {
-                                out.push(Command::Answer { reply, bytes: text.into_bytes() });
-                            }
-                        }
-                    }
-                }
-                Op::SignZoneFinishIn { auth, .. } => {
-                    self.keep_before();
-                    let Some(signing) = self.state.zone(zone).signing else {
-                        if let Some(reply) = item.reply {
-                            out.push(Command::Answer { reply, bytes: b"no signing running".to_vec() });
-                        }
-                        continue;
-                    };
-                    if let Err(text) = self.finish_claim(zone, item.origin, &auth, signing.seq, time_us / 1_000_000) {
-                        if let Some(reply) = item.reply {
-                            out.push(Command::Answer { reply, bytes: text.into_bytes() });
-                        }
-                        continue;
-                    }
-                    let votes = &mut self.state.zone_mut(zone).sign_finish_votes;
-                    votes.insert(item.origin);
-                    let (counted, needed) = (votes.len(), usize::from(self.config.faults) + 1);
-                    if counted < needed {
-                        if let Some(reply) = item.reply {
-                            let text = format!("counted: {counted} of the {needed} replicas needed are done");
-                            out.push(Command::Answer { reply, bytes: text.into_bytes() });
-                        }
-                        continue;
-                    }
-                    // Installing changes the zone: like a write, after the reads before it.
-                    if !self.zone_quiet() {
-                        return self.hold(index, item, Wait::Barrier);
-                    }
-                    let times = self.times(time_us);
-                    out.push(Command::FinishSigning { zone, seq, run: signing, times });
-                    if let Some(run) = self.running.as_mut() {
-                        run.wait = Some(Wait::Finish { zone, index, reply: item.reply });
-                        run.named = true;
-                    }
-                    return;
-                }
-                Op::ResignZone(_) => {
-                    let time_s = time_us / 1_000_000;
-                    let z = self.state.zone(zone);
-                    if z.last_signed_s != 0 && time_s >= z.next_slice_s {
-                        // A slice changes the zone: like a write, after the reads before it.
-                        if !self.zone_quiet() {
-                            return self.hold(index, item, Wait::Barrier);
-                        }
-                        self.keep_before();
-                        self.state.zone_mut(zone).next_slice_s = time_s.saturating_add(self.config.slice_interval_s.max(1));
-                        let refresh = u64::from(self.config.validity_s).saturating_sub(self.config.resign_after_s);
-                        let due_before_s = u32::try_from(time_s.saturating_add(refresh)).unwrap_or(u32::MAX);
-                        let times = self.times(time_us);
-                        out.push(Command::ResignSlice { zone, seq, times, due_before_s, max_rrsets: self.config.slice_rrsets.max(1) });
-                        if let Some(run) = self.running.as_mut() {
-                            run.wait = Some(Wait::Slice { zone, index, reply: item.reply });
-                            run.named = true;
-                        }
-                        return;
-                    }
-                    if let Some(reply) = item.reply {
-                        out.push(Command::Answer { reply, bytes: b"done".to_vec() });
-                    }
-                }
             }
         }
+    }
+
+    /// Every item of the running batch is executed: the batch is recorded executed
+    /// (persisted when it changed something durable) and, at a checkpoint, its zone digest
+    /// is asked for.
+    fn finish_batch(&mut self, out: &mut Vec<Command<R>>) {
+        let Some(run) = self.running.take() else { return };
+        let (seq, checkpoint, named) = (run.seq, run.checkpoint_due, run.named);
+        // A batch that changed nothing durable costs no write (and no fsync): most
+        // batches are reads only, and refusals decided here without named (an
+        // unauthenticated or unforwardable update, from a faulty origin) change only
+        // the outcome chain and recent writes, which executing the batch again after
+        // a restart computes alike. Checkpoint batches are always written, so a
+        // restart never executes a checkpoint again: named may by then hold a write
+        // ordered after it (the one running at the crash), which would change its digest.
+        self.state.executed = self.durable.executed;
+        self.stuck_claims.retain(|_, (at, _)| *at > seq);
+        if !named && !checkpoint && self.state.zones == self.durable.zones {
+            self.state.executed = seq;
+            out.push(Command::Executed(seq));
+        } else {
+            self.state.executed = seq;
+            self.durable = self.state.clone();
+            out.push(Command::Persist(self.state.clone()));
+        }
+        if checkpoint {
+            // The zone is as this batch left it until the next zone change, which
+            // waits for the digest (like a write waits for earlier reads); reads of
+            // later batches go on meanwhile. A crash before the digest is in loses
+            // only this replica's vote for this checkpoint.
+            self.digesting = Some((seq, self.state.clone()));
+            out.push(Command::DigestZone { seq });
+        }
+    }
+
+    /// Executes one ordered item: what it decides, the commands it needs, and whether the
+    /// batch goes on with its next item or waits for an event.
+    fn execute(&mut self, at: At, item: Item<R>, out: &mut Vec<Command<R>>) -> Step {
+        let Ok(op) = Op::decode(&item.payload) else { return Step::Next };
+        // Zone 0's requests in their original form are zone 0's requests.
+        let op = match op {
+            Op::SignZone(auth) => Op::SignZoneIn { zone: 0, auth },
+            Op::Resign => Op::ResignZone(0),
+            Op::SignZoneFinish(auth) => Op::SignZoneFinishIn { zone: 0, auth },
+            other => other,
+        };
+        let zone = match op {
+            Op::SignZoneIn { zone, .. } | Op::ResignZone(zone) | Op::SignZoneFinishIn { zone, .. } => zone,
+            _ => 0,
+        };
+        if !matches!(op, Op::Dns { .. }) && !self.serves(zone) {
+            // An index from the log that names no configured zone: the same refusal on
+            // every replica (they share the configuration's zone set).
+            if let Some(reply) = item.reply {
+                out.push(Command::Answer { reply, bytes: format!("refused: no zone has index {zone}").into_bytes() });
+            }
+            return Step::Next;
+        }
+        match op {
+            Op::Dns { tcp, message } => match classify(&message, tcp) {
+                Verdict::Order(Kind::Write) => self.execute_write(at, item, message, out),
+                Verdict::Order(kind @ (Kind::Read | Kind::Transfer)) => self.execute_read(at.index, item, kind == Kind::Transfer, tcp, message, out),
+                // A gateway answers these itself; one that orders them is lying or newer.
+                Verdict::Answer(_) | Verdict::Drop(_) => Step::Next,
+            },
+            // Normalised above.
+            Op::SignZone(_) | Op::Resign | Op::SignZoneFinish(_) => Step::Next,
+            // Counted when committed (`committed`); executed, it names a write this
+            // replica is already past.
+            Op::Stuck { seq: batch, index: write } => {
+                if let Some(reply) = item.reply {
+                    out.push(Command::Answer { reply, bytes: format!("noted: write {write} of batch {batch} is executed here").into_bytes() });
+                }
+                Step::Next
+            }
+            Op::SignZoneIn { auth, .. } => {
+                let time_s = at.time_us / 1_000_000;
+                self.keep_before();
+                match self.sign_zone_request(zone, item.origin, &auth, time_s) {
+                    Ok(()) => {
+                        self.start_signing(zone, at.index, item.reply, at.seq, at.time_us, out);
+                        Step::Wait
+                    }
+                    Err(text) => {
+                        if let Some(reply) = item.reply {
+                            out.push(Command::Answer { reply, bytes: text.into_bytes() });
+                        }
+                        Step::Next
+                    }
+                }
+            }
+            Op::SignZoneFinishIn { auth, .. } => self.execute_finish_claim(zone, at, item, &auth, out),
+            Op::ResignZone(_) => self.execute_resign(zone, at, item, out),
+        }
+    }
+
+    /// An ordered write, at every replica, after the reads before it: a replay gets the
+    /// first execution's answer; otherwise the gate decides and the write goes to named or
+    /// is refused here.
+    fn execute_write(&mut self, at: At, item: Item<R>, message: Vec<u8>, out: &mut Vec<Command<R>>) -> Step {
+        if !self.zone_quiet() {
+            self.hold(at.index, item, Wait::Barrier);
+            return Step::Wait;
+        }
+        let (seq, index, time_s) = (at.seq, at.index, at.time_us / 1_000_000);
+        let replay = replay_key(&message);
+        // Pruning at this agreed time is idempotent, so the state kept for a
+        // resume (`keep_before`) may be taken after it, and only for a write
+        // that goes to named: a refusal or a duplicate costs no copy of the state.
+        self.state.prune_recent(time_s);
+        if let Some((digest, first)) = replay.and_then(|k| self.state.recent_writes.get(&k.digest).map(|w| (k.digest, *w))) {
+            // What the same signature covers, again within its window: a
+            // client's retransmission (or a replay, under any header id).
+            // Executed once; this gets the first execution's answer.
+            self.state.record(seq, index, code::DUPLICATE | first.outcome);
+            if let Some(reply) = item.reply {
+                let bytes = self.duplicate_answer(&message, digest, first.outcome, time_s);
+                out.push(Command::Answer { reply, bytes });
+            }
+            return Step::Next;
+        }
+        match self.gate.decide(&message, time_s) {
+            UpdateDecision::Forward(bytes) if !forwardable(&bytes) => {
+                // Bytes named can never take (too long for TCP once re-signed,
+                // or no header): refused here, alike at every replica, rather
+                // than sent to named for ever.
+                let rcode = u16::from(crate::answer::RCODE_FORMERR);
+                self.state.record(seq, index, u32::from(rcode));
+                *self.hostile.entry((item.origin, UNFORWARDABLE_WRITES)).or_default() += 1;
+                if let Some(reply) = item.reply {
+                    out.push(Command::Answer { reply, bytes: self.gate.answer_without_named(&message, rcode, time_s) });
+                }
+                Step::Next
+            }
+            UpdateDecision::Forward(bytes) => {
+                // Only a signature valid now opens a window: a far-future time
+                // signed cannot pin an entry.
+                let window = replay.filter(|k| k.from_s <= time_s && time_s <= k.until_s).map(|k| (k.digest, k.until_s));
+                self.forward_write(at, item, message, bytes, window, out)
+            }
+            UpdateDecision::Refuse { rcode, answer } => {
+                self.state.record(seq, index, u32::from(rcode));
+                *self.hostile.entry((item.origin, UNAUTHORIZED_WRITES)).or_default() += 1;
+                if let Some(reply) = item.reply {
+                    out.push(Command::Answer { reply, bytes: answer });
+                }
+                Step::Next
+            }
+        }
+    }
+
+    /// named's answer to a replayed write as the client got it the first time (the gate
+    /// re-signs it for the client's key, over the same MAC), or one built for its recorded
+    /// `outcome` when this replica no longer holds it.
+    fn duplicate_answer(&self, message: &[u8], digest: [u8; 32], outcome: u32, time_s: u64) -> Vec<u8> {
+        match self.answers.get(&digest) {
+            Some(a) => {
+                // Under this copy's header id (a replay may carry another).
+                let mut a = a.clone();
+                if let (Some(to), Some(from)) = (a.get_mut(..2), message.get(..2)) {
+                    to.copy_from_slice(from);
+                }
+                self.gate.answer_for_client(message, &a)
+            }
+            // Signed for the client as named's answer was (a state
+            // transfer or a restart emptied the cache, say).
+            None => self.gate.answer_without_named(message, client_rcode(outcome), time_s),
+        }
+    }
+
+    /// A write the gate passed (`bytes`, re-signed for named): sent to named, unless named
+    /// applied it before a crash or `faults + 1` replicas already said it is stuck.
+    fn forward_write(&mut self, at: At, item: Item<R>, message: Vec<u8>, bytes: Vec<u8>, window: Option<([u8; 32], u64)>, out: &mut Vec<Command<R>>) -> Step {
+        let (seq, index, time_s) = (at.seq, at.index, at.time_us / 1_000_000);
+        if self.running.as_ref().is_some_and(|run| run.applied == Some(index)) {
+            // named applied it before this replica crashed: it answered
+            // NOERROR then (only a successful update changes the zone).
+            // Its client went with the crash; a retransmission gets the
+            // recorded outcome.
+            self.state.record(seq, index, 0);
+            if let Some((digest, expires_s)) = window {
+                self.state.remember_write(digest, RecentWrite { expires_s, outcome: 0 });
+            }
+            if let Some(run) = self.running.as_mut() {
+                run.named = true;
+            }
+            return Step::Next;
+        }
+        if self_abandoned(&self.stuck_claims, self.config.faults, seq, index) {
+            // f+1 replicas said it is stuck, and this one has not sent it
+            // yet (it was behind, or restarted): not sent at all.
+            self.abandon_write(seq, index, &message, item.reply, window, time_s, out);
+            out.push(Command::AbandonWrite { seq, index });
+            return Step::Next;
+        }
+        self.keep_before();
+        let times = self.times(at.time_us);
+        out.push(Command::Write { seq, index, message: bytes, times });
+        if let Some(run) = self.running.as_mut() {
+            run.wait = Some(Wait::Write { index, request: message, reply: item.reply, window });
+            run.named = true;
+        }
+        Step::Wait
+    }
+
+    /// An ordered read or transfer: executed only at the gateway that owes the answer,
+    /// within the read slots.
+    fn execute_read(&mut self, index: u32, item: Item<R>, transfer: bool, tcp: bool, message: Vec<u8>, out: &mut Vec<Command<R>>) -> Step {
+        // Only the gateway owes an answer; the others only ordered it.
+        if item.reply.is_none() {
+            return Step::Next;
+        }
+        if self.reads.len() >= self.config.max_reads_in_flight.max(1) {
+            self.hold(index, item, Wait::ReadSlot);
+            return Step::Wait;
+        }
+        let Some(reply) = item.reply else { return Step::Next };
+        self.next_read += 1;
+        let id = self.next_read;
+        self.reads.insert(id);
+        out.push(Command::Read { id, transfer, tcp, message, reply });
+        Step::Next
+    }
+
+    /// An ordered claim that a replica's part of zone `zone`'s signing is done: counted, and
+    /// with `faults + 1` of them the signed zone is installed here.
+    fn execute_finish_claim(&mut self, zone: u16, at: At, item: Item<R>, auth: &SignFinishAuth, out: &mut Vec<Command<R>>) -> Step {
+        self.keep_before();
+        let Some(signing) = self.state.zone(zone).signing else {
+            if let Some(reply) = item.reply {
+                out.push(Command::Answer { reply, bytes: b"no signing running".to_vec() });
+            }
+            return Step::Next;
+        };
+        if let Err(text) = self.finish_claim(zone, item.origin, auth, signing.seq, at.time_us / 1_000_000) {
+            if let Some(reply) = item.reply {
+                out.push(Command::Answer { reply, bytes: text.into_bytes() });
+            }
+            return Step::Next;
+        }
+        let votes = &mut self.state.zone_mut(zone).sign_finish_votes;
+        votes.insert(item.origin);
+        let (counted, needed) = (votes.len(), usize::from(self.config.faults) + 1);
+        if counted < needed {
+            if let Some(reply) = item.reply {
+                let text = format!("counted: {counted} of the {needed} replicas needed are done");
+                out.push(Command::Answer { reply, bytes: text.into_bytes() });
+            }
+            return Step::Next;
+        }
+        // Installing changes the zone: like a write, after the reads before it.
+        if !self.zone_quiet() {
+            self.hold(at.index, item, Wait::Barrier);
+            return Step::Wait;
+        }
+        let times = self.times(at.time_us);
+        out.push(Command::FinishSigning { zone, seq: at.seq, run: signing, times });
+        if let Some(run) = self.running.as_mut() {
+            run.wait = Some(Wait::Finish { zone, index: at.index, reply: item.reply });
+            run.named = true;
+        }
+        Step::Wait
+    }
+
+    /// An ordered re-signing of zone `zone`: a slice when one is due by the agreed time.
+    fn execute_resign(&mut self, zone: u16, at: At, item: Item<R>, out: &mut Vec<Command<R>>) -> Step {
+        let time_s = at.time_us / 1_000_000;
+        let z = self.state.zone(zone);
+        if z.last_signed_s != 0 && time_s >= z.next_slice_s {
+            // A slice changes the zone: like a write, after the reads before it.
+            if !self.zone_quiet() {
+                self.hold(at.index, item, Wait::Barrier);
+                return Step::Wait;
+            }
+            self.keep_before();
+            self.state.zone_mut(zone).next_slice_s = time_s.saturating_add(self.config.slice_interval_s.max(1));
+            let refresh = u64::from(self.config.validity_s).saturating_sub(self.config.resign_after_s);
+            let due_before_s = u32::try_from(time_s.saturating_add(refresh)).unwrap_or(u32::MAX);
+            let times = self.times(at.time_us);
+            out.push(Command::ResignSlice { zone, seq: at.seq, times, due_before_s, max_rrsets: self.config.slice_rrsets.max(1) });
+            if let Some(run) = self.running.as_mut() {
+                run.wait = Some(Wait::Slice { zone, index: at.index, reply: item.reply });
+                run.named = true;
+            }
+            return Step::Wait;
+        }
+        if let Some(reply) = item.reply {
+            out.push(Command::Answer { reply, bytes: b"done".to_vec() });
+        }
+        Step::Next
     }
 
     fn cache_answer(&mut self, digest: [u8; 32], answer: Vec<u8>) {

@@ -136,9 +136,9 @@ pub struct ExecState {
 }
 
 /// The state as version 3 stored it (one zone). Also inside version 1 write intents and
-/// version 2 snapshots (`crate::statexfer`).
+/// version 2 snapshots (the wrapper's `statexfer`, hence public; read only, through `From`).
 #[derive(Deserialize)]
-pub(crate) struct StateV3 {
+pub struct StateV3 {
     executed: u64,
     last_signed_s: u64,
     sign_zone_requests: BTreeMap<u16, u64>,

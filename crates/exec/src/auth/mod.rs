@@ -13,38 +13,49 @@
 //! ([`Authenticator::precheck`]); zone transfers are allowed only with a transfer key.
 //! A cluster serving several zones has one authenticator per zone ([`zones::ZoneAuth`]).
 
-pub mod rrl;
+pub mod keyfile;
 pub mod sig0;
 pub mod wire;
 pub mod zones;
 pub use dnswire::tsig;
-
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use self::sig0::Sig0Key;
 use self::wire::{Layout, TYPE_TSIG};
 
-// The execution core owns the question (crate::exec::gate); this module answers it.
-pub use crate::exec::gate::{UpdateDecision, UpdateGate};
+// The execution core owns the question (crate::gate); this module answers it.
+pub use crate::gate::{UpdateDecision, UpdateGate};
+pub use keyfile::TsigKey;
 
 /// Which signatures may authorize an update (the same names in the configuration and on
-/// the command line).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+/// the command line, which parses them with `FromStr` and shows [`Mode::help`], so no clap
+/// here).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
-    /// Shared TSIG keys: every replica holds the secret, so one corrupted replica can
-    /// order validly signed updates.
+    /// Shared TSIG keys (see [`Mode::help`] for each).
     #[default]
     Tsig,
-    /// SIG(0) KEYs: replicas hold only public keys; none can forge an update.
+    /// SIG(0) KEYs.
     Sig0,
     /// Either.
     Both,
 }
 
 impl Mode {
+    /// Every mode, in the order the command line lists them.
+    pub const ALL: [Mode; 3] = [Mode::Tsig, Mode::Sig0, Mode::Both];
+
+    /// What the mode trusts, in one line (the command line's help).
+    pub fn help(self) -> &'static str {
+        match self {
+            Mode::Tsig => "Shared TSIG keys: every replica holds the secret, so one corrupted replica can order validly signed updates",
+            Mode::Sig0 => "SIG(0) KEYs: replicas hold only public keys; none can forge an update",
+            Mode::Both => "Either",
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Tsig => "tsig",
@@ -53,6 +64,26 @@ impl Mode {
         }
     }
 }
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let names = || Mode::ALL.map(Mode::as_str).join(", ");
+        Mode::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| format!("invalid update authentication {s:?} (possible values: {})", names()))
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The local clock, seconds since the epoch: what the update authentication signs towards
+/// named with, so that named's own time check agrees. The wrapper supplies it; this crate
+/// reads no clock.
+pub type Clock = fn() -> u64;
 
 pub const RCODE_FORMERR: u16 = 1;
 pub const RCODE_REFUSED: u16 = 5;
@@ -123,8 +154,8 @@ pub struct Authenticator {
     identities: Vec<Identity>,
     /// Names of the keys that allow AXFR/IXFR.
     transfer: Vec<Vec<u8>>,
-    /// Time source for signing towards named (the local clock).
-    clock: fn() -> u64,
+    /// Time source for signing towards named (the local clock, the caller's).
+    clock: Clock,
     /// The longest validity (s) a SIG(0) may carry (`[auth] sig0_max_validity_s`).
     sig0_max_span_s: u64,
 }
@@ -132,25 +163,36 @@ pub struct Authenticator {
 /// Default of `[auth] sig0_max_validity_s`: nsupdate signs for 10 minutes around its clock.
 pub const SIG0_MAX_VALIDITY_S: u64 = 3600;
 
-fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
 impl Authenticator {
     /// `update_keys` authorize updates in tsig/both modes; `transfer_keys` allow
-    /// transfers (a key may be in both); `sig0_keys` authorize updates in sig0/both.
-    pub fn new(mode: Mode, update_keys: &[TsigSecret], transfer_keys: &[TsigSecret], sig0_keys: Vec<Sig0Key>) -> Result<Self, AuthError> {
-        Self::build(mode, update_keys, transfer_keys, sig0_keys, None)
+    /// transfers (a key may be in both); `sig0_keys` authorize updates in sig0/both; `clock`
+    /// signs what goes to named.
+    pub fn new(mode: Mode, update_keys: &[TsigSecret], transfer_keys: &[TsigSecret], sig0_keys: Vec<Sig0Key>, clock: Clock) -> Result<Self, AuthError> {
+        Self::build(mode, update_keys, transfer_keys, sig0_keys, None, clock)
     }
 
     /// As [`Authenticator::new`], for the zone with this index in a cluster serving several:
     /// its local keys are `tsig-<index>-<i>.sdns-local` (named's keys are global, so an
     /// identity of one zone has a name no other zone's update-policy grants).
-    pub fn for_zone(index: u16, mode: Mode, update_keys: &[TsigSecret], transfer_keys: &[TsigSecret], sig0_keys: Vec<Sig0Key>) -> Result<Self, AuthError> {
-        Self::build(mode, update_keys, transfer_keys, sig0_keys, Some(index))
+    pub fn for_zone(
+        index: u16,
+        mode: Mode,
+        update_keys: &[TsigSecret],
+        transfer_keys: &[TsigSecret],
+        sig0_keys: Vec<Sig0Key>,
+        clock: Clock,
+    ) -> Result<Self, AuthError> {
+        Self::build(mode, update_keys, transfer_keys, sig0_keys, Some(index), clock)
     }
 
-    fn build(mode: Mode, update_keys: &[TsigSecret], transfer_keys: &[TsigSecret], sig0_keys: Vec<Sig0Key>, zone: Option<u16>) -> Result<Self, AuthError> {
+    fn build(
+        mode: Mode,
+        update_keys: &[TsigSecret],
+        transfer_keys: &[TsigSecret],
+        sig0_keys: Vec<Sig0Key>,
+        zone: Option<u16>,
+        clock: Clock,
+    ) -> Result<Self, AuthError> {
         let to_key = |k: &TsigSecret| tsig::Key::new(&k.name, k.algorithm, &k.secret).ok_or_else(|| AuthError::BadKeyName(k.name.clone()));
         let mut keys = update_keys.iter().map(to_key).collect::<Result<Vec<_>, _>>()?;
         let update_tsig = keys.len();
@@ -175,7 +217,7 @@ impl Authenticator {
             let local = tsig::Key::new(&name, tsig::Algorithm::HmacSha256, &secret).ok_or(AuthError::BadKeyName(name))?;
             identities.push(Identity { local, local_secret: secret });
         }
-        Ok(Authenticator { mode, tsig: keys, update_tsig: tsig_ids, sig0, identities, transfer, clock: unix_now, sig0_max_span_s: SIG0_MAX_VALIDITY_S })
+        Ok(Authenticator { mode, tsig: keys, update_tsig: tsig_ids, sig0, identities, transfer, clock, sig0_max_span_s: SIG0_MAX_VALIDITY_S })
     }
 
     /// Refuses SIG(0) updates valid (expiration less inception) for longer than `span_s`:
@@ -297,7 +339,7 @@ impl Authenticator {
         match self.authenticate(msg, now_s) {
             Outcome::Pass { identity, body } => {
                 let forwarded = self.resign(identity, body);
-                (!crate::exec::gate::forwardable(&forwarded)).then(|| self.answer_without_named(msg, RCODE_FORMERR, now_s))
+                (!crate::gate::forwardable(&forwarded)).then(|| self.answer_without_named(msg, RCODE_FORMERR, now_s))
             }
             Outcome::Refuse { answer, .. } => Some(answer),
         }
