@@ -9,7 +9,7 @@
 //! goes straight to the threshold key. Nothing in sdns re-signs or removes that signature:
 //! DNSKEY is never updated, re-sign slices take only the threshold key's signatures, and
 //! a whole-zone signing carries the operator's records over (see
-//! [`crate::signer_input::signer_records`]) while
+//! `wrapper::signer_input::signer_records`) while
 //! the zone holds the marker record ([`marker_name`]). Deleting the marker (an ordered
 //! update) and signing the zone (an ordered sign-zone) finishes the rollover.
 
@@ -19,19 +19,13 @@ use std::process::Command;
 use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine as _;
 
-/// The marker's first label: while `_sdns-rollover.<zone> TXT` is in the zone, a
-/// whole-zone signing keeps the operator's KSK and its signature.
-pub const MARKER_LABEL: &str = "_sdns-rollover";
+// One definition for the runtime and this command (the runtime never depends on the CLI).
+pub use wrapper::adopt::rollover::marker_name;
 
 /// What the adoption writes next to the dealer's files about the rollover.
 pub const ROLLOVER_FILE: &str = "rollover.txt";
 /// The old key's DS (the one the parent has now), alone, for tools and tests.
 pub const OLD_DS_FILE: &str = "ds-old.txt";
-
-/// The marker's owner name for `zone` (absolute, lower case).
-pub fn marker_name(zone: &str) -> String {
-    format!("{MARKER_LABEL}.{}", crate::adopt::absolute_name(zone))
-}
 
 /// A DNSKEY record read from zone text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,7 +47,7 @@ impl Dnskey {
             return None;
         }
         Some(Dnskey {
-            owner: crate::adopt::absolute_name(f[0]),
+            owner: crate::adopted::absolute_name(f[0]),
             ttl: f[1].parse().ok()?,
             flags: f[4].parse().ok()?,
             algorithm: f[6].parse().ok()?,
@@ -105,7 +99,7 @@ impl Dnskey {
 
 /// The key-signing keys at the apex of `zone` in zone text.
 pub fn apex_ksks(text: &str, zone: &str) -> Vec<Dnskey> {
-    let apex = crate::adopt::absolute_name(zone);
+    let apex = crate::adopted::absolute_name(zone);
     let mut out: Vec<Dnskey> = text.lines().filter_map(Dnskey::parse).filter(|k| k.owner == apex && k.is_ksk()).collect();
     out.dedup();
     out

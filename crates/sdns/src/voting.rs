@@ -23,8 +23,8 @@ use vote::net::Timeouts;
 use vote::tsig::TsigKey;
 use vote::Replicas;
 
-use crate::config::Config;
-use crate::files::TsigKey as DealerTsig;
+use wrapper::config::Config;
+use wrapper::files::TsigKey as DealerTsig;
 
 pub const EXIT_REFUSED: u8 = 1;
 pub const EXIT_ERROR: u8 = 2;

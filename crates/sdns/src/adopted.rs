@@ -141,15 +141,3 @@ pub fn absolute_name(name: &str) -> String {
         format!("{lower}.")
     }
 }
-
-/// Checks a directory's adoption record against the zone being configured.
-pub fn adopted_for(dir: &Path, zone: &str) -> Result<Option<Adopted>> {
-    let Some(a) = Adopted::load(dir)? else { return Ok(None) };
-    if absolute_name(&a.zone) != absolute_name(zone) {
-        bail!("{} was adopted for zone {}; give --zone {}", dir.display(), a.zone, a.zone);
-    }
-    if Name::from_ascii(&a.zone).is_err() {
-        bail!("{}: zone {:?} is not a domain name", dir.join(ADOPTED_FILE).display(), a.zone);
-    }
-    Ok(Some(a))
-}

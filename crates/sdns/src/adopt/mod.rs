@@ -15,7 +15,6 @@
 //! the run with its reasons before anything is dealt.
 
 pub mod bindconf;
-pub mod record;
 pub mod rollover;
 
 use std::collections::BTreeMap;
@@ -26,9 +25,10 @@ use std::process::Command;
 use anyhow::{anyhow, bail, Context, Result};
 
 use self::bindconf::Statement;
-pub use self::record::{absolute_name, adopted_for, Adopted, ADOPTED_FILE};
-use crate::files::{write_public, write_secret, TsigKey};
+use crate::adopted::{self as record, absolute_name, Adopted, ADOPTED_FILE};
+use crate::files::{write_public, write_secret};
 use crate::keygen::{keygen, replica_dir, write_configs, ClusterParams};
+use wrapper::files::TsigKey;
 
 /// A TSIG key from a `key` statement.
 #[derive(Clone)]
@@ -357,7 +357,7 @@ impl Scope<'_> {
                     match o.as_str() {
                         "any" => prefixes.extend(["0.0.0.0/0".to_owned(), "::/0".to_owned()]),
                         "localhost" => prefixes.extend(["127.0.0.1".to_owned(), "::1".to_owned()]),
-                        other if other.parse::<crate::access::Prefix>().is_ok() => prefixes.push(other.to_owned()),
+                        other if other.parse::<wrapper::access::Prefix>().is_ok() => prefixes.push(other.to_owned()),
                         other => unkept.push(other.to_owned()),
                     }
                 }
@@ -563,7 +563,7 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let dealt_share = match zones.as_slice() {
         [_] => replica_dir(out, 0).join("share.json"),
-        _ => replica_dir(out, 0).join(crate::config::zone_dir_name(&zones[0])).join("share.json"),
+        _ => replica_dir(out, 0).join(wrapper::config::zone_dir_name(&zones[0])).join("share.json"),
     };
     if dealt_share.exists() || replica_dir(out, 0).join("share.json").exists() || out.join(ADOPTED_FILE).exists() {
         bail!("{} already holds a dealt cluster; give a new --out", out.display());
@@ -593,7 +593,7 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
     }
     dealt?;
     // Where each zone's files are: the top level with one zone, zones/<zone>/ with several.
-    let zone_dir = |zone: &str| if several { PathBuf::from(crate::config::zone_dir_name(zone)) } else { PathBuf::new() };
+    let zone_dir = |zone: &str| if several { PathBuf::from(wrapper::config::zone_dir_name(zone)) } else { PathBuf::new() };
     let mut rollover_notes = Vec::new();
     for z in &prepared {
         if let Some((ksk, key_dir)) = &z.old_ksk {
@@ -757,7 +757,7 @@ fn old_ksk(text: &str, zone: &str, signed: &[&str], plan: &Plan, algorithm: u8, 
 fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk: &rollover::Dnskey, key_dir: &Path, zdir: &Path) -> Result<String> {
     let public = shoup_rsa::load_public(replica_dir(out, 0).join(zdir).join("zone.pub.json")).context("reading the dealt public key")?;
     let name = hickory_proto::rr::Name::from_ascii(zone)?;
-    let threshold = crate::files::zone_key(&name, p.algorithm, &public)?;
+    let threshold = wrapper::files::zone_key(&name, p.algorithm, &public)?;
     let data = std::fs::read_to_string(out.join(zdir).join("zone.db"))?;
     let soa =
         data.lines().find(|l| l.split_whitespace().nth(3).is_some_and(|t| t.eq_ignore_ascii_case("SOA"))).ok_or_else(|| anyhow!("zone {zone} has no SOA"))?;

@@ -28,12 +28,13 @@ use hickory_proto::rr::Name;
 use mesh::pki::{generate_ca, issue_replica_cert};
 use rand_chacha::rand_core::SeedableRng;
 
-use crate::auth::Mode;
 use serde::Serialize;
+use wrapper::auth::Mode;
 
-use crate::access::AccessSection;
-use crate::config::{AuthSection, ClusterSection, MetricsSection, PeerSection, Protocol, ReadMode, ReplicaSection, ZoneSection};
-use crate::files::{demo_zone, write_public, write_secret, zone_key, TsigKey};
+use crate::files::{demo_zone, write_public, write_secret};
+use wrapper::access::AccessSection;
+use wrapper::config::{AuthSection, ClusterSection, MetricsSection, PeerSection, Protocol, ReadMode, ReplicaSection, ZoneSection};
+use wrapper::files::{zone_key, TsigKey};
 
 /// Where each replica listens. Defaults put a whole cluster on one host.
 #[derive(Clone, Debug)]
@@ -91,7 +92,7 @@ pub struct ClusterParams {
     pub reads: ReadMode,
     pub corrupt: Vec<u16>,
     /// Replicas that misbehave, and how (fault injection; makes the cluster a test cluster).
-    pub byzantine: Vec<(u16, crate::byzantine::Mode)>,
+    pub byzantine: Vec<(u16, wrapper::byzantine::Mode)>,
     /// Written as every replica's `replica.test_fail_writes_naming` (fault injection; makes
     /// the cluster a test cluster).
     pub fail_writes_naming: Option<String>,
@@ -135,11 +136,6 @@ impl ClusterParams {
     /// The zone (the first, where only one is dealt or served).
     pub fn zone(&self) -> &str {
         self.zones.first().map(String::as_str).unwrap_or_default()
-    }
-
-    /// The zone file for the zone (the first given).
-    pub fn zone_file(&self) -> Option<&Path> {
-        self.zone_files.first().map(PathBuf::as_path)
     }
 
     /// Refuses several zones where only `sdns keygen` deals them yet.
@@ -211,13 +207,13 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
         bail!("give a --zone");
     }
     let names: Vec<&str> = p.zones.iter().map(String::as_str).collect();
-    crate::config::check_zone_set(&names).map_err(|(i, why)| anyhow::anyhow!("--zone {}: {why}", p.zones[i]))?;
+    wrapper::config::check_zone_set(&names).map_err(|(i, why)| anyhow::anyhow!("--zone {}: {why}", p.zones[i]))?;
     if !p.zone_files.is_empty() && p.zone_files.len() != p.zones.len() {
         bail!("--zone-file: give one per --zone, in the same order ({} zones, {} files)", p.zones.len(), p.zone_files.len());
     }
     let several = p.zones.len() > 1;
     // A directory `sdns adopt` dealt is for the zones it adopted.
-    crate::adopt::record::adopted_zones(out, &p.zones)?;
+    crate::adopted::adopted_zones(out, &p.zones)?;
     let t = (n - 1) / 3;
     let k = p.threshold.unwrap_or(t + 1);
     if k == 0 || k > n {
@@ -238,7 +234,7 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
         let (public, shares) = shoup_rsa::generate(p.bits, n, k, &mut rng, &mut progress).context("threshold key generation")?;
         eprintln!();
         let key = zone_key(&zone, p.algorithm, &public)?;
-        let dir = if several { PathBuf::from(crate::config::zone_dir_name(&zone_text)) } else { PathBuf::new() };
+        let dir = if several { PathBuf::from(wrapper::config::zone_dir_name(&zone_text)) } else { PathBuf::new() };
         std::fs::create_dir_all(out.join(&dir)).with_context(|| format!("creating {}", out.join(&dir).display()))?;
         // With several zones each has its own update key, so a grant in one never reaches another.
         let tsig_name = if several { format!("sdns-update.{}", zone_text.trim_end_matches('.')) } else { "sdns-update".into() };
@@ -388,7 +384,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
     // A directory dealt by `sdns adopt` keeps the operator's keys and update-policy.
     // A directory dealt by `sdns adopt` keeps the operator's keys and update-policy, per zone
     // (in `p.zones`' order).
-    let adopted = crate::adopt::record::adopted_zones(out, &p.zones)?;
+    let adopted = crate::adopted::adopted_zones(out, &p.zones)?;
     let paths = |names: &[String]| names.iter().map(PathBuf::from).collect::<Vec<_>>();
     let (tsig_keys, transfer_keys, update_policy) = match adopted.as_ref().and_then(|a| a.first()).filter(|_| !several) {
         Some(a) => (paths(&a.tsig_keys), paths(&a.transfer_keys), Some(a.update_policy.clone())),
@@ -409,7 +405,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         }
     }
     let allow_transfer =
-        allow_transfer.iter().map(|a| a.parse().map_err(|e| anyhow::anyhow!("allow_transfer {a:?}: {e}"))).collect::<Result<Vec<crate::access::Prefix>>>()?;
+        allow_transfer.iter().map(|a| a.parse().map_err(|e| anyhow::anyhow!("allow_transfer {a:?}: {e}"))).collect::<Result<Vec<wrapper::access::Prefix>>>()?;
     let signing = [
         p.validity_s.is_some(),
         p.resign_slice_interval_s.is_some(),
@@ -441,7 +437,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
             .iter()
             .enumerate()
             .map(|(z, name)| {
-                let dir = PathBuf::from(crate::config::zone_dir_name(name));
+                let dir = PathBuf::from(wrapper::config::zone_dir_name(name));
                 // An adopted zone: the paths its record names (the zone's dealer key first).
                 let record = adopted.as_ref().and_then(|a| a.get(z));
                 ZoneSection {
@@ -478,8 +474,8 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
                 protocol: p.protocol,
                 reads: p.reads,
                 vouched_reads: true,
-                vouch_timeout_ms: crate::config::default_vouch_timeout_ms(),
-                vouch_timeout_max_ms: crate::config::default_vouch_timeout_max_ms(),
+                vouch_timeout_ms: wrapper::config::default_vouch_timeout_ms(),
+                vouch_timeout_max_ms: wrapper::config::default_vouch_timeout_max_ms(),
                 ca_cert: "ca.pem".into(),
                 public_key: single("zone.pub.json".into()),
                 algorithm: (!several).then_some(p.algorithm),
@@ -526,7 +522,7 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
         );
         let path = replica_dir(out, i).join("replica.toml");
         // Validate what we wrote, so a bad parameter fails here and not at start-up.
-        crate::config::Config::parse(&c, &path, &replica_dir(out, i)).with_context(|| format!("generated {}", path.display()))?;
+        wrapper::config::Config::parse(&c, &path, &replica_dir(out, i)).with_context(|| format!("generated {}", path.display()))?;
         write_public(&path, c.as_bytes())?;
     }
     Ok(())
@@ -571,7 +567,7 @@ mod tests {
             protocol: Protocol::OptTe,
             reads: ReadMode::Ordered,
             corrupt: Vec::new(),
-            byzantine: vec![(1, crate::byzantine::Mode::Flooder)],
+            byzantine: vec![(1, wrapper::byzantine::Mode::Flooder)],
             fail_writes_naming: None,
             layout: Layout::default(),
             bind_dir: PathBuf::from("/opt/bind"),
@@ -602,7 +598,7 @@ mod tests {
             }
             write_configs(&params(mode), out.path()).unwrap();
             for i in 0..4 {
-                let c = crate::config::Config::load(&replica_dir(out.path(), i).join("replica.toml")).unwrap();
+                let c = wrapper::config::Config::load(&replica_dir(out.path(), i).join("replica.toml")).unwrap();
                 assert_eq!(c.auth.mode, mode);
                 let z = c.only_zone().unwrap();
                 assert_eq!(z.transfer_keys, vec![PathBuf::from("transfer.key")]);
@@ -610,7 +606,7 @@ mod tests {
                 assert_eq!(z.sig0_keys.is_empty(), mode == Mode::Tsig);
                 assert_eq!(c.auth.skip_precheck, i == 2);
                 assert!(c.cluster.test_cluster);
-                assert_eq!(c.replica.byzantine, (i == 1).then_some(crate::byzantine::Mode::Flooder));
+                assert_eq!(c.replica.byzantine, (i == 1).then_some(wrapper::byzantine::Mode::Flooder));
                 assert_eq!((c.rrl.responses_per_second, c.rrl.slip), (7, 2));
                 assert_eq!((c.ordering.checkpoint_interval, c.ordering.retained_batches), (8, 16));
                 assert_eq!(c.signing.zone_signer_threads(), 3);
@@ -627,7 +623,7 @@ mod tests {
             std::fs::create_dir_all(replica_dir(out.path(), i)).unwrap();
         }
         std::fs::write(
-            out.path().join(crate::adopt::ADOPTED_FILE),
+            out.path().join(crate::adopted::ADOPTED_FILE),
             "zone = \"example.test.\"\ntsig_keys = [\"tsig.key\", \"key-dhcp.key\"]\ntransfer_keys = [\"transfer.key\", \"key-dhcp.key\"]\n\
              update_policy = [\"grant dhcp zonesub A PTR\"]\nallow_transfer = [\"192.0.2.0/24\", \"127.0.0.1\"]\n",
         )
@@ -635,7 +631,7 @@ mod tests {
         let mut p = params(Mode::Tsig);
         p.byzantine.clear();
         write_configs(&p, out.path()).unwrap();
-        let c = crate::config::Config::load(&replica_dir(out.path(), 3).join("replica.toml")).unwrap();
+        let c = wrapper::config::Config::load(&replica_dir(out.path(), 3).join("replica.toml")).unwrap();
         let z = c.only_zone().unwrap();
         assert_eq!(z.tsig_keys, vec![PathBuf::from("tsig.key"), PathBuf::from("key-dhcp.key")]);
         assert_eq!(z.transfer_keys, vec![PathBuf::from("transfer.key"), PathBuf::from("key-dhcp.key")]);
@@ -661,7 +657,7 @@ mod tests {
         p.zones = vec!["example.test.".into(), "2.0.192.in-addr.arpa.".into()];
         write_configs(&p, out.path()).unwrap();
         // Loading refuses single-zone fields beside [[zone]] tables: none were written.
-        let c = crate::config::Config::load(&replica_dir(out.path(), 1).join("replica.toml")).unwrap();
+        let c = wrapper::config::Config::load(&replica_dir(out.path(), 1).join("replica.toml")).unwrap();
         assert!(!c.single_zone_fields);
         let names: Vec<&str> = c.zones.iter().map(|z| z.name.as_str()).collect();
         assert_eq!(names, ["2.0.192.in-addr.arpa.", "example.test."]);
@@ -692,10 +688,10 @@ mod tests {
         p.peer_routes = Some(routes.clone());
         p.min_request_timeout_ms = Some(1500);
         write_configs(&p, out.path()).unwrap();
-        let c = crate::config::Config::load(&replica_dir(out.path(), 2).join("replica.toml")).unwrap();
+        let c = wrapper::config::Config::load(&replica_dir(out.path(), 2).join("replica.toml")).unwrap();
         assert_eq!((c.ordering.min_request_timeout_ms, c.ordering.checkpoint_interval), (1500, 8));
         let peer = |i: u16, j: u16| {
-            let c = crate::config::Config::load(&replica_dir(out.path(), i).join("replica.toml")).unwrap();
+            let c = wrapper::config::Config::load(&replica_dir(out.path(), i).join("replica.toml")).unwrap();
             c.peers.iter().find(|e| e.id == j).unwrap().peer
         };
         assert_eq!(peer(0, 1), "127.0.0.1:41001".parse().unwrap());
