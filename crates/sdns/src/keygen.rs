@@ -28,13 +28,16 @@ use hickory_proto::rr::Name;
 use mesh::pki::{generate_ca, issue_replica_cert};
 use rand_chacha::rand_core::SeedableRng;
 
-use serde::Serialize;
+use wrapper::access::{AccessSection, Prefix};
+use wrapper::auth::rrl::RrlConfig;
 use wrapper::auth::Mode;
+use wrapper::config::{
+    AuthSection, ClusterSection, Config, MetricsSection, NamedSection, OrderingSection, PeerSection, Protocol, ReadMode, ReplicaSection, SigningSection,
+    ZoneSection,
+};
+use wrapper::files::{zone_key, TsigKey};
 
 use crate::files::{demo_zone, write_public, write_secret};
-use wrapper::access::AccessSection;
-use wrapper::config::{AuthSection, ClusterSection, MetricsSection, PeerSection, Protocol, ReadMode, ReplicaSection, ZoneSection};
-use wrapper::files::{zone_key, TsigKey};
 
 /// Where each replica listens. Defaults put a whole cluster on one host.
 #[derive(Clone, Debug)]
@@ -300,77 +303,183 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// What `sdns keygen` writes to a replica's `replica.toml`: the settings it decides, every
-/// other one left to its default (config.rs). Serialized with toml and read back with
-/// `Config::parse` before it is written.
-#[derive(Serialize)]
-struct ReplicaFile {
-    cluster: ClusterSection,
-    replica: ReplicaSection,
-    named: NamedFile,
-    metrics: MetricsSection,
-    access: AccessSection,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    signing: Option<SigningFile>,
-    auth: AuthSection,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ordering: Option<OrderingFile>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    rrl: Option<RrlFile>,
-    peer: Vec<PeerSection>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    zone: Vec<ZoneSection>,
-}
-
-#[derive(Serialize)]
-struct NamedFile {
+/// What every replica's `replica.toml` shares, decided once for the cluster.
+struct Shared {
+    several: bool,
+    test_cluster: bool,
     bind_dir: PathBuf,
-    port: u16,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    zone_file: Option<PathBuf>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// One zone: its update keys, transfer keys and policy (an adopted zone's own).
     tsig_keys: Vec<PathBuf>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    transfer_keys: Vec<PathBuf>,
     update_policy: Option<Vec<String>>,
+    access: AccessSection,
+    signing: SigningSection,
+    ordering: OrderingSection,
+    rrl: RrlConfig,
+    /// Several zones: every zone's `[[zone]]` table (none with one zone).
+    zones: Vec<ZoneSection>,
+    /// `--peer-routes`: replica FROM dials replica TO at this address.
+    routes: Vec<(u16, u16, SocketAddr)>,
 }
 
-#[derive(Clone, Serialize)]
-struct SigningFile {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    validity_s: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    resign_slice_interval_s: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    resign_slice_rrsets: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    resign_after_s: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sign_zone_interval_s: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    zone_signer_threads: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cache_entries: Option<usize>,
+impl Shared {
+    fn new(p: &ClusterParams, adopted: Option<&[crate::adopted::Adopted]>) -> Result<Shared> {
+        let several = p.zones.len() > 1;
+        let paths = |names: &[String]| names.iter().map(PathBuf::from).collect::<Vec<_>>();
+        // A directory dealt by `sdns adopt` keeps the operator's keys and update-policy.
+        let (tsig_keys, transfer_keys, update_policy) = match adopted.and_then(|a| a.first()).filter(|_| !several) {
+            Some(a) => (paths(&a.tsig_keys), paths(&a.transfer_keys), Some(a.update_policy.clone())),
+            None => (vec![PathBuf::from("tsig.key")], vec![PathBuf::from("transfer.key")], None),
+        };
+        let routes = match &p.peer_routes {
+            Some(f) => {
+                let text = std::fs::read_to_string(f).with_context(|| format!("reading --peer-routes {}", f.display()))?;
+                parse_peer_routes(&text, p.replicas).with_context(|| format!("--peer-routes {}", f.display()))?
+            }
+            None => Vec::new(),
+        };
+        Ok(Shared {
+            several,
+            test_cluster: !p.corrupt.is_empty() || !p.byzantine.is_empty() || p.fail_writes_naming.is_some(),
+            bind_dir: std::path::absolute(&p.bind_dir).unwrap_or_else(|_| p.bind_dir.clone()),
+            tsig_keys,
+            transfer_keys,
+            update_policy,
+            access: AccessSection { allow_transfer: allow_transfer(p, adopted)?, ..AccessSection::default() },
+            signing: signing_section(p),
+            ordering: ordering_section(p),
+            rrl: RrlConfig { responses_per_second: p.rrl_responses_per_second, ..RrlConfig::default() },
+            zones: if several { zone_tables(p, adopted) } else { Vec::new() },
+            routes,
+        })
+    }
+
+    /// One zone: `value`; several: none (the zone tables hold it).
+    fn single<T>(&self, value: T) -> Option<T> {
+        (!self.several).then_some(value)
+    }
 }
 
-#[derive(Clone, Serialize)]
-struct OrderingFile {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    checkpoint_interval: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    retained_batches: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    min_request_timeout_ms: Option<u64>,
+/// Who may transfer by address: on a cluster of this machine only, this machine's own
+/// loopback addresses (other loopback addresses may not, as a test needs); and every
+/// adopted zone's allow-transfer prefixes ([access] is the cluster's, so with several zones
+/// a prefix one zone allowed may transfer each; noted in the adoption's report).
+fn allow_transfer(p: &ClusterParams, adopted: Option<&[crate::adopted::Adopted]>) -> Result<Vec<Prefix>> {
+    let mut allowed: Vec<String> = if p.layout.addresses.iter().all(|a| a.is_loopback()) { vec!["127.0.0.1".into(), "::1".into()] } else { Vec::new() };
+    for a in adopted.into_iter().flatten().flat_map(|a| &a.allow_transfer) {
+        if !allowed.contains(a) {
+            allowed.push(a.clone());
+        }
+    }
+    allowed.iter().map(|a| a.parse().map_err(|e| anyhow::anyhow!("allow_transfer {a:?}: {e}"))).collect()
 }
 
-#[derive(Serialize)]
-struct RrlFile {
-    responses_per_second: u32,
+/// `[signing]`: the defaults, with what the cluster flags set.
+fn signing_section(p: &ClusterParams) -> SigningSection {
+    let d = SigningSection::default();
+    SigningSection {
+        validity_s: p.validity_s,
+        resign_slice_interval_s: p.resign_slice_interval_s.unwrap_or(d.resign_slice_interval_s),
+        resign_slice_rrsets: p.resign_slice_rrsets.unwrap_or(d.resign_slice_rrsets),
+        resign_after_s: p.resign_after_s,
+        sign_zone_interval_s: p.sign_zone_interval_s.unwrap_or(d.sign_zone_interval_s),
+        zone_signer_threads: p.zone_signer_threads,
+        cache_entries: p.signature_cache_entries.unwrap_or(d.cache_entries),
+        ..d
+    }
+}
+
+/// `[ordering]`: the defaults, with what the cluster flags set.
+fn ordering_section(p: &ClusterParams) -> OrderingSection {
+    let d = OrderingSection::default();
+    OrderingSection {
+        checkpoint_interval: p.checkpoint_interval.unwrap_or(d.checkpoint_interval),
+        retained_batches: p.retained_batches.unwrap_or(d.retained_batches),
+        min_request_timeout_ms: p.min_request_timeout_ms.unwrap_or(d.min_request_timeout_ms),
+        ..d
+    }
+}
+
+/// Several zones: every zone's `[[zone]]` table, its files under `zones/<zone>/`; an
+/// adopted zone keeps the keys and policy its record names (the zone's dealer key first).
+fn zone_tables(p: &ClusterParams, adopted: Option<&[crate::adopted::Adopted]>) -> Vec<ZoneSection> {
+    let paths = |names: &[String]| names.iter().map(PathBuf::from).collect::<Vec<_>>();
+    p.zones
+        .iter()
+        .enumerate()
+        .map(|(z, name)| {
+            let dir = PathBuf::from(wrapper::config::zone_dir_name(name));
+            let record = adopted.and_then(|a| a.get(z));
+            ZoneSection {
+                name: name.clone(),
+                algorithm: p.algorithm,
+                public_key: dir.join("zone.pub.json"),
+                key_share: dir.join("share.json"),
+                zone_file: dir.join("zone.db"),
+                tsig_keys: record.map_or_else(|| vec![dir.join("tsig.key")], |a| paths(&a.tsig_keys)),
+                update_policy: record.map(|a| a.update_policy.clone()),
+                sig0_keys: if p.update_auth != Mode::Tsig { vec![dir.join("sig0.key")] } else { Vec::new() },
+                transfer_keys: record.map_or_else(|| vec!["transfer.key".into()], |a| paths(&a.transfer_keys)),
+            }
+        })
+        .collect()
+}
+
+/// Replica `i`'s configuration: the file type the replica reads (`wrapper::config::Config`).
+fn replica_config(p: &ClusterParams, s: &Shared, i: u16) -> Config {
+    let n = p.replicas;
+    let dial = |to: u16| s.routes.iter().find(|r| r.0 == i && r.1 == to).map_or_else(|| p.layout.peer(to), |r| r.2);
+    Config {
+        cluster: ClusterSection {
+            zone: s.single(p.zone().to_owned()),
+            replicas: n,
+            protocol: p.protocol,
+            reads: p.reads,
+            ca_cert: "ca.pem".into(),
+            public_key: s.single("zone.pub.json".into()),
+            algorithm: s.single(p.algorithm),
+            test_cluster: s.test_cluster,
+            ..ClusterSection::default()
+        },
+        replica: ReplicaSection {
+            id: i,
+            key_share: s.single("share.json".into()),
+            cert: "tls.pem".into(),
+            tls_key: "tls.key".into(),
+            corrupt_shares: p.corrupt.contains(&i),
+            byzantine: p.byzantine.iter().find(|(id, _)| *id == i).map(|(_, mode)| *mode),
+            test_fail_writes_naming: p.fail_writes_naming.clone(),
+            state_dir: "state".into(),
+        },
+        peers: (0..n).map(|j| PeerSection { id: j, client: p.layout.client(j), peer: dial(j) }).collect(),
+        named: NamedSection {
+            bind_dir: s.bind_dir.clone(),
+            port: p.layout.named_port(i),
+            zone_file: s.single("zone.db".into()),
+            tsig_keys: if s.several { Vec::new() } else { s.tsig_keys.clone() },
+            update_policy: s.update_policy.clone(),
+            ..NamedSection::default()
+        },
+        ordering: s.ordering.clone(),
+        signing: s.signing.clone(),
+        metrics: MetricsSection { listen: Some(p.layout.metrics(i)), ..MetricsSection::default() },
+        access: s.access.clone(),
+        auth: AuthSection {
+            mode: p.update_auth,
+            sig0_keys: if p.update_auth != Mode::Tsig && !s.several { vec!["sig0.key".into()] } else { Vec::new() },
+            transfer_keys: if s.several { Vec::new() } else { s.transfer_keys.clone() },
+            skip_precheck: p.skip_precheck.contains(&i),
+            ..AuthSection::default()
+        },
+        rrl: s.rrl.clone(),
+        zones: s.zones.clone(),
+        ..Config::default()
+    }
 }
 
 /// (Re)writes every replica's `replica.toml` from the cluster parameters; keys are untouched.
 pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
     let n = p.replicas;
-    let bind_dir = std::path::absolute(&p.bind_dir).unwrap_or_else(|_| p.bind_dir.clone());
     for (k, (id, _)) in p.byzantine.iter().enumerate() {
         if *id >= n {
             bail!("--byzantine {id}: there is no replica {id} among {n}");
@@ -379,153 +488,66 @@ pub fn write_configs(p: &ClusterParams, out: &Path) -> Result<()> {
             bail!("--byzantine: replica {id} is given two modes");
         }
     }
-    let test_cluster = !p.corrupt.is_empty() || !p.byzantine.is_empty() || p.fail_writes_naming.is_some();
-    let several = p.zones.len() > 1;
-    // A directory dealt by `sdns adopt` keeps the operator's keys and update-policy.
     // A directory dealt by `sdns adopt` keeps the operator's keys and update-policy, per zone
     // (in `p.zones`' order).
     let adopted = crate::adopted::adopted_zones(out, &p.zones)?;
-    let paths = |names: &[String]| names.iter().map(PathBuf::from).collect::<Vec<_>>();
-    let (tsig_keys, transfer_keys, update_policy) = match adopted.as_ref().and_then(|a| a.first()).filter(|_| !several) {
-        Some(a) => (paths(&a.tsig_keys), paths(&a.transfer_keys), Some(a.update_policy.clone())),
-        None => (vec![PathBuf::from("tsig.key")], vec![PathBuf::from("transfer.key")], None),
-    };
-    let mut allow_transfer: Vec<String> = if p.layout.addresses.iter().all(|a| a.is_loopback()) {
-        // A cluster on this machine only: clients on this machine's own
-        // address may transfer (other loopback addresses may not, as a test needs).
-        vec!["127.0.0.1".into(), "::1".into()]
-    } else {
-        Vec::new()
-    };
-    // The adopted zones' allow-transfer addresses ([access] is the cluster's, so with several
-    // zones a prefix one zone allowed may transfer each; noted in the adoption's report).
-    for a in adopted.iter().flatten().flat_map(|a| &a.allow_transfer) {
-        if !allow_transfer.contains(a) {
-            allow_transfer.push(a.clone());
-        }
-    }
-    let allow_transfer =
-        allow_transfer.iter().map(|a| a.parse().map_err(|e| anyhow::anyhow!("allow_transfer {a:?}: {e}"))).collect::<Result<Vec<wrapper::access::Prefix>>>()?;
-    let signing = [
-        p.validity_s.is_some(),
-        p.resign_slice_interval_s.is_some(),
-        p.resign_slice_rrsets.is_some(),
-        p.resign_after_s.is_some(),
-        p.sign_zone_interval_s.is_some(),
-        p.zone_signer_threads.is_some(),
-        p.signature_cache_entries.is_some(),
-    ]
-    .contains(&true)
-    .then_some(SigningFile {
-        validity_s: p.validity_s,
-        resign_slice_interval_s: p.resign_slice_interval_s,
-        resign_slice_rrsets: p.resign_slice_rrsets,
-        resign_after_s: p.resign_after_s,
-        sign_zone_interval_s: p.sign_zone_interval_s,
-        zone_signer_threads: p.zone_signer_threads,
-        cache_entries: p.signature_cache_entries,
-    });
-    let ordering = (p.checkpoint_interval.is_some() || p.retained_batches.is_some() || p.min_request_timeout_ms.is_some()).then_some(OrderingFile {
-        checkpoint_interval: p.checkpoint_interval,
-        retained_batches: p.retained_batches,
-        min_request_timeout_ms: p.min_request_timeout_ms,
-    });
-    // Several zones: every zone's fields in its `[[zone]]` table (the single-zone fields
-    // stay empty); one zone: the single-zone fields every earlier dealing wrote.
-    let zone_tables: Vec<ZoneSection> = if several {
-        p.zones
-            .iter()
-            .enumerate()
-            .map(|(z, name)| {
-                let dir = PathBuf::from(wrapper::config::zone_dir_name(name));
-                // An adopted zone: the paths its record names (the zone's dealer key first).
-                let record = adopted.as_ref().and_then(|a| a.get(z));
-                ZoneSection {
-                    name: name.clone(),
-                    algorithm: p.algorithm,
-                    public_key: dir.join("zone.pub.json"),
-                    key_share: dir.join("share.json"),
-                    zone_file: dir.join("zone.db"),
-                    tsig_keys: record.map_or_else(|| vec![dir.join("tsig.key")], |a| paths(&a.tsig_keys)),
-                    update_policy: record.map(|a| a.update_policy.clone()),
-                    sig0_keys: if p.update_auth != Mode::Tsig { vec![dir.join("sig0.key")] } else { Vec::new() },
-                    transfer_keys: record.map_or_else(|| vec!["transfer.key".into()], |a| paths(&a.transfer_keys)),
-                }
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let single = |value: PathBuf| (!several).then_some(value);
-    let routes = match &p.peer_routes {
-        Some(f) => {
-            let text = std::fs::read_to_string(f).with_context(|| format!("reading --peer-routes {}", f.display()))?;
-            parse_peer_routes(&text, n).with_context(|| format!("--peer-routes {}", f.display()))?
-        }
-        None => Vec::new(),
-    };
-    let dial = |from: u16, to: u16| routes.iter().find(|r| r.0 == from && r.1 == to).map_or_else(|| p.layout.peer(to), |r| r.2);
+    let shared = Shared::new(p, adopted.as_deref())?;
     for i in 0..n {
-        let file = ReplicaFile {
-            cluster: ClusterSection {
-                zone: (!several).then(|| p.zone().to_owned()),
-                replicas: n,
-                faults: None,
-                protocol: p.protocol,
-                reads: p.reads,
-                vouched_reads: true,
-                vouch_timeout_ms: wrapper::config::default_vouch_timeout_ms(),
-                vouch_timeout_max_ms: wrapper::config::default_vouch_timeout_max_ms(),
-                ca_cert: "ca.pem".into(),
-                public_key: single("zone.pub.json".into()),
-                algorithm: (!several).then_some(p.algorithm),
-                test_cluster,
-            },
-            replica: ReplicaSection {
-                id: i,
-                key_share: single("share.json".into()),
-                cert: "tls.pem".into(),
-                tls_key: "tls.key".into(),
-                corrupt_shares: p.corrupt.contains(&i),
-                byzantine: p.byzantine.iter().find(|(id, _)| *id == i).map(|(_, mode)| *mode),
-                test_fail_writes_naming: p.fail_writes_naming.clone(),
-                state_dir: "state".into(),
-            },
-            named: NamedFile {
-                bind_dir: bind_dir.clone(),
-                port: p.layout.named_port(i),
-                zone_file: single("zone.db".into()),
-                tsig_keys: if several { Vec::new() } else { tsig_keys.clone() },
-                update_policy: update_policy.clone(),
-            },
-            metrics: MetricsSection { listen: Some(p.layout.metrics(i)), ..Default::default() },
-            access: AccessSection { allow_transfer: allow_transfer.clone(), ..AccessSection::default() },
-            signing: signing.clone(),
-            auth: AuthSection {
-                mode: p.update_auth,
-                sig0_keys: if p.update_auth != Mode::Tsig && !several { vec!["sig0.key".into()] } else { Vec::new() },
-                transfer_keys: if several { Vec::new() } else { transfer_keys.clone() },
-                skip_precheck: p.skip_precheck.contains(&i),
-                ..AuthSection::default()
-            },
-            ordering: ordering.clone(),
-            rrl: (p.rrl_responses_per_second > 0).then_some(RrlFile { responses_per_second: p.rrl_responses_per_second }),
-            peer: (0..n).map(|j| PeerSection { id: j, client: p.layout.client(j), peer: dial(i, j) }).collect(),
-            zone: zone_tables.clone(),
-        };
-        let c = format!(
-            "# Replica {i} of {n} for {zone}. Written by sdns; paths are relative to this file.\n\
+        let header = format!(
+            "# Replica {i} of {n} for {zone}. Written by sdns; paths are relative to this file;\n\
+             # a setting left out has its default (crates/wrapper/src/config.rs).\n\
              # [access]: client-address ACLs, enforced by the wrapper (named sees every client as\n\
-             # 127.0.0.1, so it cannot); the others get REFUSED, as named would answer.\n\n{body}",
+             # 127.0.0.1, so it cannot); the others get REFUSED, as named would answer.\n\n",
             zone = p.zones.join(", "),
-            body = toml::to_string(&file).context("writing replica.toml")?,
         );
+        let text = header + &without_defaults(&replica_config(p, &shared, i))?;
         let path = replica_dir(out, i).join("replica.toml");
         // Validate what we wrote, so a bad parameter fails here and not at start-up.
-        wrapper::config::Config::parse(&c, &path, &replica_dir(out, i)).with_context(|| format!("generated {}", path.display()))?;
-        write_public(&path, c.as_bytes())?;
+        Config::parse(&text, &path, &replica_dir(out, i)).with_context(|| format!("generated {}", path.display()))?;
+        write_public(&path, text.as_bytes())?;
     }
     Ok(())
+}
+
+/// `config` as TOML without the settings whose absence reads the same: a dealt cluster
+/// follows a later change of a default (config.rs keeps them), and the file shows what the
+/// dealing decided. Removing a setting is kept only if the file still reads back as
+/// exactly `config`.
+fn without_defaults(config: &Config) -> Result<String> {
+    let full = toml::to_string(config).context("writing replica.toml")?;
+    let reads_as_full =
+        |doc: &toml_edit::DocumentMut| toml::from_str::<Config>(&doc.to_string()).ok().and_then(|c| toml::to_string(&c).ok()).as_ref() == Some(&full);
+    let mut doc: toml_edit::DocumentMut = full.parse().context("reading back replica.toml")?;
+    // Every setting as (section, entry of an array of tables, key), in the file's order.
+    let mut settings: Vec<(String, Option<usize>, String)> = Vec::new();
+    for (section, item) in doc.iter() {
+        if let Some(table) = item.as_table() {
+            settings.extend(table.iter().map(|(key, _)| (section.to_owned(), None, key.to_owned())));
+        } else if let Some(tables) = item.as_array_of_tables() {
+            for (e, table) in tables.iter().enumerate() {
+                settings.extend(table.iter().map(|(key, _)| (section.to_owned(), Some(e), key.to_owned())));
+            }
+        }
+    }
+    for (section, entry, key) in settings {
+        let mut trial = doc.clone();
+        let table = match entry {
+            None => trial[section.as_str()].as_table_mut(),
+            Some(e) => trial[section.as_str()].as_array_of_tables_mut().and_then(|a| a.get_mut(e)),
+        };
+        if table.and_then(|t| t.remove(&key)).is_some() && reads_as_full(&trial) {
+            doc = trial;
+        }
+    }
+    // A section with nothing left is the section's defaults.
+    let empty: Vec<String> = doc.iter().filter(|(_, item)| item.as_table().is_some_and(toml_edit::Table::is_empty)).map(|(s, _)| s.to_owned()).collect();
+    for section in empty {
+        doc.remove(&section);
+    }
+    if !reads_as_full(&doc) {
+        bail!("replica.toml without its defaults does not read back as written");
+    }
+    Ok(doc.to_string())
 }
 
 /// Parses `--peer-routes`: `FROM TO ADDRESS` per line, `#` comments; each (FROM, TO) once,
@@ -614,6 +636,38 @@ mod tests {
             }
         }
         assert_eq!(sig0_signer("example.test."), "sdns-update.example.test.");
+    }
+
+    /// What keygen writes reads back as exactly the `Config` it built, both as the file type
+    /// and through `Config::parse` (which moves single-zone fields and checks everything),
+    /// though the settings at their defaults are left out of the file.
+    #[test]
+    fn written_configs_read_back_as_built() {
+        let mut several = params(Mode::Both);
+        several.zones = vec!["example.test.".into(), "2.0.192.in-addr.arpa.".into()];
+        let mut flags = params(Mode::Sig0);
+        (flags.validity_s, flags.resign_after_s, flags.resign_slice_rrsets, flags.min_request_timeout_ms) = (Some(7200), Some(3600), Some(4), Some(900));
+        (flags.protocol, flags.reads, flags.corrupt) = (Protocol::Basic, ReadMode::Local, vec![3]);
+        for p in [params(Mode::Tsig), several, flags] {
+            let out = tempfile::tempdir().unwrap();
+            for i in 0..4 {
+                std::fs::create_dir_all(replica_dir(out.path(), i)).unwrap();
+            }
+            write_configs(&p, out.path()).unwrap();
+            let shared = Shared::new(&p, None).unwrap();
+            for i in 0..4 {
+                let built = replica_config(&p, &shared, i);
+                let path = replica_dir(out.path(), i).join("replica.toml");
+                let written = std::fs::read_to_string(&path).unwrap();
+                let back: Config = toml::from_str(&written).unwrap();
+                assert_eq!(toml::to_string(&back).unwrap(), toml::to_string(&built).unwrap(), "{written}");
+                let parsed = |text: &str| toml::to_string(&Config::parse(text, &path, out.path()).unwrap()).unwrap();
+                assert_eq!(parsed(&written), parsed(&toml::to_string(&built).unwrap()));
+                // Only what the dealing decided is written: no section of defaults alone.
+                assert!(!written.contains("[client]") && !written.contains("[order_limit]"), "{written}");
+                assert_eq!(written.contains("[signing]"), p.validity_s.is_some() || p.zone_signer_threads.is_some(), "{written}");
+            }
+        }
     }
 
     #[test]
