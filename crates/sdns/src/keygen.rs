@@ -199,62 +199,13 @@ struct Dealt {
 }
 
 pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
-    let n = p.replicas;
-    if n == 0 {
-        bail!("--replicas must be at least 1");
-    }
-    if p.layout.addresses.len() != 1 && p.layout.addresses.len() != usize::from(n) {
-        bail!("--addresses: give one address, or one per replica ({n}), not {}", p.layout.addresses.len());
-    }
-    if p.zones.is_empty() {
-        bail!("give a --zone");
-    }
-    let names: Vec<&str> = p.zones.iter().map(String::as_str).collect();
-    wrapper::config::check_zone_set(&names).map_err(|(i, why)| anyhow::anyhow!("--zone {}: {why}", p.zones[i]))?;
-    if !p.zone_files.is_empty() && p.zone_files.len() != p.zones.len() {
-        bail!("--zone-file: give one per --zone, in the same order ({} zones, {} files)", p.zones.len(), p.zone_files.len());
-    }
-    let several = p.zones.len() > 1;
-    // A directory `sdns adopt` dealt is for the zones it adopted.
-    crate::adopted::adopted_zones(out, &p.zones)?;
-    let t = (n - 1) / 3;
-    let k = p.threshold.unwrap_or(t + 1);
-    if k == 0 || k > n {
-        bail!("--threshold {k} must be in 1..={n}");
-    }
+    let k = checked_threshold(p, out)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
     let mut rng = rand_chacha::ChaCha20Rng::from_seed(seed);
-    let mut dealt = Vec::new();
-    for (i, name) in p.zones.iter().enumerate() {
-        let zone = Name::from_ascii(name).with_context(|| format!("--zone {name:?} is not a domain name"))?;
-        let zone_text = zone.to_ascii();
-        // One threshold key per zone: each has its own DS and may later roll alone.
-        eprintln!("sdns keygen: {zone_text}: {n} replicas, threshold {k}, {}-bit modulus from two safe primes", p.bits);
-        let mut progress = shoup_rsa::stderr_progress();
-        let (public, shares) = shoup_rsa::generate(p.bits, n, k, &mut rng, &mut progress).context("threshold key generation")?;
-        eprintln!();
-        let key = zone_key(&zone, p.algorithm, &public)?;
-        let dir = if several { PathBuf::from(wrapper::config::zone_dir_name(&zone_text)) } else { PathBuf::new() };
-        std::fs::create_dir_all(out.join(&dir)).with_context(|| format!("creating {}", out.join(&dir).display()))?;
-        // With several zones each has its own update key, so a grant in one never reaches another.
-        let tsig_name = if several { format!("sdns-update.{}", zone_text.trim_end_matches('.')) } else { "sdns-update".into() };
-        let tsig = TsigKey::generate(&tsig_name).context("TSIG key")?;
-        let sig0 = match p.update_auth {
-            Mode::Tsig => None,
-            Mode::Sig0 | Mode::Both => {
-                let key = sig0_keygen(&p.bind_dir, &zone_text, &out.join(&dir))?;
-                Some(std::fs::read(&key).with_context(|| format!("reading {}", key.display()))?)
-            }
-        };
-        let data = match p.zone_files.get(i) {
-            Some(f) => std::fs::read_to_string(f).with_context(|| format!("reading --zone-file {}", f.display()))?,
-            None => demo_zone(&zone_text, n),
-        };
-        dealt.push(Dealt { name: zone_text, dir, public, shares, key, tsig, sig0, data });
-    }
+    let dealt = p.zones.iter().enumerate().map(|(i, name)| deal_zone(p, out, k, i, name, &mut rng)).collect::<Result<Vec<Dealt>>>()?;
+    let several = dealt.len() > 1;
     let ca = generate_ca(&format!("sdns {}{}", dealt[0].name, if several { " and more" } else { "" })).context("cluster CA")?;
     let transfer = TsigKey::generate("sdns-transfer").context("transfer TSIG key")?;
 
@@ -270,35 +221,97 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
         write_public(&dir.join(key_name), key_file.as_bytes())?;
         write_public(&dir.join("zone.db"), z.data.as_bytes())?;
     }
-
-    for i in 0..n {
-        let dir = replica_dir(out, i);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let cert = issue_replica_cert(&ca, i).with_context(|| format!("certificate for replica {i}"))?;
-        write_secret(&dir.join("tls.key"), cert.key_pem.as_bytes())?;
-        write_public(&dir.join("tls.pem"), cert.cert_pem.as_bytes())?;
-        write_public(&dir.join("ca.pem"), ca.cert_pem.as_bytes())?;
-        write_secret(&dir.join("transfer.key"), transfer.to_bind().as_bytes())?;
-        for z in &dealt {
-            let zdir = dir.join(&z.dir);
-            std::fs::create_dir_all(&zdir).with_context(|| format!("creating {}", zdir.display()))?;
-            let share_path = zdir.join("share.json");
-            let _ = std::fs::remove_file(&share_path);
-            shoup_rsa::save_share(&share_path, &z.shares[usize::from(i)]).with_context(|| format!("writing {}", share_path.display()))?;
-            let pub_path = zdir.join("zone.pub.json");
-            let _ = std::fs::remove_file(&pub_path);
-            shoup_rsa::save_public(&pub_path, &z.public).with_context(|| format!("writing {}", pub_path.display()))?;
-            write_secret(&zdir.join("tsig.key"), z.tsig.to_bind().as_bytes())?;
-            if let Some(public) = &z.sig0 {
-                write_public(&zdir.join("sig0.key"), public)?;
-            }
-            write_public(&zdir.join("zone.db"), z.data.as_bytes())?;
-        }
+    for i in 0..p.replicas {
+        write_replica_files(out, i, &ca, &transfer, &dealt)?;
     }
     write_configs(p, out)?;
     for z in &dealt {
         let ds = z.public.ds_record(&z.name, z.key.flags, p.algorithm).context("DS record")?;
         eprintln!("sdns keygen: wrote {} for {} (key tag {}, DS: {ds})", out.join(&z.dir).display(), z.name, z.key.key_tag());
+    }
+    Ok(())
+}
+
+/// Checks the parameters before any key is made; the threshold k.
+fn checked_threshold(p: &ClusterParams, out: &Path) -> Result<u16> {
+    let n = p.replicas;
+    if n == 0 {
+        bail!("--replicas must be at least 1");
+    }
+    if p.layout.addresses.len() != 1 && p.layout.addresses.len() != usize::from(n) {
+        bail!("--addresses: give one address, or one per replica ({n}), not {}", p.layout.addresses.len());
+    }
+    if p.zones.is_empty() {
+        bail!("give a --zone");
+    }
+    let names: Vec<&str> = p.zones.iter().map(String::as_str).collect();
+    wrapper::config::check_zone_set(&names).map_err(|(i, why)| anyhow::anyhow!("--zone {}: {why}", p.zones[i]))?;
+    if !p.zone_files.is_empty() && p.zone_files.len() != p.zones.len() {
+        bail!("--zone-file: give one per --zone, in the same order ({} zones, {} files)", p.zones.len(), p.zone_files.len());
+    }
+    // A directory `sdns adopt` dealt is for the zones it adopted.
+    crate::adopted::adopted_zones(out, &p.zones)?;
+    let t = (n - 1) / 3;
+    let k = p.threshold.unwrap_or(t + 1);
+    if k == 0 || k > n {
+        bail!("--threshold {k} must be in 1..={n}");
+    }
+    Ok(k)
+}
+
+/// Deals the `i`-th zone: its threshold key (one per zone: each has its own DS and may later
+/// roll alone), its update keys and its data.
+fn deal_zone(p: &ClusterParams, out: &Path, k: u16, i: usize, name: &str, rng: &mut rand_chacha::ChaCha20Rng) -> Result<Dealt> {
+    let (n, several) = (p.replicas, p.zones.len() > 1);
+    let zone = Name::from_ascii(name).with_context(|| format!("--zone {name:?} is not a domain name"))?;
+    let zone_text = zone.to_ascii();
+    eprintln!("sdns keygen: {zone_text}: {n} replicas, threshold {k}, {}-bit modulus from two safe primes", p.bits);
+    let mut progress = shoup_rsa::stderr_progress();
+    let (public, shares) = shoup_rsa::generate(p.bits, n, k, rng, &mut progress).context("threshold key generation")?;
+    eprintln!();
+    let key = zone_key(&zone, p.algorithm, &public)?;
+    let dir = if several { PathBuf::from(wrapper::config::zone_dir_name(&zone_text)) } else { PathBuf::new() };
+    std::fs::create_dir_all(out.join(&dir)).with_context(|| format!("creating {}", out.join(&dir).display()))?;
+    // With several zones each has its own update key, so a grant in one never reaches another.
+    let tsig_name = if several { format!("sdns-update.{}", zone_text.trim_end_matches('.')) } else { "sdns-update".into() };
+    let tsig = TsigKey::generate(&tsig_name).context("TSIG key")?;
+    let sig0 = match p.update_auth {
+        Mode::Tsig => None,
+        Mode::Sig0 | Mode::Both => {
+            let key = sig0_keygen(&p.bind_dir, &zone_text, &out.join(&dir))?;
+            Some(std::fs::read(&key).with_context(|| format!("reading {}", key.display()))?)
+        }
+    };
+    let data = match p.zone_files.get(i) {
+        Some(f) => std::fs::read_to_string(f).with_context(|| format!("reading --zone-file {}", f.display()))?,
+        None => demo_zone(&zone_text, n),
+    };
+    Ok(Dealt { name: zone_text, dir, public, shares, key, tsig, sig0, data })
+}
+
+/// Replica `i`'s keys and zone files (its `replica.toml` is `write_configs`').
+fn write_replica_files(out: &Path, i: u16, ca: &mesh::pki::CaBundle, transfer: &TsigKey, dealt: &[Dealt]) -> Result<()> {
+    let dir = replica_dir(out, i);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let cert = issue_replica_cert(ca, i).with_context(|| format!("certificate for replica {i}"))?;
+    write_secret(&dir.join("tls.key"), cert.key_pem.as_bytes())?;
+    write_public(&dir.join("tls.pem"), cert.cert_pem.as_bytes())?;
+    write_public(&dir.join("ca.pem"), ca.cert_pem.as_bytes())?;
+    write_secret(&dir.join("transfer.key"), transfer.to_bind().as_bytes())?;
+    for z in dealt {
+        let zdir = dir.join(&z.dir);
+        std::fs::create_dir_all(&zdir).with_context(|| format!("creating {}", zdir.display()))?;
+        let share_path = zdir.join("share.json");
+        let _ = std::fs::remove_file(&share_path);
+        shoup_rsa::save_share(&share_path, &z.shares[usize::from(i)]).with_context(|| format!("writing {}", share_path.display()))?;
+        let pub_path = zdir.join("zone.pub.json");
+        let _ = std::fs::remove_file(&pub_path);
+        shoup_rsa::save_public(&pub_path, &z.public).with_context(|| format!("writing {}", pub_path.display()))?;
+        write_secret(&zdir.join("tsig.key"), z.tsig.to_bind().as_bytes())?;
+        if let Some(public) = &z.sig0 {
+            write_public(&zdir.join("sig0.key"), public)?;
+        }
+        write_public(&zdir.join("zone.db"), z.data.as_bytes())?;
     }
     Ok(())
 }
