@@ -44,7 +44,7 @@ for tool in dnsperf timeout python3; do
   command -v "$tool" >/dev/null || { echo "bench-byzantine: $tool not found" >&2; exit 1; }
 done
 [ -x "$BIND_DIR/sbin/named" ] || { echo "bench-byzantine: no patched named in $BIND_DIR" >&2; exit 1; }
-[ -x "$SDNS" ] || { echo "bench-byzantine: no sdns binary at $SDNS (cargo build -p wrapper --bin sdns)" >&2; exit 1; }
+[ -x "$SDNS" ] || { echo "bench-byzantine: no sdns binary at $SDNS (cargo build -p sdns --bin sdns)" >&2; exit 1; }
 NSUPDATE=$BIND_DIR/bin/nsupdate
 
 mkdir -p "$OUT"

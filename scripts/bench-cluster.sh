@@ -139,7 +139,7 @@ done
 [ -x "$BIND_DIR/sbin/named" ] || { echo "bench: no patched named in $BIND_DIR (patches/bind9/build.sh)" >&2; exit 1; }
 if [ ! -x "$SDNS" ]; then
   log "building sdns (release)"
-  (cd "$ROOT" && cargo build --release -p wrapper --bin sdns) || { echo "bench: build failed" >&2; exit 1; }
+  (cd "$ROOT" && cargo build --release -p sdns --bin sdns) || { echo "bench: build failed" >&2; exit 1; }
 fi
 
 log "output in $OUT; work dir $WORK; $(nproc) cores; $(uptime)"

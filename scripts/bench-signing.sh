@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export SDNS_BIN="${SDNS_BIN:-$PWD/target/debug/sdns}"
 export SDNS_BIND_DIR="${SDNS_BIND_DIR:-$PWD/target/bind9}"
-[ -x "$SDNS_BIN" ] || cargo build -p wrapper --bin sdns
+[ -x "$SDNS_BIN" ] || cargo build -p sdns --bin sdns
 exec python3 scripts/bench/signing.py "$@"

@@ -122,7 +122,7 @@ done
 [ -x "$BIND_DIR/sbin/named" ] || { echo "table2: no patched named in $BIND_DIR (patches/bind9/build.sh)" >&2; exit 1; }
 if [ ! -x "$SDNS" ] || [ ! -x "$NETDELAY" ]; then
   log "building sdns and netdelay (release)"
-  (cd "$ROOT" && cargo build --release -p wrapper --bin sdns -p netdelay --bin netdelay) || { echo "table2: build failed" >&2; exit 1; }
+  (cd "$ROOT" && cargo build --release -p sdns --bin sdns -p netdelay --bin netdelay) || { echo "table2: build failed" >&2; exit 1; }
 fi
 # The plots need matplotlib; Debian's python3-matplotlib is seen by /usr/bin/python3 only (a
 # pyenv or venv python3 earlier on PATH does not see it).

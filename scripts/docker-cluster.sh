@@ -78,7 +78,7 @@ stage_and_build() {
         local cargo_flags=()
         [ "$profile" = release ] && cargo_flags=(--release)
         command -v cargo >/dev/null || die "cargo not found; install Rust (https://rustup.rs)"
-        cargo build -p wrapper --bin sdns "${cargo_flags[@]}" >&2
+        cargo build -p sdns --bin sdns "${cargo_flags[@]}" >&2
     fi
 
     # The build context: only what the image needs, stripped (debug info stays on the host).

@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export SDNS_BIND_DIR="${SDNS_BIND_DIR:-$PWD/target/bind9}"
-cargo build --bins -p wrapper
+cargo build --bins -p sdns
 log="$(mktemp -t sdns-faults.XXXXXX)"
 scenarios=(
   sigstopped_replica_catches_up_at_the_live_rate

@@ -71,7 +71,7 @@ if [ -z "$sdns_bin" ]; then
     [ -x "$c" ] && { sdns_bin="$c"; break; }
   done
 fi
-[ -n "$sdns_bin" ] && [ -x "$sdns_bin" ] || die "no sdns binary (cargo build --release -p wrapper, or --sdns PATH)"
+[ -n "$sdns_bin" ] && [ -x "$sdns_bin" ] || die "no sdns binary (cargo build --release -p sdns, or --sdns PATH)"
 [ -x "$bind_dir/sbin/named" ] || die "no patched named under $bind_dir (patches/bind9/build.sh, or --bind-dir DIR)"
 
 # Every path this script writes, below the (staging) root.

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export SDNS_BIND_DIR="${SDNS_BIND_DIR:-$PWD/target/bind9}"
-cargo build --bins -p wrapper
+cargo build --bins -p sdns
 log="$(mktemp -t sdns-statexfer.XXXXXX)"
 echo "statexfer-bench: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), log $log"
 status=0

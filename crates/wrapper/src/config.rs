@@ -50,7 +50,9 @@ pub enum ReadMode {
     Local,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// `Default` only as a base for building a file (`sdns keygen`): its required sections are
+/// empty, which `validate` refuses.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub cluster: ClusterSection,
@@ -125,7 +127,27 @@ pub struct ClusterSection {
     pub test_cluster: bool,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// The file's defaults; `replicas` and `ca_cert` are required in a file and empty here.
+impl Default for ClusterSection {
+    fn default() -> Self {
+        ClusterSection {
+            zone: None,
+            replicas: 0,
+            faults: None,
+            protocol: default_protocol(),
+            reads: default_read_mode(),
+            vouched_reads: true,
+            vouch_timeout_ms: default_vouch_timeout_ms(),
+            vouch_timeout_max_ms: default_vouch_timeout_max_ms(),
+            ca_cert: PathBuf::new(),
+            public_key: None,
+            algorithm: None,
+            test_cluster: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplicaSection {
     /// This replica's id, 0..n.
@@ -182,6 +204,20 @@ pub struct NamedSection {
     /// Single-zone layout: the zone's update-policy (see [`ZoneSection::update_policy`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_policy: Option<Vec<String>>,
+}
+
+/// The file's defaults; `bind_dir` and `port` are required in a file and empty here.
+impl Default for NamedSection {
+    fn default() -> Self {
+        NamedSection {
+            bind_dir: PathBuf::new(),
+            port: 0,
+            zone_file: None,
+            tsig_keys: Vec::new(),
+            signature_validity_days: default_validity_days(),
+            update_policy: None,
+        }
+    }
 }
 
 /// One zone of the cluster: its threshold key, its data, and who may update and transfer

@@ -1,31 +1,16 @@
-//! Writing the dealer's files: secrets 0600, created fresh, never logged.
+//! The dealer's files as a replica reads them: secrets refused unless 0600, TSIG keys in
+//! BIND's format, the zone key named sees. (Writing them is `sdns keygen`'s, crates/sdns.)
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use hickory_proto::rr::Name;
 use named_glue::keys::ZoneKey;
 
-/// Writes a secret file with mode 0600 from the start (no window where it is readable).
-pub fn write_secret(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    let _ = fs::remove_file(path);
-    let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
-    f.write_all(contents)?;
-    f.sync_all()?;
-    // create_new honours the umask; make sure it is exactly 0600.
-    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
-}
-
-pub fn write_public(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    fs::write(path, contents)?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o644))
-}
-
 /// Refuses a secret file that group or others may read (key share, TLS key, TSIG update and
 /// transfer keys): whoever can read one can sign as this replica or as a client. What the
-/// dealer writes (`write_secret`) is 0600.
+/// dealer writes is 0600.
 pub fn check_secret_mode(path: &Path) -> Result<(), String> {
     let meta = fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mode = meta.permissions().mode() & 0o777;
@@ -40,18 +25,6 @@ pub fn check_secret_mode(path: &Path) -> Result<(), String> {
 pub fn read_secret(path: &Path) -> Result<String, String> {
     check_secret_mode(path)?;
     fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))
-}
-
-/// The demo zone `sdns cluster up` serves when none is given.
-pub fn demo_zone(zone: &str, replicas: u16) -> String {
-    let zone = zone.trim_end_matches('.');
-    let mut z = format!("$ORIGIN {zone}.\n$TTL 300\n@\tIN\tSOA\tns0.{zone}. hostmaster.{zone}. ( 1 3600 900 604800 300 )\n");
-    for i in 0..replicas {
-        z += &format!("@\tIN\tNS\tns{i}.{zone}.\nns{i}\tIN\tA\t127.0.0.1\n");
-    }
-    z += "@\tIN\tMX\t10 mail\nwww\tIN\tA\t192.0.2.80\nwww\tIN\tAAAA\t2001:db8::80\nmail\tIN\tA\t192.0.2.25\n";
-    z += "@\tIN\tTXT\t\"served by sdns: Byzantine-fault-tolerant, threshold-signed\"\n";
-    z
 }
 
 /// The zone's key as named must see it, from the threshold public key.
@@ -69,8 +42,8 @@ mod tests {
     fn secret_files_are_0600_and_checked() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("s");
-        write_secret(&p, b"x").unwrap();
-        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        fs::write(&p, b"x").unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
         assert!(check_secret_mode(&p).is_ok());
         fs::set_permissions(&p, fs::Permissions::from_mode(0o640)).unwrap();
         let e = check_secret_mode(&p).unwrap_err();

@@ -11,16 +11,13 @@
 //! the threshold protocol with the other replicas over the mesh.
 #![forbid(unsafe_code)]
 
-pub mod adopt;
 pub mod byzantine;
-pub mod cluster;
 pub mod config;
 pub mod endpoint;
 pub mod executor;
 pub mod files;
 pub mod gateway;
 pub mod health;
-pub mod keygen;
 pub mod listener;
 pub mod metrics;
 pub mod pending;
@@ -34,7 +31,6 @@ pub mod signing;
 pub mod statexfer;
 pub mod tasks;
 pub mod transfer;
-pub mod voting;
 pub mod voting_read;
 pub mod vouch;
 pub mod vouch_core;

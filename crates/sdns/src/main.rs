@@ -1,5 +1,15 @@
-//! `sdns`: the replicated, threshold-signed DNS service.
+//! `sdns`: the replicated, threshold-signed DNS service. `sdns run` is one replica (the
+//! `wrapper` library); every other command is an operator's tool that lives here, so the
+//! replica library ships no offline tools (the dealer, adoption, the local cluster, the
+//! voting client).
 #![forbid(unsafe_code)]
+
+mod adopt;
+mod adopted;
+mod cluster;
+mod files;
+mod keygen;
+mod voting;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -8,7 +18,8 @@ use std::process::ExitCode;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use wrapper::config::{Protocol, ReadMode, Settings};
-use wrapper::keygen::{ClusterParams, Layout};
+
+use crate::keygen::{ClusterParams, Layout};
 
 #[derive(Parser)]
 #[command(name = "sdns", version, about = "Byzantine-fault-tolerant DNS with threshold-signed DNSSEC (Cachin & Samar, DSN 2004)")]
@@ -87,12 +98,12 @@ enum Cmd {
     },
     /// Ask every replica and print the answer a quorum gave (the voting client). Exit status:
     /// 0 accepted, 2 bad arguments, 3 no quorum, 4 timeout.
-    Query(wrapper::voting::QueryArgs),
+    Query(crate::voting::QueryArgs),
     /// Send one RFC 2136 update to every replica; report the result n-t of them agree on.
     /// Exit status: 0 applied, 1 agreed failure (e.g. REFUSED), 2 bad arguments, 3 no quorum, 4 timeout.
-    Update(wrapper::voting::UpdateArgs),
+    Update(crate::voting::UpdateArgs),
     /// A stub resolver for local applications that answers every query by voting.
-    Stub(wrapper::voting::StubArgs),
+    Stub(crate::voting::StubArgs),
     /// A whole cluster on this machine.
     Cluster {
         #[command(subcommand)]
@@ -297,10 +308,10 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
-        Cmd::Query(args) => return wrapper::voting::query(args),
-        Cmd::Update(args) => return wrapper::voting::update(args),
-        Cmd::Stub(args) => return wrapper::voting::stub(args),
-        Cmd::Keygen { cluster, out } => wrapper::keygen::keygen(&cluster.params(), &out),
+        Cmd::Query(args) => return crate::voting::query(args),
+        Cmd::Update(args) => return crate::voting::update(args),
+        Cmd::Stub(args) => return crate::voting::stub(args),
+        Cmd::Keygen { cluster, out } => crate::keygen::keygen(&cluster.params(), &out),
         Cmd::Adopt {
             named_conf,
             list,
@@ -314,7 +325,7 @@ fn main() -> ExitCode {
             cluster,
             out,
         } => {
-            let options = wrapper::adopt::AdoptOptions {
+            let options = crate::adopt::AdoptOptions {
                 named_conf,
                 checkconf: named_checkconf,
                 compilezone: named_compilezone,
@@ -325,7 +336,7 @@ fn main() -> ExitCode {
                 signzone: dnssec_signzone,
                 rollover_validity_days,
             };
-            wrapper::adopt::adopt(&options, &cluster.params(), &out)
+            crate::adopt::adopt(&options, &cluster.params(), &out)
         }
         Cmd::Run { config } => match Settings::load(&config) {
             Ok(c) => tokio::runtime::Runtime::new().map_err(anyhow::Error::from).and_then(|rt| {
@@ -337,12 +348,12 @@ fn main() -> ExitCode {
             }),
             Err(e) => Err(e.into()),
         },
-        Cmd::SignZone { admin, token, zone } => wrapper::cluster::sign_zone(&admin, &token, zone.as_deref()).map(|outcome| println!("{outcome}")),
+        Cmd::SignZone { admin, token, zone } => crate::cluster::sign_zone(&admin, &token, zone.as_deref()).map(|outcome| println!("{outcome}")),
         Cmd::Cluster { action } => match action {
-            ClusterCmd::Up { cluster, dir } => wrapper::cluster::up(&cluster.params(), &dir),
-            ClusterCmd::Down { cluster, dir } => wrapper::cluster::down(cluster.replicas, &dir),
-            ClusterCmd::RolloverFinish { cluster, dir } => wrapper::cluster::rollover_finish(&cluster.params(), &dir),
-            ClusterCmd::Status { cluster, dir } => match wrapper::cluster::status(&cluster.params(), &dir) {
+            ClusterCmd::Up { cluster, dir } => crate::cluster::up(&cluster.params(), &dir),
+            ClusterCmd::Down { cluster, dir } => crate::cluster::down(cluster.replicas, &dir),
+            ClusterCmd::RolloverFinish { cluster, dir } => crate::cluster::rollover_finish(&cluster.params(), &dir),
+            ClusterCmd::Status { cluster, dir } => match crate::cluster::status(&cluster.params(), &dir) {
                 Ok(true) => Ok(()),
                 Ok(false) => return ExitCode::from(1),
                 Err(e) => Err(e),

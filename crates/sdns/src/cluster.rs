@@ -12,7 +12,7 @@ use hickory_proto::rr::{Name, RecordType};
 use named_glue::signal;
 
 use crate::keygen::{keygen, replica_dir, write_configs, ClusterParams};
-use crate::metrics::Status;
+use wrapper::metrics::Status;
 
 fn pid_file(dir: &Path, i: u16) -> std::path::PathBuf {
     replica_dir(dir, i).join("sdns.pid")
@@ -30,7 +30,7 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
     // With several zones each share is in its zone's directory.
     let first_share = match p.zones.as_slice() {
         [_] => replica_dir(dir, 0).join("share.json"),
-        zones => replica_dir(dir, 0).join(crate::config::zone_dir_name(&zones[0])).join("share.json"),
+        zones => replica_dir(dir, 0).join(wrapper::config::zone_dir_name(&zones[0])).join("share.json"),
     };
     if !first_share.exists() {
         keygen(p, dir)?;
@@ -104,12 +104,12 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
 /// in `zones/<zone>/`), and only that zone is signed.
 pub fn rollover_finish(p: &ClusterParams, dir: &Path) -> Result<()> {
     p.one_zone("sdns cluster rollover-finish")?;
-    let zone = exec::names::absolute_name(p.zone());
-    let Some(records) = crate::adopt::Adopted::load_all(dir)? else {
+    let zone = crate::adopted::absolute_name(p.zone());
+    let Some(records) = crate::adopted::Adopted::load_all(dir)? else {
         bail!("{} holds no rollover: it was not adopted from a signed zone", dir.display());
     };
     let several = records.len() > 1;
-    if !records.iter().any(|a| exec::names::absolute_name(&a.zone) == zone) {
+    if !records.iter().any(|a| crate::adopted::absolute_name(&a.zone) == zone) {
         let names: Vec<&str> = records.iter().map(|a| a.zone.as_str()).collect();
         bail!(
             "{} was adopted for zone{} {}; give {}--zone {}",
@@ -120,11 +120,11 @@ pub fn rollover_finish(p: &ClusterParams, dir: &Path) -> Result<()> {
             names[0]
         );
     }
-    let zdir = if several { PathBuf::from(crate::config::zone_dir_name(&zone)) } else { PathBuf::new() };
+    let zdir = if several { PathBuf::from(wrapper::config::zone_dir_name(&zone)) } else { PathBuf::new() };
     if !dir.join(&zdir).join(crate::adopt::rollover::ROLLOVER_FILE).exists() {
         bail!("{} holds no rollover of {zone}: it was not adopted from a signed zone", dir.display());
     }
-    let marker = exec::names::marker_name(&zone);
+    let marker = crate::adopt::rollover::marker_name(&zone);
     let exe = std::env::current_exe().context("locating the sdns binary")?;
     let out = Command::new(&exe)
         .arg("update")
@@ -160,7 +160,7 @@ fn print_usage(p: &ClusterParams, dir: &Path) {
         println!("\nsdns: {} replicas serving {} zones (t = {}, protocol {:?}).", p.replicas, p.zones.len(), (p.replicas - 1) / 3, p.protocol);
         for z in &p.zones {
             let zone = z.trim_end_matches('.');
-            let zdir = dir.join(crate::config::zone_dir_name(z));
+            let zdir = dir.join(wrapper::config::zone_dir_name(z));
             println!(
                 "\nZone {zone} (its files in {zd}):\n  delv -a {anchor} @{ip} -p {port0} {zone} SOA +root={zone}\n  \
                  printf 'server {ip} {port1}\\nzone {zone}\\nupdate add new.{zone} 300 TXT hello\\nsend\\n' | nsupdate -k {key}",
@@ -197,7 +197,7 @@ fn print_usage(p: &ClusterParams, dir: &Path) {
         (_, Some(k)) => ("SIG(0), a key no replica holds", k.clone()),
     };
     // An adopted zone: the operator's own key, under the operator's update-policy.
-    let adopted_key = crate::adopt::Adopted::load(dir).ok().flatten().and_then(|a| a.tsig_keys.into_iter().find(|k| k != "tsig.key"));
+    let adopted_key = crate::adopted::Adopted::load(dir).ok().flatten().and_then(|a| a.tsig_keys.into_iter().find(|k| k != "tsig.key"));
     let (how, key) = match adopted_key {
         Some(k) if p.update_auth != exec::auth::Mode::Sig0 => ("TSIG, your own key; it may update what your update-policy grants", dir.join(k)),
         _ => (how, key),
@@ -296,7 +296,7 @@ pub fn status(p: &ClusterParams, dir: &Path) -> Result<bool> {
     let rows: Vec<(Option<i32>, Option<Status>)> = (0..p.replicas)
         .map(|i| {
             let pid = read_pid(&pid_file(dir, i)).filter(|&pid| alive(pid));
-            let mut status: Option<Status> = crate::endpoint::get(p.layout.metrics(i), "/status").ok().and_then(|b| serde_json::from_str(&b).ok());
+            let mut status: Option<Status> = wrapper::endpoint::get(p.layout.metrics(i), "/status").ok().and_then(|b| serde_json::from_str(&b).ok());
             // Before its first checkpoint a replica has digested no serial: show the one it serves.
             for z in status.iter_mut().flat_map(|s| s.zones.iter_mut()).filter(|z| z.serial.is_none()) {
                 z.serial = Name::from_ascii(&z.name).ok().and_then(|name| soa_serial(p.layout.client(i), &name));
@@ -378,10 +378,10 @@ fn zone_lines(statuses: &[(u16, &Status)]) -> Vec<String> {
         out.push(String::new());
     }
     for name in names {
-        let seen: Vec<(u16, &crate::metrics::ZoneStatus)> =
+        let seen: Vec<(u16, &wrapper::metrics::ZoneStatus)> =
             statuses.iter().filter_map(|(i, s)| s.zones.iter().find(|z| z.name == name).map(|z| (*i, z))).collect();
         let Some((_, first)) = seen.first() else { continue };
-        let signed = |z: &crate::metrics::ZoneStatus| {
+        let signed = |z: &wrapper::metrics::ZoneStatus| {
             let running = z.signing_since.map(|seq| format!(", signing since seq {seq}")).unwrap_or_default();
             let at = |secs: u64| if secs == 0 { "-".to_string() } else { named_glue::time::format_rfc3339(secs) };
             format!("signed at {}, next re-signing from {}{running}", at(z.signed_at), at(z.next_resign_due))
@@ -405,7 +405,7 @@ fn zone_lines(statuses: &[(u16, &Status)]) -> Vec<String> {
 /// One line per accused replica: what each running replica saw it do. A replica's report
 /// about itself is left out (a Byzantine replica's report about others is its own word, so
 /// every reporter is named).
-fn attribution(reports: &[(u16, Vec<crate::metrics::PeerFault>, Vec<u16>)]) -> Vec<String> {
+fn attribution(reports: &[(u16, Vec<wrapper::metrics::PeerFault>, Vec<u16>)]) -> Vec<String> {
     use std::collections::BTreeMap;
     let mut by_peer: BTreeMap<u16, Vec<String>> = BTreeMap::new();
     for (reporter, faults, silent) in reports {
@@ -472,7 +472,7 @@ fn wait_for(addr: SocketAddr, zone: &Name, rtype: RecordType, within: Duration, 
 
 /// Where replica `i` of a local cluster writes its admin token.
 pub fn admin_token_file(dir: &Path, i: u16) -> std::path::PathBuf {
-    replica_dir(dir, i).join("state").join(crate::endpoint::ADMIN_TOKEN_FILE)
+    replica_dir(dir, i).join("state").join(wrapper::endpoint::ADMIN_TOKEN_FILE)
 }
 
 /// Reads an admin token file; a replica writes it as it starts, so wait a little for it.
@@ -503,7 +503,7 @@ pub fn sign_zone(admins: &[SocketAddr], tokens: &[std::path::PathBuf], zone: Opt
     };
     let path = &path;
     let outcomes: Vec<Result<String>> = std::thread::scope(|s| {
-        let asks: Vec<_> = admins.iter().zip(&tokens).map(|(&addr, token)| s.spawn(move || crate::endpoint::post(addr, path, token))).collect();
+        let asks: Vec<_> = admins.iter().zip(&tokens).map(|(&addr, token)| s.spawn(move || wrapper::endpoint::post(addr, path, token))).collect();
         asks.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the request thread panicked")))).collect()
     });
     // Per zone ("" with one: its answer is the outcome alone), the line of a replica that
@@ -543,7 +543,7 @@ mod tests {
 
     #[test]
     fn zones_agreeing_take_one_line_and_differing_ones_one_per_replica() {
-        let zone = |name: &str, serial: u32, tag: u16| crate::metrics::ZoneStatus {
+        let zone = |name: &str, serial: u32, tag: u16| wrapper::metrics::ZoneStatus {
             name: name.into(),
             key_tag: tag,
             serial: Some(serial),
@@ -558,8 +558,8 @@ mod tests {
         assert!(lines[3].starts_with("  replica 0: serial 3") && lines[4].starts_with("  replica 1: serial 4"), "{lines:?}");
         assert!(zone_lines(&[(0, &Status::default())]).is_empty());
     }
-    use crate::config::{Protocol, ReadMode};
     use crate::keygen::Layout;
+    use wrapper::config::{Protocol, ReadMode};
 
     fn params(layout: Layout, zone: &str) -> ClusterParams {
         ClusterParams {
@@ -595,7 +595,7 @@ mod tests {
 
     #[test]
     fn attribution_names_the_accused_and_the_reporters() {
-        use crate::metrics::PeerFault;
+        use wrapper::metrics::PeerFault;
         let fault = |peer, kind: &str, count| PeerFault { peer, kind: kind.into(), count };
         let reports = vec![
             (0, vec![fault(3, "bad_signature_share", 4)], vec![2]),

@@ -9,8 +9,8 @@
 //! goes straight to the threshold key. Nothing in sdns re-signs or removes that signature:
 //! DNSKEY is never updated, re-sign slices take only the threshold key's signatures, and
 //! a whole-zone signing carries the operator's records over (see
-//! [`exec::signer_input::signer_records`]) while
-//! the zone holds the marker record ([`exec::names::marker_name`]). Deleting the marker (an ordered
+//! `exec::signer_input::signer_records`) while
+//! the zone holds the marker record ([`marker_name`]). Deleting the marker (an ordered
 //! update) and signing the zone (an ordered sign-zone) finishes the rollover.
 
 use std::path::{Path, PathBuf};
@@ -18,7 +18,9 @@ use std::process::Command;
 
 use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine as _;
-use exec::names::marker_name;
+
+// One definition for the runtime and this command (the runtime never depends on the CLI).
+pub use exec::names::marker_name;
 
 /// What the adoption writes next to the dealer's files about the rollover.
 pub const ROLLOVER_FILE: &str = "rollover.txt";
@@ -45,7 +47,7 @@ impl Dnskey {
             return None;
         }
         Some(Dnskey {
-            owner: exec::names::absolute_name(f[0]),
+            owner: crate::adopted::absolute_name(f[0]),
             ttl: f[1].parse().ok()?,
             flags: f[4].parse().ok()?,
             algorithm: f[6].parse().ok()?,
@@ -97,7 +99,7 @@ impl Dnskey {
 
 /// The key-signing keys at the apex of `zone` in zone text.
 pub fn apex_ksks(text: &str, zone: &str) -> Vec<Dnskey> {
-    let apex = exec::names::absolute_name(zone);
+    let apex = crate::adopted::absolute_name(zone);
     let mut out: Vec<Dnskey> = text.lines().filter_map(Dnskey::parse).filter(|k| k.owner == apex && k.is_ksk()).collect();
     out.dedup();
     out

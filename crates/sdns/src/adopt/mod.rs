@@ -15,7 +15,6 @@
 //! the run with its reasons before anything is dealt.
 
 pub mod bindconf;
-pub mod record;
 pub mod rollover;
 
 use std::collections::BTreeMap;
@@ -24,11 +23,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{anyhow, bail, Context, Result};
+
 use exec::auth::TsigKey;
-use exec::names::absolute_name;
 
 use self::bindconf::Statement;
-pub use self::record::{adopted_for, Adopted, ADOPTED_FILE};
+use crate::adopted::{self as record, absolute_name, Adopted, ADOPTED_FILE};
 use crate::files::{write_public, write_secret};
 use crate::keygen::{keygen, replica_dir, write_configs, ClusterParams};
 
@@ -255,7 +254,28 @@ impl Scope<'_> {
                 why.push(format!("option `{keyword}` is not supported by the adoption"));
             }
         }
-        // Signed by named with the operator's key: adopted with a double-KSK rollover.
+        self.signing(z, &mut plan, &mut why);
+        match z.child("file").and_then(|f| f.arg()) {
+            Some(f) => {
+                let f = PathBuf::from(f);
+                plan.file = Some(if f.is_absolute() { f } else { self.directory.join(f) });
+            }
+            None => plan.notes.push("no `file`: the data can only come from an AXFR (--server)".into()),
+        }
+        plan.format = z.child("masterfile-format").and_then(|f| f.arg()).map(str::to_owned);
+        self.updates(z, &mut plan, &mut why);
+        self.transfers(z, &mut plan);
+        self.left_behind(z, &mut plan);
+        if why.is_empty() {
+            report(Verdict::Adoptable(plan))
+        } else {
+            report(Verdict::Unsupported(why))
+        }
+    }
+
+    /// Signed by named with the operator's key: adopted with a double-KSK rollover; an
+    /// inline-signed zone is not adopted.
+    fn signing(&self, z: &Statement, plan: &mut Plan, why: &mut Vec<String>) {
         if let Some(policy) = self.option(z, "dnssec-policy").and_then(|p| p.arg()) {
             if !policy.eq_ignore_ascii_case("none") {
                 plan.signed = Some(format!("dnssec-policy {policy:?}"));
@@ -274,16 +294,11 @@ impl Scope<'_> {
                 "signed with your own key ({how}): adopted with a double-KSK rollover (your KSK stays published, with its signature over the DNSKEY RRset, until `sdns cluster rollover-finish`; see rollover.txt)"
             ));
         }
-        match z.child("file").and_then(|f| f.arg()) {
-            Some(f) => {
-                let f = PathBuf::from(f);
-                plan.file = Some(if f.is_absolute() { f } else { self.directory.join(f) });
-            }
-            None => plan.notes.push("no `file`: the data can only come from an AXFR (--server)".into()),
-        }
-        plan.format = z.child("masterfile-format").and_then(|f| f.arg()).map(str::to_owned);
+    }
 
-        // Who may update: update-policy, or allow-update (the zone's, else the global one).
+    /// Who may update: update-policy, or allow-update (the zone's, else the global one),
+    /// as update-policy rules naming TSIG keys of named.conf.
+    fn updates(&self, z: &Statement, plan: &mut Plan, why: &mut Vec<String>) {
         let mut rules: Vec<(String, Vec<String>)> = Vec::new();
         if let Some(policy) = z.child("update-policy") {
             match policy.block() {
@@ -335,61 +350,67 @@ impl Scope<'_> {
         if rules.is_empty() {
             plan.notes.push("no update-policy or allow-update: the zone takes no dynamic updates, as before".into());
         }
+    }
 
-        match self.option(z, "allow-transfer") {
-            Some(allow) => {
-                let list = self.match_list(allow);
-                for k in &list.keys {
-                    match self.keys.get(k).map(|c| supported_algorithm(&c.algorithm)) {
-                        Some(Ok(())) => {
-                            if !plan.transfer_keys.contains(k) {
-                                plan.transfer_keys.push(k.clone());
-                            }
-                        }
-                        Some(Err(e)) => plan.notes.push(format!("allow-transfer key {k}: {e}; not carried over")),
-                        None => plan.notes.push(format!("allow-transfer names key {k}, which named.conf does not define; not carried over")),
-                    }
-                }
-                // Addresses go to the wrapper's [access] allow_transfer (address or key, as in
-                // BIND). A negation cannot be kept there, and dropping it would widen the
-                // list, so then no address is carried.
-                let mut prefixes = Vec::new();
-                let mut unkept = Vec::new();
-                for o in &list.others {
-                    match o.as_str() {
-                        "any" => prefixes.extend(["0.0.0.0/0".to_owned(), "::/0".to_owned()]),
-                        "localhost" => prefixes.extend(["127.0.0.1".to_owned(), "::1".to_owned()]),
-                        other if other.parse::<exec::access::Prefix>().is_ok() => prefixes.push(other.to_owned()),
-                        other => unkept.push(other.to_owned()),
-                    }
-                }
-                if unkept.iter().any(|u| u.starts_with('!')) {
-                    plan.notes.push(format!(
-                        "allow-transfer with a negation ({}): no address is carried over; list the secondaries' prefixes in [access] allow_transfer",
-                        unkept.join(", ")
-                    ));
-                } else {
-                    if !unkept.is_empty() {
-                        plan.notes.push(format!("allow-transfer elements not carried over: {} (list prefixes in [access] allow_transfer)", unkept.join(", ")));
-                    }
-                    for p in prefixes {
-                        if !plan.transfer_addresses.contains(&p) {
-                            plan.transfer_addresses.push(p);
-                        }
-                    }
-                }
-            }
-            None => plan.notes.push(
+    /// allow-transfer: its keys become transfer keys, its addresses the wrapper's [access]
+    /// allow_transfer (address or key, as in BIND).
+    fn transfers(&self, z: &Statement, plan: &mut Plan) {
+        let Some(allow) = self.option(z, "allow-transfer") else {
+            plan.notes.push(
                 "no allow-transfer: your named let anyone transfer the zone (BIND 9.18's default); the replicas allow it with a transfer key only (list prefixes in [access] allow_transfer to allow more)".into(),
-            ),
+            );
+            return;
+        };
+        let list = self.match_list(allow);
+        for k in &list.keys {
+            match self.keys.get(k).map(|c| supported_algorithm(&c.algorithm)) {
+                Some(Ok(())) => {
+                    if !plan.transfer_keys.contains(k) {
+                        plan.transfer_keys.push(k.clone());
+                    }
+                }
+                Some(Err(e)) => plan.notes.push(format!("allow-transfer key {k}: {e}; not carried over")),
+                None => plan.notes.push(format!("allow-transfer names key {k}, which named.conf does not define; not carried over")),
+            }
         }
+        // A negation cannot be kept in [access], and dropping it would widen the list, so
+        // then no address is carried.
+        let mut prefixes = Vec::new();
+        let mut unkept = Vec::new();
+        for o in &list.others {
+            match o.as_str() {
+                "any" => prefixes.extend(["0.0.0.0/0".to_owned(), "::/0".to_owned()]),
+                "localhost" => prefixes.extend(["127.0.0.1".to_owned(), "::1".to_owned()]),
+                other if other.parse::<exec::access::Prefix>().is_ok() => prefixes.push(other.to_owned()),
+                other => unkept.push(other.to_owned()),
+            }
+        }
+        if unkept.iter().any(|u| u.starts_with('!')) {
+            plan.notes.push(format!(
+                "allow-transfer with a negation ({}): no address is carried over; list the secondaries' prefixes in [access] allow_transfer",
+                unkept.join(", ")
+            ));
+            return;
+        }
+        if !unkept.is_empty() {
+            plan.notes.push(format!("allow-transfer elements not carried over: {} (list prefixes in [access] allow_transfer)", unkept.join(", ")));
+        }
+        for p in prefixes {
+            if !plan.transfer_addresses.contains(&p) {
+                plan.transfer_addresses.push(p);
+            }
+        }
+    }
+
+    /// Notes on what the replicas' named does not take over: allow-query, the options it
+    /// has its own settings for, NOTIFY.
+    fn left_behind(&self, z: &Statement, plan: &mut Plan) {
         if let Some(q) = self.option(z, "allow-query") {
             let list = self.match_list(q);
             if !list.others.iter().all(|o| o == "any") || !list.keys.is_empty() || list.none {
                 plan.notes.push("allow-query is not carried over: set [access] allow_query in each replica.toml".into());
             }
         }
-        // Known options whose setting the replicas' named does not take over.
         let left: Vec<String> = z.block().unwrap_or(&[]).iter().filter_map(|o| o.keyword()).filter(|k| NOT_CARRIED.contains(&k.as_str())).collect();
         if !left.is_empty() {
             plan.notes.push(format!("not carried over (the replicas' named uses its own settings): {}", left.join(", ")));
@@ -397,11 +418,6 @@ impl Scope<'_> {
         let notify = self.option(z, "notify").and_then(|n| n.arg()).map(|v| v.to_ascii_lowercase());
         if notify.as_deref() != Some("no") || z.child("also-notify").is_some() {
             plan.notes.push("sdns sends no NOTIFY: secondaries of this zone find changes by their SOA refresh".into());
-        }
-        if why.is_empty() {
-            report(Verdict::Adoptable(plan))
-        } else {
-            report(Verdict::Unsupported(why))
         }
     }
 }
@@ -522,70 +538,20 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
             bail!("--zone {z} is given twice");
         }
     }
-    let several = zones.len() > 1;
-    // Every chosen zone must be adoptable; all refusals are named at once.
-    let mut plans = Vec::new();
-    let mut refused = Vec::new();
-    let mut unknown = false;
-    for zone in &zones {
-        let chosen = inv.zones.iter().find(|z| &z.name == zone && z.view.is_none()).or_else(|| inv.zones.iter().find(|z| &z.name == zone));
-        match chosen.map(|c| &c.verdict) {
-            None => {
-                unknown = true;
-                refused.push(format!("{} defines no zone {zone} (the zones it defines are listed above; give them with --zone)", o.named_conf.display()));
-            }
-            Some(Verdict::Adoptable(plan)) => plans.push(plan.clone()),
-            Some(Verdict::Unsupported(why)) => refused.push(format!("zone {zone} cannot be adopted: {}", why.join("; "))),
-            Some(Verdict::NotCandidate(why)) => refused.push(format!("zone {zone} is not adopted: {why}")),
-        }
-    }
-    if !refused.is_empty() {
-        print!("{}", render_report(&inv.zones, if unknown { None } else { Some(&zones) }));
-        bail!("{}", refused.join("\n"));
-    }
+    let plans = chosen_plans(o, &inv, &zones)?;
     if !p.zone_files.is_empty() {
         bail!("--zone-file: sdns adopt takes each zone's data from named.conf's file or from --server");
     }
-    for k in plans.iter().flat_map(|plan| plan.update_keys.iter().chain(&plan.transfer_keys)) {
-        if k == "sdns-update" || k == "sdns-transfer" || k.starts_with("sdns-update.") {
-            bail!("the key name {k} is one sdns deals for itself; rename that key in named.conf first");
-        }
-    }
-    // The operator's keys as files, checked before anything is written.
-    let mut key_texts: BTreeMap<String, String> = BTreeMap::new();
-    for k in plans.iter().flat_map(|plan| plan.update_keys.iter().chain(&plan.transfer_keys)) {
-        let key = inv.keys.get(k).ok_or_else(|| anyhow!("key {k} is not defined in named.conf"))?;
-        let text = TsigKey { name: key.name.clone(), algorithm: key.algorithm.clone(), secret_b64: key.secret_b64.clone() }.to_bind();
-        let back = TsigKey::from_bind(&text).map_err(|e| anyhow!("key {}: {e}", key.name))?;
-        if back.name != key.name || back.secret_b64 != key.secret_b64 {
-            bail!("key {:?} cannot be written as a key file (quotes in its name or secret)", key.name);
-        }
-        key_texts.insert(k.clone(), text);
-    }
+    let key_texts = operator_keys(&inv, &plans)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let dealt_share = match zones.as_slice() {
         [_] => replica_dir(out, 0).join("share.json"),
-        _ => replica_dir(out, 0).join(crate::config::zone_dir_name(&zones[0])).join("share.json"),
+        _ => replica_dir(out, 0).join(wrapper::config::zone_dir_name(&zones[0])).join("share.json"),
     };
     if dealt_share.exists() || replica_dir(out, 0).join("share.json").exists() || out.join(ADOPTED_FILE).exists() {
         bail!("{} already holds a dealt cluster; give a new --out", out.display());
     }
-
-    // Each zone's data, checked and in canonical text form; no DNSSEC records (those would
-    // be the operator's signatures, which the threshold key does not continue).
-    let mut prepared: Vec<Prepared> = Vec::new();
-    for (i, (zone, plan)) in zones.iter().zip(&plans).enumerate() {
-        match prepare(o, p, &inv, zone, plan, &out.join(format!(".adopt-zone-{i}.db")), out) {
-            Ok(z) => prepared.push(z),
-            Err(e) => {
-                for z in &prepared {
-                    let _ = std::fs::remove_file(&z.normalized);
-                }
-                return Err(e);
-            }
-        }
-    }
-
+    let prepared = prepare_all(o, p, &inv, &zones, &plans, out)?;
     let mut p = p.clone();
     p.zones = zones.clone();
     p.zone_files = prepared.iter().map(|z| z.normalized.clone()).collect();
@@ -594,54 +560,15 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
         let _ = std::fs::remove_file(&z.normalized);
     }
     dealt?;
-    // Where each zone's files are: the top level with one zone, zones/<zone>/ with several.
-    let zone_dir = |zone: &str| if several { PathBuf::from(crate::config::zone_dir_name(zone)) } else { PathBuf::new() };
+    let several = zones.len() > 1;
     let mut rollover_notes = Vec::new();
     for z in &prepared {
         if let Some((ksk, key_dir)) = &z.old_ksk {
-            rollover_notes.push(add_old_ksk(o, &p, out, &z.zone, ksk, key_dir, &zone_dir(&z.zone))?);
+            rollover_notes.push(add_old_ksk(o, &p, out, &z.zone, ksk, key_dir, &zone_dir(several, &z.zone))?);
         }
     }
-
-    // The operator's keys, under their own names, for every replica and the operator; a key
-    // several zones name is one file.
-    let mut files: BTreeMap<String, String> = BTreeMap::new();
-    for k in plans.iter().flat_map(|plan| plan.update_keys.iter().chain(&plan.transfer_keys)) {
-        if files.contains_key(k) {
-            continue;
-        }
-        let file = key_file_name(k, files.values());
-        let text = &key_texts[k];
-        write_secret(&out.join(&file), text.as_bytes())?;
-        for i in 0..p.replicas {
-            write_secret(&replica_dir(out, i).join(&file), text.as_bytes())?;
-        }
-        files.insert(k.clone(), file);
-    }
-    let records: Vec<Adopted> = prepared
-        .iter()
-        .map(|z| {
-            let dir = zone_dir(&z.zone);
-            // The dealer's update key: `sdns-update` with one zone, the zone's own with several.
-            let dealer = if several { format!("sdns-update.{}", z.zone.trim_end_matches('.')) } else { "sdns-update".to_owned() };
-            Adopted {
-                zone: z.zone.clone(),
-                tsig_keys: std::iter::once(dir.join("tsig.key").to_string_lossy().into_owned())
-                    .chain(z.plan.update_keys.iter().map(|k| files[k].clone()))
-                    .collect(),
-                transfer_keys: std::iter::once("transfer.key".to_owned()).chain(z.plan.transfer_keys.iter().map(|k| files[k].clone())).collect(),
-                update_policy: z
-                    .plan
-                    .policy
-                    .iter()
-                    .cloned()
-                    // The dealer's key may delete the rollover marker (and change nothing else).
-                    .chain(z.old_ksk.as_ref().map(|_| format!("grant {dealer} name {} TXT", exec::names::marker_name(&z.zone))))
-                    .collect(),
-                allow_transfer: z.plan.transfer_addresses.clone(),
-            }
-        })
-        .collect();
+    let files = write_operator_keys(&p, out, &plans, &key_texts)?;
+    let records = adoption_records(&prepared, &files, several);
     let comment = format!(
         "Written by sdns adopt from {conf}: {what} {zones}. sdns cluster up and write_configs\n\
          read it; the keys are the operator's own (0600 files next to this one).",
@@ -656,9 +583,138 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
     write_public(&out.join(ADOPTED_FILE), record.as_bytes())?;
     write_configs(&p, out)?;
     print!("{}", render_report(&inv.zones, Some(&zones)));
+    println!("{}", next_steps(&p, out, &records, &files, &rollover_notes));
+    Ok(())
+}
+
+/// Where a zone's files are: the top level with one zone, zones/<zone>/ with several.
+fn zone_dir(several: bool, zone: &str) -> PathBuf {
+    if several {
+        PathBuf::from(wrapper::config::zone_dir_name(zone))
+    } else {
+        PathBuf::new()
+    }
+}
+
+/// Every chosen zone's plan; every chosen zone must be adoptable, and all refusals are
+/// named at once (after the report).
+fn chosen_plans(o: &AdoptOptions, inv: &Inventory, zones: &[String]) -> Result<Vec<Plan>> {
+    let mut plans = Vec::new();
+    let mut refused = Vec::new();
+    let mut unknown = false;
+    for zone in zones {
+        let chosen = inv.zones.iter().find(|z| &z.name == zone && z.view.is_none()).or_else(|| inv.zones.iter().find(|z| &z.name == zone));
+        match chosen.map(|c| &c.verdict) {
+            None => {
+                unknown = true;
+                refused.push(format!("{} defines no zone {zone} (the zones it defines are listed above; give them with --zone)", o.named_conf.display()));
+            }
+            Some(Verdict::Adoptable(plan)) => plans.push(plan.clone()),
+            Some(Verdict::Unsupported(why)) => refused.push(format!("zone {zone} cannot be adopted: {}", why.join("; "))),
+            Some(Verdict::NotCandidate(why)) => refused.push(format!("zone {zone} is not adopted: {why}")),
+        }
+    }
+    if !refused.is_empty() {
+        print!("{}", render_report(&inv.zones, if unknown { None } else { Some(zones) }));
+        bail!("{}", refused.join("\n"));
+    }
+    Ok(plans)
+}
+
+/// The operator's keys the plans name, as key files, checked before anything is written.
+fn operator_keys(inv: &Inventory, plans: &[Plan]) -> Result<BTreeMap<String, String>> {
+    for k in plans.iter().flat_map(|plan| plan.update_keys.iter().chain(&plan.transfer_keys)) {
+        if k == "sdns-update" || k == "sdns-transfer" || k.starts_with("sdns-update.") {
+            bail!("the key name {k} is one sdns deals for itself; rename that key in named.conf first");
+        }
+    }
+    let mut key_texts: BTreeMap<String, String> = BTreeMap::new();
+    for k in plans.iter().flat_map(|plan| plan.update_keys.iter().chain(&plan.transfer_keys)) {
+        let key = inv.keys.get(k).ok_or_else(|| anyhow!("key {k} is not defined in named.conf"))?;
+        let text = TsigKey { name: key.name.clone(), algorithm: key.algorithm.clone(), secret_b64: key.secret_b64.clone() }.to_bind();
+        let back = TsigKey::from_bind(&text).map_err(|e| anyhow!("key {}: {e}", key.name))?;
+        if back.name != key.name || back.secret_b64 != key.secret_b64 {
+            bail!("key {:?} cannot be written as a key file (quotes in its name or secret)", key.name);
+        }
+        key_texts.insert(k.clone(), text);
+    }
+    Ok(key_texts)
+}
+
+/// Each zone's data, checked and in canonical text form; no DNSSEC records (those would
+/// be the operator's signatures, which the threshold key does not continue). On an error
+/// the data prepared so far is removed.
+fn prepare_all(o: &AdoptOptions, p: &ClusterParams, inv: &Inventory, zones: &[String], plans: &[Plan], out: &Path) -> Result<Vec<Prepared>> {
+    let mut prepared: Vec<Prepared> = Vec::new();
+    for (i, (zone, plan)) in zones.iter().zip(plans).enumerate() {
+        match prepare(o, p, inv, zone, plan, &out.join(format!(".adopt-zone-{i}.db")), out) {
+            Ok(z) => prepared.push(z),
+            Err(e) => {
+                for z in &prepared {
+                    let _ = std::fs::remove_file(&z.normalized);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(prepared)
+}
+
+/// The operator's keys, under their own names, for every replica and the operator; a key
+/// several zones name is one file. The file name of each key.
+fn write_operator_keys(p: &ClusterParams, out: &Path, plans: &[Plan], key_texts: &BTreeMap<String, String>) -> Result<BTreeMap<String, String>> {
+    let mut files: BTreeMap<String, String> = BTreeMap::new();
+    for k in plans.iter().flat_map(|plan| plan.update_keys.iter().chain(&plan.transfer_keys)) {
+        if files.contains_key(k) {
+            continue;
+        }
+        let file = key_file_name(k, files.values());
+        let text = &key_texts[k];
+        write_secret(&out.join(&file), text.as_bytes())?;
+        for i in 0..p.replicas {
+            write_secret(&replica_dir(out, i).join(&file), text.as_bytes())?;
+        }
+        files.insert(k.clone(), file);
+    }
+    Ok(files)
+}
+
+/// Each zone's adoption record: the dealer's keys first, then the operator's, and the
+/// operator's rules.
+fn adoption_records(prepared: &[Prepared], files: &BTreeMap<String, String>, several: bool) -> Vec<Adopted> {
+    prepared
+        .iter()
+        .map(|z| {
+            let dir = zone_dir(several, &z.zone);
+            // The dealer's update key: `sdns-update` with one zone, the zone's own with several.
+            let dealer = if several { format!("sdns-update.{}", z.zone.trim_end_matches('.')) } else { "sdns-update".to_owned() };
+            Adopted {
+                zone: z.zone.clone(),
+                tsig_keys: std::iter::once(dir.join("tsig.key").to_string_lossy().into_owned())
+                    .chain(z.plan.update_keys.iter().map(|k| files[k].clone()))
+                    .collect(),
+                transfer_keys: std::iter::once("transfer.key".to_owned()).chain(z.plan.transfer_keys.iter().map(|k| files[k].clone())).collect(),
+                update_policy: z
+                    .plan
+                    .policy
+                    .iter()
+                    .cloned()
+                    // The dealer's key may delete the rollover marker (and change nothing else).
+                    .chain(z.old_ksk.as_ref().map(|_| format!("grant {dealer} name {} TXT", rollover::marker_name(&z.zone))))
+                    .collect(),
+                allow_transfer: z.plan.transfer_addresses.clone(),
+            }
+        })
+        .collect()
+}
+
+/// What the operator does next, after the report.
+fn next_steps(p: &ClusterParams, out: &Path, records: &[Adopted], files: &BTreeMap<String, String>, rollover_notes: &[String]) -> String {
+    let zones = &p.zones;
+    let several = zones.len() > 1;
     let shared_prefixes: Vec<String> = records.iter().filter(|r| !r.allow_transfer.is_empty()).map(|r| r.zone.clone()).collect();
     let up_zones: String = zones.iter().map(|z| format!(" --zone {z}")).collect();
-    println!(
+    format!(
         "\nsdns adopt: dealt {zones} for {n} replicas in {dir}{one_key}.\n\
          Your TSIG key files (for nsupdate -k) are there too: {keys}.\n\
          The dealer's update key{s} ({dealer_keys}) {is} known to the replicas, but only rules naming `*` grant {it} anything{finish}.\n\
@@ -670,9 +726,9 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
         s = if several { "s" } else { "" },
         is = if several { "are" } else { "is" },
         it = if several { "them" } else { "it" },
-        dealer_keys = zones.iter().map(|z| zone_dir(z).join("tsig.key").display().to_string()).collect::<Vec<_>>().join(", "),
+        dealer_keys = zones.iter().map(|z| zone_dir(several, z).join("tsig.key").display().to_string()).collect::<Vec<_>>().join(", "),
         finish = if rollover_notes.is_empty() { "" } else { " (and the deletion of the rollover marker)" },
-        ds = zones.iter().map(|z| zone_dir(z).join("ds.txt").display().to_string()).collect::<Vec<_>>().join(", "),
+        ds = zones.iter().map(|z| zone_dir(several, z).join("ds.txt").display().to_string()).collect::<Vec<_>>().join(", "),
         shared = if several && !shared_prefixes.is_empty() {
             format!(
                 "\nNote: [access] allow_transfer is the cluster's: the prefixes of {}'s allow-transfer may transfer every zone.",
@@ -685,8 +741,7 @@ pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
         n = p.replicas,
         dir = out.display(),
         keys = if files.is_empty() { "none".to_owned() } else { files.values().cloned().collect::<Vec<_>>().join(", ") },
-    );
-    Ok(())
+    )
 }
 
 /// Takes one chosen zone's data (from its file with the journal, or by AXFR), checks it with
@@ -759,7 +814,7 @@ fn old_ksk(text: &str, zone: &str, signed: &[&str], plan: &Plan, algorithm: u8, 
 fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk: &rollover::Dnskey, key_dir: &Path, zdir: &Path) -> Result<String> {
     let public = shoup_rsa::load_public(replica_dir(out, 0).join(zdir).join("zone.pub.json")).context("reading the dealt public key")?;
     let name = hickory_proto::rr::Name::from_ascii(zone)?;
-    let threshold = crate::files::zone_key(&name, p.algorithm, &public)?;
+    let threshold = wrapper::files::zone_key(&name, p.algorithm, &public)?;
     let data = std::fs::read_to_string(out.join(zdir).join("zone.db"))?;
     let soa =
         data.lines().find(|l| l.split_whitespace().nth(3).is_some_and(|t| t.eq_ignore_ascii_case("SOA"))).ok_or_else(|| anyhow!("zone {zone} has no SOA"))?;
@@ -783,12 +838,12 @@ fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk:
     let finish = if zdir.as_os_str().is_empty() {
         format!(
             "sdns cluster rollover-finish --dir DIR (a local cluster), or delete {} TXT\n            (nsupdate -k tsig.key) and run sdns sign-zone",
-            exec::names::marker_name(zone)
+            rollover::marker_name(zone)
         )
     } else {
         format!(
             "sdns cluster rollover-finish --dir DIR --zone {zone} (a local cluster), or delete\n            {} TXT (nsupdate -k {}) and run sdns sign-zone --zone {zone}",
-            exec::names::marker_name(zone),
+            rollover::marker_name(zone),
             zdir.join("tsig.key").display()
         )
     };

@@ -11,7 +11,6 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use exec::names::absolute_name;
 use hickory_proto::rr::Name;
 use serde::{Deserialize, Serialize};
 
@@ -133,14 +132,5 @@ pub fn adopted_zones(dir: &Path, zones: &[String]) -> Result<Option<Vec<Adopted>
         .map(Some)
 }
 
-/// Checks a directory's adoption record against the zone being configured.
-pub fn adopted_for(dir: &Path, zone: &str) -> Result<Option<Adopted>> {
-    let Some(a) = Adopted::load(dir)? else { return Ok(None) };
-    if absolute_name(&a.zone) != absolute_name(zone) {
-        bail!("{} was adopted for zone {}; give --zone {}", dir.display(), a.zone, a.zone);
-    }
-    if Name::from_ascii(&a.zone).is_err() {
-        bail!("{}: zone {:?} is not a domain name", dir.join(ADOPTED_FILE).display(), a.zone);
-    }
-    Ok(Some(a))
-}
+/// A domain name in lower case with its trailing dot (one definition, the runtime's).
+pub use exec::names::absolute_name;

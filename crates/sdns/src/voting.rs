@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use exec::auth::TsigKey as DealerTsig;
 use hickory_proto::op::{update_message, Message, ResponseCode};
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordSet, RecordType};
 use vote::client::{Options, Verdict, VotingClient};
@@ -24,7 +23,8 @@ use vote::net::Timeouts;
 use vote::tsig::TsigKey;
 use vote::Replicas;
 
-use crate::config::Config;
+use exec::auth::TsigKey as DealerTsig;
+use wrapper::config::Config;
 
 pub const EXIT_REFUSED: u8 = 1;
 pub const EXIT_ERROR: u8 = 2;
