@@ -480,7 +480,7 @@ impl Cluster {
         Ok(())
     }
 
-    /// A status spammer gets at most one push of at most PUSH_BURST (16) batches per half
+    /// A status spammer gets at most one push of at most PUSH_BURST (64) batches per half
     /// retransmit interval from each incarnation of an honest replica.
     fn check_spammer_answers(&self) -> Result<(), Failure> {
         if !self.has(Behaviour::StatusSpammer) {
@@ -493,7 +493,7 @@ impl Cluster {
                 continue;
             }
             let spammers = self.nodes.iter().filter(|n| n.behaviour == Some(Behaviour::StatusSpammer)).count() as u64;
-            let bound = (elapsed / half_interval_us + 1 + node.incarnations) * 16 * spammers;
+            let bound = (elapsed / half_interval_us + 1 + node.incarnations) * 64 * spammers;
             if node.pushed_to_spammer > bound {
                 return Err(Failure::Liveness(format!(
                     "replica {id} pushed {} batches to a status spammer in {elapsed} us (bound {bound})",
