@@ -235,6 +235,11 @@
 //!   and for each of the eleven named actors (`actor_*`, one per behaviour, checked by
 //!   `every_actor_has_a_test`) 100 seeds for n = 4 and 33 for n = 7 with f replicas behaving
 //!   that way (`BFT_ACTOR_SEEDS=N`): 3713 seeds per run, all with liveness checked.
+//! - `tests/sim/scenarios.rs`: scripted runs of faults found outside the simulator, seeded and
+//!   bounded in simulated time: a backup restarted two hours ahead under a load three times the
+//!   push rate catches up within 4 s; a replica whose links outran its request timeout at
+//!   start-up and changed views alone is back ordering with the others and serving its clients
+//!   (`cargo test -p bft --test sim -- scenarios`).
 //! - Campaign of the generated adversary: `BFT_HOSTILE_SEEDS=100000 cargo test --release -p bft --test sim -- actor_hostile_primary`
 //!   (n = 4, and a third of the count for n = 7).
 //! - The budget hog: `cargo test -p bft --test sim -- actor_budget_hog` (100 seeds at n = 4, 33
