@@ -61,7 +61,7 @@ fn the_checker_agrees_with_brute_force_and_catches_hand_made_violations() {
 /// cannot pass.
 #[test]
 fn a_minute_under_the_nemesis_is_linearizable_and_loses_nothing() {
-    let (code, report, said) = campaign(&["--replicas", "4", "--seconds", "60", "--seed", "11", "--faults", "kill,stop", "--interval", "6"]);
+    let (code, report, said) = campaign(&["--replicas", "4", "--seconds", "60", "--seed", "11", "--faults", "kill,stop,skew", "--interval", "6"]);
     eprintln!("{said}");
     assert_eq!(count(&report, "linearizability_violations"), 0, "{said}");
     assert_eq!(count(&report, "lost_acknowledged_writes"), 0, "{said}");

@@ -40,6 +40,10 @@
 //!   `max_clock_skew` of its own clock and between the neighbouring batches' stamps. Delivered
 //!   times strictly increase (a stamp not above the previous delivered time is raised to it plus
 //!   one microsecond, deterministically, which also covers null batches after a view change).
+//!   A backup that refuses a pre-prepare for its time only withholds its vote: it keeps the body
+//!   (one per seq, like an accepted one) and delivers it on 2f+1 matching commits, so a backup
+//!   whose clock is hours off keeps pace with the others (docs/DETERMINISM.md, "Clock skew and
+//!   unvoted batches", argues why that is safe).
 //! - Requests are deduplicated by `(origin, client, number)`. Only a request's origin sends it
 //!   to other replicas, to every replica at once (and again every retransmit interval while it
 //!   waits); a `Request` message whose origin is not its sender is refused and blamed.
@@ -103,7 +107,13 @@
 //! - View change in the MAC variant of the paper: the transport authenticates senders but
 //!   messages carry no signatures, so a view change is trusted only for its own sender's claims
 //!   (P and Q sets, checkpoint claims) and a new-view names the view changes it used by digest;
-//!   backups recompute the decision from view changes they received directly. The new primary
+//!   backups recompute the decision from view changes they received directly. A replica joins
+//!   the smallest view that f+1 others ask for beyond its own. One whose view change gathers no
+//!   quorum (alone, say, after its first requests took longer than its timeout over slow links)
+//!   goes back, after a view-change timeout, to its last view once f+1 peers report ordering
+//!   there: withdrawn, it votes for nothing in that view (its view change stays true and counts
+//!   if the others move later; it sends that same one again then) and delivers on 2f+1 commits,
+//!   its clients' requests among them. The new primary
 //!   searches the view changes it holds for a subset (a quorum at least) that decides, so one
 //!   Byzantine view change that makes every set containing it undecidable is left out. A replica that
 //!   missed a new-view accepts it once f+1 replicas relay the same one. Timeouts double per
@@ -225,6 +235,11 @@
 //!   and for each of the eleven named actors (`actor_*`, one per behaviour, checked by
 //!   `every_actor_has_a_test`) 100 seeds for n = 4 and 33 for n = 7 with f replicas behaving
 //!   that way (`BFT_ACTOR_SEEDS=N`): 3713 seeds per run, all with liveness checked.
+//! - `tests/sim/scenarios.rs`: scripted runs of faults found outside the simulator, seeded and
+//!   bounded in simulated time: a backup restarted two hours ahead under a load three times the
+//!   push rate catches up within 4 s; a replica whose links outran its request timeout at
+//!   start-up and changed views alone is back ordering with the others and serving its clients
+//!   (`cargo test -p bft --test sim -- scenarios`).
 //! - Campaign of the generated adversary: `BFT_HOSTILE_SEEDS=100000 cargo test --release -p bft --test sim -- actor_hostile_primary`
 //!   (n = 4, and a third of the count for n = 7).
 //! - The budget hog: `cargo test -p bft --test sim -- actor_budget_hog` (100 seeds at n = 4, 33

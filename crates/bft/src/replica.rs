@@ -72,8 +72,10 @@ const PRE_PREPARED_PER_SEQ: usize = 4;
 /// View changes remembered per peer (its highest views), so a new view can still be checked
 /// after its sender moved on.
 const VIEW_CHANGES_PER_PEER: usize = 2;
-/// Most committed batches pushed to a lagging peer per status report.
-const PUSH_BURST: u64 = 16;
+/// Most committed batches pushed to a lagging peer per status report. The byte cap
+/// ([`PUSH_BATCHES_OF_BYTES`]) is what bounds a status spammer's cost; at 16 the count alone
+/// held a laggard to 32 batches/s at the default interval, slower than a loaded cluster orders.
+const PUSH_BURST: u64 = 64;
 /// Most proposal bytes pushed to a lagging peer per status report, in units of
 /// `batch_max_bytes` (at least one batch always goes).
 const PUSH_BATCHES_OF_BYTES: usize = 4;
@@ -119,6 +121,12 @@ enum Phase {
         /// When `view` began here (installed, or this replica started): requests learned
         /// before it waited through a view change, which says nothing about its primary.
         began: Time,
+        /// The view change this replica sent for a later view and withdrew from, back in
+        /// `view` because f+1 peers went on ordering in it (see [`Replica::try_rejoin`]). It
+        /// votes for nothing in `view` (that view change stays a true account of what it
+        /// prepared) and sends that same one again if it moves to that view; it delivers what
+        /// 2f+1 others commit.
+        withdrawn: Option<ViewChange>,
     },
     /// Changing to `own.view` (the target view).
     ViewChanging {
@@ -130,6 +138,8 @@ enum Phase {
         /// The target view's new view from its primary, held until this replica holds every
         /// view change it names and can check its decision.
         pending_new_view: Option<NewView>,
+        /// When this replica began changing to the target view.
+        since: Time,
     },
 }
 
@@ -150,6 +160,14 @@ impl Phase {
     fn ordering_view(&self) -> Option<u64> {
         match self {
             Phase::Normal { view, .. } => Some(*view),
+            Phase::ViewChanging { .. } => None,
+        }
+    }
+
+    /// The view change this replica withdrew from while back in its last view, if any.
+    fn withdrawn(&self) -> Option<&ViewChange> {
+        match self {
+            Phase::Normal { withdrawn, .. } => withdrawn.as_ref(),
             Phase::ViewChanging { .. } => None,
         }
     }
@@ -258,6 +276,11 @@ struct Slot {
     /// A pre-prepare of the current view not yet vouched for (see [`Replica::vouched`]):
     /// neither prepared nor reported until it is.
     waiting: Option<Accepted>,
+    /// A pre-prepare of the current view this replica keeps without voting for it: its time
+    /// was beyond `max_clock_skew` of our clock, or this replica withdrew from a view change
+    /// (see [`Phase::Normal`]). Never prepared nor reported in a view change; delivered once
+    /// 2f+1 replicas commit it (see [`Replica::check_committed`]).
+    unvoted: Option<Accepted>,
 }
 
 #[derive(Clone, Debug)]
@@ -399,7 +422,7 @@ impl Replica {
         let rule = Rule::new(&config);
         let mut replica = Replica {
             now,
-            phase: Phase::Normal { view: 0, new_view: None, began: now },
+            phase: Phase::Normal { view: 0, new_view: None, began: now, withdrawn: None },
             slots: BTreeMap::new(),
             last_delivered: 0,
             commit_high: 0,
@@ -525,9 +548,9 @@ impl Replica {
                 Some(view_change) if view_change.view == meta.view => view_change,
                 _ => replica.build_view_change(meta.view),
             };
-            Phase::ViewChanging { own, last_normal_view: meta.last_normal_view, pending_new_view: None }
+            Phase::ViewChanging { own, last_normal_view: meta.last_normal_view, pending_new_view: None, since: now }
         } else {
-            Phase::Normal { view: meta.view, new_view: meta.current_new_view, began: now }
+            Phase::Normal { view: meta.view, new_view: meta.current_new_view, began: now, withdrawn: None }
         };
         // Deliver again from the base: rebuilds the deduplication table, log digest and times.
         loop {
@@ -610,12 +633,15 @@ impl Replica {
     }
 
     fn meta(&self) -> Meta {
-        let (view_changing, last_normal_view, own_view_change, current_new_view) = match &self.phase {
-            Phase::Normal { view, new_view, .. } => (false, *view, None, new_view.clone()),
-            Phase::ViewChanging { own, last_normal_view, .. } => (true, *last_normal_view, Some(own.clone()), None),
+        let (view, view_changing, last_normal_view, own_view_change, current_new_view) = match &self.phase {
+            // Withdrawn from a view change, a replica is still bound by it: it resumes from a
+            // restart changing views with that same view change (and may come back again).
+            Phase::Normal { view, withdrawn: Some(own), .. } => (own.view, true, *view, Some(own.clone()), None),
+            Phase::Normal { view, new_view, withdrawn: None, .. } => (*view, false, *view, None, new_view.clone()),
+            Phase::ViewChanging { own, last_normal_view, .. } => (own.view, true, *last_normal_view, Some(own.clone()), None),
         };
         Meta {
-            view: self.view(),
+            view,
             view_changing,
             last_normal_view,
             stable: self.stable,
@@ -745,6 +771,7 @@ impl Replica {
                 .chain(slot.prepared.iter().map(|p| &p.proposal))
                 .chain(slot.committed.iter().map(|(_, p)| p))
                 .chain(slot.waiting.iter().map(|w| &w.proposal))
+                .chain(slot.unvoted.iter().map(|u| &u.proposal))
                 .chain(slot.fetched_bodies.values());
             for proposal in proposals {
                 total = total.saturating_add(proposal_bytes(proposal));
@@ -771,7 +798,7 @@ impl Replica {
     /// derived from the budgets (B = `batch_max_bytes` + 16 per proposal, L = window, n peers):
     /// own requests `max_pending_requests` x (`max_request_bytes` + overhead); others' requests
     /// (n - 1) x `max_pending_bytes_per_origin`; slots at most 2L + K, each holding an accepted,
-    /// a waiting, a prepared and a committed proposal and one fetched body per peer: (4 + n) x B; retained
+    /// a waiting, an unvoted, a prepared and a committed proposal and one fetched body per peer: (5 + n) x B; retained
     /// batches (`retained_batches` + 2L + K) x B; view changes, three per peer (two views plus
     /// one equivocating copy), each at most 4L prepared entries of B plus its fixed parts; new
     /// views n + 2 (relayed, pending, current), each at most L proposals of B.
@@ -785,7 +812,7 @@ impl Replica {
         let own = c.max_pending_requests.saturating_mul(c.max_request_bytes.saturating_add(REQUEST_OVERHEAD));
         let others = n.saturating_sub(1).saturating_mul(c.max_pending_bytes_per_origin);
         let slot_count = window.saturating_mul(2).saturating_add(interval);
-        let slots = slot_count.saturating_mul(batch.saturating_mul(4 + n));
+        let slots = slot_count.saturating_mul(batch.saturating_mul(5 + n));
         let retained = retained.saturating_add(slot_count).saturating_mul(batch);
         let entries = window.saturating_mul(4);
         let one_view_change = VIEW_CHANGE_FIXED
@@ -1035,7 +1062,7 @@ impl Replica {
 
     /// The primary of an installed view: the one that proposes.
     fn is_proposing(&self) -> bool {
-        self.is_primary() && !self.phase.is_changing()
+        self.is_primary() && !self.phase.is_changing() && self.phase.withdrawn().is_none()
     }
 
     fn learn_request(&mut self, request: Request, own: bool) {
@@ -1602,8 +1629,7 @@ impl Replica {
         }
         let digest = proposal.digest(seq);
         let slot = self.slots.get(&seq);
-        let held =
-            slot.and_then(|slot| slot.accepted.as_ref()).filter(|a| a.view == view).or(slot.and_then(|slot| slot.waiting.as_ref()).filter(|w| w.view == view));
+        let held = slot.and_then(|slot| [&slot.accepted, &slot.waiting, &slot.unvoted].into_iter().flatten().find(|a| a.view == view));
         if let Some(held) = held {
             if held.digest != digest {
                 self.blame(from, "two pre-prepares for one seq and view");
@@ -1611,7 +1637,15 @@ impl Replica {
             // A waiting one is checked again when what could vouch for it arrives.
             return;
         }
-        if proposal.is_null() || !self.time_acceptable(seq, proposal.time) {
+        if proposal.is_null() {
+            return;
+        }
+        if self.phase.withdrawn().is_some() || !self.time_acceptable(seq, proposal.time) {
+            // This replica does not help certify it (a time it cannot vouch for, or a view it
+            // withdrew from), but 2f+1 commits certify it without us: keep it to deliver then.
+            let slot = self.slots.entry(seq).or_default();
+            slot.unvoted = Some(Accepted { view, digest, proposal, at: self.now });
+            self.check_committed(seq);
             return;
         }
         // A seq this replica delivered already (fetched) is decided: its state includes it.
@@ -1810,6 +1844,11 @@ impl Replica {
         if self.primary_equivocated(seq) {
             self.blame(primary, "equivocating pre-prepares");
         }
+        if self.phase.withdrawn().is_some() {
+            // A prepared certificate now would be missing from the view change it sent.
+            self.check_committed(seq);
+            return;
+        }
         let needed = self.config.quorum() - 1;
         let Some(slot) = self.slots.get_mut(&seq) else { return };
         let Some(accepted) = slot.accepted.clone() else { return };
@@ -1863,17 +1902,24 @@ impl Replica {
         equivocated
     }
 
+    /// Commits `seq` locally once 2f+1 replicas committed, in this view, the batch this
+    /// replica prepared, accepted, or keeps unvoted: a commit comes only from a replica that holds
+    /// a prepared certificate, so f+1 honest replicas prepared it and no other batch can
+    /// commit at `seq` in any view (the argument is in docs/DETERMINISM.md, "Clock skew and
+    /// unvoted batches").
     fn check_committed(&mut self, seq: u64) {
         let view = self.view();
         let quorum = self.config.quorum();
         let Some(slot) = self.slots.get_mut(&seq) else { return };
-        let Some(prepared) = slot.prepared.as_ref() else { return };
-        if prepared.view != view || slot.committed.is_some() {
+        if slot.committed.is_some() {
             return;
         }
-        let matching = slot.commits.values().filter(|vote| **vote == (view, prepared.digest)).count();
+        // One digest per view among them (a second pre-prepare for the seq and view is refused).
+        let Some(held) = [&slot.prepared, &slot.accepted, &slot.unvoted].into_iter().flatten().find(|held| held.view == view) else { return };
+        let matching = slot.commits.values().filter(|vote| **vote == (view, held.digest)).count();
         if matching >= quorum {
-            slot.committed = Some((prepared.digest, prepared.proposal.clone()));
+            slot.committed = Some((held.digest, held.proposal.clone()));
+            slot.unvoted = None;
             self.mark_slot(seq);
         }
     }
@@ -2035,13 +2081,15 @@ impl Replica {
                 let view_change = own.clone();
                 self.broadcast(Message::ViewChange(view_change));
             }
-            Phase::Normal { .. } => {
+            Phase::Normal { withdrawn: Some(_), .. } => {}
+            Phase::Normal { withdrawn: None, .. } => {
                 // What could vouch for a waiting pre-prepare may have come another way (a
                 // delivery made its requests old news).
                 self.recheck_all_waiting();
                 self.retransmit_slots();
             }
         }
+        self.try_rejoin();
         if let Some(claim) = self.own_checkpoints.values().next_back().copied() {
             self.broadcast(Message::Checkpoint { sender: self.config.id, checkpoint: claim });
         } else if self.stable.seq > 0 {
@@ -2164,6 +2212,7 @@ impl Replica {
         }
         self.peer_status.insert(from, (report, self.now));
         self.check_state_transfer();
+        self.try_rejoin();
     }
 
     /// Takes the time of an input; a jump of several retransmit intervals (the process was
@@ -2286,9 +2335,9 @@ impl Replica {
         if target <= self.view() {
             return;
         }
-        let last_normal_view = match &self.phase {
-            Phase::Normal { view, .. } => *view,
-            Phase::ViewChanging { last_normal_view, .. } => *last_normal_view,
+        let (last_normal_view, withdrawn) = match &self.phase {
+            Phase::Normal { view, withdrawn, .. } => (*view, withdrawn.clone()),
+            Phase::ViewChanging { last_normal_view, .. } => (*last_normal_view, None),
         };
         // Counted however this replica came to suspect (its timer, f+1 others, a failed view).
         self.suspicions = self.suspicions.saturating_add(1);
@@ -2296,9 +2345,14 @@ impl Replica {
         self.timers.cancel(Timer::ViewChange);
         self.clear_fresh();
         self.drop_waiting();
-        let view_change = self.build_view_change(target);
+        // Back to a view change it withdrew from: the one it sent is still true (it voted for
+        // nothing since), and another for the same view would be a second version of it.
+        let view_change = match withdrawn.filter(|own| own.view >= target) {
+            Some(own) => own,
+            None => self.build_view_change(target),
+        };
         let digest = view_change_digest(&view_change);
-        self.phase = Phase::ViewChanging { own: view_change.clone(), last_normal_view, pending_new_view: None };
+        self.phase = Phase::ViewChanging { own: view_change.clone(), last_normal_view, pending_new_view: None, since: self.now };
         self.mark_meta();
         self.store_view_change(self.config.id, view_change.clone(), digest);
         self.broadcast(Message::ViewChange(view_change));
@@ -2414,7 +2468,8 @@ impl Replica {
         self.after_view_change_input_bookkeeping();
         // Join: f+1 replicas ask for views above ours, so at least one honest replica does.
         let mut highest: BTreeMap<ReplicaId, u64> = BTreeMap::new();
-        for (sender, view) in self.view_changes.keys() {
+        // Others only: a replica back from a view change it withdrew from holds its own.
+        for (sender, view) in self.view_changes.keys().filter(|(sender, _)| *sender != self.config.id) {
             let entry = highest.entry(*sender).or_insert(*view);
             *entry = (*entry).max(*view);
         }
@@ -2441,6 +2496,32 @@ impl Replica {
         } else {
             self.try_pending_new_view();
         }
+    }
+
+    /// A view change that gathers no quorum leaves its replica alone in it (one whose request
+    /// timer fired before its peers saw the request, over slow links at start-up, say) while
+    /// its peers go on ordering; a view change needs 2f+1, so they never follow. After a
+    /// view-change timeout without a quorum for its target, once f+1 peers (so one honest)
+    /// reported ordering in its last view since it left, it goes back there withdrawn (see
+    /// [`Phase::Normal`]): it votes for nothing, so the view change it sent stays true and
+    /// counts if the others move later, and it delivers what 2f+1 others commit, its own
+    /// clients' requests among them. Not for the primary of that view (its pre-prepares
+    /// would be votes). It sends that same view change again when f+1 others ask for a later
+    /// view, or when its request timer fires again (with the back-off of a new suspicion).
+    fn try_rejoin(&mut self) {
+        let Phase::ViewChanging { own, last_normal_view, pending_new_view: None, since } = &self.phase else { return };
+        let (view, since) = (*last_normal_view, *since);
+        let quorum_asked = self.timers.is_armed(Timer::ViewChange);
+        if quorum_asked || self.now < since.plus(self.config.view_change_timeout) || self.config.primary(view) == self.config.id {
+            return;
+        }
+        let ordering = self.peer_status.values().filter(|(report, at)| *at > since && report.view == view && !report.view_changing).count();
+        if ordering <= usize::from(self.config.f) {
+            return;
+        }
+        let own = own.clone();
+        self.phase = Phase::Normal { view, new_view: None, began: self.now, withdrawn: Some(own) };
+        self.restart_requests();
     }
 
     /// Backups suspect the primary after the adaptive timeout (see
@@ -2507,6 +2588,10 @@ impl Replica {
         if new_view.view < self.view() || (new_view.view == self.view() && !self.phase.is_changing()) {
             return;
         }
+        if self.phase.withdrawn().is_some_and(|own| new_view.view < own.view) {
+            // It would vote there, after a view change for a later view that does not say so.
+            return;
+        }
         let digest = new_view_digest(&new_view);
         if self.relayed_new_views.get(&from).is_none_or(|(_, old)| old.view <= new_view.view) {
             self.relayed_new_views.insert(from, (digest, new_view.clone()));
@@ -2556,7 +2641,7 @@ impl Replica {
         let view = new_view.view;
         debug_assert!(view >= self.view());
         let (proposals, checkpoint) = (new_view.proposals.clone(), new_view.checkpoint);
-        self.phase = Phase::Normal { view, new_view: Some(new_view), began: self.now };
+        self.phase = Phase::Normal { view, new_view: Some(new_view), began: self.now, withdrawn: None };
         self.drop_waiting();
         self.mark_meta();
         self.timers.cancel(Timer::ViewChange);
@@ -2674,9 +2759,12 @@ impl Replica {
         debug_assert!(self.waiting.iter().all(|seq| self.slots.get(seq).is_some_and(|slot| slot.waiting.is_some())));
         debug_assert!(!self.phase.is_changing() || !self.timers.is_armed(Timer::Request));
         debug_assert!(self.phase.is_changing() || !self.timers.is_armed(Timer::ViewChange));
-        if let Phase::ViewChanging { own, last_normal_view, pending_new_view } = &self.phase {
+        if let Phase::ViewChanging { own, last_normal_view, pending_new_view, .. } = &self.phase {
             debug_assert!(own.sender == self.config.id && *last_normal_view < own.view);
             debug_assert!(pending_new_view.as_ref().is_none_or(|nv| nv.view == own.view));
+        }
+        if let Phase::Normal { view, withdrawn: Some(own), .. } = &self.phase {
+            debug_assert!(own.sender == self.config.id && *view < own.view && !self.is_proposing());
         }
     }
 }

@@ -83,6 +83,13 @@ pub struct Cluster {
     hog_charged: u64,
     /// Agreed times of the canonical log's first and latest batch.
     log_span: Option<(u64, u64)>,
+    /// A scripted run ([`Cluster::scripted`]): no random faults or submissions, the test
+    /// drives the faults; the script submits `scripted_load` requests per tick.
+    scripted: bool,
+    scripted_load: usize,
+    /// Scripted runs: when each request was submitted, and when its origin delivered it.
+    submitted_at: BTreeMap<RequestKey, u64>,
+    served_at: BTreeMap<RequestKey, u64>,
 }
 
 /// How a cluster built with [`Cluster::with_reboots`] crashes replicas: each crash throws the
@@ -141,6 +148,10 @@ struct Node {
     up: bool,
     /// Lost its state at least once; counts against f like a Byzantine replica.
     amnesiac: bool,
+    /// Its clock jumps [`SKEW_JUMP_US`] ahead at every restart (the nemesis campaign's
+    /// `--faults skew`); counted against f from the start, since once skewed it vouches for no
+    /// proposal's time.
+    skew_at_restart: bool,
     restart_at: Option<(u64, bool)>,
     clock_offset_us: u64,
     /// Fresh `Replica`s started for this node (state losses), for per-incarnation bounds.
@@ -168,6 +179,8 @@ struct App {
 const START_US: u64 = 1_700_000_000_000_000;
 const SCRIPT_INTERVAL_US: u64 = 2_000;
 const CLOCK_SKEW_US: u64 = 10_000;
+/// How far a skewed replica's clock jumps ahead when it restarts: two hours.
+const SKEW_JUMP_US: u64 = 2 * 3_600 * 1_000_000;
 /// Honest clients number from 1 and never get near it; forged relays use far larger numbers.
 pub const MAX_NUMBER_JUMP: u64 = 1 << 20;
 /// Held bytes are checked every this many script ticks while a flooder runs.
@@ -213,6 +226,10 @@ impl Cluster {
         while byzantine_ids.len() < byzantine_count {
             byzantine_ids.insert(rng.below(u64::from(n)) as ReplicaId);
         }
+        // Seeds without Byzantine nodes: one in eight has a replica whose clock jumps hours ahead
+        // when it restarts. Drawn from a stream of its own, so every other draw stays the same.
+        let mut skew_rng = SimRng::new(seed ^ (u64::from(n) << 56) ^ salt ^ 0x5ce3_d0c1_0c4e);
+        let skewed = (byzantine_count == 0 && skew_rng.chance(0.125)).then(|| skew_rng.below(u64::from(n)) as ReplicaId);
         let mut nodes = Vec::new();
         for id in 0..n {
             let behaviour = byzantine_ids.contains(&id).then(|| forced.unwrap_or_else(|| byzantine::ALL[rng.below(byzantine::ALL.len() as u64) as usize]));
@@ -227,6 +244,7 @@ impl Cluster {
                 byzantine_state: ByzantineState::default(),
                 up: true,
                 amnesiac: false,
+                skew_at_restart: skewed == Some(id),
                 restart_at: None,
                 clock_offset_us,
                 incarnations: 1,
@@ -264,7 +282,103 @@ impl Cluster {
             reboots: None,
             hog_charged: 0,
             log_span: None,
+            scripted: false,
+            scripted_load: 0,
+            submitted_at: BTreeMap::new(),
+            served_at: BTreeMap::new(),
         }
+    }
+
+    /// n honest replicas over a network that loses, duplicates and partitions nothing (link
+    /// delays drawn from `seed`), driven by the test: [`Cluster::stop`], [`Cluster::start`],
+    /// [`Cluster::set_link_delay`], [`Cluster::set_load`], [`Cluster::run_until`].
+    pub fn scripted(n: u16, seed: u64) -> Cluster {
+        let mut cluster = Cluster::with_behaviour(n, seed, None);
+        for id in 0..n {
+            let node = &mut cluster.nodes[usize::from(id)];
+            if node.behaviour.take().is_some() {
+                let now = Time(START_US + node.clock_offset_us);
+                node.replicas = vec![Replica::new(sim_config(n, id), now).expect("valid config")];
+                node.apps = vec![App::default()];
+                node.disks = vec![Disk::default()];
+            }
+        }
+        for node in &mut cluster.nodes {
+            node.skew_at_restart = false;
+        }
+        cluster.loss = 0.0;
+        cluster.duplication = 0.0;
+        cluster.scripted = true;
+        cluster
+    }
+
+    /// One request from a client of replica `id`.
+    pub fn submit(&mut self, id: usize) {
+        let client = self.rng.below(3);
+        self.submit_as(id, client);
+    }
+
+    /// Requests submitted per script tick (2 ms), each through the next replica that is up.
+    pub fn set_load(&mut self, per_tick: usize) {
+        self.scripted_load = per_tick;
+    }
+
+    /// The base delay of the links between `a` and `b`, both ways (a message takes between
+    /// it and twice it).
+    pub fn set_link_delay(&mut self, a: usize, b: usize, base_us: u64) {
+        let n = usize::from(self.n);
+        self.delays_us[a * n + b] = base_us;
+        self.delays_us[b * n + a] = base_us;
+    }
+
+    /// Kills replica `id` (like kill -9): it comes back from its disk at [`Cluster::start`].
+    pub fn stop(&mut self, id: usize) {
+        self.nodes[id].up = false;
+        self.nodes[id].reboot_pending = true;
+        self.nodes[id].restart_at = None;
+        self.stats.crashes += 1;
+    }
+
+    /// Starts replica `id` again from its disk, its clock `clock_offset_us` ahead of true time.
+    pub fn start(&mut self, id: usize, clock_offset_us: u64) {
+        self.nodes[id].clock_offset_us = clock_offset_us;
+        self.restart(id, false);
+    }
+
+    /// Runs until `at_us` after the start of the simulation.
+    pub fn run_until(&mut self, at_us: u64) -> Result<(), Failure> {
+        self.drive(START_US + at_us, false);
+        self.failure.take().map_or(Ok(()), Err)
+    }
+
+    pub fn status(&self, id: usize) -> bft::Status {
+        self.nodes[id].replicas[0].status()
+    }
+
+    pub fn held_bytes(&self, id: usize) -> (usize, usize) {
+        let replica = &self.nodes[id].replicas[0];
+        (replica.held_bytes(), replica.held_bytes_bound())
+    }
+
+    /// Every request submitted so far is delivered at every replica (the liveness check).
+    pub fn check_all_delivered(&self) -> Result<(), Failure> {
+        self.check_liveness()
+    }
+
+    /// Requests of origin `id` submitted from `from_us` (after the start of the simulation)
+    /// on: how many, and the longest time until `id` delivered one (`None`: one is not
+    /// delivered at `id` yet).
+    pub fn served(&self, id: usize, from_us: u64) -> (usize, Option<u64>) {
+        let mut count = 0;
+        let mut longest = Some(0);
+        for (key, at) in self.submitted_at.iter().filter(|(key, at)| usize::from(key.origin) == id && **at >= START_US + from_us) {
+            count += 1;
+            longest = match (longest, self.served_at.get(key)) {
+                (Some(longest), Some(served)) => Some(longest.max(served - at)),
+                _ => None,
+            };
+        }
+        (count, longest)
     }
 
     /// Like [`Cluster::new`], but every crash is a restart from persisted state.
@@ -276,7 +390,8 @@ impl Cluster {
 
     /// Describes the faulty nodes, for failure reports.
     pub fn describe(&self) -> String {
-        let faulty: Vec<String> = self.nodes.iter().enumerate().filter_map(|(id, node)| node.behaviour.map(|b| format!("{id}:{b:?}"))).collect();
+        let mut faulty: Vec<String> = self.nodes.iter().enumerate().filter_map(|(id, node)| node.behaviour.map(|b| format!("{id}:{b:?}"))).collect();
+        faulty.extend(self.nodes.iter().enumerate().filter(|(_, node)| node.skew_at_restart).map(|(id, _)| format!("{id}:skewed-at-restart")));
         format!("n={} seed={} byzantine=[{}] loss={} dup={}", self.n, self.seed, faulty.join(","), self.loss, self.duplication)
     }
 
@@ -324,7 +439,8 @@ impl Cluster {
             return Err(failure);
         }
         self.check_liveness()?;
-        self.stats.liveness_views = self.honest_max_view() - views_before;
+        // A replica back from a view change it withdrew from reports its last view again.
+        self.stats.liveness_views = self.honest_max_view().saturating_sub(views_before);
         let bound = liveness_view_bound(self.f);
         if self.stats.views_without_delivery > bound {
             return Err(Failure::Liveness(format!(
@@ -364,7 +480,7 @@ impl Cluster {
         Ok(())
     }
 
-    /// A status spammer gets at most one push of at most PUSH_BURST (16) batches per half
+    /// A status spammer gets at most one push of at most PUSH_BURST (64) batches per half
     /// retransmit interval from each incarnation of an honest replica.
     fn check_spammer_answers(&self) -> Result<(), Failure> {
         if !self.has(Behaviour::StatusSpammer) {
@@ -377,7 +493,7 @@ impl Cluster {
                 continue;
             }
             let spammers = self.nodes.iter().filter(|n| n.behaviour == Some(Behaviour::StatusSpammer)).count() as u64;
-            let bound = (elapsed / half_interval_us + 1 + node.incarnations) * 16 * spammers;
+            let bound = (elapsed / half_interval_us + 1 + node.incarnations) * 64 * spammers;
             if node.pushed_to_spammer > bound {
                 return Err(Failure::Liveness(format!(
                     "replica {id} pushed {} batches to a status spammer in {elapsed} us (bound {bound})",
@@ -462,7 +578,7 @@ impl Cluster {
             } else {
                 self.next_script = self.now + SCRIPT_INTERVAL_US;
                 self.script(faults);
-                if !faults && self.all_delivered() {
+                if !faults && !self.scripted && self.all_delivered() {
                     return;
                 }
             }
@@ -673,6 +789,9 @@ impl Cluster {
                 return;
             }
             for request in &batch.requests {
+                if self.scripted && usize::from(request.origin) == id {
+                    self.served_at.entry(request.key()).or_insert(self.now);
+                }
                 if request.number > MAX_NUMBER_JUMP {
                     self.failure = Some(Failure::Safety(format!("replica {id} delivered a jumped number {:?}", request.key())));
                     return;
@@ -735,6 +854,16 @@ impl Cluster {
                 return;
             }
         }
+        if self.scripted {
+            for _ in 0..self.scripted_load {
+                let next = self.client_numbers.values().sum::<u64>() as usize;
+                if let Some(id) = (0..self.nodes.len()).map(|i| (next + i) % self.nodes.len()).find(|id| self.nodes[*id].up) {
+                    let client = self.rng.below(3);
+                    self.submit_as(id, client);
+                }
+            }
+            return;
+        }
         if !faults {
             return;
         }
@@ -783,6 +912,10 @@ impl Cluster {
             return;
         }
         let client = self.rng.below(3);
+        self.submit_as(id, client);
+    }
+
+    fn submit_as(&mut self, id: usize, client: u64) {
         let origin = id as ReplicaId;
         let number = {
             let counter = self.client_numbers.entry((origin, client)).or_insert(0);
@@ -800,6 +933,9 @@ impl Cluster {
         let accepted = self.nodes[id].replicas[copy].submit(now, request.clone()).is_ok();
         self.mix(&[self.now, id as u64, number, u64::from(accepted)], &[]);
         if accepted && self.honest(id) {
+            if self.scripted {
+                self.submitted_at.insert(request.key(), self.now);
+            }
             self.tracked.insert(request.key(), request);
         }
         self.drain(id, copy);
@@ -816,7 +952,7 @@ impl Cluster {
         }
         // Losing state is a fault like a Byzantine one (the replica forgets what it promised):
         // allow it only while Byzantine plus amnesiac replicas stay within f.
-        let faulty = self.nodes.iter().filter(|node| node.behaviour.is_some() || node.amnesiac).count();
+        let faulty = self.nodes.iter().filter(|node| node.behaviour.is_some() || node.amnesiac || node.skew_at_restart).count();
         let lose = self.reboots.is_none() && (self.nodes[id].amnesiac || faulty < usize::from(self.f)) && self.rng.chance(0.5);
         self.nodes[id].up = false;
         self.nodes[id].reboot_pending = self.reboots.is_some();
@@ -833,6 +969,9 @@ impl Cluster {
         let node = &mut self.nodes[id];
         node.up = true;
         node.restart_at = None;
+        if node.skew_at_restart {
+            node.clock_offset_us += SKEW_JUMP_US;
+        }
         if debug() {
             eprintln!("{} restart r{id} lose={lose} reboot={}", self.now, node.reboot_pending);
         }

@@ -9,6 +9,7 @@
 
 mod byzantine;
 mod cluster;
+mod scenarios;
 
 use byzantine::Behaviour;
 use cluster::{Cluster, Failure, Reboots};
