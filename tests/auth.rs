@@ -5,7 +5,7 @@ use std::net::UdpSocket;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sdns_system_tests::{Cluster, ClusterOpts};
+use sdns_system_tests::{Cluster, ClusterOpts, Replicas};
 use wrapper::auth::{tsig, wire};
 
 fn metric(c: &Cluster, i: u16, series: &str) -> u64 {

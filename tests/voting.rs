@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use hickory_proto::op::Message;
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::RData;
-use sdns_system_tests::{run, sdns_bin, text, tool, Cluster, ClusterOpts};
+use sdns_system_tests::{bind, run, sdns_bin, text, Cluster, ClusterOpts, Replicas};
 
 const LIE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 66);
 
@@ -162,9 +162,7 @@ fn update(c: &Cluster, addrs: &[SocketAddr], command: &str) -> (Option<i32>, Str
 }
 
 fn dig_at(addr: SocketAddr, args: &[&str]) -> String {
-    let out =
-        run(Command::new(tool("dig")).arg(format!("@{}", addr.ip())).arg("-p").arg(addr.port().to_string()).args(["+norec", "+time=3", "+tries=2"]).args(args));
-    text(&out)
+    bind::dig_at(addr, &["+norec", "+time=3", "+tries=2"], args)
 }
 
 struct Stub(Child);
