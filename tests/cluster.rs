@@ -105,7 +105,7 @@ fn malformed_packets_disturb_nothing() {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
     let target = ("127.0.0.1", c.client_port(0));
-    let mut noise = simkit::Noise::new(0x2545f4914f6cdd1d);
+    let mut noise = testkit::Noise::new(0x2545f4914f6cdd1d);
     for len in [0usize, 1, 11, 12, 13, 40, 512, 1400] {
         for _ in 0..20 {
             let buf = noise.bytes(len);

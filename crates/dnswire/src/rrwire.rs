@@ -479,7 +479,7 @@ mod tests {
 
     #[test]
     fn random_bytes_never_panic() {
-        let mut noise = simkit::Noise::new(0x243f6a8885a308d3);
+        let mut noise = testkit::Noise::new(0x243f6a8885a308d3);
         for len in 0..2000 {
             let buf = noise.bytes(len % 300);
             let _ = RawMessage::parse(&buf);

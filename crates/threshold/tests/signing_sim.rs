@@ -4,7 +4,7 @@
 //! Share computations (`Output::Compute`) finish after a seeded random delay in `run`, so they
 //! complete out of order as on a worker pool; the hand-driven tests run them at once.
 //!
-//! Seeds follow the workspace's convention (crates/simkit): `SIM_SEEDS=N` runs N seeds per
+//! Seeds follow the workspace's convention (crates/testkit): `SIM_SEEDS=N` runs N seeds per
 //! campaign, `SIM_SEED=S` replays one, and a failure prints the line that replays it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -264,8 +264,8 @@ fn check_mode(seed: u64, n: u16, protocol: Protocol, faults: Vec<Fault>, loss: u
 }
 
 /// The running test's campaign (libtest names the thread after the test).
-fn campaign(ci_count: u64) -> simkit::Campaign {
-    simkit::Campaign::here("threshold", "signing_sim", ci_count)
+fn campaign(ci_count: u64) -> testkit::Campaign {
+    testkit::Campaign::here("threshold", "signing_sim", ci_count)
 }
 
 fn seeds(ci_count: u64) -> Vec<u64> {

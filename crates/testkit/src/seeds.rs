@@ -1,21 +1,5 @@
-//! The one seed convention of the workspace's simulators (the ordering simulator in bft, the
-//! signing simulator in threshold, the execution simulator in exec), so that a failure found
-//! by any of them is replayed the same way:
-//!
-//! - every simulated test is a *campaign*: seeds `0..count`, with the count CI runs written
-//!   in the test;
-//! - `SIM_SEEDS=N` runs N seeds instead in every campaign the command selects (a longer
-//!   campaign: `SIM_SEEDS=5000 cargo test --release -p bft --test sim -- actor_equivocator`);
-//! - `SIM_SEED=S` runs seed S alone in every campaign the command selects (a replay);
-//! - a failing seed is reported with the line that replays it:
-//!   `reproduce: SIM_SEED=S cargo test -p CRATE --test TARGET -- TEST --exact --nocapture`.
-//!
-//! Beside it, [`Noise`]: the one seeded generator of garbage the fuzz-like tests feed to
-//! parsers and listeners (random datagrams, random bytes), so that such a test replays exactly.
-//!
-//! Nothing else is shared on purpose: each simulator keeps its own world (network, clocks,
-//! faults), since what is simulated differs; the seed is the whole input.
-#![forbid(unsafe_code)]
+//! The seed convention (see the crate's documentation): campaigns, `SIM_SEEDS`, `SIM_SEED`
+//! and replay lines.
 
 use std::fmt;
 
@@ -118,35 +102,6 @@ impl fmt::Display for Reproduce<'_> {
     }
 }
 
-/// A seeded stream of noise for tests (xorshift64): the same seed gives the same bytes on every
-/// machine. Not for anything secret.
-#[derive(Clone, Debug)]
-pub struct Noise(u64);
-
-impl Noise {
-    /// The stream of `seed` (0 is mapped to a fixed non-zero state: xorshift has no zero state).
-    pub fn new(seed: u64) -> Noise {
-        Noise(if seed == 0 { 0x9e37_79b9_7f4a_7c15 } else { seed })
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// A number in `0..bound` (`bound` > 0; the slight bias of a modulus is harmless here).
-    pub fn below(&mut self, bound: u64) -> u64 {
-        self.next_u64() % bound.max(1)
-    }
-
-    /// `len` bytes of noise.
-    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len).map(|_| self.next_u64() as u8).collect()
-    }
-}
-
 /// A variable's value as a number; a set but unreadable value is a mistake worth stopping for.
 fn env_u64(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
@@ -163,7 +118,7 @@ mod tests {
         let line = c.reproduce(42).to_string();
         assert_eq!(
             line,
-            "reproduce: SIM_SEED=42 cargo test -p bft --test sim -- tests::a_campaign_knows_its_test_and_prints_a_replay_line_for_it --exact --nocapture"
+            "reproduce: SIM_SEED=42 cargo test -p bft --test sim -- seeds::tests::a_campaign_knows_its_test_and_prints_a_replay_line_for_it --exact --nocapture"
         );
     }
 
@@ -178,17 +133,6 @@ mod tests {
         assert_eq!(c.seeds(), vec![0, 1, 2, 3, 4]);
         assert_eq!(c.seeds_divided(3), vec![0]);
         assert_eq!(c.with_count(9).seeds_divided(3), vec![0, 1, 2]);
-    }
-
-    #[test]
-    fn noise_replays_from_its_seed_and_differs_between_seeds() {
-        let (mut a, mut b, mut c) = (Noise::new(7), Noise::new(7), Noise::new(8));
-        let first = a.bytes(64);
-        assert_eq!(first, b.bytes(64));
-        assert_ne!(first, c.bytes(64));
-        assert!(first.iter().any(|&x| x != first[0]), "noise is not constant");
-        assert!((0..1000).all(|_| a.below(10) < 10));
-        assert_ne!(Noise::new(0).next_u64(), 0, "seed 0 still makes noise");
     }
 
     #[test]
