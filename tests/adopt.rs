@@ -7,10 +7,11 @@
 //! are reported with their reasons. The reverse zone is taken by AXFR from a running named
 //! (the BIND build's; Debian's named is not installed in CI) after a dynamic update there.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use sdns_system_tests::{bind_dir, free_port_block, ports, run, sdns_bin, text, tool};
+use sdns_system_tests::{bind, bind_dir, free_port_block, metric_value, metrics_page, ports, run, sdns_bin, text, Nsupdate, Replicas};
 
 /// Debian's bind9-utils: the operator's BIND tools, not the patched build.
 const SYSTEM_BIN: &str = "/usr/bin";
@@ -174,49 +175,45 @@ impl Adopted {
     }
 
     fn port(&self, i: u16) -> u16 {
-        self.base + 1 + i
+        self.client_port(i)
     }
 
     /// A counter or gauge from replica `i`'s /metrics (0 when absent).
     fn metric(&self, i: u16, name: &str) -> u64 {
-        let out = run(Command::new("curl").args(["-s", "-m", "5"]).arg(format!("http://127.0.0.1:{}/metrics", self.base + 301 + i)));
-        text(&out)
-            .lines()
-            .find(|l| l.starts_with(name) && !l.starts_with('#'))
-            .and_then(|l| l.split_whitespace().last())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
+        metric_value(&metrics_page(self.base + 301 + i), name)
+    }
+
+    /// nsupdate -k KEY through replica `i` to the first zone: (success, output).
+    fn update(&self, i: u16, key: &Path, commands: &str) -> (bool, String) {
+        self.nsupdate_in(i, &self.zone, key, commands)
+    }
+}
+
+impl Replicas for Adopted {
+    fn count(&self) -> u16 {
+        4
+    }
+
+    fn client_port(&self, i: u16) -> u16 {
+        self.base + 1 + i
+    }
+
+    fn zone(&self) -> &str {
+        &self.zone
+    }
+
+    /// The key `sdns adopt` dealt for the cluster (the operator's own keys are given by name).
+    fn update_key(&self) -> PathBuf {
+        self.dir.join("tsig.key")
+    }
+
+    /// The dealer's transfer key transfers every zone.
+    fn transfer_key(&self) -> PathBuf {
+        self.dir.join("transfer.key")
     }
 
     fn logs(&self) -> String {
         (0..4).map(|i| std::fs::read_to_string(self.dir.join(format!("replica-{i}/sdns.log"))).unwrap_or_default()).collect::<Vec<_>>().join("\n---\n")
-    }
-
-    fn dig(&self, i: u16, args: &[&str]) -> String {
-        text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(self.port(i).to_string()).args(["+norec", "+time=5", "+tries=2"]).args(args)))
-    }
-
-    /// nsupdate -k KEY through replica `i`: (success, output).
-    fn nsupdate(&self, i: u16, key: &Path, commands: &str) -> (bool, String) {
-        self.nsupdate_in(i, &self.zone, key, commands)
-    }
-
-    /// nsupdate -k KEY through replica `i` to `zone`: (success, output).
-    fn nsupdate_in(&self, i: u16, zone: &str, key: &Path, commands: &str) -> (bool, String) {
-        use std::io::Write;
-        let mut child = Command::new(tool("nsupdate"))
-            .arg("-k")
-            .arg(key)
-            .args(["-t", "20"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("nsupdate");
-        let script = format!("server 127.0.0.1 {}\nzone {zone}\n{commands}\nsend\n", self.port(i));
-        child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        (out.status.success(), text(&out))
     }
 }
 
@@ -278,13 +275,7 @@ include \"{}/dhcp.key\";
         let named = RunningNamed { child, port, dir };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
-            let soa = text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(port.to_string()).args([
-                "+short",
-                "+time=1",
-                "+tries=1",
-                "2.0.192.in-addr.arpa",
-                "SOA",
-            ])));
+            let soa = bind::dig(port, &["+short", "+time=1", "+tries=1", "2.0.192.in-addr.arpa", "SOA"]);
             if soa.contains("hostmaster.corp.test.") {
                 return named;
             }
@@ -298,20 +289,7 @@ include \"{}/dhcp.key\";
     }
 
     fn nsupdate(&self, key: &Path, commands: &str) -> (bool, String) {
-        use std::io::Write;
-        let mut child = Command::new(tool("nsupdate"))
-            .arg("-k")
-            .arg(key)
-            .args(["-t", "10"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("nsupdate");
-        let script = format!("server 127.0.0.1 {}\nzone 2.0.192.in-addr.arpa\n{commands}\nsend\n", self.port);
-        child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        (out.status.success(), text(&out))
+        Nsupdate::to(self.port, "2.0.192.in-addr.arpa").key(key).timeout_s(10).send(commands)
     }
 }
 
@@ -387,28 +365,22 @@ fn adopted_zones_take_updates_signed_with_the_operators_keys() {
     for i in 0..4 {
         assert_eq!(records(&corp.dig(i, &["-k", key.to_str().unwrap(), "corp.test", "AXFR"])), before, "replica {i}'s zone differs from the zone file");
     }
-    let (ok, said) = corp.nsupdate(1, &dhcp_key, "update add laptop-7.corp.test 300 A 192.0.2.107");
+    let (ok, said) = corp.update(1, &dhcp_key, "update add laptop-7.corp.test 300 A 192.0.2.107");
     assert!(ok, "the DHCP server's key must still register hosts: {said}\n{}", corp.logs());
     for i in 0..4 {
         let answer = corp.dig(i, &["laptop-7.corp.test", "A", "+dnssec"]);
         assert!(answer.contains("192.0.2.107") && answer.contains("RRSIG\tA 8 3 300"), "replica {i}:\n{answer}");
     }
-    let delv = text(&run(Command::new(tool("delv"))
-        .arg("-a")
-        .arg(corp.dir.join("trust-anchor.conf"))
-        .arg("@127.0.0.1")
-        .arg("-p")
-        .arg(corp.port(2).to_string())
-        .args(["laptop-7.corp.test", "A", "+root=corp.test"])));
+    let delv = bind::delv(corp.port(2), &corp.dir.join("trust-anchor.conf"), "laptop-7.corp.test", "A", "corp.test");
     assert!(delv.contains("; fully validated") && delv.contains("192.0.2.107"), "{delv}");
     // The policy is the operator's: the DHCP key may not touch MX, the operators' key may.
-    let (ok, said) = corp.nsupdate(2, &dhcp_key, "update add corp.test 300 MX 20 mail.corp.test.");
+    let (ok, said) = corp.update(2, &dhcp_key, "update add corp.test 300 MX 20 mail.corp.test.");
     assert!(!ok && said.contains("REFUSED"), "{said}");
-    let (ok, said) = corp.nsupdate(3, &ops_key, "update add corp.test 300 MX 20 mail.corp.test.");
+    let (ok, said) = corp.update(3, &ops_key, "update add corp.test 300 MX 20 mail.corp.test.");
     assert!(ok, "{said}");
     assert!(corp.dig(0, &["corp.test", "MX"]).contains("20 mail.corp.test."));
     // The dealer's own key is known, but the operator's policy grants it nothing.
-    let (ok, said) = corp.nsupdate(0, &corp.dir.join("tsig.key"), "update add dealer.corp.test 300 A 192.0.2.9");
+    let (ok, said) = corp.update(0, &corp.dir.join("tsig.key"), "update add dealer.corp.test 300 A 192.0.2.9");
     assert!(!ok && said.contains("REFUSED"), "{said}");
     // allow-transfer { key ops-key; }: the operator's key transfers the zone.
     let axfr = corp.dig(0, &["-k", ops_key.to_str().unwrap(), "corp.test", "AXFR"]);
@@ -432,8 +404,7 @@ fn adopted_zones_take_updates_signed_with_the_operators_keys() {
     let (ok, said) = running.nsupdate(&dhcp_key, "update add 99.2.0.192.in-addr.arpa 300 PTR printer.corp.test.");
     assert!(ok, "update on the running named: {said}");
     let server = format!("127.0.0.1:{}", running.port);
-    let before =
-        records(&text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(running.port.to_string()).args(["2.0.192.in-addr.arpa", "AXFR"]))));
+    let before = records(&bind::dig(running.port, &["2.0.192.in-addr.arpa", "AXFR"]));
     assert!(before.iter().any(|r| r.contains("printer.corp.test.")), "{before:?}");
     let reverse = Adopted::up(&conf, "2.0.192.in-addr.arpa", root.path().join("reverse"), &["--server", &server], &[]);
     drop(running);
@@ -446,13 +417,13 @@ fn adopted_zones_take_updates_signed_with_the_operators_keys() {
     }
     let answer = reverse.dig(1, &["80.2.0.192.in-addr.arpa", "PTR", "+dnssec"]);
     assert!(answer.contains("www.corp.test.") && answer.contains("RRSIG\tPTR"), "{answer}");
-    let (ok, said) = reverse.nsupdate(2, &dhcp_key, "update add 107.2.0.192.in-addr.arpa 300 PTR laptop-7.corp.test.");
+    let (ok, said) = reverse.update(2, &dhcp_key, "update add 107.2.0.192.in-addr.arpa 300 PTR laptop-7.corp.test.");
     assert!(ok, "{said}\n{}", reverse.logs());
     for i in 0..4 {
         assert!(reverse.dig(i, &["107.2.0.192.in-addr.arpa", "PTR"]).contains("laptop-7.corp.test."), "replica {i}");
     }
     // The operators' key is not in this zone's allow-update.
-    let (ok, said) = reverse.nsupdate(0, &ops_key, "update add 108.2.0.192.in-addr.arpa 300 PTR x.corp.test.");
+    let (ok, said) = reverse.update(0, &ops_key, "update add 108.2.0.192.in-addr.arpa 300 PTR x.corp.test.");
     assert!(!ok, "{said}");
     assert!(!reverse.dig(0, &["108.2.0.192.in-addr.arpa", "PTR"]).contains("x.corp.test."));
 }
@@ -548,7 +519,22 @@ impl SigningNamed {
     }
 
     fn dig(&self, args: &[&str]) -> String {
-        text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(self.port.to_string()).args(["+norec", "+time=2", "+tries=1"]).args(args)))
+        bind::dig(self.port, &[&["+time=2", "+tries=1"], args].concat())
+    }
+}
+
+impl SigningNamed {
+    /// The DS of the operator's KSK, by Debian's dnssec-dsfromkey from the operator's key file.
+    fn old_ds(&self) -> String {
+        let ksk_file = std::fs::read_dir(self.dir.join("keys"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "key") && std::fs::read_to_string(p).unwrap().contains("DNSKEY 257 "))
+            .expect("the operator's KSK file");
+        let ds = run(Command::new(system_tool("dnssec-dsfromkey")).args(["-2"]).arg(&ksk_file));
+        assert!(ds.status.success(), "{}", text(&ds));
+        String::from_utf8_lossy(&ds.stdout).trim().to_owned()
     }
 }
 
@@ -604,7 +590,7 @@ impl Unbound {
     }
 
     fn query(&self, name: &str, rtype: &str) -> String {
-        text(&run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(self.port.to_string()).args(["+dnssec", "+time=5", "+tries=2", name, rtype])))
+        bind::dig_at(SocketAddr::from(([127, 0, 0, 1], self.port)), &["+dnssec", "+time=5", "+tries=2"], &[name, rtype])
     }
 
     fn log(&self) -> String {
@@ -638,26 +624,26 @@ impl Drop for Unbound {
 /// The zone as replica `i` serves it (AXFR with the transfer key), TSIG left out: for
 /// dnssec-verify and for comparing replicas.
 fn zone_text(cluster: &Adopted, i: u16) -> String {
-    let key = cluster.dir.join("transfer.key");
-    let axfr = cluster.dig(i, &["-k", key.to_str().unwrap(), &cluster.zone, "AXFR", "+onesoa", "+nocmd", "+nocomments", "+nostats"]);
-    let lines: Vec<&str> = axfr.lines().filter(|l| !l.starts_with(';') && !l.trim().is_empty() && l.split_whitespace().nth(3) != Some("TSIG")).collect();
-    lines.join("\n") + "\n"
+    zone_records(cluster, i, &cluster.zone).join("\n") + "\n"
+}
+
+/// `zone`'s records as replica `i` transfers them, with the SOA once (the form
+/// dnssec-verify reads).
+fn zone_records(cluster: &Adopted, i: u16, zone: &str) -> Vec<String> {
+    let mut records = cluster.transfer(i, zone).unwrap_or_else(|| panic!("AXFR of {zone} from replica {i} failed\n{}", cluster.logs()));
+    records.pop();
+    records
 }
 
 /// The zone's records, sorted, to compare replicas.
 fn sorted_zone(cluster: &Adopted, i: u16) -> Vec<String> {
-    let mut lines: Vec<String> = zone_text(cluster, i).lines().map(str::to_owned).collect();
-    lines.sort();
-    lines
+    sorted_zone_of(cluster, i, &cluster.zone)
 }
 
 /// `zone` as replica `i` serves it, sorted (the operator's transfer key is not needed: the
 /// dealer's transfer key transfers every zone).
 fn sorted_zone_of(cluster: &Adopted, i: u16, zone: &str) -> Vec<String> {
-    let key = cluster.dir.join("transfer.key");
-    let axfr = cluster.dig(i, &["-k", key.to_str().unwrap(), zone, "AXFR", "+onesoa", "+nocmd", "+nocomments", "+nostats"]);
-    let mut lines: Vec<String> =
-        axfr.lines().filter(|l| !l.starts_with(';') && !l.trim().is_empty() && l.split_whitespace().nth(3) != Some("TSIG")).map(str::to_owned).collect();
+    let mut lines = zone_records(cluster, i, zone);
     lines.sort();
     lines
 }
@@ -682,16 +668,8 @@ fn a_zone_signed_with_the_operators_key_rolls_over_without_a_validation_outage()
     let named = SigningNamed::start(root.path());
     let keys = named.dig(&["signed.test", "DNSKEY"]);
     let old_ksk = keys.lines().find(|l| l.contains("DNSKEY\t257 ")).unwrap_or_else(|| panic!("{keys}")).to_owned();
-    // The old DS, as the parent has it now: from the operator's key, by Debian's tool.
-    let ksk_file = std::fs::read_dir(named.dir.join("keys"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "key") && std::fs::read_to_string(p).unwrap().contains("DNSKEY 257 "))
-        .expect("the operator's KSK file");
-    let ds = run(Command::new(system_tool("dnssec-dsfromkey")).args(["-2"]).arg(&ksk_file));
-    assert!(ds.status.success(), "{}", text(&ds));
-    let old_ds = String::from_utf8_lossy(&ds.stdout).trim().to_owned();
+    // The old DS, as the parent has it now.
+    let old_ds = named.old_ds();
 
     // Adopted from the zone file with its journal, where named keeps its signing.
     let conf = named.conf.clone();
@@ -738,7 +716,7 @@ fn a_zone_signed_with_the_operators_key_rolls_over_without_a_validation_outage()
     let new = Unbound::start(root.path(), "unbound-new", &new_ds, cluster.port(2));
     new.validates("www.signed.test", "A", "192.0.2.80");
     // A dynamic update is signed by the threshold key and validates through the old DS.
-    let (ok, said) = cluster.nsupdate(3, &cluster.dir.join("key-ops-key.key"), "update add laptop.signed.test 300 A 192.0.2.107");
+    let (ok, said) = cluster.update(3, &cluster.dir.join("key-ops-key.key"), "update add laptop.signed.test 300 A 192.0.2.107");
     assert!(ok, "{said}\n{}", cluster.logs());
     old.validates("laptop.signed.test", "A", "192.0.2.107");
     // Slices ran meanwhile (a few more are waited for) and left the old KSK's signature.
@@ -798,11 +776,7 @@ fn a_zone_signed_with_the_operators_key_rolls_over_without_a_validation_outage()
 
 /// delv through replica `i` for `name` `rtype`, trusting `anchors` (a trust-anchors file).
 fn delv(cluster: &Adopted, i: u16, anchors: &Path, name: &str, rtype: &str, root: &str) -> String {
-    text(&run(Command::new(tool("delv")).arg("-a").arg(anchors).arg("@127.0.0.1").arg("-p").arg(cluster.port(i).to_string()).args([
-        name,
-        rtype,
-        &format!("+root={root}"),
-    ])))
+    bind::delv(cluster.port(i), anchors, name, rtype, root)
 }
 
 /// The test: one stock named serves a forward zone it signs with its own key
@@ -818,23 +792,9 @@ fn a_signed_forward_zone_and_a_reverse_zone_are_adopted_into_one_cluster() {
     let ops_key = named.dir.join("ops.key");
     let dhcp_key = named.dir.join("dhcp.key");
     // A host the DHCP server registered since the zone file was written (in named's journal).
-    {
-        use std::io::Write;
-        let mut child = Command::new(tool("nsupdate"))
-            .arg("-k")
-            .arg(&dhcp_key)
-            .args(["-t", "10"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("nsupdate");
-        let script =
-            format!("server 127.0.0.1 {}\nzone 2.0.192.in-addr.arpa\nupdate add 99.2.0.192.in-addr.arpa 300 PTR printer.signed.test.\nsend\n", named.port);
-        child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "update on the operator's named: {}", text(&out));
-    }
+    let (ok, said) =
+        Nsupdate::to(named.port, "2.0.192.in-addr.arpa").key(&dhcp_key).timeout_s(10).send("update add 99.2.0.192.in-addr.arpa 300 PTR printer.signed.test.");
+    assert!(ok, "update on the operator's named: {said}");
     // What the old server gives, per zone; the rollover's marker (sdns's own record, deleted
     // at the finish) and the DNSSEC records are left out of the comparison.
     let old_records = |zone: &str| records(&named.dig(&["-k", ops_key.to_str().unwrap(), zone, "AXFR"]));
@@ -845,16 +805,8 @@ fn a_signed_forward_zone_and_a_reverse_zone_are_adopted_into_one_cluster() {
     let before: Vec<Vec<String>> = zones.iter().map(|z| without_marker(old_records(z))).collect();
     assert!(before[0].iter().any(|r| r.starts_with("www.signed.test.")), "{:?}", before[0]);
     assert!(before[1].iter().any(|r| r.contains("printer.signed.test.")), "{:?}", before[1]);
-    // The old DS, as the parent has it: from the operator's KSK, by Debian's tool.
-    let ksk_file = std::fs::read_dir(named.dir.join("keys"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "key") && std::fs::read_to_string(p).unwrap().contains("DNSKEY 257 "))
-        .expect("the operator's KSK file");
-    let ds = run(Command::new(system_tool("dnssec-dsfromkey")).args(["-2"]).arg(&ksk_file));
-    assert!(ds.status.success(), "{}", text(&ds));
-    let old_ds = String::from_utf8_lossy(&ds.stdout).trim().to_owned();
+    // The old DS, as the parent has it.
+    let old_ds = named.old_ds();
 
     let conf = named.conf.clone();
     let cluster = Adopted::up_zones(

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use exec::auth::{tsig, wire};
-use sdns_system_tests::{Cluster, ClusterOpts};
+use sdns_system_tests::{Cluster, ClusterOpts, Replicas};
 
 fn metric(c: &Cluster, i: u16, series: &str) -> u64 {
     let text = c.metrics(i);

@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sdns_system_tests::{run, sdns_bin, text, Cluster, ClusterOpts};
+use sdns_system_tests::{run, sdns_bin, text, Cluster, ClusterOpts, Replicas};
 
 /// What the honest replicas must report about the Byzantine one.
 #[derive(Clone, Copy)]

@@ -4,7 +4,7 @@
 use std::net::UdpSocket;
 use std::time::Duration;
 
-use sdns_system_tests::{Cluster, ClusterOpts};
+use sdns_system_tests::{Cluster, ClusterOpts, Replicas};
 
 fn answers(c: &Cluster, i: u16, name: &str, rtype: &str) -> String {
     c.dig(i, &[name, rtype, "+short"]).trim().to_string()
@@ -105,17 +105,10 @@ fn malformed_packets_disturb_nothing() {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
     let target = ("127.0.0.1", c.client_port(0));
-    let mut state = 0x2545f4914f6cdd1du64;
+    let mut noise = testkit::Noise::new(0x2545f4914f6cdd1d);
     for len in [0usize, 1, 11, 12, 13, 40, 512, 1400] {
         for _ in 0..20 {
-            let buf: Vec<u8> = (0..len)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    state as u8
-                })
-                .collect();
+            let buf = noise.bytes(len);
             sock.send_to(&buf, target).unwrap();
         }
     }

@@ -25,7 +25,7 @@ use hickory_proto::rr::rdata::SOA;
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use named_glue::forward::TransferEnd;
 use named_glue::rrwire::{RawMessage, TYPE_AXFR, TYPE_IXFR, TYPE_SOA};
-use sdns_system_tests::{Cluster, ClusterOpts};
+use sdns_system_tests::{Cluster, ClusterOpts, Replicas};
 
 /// Probes whose answers differ, each with the reason (docs/CONFORMANCE.md).
 const EXPECTED_DIFFERENCES: &[(&str, &str)] = &[

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sdns_system_tests::{free_port_block, run, text, tool};
+use sdns_system_tests::{bind, free_port_block, run, text, Nsupdate, Replicas};
 
 /// One Docker cluster at a time: seven containers already fill the two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -123,27 +123,9 @@ impl DockerCluster {
         run(&mut cmd)
     }
 
-    /// The last lines of every replica's container log, for failure messages.
-    fn logs(&self) -> String {
-        text(&self.script(&["logs", "--no-color", "--tail", "12"]))
-    }
-
-    fn dig(&self, i: u16, args: &[&str]) -> String {
-        dig(self.ports[usize::from(i)], args)
-    }
-
-    fn nsupdate(&self, i: u16, commands: &str) -> (bool, String) {
-        nsupdate(self.ports[usize::from(i)], &self.operator.path().join("tsig.key"), commands)
-    }
-
     /// The zone as AXFR through replica `i`'s published port, records only; None if it fails.
     fn axfr(&self, i: u16) -> Option<String> {
-        let key = self.operator.path().join("transfer.key");
-        let key = key.to_string_lossy();
-        let out = self.dig(i, &["-k", &key, "example.test", "AXFR", "+nocmd", "+nostats", "+nocomments"]);
-        // The transfer is TSIG-signed: the TSIG record (its time and MAC) is not zone content.
-        let records: Vec<&str> = out.lines().filter(|l| !l.starts_with(';') && !l.trim().is_empty() && !l.contains("\tTSIG\t")).collect();
-        (records.iter().filter(|l| l.contains("\tSOA\t")).count() == 2).then(|| records.join("\n") + "\n")
+        self.transfer(i, "example.test").map(|records| records.join("\n") + "\n")
     }
 
     /// Waits (bounded) until every replica holds the same zone, record for record and byte for
@@ -174,14 +156,7 @@ impl DockerCluster {
     }
 
     fn delv(&self, i: u16, name: &str) -> String {
-        let out = run(Command::new(tool("delv"))
-            .arg("-a")
-            .arg(self.operator.path().join("trust-anchor.conf"))
-            .arg("@127.0.0.1")
-            .arg("-p")
-            .arg(self.ports[usize::from(i)].to_string())
-            .args([name, "A", "+root=example.test"]));
-        text(&out)
+        bind::delv(self.client_port(i), &self.operator.path().join("trust-anchor.conf"), name, "A", "example.test")
     }
 
     fn health(&self, i: u16) -> String {
@@ -236,53 +211,57 @@ impl DockerCluster {
 
     /// A stream of TSIG updates, each through the next replica that is up.
     fn updates(&self, tag: &'static str) -> Stream<Vec<String>> {
-        let (ports, key, down) = (self.ports.clone(), self.operator.path().join("tsig.key"), self.down.clone());
-        Stream::spawn(move |stop| {
-            let mut acked = Vec::new();
-            let mut k = 0u32;
-            let deadline = Instant::now() + Duration::from_secs(900);
-            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                k += 1;
-                let Some(i) = pick(&down, k, ports.len()) else {
-                    std::thread::sleep(Duration::from_millis(200));
-                    continue;
-                };
-                let name = format!("{tag}{k}.example.test");
-                let (ok, _) = nsupdate(ports[usize::from(i)], &key, &format!("update add {name} 300 A 192.0.2.{}", k % 250 + 1));
-                if ok {
-                    acked.push(name);
-                }
-                std::thread::sleep(stream_pause());
+        let (ports, key) = (self.ports.clone(), self.operator.path().join("tsig.key"));
+        Stream::turns(self.down.clone(), self.ports.len(), Vec::new(), move |acked, k, i, _| {
+            let name = format!("{tag}{k}.example.test");
+            let (ok, _) =
+                Nsupdate::to(ports[usize::from(i)], "example.test").key(&key).timeout_s(15).send(&format!("update add {name} 300 A 192.0.2.{}", k % 250 + 1));
+            if ok {
+                acked.push(name);
             }
-            acked
         })
     }
 
     /// A stream of reads through the replicas that are up; returns (answered, failures), a
     /// failure being a read to a replica that was up before and after it and got no answer.
     fn reads(&self) -> Stream<(u32, Vec<String>)> {
-        let (ports, down) = (self.ports.clone(), self.down.clone());
-        Stream::spawn(move |stop| {
-            let (mut answered, mut failures) = (0u32, Vec::new());
-            let mut k = 0u32;
-            let deadline = Instant::now() + Duration::from_secs(900);
-            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                k += 1;
-                let Some(i) = pick(&down, k, ports.len()) else {
-                    std::thread::sleep(Duration::from_millis(200));
-                    continue;
-                };
-                let out = dig(ports[usize::from(i)], &["mail.example.test", "A", "+short", "+time=4", "+tries=3"]);
-                // dig retries a lost datagram itself (+tries), as any resolver does.
-                if out.lines().any(|l| l.trim() == "192.0.2.25") {
-                    answered += 1;
-                } else if !down.lock().unwrap().contains(&i) {
-                    failures.push(format!("replica-{i}: {}", out.trim()));
-                }
-                std::thread::sleep(stream_pause());
+        let ports = self.ports.clone();
+        Stream::turns(self.down.clone(), self.ports.len(), (0u32, Vec::new()), move |(answered, failures), _, i, down| {
+            let out = bind::dig(ports[usize::from(i)], &["mail.example.test", "A", "+short", "+time=4", "+tries=3"]);
+            // dig retries a lost datagram itself (+tries), as any resolver does.
+            if out.lines().any(|l| l.trim() == "192.0.2.25") {
+                *answered += 1;
+            } else if !down.lock().unwrap().contains(&i) {
+                failures.push(format!("replica-{i}: {}", out.trim()));
             }
-            (answered, failures)
         })
+    }
+}
+
+impl Replicas for DockerCluster {
+    fn count(&self) -> u16 {
+        self.n
+    }
+
+    fn client_port(&self, i: u16) -> u16 {
+        self.ports[usize::from(i)]
+    }
+
+    fn zone(&self) -> &str {
+        "example.test"
+    }
+
+    fn update_key(&self) -> PathBuf {
+        self.operator.path().join("tsig.key")
+    }
+
+    fn transfer_key(&self) -> PathBuf {
+        self.operator.path().join("transfer.key")
+    }
+
+    /// The last lines of every replica's container log, for failure messages.
+    fn logs(&self) -> String {
+        text(&self.script(&["logs", "--no-color", "--tail", "12"]))
     }
 }
 
@@ -304,28 +283,6 @@ fn pick(down: &Down, k: u32, n: usize) -> Option<u16> {
     (0..n).map(|j| ((k as usize + j) % n) as u16).find(|i| !down.contains(i))
 }
 
-fn dig(port: u16, args: &[&str]) -> String {
-    let out = run(Command::new(tool("dig")).args(["@127.0.0.1", "-p", &port.to_string(), "+norec", "+time=3", "+tries=2"]).args(args));
-    text(&out)
-}
-
-fn nsupdate(port: u16, key: &std::path::Path, commands: &str) -> (bool, String) {
-    use std::io::Write;
-    let mut child = Command::new(tool("nsupdate"))
-        .arg("-k")
-        .arg(key)
-        .args(["-t", "15"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("nsupdate");
-    let script = format!("server 127.0.0.1 {port}\nzone example.test\n{commands}\nsend\n");
-    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("write nsupdate script");
-    let out = child.wait_with_output().expect("nsupdate output");
-    (out.status.success(), text(&out))
-}
-
 /// A background loop that runs until stopped (or its own deadline).
 struct Stream<T> {
     stop: Arc<AtomicBool>,
@@ -337,6 +294,25 @@ impl<T: Send + 'static> Stream<T> {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         Stream { stop, handle: std::thread::spawn(move || f(s)) }
+    }
+
+    /// Each turn until stopped (or 900 s), `turn(state, k, i, down)` on the k-th replica in turn
+    /// that is up (`pick`), with a pause between turns; the stream's result is the state.
+    fn turns(down: Down, n: usize, mut state: T, mut turn: impl FnMut(&mut T, u32, u16, &Down) + Send + 'static) -> Self {
+        Stream::spawn(move |stop| {
+            let mut k = 0u32;
+            let deadline = Instant::now() + Duration::from_secs(900);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                k += 1;
+                let Some(i) = pick(&down, k, n) else {
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                };
+                turn(&mut state, k, i, &down);
+                std::thread::sleep(stream_pause());
+            }
+            state
+        })
     }
 
     fn finish(self) -> T {

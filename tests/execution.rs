@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sdns_system_tests::{run, text, Cluster, ClusterOpts};
+use sdns_system_tests::{run, text, Cluster, ClusterOpts, Replicas};
 
 /// `example.test ANY` with EDNS and the DO bit (what `dig ANY +dnssec` sends), framed for TCP.
 fn any_dnssec_query(id: u16) -> Vec<u8> {

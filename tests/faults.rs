@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sdns_system_tests::{tool, Cluster, ClusterOpts};
+use sdns_system_tests::{tool, Cluster, ClusterOpts, Nsupdate, Replicas};
 
 /// Replica `i`'s sdns pid.
 fn sdns_pid(c: &Cluster, i: u16) -> i32 {
@@ -132,20 +132,7 @@ impl Drop for Load {
 /// nsupdate with a 10 s timeout and no retries of its own (a retransmission is a second
 /// request; the streams want one request per update).
 fn nsupdate(key: &std::path::Path, port: u16, commands: &str) -> (bool, String) {
-    use std::io::Write;
-    let mut child = Command::new(tool("nsupdate"))
-        .arg("-k")
-        .arg(key)
-        .args(["-t", "10", "-u", "10", "-r", "0"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("nsupdate");
-    let script = format!("server 127.0.0.1 {port}\nzone example.test\n{commands}\nsend\n");
-    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("nsupdate script");
-    let out = child.wait_with_output().expect("nsupdate output");
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    Nsupdate::to(port, "example.test").key(key).timeout_s(10).once().send(commands)
 }
 
 /// The invariants every scenario ends with, over the replicas in `live`.

@@ -39,19 +39,25 @@ fn tree(root: &Path) -> Vec<String> {
     out
 }
 
+/// `sdns keygen` for four replicas and `zones` into `work/dealt`, and an empty `work/root` to
+/// install into: (dealt, root).
+fn deal(work: &Path, zones: &[&str]) -> (PathBuf, PathBuf) {
+    let dealt = work.join("dealt");
+    let mut cmd = Command::new(sdns_bin());
+    cmd.args(["keygen", "--replicas", "4", "--bits", "1024"]);
+    for zone in zones {
+        cmd.args(["--zone", zone]);
+    }
+    let out = run(cmd.arg("--bind-dir").arg(bind_dir()).arg("--out").arg(&dealt));
+    assert!(out.status.success(), "keygen: {}", text(&out));
+    let root = work.join("root");
+    std::fs::create_dir(&root).unwrap();
+    (dealt, root)
+}
 #[test]
 fn install_script_stages_an_fhs_layout_and_touches_nothing_else() {
     let work = tempfile::tempdir().unwrap();
-    let dealt = work.path().join("dealt");
-    let out = run(Command::new(sdns_bin())
-        .args(["keygen", "--replicas", "4", "--bits", "1024", "--zone", "corp.test"])
-        .arg("--bind-dir")
-        .arg(bind_dir())
-        .arg("--out")
-        .arg(&dealt));
-    assert!(out.status.success(), "keygen: {}", text(&out));
-    let root = work.path().join("root");
-    std::fs::create_dir(&root).unwrap();
+    let (dealt, root) = deal(work.path(), &["corp.test"]);
     let r0 = dealt.join("replica-0");
     let r1 = dealt.join("replica-1");
     let (ok, said) = install(&root, &["--replica", r0.to_str().unwrap(), "--replica", r1.to_str().unwrap()]);
@@ -133,16 +139,7 @@ fn install_script_stages_an_fhs_layout_and_touches_nothing_else() {
 #[test]
 fn install_script_copies_every_zones_directory() {
     let work = tempfile::tempdir().unwrap();
-    let dealt = work.path().join("dealt");
-    let out = run(Command::new(sdns_bin())
-        .args(["keygen", "--replicas", "4", "--bits", "1024", "--zone", "corp.test", "--zone", "2.0.192.in-addr.arpa"])
-        .arg("--bind-dir")
-        .arg(bind_dir())
-        .arg("--out")
-        .arg(&dealt));
-    assert!(out.status.success(), "keygen: {}", text(&out));
-    let root = work.path().join("root");
-    std::fs::create_dir(&root).unwrap();
+    let (dealt, root) = deal(work.path(), &["corp.test", "2.0.192.in-addr.arpa"]);
     let r2 = dealt.join("replica-2");
     assert!(!r2.join("share.json").exists(), "several zones keep their shares under zones/");
     let (ok, said) = install(&root, &["--replica", r2.to_str().unwrap()]);

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use sdns_system_tests::{run, text, tool, Cluster, ClusterOpts};
+use sdns_system_tests::{bind, Cluster, ClusterOpts, Replicas};
 
 const NAME: &str = "rw.example.test";
 
@@ -16,12 +16,7 @@ const NAME: &str = "rw.example.test";
 /// there is none; `None` when the read was not answered. Without a cookie option (dig sends
 /// one by default), which the read cache never serves.
 fn read(port: u16, tcp: bool) -> Option<u32> {
-    let mut cmd = std::process::Command::new(tool("dig"));
-    cmd.arg("@127.0.0.1").arg("-p").arg(port.to_string()).args(["+norec", "+nocookie", "+time=5", "+tries=2", NAME, "A"]);
-    if tcp {
-        cmd.arg("+tcp");
-    }
-    let out = text(&run(&mut cmd));
+    let out = bind::dig(port, &["+nocookie", NAME, "A", if tcp { "+tcp" } else { "+notcp" }]);
     if !out.contains("status: NOERROR") && !out.contains("status: NXDOMAIN") {
         return None;
     }

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use sdns_system_tests::probe::{report, ReadProbe};
-use sdns_system_tests::{Cluster, ClusterOpts};
+use sdns_system_tests::{Cluster, ClusterOpts, Replicas};
 
 /// The RRSIG over www's A RRset as replica `i` serves it: (expiration, inception).
 fn www_sig_times(c: &Cluster, i: u16) -> Option<(String, String)> {

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use sdns_system_tests::probe::{report, ReadProbe};
-use sdns_system_tests::{Cluster, ClusterOpts};
+use sdns_system_tests::{Cluster, ClusterOpts, Replicas};
 
 fn metric(c: &Cluster, i: u16, name: &str) -> Option<f64> {
     c.metrics(i).lines().find(|l| l.starts_with(&format!("{name}{{"))).and_then(|l| l.split_whitespace().last()).and_then(|v| v.parse().ok())
@@ -55,16 +55,7 @@ fn a_whole_zone_signing_runs_in_the_background_while_reads_and_updates_go_on() {
 
     // The whole-zone signing, asked by replicas 0 and 1 (t+1), in a thread of its own.
     let from = Instant::now();
-    let signer = {
-        let args: Vec<String> = (0..2u16)
-            .flat_map(|i| ["--admin".to_string(), format!("127.0.0.1:{}", c.metrics_port(i)), "--token".to_string(), c.admin_token(i).display().to_string()])
-            .collect();
-        let bin = sdns_system_tests::sdns_bin();
-        std::thread::spawn(move || {
-            let out = std::process::Command::new(bin).arg("sign-zone").args(&args).output().expect("sdns sign-zone");
-            (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
-        })
-    };
+    let signer = c.sign_zone_in_background(&[0, 1]);
 
     // Progress shows while it runs; an update sent meanwhile is applied.
     let mut progress: Option<(f64, f64)> = None;
@@ -133,16 +124,7 @@ fn a_replica_killed_during_a_background_signing_resumes_it_and_ends_with_the_sam
         extra: vec!["--zone-file".into(), zone_path.to_str().expect("utf-8 path").into()],
         ..Default::default()
     });
-    let signer = {
-        let args: Vec<String> = (0..2u16)
-            .flat_map(|i| ["--admin".to_string(), format!("127.0.0.1:{}", c.metrics_port(i)), "--token".to_string(), c.admin_token(i).display().to_string()])
-            .collect();
-        let bin = sdns_system_tests::sdns_bin();
-        std::thread::spawn(move || {
-            let out = std::process::Command::new(bin).arg("sign-zone").args(&args).output().expect("sdns sign-zone");
-            (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
-        })
-    };
+    let signer = c.sign_zone_in_background(&[0, 1]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while metric(&c, 3, "sdns_zone_signing_rrsets_done").unwrap_or(0.0) < 1.0 {
         assert!(Instant::now() < deadline && !signer.is_finished(), "replica 3 never showed signing progress\n{}", c.logs());

@@ -9,7 +9,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sdns_system_tests::{Cluster, ClusterOpts};
+use sdns_system_tests::{Cluster, ClusterOpts, Replicas};
 
 fn answers(c: &Cluster, i: u16, name: &str, rtype: &str) -> String {
     c.dig(i, &[name, rtype, "+short"]).trim().to_string()

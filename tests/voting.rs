@@ -7,23 +7,21 @@
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::Message;
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::RData;
-use sdns_system_tests::{run, sdns_bin, text, tool, Cluster, ClusterOpts};
+use sdns_system_tests::{bind, run, sdns_bin, text, Cluster, ClusterOpts, Replicas};
+use testkit::FakeDns;
 
 const LIE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 66);
 
 /// A fake replica: relays every query to `upstream` over UDP and rewrites each A record of the
 /// answer to [`LIE`] (UDP and TCP). Stops when dropped.
-struct Liar {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
+fn start_liar(upstream: SocketAddr) -> FakeDns {
+    FakeDns::start(move |query| relay_and_lie(query, upstream))
 }
 
 fn relay_and_lie(query: &[u8], upstream: SocketAddr) -> Option<Vec<u8>> {
@@ -39,70 +37,6 @@ fn relay_and_lie(query: &[u8], upstream: SocketAddr) -> Option<Vec<u8>> {
         }
     }
     answer.to_vec().ok()
-}
-
-impl Liar {
-    fn start(upstream: SocketAddr) -> Liar {
-        // The kernel's free UDP port may be taken for TCP: try a few.
-        let (udp, addr, tcp) = (0..100)
-            .find_map(|_| {
-                let udp = UdpSocket::bind("127.0.0.1:0").expect("liar udp");
-                let addr = udp.local_addr().expect("liar addr");
-                TcpListener::bind(addr).ok().map(|tcp| (udp, addr, tcp))
-            })
-            .expect("a loopback port free for both UDP and TCP");
-        udp.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
-        tcp.set_nonblocking(true).expect("nonblocking");
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        thread::spawn(move || {
-            let mut buf = vec![0u8; 65_535];
-            while !s.load(Ordering::Relaxed) {
-                if let Ok((n, peer)) = udp.recv_from(&mut buf) {
-                    let query = buf[..n].to_vec();
-                    let udp = udp.try_clone().expect("clone");
-                    thread::spawn(move || {
-                        if let Some(a) = relay_and_lie(&query, upstream) {
-                            let _ = udp.send_to(&a, peer);
-                        }
-                    });
-                }
-            }
-        });
-        let s = stop.clone();
-        thread::spawn(move || {
-            use std::io::{Read, Write};
-            while !s.load(Ordering::Relaxed) {
-                let Ok((mut conn, _)) = tcp.accept() else {
-                    thread::sleep(Duration::from_millis(50));
-                    continue;
-                };
-                thread::spawn(move || {
-                    let _ = conn.set_nonblocking(false);
-                    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-                    let mut len = [0u8; 2];
-                    if conn.read_exact(&mut len).is_err() {
-                        return;
-                    }
-                    let mut query = vec![0u8; usize::from(u16::from_be_bytes(len))];
-                    if conn.read_exact(&mut query).is_err() {
-                        return;
-                    }
-                    if let Some(a) = relay_and_lie(&query, upstream) {
-                        let _ = conn.write_all(&(a.len() as u16).to_be_bytes());
-                        let _ = conn.write_all(&a);
-                    }
-                });
-            }
-        });
-        Liar { addr, stop }
-    }
-}
-
-impl Drop for Liar {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }
 
 /// A replica that never answers: its sockets are bound, nobody reads them.
@@ -162,9 +96,7 @@ fn update(c: &Cluster, addrs: &[SocketAddr], command: &str) -> (Option<i32>, Str
 }
 
 fn dig_at(addr: SocketAddr, args: &[&str]) -> String {
-    let out =
-        run(Command::new(tool("dig")).arg(format!("@{}", addr.ip())).arg("-p").arg(addr.port().to_string()).args(["+norec", "+time=3", "+tries=2"]).args(args));
-    text(&out)
+    bind::dig_at(addr, &["+norec", "+time=3", "+tries=2"], args)
 }
 
 struct Stub(Child);
@@ -180,18 +112,18 @@ impl Drop for Stub {
 fn voting_client_outvotes_liars_survives_silence_and_sees_its_updates() {
     let c = Cluster::up(ClusterOpts::default());
     let honest: Vec<SocketAddr> = (0..c.n).map(|i| replica(&c, i)).collect();
-    let liar = Liar::start(replica(&c, 3));
+    let liar = start_liar(replica(&c, 3));
     let silent = Silent::start();
 
     // A liar in replica 3's place: dig against it shows the lie...
-    let lie = dig_at(liar.addr, &["www.example.test", "A", "+short"]);
+    let lie = dig_at(liar.addr(), &["www.example.test", "A", "+short"]);
     assert_eq!(lie.trim(), LIE.to_string(), "dig through the fake replica:\n{lie}");
     // ...the voting client returns the truth and names the liar (G1).
-    let with_liar = [honest[0], honest[1], honest[2], liar.addr];
+    let with_liar = [honest[0], honest[1], honest[2], liar.addr()];
     let (code, out) = query(&with_liar, &["www.example.test", "A"]);
     assert_eq!(code, Some(0), "{out}\n{}", c.logs());
     assert!(out.contains("192.0.2.80") && !out.contains(&format!("A\t{LIE}")), "accepted the wrong answer:\n{out}");
-    assert!(out.contains(&format!("DISAGREED: replica 3 ({})", liar.addr)) && out.contains(&LIE.to_string()), "the liar is not named:\n{out}");
+    assert!(out.contains(&format!("DISAGREED: replica 3 ({})", liar.addr())) && out.contains(&LIE.to_string()), "the liar is not named:\n{out}");
     // Answered by the unordered voting read: 2t+1 = 3 replicas agreed without ordering.
     assert!(out.contains("voting read: 4 of 4 replicas answered") && !out.contains("ordered read"), "{out}");
     // +dnssec: RRSIGs are compared as data and the signed answer is accepted.
@@ -209,9 +141,9 @@ fn voting_client_outvotes_liars_survives_silence_and_sees_its_updates() {
 
     // More than t faulty: two liars (agreeing on the same lie) against two honest replicas, or
     // a liar and a silent replica. No quorum, no guess, and a distinct exit status.
-    let liar2 = Liar::start(replica(&c, 2));
+    let liar2 = start_liar(replica(&c, 2));
     for (what, set) in
-        [("two liars", [honest[0], honest[1], liar2.addr, liar.addr]), ("a liar and a silent replica", [honest[0], honest[1], silent.addr, liar.addr])]
+        [("two liars", [honest[0], honest[1], liar2.addr(), liar.addr()]), ("a liar and a silent replica", [honest[0], honest[1], silent.addr, liar.addr()])]
     {
         let (code, out) = query(&set, &["www.example.test", "A"]);
         assert_eq!(code, Some(3), "{what}: expected exit 3 (no quorum):\n{out}");
@@ -274,7 +206,7 @@ fn voting_client_outvotes_liars_survives_silence_and_sees_its_updates() {
         assert!(exited.is_none() && Instant::now() < deadline, "the stub never answered ({exited:?}):\n{out}\n{log}");
         thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(dig_at(liar.addr, &["mail.example.test", "A", "+short"]).trim(), LIE.to_string());
+    assert_eq!(dig_at(liar.addr(), &["mail.example.test", "A", "+short"]).trim(), LIE.to_string());
     let out = dig_at(stub_addr, &["voted.example.test", "A", "+tcp"]);
     assert!(out.contains("status: NOERROR") && out.contains("192.0.2.77") && !out.contains(&LIE.to_string()), "stub over TCP:\n{out}");
     let out = dig_at(stub_addr, &["nothere.example.test", "A"]);

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sdns_system_tests::{bind_dir, free_port_block, ports, run, sdns_bin, text, tool, Cluster, ClusterOpts};
+use sdns_system_tests::{bind, bind_dir, free_port_block, ports, run, sdns_bin, text, tool, Cluster, ClusterOpts, Replicas};
 
 const REVERSE: &str = "2.0.192.in-addr.arpa.";
 const FORWARD: &str = "example.test.";
@@ -151,43 +151,16 @@ fn short(c: &Cluster, i: u16, args: &[&str]) -> String {
 
 /// `nsupdate -k key` against replica `i` for `zone`; (success, output).
 fn update(c: &Cluster, i: u16, zone: &str, commands: &str, key: &Path) -> (bool, String) {
-    use std::io::Write;
-    let mut child = Command::new(tool("nsupdate"))
-        .arg("-k")
-        .arg(key)
-        .args(["-t", "20"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("nsupdate");
-    let script = format!("server 127.0.0.1 {}\nzone {zone}\n{commands}\nsend\n", c.client_port(i));
-    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("nsupdate script");
-    let out = child.wait_with_output().expect("nsupdate output");
-    (out.status.success(), text(&out))
+    c.nsupdate_in(i, zone, key, commands)
 }
 
 /// Replica `i`'s transfer of `zone` (the cluster's transfer key), records sorted.
 fn axfr(c: &Cluster, i: u16, zone: &str) -> Vec<String> {
-    let key = c.path("transfer.key");
-    let out = c.dig(i, &["-k", key.to_str().expect("utf-8 path"), zone, "AXFR", "+nocmd", "+nostats", "+nocomments"]);
-    let mut lines: Vec<String> = out
-        .lines()
-        .filter(|l| !l.starts_with(';') && !l.trim().is_empty() && l.split_whitespace().nth(3).is_none_or(|t| t != "TSIG"))
-        .map(str::to_string)
-        .collect();
-    assert!(lines.iter().any(|l| l.contains("SOA")), "AXFR of {zone} from replica {i} failed:\n{out}\n{}", c.logs());
-    lines.sort();
-    lines
+    c.transfer_sorted(i, zone)
 }
 
 fn delv(c: &Cluster, i: u16, anchor: &Path, name: &str, rtype: &str, root: &str) -> String {
-    let out = run(Command::new(tool("delv")).arg("-a").arg(anchor).arg("@127.0.0.1").arg("-p").arg(c.client_port(i).to_string()).args([
-        name,
-        rtype,
-        &format!("+root={}", root.trim_end_matches('.')),
-    ]));
-    text(&out)
+    bind::delv(c.client_port(i), anchor, name, rtype, root)
 }
 
 fn wait_short(c: &Cluster, i: u16, args: &[&str], want: &str) {

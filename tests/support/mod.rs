@@ -1,7 +1,10 @@
 //! Shared helpers for the system tests in tests/: a real cluster of `sdns` processes
 //! with the patched named, driven by BIND's own dig, nsupdate, delv, dnssec-verify.
 
+pub mod bind;
 pub mod probe;
+
+pub use bind::Nsupdate;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -192,10 +195,6 @@ impl Cluster {
         let _ = std::fs::remove_file(pid_file);
     }
 
-    pub fn client_port(&self, i: u16) -> u16 {
-        self.base + 1 + i
-    }
-
     /// Replica `i`'s own named (its private port).
     pub fn named_port(&self, i: u16) -> u16 {
         self.base + 201 + i
@@ -203,9 +202,7 @@ impl Cluster {
 
     /// `dig` straight at replica `i`'s named, past the wrapper: what named answers now.
     pub fn dig_named(&self, i: u16, args: &[&str]) -> String {
-        let out =
-            run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(self.named_port(i).to_string()).args(["+norec", "+time=5", "+tries=2"]).args(args));
-        text(&out)
+        bind::dig(self.named_port(i), args)
     }
 
     pub fn metrics_port(&self, i: u16) -> u16 {
@@ -216,77 +213,26 @@ impl Cluster {
         self.dir.path().join(name)
     }
 
-    /// The tail of every replica's log, for failure messages.
-    pub fn logs(&self) -> String {
-        let mut s = String::new();
-        for i in 0..self.n {
-            let p = self.dir.path().join(format!("replica-{i}/sdns.log"));
-            let log = std::fs::read_to_string(&p).unwrap_or_default();
-            s += &format!("--- replica {i} ({})\n{}\n", p.display(), log_tail(&log, 15));
-        }
-        s
-    }
-
-    pub fn dig(&self, i: u16, args: &[&str]) -> String {
-        let out =
-            run(Command::new(tool("dig")).arg("@127.0.0.1").arg("-p").arg(self.client_port(i).to_string()).args(["+norec", "+time=5", "+tries=2"]).args(args));
-        text(&out)
-    }
-
-    /// `nsupdate -k` with the cluster's TSIG key against replica `i`; returns (success, output).
-    pub fn nsupdate(&self, i: u16, commands: &str) -> (bool, String) {
-        self.nsupdate_as(i, commands, true)
-    }
-
-    /// The same without any key (named's update-policy must refuse it).
+    /// The same as [`Replicas::nsupdate`] without any key (named's update-policy must refuse it).
     pub fn nsupdate_unsigned(&self, i: u16, commands: &str) -> (bool, String) {
-        self.nsupdate_as(i, commands, false)
+        self.nsupdate_key(i, commands, None)
     }
 
-    fn nsupdate_as(&self, i: u16, commands: &str, with_key: bool) -> (bool, String) {
-        self.nsupdate_key(i, commands, with_key.then(|| self.path("tsig.key")).as_deref())
+    /// `nsupdate -k KEY` (a TSIG key file or a SIG(0) `.private`), or unsigned, to example.test.
+    pub fn nsupdate_key(&self, i: u16, commands: &str, key: Option<&Path>) -> (bool, String) {
+        Nsupdate::to(self.client_port(i), "example.test").key_opt(key).send(commands)
     }
 
-    /// `nsupdate -k KEY` (a TSIG key file or a SIG(0) `.private`), or unsigned.
-    /// Replica `i`'s AXFR as sorted lines: a named that loaded a transferred or restarted zone
-    /// may list an RRset's records in another order than one that built it by updates.
+    /// Replica `i`'s AXFR of example.test as sorted lines ([`Replicas::transfer_sorted`]).
     pub fn axfr_sorted(&self, i: u16) -> Vec<String> {
-        let mut lines: Vec<String> = self.axfr(i).lines().map(str::to_string).collect();
-        lines.sort();
-        lines
-    }
-
-    pub fn nsupdate_key(&self, i: u16, commands: &str, key: Option<&std::path::Path>) -> (bool, String) {
-        use std::io::Write;
-        let mut cmd = Command::new(tool("nsupdate"));
-        if let Some(key) = key {
-            cmd.arg("-k").arg(key);
-        }
-        let mut child = cmd
-            .args(["-t", "20"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("nsupdate");
-        let script = format!("server 127.0.0.1 {}\nzone example.test\n{commands}\nsend\n", self.client_port(i));
-        child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("write nsupdate script");
-        let out = child.wait_with_output().expect("nsupdate output");
-        (out.status.success(), text(&out))
+        self.transfer_sorted(i, "example.test")
     }
 
     /// The zone as AXFR from replica `i` with the transfer key, records only (no
     /// comments, no TSIG).
     pub fn axfr(&self, i: u16) -> String {
-        let key = self.path("transfer.key");
-        let key = key.to_str().expect("utf-8 temp path");
-        let out = self.dig(i, &["-k", key, "example.test", "AXFR", "+nocmd", "+nostats", "+nocomments"]);
-        assert!(out.contains("SOA"), "AXFR from replica {i} failed:\n{out}\n{}", self.logs());
-        out.lines()
-            .filter(|l| !l.starts_with(';') && !l.trim().is_empty() && l.split_whitespace().nth(3).is_none_or(|t| t != "TSIG"))
-            .collect::<Vec<_>>()
-            .join("\n")
-            + "\n"
+        let lines = self.transfer(i, "example.test").unwrap_or_else(|| panic!("AXFR from replica {i} failed\n{}", self.logs()));
+        lines.join("\n") + "\n"
     }
 
     /// dnssec-verify over an AXFR (-z: the single key is a KSK that signs everything).
@@ -300,27 +246,7 @@ impl Cluster {
 
     /// delv with the zone's trust anchor through replica `i`.
     pub fn delv(&self, i: u16, name: &str, rtype: &str) -> String {
-        let out = run(Command::new(tool("delv"))
-            .arg("-a")
-            .arg(self.path("trust-anchor.conf"))
-            .arg("@127.0.0.1")
-            .arg("-p")
-            .arg(self.client_port(i).to_string())
-            .args([name, rtype, "+root=example.test"]));
-        text(&out)
-    }
-
-    /// Waits (bounded) until `check` holds on every replica; reads are ordered, so
-    /// after an update's answer every replica has applied it, but a lagging replica
-    /// may still be catching up with the ordering.
-    pub fn eventually(&self, what: &str, check: impl Fn(u16) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for i in 0..self.n {
-            while !check(i) {
-                assert!(Instant::now() < deadline, "{what}: replica {i} never got there\n{}", self.logs());
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        }
+        bind::delv(self.client_port(i), &self.path("trust-anchor.conf"), name, rtype, "example.test")
     }
 
     /// Replica `i`'s admin token file (written 0600 at start-up).
@@ -330,18 +256,63 @@ impl Cluster {
 
     /// `sdns sign-zone` asking the given replicas (with their tokens); (success, output).
     pub fn sign_zone(&self, replicas: &[u16]) -> (bool, String) {
+        let out = run(&mut self.sign_zone_command(replicas));
+        (out.status.success(), text(&out))
+    }
+
+    /// [`Cluster::sign_zone`] in a thread of its own, for a test that watches the cluster
+    /// meanwhile.
+    pub fn sign_zone_in_background(&self, replicas: &[u16]) -> std::thread::JoinHandle<(bool, String)> {
+        let mut cmd = self.sign_zone_command(replicas);
+        std::thread::spawn(move || {
+            let out = run(&mut cmd);
+            (out.status.success(), text(&out))
+        })
+    }
+
+    fn sign_zone_command(&self, replicas: &[u16]) -> Command {
         let mut cmd = Command::new(sdns_bin());
         cmd.arg("sign-zone");
         for &i in replicas {
             cmd.arg("--admin").arg(format!("127.0.0.1:{}", self.metrics_port(i))).arg("--token").arg(self.admin_token(i));
         }
-        let out = run(&mut cmd);
-        (out.status.success(), text(&out))
+        cmd
     }
 
     pub fn metrics(&self, i: u16) -> String {
-        let out = run(Command::new("curl").args(["-s", "-m", "5"]).arg(format!("http://127.0.0.1:{}/metrics", self.metrics_port(i))));
-        text(&out)
+        metrics_page(self.metrics_port(i))
+    }
+}
+
+impl Replicas for Cluster {
+    fn count(&self) -> u16 {
+        self.n
+    }
+
+    fn client_port(&self, i: u16) -> u16 {
+        self.base + 1 + i
+    }
+
+    fn zone(&self) -> &str {
+        "example.test"
+    }
+
+    fn update_key(&self) -> PathBuf {
+        self.path("tsig.key")
+    }
+
+    fn transfer_key(&self) -> PathBuf {
+        self.path("transfer.key")
+    }
+
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for i in 0..self.n {
+            let p = self.dir.path().join(format!("replica-{i}/sdns.log"));
+            let log = std::fs::read_to_string(&p).unwrap_or_default();
+            s += &format!("--- replica {i} ({})\n{}\n", p.display(), log_tail(&log, 15));
+        }
+        s
     }
 }
 
@@ -379,6 +350,78 @@ pub fn ports(base: u16) -> Vec<String> {
         .iter()
         .flat_map(|(flag, off)| [flag.to_string(), (base + off).to_string()])
         .collect()
+}
+
+/// What every cluster harness gives (a cluster of processes, one in Docker, an adopted one), so
+/// that a check is written once and runs against any of them.
+pub trait Replicas {
+    /// How many replicas the cluster has.
+    fn count(&self) -> u16;
+    /// Replica `i`'s client port on 127.0.0.1: where dig, nsupdate and resolvers go.
+    fn client_port(&self, i: u16) -> u16;
+    /// The zone of the helpers that take none.
+    fn zone(&self) -> &str;
+    /// The operator's update key (TSIG) for that zone.
+    fn update_key(&self) -> PathBuf;
+    /// The key that may transfer the zones.
+    fn transfer_key(&self) -> PathBuf;
+    /// The tail of every replica's log, for failure messages.
+    fn logs(&self) -> String;
+
+    /// dig through replica `i` ([`bind::DIG_OPTS`] first).
+    fn dig(&self, i: u16, args: &[&str]) -> String {
+        bind::dig(self.client_port(i), args)
+    }
+
+    /// `nsupdate -k` with the operator's key through replica `i`: (success, output).
+    fn nsupdate(&self, i: u16, commands: &str) -> (bool, String) {
+        self.nsupdate_in(i, self.zone(), &self.update_key(), commands)
+    }
+
+    /// `nsupdate -k KEY` through replica `i` to `zone`: (success, output).
+    fn nsupdate_in(&self, i: u16, zone: &str, key: &Path, commands: &str) -> (bool, String) {
+        Nsupdate::to(self.client_port(i), zone).key(key).send(commands)
+    }
+
+    /// `zone`'s records by AXFR through replica `i` with the transfer key, as dig prints them,
+    /// without TSIG; `None` unless the transfer is whole.
+    fn transfer(&self, i: u16, zone: &str) -> Option<Vec<String>> {
+        let key = self.transfer_key();
+        let key = key.to_str().expect("utf-8 key path");
+        bind::transfer_records(&self.dig(i, &["-k", key, zone, "AXFR", "+nocmd", "+nostats", "+nocomments"]))
+    }
+
+    /// [`Replicas::transfer`], sorted: a named that loaded a transferred or restarted zone may
+    /// list an RRset's records in another order than one that built it by updates.
+    fn transfer_sorted(&self, i: u16, zone: &str) -> Vec<String> {
+        let mut lines = self.transfer(i, zone).unwrap_or_else(|| panic!("AXFR of {zone} from replica {i} failed\n{}", self.logs()));
+        lines.sort();
+        lines
+    }
+
+    /// Waits (bounded) until `check` holds on every replica; reads are ordered, so after an
+    /// update's answer every replica has applied it, but a lagging replica may still be
+    /// catching up with the ordering.
+    fn eventually(&self, what: &str, check: impl Fn(u16) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for i in 0..self.count() {
+            while !check(i) {
+                assert!(Instant::now() < deadline, "{what}: replica {i} never got there\n{}", self.logs());
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// The value of a counter or gauge in a Prometheus text page (the first sample of that name;
+/// 0 when absent).
+pub fn metric_value(page: &str, name: &str) -> u64 {
+    page.lines().find(|l| l.starts_with(name) && !l.starts_with('#')).and_then(|l| l.split_whitespace().last()).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// GET /metrics of the endpoint on 127.0.0.1:`port`.
+pub fn metrics_page(port: u16) -> String {
+    text(&run(Command::new("curl").args(["-s", "-m", "5"]).arg(format!("http://127.0.0.1:{port}/metrics"))))
 }
 
 impl Cluster {

@@ -4,7 +4,8 @@
 //! Share computations (`Output::Compute`) finish after a seeded random delay in `run`, so they
 //! complete out of order as on a worker pool; the hand-driven tests run them at once.
 //!
-//! Reproduce one run: `SIGN_SEED=<seed> cargo test -p threshold --test signing_sim`.
+//! Seeds follow the workspace's convention (crates/testkit): `SIM_SEEDS=N` runs N seeds per
+//! campaign, `SIM_SEED=S` replays one, and a failure prints the line that replays it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
@@ -242,7 +243,7 @@ fn check_mode(seed: u64, n: u16, protocol: Protocol, faults: Vec<Fault>, loss: u
     let mut sim = Sim::new(seed, n, protocol, faults.clone(), loss);
     sim.shared = shared;
     sim.run(&requests, 200_000);
-    let ctx = format!("seed {seed} n {n} {protocol:?} faults {faults:?} loss {loss}‰ shared {shared} (SIGN_SEED={seed})");
+    let ctx = format!("seed {seed} n {n} {protocol:?} faults {faults:?} loss {loss}‰ shared {shared}\n  {}", campaign(0).reproduce(seed));
     for i in 0..n {
         if faults[usize::from(i)] != Fault::Honest {
             continue;
@@ -262,11 +263,13 @@ fn check_mode(seed: u64, n: u16, protocol: Protocol, faults: Vec<Fault>, loss: u
     }
 }
 
-fn seeds(default: u64) -> Vec<u64> {
-    match std::env::var("SIGN_SEED") {
-        Ok(s) => vec![s.parse().expect("SIGN_SEED must be a number")],
-        Err(_) => (0..default).collect(),
-    }
+/// The running test's campaign (libtest names the thread after the test).
+fn campaign(ci_count: u64) -> testkit::Campaign {
+    testkit::Campaign::here("threshold", "signing_sim", ci_count)
+}
+
+fn seeds(ci_count: u64) -> Vec<u64> {
+    campaign(ci_count).seeds()
 }
 
 fn faults_for(n: u16, kinds: &[Fault]) -> Vec<Fault> {

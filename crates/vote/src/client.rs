@@ -326,29 +326,35 @@ mod tests {
     use std::net::Ipv4Addr;
     use std::str::FromStr;
     use std::sync::Arc;
-    use tokio::net::UdpSocket;
+    use testkit::FakeDns;
 
     /// How a fake replica answers a query: `None` is silence.
     type Behaviour = Arc<dyn Fn(&Message) -> Option<Ipv4Addr> + Send + Sync>;
 
-    /// A UDP DNS server on loopback that answers every A query with the address `behave` picks.
-    async fn fake_replica(behave: Behaviour) -> SocketAddr {
-        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let addr = socket.local_addr().unwrap();
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            loop {
-                let Ok((n, peer)) = socket.recv_from(&mut buf).await else { return };
-                let Ok(query) = Message::from_vec(&buf[..n]) else { continue };
-                let Some(ip) = behave(&query) else { continue };
-                let mut answer = Message::new(query.metadata.id, MessageType::Response, OpCode::Query);
-                answer.metadata.authoritative = true;
-                answer.add_queries(query.queries.iter().cloned());
-                answer.add_answer(Record::from_rdata(query.queries[0].name().clone(), 300, RData::A(A(ip))));
-                let _ = socket.send_to(&answer.to_vec().unwrap(), peer).await;
-            }
-        });
-        addr
+    /// A DNS server on loopback that answers every A query with the address `behave` picks.
+    fn fake_replica(behave: Behaviour) -> FakeDns {
+        FakeDns::start(move |bytes| {
+            let query = Message::from_vec(bytes).ok()?;
+            let ip = behave(&query)?;
+            let mut answer = Message::new(query.metadata.id, MessageType::Response, OpCode::Query);
+            answer.metadata.authoritative = true;
+            answer.add_queries(query.queries.iter().cloned());
+            answer.add_answer(Record::from_rdata(query.queries.first()?.name().clone(), 300, RData::A(A(ip))));
+            answer.to_vec().ok()
+        })
+    }
+
+    /// A client of fake replicas, which run as long as it lives.
+    struct Fakes {
+        client: VotingClient,
+        _replicas: Vec<FakeDns>,
+    }
+
+    impl std::ops::Deref for Fakes {
+        type Target = VotingClient;
+        fn deref(&self) -> &VotingClient {
+            &self.client
+        }
     }
 
     const TRUTH: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 80);
@@ -359,16 +365,14 @@ mod tests {
         Arc::new(f)
     }
 
-    async fn client(behaviours: Vec<Behaviour>) -> VotingClient {
-        let mut addrs = Vec::new();
-        for b in behaviours {
-            addrs.push(fake_replica(b).await);
-        }
+    async fn client(behaviours: Vec<Behaviour>) -> Fakes {
+        let replicas: Vec<FakeDns> = behaviours.into_iter().map(fake_replica).collect();
         let timeouts = Timeouts { udp_attempt: Duration::from_millis(150), udp_attempts: 2, tcp: Duration::from_millis(300) };
-        VotingClient::new(
-            Replicas::new(addrs, None).unwrap(),
+        let client = VotingClient::new(
+            Replicas::new(replicas.iter().map(FakeDns::addr).collect(), None).unwrap(),
             Options { timeouts, round: Duration::from_secs(2), linger: Duration::from_millis(200), voting_reads: true },
-        )
+        );
+        Fakes { client, _replicas: replicas }
     }
 
     fn answered(o: &Outcome) -> Vec<Ipv4Addr> {

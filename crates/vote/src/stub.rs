@@ -203,35 +203,29 @@ mod tests {
     use hickory_proto::rr::rdata::A;
     use hickory_proto::rr::{Name, RData, Record, RecordType};
     use std::str::FromStr;
+    use testkit::FakeDns;
 
     /// A replica that answers every query with `count` A records.
-    async fn replica(count: u8) -> SocketAddr {
-        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let addr = socket.local_addr().unwrap();
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            loop {
-                let Ok((n, peer)) = socket.recv_from(&mut buf).await else { return };
-                let Ok(q) = Message::from_vec(&buf[..n]) else { continue };
-                let mut a = Message::new(q.metadata.id, MessageType::Response, OpCode::Query);
-                a.metadata.authoritative = true;
-                a.add_queries(q.queries.iter().cloned());
-                for i in 0..count {
-                    a.add_answer(Record::from_rdata(q.queries[0].name().clone(), 300, RData::A(A::new(192, 0, 2, i))));
-                }
-                let _ = socket.send_to(&a.to_vec().unwrap(), peer).await;
+    fn replica(count: u8) -> FakeDns {
+        FakeDns::start(move |bytes| {
+            let q = Message::from_vec(bytes).ok()?;
+            let mut a = Message::new(q.metadata.id, MessageType::Response, OpCode::Query);
+            a.metadata.authoritative = true;
+            a.add_queries(q.queries.iter().cloned());
+            let name = q.queries.first()?.name().clone();
+            for i in 0..count {
+                a.add_answer(Record::from_rdata(name.clone(), 300, RData::A(A::new(192, 0, 2, i))));
             }
-        });
-        addr
+            a.to_vec().ok()
+        })
     }
 
-    async fn client(count: u8) -> VotingClient {
-        let mut addrs = Vec::new();
-        for _ in 0..4 {
-            addrs.push(replica(count).await);
-        }
+    /// A client of four such replicas; they run as long as it lives.
+    async fn client(count: u8) -> (VotingClient, Vec<FakeDns>) {
+        let replicas: Vec<FakeDns> = (0..4).map(|_| replica(count)).collect();
         let timeouts = Timeouts { udp_attempt: Duration::from_millis(200), udp_attempts: 2, tcp: Duration::from_millis(300) };
-        VotingClient::new(Replicas::new(addrs, None).unwrap(), Options { timeouts, round: Duration::from_secs(2), linger: Duration::ZERO, voting_reads: true })
+        let options = Options { timeouts, round: Duration::from_secs(2), linger: Duration::ZERO, voting_reads: true };
+        (VotingClient::new(Replicas::new(replicas.iter().map(FakeDns::addr).collect(), None).unwrap(), options), replicas)
     }
 
     fn query(id: u16, edns: bool) -> Vec<u8> {
@@ -247,7 +241,7 @@ mod tests {
 
     #[tokio::test]
     async fn answers_carry_the_clients_id_and_are_truncated_to_fit() {
-        let c = client(60).await;
+        let (c, _replicas) = client(60).await;
         // 60 A records do not fit 512 bytes: TC without records, and the client retries on TCP.
         let a = Message::from_vec(&answer(&c, &query(0x5151, false), false).await.unwrap()).unwrap();
         assert_eq!((a.metadata.id, a.metadata.truncation, a.answers.len()), (0x5151, true, 0));
@@ -260,7 +254,7 @@ mod tests {
 
     #[tokio::test]
     async fn garbage_and_responses_get_no_vote() {
-        let c = client(1).await;
+        let (c, _replicas) = client(1).await;
         assert!(answer(&c, &[1, 2, 3], false).await.is_none(), "a runt is dropped");
         let mut response = Message::from_vec(&query(7, false)).unwrap();
         response.metadata.message_type = MessageType::Response;
