@@ -7,7 +7,9 @@
 //! next checkpoint; reads see exactly the writes ordered before them; read slots are
 //! bounded; every batch executes although no client reads.
 //!
-//! Reproduce one run: `EXEC_SEED=<seed> cargo test -p exec --test exec_core_sim -- one_seed --nocapture`.
+//! Seeds follow the workspace's convention (crates/testkit): `SIM_SEEDS=N` runs N seeds in the
+//! campaigns a command selects, `SIM_SEED=S` replays one, and a failure prints the line that
+//! replays it.
 //!
 //! A Byzantine origin (`a_hostile_origin_cannot_stop_execution_or_reach_named`): its ordered
 //! requests are drawn per seed from a grammar of hostile DNS bytes (unreadable headers, bad
@@ -18,8 +20,7 @@
 //! batch ends within a bounded number of steps, nothing not validly signed (nor anything named
 //! cannot take) reaches named, honest states and zones are identical, every honest client is
 //! answered. CI runs 24 seeds; a longer campaign:
-//! `EXEC_HOSTILE_SEEDS=5000 cargo test --release -p exec --test exec_core_sim -- a_hostile_origin --nocapture`;
-//! one seed: `EXEC_HOSTILE_SEED=<seed> cargo test -p exec --test exec_core_sim -- one_hostile_seed --nocapture`.
+//! `SIM_SEEDS=5000 cargo test --release -p exec --test exec_core_sim -- a_hostile_origin --nocapture`.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -751,31 +752,15 @@ fn run_seed(seed: u64) -> Result<[u8; 32], String> {
     Ok(sim.trace.clone().finalize().into())
 }
 
-fn seeds() -> std::ops::Range<u64> {
-    match std::env::var("EXEC_SEEDS").ok().and_then(|s| s.parse().ok()) {
-        Some(n) => 0..n,
-        None => 0..200,
-    }
+/// The running test's campaign (the workspace's seed convention, crates/testkit): `SIM_SEEDS`
+/// runs more seeds, `SIM_SEED` replays one, a failure prints its replay line.
+fn campaign(ci_count: u64) -> testkit::Campaign {
+    testkit::Campaign::here("exec", "exec_core_sim", ci_count)
 }
 
 #[test]
 fn honest_replicas_agree_with_slow_stalling_named_and_crashing_wrappers() {
-    let mut failed = Vec::new();
-    for seed in seeds() {
-        if let Err(e) = run_seed(seed) {
-            failed.push(format!("seed {seed}: {e}\n  reproduce: EXEC_SEED={seed} cargo test -p exec --test exec_core_sim -- one_seed --nocapture"));
-        }
-    }
-    assert!(failed.is_empty(), "{} seeds failed:\n{}", failed.len(), failed.join("\n"));
-}
-
-#[test]
-fn one_seed() {
-    let Some(seed) = std::env::var("EXEC_SEED").ok().and_then(|s| s.parse().ok()) else { return };
-    match run_seed(seed) {
-        Ok(trace) => println!("seed {seed} passed, trace {}", trace.iter().map(|b| format!("{b:02x}")).collect::<String>()),
-        Err(e) => panic!("seed {seed}: {e}"),
-    }
+    campaign(200).run(1, |seed| run_seed(seed).map(|_| ()));
 }
 
 #[test]
@@ -1980,34 +1965,13 @@ fn hostile_run(seed: u64, batches: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn hostile_seeds() -> std::ops::Range<u64> {
-    match std::env::var("EXEC_HOSTILE_SEEDS").ok().and_then(|s| s.parse().ok()) {
-        Some(n) => 0..n,
-        None => 0..24,
-    }
-}
-
 /// A Byzantine origin's requests, drawn per seed from a grammar of hostile DNS bytes, among
 /// honest origins' signed updates: every ordered request reaches an outcome within a bounded
 /// number of steps at every honest replica, honest states and zones are identical, and
 /// nothing that is not validly signed (nor anything named cannot take) reaches named.
 #[test]
 fn a_hostile_origin_cannot_stop_execution_or_reach_named() {
-    let mut failed = Vec::new();
-    for seed in hostile_seeds() {
-        if let Err(e) = hostile_run(seed, 40) {
-            failed.push(format!(
-                "seed {seed}: {e}\n  reproduce: EXEC_HOSTILE_SEED={seed} cargo test -p exec --test exec_core_sim -- one_hostile_seed --nocapture"
-            ));
-        }
-    }
-    assert!(failed.is_empty(), "{} seeds failed:\n{}", failed.len(), failed.join("\n"));
-}
-
-#[test]
-fn one_hostile_seed() {
-    let Some(seed) = std::env::var("EXEC_HOSTILE_SEED").ok().and_then(|s| s.parse().ok()) else { return };
-    hostile_run(seed, 40).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    campaign(24).run(1, |seed| hostile_run(seed, 40));
 }
 
 /// The abandon rule on one core: claims that write 0 of batch 1 is stuck count only from
@@ -2146,7 +2110,5 @@ fn abandon_run(seed: u64) -> Result<(), String> {
 
 #[test]
 fn a_write_no_named_answers_is_abandoned_alike_everywhere() {
-    let count = std::env::var("EXEC_ABANDON_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(40u64);
-    let failed: Vec<String> = (0..count).filter_map(|seed| abandon_run(seed).err().map(|e| format!("seed {seed}: {e}"))).collect();
-    assert!(failed.is_empty(), "{} seeds failed:\n{}", failed.len(), failed.join("\n"));
+    campaign(40).run(1, abandon_run);
 }
