@@ -231,26 +231,26 @@
 //!   accounted bytes stay within [`Replica::held_bytes_bound`] under a flooder, that a status
 //!   spammer gets bounded pushes, and (for a few seeds) that a seed replays to the same
 //!   event-trace hash. `cargo test -p bft` runs 1500 seeds for n = 4, 500 for n = 7 and 250
-//!   for n = 10 with behaviours drawn at random (`BFT_SEEDS=N` overrides the count per size),
+//!   for n = 10 with behaviours drawn at random (`SIM_SEEDS=N` overrides the count, the workspace's seed convention in crates/testkit),
 //!   and for each of the eleven named actors (`actor_*`, one per behaviour, checked by
 //!   `every_actor_has_a_test`) 100 seeds for n = 4 and 33 for n = 7 with f replicas behaving
-//!   that way (`BFT_ACTOR_SEEDS=N`): 3713 seeds per run, all with liveness checked.
+//!   that way (`SIM_SEEDS=N` for n = 4): 3713 seeds per run, all with liveness checked.
 //! - `tests/sim/scenarios.rs`: scripted runs of faults found outside the simulator, seeded and
 //!   bounded in simulated time: a backup restarted two hours ahead under a load three times the
 //!   push rate catches up within 4 s; a replica whose links outran its request timeout at
 //!   start-up and changed views alone is back ordering with the others and serving its clients
 //!   (`cargo test -p bft --test sim -- scenarios`).
-//! - Campaign of the generated adversary: `BFT_HOSTILE_SEEDS=100000 cargo test --release -p bft --test sim -- actor_hostile_primary`
+//! - Campaign of the generated adversary: `SIM_SEEDS=100000 cargo test --release -p bft --test sim -- actor_hostile_primary`
 //!   (n = 4, and a third of the count for n = 7).
 //! - The budget hog: `cargo test -p bft --test sim -- actor_budget_hog` (100 seeds at n = 4, 33
-//!   at n = 7); `BFT_HOG_SEEDS=N` for a campaign. A batch over the budget refused and blamed,
+//!   at n = 7); `SIM_SEEDS=N` for a campaign. A batch over the budget refused and blamed,
 //!   an honest primary's batch at the budget's edge accepted: `tests/origins.rs`.
 //! - `tests/origins.rs`: a primary forging requests under other origins (numbers 2^32 - 1
 //!   above, at the jump, just above, below, a delivered key with other bytes) gets none of
 //!   them delivered and is replaced; a request given to the primary alone stalls no batch.
-//! - Replay one seed: `BFT_SEED=<seed> BFT_N=<n> [BFT_ACTOR=Poisoner] cargo test -p bft --test sim -- seed_repro --nocapture`
+//! - Replay one seed: the line a failure prints, `SIM_SEED=<seed> cargo test -p bft --test sim -- <test> --exact --nocapture`
 //!   (`BFT_DEBUG=1` prints deliveries, faults, view changes).
-//! - Soak: `BFT_SOAK_SEEDS=100000 cargo test --release -p bft --test sim -- soak --ignored --nocapture`.
+//! - Soak: `SIM_SEEDS=100000 cargo test --release -p bft --test sim -- soak --ignored --nocapture`.
 //! - Fuzzing the decoder: `cd crates/bft/fuzz && cargo +nightly fuzz run decode`.
 //! - Benchmark: `cargo bench -p bft --bench order` (figures in docs/BENCHMARKS.md).
 

@@ -60,7 +60,11 @@ impl Campaign {
     /// Runs `check` on every seed on `threads` threads (each stops after five failures) and
     /// panics listing every failure with its replay line.
     pub fn run(&self, threads: u64, check: impl Fn(u64) -> Result<(), String> + Sync) {
-        let seeds = self.seeds();
+        self.run_seeds(self.seeds(), threads, check);
+    }
+
+    /// [`Campaign::run`] over the given seeds ([`Campaign::seeds_divided`], say).
+    pub fn run_seeds(&self, seeds: Vec<u64>, threads: u64, check: impl Fn(u64) -> Result<(), String> + Sync) {
         let threads = threads.max(1);
         let failures: Vec<String> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..threads)

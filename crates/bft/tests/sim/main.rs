@@ -3,9 +3,11 @@
 //! honest replicas agree on every seq, deliver every request submitted to an honest replica
 //! once, with strictly increasing agreed times, and never blame an honest replica.
 //!
-//! Reproduce one seed: `BFT_SEED=123 BFT_N=4 cargo test -p bft --test sim -- seed_repro --nocapture`.
-//! Soak: `BFT_SOAK_SEEDS=100000 cargo test --release -p bft --test sim -- soak --ignored --nocapture`.
-//! More seeds in the normal run: `BFT_SEEDS=5000` (per cluster size).
+//! Seeds follow the workspace's convention (crates/testkit): every test below is a campaign;
+//! `SIM_SEEDS=N` runs N seeds in the campaigns a command selects (a larger cluster size runs
+//! the fraction its test says), `SIM_SEED=S` replays seed S, and a failure prints the line that
+//! replays it.
+//! Soak: `SIM_SEEDS=100000 cargo test --release -p bft --test sim -- soak --ignored --nocapture`.
 
 mod byzantine;
 mod cluster;
@@ -25,56 +27,31 @@ fn run_seed(n: u16, seed: u64, forced: Option<Behaviour>) -> Result<cluster::Sta
             Failure::Safety(_) => "SAFETY",
             Failure::Liveness(_) => "LIVENESS",
         };
-        format!(
-            "{kind} failure: {failure:?}\n  {description}\n  reproduce: BFT_SEED={seed} BFT_N={n}{} cargo test -p bft --test sim -- seed_repro --nocapture",
-            forced.map(|b| format!(" BFT_ACTOR={b:?}")).unwrap_or_default()
-        )
+        format!("n={n} {kind} failure: {failure:?}\n  {description}")
     })
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|value| value.parse().ok())
+/// The running test's campaign, with `ci_count` seeds unless `SIM_SEEDS` says otherwise.
+fn campaign(ci_count: u64) -> testkit::Campaign {
+    testkit::Campaign::here("bft", "sim", ci_count)
 }
 
-/// Runs seeds `first..first+count` on two threads; panics listing every failing seed.
-fn run_many(n: u16, first: u64, count: u64) {
-    run_many_with(n, first, count, None);
+/// Runs `seeds` at cluster size `n` on two threads; panics listing every failing seed.
+fn run_many(n: u16, campaign: &testkit::Campaign, seeds: Vec<u64>) {
+    run_many_with(n, campaign, seeds, None);
 }
 
 /// Like [`run_many`] with exactly f replicas behaving as `forced`.
-fn run_many_with(n: u16, first: u64, count: u64, forced: Option<Behaviour>) {
-    let threads = 2u64;
-    let failures: Vec<String> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|thread| {
-                scope.spawn(move || {
-                    let mut failures = Vec::new();
-                    let mut seed = first + thread;
-                    while seed < first + count {
-                        if let Err(report) = run_seed(n, seed, forced) {
-                            eprintln!("{report}");
-                            failures.push(report);
-                            if failures.len() >= 5 {
-                                break;
-                            }
-                        }
-                        seed += threads;
-                    }
-                    failures
-                })
-            })
-            .collect();
-        handles.into_iter().flat_map(|handle| handle.join().expect("simulation thread panicked")).collect()
-    });
-    assert!(failures.is_empty(), "{} seeds failed for n={n}:\n{}", failures.len(), failures.join("\n"));
+fn run_many_with(n: u16, campaign: &testkit::Campaign, seeds: Vec<u64>, forced: Option<Behaviour>) {
+    campaign.run_seeds(seeds, 2, |seed| run_seed(n, seed, forced).map(|_| ()));
 }
 
-/// Seeds per cluster size for each named actor (`BFT_ACTOR_SEEDS` overrides n = 4's count;
-/// n = 7 runs a third of it).
+/// Seeds per cluster size for each named actor: 100 at n = 4 (`SIM_SEEDS` overrides it), a
+/// third of it at n = 7.
 fn run_actor(behaviour: Behaviour) {
-    let count = env_u64("BFT_ACTOR_SEEDS").unwrap_or(100);
-    run_many_with(4, 0, count, Some(behaviour));
-    run_many_with(7, 0, count / 3, Some(behaviour));
+    let c = campaign(100);
+    run_many_with(4, &c, c.seeds(), Some(behaviour));
+    run_many_with(7, &c, c.seeds_divided(3), Some(behaviour));
 }
 
 #[test]
@@ -123,31 +100,19 @@ fn actor_replayer() {
 }
 
 /// The generated adversary: a primary whose batches are drawn from a grammar of hostile
-/// batches (see `byzantine::hostile`). `BFT_HOSTILE_SEEDS=N` runs a longer campaign (n = 4,
-/// and a third of it for n = 7).
+/// batches (see `byzantine::hostile`). `SIM_SEEDS=N` runs a longer campaign (n = 4, and a
+/// third of it for n = 7).
 #[test]
 fn actor_hostile_primary() {
-    match env_u64("BFT_HOSTILE_SEEDS") {
-        Some(count) => {
-            run_many_with(4, 0, count, Some(Behaviour::HostilePrimary));
-            run_many_with(7, 0, count / 3, Some(Behaviour::HostilePrimary));
-        }
-        None => run_actor(Behaviour::HostilePrimary),
-    }
+    run_actor(Behaviour::HostilePrimary);
 }
 
 /// A primary that fills every batch with its own requests (see `byzantine::budget_hog`):
-/// backups hold it to the per-origin budget of the log. `BFT_HOG_SEEDS=N` runs a longer
-/// campaign (n = 4, and a third of it for n = 7).
+/// backups hold it to the per-origin budget of the log. `SIM_SEEDS=N` runs a longer campaign
+/// (n = 4, and a third of it for n = 7).
 #[test]
 fn actor_budget_hog() {
-    match env_u64("BFT_HOG_SEEDS") {
-        Some(count) => {
-            run_many_with(4, 0, count, Some(Behaviour::BudgetHog));
-            run_many_with(7, 0, count / 3, Some(Behaviour::BudgetHog));
-        }
-        None => run_actor(Behaviour::BudgetHog),
-    }
+    run_actor(Behaviour::BudgetHog);
 }
 
 #[test]
@@ -167,31 +132,34 @@ fn every_actor_has_a_test() {
 
 #[test]
 fn seeds_n4() {
-    run_many(4, 0, env_u64("BFT_SEEDS").unwrap_or(1500));
+    let c = campaign(1500);
+    run_many(4, &c, c.seeds());
 }
 
 #[test]
 fn seeds_n7() {
-    run_many(7, 0, env_u64("BFT_SEEDS").unwrap_or(500));
+    let c = campaign(500);
+    run_many(7, &c, c.seeds());
 }
 
 #[test]
 fn seeds_n10() {
-    run_many(10, 0, env_u64("BFT_SEEDS").unwrap_or(250));
+    let c = campaign(250);
+    run_many(10, &c, c.seeds());
 }
 
 /// Runs seeds in which every crash restarts the replica from its persisted state.
-fn run_reboots(n: u16, count: u64, reboots: Reboots) {
-    let failures: Vec<String> = (0..count)
+fn run_reboots(n: u16, campaign: &testkit::Campaign, seeds: Vec<u64>, reboots: Reboots) {
+    let count = seeds.len() as u64;
+    let failures: Vec<String> = seeds
+        .into_iter()
         .filter_map(|seed| {
             let mut cluster = Cluster::with_reboots(n, seed, reboots);
             let description = cluster.describe();
             match cluster.run(SAFETY_US, LIVENESS_US) {
                 Ok(stats) if stats.reboots == 0 => Some(format!("seed {seed}: no reboot happened ({description})")),
                 Ok(_) => None,
-                Err(failure) => Some(format!(
-                    "{failure:?}\n  {description}\n  reproduce: BFT_SEED={seed} BFT_N={n} BFT_REBOOTS={reboots:?} cargo test -p bft --test sim -- seed_repro --nocapture"
-                )),
+                Err(failure) => Some(format!("{failure:?}\n  {description}\n  {}", campaign.reproduce(seed))),
             }
         })
         .collect();
@@ -212,38 +180,20 @@ fn run_reboots(n: u16, count: u64, reboots: Reboots) {
 
 #[test]
 fn reboot_single_n4() {
-    run_reboots(4, env_u64("BFT_REBOOT_SEEDS").unwrap_or(300), Reboots::Single);
+    let c = campaign(300);
+    run_reboots(4, &c, c.seeds(), Reboots::Single);
 }
 
 #[test]
 fn reboot_all_n4() {
-    run_reboots(4, env_u64("BFT_REBOOT_SEEDS").unwrap_or(300), Reboots::All);
+    let c = campaign(300);
+    run_reboots(4, &c, c.seeds(), Reboots::All);
 }
 
 #[test]
 fn reboot_all_n7() {
-    run_reboots(7, env_u64("BFT_REBOOT_SEEDS").unwrap_or(300) / 3, Reboots::All);
-}
-
-#[test]
-fn seed_repro() {
-    let Some(seed) = env_u64("BFT_SEED") else { return };
-    let n = env_u64("BFT_N").unwrap_or(4) as u16;
-    let forced = std::env::var("BFT_ACTOR").ok().map(|name| *byzantine::ALL.iter().find(|b| format!("{b:?}") == name).expect("BFT_ACTOR names a behaviour"));
-    let reboots = std::env::var("BFT_REBOOTS").ok().map(|name| match name.as_str() {
-        "Single" => Reboots::Single,
-        "All" => Reboots::All,
-        other => panic!("BFT_REBOOTS={other}: Single or All"),
-    });
-    let mut cluster = match reboots {
-        Some(reboots) => Cluster::with_reboots(n, seed, reboots),
-        None => Cluster::with_behaviour(n, seed, forced),
-    };
-    println!("{}", cluster.describe());
-    match cluster.run(SAFETY_US, LIVENESS_US) {
-        Ok(stats) => println!("ok: {stats:?} trace {:016x}", cluster.trace_hash()),
-        Err(failure) => panic!("{failure:?}"),
-    }
+    let c = campaign(300);
+    run_reboots(7, &c, c.seeds_divided(3), Reboots::All);
 }
 
 #[test]
@@ -269,7 +219,7 @@ fn same_seed_same_trace() {
 #[test]
 #[ignore = "measurement; prints a histogram"]
 fn view_histogram() {
-    let count = env_u64("BFT_ACTOR_SEEDS").unwrap_or(100);
+    let count = campaign(100).count();
     for n in [4u16, 7] {
         for behaviour in byzantine::ALL {
             let mut histogram = std::collections::BTreeMap::new();
@@ -291,7 +241,7 @@ fn view_histogram() {
 #[test]
 #[ignore = "measurement; prints figures"]
 fn flooder_memory() {
-    let count = env_u64("BFT_ACTOR_SEEDS").unwrap_or(100);
+    let count = campaign(100).count();
     for n in [4u16, 7] {
         let mut peak = 0;
         for seed in 0..count {
@@ -306,12 +256,11 @@ fn flooder_memory() {
 }
 
 #[test]
-#[ignore = "long soak; set BFT_SOAK_SEEDS"]
+#[ignore = "long soak; SIM_SEEDS sets its length"]
 fn soak() {
-    let count = env_u64("BFT_SOAK_SEEDS").unwrap_or(100_000);
-    let first = env_u64("BFT_SOAK_FIRST").unwrap_or(1_000_000);
+    let c = campaign(100_000);
     for n in [4, 7, 10] {
-        run_many(n, first, count);
+        run_many(n, &c, c.seeds());
     }
 }
 
@@ -322,7 +271,7 @@ fn soak() {
 #[test]
 #[ignore = "measurement; prints trace hashes"]
 fn trace_hashes() {
-    let count = env_u64("BFT_TRACE_SEEDS").unwrap_or(100);
+    let count = campaign(100).count();
     let line = |label: String, seed: u64, cluster: &mut Cluster| {
         let outcome = match cluster.run(SAFETY_US, LIVENESS_US) {
             Ok(_) => "ok".to_string(),
