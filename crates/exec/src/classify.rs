@@ -222,17 +222,9 @@ mod tests {
         let mut resp = Message::from_vec(&query("a.example.test.", RecordType::A)).unwrap();
         resp.metadata.message_type = MessageType::Response;
         assert!(matches!(classify(&resp.to_vec().unwrap(), false), Verdict::Drop(_)));
-        let mut state = 0x9e3779b97f4a7c15u64;
+        let mut noise = testkit::Noise::new(0x9e3779b97f4a7c15);
         for len in 0..600 {
-            let buf: Vec<u8> = (0..len)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    state as u8
-                })
-                .collect();
-            let _ = classify(&buf, len % 2 == 0);
+            let _ = classify(&noise.bytes(len), len % 2 == 0);
         }
     }
 }

@@ -251,17 +251,9 @@ fn garbage_never_panics() {
         let _ = a.precheck(&q[..cut], cut % 2 == 0, 0);
         let _ = a.answer_for_client(&q[..cut], &q[..cut / 2]);
     }
-    let mut state = 0x243f6a8885a308d3u64;
+    let mut noise = testkit::Noise::new(0x243f6a8885a308d3);
     for len in 0..400 {
-        let buf: Vec<u8> = (0..len)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state as u8
-            })
-            .collect();
-        let _ = a.decide(&buf, 1);
+        let _ = a.decide(&noise.bytes(len), 1);
     }
 }
 
