@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use sdns_system_tests::probe::{report, ReadProbe};
-use sdns_system_tests::{Cluster, ClusterOpts, Replicas};
+use sdns_system_tests::{metric_value, Cluster, ClusterOpts, Replicas};
 
 /// The RRSIG over www's A RRset as replica `i` serves it: (expiration, inception).
 fn www_sig_times(c: &Cluster, i: u16) -> Option<(String, String)> {
@@ -19,12 +19,7 @@ fn www_sig_times(c: &Cluster, i: u16) -> Option<(String, String)> {
 }
 
 fn metric(c: &Cluster, i: u16, name: &str) -> u64 {
-    c.metrics(i)
-        .lines()
-        .find(|l| l.starts_with(name) && !l.starts_with('#'))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    metric_value(&c.metrics(i), name)
 }
 
 #[test]
