@@ -7,7 +7,9 @@
 //! and checkpoints attest; [`authority`] proves which replica asked for a whole-zone
 //! signing; [`classify`] says what a client's message is; [`envelope`] is what is
 //! ordered; [`zone_plan`] computes digests, diffs and re-signing slices from a zone's
-//! records. The wrapper's executor performs the commands and reads the clock.
+//! records; [`vouch_core::VouchCore`] decides vouched reads (answered without ordering once
+//! 2t peers' read barriers allow it), over [`vouch`]'s messages and quorum rule. The wrapper's
+//! executor and vouched-read driver perform the commands and read the clock.
 //!
 //! The crate is the determinism boundary: no tokio, hyper or clap in its dependency tree,
 //! and no clock read in its sources; whatever depends on time takes it as an argument.
@@ -25,6 +27,8 @@ pub mod gate;
 pub mod names;
 pub mod signer_input;
 pub mod state;
+pub mod vouch;
+pub mod vouch_core;
 pub mod zone_plan;
 
 pub use self::core::{Command, Delivered, Event, ExecConfig, ExecCore, Item, Resume, UNAUTHORIZED_WRITES, UNFORWARDABLE_WRITES};

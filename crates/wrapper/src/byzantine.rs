@@ -89,11 +89,11 @@ impl Mode {
 
     /// What the vouched-read service does to this replica's probes and vouches (they travel
     /// on the mesh's reads channel, outside the ordering driver).
-    pub fn reads(self) -> crate::vouch::Fault {
+    pub fn reads(self) -> exec::vouch::Fault {
         match self {
-            Mode::Silent => crate::vouch::Fault::Silent,
-            Mode::WrongVouches => crate::vouch::Fault::WrongVouches,
-            _ => crate::vouch::Fault::None,
+            Mode::Silent => exec::vouch::Fault::Silent,
+            Mode::WrongVouches => exec::vouch::Fault::WrongVouches,
+            _ => exec::vouch::Fault::None,
         }
     }
 

@@ -106,7 +106,7 @@ pub struct ClusterSection {
     pub vouched_reads: bool,
     /// How long a gateway waits at least for its peers' barriers once its own answer is in,
     /// before it orders the read instead. Under load it waits longer, following the waits of
-    /// its recently vouched reads (`crate::vouch_core::VouchClock`), up to `vouch_timeout_max_ms`.
+    /// its recently vouched reads (`exec::vouch_core::VouchClock`), up to `vouch_timeout_max_ms`.
     #[serde(default = "default_vouch_timeout_ms")]
     pub vouch_timeout_ms: u64,
     /// The most a gateway ever waits for vouches, whatever its peers do (at least

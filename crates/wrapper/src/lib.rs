@@ -32,7 +32,5 @@ pub mod statexfer;
 pub mod tasks;
 pub mod transfer;
 pub mod voting_read;
-pub mod vouch;
-pub mod vouch_core;
 pub mod vouched;
 pub mod zone;

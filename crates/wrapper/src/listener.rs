@@ -504,7 +504,7 @@ mod tests {
         vouched.send_probes(&mut probes);
         let sent = out.0.lock().unwrap().clone();
         assert_eq!(sent.len(), 1, "one probe message for both reads");
-        assert!(matches!(crate::vouch::decode_read_wire(&sent[0]), Ok(crate::vouch::ReadWire::Probe { .. })), "a probe");
+        assert!(matches!(exec::vouch::decode_read_wire(&sent[0]), Ok(exec::vouch::ReadWire::Probe { .. })), "a probe");
         let mut update = query(3, "www.example.test.");
         update[2] |= 5 << 3;
         dispatch(update, false, reply(), peer, &access, &filters, &to_gateway, &metrics, &mut probes);

@@ -350,7 +350,7 @@ pub struct Metrics {
     read_cache_misses: Counter,
     vouched_reads: Family<Label<&'static str>, Counter>,
     vouches_sent: Counter,
-    /// The gateway's current vouch timeout (s), as `crate::vouch_core::VouchClock` sets it.
+    /// The gateway's current vouch timeout (s), as `exec::vouch_core::VouchClock` sets it.
     vouch_timeout: Gauge<f64, AtomicU64>,
     view_changes: Counter,
     slice_latency: Histogram,

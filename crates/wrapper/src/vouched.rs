@@ -16,7 +16,7 @@
 //! - The gateway takes its own barrier as the read arrives, and its own answer (read cache,
 //!   else named) once it has executed that far, noting the executed position the answer
 //!   reflects. With 2t peers' barriers in, the read needs an answer reflecting the largest of
-//!   its own barrier and those 2t peers' smallest ([`crate::vouch::Barriers::required`]). An
+//!   its own barrier and those 2t peers' smallest ([`exec::vouch::Barriers::required`]). An
 //!   answer that reflects it goes to the client; one taken before is taken again once the
 //!   gateway has executed that far (at most once per read; an answer of a later position
 //!   needs no further check).
@@ -39,7 +39,7 @@
 //! the vouch timeout before it is ordered after all. The client is sent the gateway's own
 //! bytes, never anything a peer gave.
 //!
-//! The vouch timeout ([`crate::vouch_core::VouchClock`]) follows the load: a read ordered after all costs an
+//! The vouch timeout ([`exec::vouch_core::VouchClock`]) follows the load: a read ordered after all costs an
 //! ordering round at every replica (about 50 ms under the load at which vouches get slow), far
 //! more than waiting a little longer. The gateway waits 4 times the 95th percentile of the
 //! waits (own answer in, to the read decided) of its recently vouched reads, never less than
@@ -69,7 +69,7 @@
 //! works on it while the probe travels. Only what must wait (a barrier not executed yet, a
 //! miss's answer from named) gets a task of its own.
 //!
-//! Shape: every decision above is `crate::vouch_core::VouchCore`'s (no IO, time as an
+//! Shape: every decision above is `exec::vouch_core::VouchCore`'s (no IO, time as an
 //! argument); this module is its driver. The core sits behind one lock that the listeners and
 //! the mesh's reader tasks take for the length of a call (never across a wait), so that no read
 //! or barrier waits for another task to wake up, and one task sleeps until the core's next
@@ -79,7 +79,7 @@
 //! Nothing here makes the executor wait: the gateway waits for the executed position on a watch
 //! channel and answers from the read cache or named, as local reads do. What a peer can make
 //! this replica hold: nothing as a peer (a probe is answered within the call), and as a gateway
-//! one entry per peer per open round, within [`crate::vouch_core::MAX_WAITING`] reads.
+//! one entry per peer per open round, within [`exec::vouch_core::MAX_WAITING`] reads.
 
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
@@ -94,9 +94,9 @@ use tokio::time::Instant;
 use crate::metrics::Metrics;
 use crate::read::{Fill, Keyed, ReadCache};
 use crate::reply::ClientRequest;
-pub use crate::vouch::Fault;
-use crate::vouch::{decode_read_wire, ReadWire};
-use crate::vouch_core::{answer_probe, micros, Action, Settings, Turn, VouchCore};
+pub use exec::vouch::Fault;
+use exec::vouch::{decode_read_wire, ReadWire};
+use exec::vouch_core::{answer_probe, micros, Action, Settings, Turn, VouchCore};
 
 /// The longest a gateway waits for its own executor to reach a read's barrier before ordering
 /// the read instead.
@@ -422,7 +422,7 @@ impl VouchedReads {
     }
 }
 
-/// Where this process numbers its probe rounds from: anywhere (`crate::vouch_core::Settings`
+/// Where this process numbers its probe rounds from: anywhere (`exec::vouch_core::Settings`
 /// says why).
 fn first_round() -> u64 {
     let mut seed = [0u8; 8];
@@ -436,7 +436,7 @@ fn first_round() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vouch::WRONG_BARRIER_AHEAD;
+    use exec::vouch::WRONG_BARRIER_AHEAD;
     use std::net::SocketAddr;
     use tokio::net::UdpSocket;
 
@@ -772,7 +772,7 @@ mod tests {
         fill(&h.cache, &query(9));
         assert_eq!(gauge(&h.service.metrics), "sdns_vouch_timeout_seconds{replica=\"0\"} 0.005");
         let (reply, _answers) = crate::reply::ReplyTo::internal();
-        for _ in 0..crate::vouch_core::WINDOW {
+        for _ in 0..exec::vouch_core::WINDOW {
             take(&h, ClientRequest { bytes: query(5), tcp: false, reply: reply.clone() });
             let round = probe_round(h.out.try_recv().expect("the probe is sent within the call"));
             tokio::time::advance(Duration::from_micros(4_500)).await;
@@ -781,7 +781,7 @@ mod tests {
         }
         assert_eq!(h.service.timeout(), Duration::from_millis(18));
         assert_eq!(gauge(&h.service.metrics), "sdns_vouch_timeout_seconds{replica=\"0\"} 0.018");
-        assert_eq!(outcome(&h.service.metrics, "vouched"), crate::vouch_core::WINDOW as u64);
+        assert_eq!(outcome(&h.service.metrics, "vouched"), exec::vouch_core::WINDOW as u64);
         // Silence: ordered once the (raised) timeout passed, by the timer task.
         let start = tokio::time::Instant::now();
         take(&h, ClientRequest { bytes: query(5), tcp: false, reply });

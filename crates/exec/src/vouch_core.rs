@@ -1,13 +1,14 @@
 //! The decisions of vouched reads at a gateway, without IO: which reads a probe round
 //! covers, when a read's own answer may go to its client, when that answer is taken again or
 //! the read ordered after all, and how long the gateway waits for its peers ([`VouchClock`]).
-//! `crate::vouched` drives it (its module doc says why the decisions are linearizable;
-//! docs/DETERMINISM.md, "Vouched reads", at length).
+//! The wrapper's `reads::vouched` drives it (its module doc says why the decisions are
+//! linearizable; docs/DETERMINISM.md, "Vouched reads", at length).
 //!
 //! Events come in as calls, time as an argument (`now_us`: the driver's monotonic clock in
 //! microseconds), decisions go out as [`Action`]s. The core reads no clock, holds no lock and
 //! starts no task; [`VouchCore::poll_timeout`] says when [`VouchCore::handle_timeout`] is due.
-//! It depends on std and `crate::vouch` only, so that it can sit in the deterministic crate.
+//! It depends on std and [`crate::vouch`] only, and sits in the deterministic crate: the
+//! compiler keeps tokio and the clock out of it.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
@@ -372,7 +373,7 @@ impl<R> VouchCore<R> {
 
     fn answer(&mut self, w: Waiting<R>, now_us: u64, out: &mut Vec<Action<R>>) {
         let Some((answer, _)) = w.answer else { return };
-        // Only vouched reads teach the timeout (`crate::vouched` says why).
+        // Only vouched reads teach the timeout (the wrapper's `reads::vouched` says why).
         if let Some(at) = w.own_at {
             if self.clock.vouched(Duration::from_micros(now_us.saturating_sub(at)), now_us) {
                 out.push(Action::Timeout(self.clock.timeout()));
@@ -438,8 +439,8 @@ impl<R> VouchCore<R> {
 /// waits (own answer in, to the read decided) of its recently vouched reads, within
 /// `floor..=cap` (`cluster.vouch_timeout_ms..=vouch_timeout_max_ms`). Learnt window by window
 /// ([`WINDOW`] vouched reads or [`WINDOW_PERIOD`]): up at once, down by halves. Only vouched
-/// reads teach it; `crate::vouched` says why a Byzantine peer cannot raise it beyond what its
-/// honest peers' own waits justify, nor ever past the cap.
+/// reads teach it; the wrapper's `reads::vouched` says why a Byzantine peer cannot raise it
+/// beyond what its honest peers' own waits justify, nor ever past the cap.
 #[derive(Debug)]
 pub struct VouchClock {
     floor_us: u64,

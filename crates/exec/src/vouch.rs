@@ -1,11 +1,12 @@
-//! The sans-IO half of vouched reads (`crate::vouched`): the messages replicas exchange on the
-//! mesh's reads channel, and what the peers' answers require of the gateway's own answer.
+//! The sans-IO half of vouched reads (driven by the wrapper's `reads::vouched`): the messages
+//! replicas exchange on the mesh's reads channel, and what the peers' answers require of the
+//! gateway's own answer.
 //!
 //! A gateway probes its peers in rounds: one probe carries nothing but the round's number,
 //! and covers every read the gateway took before sending it. A peer answers with its read
-//! barrier as the probe arrived (`crate::vouched` says what that is). Neither message carries a
-//! question or an answer: the client is sent the gateway's own answer, taken at a position of
-//! the log the barriers say is recent enough ([`required`]).
+//! barrier as the probe arrived (the wrapper's `reads::vouched` says what that is). Neither
+//! message carries a question or an answer: the client is sent the gateway's own answer, taken
+//! at a position of the log the barriers say is recent enough ([`required`]).
 
 use std::collections::BTreeMap;
 
