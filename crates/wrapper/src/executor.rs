@@ -749,7 +749,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
             let _ = tx.send(Some(times));
             let answer = if fail {
                 fail_for_test(&metrics, id, seq).await
-            } else if crate::seeded_bug::skip_this_write(id) {
+            } else if crate::faults::seeded_bug::skip_this_write(id) {
                 tracing::error!(replica = id, seq, "SEEDED BUG skip-write: this write is answered NOERROR and never given to named");
                 exec::answer::error_answer(&message, 0).unwrap_or_default()
             } else {

@@ -268,7 +268,7 @@ async fn serve_connection(
     let mut write_task = tokio::spawn(async move {
         while let Some(mut answer) = answers_rx.recv().await {
             if lie {
-                answer.bytes = crate::byzantine::lie(std::mem::take(&mut answer.bytes));
+                answer.bytes = crate::faults::byzantine::lie(std::mem::take(&mut answer.bytes));
             }
             let Some(framed) = framing::frame(&answer.bytes) else { continue };
             match tokio::time::timeout(write_timeout, writer.write_all(&framed)).await {

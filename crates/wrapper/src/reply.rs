@@ -55,8 +55,8 @@ impl ReplyTo {
     pub fn try_send(&self, answer: Vec<u8>) -> Delivery {
         match self {
             ReplyTo::Udp { socket, peer, rrl, lie } => match match rrl {
-                Some(limiter) if *lie => limiter.filter(peer.ip(), crate::byzantine::lie(answer)),
-                None if *lie => Some(crate::byzantine::lie(answer)),
+                Some(limiter) if *lie => limiter.filter(peer.ip(), crate::faults::byzantine::lie(answer)),
+                None if *lie => Some(crate::faults::byzantine::lie(answer)),
                 Some(limiter) => limiter.filter(peer.ip(), answer),
                 None => Some(answer),
             } {

@@ -14,7 +14,7 @@ use named_glue::forward::Forwarder;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
-use crate::byzantine::Mode;
+use crate::faults::byzantine::Mode;
 use crate::config::{GatewayConfig, Settings};
 use crate::endpoint;
 use crate::gateway::Gateway;
@@ -103,7 +103,7 @@ pub(super) fn start_gateway(
 
 /// What the listeners check before a request reaches the gateway, and how they answer.
 pub(super) fn client_filters(s: &Settings, auth: &Arc<ZoneAuth>, reads: &Reads, vouched: Option<Arc<VouchedReads>>) -> ClientFilters {
-    let early_read = crate::seeded_bug::active(s.id) == Some(crate::seeded_bug::Bug::EarlyRead);
+    let early_read = crate::faults::seeded_bug::active(s.id) == Some(crate::faults::seeded_bug::Bug::EarlyRead);
     ClientFilters {
         // The fault-injection switch leaves this replica ordering whatever it gets.
         auth: (!s.auth.skip_precheck).then(|| auth.clone()),

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use tracing::info;
 
-use crate::byzantine::Mode;
+use crate::faults::byzantine::Mode;
 use crate::config::{GatewayConfig, Settings, SigningConfig, TransferConfig};
 use crate::executor::{exec_config, Executor, ExecutorConfig, ExecutorLinks};
 use crate::metrics::Metrics;
@@ -135,7 +135,7 @@ fn announce_fault_injection(s: &Settings) {
     if let Some(mode) = s.test.byzantine {
         tracing::warn!(replica = id, %mode, "BYZANTINE MODE: this replica misbehaves on purpose (test cluster)");
     }
-    if let Some(bug) = crate::seeded_bug::active(id) {
+    if let Some(bug) = crate::faults::seeded_bug::active(id) {
         tracing::warn!(replica = id, ?bug, "SEEDED BUG (SDNS_SEEDED_BUG): this replica is wrong on purpose, to test the history checker");
     }
     if let Some(name) = &s.test.fail_writes_naming {

@@ -12,7 +12,7 @@ use mesh::MeshSender;
 use tokio::sync::mpsc;
 use tracing::info;
 
-use crate::byzantine::Mode;
+use crate::faults::byzantine::Mode;
 use crate::config::Settings;
 use exec::ExecState;
 

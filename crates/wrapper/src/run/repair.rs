@@ -11,7 +11,7 @@ use mesh::Mesh;
 use tokio::sync::{mpsc, watch};
 use tracing::info;
 
-use crate::byzantine::Mode;
+use crate::faults::byzantine::Mode;
 use crate::config::TransferConfig;
 use crate::executor::{OwnDigests, TransferLinks};
 use crate::metrics::Metrics;

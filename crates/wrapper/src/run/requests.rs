@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use tokio::sync::watch;
 
-use crate::byzantine::Mode;
+use crate::faults::byzantine::Mode;
 use crate::executor::Background;
 use crate::gateway::Gateway;
 use crate::tasks::Essential;
@@ -52,14 +52,14 @@ pub(super) fn start_own_requests(r: OwnRequests<'_>, tasks: &mut Essential) -> R
     Ok(())
 }
 
-/// Runs `oversized-writes` or `update-flooder`: orders [`crate::byzantine::hostile_write`]s as this replica's
+/// Runs `oversized-writes` or `update-flooder`: orders [`crate::faults::byzantine::hostile_write`]s as this replica's
 /// own requests, straight to the ordering (no pending client, so no bound but the ordering's
 /// own), as fast as it takes them. Returns when the ordering has gone.
 async fn order_hostile_writes(gateway: Arc<Gateway>, mode: Mode, key: Option<tsig::Key>) {
     let mut k = 0u64;
     loop {
         let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        let Some(message) = crate::byzantine::hostile_write(mode, k, key.as_ref(), now_s) else { return };
+        let Some(message) = crate::faults::byzantine::hostile_write(mode, k, key.as_ref(), now_s) else { return };
         let payload = exec::envelope::Op::Dns { tcp: true, message }.encode();
         let (client, number) = gateway.next_key();
         let request = bft::Request { origin: gateway.id, client, number, payload };

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tracing::info;
 
 use super::signing::WATCH_EVERY;
-use crate::byzantine::Mode;
+use crate::faults::byzantine::Mode;
 use crate::metrics::{self, Metrics};
 use crate::pending::Pending;
 use crate::statexfer::TransferStats;

@@ -26,7 +26,7 @@ use tracing::{debug, warn};
 
 use super::wire::{SignEnvelope, SignMessage, WireFormat};
 use super::Digest;
-use crate::byzantine::SigningFault;
+use crate::faults::byzantine::SigningFault;
 use crate::metrics::Metrics;
 
 enum Command {
