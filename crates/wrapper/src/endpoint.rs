@@ -17,7 +17,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::debug;
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 /// What the admin route needs: the gateway to order through, the bearer token every
 /// POST must carry, and this replica's key to sign its sign-zone requests with.
@@ -332,7 +332,7 @@ mod tests {
         assert!(text.contains("sdns_requests_total{replica=\"7\",kind=\"write\"} 1"), "{text}");
         let (code, json) = request(addr, Method::GET, "/status", &[], within).await.unwrap();
         assert_eq!(code, 200);
-        let status: crate::metrics::Status = serde_json::from_str(&json).unwrap();
+        let status: crate::ops::metrics::Status = serde_json::from_str(&json).unwrap();
         assert_eq!(status.id, 7);
         assert_eq!(request(addr, Method::GET, "/metrics", &[("origin", "https://evil.example")], within).await.unwrap().0, 403);
         assert_eq!(request(addr, Method::POST, "/admin/sign-zone", &[("authorization", "Bearer x")], within).await.unwrap().0, 404);

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
 use crate::config::Settings;
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::pending::Pending;
 use crate::read::{Lookup, ReadCache};
 use crate::reply::{Delivery, ReplyTo};

@@ -20,7 +20,7 @@ use named_glue::forward::Forwarder;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::pending::{payload_digest, Pending};
 use crate::read::ReadCache;
 use crate::reply::{ClientRequest, ReplyTo};

@@ -15,11 +15,9 @@ pub mod config;
 pub mod endpoint;
 pub mod executor;
 pub mod faults;
-pub mod files;
 pub mod gateway;
-pub mod health;
 pub mod listener;
-pub mod metrics;
+pub mod ops;
 pub mod pending;
 pub mod read;
 pub mod read_cache;
@@ -28,7 +26,6 @@ pub mod rrl;
 pub mod run;
 pub mod signing;
 pub mod statexfer;
-pub mod tasks;
 pub mod transfer;
 pub mod voting_read;
 pub mod vouched;
@@ -37,3 +34,4 @@ pub mod zone;
 // The paths the configuration (config.rs, config/) and the operator's tools (crates/sdns)
 // name, kept as they were before the modules went into folders.
 pub use faults::byzantine;
+pub use ops::{files, metrics};

@@ -18,7 +18,7 @@ use exec::access::AccessSection;
 use exec::answer::{error_answer, RCODE_REFUSED};
 use exec::classify::{classify, precheck, transfer_rights, Kind, Verdict};
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::reply::{ClientRequest, Delivery, Outgoing, ReplyTo};
 use crate::vouched::{VouchTurn, VouchedReads};
 

@@ -34,8 +34,8 @@ pub fn payload_digest(payload: &[u8]) -> [u8; 32] {
 pub struct Pending {
     map: Mutex<HashMap<(u64, u64), PendingEntry>>,
     max: usize,
-    /// Whether this gateway's requests are delivered at all (`crate::health`).
-    own: Mutex<crate::health::OwnRequests>,
+    /// Whether this gateway's requests are delivered at all (`crate::ops::health`).
+    own: Mutex<crate::ops::health::OwnRequests>,
 }
 
 impl Pending {
@@ -101,7 +101,7 @@ impl Pending {
     }
 
     /// How long this gateway's requests have gone undelivered, while that matters
-    /// ([`crate::health::OwnRequests::waiting`]).
+    /// ([`crate::ops::health::OwnRequests::waiting`]).
     pub fn undelivered_for(&self, bound: Duration) -> Option<Duration> {
         let waiting = !self.is_empty();
         self.own.lock().ok()?.waiting(Instant::now(), waiting, bound)

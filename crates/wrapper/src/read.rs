@@ -26,7 +26,7 @@ use tracing::debug;
 
 pub use crate::read_cache::{Fill, Keyed, Lookup, ReadCache};
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::reply::{Delivery, ReplyTo};
 
 /// Answers `message` (a query, never a transfer) from the cache, or asks named over the

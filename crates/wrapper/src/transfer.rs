@@ -17,7 +17,7 @@ use named_glue::forward::{AxfrStream, Forwarder};
 use tokio::sync::Semaphore;
 use tracing::debug;
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::reply::ReplyTo;
 
 /// Transfers streaming on at once beyond their first message; past this, a transfer

@@ -17,7 +17,7 @@ use named_glue::rrwire::{opt_option, RawHeader, RawMessage, TYPE_AXFR, TYPE_IXFR
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::read::ReadCache;
 use crate::reply::ClientRequest;
 

@@ -91,7 +91,7 @@ use named_glue::forward::Forwarder;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::read::{Fill, Keyed, ReadCache};
 use crate::reply::ClientRequest;
 pub use exec::vouch::Fault;

@@ -9,7 +9,7 @@ use named_glue::conf::{PolicyRule, TsigKey};
 use named_glue::keys::ZoneKey;
 
 use crate::config::{Settings, ZoneSettings};
-use crate::files::{check_secret_mode, read_secret, zone_key};
+use crate::ops::files::{check_secret_mode, read_secret, zone_key};
 use crate::signing::Keys;
 use exec::auth::sig0::Sig0Key;
 use exec::auth::TsigKey as DealerTsig;

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::keys::read;
 use crate::config::Settings;
-use crate::files::read_secret;
+use crate::ops::files::read_secret;
 use exec::{SignZoneSigner, SignZoneVerifier};
 
 type Inbox = mpsc::Receiver<(u16, Bytes)>;

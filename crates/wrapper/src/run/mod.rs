@@ -33,10 +33,10 @@ use tracing::info;
 use crate::faults::byzantine::Mode;
 use crate::config::{GatewayConfig, Settings, SigningConfig, TransferConfig};
 use crate::executor::{exec_config, Executor, ExecutorConfig, ExecutorLinks};
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::pending::Pending;
 use crate::read::ReadCache;
-use crate::tasks::Essential;
+use crate::ops::tasks::Essential;
 use exec::{ExecCore, UpdateGate};
 
 /// Runs one replica until it is stopped or one of its essential tasks ends.

@@ -14,9 +14,9 @@ use tracing::info;
 use crate::faults::byzantine::Mode;
 use crate::config::TransferConfig;
 use crate::executor::{OwnDigests, TransferLinks};
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::statexfer::{SnapshotStore, StateTransfer, TransferStats};
-use crate::tasks::Essential;
+use crate::ops::tasks::Essential;
 
 /// What the repair task takes from state transfer (see [`start_repair`]).
 pub(super) struct RepairLinks {

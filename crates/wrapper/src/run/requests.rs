@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use crate::faults::byzantine::Mode;
 use crate::executor::Background;
 use crate::gateway::Gateway;
-use crate::tasks::Essential;
+use crate::ops::tasks::Essential;
 use exec::auth::tsig;
 use exec::SignZoneSigner;
 

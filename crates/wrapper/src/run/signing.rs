@@ -14,9 +14,9 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::{SigningConfig, ZoneSettings};
 use crate::executor::Background;
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::signing::{service, Keys, SignerCore};
-use crate::tasks::Essential;
+use crate::ops::tasks::Essential;
 
 /// How often the parts that own their tasks (mesh, named's supervisor, signing sockets, the
 /// ordering driver) are asked whether those still run.

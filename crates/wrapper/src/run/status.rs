@@ -12,10 +12,10 @@ use tracing::info;
 
 use super::signing::WATCH_EVERY;
 use crate::faults::byzantine::Mode;
-use crate::metrics::{self, Metrics};
+use crate::ops::metrics::{self, Metrics};
 use crate::pending::Pending;
 use crate::statexfer::TransferStats;
-use crate::tasks::Essential;
+use crate::ops::tasks::Essential;
 
 /// What the status loop watches.
 pub(super) struct StatusSources {
@@ -164,11 +164,11 @@ impl Attribution {
     }
 }
 
-/// The health check's memory between status rounds (`crate::health`), and whether it last
+/// The health check's memory between status rounds (`crate::ops::health`), and whether it last
 /// found this replica stalled (logged when that changes).
 #[derive(Default)]
 struct Progress {
-    lag: crate::health::ExecutorLag,
+    lag: crate::ops::health::ExecutorLag,
     stalled: bool,
 }
 
@@ -177,14 +177,14 @@ impl Progress {
     /// undelivered and how long its executor has not moved behind the log (s).
     fn observe(&mut self, me: u16, s: &bft::transport::DriverStatus, executed: u64, pending: &Pending, bound: Duration) -> (Option<String>, u64, u64) {
         let delivered = s.core.last_delivered;
-        let observed = crate::health::Observed {
+        let observed = crate::ops::health::Observed {
             own_waiting: pending.undelivered_for(bound),
             refused: s.submit_rejected,
             executor_behind: self.lag.observe(executed, delivered, std::time::Instant::now()),
             executed,
             delivered,
         };
-        let why = crate::health::stalled(&observed, bound);
+        let why = crate::ops::health::stalled(&observed, bound);
         match (&why, self.stalled) {
             (Some(why), false) => tracing::warn!(replica = me, "stalled: {why}"),
             (None, true) => info!(replica = me, "making progress again"),

@@ -27,7 +27,7 @@ use tracing::{debug, warn};
 use super::wire::{SignEnvelope, SignMessage, WireFormat};
 use super::Digest;
 use crate::faults::byzantine::SigningFault;
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 enum Command {
     /// `shared`: a whole-zone signing's request, which every replica makes at about the same

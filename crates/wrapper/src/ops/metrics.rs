@@ -77,7 +77,7 @@ pub struct Status {
     #[serde(default)]
     pub zones: Vec<ZoneStatus>,
     /// Set while this replica makes no progress for longer than `metrics.stall_after_ms`
-    /// (`crate::health`): why.
+    /// (`crate::ops::health`): why.
     #[serde(default)]
     pub progress_stalled: Option<String>,
     /// How long (s) this gateway's requests have gone undelivered, and how long the executor
