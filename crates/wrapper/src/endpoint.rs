@@ -236,7 +236,7 @@ async fn sign_zone(admin: &Admin, zone: u16, signer: &exec::SignZoneSigner) -> S
         Ok(auth) => auth,
         Err(e) => return format!("error: cannot sign the request: {e}"),
     };
-    let (reply, mut rx) = crate::reply::ReplyTo::internal();
+    let (reply, mut rx) = crate::client::reply::ReplyTo::internal();
     admin.gateway.order(exec::envelope::Op::sign_zone(zone, auth), reply).await;
     // Answered once the signed zone is installed (the signing runs in the background).
     match tokio::time::timeout(SIGN_ZONE_WAIT, rx.recv()).await {

@@ -23,7 +23,7 @@ use crate::config::Settings;
 use crate::ops::metrics::Metrics;
 use crate::pending::Pending;
 use crate::read::{Lookup, ReadCache};
-use crate::reply::{Delivery, ReplyTo};
+use crate::client::reply::{Delivery, ReplyTo};
 use crate::statexfer::{canonical_zone_name, write_zone_files, DigestedRecords, Install, Snapshot, SnapshotStore, SnapshotZone};
 use crate::zone::{Finish, ZoneError, ZoneMaintenance};
 use exec::classify::{classify, Verdict};

@@ -23,7 +23,7 @@ use tracing::{debug, warn};
 use crate::ops::metrics::Metrics;
 use crate::pending::{payload_digest, Pending};
 use crate::read::ReadCache;
-use crate::reply::{ClientRequest, ReplyTo};
+use crate::client::reply::{ClientRequest, ReplyTo};
 
 pub struct Gateway {
     pub id: u16,

@@ -11,6 +11,7 @@
 //! the threshold protocol with the other replicas over the mesh.
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod config;
 pub mod endpoint;
 pub mod executor;
@@ -21,8 +22,6 @@ pub mod ops;
 pub mod pending;
 pub mod read;
 pub mod read_cache;
-pub mod reply;
-pub mod rrl;
 pub mod run;
 pub mod signing;
 pub mod statexfer;
@@ -34,4 +33,5 @@ pub mod zone;
 // The paths the configuration (config.rs, config/) and the operator's tools (crates/sdns)
 // name, kept as they were before the modules went into folders.
 pub use faults::byzantine;
+pub use client::rrl;
 pub use ops::{files, metrics};

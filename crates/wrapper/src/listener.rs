@@ -19,16 +19,16 @@ use exec::answer::{error_answer, RCODE_REFUSED};
 use exec::classify::{classify, precheck, transfer_rights, Kind, Verdict};
 
 use crate::ops::metrics::Metrics;
-use crate::reply::{ClientRequest, Delivery, Outgoing, ReplyTo};
+use crate::client::reply::{ClientRequest, Delivery, Outgoing, ReplyTo};
 use crate::vouched::{VouchTurn, VouchedReads};
 
 /// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
 #[derive(Default)]
 pub struct ClientFilters {
     pub auth: Option<std::sync::Arc<exec::auth::zones::ZoneAuth>>,
-    pub rrl: Option<std::sync::Arc<crate::rrl::Limiter>>,
+    pub rrl: Option<std::sync::Arc<crate::client::rrl::Limiter>>,
     /// `[order_limit]`: requests one client prefix may have ordered per second.
-    pub order_limit: Option<std::sync::Arc<crate::rrl::OrderLimiter>>,
+    pub order_limit: Option<std::sync::Arc<crate::client::rrl::OrderLimiter>>,
     /// Fault injection (Byzantine mode wrong-answers, test clusters only): rewrite every
     /// answer this replica gives its clients.
     pub lie: bool,
@@ -420,11 +420,11 @@ mod tests {
         let secret = TsigSecret { name: "up.".into(), algorithm: tsig::Algorithm::HmacSha256, secret: vec![7; 32] };
         let auth = Authenticator::new(Mode::Tsig, std::slice::from_ref(&secret), &[], Vec::new(), named_glue::time::unix_now).unwrap();
         let auth = Arc::new(ZoneAuth::new(vec![("example.test.".into(), auth)]).unwrap());
-        let limit = crate::rrl::OrderLimitConfig { writes_per_second: 2, ..Default::default() };
+        let limit = crate::client::rrl::OrderLimitConfig { writes_per_second: 2, ..Default::default() };
         let filters = ClientFilters {
             auth: Some(auth),
             rrl: None,
-            order_limit: crate::rrl::OrderLimiter::new(&limit).map(Arc::new),
+            order_limit: crate::client::rrl::OrderLimiter::new(&limit).map(Arc::new),
             lie: false,
             local_reads: None,
             vouched: None,

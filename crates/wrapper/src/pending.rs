@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::reply::ReplyTo;
+use crate::client::reply::ReplyTo;
 
 pub struct PendingEntry {
     pub reply: ReplyTo,

@@ -27,7 +27,7 @@ use tracing::debug;
 pub use crate::read_cache::{Fill, Keyed, Lookup, ReadCache};
 
 use crate::ops::metrics::Metrics;
-use crate::reply::{Delivery, ReplyTo};
+use crate::client::reply::{Delivery, ReplyTo};
 
 /// Answers `message` (a query, never a transfer) from the cache, or asks named over the
 /// client's transport, and hands what the client should get to `reply`.

@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 use tracing::debug;
 
 use crate::ops::metrics::Metrics;
-use crate::reply::ReplyTo;
+use crate::client::reply::ReplyTo;
 
 /// Transfers streaming on at once beyond their first message; past this, a transfer
 /// is relayed whole before the executor goes on (still bounded by its deadline).
@@ -72,7 +72,7 @@ async fn rest(mut stream: AxfrStream, reply: &ReplyTo) {
     while let Some(part) = stream.next_message().await {
         match part {
             Ok(bytes) => {
-                if let crate::reply::Delivery::Dropped(why) = reply.send_within(bytes, TRANSFER_SEND_WAIT).await {
+                if let crate::client::reply::Delivery::Dropped(why) = reply.send_within(bytes, TRANSFER_SEND_WAIT).await {
                     debug!(why, "transfer given up: the client does not read");
                     return;
                 }

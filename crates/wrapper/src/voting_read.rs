@@ -19,7 +19,7 @@ use tokio::sync::Semaphore;
 
 use crate::ops::metrics::Metrics;
 use crate::read::ReadCache;
-use crate::reply::ClientRequest;
+use crate::client::reply::ClientRequest;
 
 const OPCODE_QUERY: u8 = 0;
 

@@ -93,7 +93,7 @@ use tokio::time::Instant;
 
 use crate::ops::metrics::Metrics;
 use crate::read::{Fill, Keyed, ReadCache};
-use crate::reply::ClientRequest;
+use crate::client::reply::ClientRequest;
 pub use exec::vouch::Fault;
 use exec::vouch::{decode_read_wire, ReadWire};
 use exec::vouch_core::{answer_probe, micros, Action, Settings, Turn, VouchCore};
@@ -518,12 +518,12 @@ mod tests {
         Harness { service, out, fallback, executed: executed_tx, _barrier: barrier_tx, cache }
     }
 
-    async fn client() -> (UdpSocket, crate::reply::ReplyTo) {
+    async fn client() -> (UdpSocket, crate::client::reply::ReplyTo) {
         let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let server = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
         // A fresh socket's send readiness is known once the reactor has seen it.
         server.writable().await.unwrap();
-        let reply = crate::reply::ReplyTo::Udp { socket: server, peer: client.local_addr().unwrap(), rrl: None, lie: false };
+        let reply = crate::client::reply::ReplyTo::Udp { socket: server, peer: client.local_addr().unwrap(), rrl: None, lie: false };
         (client, reply)
     }
 
@@ -771,7 +771,7 @@ mod tests {
         let mut h = harness_within(named, 0, 0, 5, 50, Fault::None).await;
         fill(&h.cache, &query(9));
         assert_eq!(gauge(&h.service.metrics), "sdns_vouch_timeout_seconds{replica=\"0\"} 0.005");
-        let (reply, _answers) = crate::reply::ReplyTo::internal();
+        let (reply, _answers) = crate::client::reply::ReplyTo::internal();
         for _ in 0..exec::vouch_core::WINDOW {
             take(&h, ClientRequest { bytes: query(5), tcp: false, reply: reply.clone() });
             let round = probe_round(h.out.try_recv().expect("the probe is sent within the call"));

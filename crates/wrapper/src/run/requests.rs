@@ -83,7 +83,7 @@ async fn resign_timer(gateway: Arc<Gateway>, zone: u16, last_signed: Arc<AtomicU
         tokio::time::sleep(check).await;
         let last = last_signed.load(std::sync::atomic::Ordering::Relaxed);
         if last != 0 {
-            let (reply, mut rx) = crate::reply::ReplyTo::internal();
+            let (reply, mut rx) = crate::client::reply::ReplyTo::internal();
             gateway.order(exec::envelope::Op::resign(zone), reply).await;
             // Wait for it to be ordered and executed (or expire) before checking again.
             let _ = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
@@ -105,7 +105,7 @@ async fn stuck_claimer(gateway: Arc<Gateway>, mut stuck: watch::Receiver<Option<
         match current {
             Some((seq, index)) => {
                 tracing::warn!(replica = gateway.id, seq, index, "named has not answered an ordered write for long; ordering a claim that it is stuck");
-                let (reply, _answer) = crate::reply::ReplyTo::internal();
+                let (reply, _answer) = crate::client::reply::ReplyTo::internal();
                 gateway.order(exec::envelope::Op::Stuck { seq, index }, reply).await;
                 tokio::select! {
                     r = stuck.changed() => if r.is_err() { return },
@@ -141,7 +141,7 @@ async fn finish_voter(gateway: Arc<Gateway>, zone: u16, signer: Arc<SignZoneSign
             }
         };
         loop {
-            let (reply, mut rx) = crate::reply::ReplyTo::internal();
+            let (reply, mut rx) = crate::client::reply::ReplyTo::internal();
             gateway.order(exec::envelope::Op::sign_zone_finish(zone, auth.clone()), reply).await;
             let answer = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
             let text = match answer {

@@ -9,7 +9,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tracing::debug;
 
-use crate::rrl::Limiter;
+use crate::client::rrl::Limiter;
 
 /// One answer on its way to a TCP connection's writer. It holds the request's
 /// pipelining slot until it is written (or dropped), so a connection whose client does
