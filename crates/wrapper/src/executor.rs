@@ -22,7 +22,7 @@ use tracing::{info, warn};
 use crate::config::Settings;
 use crate::ops::metrics::Metrics;
 use crate::pending::Pending;
-use crate::read::{Lookup, ReadCache};
+use crate::reads::read::{Lookup, ReadCache};
 use crate::client::reply::{Delivery, ReplyTo};
 use crate::statexfer::{canonical_zone_name, write_zone_files, DigestedRecords, Install, Snapshot, SnapshotStore, SnapshotZone};
 use crate::zone::{Finish, ZoneError, ZoneMaintenance};
@@ -74,7 +74,7 @@ pub struct Executor<G: UpdateGate> {
     state_file: PathBuf,
     /// Each zone's last signing time (zone index order), shared with the re-sign timers.
     last_signed: Vec<Arc<AtomicU64>>,
-    /// named's answers to reads, emptied around every write and signing (`crate::read_cache`).
+    /// named's answers to reads, emptied around every write and signing (`crate::reads::read_cache`).
     cache: Arc<ReadCache>,
     /// The last zone digests (one per zone), the cache epoch they were computed at, and the
     /// records they were computed from (a checkpoint's snapshot when the digests are reused).
@@ -101,7 +101,7 @@ pub struct Executor<G: UpdateGate> {
     /// one (0: never). Until a transferred state after it is installed, no batch is executed:
     /// executing on a diverged state would only spread the difference.
     diverged_at: Option<watch::Receiver<u64>>,
-    /// The executed position, for reads that wait for it (`crate::vouched`): published as
+    /// The executed position, for reads that wait for it (`crate::reads::vouched`): published as
     /// soon as a batch's last write is answered by named, before the state is persisted.
     executed: watch::Sender<u64>,
     /// The write this replica's named has not answered for `ABANDON_CLAIM_AFTER`: the
@@ -710,7 +710,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 // Answered here: no task, no round trip to named.
                 Lookup::Hit(answer) => {
                     self.metrics.inc_read_cache(true);
-                    crate::read::deliver(&reply, answer, &self.metrics);
+                    crate::reads::read::deliver(&reply, answer, &self.metrics);
                     let _ = events.send(Event::ReadDone { id });
                     return;
                 }
@@ -722,7 +722,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
             if transfer {
                 transfer_to(named, message, reply, metrics, id, events).await;
             } else {
-                crate::read::forward_read(&named, &cache, fill, &message, tcp, &reply, &metrics).await;
+                crate::reads::read::forward_read(&named, &cache, fill, &message, tcp, &reply, &metrics).await;
                 let _ = events.send(Event::ReadDone { id });
             }
         });
@@ -1287,9 +1287,9 @@ async fn zone_digests(zones: &[Arc<ZoneMaintenance>], id: u16) -> Option<(Vec<[u
 }
 
 /// A zone transfer: named's snapshot is taken when it starts answering, so the core may
-/// go on to later writes once the first message is in (`crate::transfer::relay` returns
+/// go on to later writes once the first message is in (`crate::reads::transfer::relay` returns
 /// then); the rest streams to the client in a task of its own.
 async fn transfer_to(named: Forwarder, message: Vec<u8>, reply: ReplyTo, metrics: Arc<Metrics>, id: u64, events: mpsc::UnboundedSender<Event>) {
-    crate::transfer::relay(&named, message, reply, metrics).await;
+    crate::reads::transfer::relay(&named, message, reply, metrics).await;
     let _ = events.send(Event::ReadDone { id });
 }

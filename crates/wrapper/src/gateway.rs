@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 
 use crate::ops::metrics::Metrics;
 use crate::pending::{payload_digest, Pending};
-use crate::read::ReadCache;
+use crate::reads::read::ReadCache;
 use crate::client::reply::{ClientRequest, ReplyTo};
 
 pub struct Gateway {
@@ -42,7 +42,7 @@ pub struct Gateway {
 impl Gateway {
     /// Orders what `requests` brings (a voting client's read is answered without ordering),
     /// and the reads `fallback` brings back from the vouched path. Reads that can be vouched
-    /// for never come here: the listeners hand them to `crate::vouched` themselves.
+    /// for never come here: the listeners hand them to `crate::reads::vouched` themselves.
     pub async fn run(self: Arc<Self>, mut requests: mpsc::Receiver<ClientRequest>, mut fallback: mpsc::Receiver<ClientRequest>) {
         let mut sweep = tokio::time::interval(Duration::from_secs(1));
         loop {
@@ -50,7 +50,7 @@ impl Gateway {
                 r = requests.recv() => {
                     let Some(r) = r else { return };
                     // A voting client's read is answered without ordering (voting_read.rs).
-                    let Some(r) = crate::voting_read::answer_unordered(&self.named, &self.cache, &self.metrics, r) else { continue };
+                    let Some(r) = crate::reads::voting_read::answer_unordered(&self.named, &self.cache, &self.metrics, r) else { continue };
                     self.order(Op::Dns { tcp: r.tcp, message: r.bytes }, r.reply).await;
                 }
                 Some(r) = fallback.recv() => self.order(Op::Dns { tcp: r.tcp, message: r.bytes }, r.reply).await,

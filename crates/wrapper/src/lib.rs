@@ -20,14 +20,10 @@ pub mod gateway;
 pub mod listener;
 pub mod ops;
 pub mod pending;
-pub mod read;
-pub mod read_cache;
+pub mod reads;
 pub mod run;
 pub mod signing;
 pub mod statexfer;
-pub mod transfer;
-pub mod voting_read;
-pub mod vouched;
 pub mod zone;
 
 // The paths the configuration (config.rs, config/) and the operator's tools (crates/sdns)

@@ -20,7 +20,7 @@ use exec::classify::{classify, precheck, transfer_rights, Kind, Verdict};
 
 use crate::ops::metrics::Metrics;
 use crate::client::reply::{ClientRequest, Delivery, Outgoing, ReplyTo};
-use crate::vouched::{VouchTurn, VouchedReads};
+use crate::reads::vouched::{VouchTurn, VouchedReads};
 
 /// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
 #[derive(Default)]
@@ -34,7 +34,7 @@ pub struct ClientFilters {
     pub lie: bool,
     /// `reads = "local"`: the listeners answer reads themselves (no hop through the
     /// gateway task).
-    pub local_reads: Option<crate::read::LocalReads>,
+    pub local_reads: Option<crate::reads::read::LocalReads>,
     /// Ordered mode with `cluster.vouched_reads`: the listeners put plain queries on the
     /// vouched path themselves (no hop through the gateway task).
     pub vouched: Option<Arc<VouchedReads>>,
@@ -314,7 +314,7 @@ async fn serve_connection(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::read::{Lookup, ReadCache};
+    use crate::reads::read::{Lookup, ReadCache};
 
     fn query(id: u16, name: &str) -> Vec<u8> {
         let name = hickory_proto::rr::Name::from_ascii(name).unwrap();
@@ -381,7 +381,7 @@ mod tests {
             rrl: None,
             order_limit: None,
             lie: false,
-            local_reads: Some(crate::read::LocalReads::new(cache.clone(), forwarder)),
+            local_reads: Some(crate::reads::read::LocalReads::new(cache.clone(), forwarder)),
             vouched: None,
         };
         let probes = &mut VouchTurn::default();
@@ -470,7 +470,7 @@ mod tests {
 
     struct Broadcasts(std::sync::Mutex<Vec<Vec<u8>>>);
 
-    impl crate::vouched::ReadsOutbound for Broadcasts {
+    impl crate::reads::vouched::ReadsOutbound for Broadcasts {
         fn send(&self, _: u16, _: Vec<u8>) {}
         fn broadcast(&self, message: Vec<u8>) {
             self.0.lock().unwrap().push(message);
@@ -486,7 +486,7 @@ mod tests {
         let (_barrier, barrier) = tokio::sync::watch::channel(0);
         let (_executed, executed) = tokio::sync::watch::channel(0);
         let (fallback, _fallback_rx) = mpsc::channel(4);
-        let wiring = crate::vouched::Wiring { out: out.clone(), barrier, executed, fallback, fault: Default::default() };
+        let wiring = crate::reads::vouched::Wiring { out: out.clone(), barrier, executed, fallback, fault: Default::default() };
         let named = named_glue::forward::Forwarder::new("127.0.0.1:9".parse().unwrap());
         let (vouched, _timeouts) =
             VouchedReads::start(4, 1, named, Arc::new(ReadCache::default()), Metrics::new(0), Duration::from_secs(1)..=Duration::from_secs(1), wiring);

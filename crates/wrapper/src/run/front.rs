@@ -21,11 +21,11 @@ use crate::gateway::Gateway;
 use crate::listener::{bind_udp, serve_tcp, serve_udp, ClientFilters, TcpLimits};
 use crate::ops::metrics::Metrics;
 use crate::pending::Pending;
-use crate::read::{LocalReads, ReadCache};
+use crate::reads::read::{LocalReads, ReadCache};
 use crate::client::reply::ClientRequest;
 use crate::client::rrl::{Limiter, OrderLimiter};
 use crate::ops::tasks::Essential;
-use crate::vouched::VouchedReads;
+use crate::reads::vouched::VouchedReads;
 use exec::auth::zones::ZoneAuth;
 use exec::SignZoneSigner;
 
@@ -56,7 +56,7 @@ pub(super) fn start_vouched(
         reads.cache.clone(),
         reads.metrics.clone(),
         s.reads.vouch_timeout.clone(),
-        crate::vouched::Wiring {
+        crate::reads::vouched::Wiring {
             out: Arc::new(mesh.sender()),
             barrier,
             executed,

@@ -35,7 +35,7 @@ use crate::config::{GatewayConfig, Settings, SigningConfig, TransferConfig};
 use crate::executor::{exec_config, Executor, ExecutorConfig, ExecutorLinks};
 use crate::ops::metrics::Metrics;
 use crate::pending::Pending;
-use crate::read::ReadCache;
+use crate::reads::read::ReadCache;
 use crate::ops::tasks::Essential;
 use exec::{ExecCore, UpdateGate};
 

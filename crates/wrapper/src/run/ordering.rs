@@ -73,7 +73,7 @@ pub(super) fn start_ordering(
         }
     };
     let behaviour = s.test.byzantine.and_then(Mode::ordering).map(|b| bft::transport::Byzantine::new(b, replica.config()));
-    // Vouched reads travel on the mesh's reads channel (`crate::vouched`), never through the
+    // Vouched reads travel on the mesh's reads channel (`crate::reads::vouched`), never through the
     // ordering driver, which only publishes the read barrier they wait for.
     Ok(spawn_replica_with(replica, mesh, incoming, behaviour, Some(store)))
 }

@@ -92,7 +92,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
 use crate::ops::metrics::Metrics;
-use crate::read::{Fill, Keyed, ReadCache};
+use crate::reads::read::{Fill, Keyed, ReadCache};
 use crate::client::reply::ClientRequest;
 pub use exec::vouch::Fault;
 use exec::vouch::{decode_read_wire, ReadWire};
@@ -230,10 +230,10 @@ impl VouchedReads {
     /// misses, its query to named is begun as soon as the probe is out. Hands the request
     /// back, to be ordered (or answered as a voting read), otherwise.
     pub fn take(self: &Arc<Self>, request: ClientRequest, out: &mut VouchTurn) -> Result<(), ClientRequest> {
-        if crate::voting_read::is_voting_read(&request.bytes) {
+        if crate::reads::voting_read::is_voting_read(&request.bytes) {
             return Err(request);
         }
-        let Some(key) = crate::read_cache::key(&request.bytes, request.tcp) else { return Err(request) };
+        let Some(key) = crate::reads::read_cache::key(&request.bytes, request.tcp) else { return Err(request) };
         if out.turn.is_full() {
             self.send_probes(out);
         }
@@ -295,7 +295,7 @@ impl VouchedReads {
                 self.metrics.inc_read_cache(true);
                 Some(answer)
             }
-            Keyed::Miss(fill) => crate::read::forward_answer(&self.named, &self.cache, fill, &message, tcp, &self.metrics).await,
+            Keyed::Miss(fill) => crate::reads::read::forward_answer(&self.named, &self.cache, fill, &message, tcp, &self.metrics).await,
         };
         self.own_answer(id, own.map(|answer| (answer, at)));
     }
@@ -319,7 +319,7 @@ impl VouchedReads {
             let begun = (!tcp).then(|| self.named.start_udp(&message));
             let service = self.clone();
             tokio::spawn(async move {
-                let own = crate::read::vouched_answer(&service.named, &service.cache, fill, &message, tcp, begun, &service.metrics).await;
+                let own = crate::reads::read::vouched_answer(&service.named, &service.cache, fill, &message, tcp, begun, &service.metrics).await;
                 service.own_answer(id, own.map(|answer| (answer, at)));
             });
         }
@@ -373,7 +373,7 @@ impl VouchedReads {
                 Action::Answer { request, answer } => {
                     self.metrics.inc_vouched_read("vouched");
                     self.metrics.inc_request(Kind::Read);
-                    crate::read::deliver(&request.reply, answer, &self.metrics);
+                    crate::reads::read::deliver(&request.reply, answer, &self.metrics);
                 }
                 Action::Order { request } => self.order(request),
                 Action::Fetch { id, position, wait } => self.take_again(id, position, wait),
@@ -385,7 +385,7 @@ impl VouchedReads {
     /// Takes read `id`'s own answer again once executed up to `position`.
     fn take_again(self: &Arc<Self>, id: u64, position: u64, wait: Duration) {
         let Some((message, tcp)) = self.with_core(|core, _| core.request(id).map(|r| (r.bytes.clone(), r.tcp))) else { return };
-        let Some(key) = crate::read_cache::key(&message, tcp) else { return self.own_answer(id, None) };
+        let Some(key) = crate::reads::read_cache::key(&message, tcp) else { return self.own_answer(id, None) };
         self.metrics.inc_vouched_read("taken_again");
         let service = self.clone();
         tokio::spawn(async move { service.answer_at(id, position, key, message, tcp, wait).await });
@@ -560,7 +560,7 @@ mod tests {
     }
 
     fn fill(cache: &ReadCache, request: &[u8]) {
-        let crate::read::Lookup::Miss(Some(fill)) = cache.lookup(request, false) else { panic!("an empty cache misses") };
+        let crate::reads::read::Lookup::Miss(Some(fill)) = cache.lookup(request, false) else { panic!("an empty cache misses") };
         cache.fill(fill, &answer(u16::from_be_bytes([request[0], request[1]])));
     }
 

@@ -1,6 +1,6 @@
 //! The one way a read is answered from the local named: ordered reads (executor), local
 //! reads (`reads = "local"`, listeners: [`LocalReads`]) and voting reads (voting_read) all
-//! go through the cache lookup and [`forward_read`] here, and vouched reads (`crate::vouched`,
+//! go through the cache lookup and [`forward_read`] here, and vouched reads (`crate::reads::vouched`,
 //! at the gateway that was asked) through the cache's keyed lookup and
 //! [`forward_answer`], the same steps returning the answer instead of sending it, so the paths
 //! cannot drift apart in what a client receives.
@@ -24,7 +24,7 @@ use named_glue::forward::{ForwardError, Forwarder, UdpQuery};
 use tokio::sync::Semaphore;
 use tracing::debug;
 
-pub use crate::read_cache::{Fill, Keyed, Lookup, ReadCache};
+pub use crate::reads::read_cache::{Fill, Keyed, Lookup, ReadCache};
 
 use crate::ops::metrics::Metrics;
 use crate::client::reply::{Delivery, ReplyTo};

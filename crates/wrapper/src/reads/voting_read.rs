@@ -18,7 +18,7 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use crate::ops::metrics::Metrics;
-use crate::read::ReadCache;
+use crate::reads::read::ReadCache;
 use crate::client::reply::ClientRequest;
 
 const OPCODE_QUERY: u8 = 0;
@@ -42,7 +42,7 @@ pub fn answer_unordered(named: &Forwarder, cache: &Arc<ReadCache>, metrics: &Arc
     let (named, cache, metrics) = (named.clone(), cache.clone(), metrics.clone());
     tokio::spawn(async move {
         let _permit = permit;
-        crate::read::answer_read(&named, &cache, &request.bytes, request.tcp, &request.reply, &metrics).await;
+        crate::reads::read::answer_read(&named, &cache, &request.bytes, request.tcp, &request.reply, &metrics).await;
     });
     None
 }
