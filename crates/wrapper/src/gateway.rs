@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use crate::ops::metrics::Metrics;
-use crate::pending::{payload_digest, Pending};
+use crate::execution::pending::{payload_digest, Pending};
 use crate::reads::read::ReadCache;
 use crate::client::reply::{ClientRequest, ReplyTo};
 

@@ -14,12 +14,11 @@
 pub mod client;
 pub mod config;
 pub mod endpoint;
-pub mod executor;
+pub mod execution;
 pub mod faults;
 pub mod gateway;
 pub mod listener;
 pub mod ops;
-pub mod pending;
 pub mod reads;
 pub mod run;
 pub mod signing;

@@ -732,7 +732,7 @@ pub fn write_zone_files(tools: &BindTools, zone: &str, zone_file: &Path, journal
 }
 
 /// Keeps the records a checkpoint digest was computed from, until the checkpoint's state is
-/// known (the executor pairs them in [`crate::executor`]).
+/// known (the executor pairs them in [`crate::execution::executor`]).
 /// One list of records per zone, in zone index order.
 pub type DigestedRecords = Arc<Mutex<BTreeMap<u64, Vec<Vec<Vec<u8>>>>>>;
 

@@ -20,7 +20,7 @@ use crate::endpoint;
 use crate::gateway::Gateway;
 use crate::listener::{bind_udp, serve_tcp, serve_udp, ClientFilters, TcpLimits};
 use crate::ops::metrics::Metrics;
-use crate::pending::Pending;
+use crate::execution::pending::Pending;
 use crate::reads::read::{LocalReads, ReadCache};
 use crate::client::reply::ClientRequest;
 use crate::client::rrl::{Limiter, OrderLimiter};

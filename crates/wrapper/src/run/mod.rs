@@ -9,7 +9,7 @@
 //! 5. `named` again: named itself, supervised;
 //! 6. `ordering`: the ordering, resumed where it left off;
 //! 7. `repair`: state transfer, and the repair of a diverged state;
-//! 8. the executor (`crate::executor`) with each zone's maintenance (`zones`);
+//! 8. the executor (`crate::execution::executor`) with each zone's maintenance (`zones`);
 //! 9. `front`: vouched reads, the gateway, and (`requests`) what the replica orders itself;
 //!    then the client listeners and the metrics endpoint;
 //! 10. `status`: the status loop, and the wait for the end.
@@ -32,9 +32,9 @@ use tracing::info;
 
 use crate::faults::byzantine::Mode;
 use crate::config::{GatewayConfig, Settings, SigningConfig, TransferConfig};
-use crate::executor::{exec_config, Executor, ExecutorConfig, ExecutorLinks};
+use crate::execution::executor::{exec_config, Executor, ExecutorConfig, ExecutorLinks};
 use crate::ops::metrics::Metrics;
-use crate::pending::Pending;
+use crate::execution::pending::Pending;
 use crate::reads::read::ReadCache;
 use crate::ops::tasks::Essential;
 use exec::{ExecCore, UpdateGate};

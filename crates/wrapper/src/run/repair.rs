@@ -13,7 +13,7 @@ use tracing::info;
 
 use crate::faults::byzantine::Mode;
 use crate::config::TransferConfig;
-use crate::executor::{OwnDigests, TransferLinks};
+use crate::execution::executor::{OwnDigests, TransferLinks};
 use crate::ops::metrics::Metrics;
 use crate::statexfer::{SnapshotStore, StateTransfer, TransferStats};
 use crate::ops::tasks::Essential;

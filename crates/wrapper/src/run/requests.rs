@@ -9,7 +9,7 @@ use anyhow::{anyhow, Result};
 use tokio::sync::watch;
 
 use crate::faults::byzantine::Mode;
-use crate::executor::Background;
+use crate::execution::executor::Background;
 use crate::gateway::Gateway;
 use crate::ops::tasks::Essential;
 use exec::auth::tsig;

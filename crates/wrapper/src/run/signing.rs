@@ -13,7 +13,7 @@ use named_glue::signer::{watch_time_source, ServiceLimits, SignatureTimes, Signi
 use tokio::sync::{mpsc, watch};
 
 use crate::config::{SigningConfig, ZoneSettings};
-use crate::executor::Background;
+use crate::execution::executor::Background;
 use crate::ops::metrics::Metrics;
 use crate::signing::{service, Keys, SignerCore};
 use crate::ops::tasks::Essential;

@@ -13,7 +13,7 @@ use tracing::info;
 use super::signing::WATCH_EVERY;
 use crate::faults::byzantine::Mode;
 use crate::ops::metrics::{self, Metrics};
-use crate::pending::Pending;
+use crate::execution::pending::Pending;
 use crate::statexfer::TransferStats;
 use crate::ops::tasks::Essential;
 

@@ -106,7 +106,7 @@ impl Signer for Counting {
 
 /// The signer of ordered writes (and re-signing slices): the same threshold signer, each
 /// signature it returns counted in `done`, so that the executor's claim that a write is stuck
-/// (`crate::executor`) waits while a long update still gets its signatures.
+/// (`crate::execution::executor`) waits while a long update still gets its signatures.
 pub struct Progressing {
     pub inner: Arc<ThresholdSigner>,
     pub done: Arc<std::sync::atomic::AtomicU64>,

@@ -21,7 +21,7 @@ use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::ops::metrics::Metrics;
-use crate::pending::Pending;
+use crate::execution::pending::Pending;
 use crate::reads::read::{Lookup, ReadCache};
 use crate::client::reply::{Delivery, ReplyTo};
 use crate::statexfer::{canonical_zone_name, write_zone_files, DigestedRecords, Install, Snapshot, SnapshotStore, SnapshotZone};
