@@ -13,11 +13,9 @@
 
 pub mod client;
 pub mod config;
-pub mod endpoint;
 pub mod execution;
 pub mod faults;
-pub mod gateway;
-pub mod listener;
+pub mod front;
 pub mod ops;
 pub mod reads;
 pub mod run;
@@ -29,4 +27,5 @@ pub mod zone;
 // name, kept as they were before the modules went into folders.
 pub use faults::byzantine;
 pub use client::rrl;
+pub use front::endpoint;
 pub use ops::{files, metrics};

@@ -1,5 +1,5 @@
 //! The replica's counters, histograms and status, as a `prometheus-client` registry encoded in
-//! the OpenMetrics text format, and the status as JSON (both served by `crate::endpoint`).
+//! the OpenMetrics text format, and the status as JSON (both served by `crate::front::endpoint`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -16,9 +16,9 @@ use tokio::sync::{mpsc, watch};
 
 use crate::faults::byzantine::Mode;
 use crate::config::{GatewayConfig, Settings};
-use crate::endpoint;
-use crate::gateway::Gateway;
-use crate::listener::{bind_udp, serve_tcp, serve_udp, ClientFilters, TcpLimits};
+use crate::front::endpoint;
+use crate::front::gateway::Gateway;
+use crate::front::listener::{bind_udp, serve_tcp, serve_udp, ClientFilters, TcpLimits};
 use crate::ops::metrics::Metrics;
 use crate::execution::pending::Pending;
 use crate::reads::read::{LocalReads, ReadCache};

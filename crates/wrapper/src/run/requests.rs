@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use crate::faults::byzantine::Mode;
 use crate::execution::executor::Background;
-use crate::gateway::Gateway;
+use crate::front::gateway::Gateway;
 use crate::ops::tasks::Essential;
 use exec::auth::tsig;
 use exec::SignZoneSigner;

@@ -22,7 +22,7 @@ use crate::ops::metrics::Metrics;
 /// What the admin route needs: the gateway to order through, the bearer token every
 /// POST must carry, and this replica's key to sign its sign-zone requests with.
 pub struct Admin {
-    pub gateway: Arc<crate::gateway::Gateway>,
+    pub gateway: Arc<crate::front::gateway::Gateway>,
     pub token: String,
     /// Each zone's name and sign-zone signer, in zone index order.
     pub signers: Vec<(String, Arc<exec::SignZoneSigner>)>,
