@@ -249,6 +249,9 @@ struct Running<R> {
     /// persisted. One that named never saw (reads, refusals decided here) is executed again
     /// alike after a restart, so it costs no fsync.
     named: bool,
+    /// The last item counted in [`ExecCore::take_requests`]' counts: an item that waits is
+    /// executed again, and counted once.
+    counted: Option<u32>,
 }
 
 /// Where an item sits in the log: its batch, its index in it, and the batch's agreed time (µs).
@@ -303,6 +306,34 @@ pub struct ExecCore<R, G> {
     /// Ordered writes refused without named, per (origin, kind): local attribution, not
     /// replicated state.
     hostile: BTreeMap<(u16, &'static str), u64>,
+    /// Client requests taken up since [`ExecCore::take_requests`] last emptied it (local
+    /// counts for the metrics, not replicated state).
+    requests: RequestCounts,
+}
+
+/// Ordered client requests (`Op::Dns`) the core took up, by the kind it classified them as:
+/// each counted once, however often it waits for its turn. The classification the core
+/// needs anyway, so that the wrapper does not decode and classify the log again to count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    pub reads: u64,
+    pub transfers: u64,
+    pub writes: u64,
+}
+
+impl RequestCounts {
+    fn add(&mut self, kind: Kind) {
+        match kind {
+            Kind::Read => self.reads += 1,
+            Kind::Transfer => self.transfers += 1,
+            Kind::Write => self.writes += 1,
+        }
+    }
+
+    /// The counts with their kinds.
+    pub fn by_kind(self) -> [(Kind, u64); 3] {
+        [(Kind::Read, self.reads), (Kind::Transfer, self.transfers), (Kind::Write, self.writes)]
+    }
 }
 
 impl<R, G: UpdateGate> ExecCore<R, G> {
@@ -322,6 +353,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             sign_reply: BTreeMap::new(),
             stuck_claims: BTreeMap::new(),
             hostile: BTreeMap::new(),
+            requests: RequestCounts::default(),
         }
     }
 
@@ -407,6 +439,11 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// window closed between its check and the agreed time.
     pub fn hostile_writes(&self) -> &BTreeMap<(u16, &'static str), u64> {
         &self.hostile
+    }
+
+    /// The client requests taken up since the last call (for the metrics), emptied.
+    pub fn take_requests(&mut self) -> RequestCounts {
+        std::mem::take(&mut self.requests)
     }
 
     /// After a crash in the middle of batch `resume.seq`: when that batch is delivered
@@ -537,6 +574,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             applied,
             before: None,
             named: false,
+            counted: None,
         });
         self.advance(&mut out);
         out
@@ -832,8 +870,13 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         }
         match op {
             Op::Dns { tcp, message } => match classify(&message, tcp) {
-                Verdict::Order(Kind::Write) => self.execute_write(at, item, message, out),
-                Verdict::Order(kind @ (Kind::Read | Kind::Transfer)) => self.execute_read(at.index, item, kind == Kind::Transfer, tcp, message, out),
+                Verdict::Order(kind) => {
+                    self.count(at.index, kind);
+                    match kind {
+                        Kind::Write => self.execute_write(at, item, message, out),
+                        Kind::Read | Kind::Transfer => self.execute_read(at.index, item, kind == Kind::Transfer, tcp, message, out),
+                    }
+                }
                 // A gateway answers these itself; one that orders them is lying or newer.
                 Verdict::Answer(_) | Verdict::Drop(_) => Step::Next,
             },
@@ -1079,6 +1122,17 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// being computed. A zone change (write, signing, slice) waits for this.
     fn zone_quiet(&self) -> bool {
         self.reads.is_empty() && self.digesting.is_none()
+    }
+
+    /// Counts the running batch's item `index` as a request of this kind, unless it was
+    /// counted when it first came up (it waited since).
+    fn count(&mut self, index: u32, kind: Kind) {
+        let Some(run) = self.running.as_mut() else { return };
+        if run.counted.is_some_and(|last| index <= last) {
+            return;
+        }
+        run.counted = Some(index);
+        self.requests.add(kind);
     }
 
     /// Puts `item` back at the front and waits.

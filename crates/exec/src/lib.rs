@@ -31,7 +31,7 @@ pub mod vouch;
 pub mod vouch_core;
 pub mod zone_plan;
 
-pub use self::core::{Command, Delivered, Event, ExecConfig, ExecCore, Item, Resume, UNAUTHORIZED_WRITES, UNFORWARDABLE_WRITES};
+pub use self::core::{Command, Delivered, Event, ExecConfig, ExecCore, Item, RequestCounts, Resume, UNAUTHORIZED_WRITES, UNFORWARDABLE_WRITES};
 pub use authority::{SignFinishAuth, SignZoneAuth, SignZoneSigner, SignZoneVerifier};
 pub use gate::{Unchanged, UpdateDecision, UpdateGate};
 pub use state::{ExecState, SigningRun, WriteIntent};

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use exec::envelope::Op;
 use exec::{
-    Command, Delivered, Event, ExecConfig, ExecCore, ExecState, Item, SignZoneAuth, SignZoneSigner, SignZoneVerifier, Unchanged, UpdateDecision, UpdateGate,
+    Command, Delivered, Event, ExecConfig, ExecCore, ExecState, Item, RequestCounts, SignZoneAuth, SignZoneSigner, SignZoneVerifier, Unchanged, UpdateDecision, UpdateGate,
 };
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{rdata::A, DNSClass, Name, RData, Record, RecordType};
@@ -2111,4 +2111,25 @@ fn abandon_run(seed: u64) -> Result<(), String> {
 #[test]
 fn a_write_no_named_answers_is_abandoned_alike_everywhere() {
     campaign(40).run(1, abandon_run);
+}
+
+/// Every ordered client request is counted once by the kind the core classified it as, at
+/// every replica (whichever gateway owes its answer), a write that waited for its turn too:
+/// what the wrapper's metrics show, without classifying the log a second time.
+#[test]
+fn requests_are_counted_once_by_kind() {
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    let mut checkpoint = batch(1, start_s(), vec![(1, Op::Dns { tcp: false, message: query(1) }, None)]);
+    checkpoint.checkpoint_due = true;
+    core.deliver(checkpoint);
+    assert_eq!(core.take_requests(), RequestCounts { reads: 1, transfers: 0, writes: 0 });
+    // The write waits for the checkpoint's digest; the read after it waits for the write.
+    let requests = vec![(1, Op::Dns { tcp: true, message: update(3) }, None), (2, Op::Dns { tcp: false, message: query(2) }, Some(4))];
+    assert!(core.deliver(batch(2, start_s(), requests)).is_empty());
+    assert_eq!(core.take_requests(), RequestCounts { reads: 0, transfers: 0, writes: 1 });
+    let cmds = core.handle(Event::ZoneDigest { seq: 1, digests: Some(vec![[7; 32]]) });
+    let Some(Command::Write { seq, index, .. }) = cmds.get(1) else { panic!("{cmds:?}") };
+    assert_eq!(core.take_requests(), RequestCounts::default(), "the write that waited is not counted again");
+    core.handle(Event::WriteAnswered { seq: *seq, index: *index, answer: answer(&update(3), ResponseCode::NoError) });
+    assert_eq!(core.take_requests(), RequestCounts { reads: 1, transfers: 0, writes: 0 });
 }

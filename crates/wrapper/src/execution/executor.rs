@@ -26,8 +26,6 @@ use crate::reads::read::{Lookup, ReadCache};
 use crate::client::reply::{Delivery, ReplyTo};
 use crate::statexfer::{canonical_zone_name, write_zone_files, DigestedRecords, Install, Snapshot, SnapshotStore, SnapshotZone};
 use crate::zone::{Finish, ZoneError, ZoneMaintenance};
-use exec::classify::{classify, Verdict};
-use exec::envelope::Op;
 use exec::state::serial_before;
 use exec::zone_plan::zone_digest_of;
 use exec::ExecState;
@@ -352,6 +350,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 if let Some(batch) = queued.pop_front() {
                     let delivered = self.resolve(batch);
                     let commands = self.core.deliver(delivered);
+                    self.count_requests();
                     for command in commands {
                         self.perform(command, &events_tx).await;
                     }
@@ -403,9 +402,18 @@ impl<G: UpdateGate + 'static> Executor<G> {
                     }
                 },
             };
+            self.count_requests();
             for command in commands {
                 self.perform(command, &events_tx).await;
             }
+        }
+    }
+
+    /// The client requests the core took up, by the kind it classified them as: counted
+    /// there, so the log is not decoded and classified again here.
+    fn count_requests(&mut self) {
+        for (kind, n) in self.core.take_requests().by_kind() {
+            self.metrics.add_requests(kind, n);
         }
     }
 
@@ -630,11 +638,6 @@ impl<G: UpdateGate + 'static> Executor<G> {
             .map(|request| {
                 if batch.seq <= executed {
                     return Item { origin: request.origin, payload: request.payload, reply: None };
-                }
-                if let Ok(Op::Dns { tcp, message }) = Op::decode(&request.payload) {
-                    if let Verdict::Order(kind) = classify(&message, tcp) {
-                        self.metrics.inc_request(kind);
-                    }
                 }
                 let mine = request.origin == self.id;
                 let entry = if mine { self.pending.take(&(request.client, request.number)) } else { None };

@@ -449,12 +449,18 @@ impl Metrics {
     }
 
     pub fn inc_request(&self, kind: exec::classify::Kind) {
+        self.add_requests(kind, 1);
+    }
+    /// `n` requests of this kind (the execution core's counts of the ordered ones).
+    pub fn add_requests(&self, kind: exec::classify::Kind, n: u64) {
         let kind = match kind {
             exec::classify::Kind::Read => "read",
             exec::classify::Kind::Transfer => "transfer",
             exec::classify::Kind::Write => "write",
         };
-        self.requests.get_or_create(&[("kind", kind)]).inc();
+        if n > 0 {
+            self.requests.get_or_create(&[("kind", kind)]).inc_by(n);
+        }
     }
     pub fn inc_refused(&self) {
         self.refused.inc();
