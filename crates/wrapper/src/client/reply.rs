@@ -102,14 +102,6 @@ impl ReplyTo {
     }
 }
 
-/// A client message that passed the classifier, to be ordered.
-#[derive(Debug)]
-pub struct ClientRequest {
-    pub bytes: Vec<u8>,
-    pub tcp: bool,
-    pub reply: ReplyTo,
-}
-
 /// Hands an answer to a bounded queue without waiting.
 fn queue(writer: &mpsc::Sender<Outgoing>, answer: Outgoing) -> Delivery {
     match writer.try_send(answer) {

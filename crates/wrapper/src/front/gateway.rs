@@ -23,7 +23,8 @@ use tracing::{debug, warn};
 use crate::ops::metrics::Metrics;
 use crate::execution::pending::{payload_digest, Pending};
 use crate::reads::read::ReadCache;
-use crate::client::reply::{ClientRequest, ReplyTo};
+use crate::client::reply::ReplyTo;
+use crate::reads::route::{ClientRequest, Lane};
 
 pub struct Gateway {
     pub id: u16,
@@ -40,18 +41,20 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Orders what `requests` brings (a voting client's read is answered without ordering),
-    /// and the reads `fallback` brings back from the vouched path. Reads that can be vouched
-    /// for never come here: the listeners hand them to `crate::reads::vouched` themselves.
+    /// Orders what `requests` brings on the ordered lane and answers what comes on the
+    /// voting lane without ordering (the read router, `crate::reads::route`, chose the lane),
+    /// and orders the reads `fallback` brings back from the vouched path. Reads that can be
+    /// vouched for never come here: the listeners hand them to `crate::reads::vouched`.
     pub async fn run(self: Arc<Self>, mut requests: mpsc::Receiver<ClientRequest>, mut fallback: mpsc::Receiver<ClientRequest>) {
         let mut sweep = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
                 r = requests.recv() => {
                     let Some(r) = r else { return };
-                    // A voting client's read is answered without ordering (voting_read.rs).
-                    let Some(r) = crate::reads::voting_read::answer_unordered(&self.named, &self.cache, &self.metrics, r) else { continue };
-                    self.order(Op::Dns { tcp: r.tcp, message: r.bytes }, r.reply).await;
+                    match r.lane {
+                        Lane::Voting => crate::reads::voting_read::answer_unordered(&self.named, &self.cache, &self.metrics, r.bytes, r.tcp, r.reply),
+                        Lane::Ordered(_) => self.order(Op::Dns { tcp: r.tcp, message: r.bytes }, r.reply).await,
+                    }
                 }
                 Some(r) = fallback.recv() => self.order(Op::Dns { tcp: r.tcp, message: r.bytes }, r.reply).await,
                 _ = sweep.tick() => {

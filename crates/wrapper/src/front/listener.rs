@@ -1,8 +1,9 @@
 //! Client-facing listeners: DNS over UDP and TCP on the replica's public address.
 //!
-//! A listener only frames messages and classifies them; anything to be ordered goes
-//! to the gateway (gateway.rs) with a way back to the client. Answers the classifier
-//! produces itself (REFUSED, FORMERR) go straight back without ordering.
+//! A listener only frames messages and does what the read router (`crate::reads::route`)
+//! decides for each: answers the router produces itself (REFUSED, FORMERR) go straight back,
+//! local and vouched reads are taken here, and the rest goes to the gateway with its lane and
+//! a way back to the client.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,10 +17,11 @@ use tracing::{debug, info, warn};
 use dnswire::framing;
 use exec::access::AccessSection;
 use exec::answer::{error_answer, RCODE_REFUSED};
-use exec::classify::{classify, precheck, transfer_rights, Kind, Verdict};
+use exec::classify::Kind;
 
 use crate::ops::metrics::Metrics;
-use crate::client::reply::{ClientRequest, Delivery, Outgoing, ReplyTo};
+use crate::client::reply::{Delivery, Outgoing, ReplyTo};
+use crate::reads::route::{route, ClientRequest, Lane, ReadMode, Route};
 use crate::reads::vouched::{VouchTurn, VouchedReads};
 
 /// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
@@ -38,6 +40,17 @@ pub struct ClientFilters {
     /// Ordered mode with `cluster.vouched_reads`: the listeners put plain queries on the
     /// vouched path themselves (no hop through the gateway task).
     pub vouched: Option<Arc<VouchedReads>>,
+}
+
+impl ClientFilters {
+    /// The read router's mode: local reads take every read, vouched reads plain queries.
+    fn read_mode(&self) -> ReadMode {
+        match (&self.local_reads, &self.vouched) {
+            (Some(_), _) => ReadMode::Local,
+            (None, Some(_)) => ReadMode::Vouched,
+            (None, None) => ReadMode::Ordered,
+        }
+    }
 }
 
 /// Largest DNS message over UDP we accept (EDNS allows up to 65535).
@@ -112,9 +125,9 @@ pub async fn serve_udp(
     }
 }
 
-/// Decides what becomes of one client message. Never waits: a vouched read's probe is added
-/// to `probes` (with the gateway's own query to named, on a cache miss), which the caller
-/// sends (`VouchedReads::send_probes`).
+/// Does what the read router (`crate::reads::route`) decides for one client message. Never
+/// waits: a vouched read's probe is added to `probes` (with the gateway's own query to named,
+/// on a cache miss), which the caller sends (`VouchedReads::send_probes`).
 #[allow(clippy::too_many_arguments)]
 fn dispatch(
     bytes: Vec<u8>,
@@ -127,74 +140,54 @@ fn dispatch(
     metrics: &Arc<Metrics>,
     probes: &mut VouchTurn,
 ) {
-    let verdict = classify(&bytes, tcp);
-    // A transfer is allowed by address OR by a transfer key, as in BIND's allow-transfer list;
-    // the key check (and the update-signature check) answers as named would. An AXFR or
-    // IXFR over UDP executes as a read but needs the same.
-    let transfer = transfer_rights(&verdict, &bytes);
-    let by_address = match verdict {
-        Verdict::Order(_) if transfer => access.allows(peer.ip(), Kind::Transfer),
-        Verdict::Order(kind) => access.allows(peer.ip(), kind),
-        _ => true,
-    };
-    let verdict = if transfer && by_address { verdict } else { precheck(verdict, &bytes, filters.auth.as_deref(), named_glue::time::unix_now()) };
-    let refused_by_address = match verdict {
-        // Without a key check configured, a transfer the address ACL refuses stays refused.
-        Verdict::Order(_) if transfer => !by_address && filters.auth.is_none(),
-        Verdict::Order(_) => !by_address,
-        _ => false,
-    };
-    match verdict {
-        Verdict::Order(_) if refused_by_address => {
-            // named would see only the wrapper's address; the wrapper answers as named
-            // answers a client its ACL does not allow.
+    match route(&bytes, tcp, peer.ip(), access, filters.auth.as_deref(), filters.read_mode(), named_glue::time::unix_now) {
+        Route::Answer(answer) => {
             metrics.inc_refused();
-            if let Some(answer) = error_answer(&bytes, RCODE_REFUSED) {
+            if let Some(answer) = answer {
                 if let Delivery::Dropped(why) = reply.try_send(answer) {
                     metrics.inc_dropped(why);
                 }
             }
         }
-        Verdict::Order(Kind::Read) if filters.local_reads.is_some() => {
+        Route::Drop(why) => metrics.inc_dropped(why),
+        Route::Local => {
             if let Some(local) = &filters.local_reads {
                 local.answer(bytes, tcp, reply, metrics);
             }
         }
-        Verdict::Order(kind) => {
-            let request = ClientRequest { bytes, tcp, reply };
+        Route::Vouched { key } => {
+            let request = ClientRequest { bytes, tcp, reply, lane: Lane::Ordered(Kind::Read) };
             let request = match &filters.vouched {
-                Some(vouched) if kind == Kind::Read => match vouched.take(request, probes) {
+                Some(vouched) => match vouched.take(request, key, probes) {
                     Ok(()) => return,
                     Err(request) => request,
                 },
-                _ => request,
+                None => request,
             };
-            if filters.order_limit.as_ref().is_some_and(|l| !l.allow(peer.ip(), kind != Kind::Read)) {
-                // Over its prefix's rate: refused without ordering (the answer is no larger
-                // than the request, so it amplifies nothing).
-                metrics.inc_dropped("order_rate");
-                metrics.inc_refused();
-                if let Some(answer) = error_answer(&request.bytes, RCODE_REFUSED) {
-                    if let Delivery::Dropped(why) = request.reply.try_send(answer) {
-                        metrics.inc_dropped(why);
-                    }
-                }
-                return;
-            }
-            // The gateway's queue is bounded; when full the client's retry will do.
-            if to_gateway.try_send(request).is_err() {
-                metrics.inc_dropped("gateway_full");
-            }
+            to_order(request, peer, filters, to_gateway, metrics);
         }
-        Verdict::Answer(answer) => {
-            metrics.inc_refused();
-            if let Delivery::Dropped(why) = reply.try_send(answer) {
+        Route::Gateway(lane) => to_order(ClientRequest { bytes, tcp, reply, lane }, peer, filters, to_gateway, metrics),
+    }
+}
+
+/// Hands a request to the gateway (to be ordered, or answered there as a voting read), unless
+/// its client prefix is over `[order_limit]`'s rate.
+fn to_order(request: ClientRequest, peer: SocketAddr, filters: &ClientFilters, to_gateway: &mpsc::Sender<ClientRequest>, metrics: &Metrics) {
+    if filters.order_limit.as_ref().is_some_and(|l| !l.allow(peer.ip(), request.lane.limited_as_write())) {
+        // Over its prefix's rate: refused without ordering (the answer is no larger
+        // than the request, so it amplifies nothing).
+        metrics.inc_dropped("order_rate");
+        metrics.inc_refused();
+        if let Some(answer) = error_answer(&request.bytes, RCODE_REFUSED) {
+            if let Delivery::Dropped(why) = request.reply.try_send(answer) {
                 metrics.inc_dropped(why);
             }
         }
-        Verdict::Drop(why) => {
-            metrics.inc_dropped(why);
-        }
+        return;
+    }
+    // The gateway's queue is bounded; when full the client's retry will do.
+    if to_gateway.try_send(request).is_err() {
+        metrics.inc_dropped("gateway_full");
     }
 }
 

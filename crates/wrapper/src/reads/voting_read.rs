@@ -19,7 +19,7 @@ use tokio::sync::Semaphore;
 
 use crate::ops::metrics::Metrics;
 use crate::reads::read::ReadCache;
-use crate::client::reply::ClientRequest;
+use crate::client::reply::ReplyTo;
 
 const OPCODE_QUERY: u8 = 0;
 
@@ -27,28 +27,23 @@ const OPCODE_QUERY: u8 = 0;
 const MAX_IN_FLIGHT: usize = 128;
 static IN_FLIGHT: Semaphore = Semaphore::const_new(MAX_IN_FLIGHT);
 
-/// Called by the gateway for every client request before it is ordered. A voting read is
-/// answered here from the local named and `None` is returned; anything else comes back to be
-/// handled as before.
-pub fn answer_unordered(named: &Forwarder, cache: &Arc<ReadCache>, metrics: &Arc<Metrics>, request: ClientRequest) -> Option<ClientRequest> {
-    if !is_voting_read(&request.bytes) {
-        return Some(request);
-    }
+/// Called by the gateway for a request the read router put on the voting lane
+/// (`crate::reads::route`): answered from the local named, without ordering.
+pub fn answer_unordered(named: &Forwarder, cache: &Arc<ReadCache>, metrics: &Arc<Metrics>, message: Vec<u8>, tcp: bool, reply: ReplyTo) {
     let Ok(permit) = IN_FLIGHT.try_acquire() else {
         metrics.inc_dropped("voting_reads_full");
-        return None;
+        return;
     };
     metrics.inc_request(Kind::Read);
     let (named, cache, metrics) = (named.clone(), cache.clone(), metrics.clone());
     tokio::spawn(async move {
         let _permit = permit;
-        crate::reads::read::answer_read(&named, &cache, &request.bytes, request.tcp, &request.reply, &metrics).await;
+        crate::reads::read::answer_read(&named, &cache, &message, tcp, &reply, &metrics).await;
     });
-    None
 }
 
-/// A plain query carrying the voting-read option. Walked, not decoded: this runs for every
-/// read a listener puts on the vouched path and every request the gateway gets.
+/// A plain query carrying the voting-read option. Walked, not decoded: the read router asks
+/// it of every read it does not answer locally.
 pub fn is_voting_read(bytes: &[u8]) -> bool {
     let Ok(header) = RawHeader::parse(bytes) else { return false };
     if header.is_response() || header.opcode() != OPCODE_QUERY || header.arcount == 0 {

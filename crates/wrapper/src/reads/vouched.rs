@@ -93,7 +93,7 @@ use tokio::time::Instant;
 
 use crate::ops::metrics::Metrics;
 use crate::reads::read::{Fill, Keyed, ReadCache};
-use crate::client::reply::ClientRequest;
+use crate::reads::route::ClientRequest;
 pub use exec::vouch::Fault;
 use exec::vouch::{decode_read_wire, ReadWire};
 use exec::vouch_core::{answer_probe, micros, Action, Settings, Turn, VouchCore};
@@ -222,25 +222,25 @@ impl VouchedReads {
         (service, task)
     }
 
-    /// Takes a client's read onto the vouched path when it can: a plain query (what the read
-    /// cache could key; never an update, a transfer, a signed request) that is not a voting
-    /// client's. It joins the turn's probe round, which the caller sends with
-    /// [`Self::send_probes`] (at once, or after the other reads it has at hand); its own answer
-    /// is taken at once when the barrier is executed and the cache has it, and when the cache
-    /// misses, its query to named is begun as soon as the probe is out. Hands the request
-    /// back, to be ordered (or answered as a voting read), otherwise.
-    pub fn take(self: &Arc<Self>, request: ClientRequest, out: &mut VouchTurn) -> Result<(), ClientRequest> {
-        if crate::reads::voting_read::is_voting_read(&request.bytes) {
-            return Err(request);
-        }
-        let Some(key) = crate::reads::read_cache::key(&request.bytes, request.tcp) else { return Err(request) };
+    /// Takes a client's read onto the vouched path: one the read router
+    /// (`crate::reads::route`) sent here, a plain query (what the read cache could key, `key`;
+    /// never an update, a transfer, a signed request) that is not a voting client's. It joins
+    /// the turn's probe round, which the caller sends with [`Self::send_probes`] (at once, or
+    /// after the other reads it has at hand); its own answer is taken at once when the barrier
+    /// is executed and the cache has it, and when the cache misses, its query to named is
+    /// begun as soon as the probe is out. Hands the request back, to be ordered, when too many
+    /// reads wait already.
+    pub fn take(self: &Arc<Self>, request: ClientRequest, key: Vec<u8>, out: &mut VouchTurn) -> Result<(), ClientRequest> {
         if out.turn.is_full() {
             self.send_probes(out);
         }
         // Read after the read arrived: at or past every write acknowledged before it.
         let barrier = *self.barrier.borrow();
         let executed = *self.executed.borrow();
-        let (tcp, dns_id) = (request.tcp, [request.bytes[0], request.bytes[1]]);
+        let (tcp, dns_id) = match request.bytes[..] {
+            [a, b, ..] => (request.tcp, [a, b]),
+            _ => return Err(request),
+        };
         // The own answer: from the cache (`Ok`), from named now (`Err(Some(fill))`, the
         // barrier executed and the cache missed), or once the barrier is executed (`Err(None)`).
         let own = if executed >= barrier {
@@ -527,10 +527,21 @@ mod tests {
         (client, reply)
     }
 
+    /// A plain query on its way, as the read router sends it on.
+    fn read(bytes: Vec<u8>, tcp: bool, reply: crate::client::reply::ReplyTo) -> ClientRequest {
+        ClientRequest { bytes, tcp, reply, lane: crate::reads::route::Lane::Ordered(Kind::Read) }
+    }
+
+    /// Takes one read onto the vouched path with the key the read router gives it.
+    fn take_into(h: &Harness, request: ClientRequest, out: &mut VouchTurn) -> Result<(), ClientRequest> {
+        let key = crate::reads::read_cache::key(&request.bytes, request.tcp).expect("a plain query");
+        h.service.take(request, key, out)
+    }
+
     /// Takes one read onto the vouched path and sends its probe.
     fn take(h: &Harness, request: ClientRequest) {
         let mut out = VouchTurn::default();
-        h.service.take(request, &mut out).unwrap();
+        take_into(h, request, &mut out).unwrap();
         h.service.send_probes(&mut out);
         assert!(out.is_empty());
     }
@@ -585,7 +596,7 @@ mod tests {
     async fn gateway_answers_when_vouched_and_orders_otherwise() {
         let mut h = harness(fake_named().await, 0, 0, 200, Fault::None).await;
         let (c, reply) = client().await;
-        take(&h, ClientRequest { bytes: query(1), tcp: false, reply: reply.clone() });
+        take(&h, read(query(1), false, reply.clone()));
         let round = next_probe(&mut h.out).await;
         barrier(&h, 1, round, 0);
         barrier(&h, 1, round, 0);
@@ -598,7 +609,7 @@ mod tests {
         assert!(h.fallback.try_recv().is_err());
 
         // Two peers ahead (a write at 3 committed): answered once the gateway executed it.
-        take(&h, ClientRequest { bytes: query(2), tcp: false, reply: reply.clone() });
+        take(&h, read(query(2), false, reply.clone()));
         let round = next_probe(&mut h.out).await;
         barrier(&h, 1, round, 3);
         barrier(&h, 3, round, 3);
@@ -610,7 +621,7 @@ mod tests {
         assert_eq!(outcome(&h.service.metrics, "vouched"), 2);
 
         // Ahead, and never executed: ordered.
-        take(&h, ClientRequest { bytes: query(4), tcp: false, reply: reply.clone() });
+        take(&h, read(query(4), false, reply.clone()));
         let round = next_probe(&mut h.out).await;
         barrier(&h, 1, round, 9);
         barrier(&h, 2, round, 9);
@@ -619,7 +630,7 @@ mod tests {
         assert_eq!(outcome(&h.service.metrics, "fell_back"), 1);
 
         // Nobody answers: ordered after the timeout.
-        take(&h, ClientRequest { bytes: query(5), tcp: true, reply });
+        take(&h, read(query(5), true, reply));
         let ordered = tokio::time::timeout(Duration::from_secs(2), h.fallback.recv()).await.expect("fell back").unwrap();
         assert!(ordered.tcp && ordered.bytes == query(5));
     }
@@ -629,16 +640,11 @@ mod tests {
         let mut h = harness(named, 3, 3, 2_000, Fault::None).await;
         fill(&h.cache, &query(9));
         let (c, reply) = client().await;
-        take(&h, ClientRequest { bytes: query(5), tcp: false, reply });
+        take(&h, read(query(5), false, reply));
         let round = next_probe(&mut h.out).await;
         barrier(&h, 2, round, 3);
         barrier(&h, 3, round, 2);
         assert_eq!(received(&c).await, answer(5), "the cached answer with the client's id");
-        // Not a plain query (an update), or a voting client's read: handed back to be ordered.
-        let mut update = query(5);
-        update[2] |= 5 << 3;
-        let (_, reply) = client().await;
-        assert!(h.service.take(ClientRequest { bytes: update, tcp: false, reply }, &mut VouchTurn::default()).is_err());
     }
 
     /// A gateway whose executor is behind its barrier answers once it caught up.
@@ -646,7 +652,7 @@ mod tests {
     async fn gateway_answers_once_its_barrier_is_executed() {
         let mut h = harness(fake_named().await, 5, 4, 2_000, Fault::None).await;
         let (c, reply) = client().await;
-        take(&h, ClientRequest { bytes: query(3), tcp: false, reply });
+        take(&h, read(query(3), false, reply));
         let round = next_probe(&mut h.out).await;
         barrier(&h, 1, round, 5);
         barrier(&h, 2, round, 5);
@@ -692,7 +698,7 @@ mod tests {
         };
         // The first query finds no pooled socket: a task opens one (and then keeps it).
         let (c, reply) = client().await;
-        take(&h, ClientRequest { bytes: query(1), tcp: false, reply: reply.clone() });
+        take(&h, read(query(1), false, reply.clone()));
         let round = next_probe(&mut h.out).await;
         let other = named.try_clone().unwrap();
         let first = tokio::task::spawn_blocking(move || answer_one(&other)).await.unwrap();
@@ -705,7 +711,7 @@ mod tests {
             named_glue::forward::build_query(9, &name, hickory_proto::rr::RecordType::A).unwrap()
         };
         let mut out = VouchTurn::default();
-        h.service.take(ClientRequest { bytes: third.clone(), tcp: false, reply }, &mut out).unwrap();
+        take_into(&h, read(third.clone(), false, reply), &mut out).unwrap();
         h.service.send_probes(&mut out);
         let round = probe_round(h.out.try_recv().expect("the probe went out first"));
         let answered = answer_one(&named);
@@ -724,7 +730,7 @@ mod tests {
         let (c, reply) = client().await;
         let mut out = VouchTurn::default();
         for id in 1..=3 {
-            h.service.take(ClientRequest { bytes: query(id), tcp: false, reply: reply.clone() }, &mut out).unwrap();
+            take_into(&h, read(query(id), false, reply.clone()), &mut out).unwrap();
         }
         h.service.send_probes(&mut out);
         let round = next_probe(&mut h.out).await;
@@ -754,7 +760,7 @@ mod tests {
         let mut h = harness(fake_named().await, 0, 0, 200, Fault::Silent).await;
         h.service.handle(3, &ReadWire::Probe { round: 30 }.encode());
         let (_, reply) = client().await;
-        take(&h, ClientRequest { bytes: query(4), tcp: false, reply });
+        take(&h, read(query(4), false, reply));
         assert!(h.out.try_recv().is_err(), "a silent replica sends no barrier and no probe");
     }
 
@@ -773,7 +779,7 @@ mod tests {
         assert_eq!(gauge(&h.service.metrics), "sdns_vouch_timeout_seconds{replica=\"0\"} 0.005");
         let (reply, _answers) = crate::client::reply::ReplyTo::internal();
         for _ in 0..exec::vouch_core::WINDOW {
-            take(&h, ClientRequest { bytes: query(5), tcp: false, reply: reply.clone() });
+            take(&h, read(query(5), false, reply.clone()));
             let round = probe_round(h.out.try_recv().expect("the probe is sent within the call"));
             tokio::time::advance(Duration::from_micros(4_500)).await;
             barrier(&h, 1, round, 0);
@@ -784,7 +790,7 @@ mod tests {
         assert_eq!(outcome(&h.service.metrics, "vouched"), exec::vouch_core::WINDOW as u64);
         // Silence: ordered once the (raised) timeout passed, by the timer task.
         let start = tokio::time::Instant::now();
-        take(&h, ClientRequest { bytes: query(5), tcp: false, reply });
+        take(&h, read(query(5), false, reply));
         assert_eq!(h.fallback.recv().await.unwrap().bytes, query(5));
         assert!((Duration::from_millis(18)..=Duration::from_millis(19)).contains(&start.elapsed()), "{:?}", start.elapsed());
     }

@@ -22,7 +22,7 @@ use crate::front::listener::{bind_udp, serve_tcp, serve_udp, ClientFilters, TcpL
 use crate::ops::metrics::Metrics;
 use crate::execution::pending::Pending;
 use crate::reads::read::{LocalReads, ReadCache};
-use crate::client::reply::ClientRequest;
+use crate::reads::route::ClientRequest;
 use crate::client::rrl::{Limiter, OrderLimiter};
 use crate::ops::tasks::Essential;
 use crate::reads::vouched::VouchedReads;
