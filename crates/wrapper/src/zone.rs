@@ -89,6 +89,34 @@ pub enum Finish {
     Round { changed: u32, rrsets: u64 },
 }
 
+/// What one zone's maintenance is made from: the zone's own settings
+/// (`config::MaintenanceConfig`, the signer's threads resolved), named's set-up for it, the
+/// zone's key and the signing sockets. The tasks and handles it works with are
+/// [`ZoneMaintenance::new`]'s other arguments; what it learns as it runs starts empty there.
+pub struct ZoneMaintenanceConfig {
+    pub tools: BindTools,
+    pub zone: Name,
+    /// named's directory: this zone's working files (base text, signed output) go there.
+    pub work_dir: PathBuf,
+    /// The zone's files as named.conf names them (zone file, journal, key directory).
+    pub files: ZoneConf,
+    /// named.conf's `masterfile-format raw`.
+    pub raw_zone_file: bool,
+    pub key: ZoneKey,
+    /// The signing socket of ordered writes and re-signing.
+    pub signer_socket: PathBuf,
+    /// The signing socket of background signings.
+    pub background_socket: PathBuf,
+    /// Signs the re-signing updates (named.conf grants it RRSIG only).
+    pub maintenance_key: tsig::Key,
+    /// Signs the catch-up update after a background signing.
+    pub catchup_key: tsig::Key,
+    /// The last re-signing slice's UPDATE, kept for a crash.
+    pub slice_journal: PathBuf,
+    /// dnssec-signzone's threads in a whole-zone signing.
+    pub signer_threads: usize,
+}
+
 pub struct ZoneMaintenance {
     pub tools: BindTools,
     pub zone: Name,
@@ -143,6 +171,45 @@ pub struct SliceReport {
 }
 
 impl ZoneMaintenance {
+    /// One zone's maintenance: `named` answers its transfers, `writes` takes its re-signing
+    /// updates (the ordered writes' long timeout), `supervisor` restarts named to install a
+    /// signed zone.
+    pub fn new(config: ZoneMaintenanceConfig, supervisor: Arc<Supervisor>, named: Forwarder, writes: Forwarder) -> ZoneMaintenance {
+        let ZoneMaintenanceConfig {
+            tools,
+            zone,
+            work_dir,
+            files,
+            raw_zone_file,
+            key,
+            signer_socket,
+            background_socket,
+            maintenance_key,
+            catchup_key,
+            slice_journal,
+            signer_threads,
+        } = config;
+        ZoneMaintenance {
+            tools,
+            zone,
+            named,
+            work_dir,
+            files,
+            raw_zone_file,
+            key,
+            signer_socket,
+            supervisor,
+            maintenance_key,
+            writes,
+            catchup_key,
+            background_socket,
+            earliest_expiration: AtomicU32::new(0),
+            slice_journal,
+            signer_threads,
+            slice_index: Default::default(),
+        }
+    }
+
     /// The zone's records, each in canonical wire form (owner and the names of
     /// compressible rdata decompressed and lowercased, every other rdata as named
     /// sent it), from an AXFR of the local named. Read with `rrwire`, so a record

@@ -2,7 +2,6 @@
 //! background signings and their installation, the zone's digest.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
@@ -12,7 +11,7 @@ use super::named::{NamedParts, NamedSetup};
 use super::signing::zone_signer_threads;
 use crate::config::{MaintenanceConfig, Settings};
 use crate::signing::Keys;
-use crate::zone::ZoneMaintenance;
+use crate::zone::{ZoneMaintenance, ZoneMaintenanceConfig};
 
 /// One zone's maintenance, from its settings and the parts of the replica it works with.
 fn zone_maintenance(
@@ -25,25 +24,21 @@ fn zone_maintenance(
     background_socket: PathBuf,
 ) -> Result<ZoneMaintenance> {
     let files = setup.conf.zones.get(index).cloned().ok_or_else(|| anyhow!("named.conf has no zone {index}"))?;
-    Ok(ZoneMaintenance {
+    let config = ZoneMaintenanceConfig {
         tools: setup.tools.clone(),
         zone: cfg.zone,
-        named: named.reads.clone(),
         work_dir: cfg.work_dir,
         files,
         raw_zone_file: setup.conf.raw_zone_file,
         key,
         signer_socket,
-        supervisor: named.supervisor.clone(),
+        background_socket,
         maintenance_key: setup.maintenance_key.clone(),
-        writes: named.writes.clone(),
-        earliest_expiration: AtomicU32::new(0),
-        slice_index: Default::default(),
+        catchup_key: setup.catchup_key.clone(),
         slice_journal: cfg.slice_journal,
         signer_threads: zone_signer_threads(cfg.signer_threads),
-        catchup_key: setup.catchup_key.clone(),
-        background_socket,
-    })
+    };
+    Ok(ZoneMaintenance::new(config, named.supervisor.clone(), named.reads.clone(), named.writes.clone()))
 }
 
 /// Every zone's maintenance, in zone index order.
