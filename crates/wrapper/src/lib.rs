@@ -1,14 +1,20 @@
 //! The sdns wrapper: the paper's `Wrapper`, one per replica.
 //!
 //! The deterministic decisions (classification, update authentication, the execution core,
-//! the zone plan) live in the `exec` crate; this one performs them with tokio and named.
+//! the zone plan, the vouched-read core) live in the `exec` crate; this one performs them with
+//! tokio and named, in rooms by job: `front` (listeners, gateway, HTTP endpoint), `reads` (the
+//! read router and every read path), `execution` (the executor), `zone`, `statexfer`,
+//! `signing`, `client` (the way back to a client), `ops`, `faults` (tests only), `config` and
+//! `run` (the composition root). docs/ARCHITECTURE.md draws them.
 //!
-//! A read: listener -> classify -> gateway -> ordering (bft) -> executor -> named -> client;
-//! in ordered mode a plain query first tries `vouched` (answered without ordering once 2t
-//! peers' read barriers show the gateway's own answer recent enough).
-//! An update: the same path, executed by every replica; while named executes it,
-//! its signing requests come through named-glue's socket to `signing`, which runs
-//! the threshold protocol with the other replicas over the mesh.
+//! A read: `front::listener` -> `reads::route` (classify, once) -> local (`reads::read`),
+//! vouched (`reads::vouched`: answered without ordering once 2t peers' read barriers show the
+//! gateway's own answer recent enough), voting (`front::gateway` -> `reads::voting_read`), or
+//! ordered: `front::gateway` -> ordering (bft) -> `execution::executor` -> `reads::read` ->
+//! named -> `client::reply`.
+//! An update: the ordered path, executed by every replica; while named executes it, its
+//! signing requests come through named-glue's socket to `signing`, which runs the threshold
+//! protocol with the other replicas over the mesh.
 #![forbid(unsafe_code)]
 
 pub mod client;

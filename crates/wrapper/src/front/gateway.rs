@@ -1,4 +1,5 @@
-//! The gateway: turns classified client requests into ordered requests.
+//! The gateway: turns the requests the read router sends it into ordered requests, and
+//! answers voting clients' reads without ordering.
 //!
 //! Request identity is (this replica, incarnation, number). The incarnation is taken at
 //! start-up from the clock, so after a restart the numbers of a new incarnation are
