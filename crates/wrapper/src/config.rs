@@ -101,7 +101,7 @@ pub struct ClusterSection {
     pub reads: ReadMode,
     /// Ordered mode: answer a plain query without ordering it once 2t peers' read barriers
     /// show the gateway's own answer recent enough (a read index with a Byzantine quorum;
-    /// `crate::vouched`). Still linearizable; `false` orders every read.
+    /// `crate::reads::vouched`). Still linearizable; `false` orders every read.
     #[serde(default = "default_true")]
     pub vouched_reads: bool,
     /// How long a gateway waits at least for its peers' barriers once its own answer is in,

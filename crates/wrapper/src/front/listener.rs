@@ -21,7 +21,7 @@ use exec::classify::Kind;
 
 use crate::ops::metrics::Metrics;
 use crate::client::reply::{Delivery, Outgoing, ReplyTo};
-use crate::reads::route::{route, ClientRequest, Lane, ReadMode, Route};
+use crate::reads::route::{route, ClientRequest, Lane, ReadSetup, Route};
 use crate::reads::vouched::{VouchTurn, VouchedReads};
 
 /// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
@@ -43,12 +43,12 @@ pub struct ClientFilters {
 }
 
 impl ClientFilters {
-    /// The read router's mode: local reads take every read, vouched reads plain queries.
-    fn read_mode(&self) -> ReadMode {
+    /// The read paths the router may choose: local reads take every read, vouched reads plain queries.
+    fn read_setup(&self) -> ReadSetup {
         match (&self.local_reads, &self.vouched) {
-            (Some(_), _) => ReadMode::Local,
-            (None, Some(_)) => ReadMode::Vouched,
-            (None, None) => ReadMode::Ordered,
+            (Some(_), _) => ReadSetup::Local,
+            (None, Some(_)) => ReadSetup::Vouched,
+            (None, None) => ReadSetup::Ordered,
         }
     }
 }
@@ -140,7 +140,7 @@ fn dispatch(
     metrics: &Arc<Metrics>,
     probes: &mut VouchTurn,
 ) {
-    match route(&bytes, tcp, peer.ip(), access, filters.auth.as_deref(), filters.read_mode(), named_glue::time::unix_now) {
+    match route(&bytes, tcp, peer.ip(), access, filters.auth.as_deref(), filters.read_setup(), named_glue::time::unix_now) {
         Route::Answer(answer) => {
             metrics.inc_refused();
             if let Some(answer) = answer {

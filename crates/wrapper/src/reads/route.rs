@@ -24,9 +24,9 @@ use crate::client::reply::ReplyTo;
 use crate::reads::read_cache;
 use crate::reads::voting_read::is_voting_read;
 
-/// How this replica answers plain reads (`reads` and `cluster.vouched_reads`).
+/// Which read paths this replica uses (its `reads` mode and `cluster.vouched_reads`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ReadMode {
+pub enum ReadSetup {
     /// Every read is ordered (a voting client's aside).
     #[default]
     Ordered,
@@ -82,7 +82,7 @@ pub struct ClientRequest {
 /// The path of `bytes` from `peer`. `now_s` (the local clock, seconds since the epoch) is
 /// read only when the pre-ordering check runs; execution checks every ordered update again
 /// at the agreed time, and that check decides.
-pub fn route(bytes: &[u8], tcp: bool, peer: IpAddr, access: &AccessSection, auth: Option<&ZoneAuth>, mode: ReadMode, now_s: impl FnOnce() -> u64) -> Route {
+pub fn route(bytes: &[u8], tcp: bool, peer: IpAddr, access: &AccessSection, auth: Option<&ZoneAuth>, mode: ReadSetup, now_s: impl FnOnce() -> u64) -> Route {
     let verdict = classify(bytes, tcp);
     // A transfer is allowed by address OR by a transfer key, as in BIND's allow-transfer list;
     // the key check (and the update-signature check) answers as named would. An AXFR or
@@ -116,15 +116,15 @@ pub fn route(bytes: &[u8], tcp: bool, peer: IpAddr, access: &AccessSection, auth
 /// A read's path once it may be executed: local reads take every one; otherwise a voting
 /// client's read is answered unordered, and a plain query the cache can key is tried on the
 /// vouched path.
-fn read(bytes: &[u8], tcp: bool, mode: ReadMode) -> Route {
+fn read(bytes: &[u8], tcp: bool, mode: ReadSetup) -> Route {
     match mode {
-        ReadMode::Local => Route::Local,
+        ReadSetup::Local => Route::Local,
         _ if is_voting_read(bytes) => Route::Gateway(Lane::Voting),
-        ReadMode::Vouched => match read_cache::key(bytes, tcp) {
+        ReadSetup::Vouched => match read_cache::key(bytes, tcp) {
             Some(key) => Route::Vouched { key },
             None => Route::Gateway(Lane::Ordered(Kind::Read)),
         },
-        ReadMode::Ordered => Route::Gateway(Lane::Ordered(Kind::Read)),
+        ReadSetup::Ordered => Route::Gateway(Lane::Ordered(Kind::Read)),
     }
 }
 
@@ -147,7 +147,7 @@ mod tests {
     }
 
     /// Routed from an address that may query and transfer, without update authentication.
-    fn at(bytes: &[u8], tcp: bool, mode: ReadMode) -> Route {
+    fn at(bytes: &[u8], tcp: bool, mode: ReadSetup) -> Route {
         let access: AccessSection = toml::from_str("allow_transfer = [\"127.0.0.1/32\"]").unwrap();
         route(bytes, tcp, PEER, &access, None, mode, || panic!("no pre-ordering check without update authentication"))
     }
@@ -157,19 +157,19 @@ mod tests {
     #[test]
     fn each_read_mode_routes_reads_its_way_and_orders_the_rest() {
         let (plain, voting, axfr) = (query(RecordType::A, false), query(RecordType::A, true), query(RecordType::AXFR, false));
-        for mode in [ReadMode::Ordered, ReadMode::Vouched, ReadMode::Local] {
+        for mode in [ReadSetup::Ordered, ReadSetup::Vouched, ReadSetup::Local] {
             assert_eq!(at(&update(), false, mode), Route::Gateway(Lane::Ordered(Kind::Write)), "{mode:?}");
             assert_eq!(at(&axfr, true, mode), Route::Gateway(Lane::Ordered(Kind::Transfer)), "{mode:?}");
             assert_eq!(at(&plain[..5], false, mode), Route::Drop("shorter than a DNS header"));
         }
-        assert_eq!(at(&plain, false, ReadMode::Local), Route::Local);
-        assert_eq!(at(&voting, false, ReadMode::Local), Route::Local, "local reads answer voting clients too");
-        assert_eq!(at(&plain, false, ReadMode::Ordered), Route::Gateway(Lane::Ordered(Kind::Read)));
-        assert_eq!(at(&voting, false, ReadMode::Ordered), Route::Gateway(Lane::Voting));
-        assert_eq!(at(&voting, false, ReadMode::Vouched), Route::Gateway(Lane::Voting));
-        assert_eq!(at(&plain, true, ReadMode::Vouched), Route::Vouched { key: read_cache::key(&plain, true).unwrap() });
+        assert_eq!(at(&plain, false, ReadSetup::Local), Route::Local);
+        assert_eq!(at(&voting, false, ReadSetup::Local), Route::Local, "local reads answer voting clients too");
+        assert_eq!(at(&plain, false, ReadSetup::Ordered), Route::Gateway(Lane::Ordered(Kind::Read)));
+        assert_eq!(at(&voting, false, ReadSetup::Ordered), Route::Gateway(Lane::Voting));
+        assert_eq!(at(&voting, false, ReadSetup::Vouched), Route::Gateway(Lane::Voting));
+        assert_eq!(at(&plain, true, ReadSetup::Vouched), Route::Vouched { key: read_cache::key(&plain, true).unwrap() });
         // An AXFR over UDP is a read the cache cannot key: ordered.
-        assert_eq!(at(&axfr, false, ReadMode::Vouched), Route::Gateway(Lane::Ordered(Kind::Read)));
+        assert_eq!(at(&axfr, false, ReadSetup::Vouched), Route::Gateway(Lane::Ordered(Kind::Read)));
     }
 
     /// The address ACL answers REFUSED before any read path; writes are not limited by it.
@@ -177,7 +177,7 @@ mod tests {
     fn the_address_acl_refuses_before_any_path() {
         let none: AccessSection = toml::from_str("allow_query = []").unwrap();
         let (plain, axfr) = (query(RecordType::A, false), query(RecordType::AXFR, false));
-        for mode in [ReadMode::Ordered, ReadMode::Vouched, ReadMode::Local] {
+        for mode in [ReadSetup::Ordered, ReadSetup::Vouched, ReadSetup::Local] {
             let Route::Answer(Some(answer)) = route(&plain, false, PEER, &none, None, mode, || 0) else { panic!("refused") };
             assert_eq!((answer[3] & 0x0f, &answer[..2]), (RCODE_REFUSED, &plain[..2]));
             assert_eq!(route(&update(), false, PEER, &none, None, mode, || 0), Route::Gateway(Lane::Ordered(Kind::Write)));

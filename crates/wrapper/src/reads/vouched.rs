@@ -8,7 +8,7 @@
 //! never for answers, so a read costs its peers no work on named and no answer crosses the mesh.
 //!
 //! - The gateway probes its peers in rounds on the mesh's reads channel
-//!   (`mesh::CHANNEL_READS`, messages in `crate::vouch`): the UDP listener sends one probe for
+//!   (`mesh::CHANNEL_READS`, messages in `exec::vouch`): the UDP listener sends one probe for
 //!   all the datagrams it took in one turn. A probe carries the round's number only.
 //! - A peer answers at once, in the mesh's reader task, with its *read barrier* as the probe
 //!   arrived: the highest seq its ordering core has sent a commit for, or delivered. It looks at
@@ -769,7 +769,7 @@ mod tests {
     }
 
     /// The gauge shows the core's timeout from the start and follows it (the learning itself
-    /// is `crate::vouch_core`'s, tested there): a window of reads vouched 4.5 ms after their
+    /// is `exec::vouch_core`'s, tested there): a window of reads vouched 4.5 ms after their
     /// own answer was in raises it to 4 x 4.5 ms, on the driver's clock (paused here).
     #[tokio::test(start_paused = true)]
     async fn the_gauge_follows_the_timeout() {
