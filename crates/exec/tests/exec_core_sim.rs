@@ -27,7 +27,8 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use exec::envelope::Op;
 use exec::{
-    Command, Delivered, Event, ExecConfig, ExecCore, ExecState, Item, RequestCounts, SignZoneAuth, SignZoneSigner, SignZoneVerifier, Unchanged, UpdateDecision, UpdateGate,
+    Command, Delivered, Event, ExecConfig, ExecCore, ExecState, Item, RequestCounts, SignZoneAuth, SignZoneSigner, SignZoneVerifier, Unchanged, UpdateDecision,
+    UpdateGate,
 };
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{rdata::A, DNSClass, Name, RData, Record, RecordType};

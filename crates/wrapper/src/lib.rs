@@ -31,7 +31,7 @@ pub mod zone;
 
 // The paths the configuration (config.rs, config/) and the operator's tools (crates/sdns)
 // name, kept as they were before the modules went into folders.
-pub use faults::byzantine;
 pub use client::rrl;
+pub use faults::byzantine;
 pub use front::endpoint;
 pub use ops::{files, metrics};

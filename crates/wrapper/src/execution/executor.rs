@@ -19,11 +19,11 @@ use named_glue::signer::SignatureTimes;
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
-use crate::config::Settings;
-use crate::ops::metrics::Metrics;
-use crate::execution::pending::Pending;
-use crate::reads::read::{Lookup, ReadCache};
 use crate::client::reply::{Delivery, ReplyTo};
+use crate::config::Settings;
+use crate::execution::pending::Pending;
+use crate::ops::metrics::Metrics;
+use crate::reads::read::{Lookup, ReadCache};
 use crate::statexfer::{canonical_zone_name, write_zone_files, DigestedRecords, Install, Snapshot, SnapshotStore, SnapshotZone};
 use crate::zone::{Finish, ZoneError, ZoneMaintenance};
 use exec::state::serial_before;

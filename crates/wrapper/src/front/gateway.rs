@@ -21,10 +21,10 @@ use named_glue::forward::Forwarder;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::ops::metrics::Metrics;
-use crate::execution::pending::{payload_digest, Pending};
-use crate::reads::read::ReadCache;
 use crate::client::reply::ReplyTo;
+use crate::execution::pending::{payload_digest, Pending};
+use crate::ops::metrics::Metrics;
+use crate::reads::read::ReadCache;
 use crate::reads::route::{ClientRequest, Lane};
 
 pub struct Gateway {

@@ -19,8 +19,8 @@ use exec::access::AccessSection;
 use exec::answer::{error_answer, RCODE_REFUSED};
 use exec::classify::Kind;
 
-use crate::ops::metrics::Metrics;
 use crate::client::reply::{Delivery, Outgoing, ReplyTo};
+use crate::ops::metrics::Metrics;
 use crate::reads::route::{route, ClientRequest, Lane, ReadSetup, Route};
 use crate::reads::vouched::{VouchTurn, VouchedReads};
 

@@ -26,8 +26,8 @@ use tracing::debug;
 
 pub use crate::reads::read_cache::{Fill, Keyed, Lookup, ReadCache};
 
-use crate::ops::metrics::Metrics;
 use crate::client::reply::{Delivery, ReplyTo};
+use crate::ops::metrics::Metrics;
 
 /// Answers `message` (a query, never a transfer) from the cache, or asks named over the
 /// client's transport, and hands what the client should get to `reply`.

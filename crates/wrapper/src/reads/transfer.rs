@@ -17,8 +17,8 @@ use named_glue::forward::{AxfrStream, Forwarder};
 use tokio::sync::Semaphore;
 use tracing::debug;
 
-use crate::ops::metrics::Metrics;
 use crate::client::reply::ReplyTo;
+use crate::ops::metrics::Metrics;
 
 /// Transfers streaming on at once beyond their first message; past this, a transfer
 /// is relayed whole before the executor goes on (still bounded by its deadline).

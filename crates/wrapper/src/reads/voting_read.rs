@@ -17,9 +17,9 @@ use named_glue::rrwire::{opt_option, RawHeader, RawMessage, TYPE_AXFR, TYPE_IXFR
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
+use crate::client::reply::ReplyTo;
 use crate::ops::metrics::Metrics;
 use crate::reads::read::ReadCache;
-use crate::client::reply::ReplyTo;
 
 const OPCODE_QUERY: u8 = 0;
 

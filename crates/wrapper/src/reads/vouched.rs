@@ -237,10 +237,11 @@ impl VouchedReads {
         // Read after the read arrived: at or past every write acknowledged before it.
         let barrier = *self.barrier.borrow();
         let executed = *self.executed.borrow();
-        let (tcp, dns_id) = match request.bytes[..] {
-            [a, b, ..] => (request.tcp, [a, b]),
-            _ => return Err(request),
-        };
+        // A keyed request is a whole DNS message; the check keeps a wrong caller from a panic.
+        if request.bytes.len() < 2 {
+            return Err(request);
+        }
+        let (tcp, dns_id) = (request.tcp, [request.bytes[0], request.bytes[1]]);
         // The own answer: from the cache (`Ok`), from named now (`Err(Some(fill))`, the
         // barrier executed and the cache missed), or once the barrier is executed (`Err(None)`).
         let own = if executed >= barrier {

@@ -30,13 +30,13 @@ use std::sync::Arc;
 use anyhow::Result;
 use tracing::info;
 
-use crate::faults::byzantine::Mode;
 use crate::config::{GatewayConfig, Settings, SigningConfig, TransferConfig};
 use crate::execution::executor::{exec_config, Executor, ExecutorConfig, ExecutorLinks};
-use crate::ops::metrics::Metrics;
 use crate::execution::pending::Pending;
-use crate::reads::read::ReadCache;
+use crate::faults::byzantine::Mode;
+use crate::ops::metrics::Metrics;
 use crate::ops::tasks::Essential;
+use crate::reads::read::ReadCache;
 use exec::{ExecCore, UpdateGate};
 
 /// Runs one replica until it is stopped or one of its essential tasks ends.

@@ -12,8 +12,8 @@ use mesh::MeshSender;
 use tokio::sync::mpsc;
 use tracing::info;
 
-use crate::faults::byzantine::Mode;
 use crate::config::Settings;
+use crate::faults::byzantine::Mode;
 use exec::ExecState;
 
 /// The execution state persisted in the state directory (`exec.state`).

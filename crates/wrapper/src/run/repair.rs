@@ -11,12 +11,12 @@ use mesh::Mesh;
 use tokio::sync::{mpsc, watch};
 use tracing::info;
 
-use crate::faults::byzantine::Mode;
 use crate::config::TransferConfig;
 use crate::execution::executor::{OwnDigests, TransferLinks};
+use crate::faults::byzantine::Mode;
 use crate::ops::metrics::Metrics;
-use crate::statexfer::{SnapshotStore, StateTransfer, TransferStats};
 use crate::ops::tasks::Essential;
+use crate::statexfer::{SnapshotStore, StateTransfer, TransferStats};
 
 /// What the repair task takes from state transfer (see [`start_repair`]).
 pub(super) struct RepairLinks {

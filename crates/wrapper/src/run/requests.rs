@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use tokio::sync::watch;
 
-use crate::faults::byzantine::Mode;
 use crate::execution::executor::Background;
+use crate::faults::byzantine::Mode;
 use crate::front::gateway::Gateway;
 use crate::ops::tasks::Essential;
 use exec::auth::tsig;

@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, watch};
 use crate::config::{SigningConfig, ZoneSettings};
 use crate::execution::executor::Background;
 use crate::ops::metrics::Metrics;
-use crate::signing::{service, Keys, SignerCore};
 use crate::ops::tasks::Essential;
+use crate::signing::{service, Keys, SignerCore};
 
 /// How often the parts that own their tasks (mesh, named's supervisor, signing sockets, the
 /// ordering driver) are asked whether those still run.

@@ -11,11 +11,11 @@ use tokio::sync::watch;
 use tracing::info;
 
 use super::signing::WATCH_EVERY;
+use crate::execution::pending::Pending;
 use crate::faults::byzantine::Mode;
 use crate::ops::metrics::{self, Metrics};
-use crate::execution::pending::Pending;
-use crate::statexfer::TransferStats;
 use crate::ops::tasks::Essential;
+use crate::statexfer::TransferStats;
 
 /// What the status loop watches.
 pub(super) struct StatusSources {
