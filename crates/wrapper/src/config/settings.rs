@@ -22,11 +22,11 @@ use super::{
     PeerSection, Protocol, ReadMode, SigningSection, ZoneSection, MAX_UDP_RECEIVE_BUFFER, MAX_ZONES,
 };
 use crate::byzantine::{Mode, SigningFault};
+use crate::rrl::{OrderLimitConfig, RrlConfig};
+use exec::access::AccessSection;
 
 /// Secondaries one NOTIFY list may name (each gets one NOTIFY per change from every replica).
 const MAX_NOTIFY_TARGETS: usize = 64;
-use crate::rrl::{OrderLimitConfig, RrlConfig};
-use exec::access::AccessSection;
 
 /// A replica's configuration, checked.
 #[derive(Clone, Debug)]
