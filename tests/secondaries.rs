@@ -168,7 +168,13 @@ fn stock_named_and_nsd_follow_an_update_by_notify_and_hold_the_replicas_zone() {
     let acknowledged = Instant::now();
     let mut pending: Vec<&Secondary> = secondaries.iter().collect();
     while !pending.is_empty() {
-        pending.retain(|s| !s.dig(&["notified.example.test", "TXT"]).contains("\"by notify\""));
+        pending.retain(|s| {
+            let served = s.dig(&["notified.example.test", "TXT"]).contains("\"by notify\"");
+            if served {
+                eprintln!("{} served the update {:?} after it was acknowledged", s.what, acknowledged.elapsed());
+            }
+            !served
+        });
         if pending.is_empty() {
             break;
         }
@@ -187,7 +193,8 @@ fn stock_named_and_nsd_follow_an_update_by_notify_and_hold_the_replicas_zone() {
     // signature, not the whole zone (no DNSKEY).
     let transfer_key = cluster.transfer_key();
     let ixfr = cluster.dig(0, &["-k", transfer_key.to_str().expect("utf-8 path"), ZONE, &format!("IXFR={serial}"), "+nocmd", "+nostats", "+nocomments"]);
-    let has = |rtype: &str, rest: &str| ixfr.lines().any(|l| l.starts_with("notified.example.test.") && l.split('\t').nth(3) == Some(rtype) && l.contains(rest));
+    let has =
+        |rtype: &str, rest: &str| ixfr.lines().any(|l| l.starts_with("notified.example.test.") && l.split('\t').nth(3) == Some(rtype) && l.contains(rest));
     assert!(has("TXT", "\"by notify\"") && has("RRSIG", "TXT "), "IXFR={serial} lacks the new record or its signature:\n{ixfr}");
     assert!(!ixfr.lines().any(|l| l.split('\t').nth(3) == Some("DNSKEY")), "IXFR={serial} came back as a whole zone:\n{ixfr}");
 
