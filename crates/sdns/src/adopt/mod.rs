@@ -499,7 +499,7 @@ impl Scope<'_> {
         }
         let notify = self.option(z, "notify").and_then(|n| n.arg()).map(|v| v.to_ascii_lowercase());
         if notify.as_deref() != Some("no") || z.child("also-notify").is_some() {
-            plan.notes.push("sdns sends no NOTIFY: secondaries of this zone find changes by their SOA refresh".into());
+            plan.notes.push("NOTIFY is not carried over: list this zone's secondaries in the zone's also_notify (or [named] also_notify) in each replica.toml, and every replica notifies them".into());
         }
     }
 }
