@@ -383,7 +383,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Result<Vec<u8>, Error> {
-    if s.len() % 2 != 0 || !s.is_ascii() {
+    if s.len() & 1 == 1 || !s.is_ascii() {
         return Err(Error::Malformed("hex string"));
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| Error::Malformed("hex string"))).collect()

@@ -18,7 +18,7 @@ pub fn subsets(n: u16, t: u16) -> Vec<u32> {
 
 /// Whether replica `i` (1-based) is a member of `set`.
 pub fn contains(set: u32, i: u16) -> bool {
-    i >= 1 && i <= 32 && set & (1u32 << (i - 1)) != 0
+    (1..=32).contains(&i) && set & (1u32 << (i - 1)) != 0
 }
 
 /// The members of `set`, ascending.
