@@ -11,6 +11,8 @@ pkgs=(
   # tests/adopt.rs: the operator's stock named (bind9) that signs its zone with dnssec-policy,
   # and validating resolvers (unbound) that trust the old and the new DS through the rollover
   bind9 unbound
+  # tests/secondaries.rs: the cluster's external secondaries, Debian's named (bind9) and NSD
+  nsd
   # the fault scenarios' skewed clock (tests/faults.rs): LD_PRELOAD libfaketime for one replica
   faketime
   # misc
@@ -38,7 +40,7 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 echo "install-deps: installing ${missing[*]}"
 $SUDO apt-get update -qq
-# bind9 and unbound are installed for their binaries only (the tests run them on their own
+# bind9, unbound and nsd are installed for their binaries only (the tests run them on their own
 # ports): their services must not start and take port 53 from each other or from a BIND
 # already there. Where no policy-rc.d exists, one refusing every start is kept for the install.
 guard=""

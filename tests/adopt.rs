@@ -312,6 +312,8 @@ fn the_report_names_every_zone_and_why() {
         "adoptable  2.0.192.in-addr.arpa.  (update keys: dhcp-key; transfer keys: none; 1 update rule(s))",
         "cannot     signed.test.",
         "because: inline-signing yes",
+        // BIND's default policy signs with ECDSA P-256: listed with the adoption's refusal.
+        "because: your KSK uses DNSSEC algorithm 13, the threshold key 8 (--algorithm)",
         "cannot     legacy.test.",
         "because: allow-update by address (`192.0.2.0/24`)",
         "skipped    partner.test.  (type slave: only primary zones are adopted)",

@@ -1,7 +1,7 @@
 //! named.conf for one replica, with the settings that keep named
 //! deterministic (docs/DETERMINISM.md), and TSIG key files.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -99,6 +99,10 @@ pub struct NamedConf {
     ///
     /// [`BindTools::compile_raw`]: crate::tools::BindTools::compile_raw
     pub raw_zone_file: bool,
+    /// The address NOTIFY to a zone's `also_notify` leaves from: the one secondaries list as
+    /// this replica (a BIND secondary takes a NOTIFY only from an address among its primaries,
+    /// whatever the port). `None`: the system picks it. Written only when some zone notifies.
+    pub notify_source: Option<IpAddr>,
 }
 
 /// One zone of named.conf: its files and who may update it. TSIG keys are global in named,
@@ -117,6 +121,9 @@ pub struct ZoneConf {
     /// The operator's update-policy (an adopted zone), its identities already the local
     /// keys; `None`: every key in `tsig_keys` may update the whole zone.
     pub update_policy: Option<Vec<PolicyRule>>,
+    /// External secondaries named sends NOTIFY to after each change of the zone (and at
+    /// start); empty: none, as named's NOTIFY to the zone's NS hosts stays off.
+    pub also_notify: Vec<SocketAddr>,
 }
 
 impl ZoneConf {
@@ -129,6 +136,7 @@ impl ZoneConf {
             key_directory: dir.join("keys"),
             tsig_keys,
             update_policy: None,
+            also_notify: Vec::new(),
         }
     }
 }
@@ -234,6 +242,7 @@ impl NamedConf {
             maintenance_key: None,
             sig_validity_days: 30,
             raw_zone_file: false,
+            notify_source: None,
         }
     }
 
@@ -296,10 +305,12 @@ impl NamedConf {
              \tversion none;\n\
              \thostname none;\n\
              \tserver-id none;\n\
+             {notify_source}\
              }};\n\
              controls {{ }};\n",
             port = self.port,
             addr = self.listen_address,
+            notify_source = self.notify_source_option(),
         ));
         for z in &self.zones {
             let zone_file = quoted_path("zone file", &z.zone_file)?;
@@ -321,13 +332,26 @@ impl NamedConf {
                  \tdnssec-update-mode no-resign;\n\
                  \tserial-update-method increment;\n\
                  \tupdate-policy {{\n{policy}\t}};\n\
+                 {notify}\
                  }};\n",
                 v = self.sig_validity_days,
                 format = if self.raw_zone_file { "\tmasterfile-format raw;\n" } else { "" },
                 policy = self.update_policy(z)?,
+                notify = also_notify(&z.also_notify),
             ));
         }
         Ok(out)
+    }
+
+    /// `notify-source` (or `-v6`) when some zone sends NOTIFY and the address is given.
+    fn notify_source_option(&self) -> String {
+        match self.notify_source {
+            Some(ip) if self.zones.iter().any(|z| !z.also_notify.is_empty()) => {
+                let v6 = if ip.is_ipv6() { "-v6" } else { "" };
+                format!("\tnotify-source{v6} {ip};\n")
+            }
+            _ => String::new(),
+        }
     }
 
     fn update_policy(&self, z: &ZoneConf) -> Result<String, ConfError> {
@@ -366,6 +390,20 @@ impl NamedConf {
         write_file(path, self.render()?.as_bytes(), 0o600)?;
         Ok(())
     }
+}
+
+/// A zone's NOTIFY settings: none without secondaries (the options' `notify no` holds), else
+/// NOTIFY to exactly these (`explicit`: never to the NS hosts, which may be the replicas).
+/// NOTIFY is output only: it changes no zone, so the replicas need not send it in step
+/// (docs/DETERMINISM.md). `notify-delay 1` (named's default is 5 s) keeps a change's NOTIFY
+/// from waiting long behind the last one, while a stream of updates still makes at most one
+/// NOTIFY a second per secondary.
+fn also_notify(targets: &[SocketAddr]) -> String {
+    if targets.is_empty() {
+        return String::new();
+    }
+    let list: String = targets.iter().map(|t| format!(" {} port {};", t.ip(), t.port())).collect();
+    format!("\tnotify explicit;\n\tnotify-delay 1;\n\talso-notify {{{list} }};\n")
 }
 
 /// Runs the build's named-checkconf on `conf`.
@@ -422,6 +460,29 @@ mod tests {
             assert!(!text.contains(absent));
         }
         assert!(text.find("deny \"k1\"").unwrap() < text.find("grant \"k1\"").unwrap());
+    }
+
+    #[test]
+    fn secondaries_are_notified_explicitly_per_zone() {
+        let dir = Path::new("/tmp/r1");
+        let mut conf = NamedConf::without_zones(dir, 5353);
+        conf.notify_source = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let quiet = ZoneConf::in_dir(&Name::from_ascii("quiet.test.").unwrap(), &dir.join("zones/quiet.test"), vec![]);
+        conf.zones.push(quiet);
+        // No zone notifies: named.conf is as it always was.
+        let text = conf.render().unwrap();
+        assert!(text.contains("\tnotify no;") && !text.contains("notify-source") && !text.contains("also-notify"), "{text}");
+        let mut loud = ZoneConf::in_dir(&Name::from_ascii("loud.test.").unwrap(), &dir.join("zones/loud.test"), vec![]);
+        loud.also_notify = vec!["192.0.2.53:53".parse().unwrap(), "[2001:db8::53]:5300".parse().unwrap()];
+        conf.zones.push(loud);
+        let text = conf.render().unwrap();
+        assert!(text.contains("\tnotify no;") && text.contains("\tnotify-source 127.0.0.1;"), "{text}");
+        let loud_stmt = &text[text.find("zone \"loud.test.\"").unwrap()..];
+        assert!(loud_stmt.contains("\tnotify explicit;\n\tnotify-delay 1;\n\talso-notify { 192.0.2.53 port 53; 2001:db8::53 port 5300; };"), "{loud_stmt}");
+        let quiet_stmt = &text[text.find("zone \"quiet.test.\"").unwrap()..text.find("zone \"loud.test.\"").unwrap()];
+        assert!(!quiet_stmt.contains("notify"), "{quiet_stmt}");
+        conf.notify_source = Some("2001:db8::1".parse().unwrap());
+        assert!(conf.render().unwrap().contains("\tnotify-source-v6 2001:db8::1;"));
     }
 
     #[test]

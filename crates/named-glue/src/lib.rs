@@ -15,8 +15,8 @@
 //!   ([`signer::TimeSource`]), asks the signer and replies.
 //! - [`conf`]: named.conf for one replica ([`conf::NamedConf`]) with the
 //!   determinism settings, TSIG keys ([`conf::TsigKey`]), `named-checkconf`.
-//! - [`keys`]: the zone's DNSKEY from an RSA public key ([`keys::ZoneKey`]),
-//!   key tag, and the `.key` / External `.private` files named loads.
+//! - [`keys`]: the zone's DNSKEY from an RSA, ECDSA P-256 or Ed25519 public key
+//!   ([`keys::ZoneKey`]), key tag, DS, and the `.key` / External `.private` files named loads.
 //! - [`signzone`]: initial signing of an unsigned zone through the socket
 //!   with the patched dnssec-signzone ([`signzone::sign_zone_file`]).
 //! - [`supervisor`]: named as a supervised child ([`supervisor::Supervisor`]).
@@ -48,6 +48,9 @@
 //!   `dnssec-update-mode no-resign`), also not after a restart.
 //! - named accepts `deny <key> zonesub DNSKEY CDS CDNSKEY NSEC3PARAM
 //!   TYPE65534;` and answers REFUSED to such updates.
+//! - External ECDSA P-256 (13) and Ed25519 (15) keys sign through the socket
+//!   like RSA ones, with 64-byte signatures (r || s; RFC 8032); named and
+//!   dnssec-signzone refuse any other length (tests/ec.rs).
 
 pub mod conf;
 pub mod forward;

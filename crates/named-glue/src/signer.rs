@@ -28,7 +28,8 @@ use crate::wire::{self, Reply, Request, Status};
 /// What the signer is asked to sign.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignRequest {
-    /// DNSSEC algorithm number from named (8 = RSASHA256, 10 = RSASHA512).
+    /// DNSSEC algorithm number from named (8 = RSASHA256, 10 = RSASHA512,
+    /// 13 = ECDSAP256SHA256, 15 = ED25519).
     pub algorithm: u8,
     pub key_tag: u16,
     /// The zone whose key signs.
@@ -53,9 +54,12 @@ pub enum SignError {
 /// Boxed future returned by [`Signer::sign`].
 pub type SignFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, SignError>> + Send>>;
 
-/// Computes a DNSSEC signature over to-be-signed data (for RSA: PKCS#1 v1.5
-/// over the data's hash). The wrapper's implementation runs the threshold
-/// protocol with the other replicas.
+/// Computes a DNSSEC signature over to-be-signed data in the RRSIG's wire form
+/// (for RSA: PKCS#1 v1.5 over the data's hash; ECDSA P-256: r || s over its
+/// SHA-256; Ed25519: RFC 8032 over the data; see [`crate::wire`]). Its length
+/// must be the key's ([`crate::keys::ZoneKey::signature_len`]): named refuses
+/// any other. The wrapper's implementation runs the threshold protocol with
+/// the other replicas.
 pub trait Signer: Send + Sync + 'static {
     fn sign(&self, request: SignRequest) -> SignFuture;
 }

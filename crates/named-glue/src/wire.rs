@@ -9,7 +9,7 @@
 //! | --- | --- | --- |
 //! | 0 | 4 | magic `"SDNQ"` |
 //! | 4 | 1 | version, 1 |
-//! | 5 | 1 | DNSSEC algorithm number (8 = RSASHA256, ...) |
+//! | 5 | 1 | DNSSEC algorithm number (8 = RSASHA256, 13 = ECDSAP256SHA256, 15 = ED25519, ...) |
 //! | 6 | 2 | key tag |
 //! | 8 | 8 | request id (random, echoed in the reply) |
 //! | 16 | 2 | signer name length L (1..=255) |
@@ -38,6 +38,12 @@
 //!
 //! named accepts a reply only if the id matches, the status is 0, S equals
 //! the key's signature size and the datagram is exactly 26 + S bytes long.
+//!
+//! The signature is the RRSIG's signature field as it goes on the wire: for RSA
+//! (RFC 3110, 5702) the PKCS#1 v1.5 signature, as long as the modulus; for ECDSA
+//! P-256 (algorithm 13, RFC 6605) r || s, each 32 bytes big-endian, over the SHA-256
+//! of the data (not DER); for Ed25519 (algorithm 15, RFC 8080) the 64-byte RFC 8032
+//! signature of the data itself. S is 64 for both of the latter.
 
 use hickory_proto::rr::Name;
 use hickory_proto::serialize::binary::{BinDecodable, BinEncodable};

@@ -93,7 +93,26 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
         }
     }
     print_usage(p, dir);
+    if !p.also_notify.is_empty() {
+        print_secondaries(p);
+    }
     Ok(())
+}
+
+/// What the secondaries given with `--also-notify` need: every replica NOTIFYs them, so each
+/// lists every replica's client address as a primary (a BIND secondary takes a NOTIFY only
+/// from an address among its primaries, whatever the port).
+fn print_secondaries(p: &ClusterParams) {
+    let targets: Vec<String> = p.also_notify.iter().map(|a| a.to_string()).collect();
+    let primaries: Vec<String> = (0..p.replicas).map(|i| p.layout.client(i)).map(|c| format!("{} port {};", c.ip(), c.port())).collect();
+    let local = if p.layout.addresses.iter().all(|a| a.is_loopback()) { " (here: this machine's loopback addresses)" } else { "" };
+    println!(
+        "Secondaries NOTIFYed by every replica after each change: {}\n  \
+         in their named.conf: primaries {{ {} }};\n  \
+         they transfer with the transfer key, or from an address [access] allow_transfer lists{local}",
+        targets.join(", "),
+        primaries.join(" "),
+    );
 }
 
 /// Finishes the double-KSK rollover of a zone adopted signed, on the cluster in `dir`: an
@@ -590,6 +609,7 @@ mod tests {
             retained_batches: None,
             peer_routes: None,
             min_request_timeout_ms: None,
+            also_notify: Vec::new(),
         }
     }
 

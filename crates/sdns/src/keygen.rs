@@ -134,6 +134,8 @@ pub struct ClusterParams {
     /// latency of a cluster's first requests, which over wide-area links is far above the
     /// default 250 ms.
     pub min_request_timeout_ms: Option<u64>,
+    /// External secondaries every zone NOTIFYs, written as `[named] also_notify`.
+    pub also_notify: Vec<SocketAddr>,
 }
 
 impl ClusterParams {
@@ -434,6 +436,7 @@ fn zone_tables(p: &ClusterParams, adopted: Option<&[crate::adopted::Adopted]>) -
                 update_policy: record.map(|a| a.update_policy.clone()),
                 sig0_keys: if p.update_auth != Mode::Tsig { vec![dir.join("sig0.key")] } else { Vec::new() },
                 transfer_keys: record.map_or_else(|| vec!["transfer.key".into()], |a| paths(&a.transfer_keys)),
+                also_notify: None,
             }
         })
         .collect()
@@ -472,6 +475,7 @@ fn replica_config(p: &ClusterParams, s: &Shared, i: u16) -> Config {
             zone_file: s.single("zone.db".into()),
             tsig_keys: if s.several { Vec::new() } else { s.tsig_keys.clone() },
             update_policy: s.update_policy.clone(),
+            also_notify: p.also_notify.clone(),
             ..NamedSection::default()
         },
         ordering: s.ordering.clone(),
@@ -622,6 +626,7 @@ mod tests {
             retained_batches: Some(16),
             peer_routes: None,
             min_request_timeout_ms: None,
+            also_notify: Vec::new(),
         }
     }
 
@@ -660,6 +665,7 @@ mod tests {
     fn written_configs_read_back_as_built() {
         let mut several = params(Mode::Both);
         several.zones = vec!["example.test.".into(), "2.0.192.in-addr.arpa.".into()];
+        several.also_notify = vec!["192.0.2.53:53".parse().unwrap(), "127.0.0.1:5353".parse().unwrap()];
         let mut flags = params(Mode::Sig0);
         (flags.validity_s, flags.resign_after_s, flags.resign_slice_rrsets, flags.min_request_timeout_ms) = (Some(7200), Some(3600), Some(4), Some(900));
         (flags.protocol, flags.reads, flags.corrupt) = (Protocol::Basic, ReadMode::Local, vec![3]);

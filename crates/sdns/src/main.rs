@@ -248,6 +248,11 @@ struct ClusterArgs {
     /// wide-area links).
     #[arg(long)]
     min_request_timeout_ms: Option<u64>,
+    /// An external secondary (ADDRESS:PORT) every replica NOTIFYs after each change of a zone
+    /// (`[named] also_notify`); repeat for several. It then transfers from any replica
+    /// (README, "Secondaries").
+    #[arg(long = "also-notify", value_name = "ADDR:PORT")]
+    also_notify: Vec<SocketAddr>,
 }
 
 impl ClusterArgs {
@@ -286,6 +291,7 @@ impl ClusterArgs {
             retained_batches: self.retained_batches,
             peer_routes: self.peer_routes.clone(),
             min_request_timeout_ms: self.min_request_timeout_ms,
+            also_notify: self.also_notify.clone(),
         }
     }
 }

@@ -204,6 +204,11 @@ pub struct NamedSection {
     /// Single-zone layout: the zone's update-policy (see [`ZoneSection::update_policy`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_policy: Option<Vec<String>>,
+    /// External secondaries (ADDRESS:PORT) every zone NOTIFYs after each change, unless its
+    /// `[[zone]] also_notify` says otherwise. Every replica's named sends its own NOTIFY, so
+    /// no single replica can withhold it (README, "Secondaries").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_notify: Vec<SocketAddr>,
 }
 
 /// The file's defaults; `bind_dir` and `port` are required in a file and empty here.
@@ -216,6 +221,7 @@ impl Default for NamedSection {
             tsig_keys: Vec::new(),
             signature_validity_days: default_validity_days(),
             update_policy: None,
+            also_notify: Vec::new(),
         }
     }
 }
@@ -252,6 +258,10 @@ pub struct ZoneSection {
     /// TSIG key files that allow transfers of the zone (AXFR/IXFR); without one, refused.
     #[serde(default)]
     pub transfer_keys: Vec<PathBuf>,
+    /// External secondaries (ADDRESS:PORT) NOTIFYed after each change of this zone; absent:
+    /// `[named] also_notify`, the cluster's default (`[]`: none for this zone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub also_notify: Option<Vec<SocketAddr>>,
 }
 
 impl ZoneSection {
@@ -563,7 +573,7 @@ impl Layout {
             "name" => return "cluster.zone".into(),
             "algorithm" | "public_key" => "cluster",
             "key_share" => "replica",
-            "zone_file" | "tsig_keys" | "update_policy" => "named",
+            "zone_file" | "tsig_keys" | "update_policy" | "also_notify" => "named",
             _ => "auth",
         };
         format!("{section}.{field}")
@@ -622,6 +632,8 @@ impl Config {
             update_policy: self.named.update_policy.take(),
             sig0_keys: std::mem::take(&mut self.auth.sig0_keys),
             transfer_keys: std::mem::take(&mut self.auth.transfer_keys),
+            // `[named] also_notify` is the cluster's default, for one zone as for several.
+            also_notify: None,
         });
         Ok(Layout::SingleZone)
     }

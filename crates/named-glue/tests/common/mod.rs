@@ -1,6 +1,7 @@
 //! Harness for tests against the real patched named: one replica = a temp
-//! dir, key files, a signing service with a test RSA signer, a signed zone
-//! and a supervised named on a free loopback port.
+//! dir, key files, a signing service with a test signer (threshold RSA with
+//! one share, or a local ECDSA P-256 / Ed25519 key), a signed zone and a
+//! supervised named on a free loopback port.
 #![allow(dead_code)]
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use hickory_proto::rr::Name;
 use named_glue::conf::{check_conf, NamedConf, TsigKey};
-use named_glue::keys::{ZoneKey, ALG_RSASHA256};
+use named_glue::keys::{ZoneKey, ALG_ECDSAP256SHA256, ALG_ED25519, ALG_RSASHA256};
 use named_glue::signer::{ServiceLimits, SignError, SignFuture, SignRequest, SignatureTimes, Signer, SigningService, TimeSource};
 use named_glue::signzone::sign_zone_file;
 use named_glue::supervisor::{NamedSpec, Supervisor};
@@ -91,6 +92,118 @@ impl Signer for RsaSigner {
     }
 }
 
+/// The local key of an [`EcSigner`].
+enum LocalKey {
+    P256(ring::signature::EcdsaKeyPair),
+    Ed25519(ring::signature::Ed25519KeyPair),
+}
+
+/// A signer for algorithm 13 or 15 holding an ordinary local key: what the threshold
+/// signers produce together, one party computes here, in the same wire form (r || s for
+/// ECDSA, RFC 8032 for Ed25519). It checks each signature before answering, as the wrapper
+/// must, and can be told to answer with signatures of a wrong length.
+pub struct EcSigner {
+    key: LocalKey,
+    /// The DNSKEY public key field: x || y, or the Ed25519 key.
+    pub public: Vec<u8>,
+    pub algorithm: u8,
+    pub key_tag: u16,
+    signed: std::sync::atomic::AtomicU64,
+    /// When set: (good signatures still to make, then the length of every later one).
+    wrong_length: Mutex<Option<(u64, usize)>>,
+}
+
+impl EcSigner {
+    /// A fresh key of `algorithm` (13 or 15) for the test zone, with its zone key.
+    pub fn generate(algorithm: u8) -> (Arc<EcSigner>, ZoneKey) {
+        use ring::signature::KeyPair;
+        let rng = ring::rand::SystemRandom::new();
+        let (key, public) = match algorithm {
+            ALG_ECDSAP256SHA256 => {
+                let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+                let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
+                let pair = ring::signature::EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).unwrap();
+                // SEC 1 uncompressed: 0x04 || x || y; the DNSKEY holds x || y.
+                let sec1 = pair.public_key().as_ref().to_vec();
+                assert_eq!((sec1.len(), sec1[0]), (65, 4));
+                (LocalKey::P256(pair), sec1[1..].to_vec())
+            }
+            ALG_ED25519 => {
+                let pkcs8 = ring::signature::Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
+                let pair = ring::signature::Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap();
+                let public = pair.public_key().as_ref().to_vec();
+                (LocalKey::Ed25519(pair), public)
+            }
+            other => panic!("no EC test signer for algorithm {other}"),
+        };
+        let zone_key = match algorithm {
+            ALG_ECDSAP256SHA256 => ZoneKey::ecdsa_p256(&zone(), &public, 3600).unwrap(),
+            _ => ZoneKey::ed25519(&zone(), &public, 3600).unwrap(),
+        };
+        let signer = EcSigner { key, public, algorithm, key_tag: zone_key.key_tag(), signed: Default::default(), wrong_length: Mutex::new(None) };
+        (Arc::new(signer), zone_key)
+    }
+
+    /// From now on: `good` more correct signatures, then only signatures of `len` bytes.
+    pub fn answer_wrong_length_after(&self, good: u64, len: usize) {
+        *self.wrong_length.lock().unwrap() = Some((good, len));
+    }
+
+    /// Correct signatures again.
+    pub fn answer_correctly(&self) {
+        *self.wrong_length.lock().unwrap() = None;
+    }
+
+    /// Checks a signature as a validator would.
+    pub fn verify(&self, data: &[u8], signature: &[u8]) -> bool {
+        use ring::signature::{UnparsedPublicKey, ECDSA_P256_SHA256_FIXED, ED25519};
+        match self.key {
+            LocalKey::P256(_) => {
+                let sec1: Vec<u8> = std::iter::once(4).chain(self.public.iter().copied()).collect();
+                UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, sec1).verify(data, signature).is_ok()
+            }
+            LocalKey::Ed25519(_) => UnparsedPublicKey::new(&ED25519, &self.public).verify(data, signature).is_ok(),
+        }
+    }
+
+    fn sign_now(&self, request: &SignRequest) -> Result<Vec<u8>, SignError> {
+        if (request.algorithm, request.key_tag) != (self.algorithm, self.key_tag) {
+            return Err(SignError::UnknownKey { algorithm: request.algorithm, key_tag: request.key_tag });
+        }
+        let signature = match &self.key {
+            LocalKey::P256(pair) => {
+                pair.sign(&ring::rand::SystemRandom::new(), &request.data).map_err(|_| SignError::Failed("ECDSA signing".into()))?.as_ref().to_vec()
+            }
+            LocalKey::Ed25519(pair) => pair.sign(&request.data).as_ref().to_vec(),
+        };
+        if signature.len() != named_glue::keys::EC_SIGNATURE_LEN || !self.verify(&request.data, &signature) {
+            return Err(SignError::Failed("signature does not verify".into()));
+        }
+        self.signed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut wrong = self.wrong_length.lock().unwrap();
+        match wrong.as_mut() {
+            Some((0, len)) => Ok(signature.iter().copied().cycle().take(*len).collect()),
+            Some((good, _)) => {
+                *good -= 1;
+                Ok(signature)
+            }
+            None => Ok(signature),
+        }
+    }
+
+    /// Signing requests answered so far (wrong-length answers included).
+    pub fn signed(&self) -> u64 {
+        self.signed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Signer for EcSigner {
+    fn sign(&self, request: SignRequest) -> SignFuture {
+        let result = self.sign_now(&request);
+        Box::pin(async move { result })
+    }
+}
+
 /// A port free on 127.0.0.1 for both UDP and TCP (at the time of asking).
 pub fn free_port() -> u16 {
     for _ in 0..100 {
@@ -125,7 +238,8 @@ impl Times {
     }
 }
 
-pub struct Replica {
+/// One replica; its signer is threshold RSA unless a test gives another.
+pub struct Replica<S: Signer = RsaSigner> {
     pub dir: tempfile::TempDir,
     pub tools: BindTools,
     pub port: u16,
@@ -135,16 +249,16 @@ pub struct Replica {
     pub tsig_file: PathBuf,
     pub key: ZoneKey,
     pub times: Times,
-    pub signer: Arc<RsaSigner>,
+    pub signer: Arc<S>,
 }
 
 pub fn tsig() -> TsigKey {
     TsigKey::hmac_sha256("update-key", (1..=32).collect())
 }
 
-impl Replica {
+impl<S: Signer> Replica<S> {
     /// Signs the zone at agreed time `t0` and starts named.
-    pub async fn start(signer: Arc<RsaSigner>, key: ZoneKey, t0: u32, signer_resend_ms: Option<u32>) -> Replica {
+    pub async fn start(signer: Arc<S>, key: ZoneKey, t0: u32, signer_resend_ms: Option<u32>) -> Replica<S> {
         let tools = tools();
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path();

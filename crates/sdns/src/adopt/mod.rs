@@ -136,11 +136,72 @@ fn key_name(name: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
 }
 
+/// Why the double-KSK rollover cannot take a zone whose KSK uses DNSSEC algorithm `ksk` to a
+/// threshold key of algorithm `threshold` (`--algorithm`); `None` when it can. The list and
+/// the adoption ask this one check, so that the list never calls a zone adoptable that the
+/// adoption then refuses for its algorithm.
+pub fn algorithm_refusal(ksk: u8, threshold: u8) -> Option<String> {
+    if ksk == threshold {
+        return None;
+    }
+    // What `sdns keygen` can deal a threshold key of (RSA only, so far).
+    let dealt = if shoup_rsa::HashAlg::from_dnssec_alg(ksk).is_some() {
+        String::new()
+    } else {
+        format!("; sdns deals no threshold key of algorithm {ksk} yet (8 and 10 only)")
+    };
+    Some(format!(
+        "your KSK uses DNSSEC algorithm {ksk}, the threshold key {threshold} (--algorithm): a rollover that also changes the algorithm is not supported (the zone would have to be signed with both algorithms meanwhile){dealt}"
+    ))
+}
+
+/// The algorithms of a `dnssec-policy`'s KSKs and CSKs, as named.conf (or BIND 9.18's
+/// built-in `default`, one CSK of algorithm 13) gives them; empty when unknown.
+fn policy_ksk_algorithms(policies: &BTreeMap<String, &Statement>, name: &str) -> Vec<u8> {
+    if name == "default" {
+        return vec![13];
+    }
+    let Some(policy) = policies.get(name) else { return Vec::new() };
+    let mut out = Vec::new();
+    for keys in policy.children("keys") {
+        for key in keys.block().unwrap_or(&[]) {
+            let words = key.words();
+            if !matches!(words.first().map(|w| w.to_ascii_lowercase()).as_deref(), Some("ksk" | "csk")) {
+                continue;
+            }
+            let alg = words.iter().position(|w| w.eq_ignore_ascii_case("algorithm")).and_then(|i| words.get(i + 1)).and_then(|a| algorithm_number(a));
+            if let Some(a) = alg.filter(|a| !out.contains(a)) {
+                out.push(a);
+            }
+        }
+    }
+    out
+}
+
+/// A DNSSEC algorithm as named.conf writes it: a number or BIND's mnemonic.
+fn algorithm_number(text: &str) -> Option<u8> {
+    const NAMES: &[(&str, u8)] = &[
+        ("rsasha1", 5),
+        ("nsec3rsasha1", 7),
+        ("rsasha256", 8),
+        ("rsasha512", 10),
+        ("ecdsap256sha256", 13),
+        ("ecdsa256", 13),
+        ("ecdsap384sha384", 14),
+        ("ecdsa384", 14),
+        ("ed25519", 15),
+        ("ed448", 16),
+    ];
+    text.parse().ok().or_else(|| NAMES.iter().find(|(n, _)| text.eq_ignore_ascii_case(n)).map(|(_, a)| *a))
+}
+
 /// Reads the statements of `named-checkconf -p` into zones and keys, deciding for every
-/// zone whether it can be adopted.
-pub fn inventory(statements: &[Statement], conf_dir: &Path) -> Inventory {
+/// zone whether it can be adopted into a cluster whose threshold keys use DNSSEC
+/// algorithm `algorithm`.
+pub fn inventory(statements: &[Statement], conf_dir: &Path, algorithm: u8) -> Inventory {
     let mut keys = BTreeMap::new();
     let mut acls: BTreeMap<String, &Statement> = BTreeMap::new();
+    let mut policies: BTreeMap<String, &Statement> = BTreeMap::new();
     let mut options: Option<&Statement> = None;
     for s in statements {
         match s.keyword().as_deref() {
@@ -158,11 +219,16 @@ pub fn inventory(statements: &[Statement], conf_dir: &Path) -> Inventory {
                 }
             }
             Some("options") => options = Some(s),
+            Some("dnssec-policy") => {
+                if let Some(name) = s.arg() {
+                    policies.insert(name.to_owned(), s);
+                }
+            }
             _ => {}
         }
     }
     let directory = options.and_then(|o| o.child("directory")).and_then(|d| d.arg()).map(PathBuf::from).unwrap_or_else(|| conf_dir.to_owned());
-    let ctx = Scope { keys: &keys, acls: &acls, options, directory };
+    let ctx = Scope { keys: &keys, acls: &acls, policies: &policies, options, directory, algorithm };
     let mut zones = Vec::new();
     for s in statements {
         match s.keyword().as_deref() {
@@ -182,8 +248,11 @@ pub fn inventory(statements: &[Statement], conf_dir: &Path) -> Inventory {
 struct Scope<'a> {
     keys: &'a BTreeMap<String, ConfKey>,
     acls: &'a BTreeMap<String, &'a Statement>,
+    policies: &'a BTreeMap<String, &'a Statement>,
     options: Option<&'a Statement>,
     directory: PathBuf,
+    /// The threshold keys' DNSSEC algorithm.
+    algorithm: u8,
 }
 
 /// An address match list, with named ACLs expanded: the keys it names, and the
@@ -276,14 +345,20 @@ impl Scope<'_> {
     /// Signed by named with the operator's key: adopted with a double-KSK rollover; an
     /// inline-signed zone is not adopted.
     fn signing(&self, z: &Statement, plan: &mut Plan, why: &mut Vec<String>) {
+        let mut policy_algorithms = Vec::new();
         if let Some(policy) = self.option(z, "dnssec-policy").and_then(|p| p.arg()) {
             if !policy.eq_ignore_ascii_case("none") {
                 plan.signed = Some(format!("dnssec-policy {policy:?}"));
+                policy_algorithms = policy_ksk_algorithms(self.policies, policy);
             }
         }
         if self.option(z, "inline-signing").and_then(|p| p.arg()).is_some_and(|v| ["yes", "true", "1"].contains(&v.to_ascii_lowercase().as_str())) {
             why.push("inline-signing yes: named keeps a signed copy of its own; sdns signs the zone itself".into());
         }
+        // The KSK the adoption will find has the policy's algorithm: refused here, in the
+        // adoption's words, rather than after the list called the zone adoptable.
+        let known = !policy_algorithms.is_empty();
+        why.extend(policy_algorithms.into_iter().filter_map(|a| algorithm_refusal(a, self.algorithm)));
         if let Some(a) = self.option(z, "auto-dnssec").and_then(|p| p.arg()) {
             if !a.eq_ignore_ascii_case("off") {
                 plan.signed = Some(format!("auto-dnssec {a}"));
@@ -293,6 +368,13 @@ impl Scope<'_> {
             plan.notes.push(format!(
                 "signed with your own key ({how}): adopted with a double-KSK rollover (your KSK stays published, with its signature over the DNSKEY RRset, until `sdns cluster rollover-finish`; see rollover.txt)"
             ));
+            if !known {
+                // Only the zone's data tells (auto-dnssec, or a policy named.conf does not show).
+                plan.notes.push(format!(
+                    "your KSK's algorithm is read from the zone's data at the adoption, which refuses it unless it is the threshold key's ({})",
+                    self.algorithm
+                ));
+            }
         }
     }
 
@@ -417,7 +499,7 @@ impl Scope<'_> {
         }
         let notify = self.option(z, "notify").and_then(|n| n.arg()).map(|v| v.to_ascii_lowercase());
         if notify.as_deref() != Some("no") || z.child("also-notify").is_some() {
-            plan.notes.push("sdns sends no NOTIFY: secondaries of this zone find changes by their SOA refresh".into());
+            plan.notes.push("NOTIFY is not carried over: list this zone's secondaries in the zone's also_notify (or [named] also_notify) in each replica.toml, and every replica notifies them".into());
         }
     }
 }
@@ -523,7 +605,7 @@ struct Prepared {
 pub fn adopt(o: &AdoptOptions, p: &ClusterParams, out: &Path) -> Result<()> {
     let statements = read_named_conf(&o.checkconf, &o.named_conf)?;
     let conf_dir = std::path::absolute(&o.named_conf)?.parent().map(Path::to_owned).unwrap_or_default();
-    let inv = inventory(&statements, &conf_dir);
+    let inv = inventory(&statements, &conf_dir, p.algorithm);
     if o.list {
         print!("{}", render_report(&inv.zones, None));
         return Ok(());
@@ -794,11 +876,8 @@ fn old_ksk(text: &str, zone: &str, signed: &[&str], plan: &Plan, algorithm: u8, 
             many.iter().map(|k| k.key_tag().map_or("?".into(), |t| t.to_string())).collect::<Vec<_>>().join(", ")
         ),
     };
-    if ksk.algorithm != algorithm {
-        bail!(
-            "zone {zone}: your KSK uses DNSSEC algorithm {}, the threshold key {algorithm} (--algorithm): a rollover that also changes the algorithm is not supported (the zone would have to be signed with both algorithms meanwhile)",
-            ksk.algorithm
-        );
+    if let Some(why) = algorithm_refusal(ksk.algorithm, algorithm) {
+        bail!("zone {zone}: {why}");
     }
     let dir = key_dir.map(Path::to_owned).unwrap_or_else(|| plan.key_directory.clone());
     let stem = ksk.file_stem().ok_or_else(|| anyhow!("zone {zone}: the KSK's key field is not base64"))?;

@@ -85,14 +85,10 @@ impl Dnskey {
 
     /// The DS record (SHA-256) the parent holds for this key.
     pub fn ds(&self) -> Option<String> {
-        use sha2::{Digest as _, Sha256};
         let owner = hickory_proto::rr::Name::from_ascii(&self.owner).ok()?.to_lowercase();
         let wire = hickory_proto::serialize::binary::BinEncodable::to_bytes(&owner).ok()?;
         let rdata = self.rdata()?;
-        let mut h = Sha256::new();
-        h.update(&wire);
-        h.update(&rdata);
-        let digest: String = h.finalize().iter().map(|b| format!("{b:02X}")).collect();
+        let digest: String = dnswire::dnssec::ds_sha256(&wire, &rdata).iter().map(|b| format!("{b:02X}")).collect();
         Some(format!("{} IN DS {} {} 2 {digest}", self.owner, named_glue::keys::key_tag(&rdata), self.algorithm))
     }
 }

@@ -88,7 +88,7 @@ zone "localhost" {
 "#;
 
 fn zones() -> Vec<ZoneReport> {
-    inventory(&bindconf::parse(CONF).unwrap(), Path::new("/etc/bind")).zones
+    inventory(&bindconf::parse(CONF).unwrap(), Path::new("/etc/bind"), 8).zones
 }
 
 fn find<'a>(zones: &'a [ZoneReport], name: &str) -> &'a Verdict {
@@ -163,7 +163,7 @@ fn zones_it_cannot_take_are_named_with_every_reason() {
 #[test]
 fn allow_transfer_addresses_are_carried_unless_negated() {
     let conf = |list: &str| format!("zone \"a.test\" {{\n\ttype master;\n\tfile \"db\";\n\tallow-transfer {{\n{list}\t}};\n}};\n");
-    let plan = |list: &str| match &inventory(&bindconf::parse(&conf(list)).unwrap(), Path::new("/")).zones[0].verdict {
+    let plan = |list: &str| match &inventory(&bindconf::parse(&conf(list)).unwrap(), Path::new("/"), 8).zones[0].verdict {
         Verdict::Adoptable(p) => p.clone(),
         other => panic!("{other:?}"),
     };
@@ -174,7 +174,7 @@ fn allow_transfer_addresses_are_carried_unless_negated() {
     assert!(p.transfer_addresses.is_empty());
     assert!(p.notes.iter().any(|n| n.contains("negation (! 192.0.2.1/32)")), "{:?}", p.notes);
     let none = "zone \"a.test\" {\n\ttype master;\n\tfile \"db\";\n};\n";
-    let Verdict::Adoptable(p) = &inventory(&bindconf::parse(none).unwrap(), Path::new("/")).zones[0].verdict else { panic!() };
+    let Verdict::Adoptable(p) = &inventory(&bindconf::parse(none).unwrap(), Path::new("/"), 8).zones[0].verdict else { panic!() };
     assert!(p.transfer_addresses.is_empty() && p.notes.iter().any(|n| n.contains("no allow-transfer")), "{:?}", p.notes);
 }
 
@@ -185,7 +185,7 @@ fn zones_signed_with_the_operators_key_are_adopted_with_a_rollover() {
                 zone \"auto.test\" {\n\ttype primary;\n\tfile \"db.auto\";\n\tauto-dnssec maintain;\n};\n\
                 zone \"plain.test\" {\n\ttype primary;\n\tfile \"db.plain\";\n\tdnssec-policy \"none\";\n};\n\
                 key \"k\" {\n\talgorithm \"hmac-sha256\";\n\tsecret \"c2VjcmV0\";\n};\n";
-    let zones = inventory(&bindconf::parse(conf).unwrap(), Path::new("/etc/bind")).zones;
+    let zones = inventory(&bindconf::parse(conf).unwrap(), Path::new("/etc/bind"), 8).zones;
     let plan = |name| match find(&zones, name) {
         Verdict::Adoptable(p) => p.clone(),
         other => panic!("{name}: {other:?}"),
@@ -198,6 +198,8 @@ fn zones_signed_with_the_operators_key_are_adopted_with_a_rollover() {
     let auto = plan("auto.test.");
     assert_eq!(auto.signed.as_deref(), Some("auto-dnssec maintain"));
     assert_eq!(auto.key_directory, Path::new("/etc/bind/keys"), "the global key-directory");
+    // named.conf does not say auto-dnssec's algorithm: the list says where it is checked.
+    assert!(auto.notes.iter().any(|n| n.contains("algorithm is read from the zone's data")), "{:?}", auto.notes);
     let plain = plan("plain.test.");
     assert_eq!(plain.signed, None);
     assert!(!plain.notes.iter().any(|n| n.contains("rollover")));
@@ -233,10 +235,49 @@ fn the_old_ksk_is_one_ksk_of_the_threshold_keys_algorithm_with_its_private_file(
     assert!(old_ksk(&text, "signed.test.", &["DNSKEY"], &plan, 8, Some(elsewhere.path())).is_err());
 }
 
+/// A zone named signs with ECDSA (BIND's `dnssec-policy default`) or Ed25519 is not listed
+/// adoptable into an RSA cluster: the list gives the reason the adoption refuses it with.
+#[test]
+fn the_list_refuses_a_policys_algorithm_as_the_adoption_does() {
+    let conf = "dnssec-policy \"ec\" {\n\tkeys {\n\t\tksk key-directory lifetime unlimited algorithm ecdsap256sha256;\n\t\tzsk lifetime P90D algorithm 13;\n\t};\n};\n\
+                dnssec-policy \"ed\" {\n\tkeys {\n\t\tcsk lifetime unlimited algorithm ED25519;\n\t};\n};\n\
+                dnssec-policy \"rsa\" {\n\tkeys {\n\t\tksk lifetime unlimited algorithm rsasha256 2048;\n\t\tzsk lifetime unlimited algorithm 8 1024;\n\t};\n};\n\
+                key \"k\" {\n\talgorithm \"hmac-sha256\";\n\tsecret \"c2VjcmV0\";\n};\n";
+    let zone = |name: &str, policy: &str| {
+        format!("zone \"{name}\" {{\n\ttype primary;\n\tfile \"db.{name}\";\n\tupdate-policy {{\n\t\tgrant \"k\" zonesub \"ANY\";\n\t}};\n\tdnssec-policy \"{policy}\";\n}};\n")
+    };
+    let conf = format!("{conf}{}{}{}{}", zone("default.test", "default"), zone("ec.test", "ec"), zone("ed.test", "ed"), zone("rsa.test", "rsa"));
+    let zones = inventory(&bindconf::parse(&conf).unwrap(), Path::new("/etc/bind"), 8).zones;
+    // The adoption's own refusal of a KSK of algorithm 13, from the zone's data.
+    const KEY13: &str = "mdsswUyr3DPW132mOi8V9xESWE8jTo0dxCjjnopKl+GqJxpVXckHAeF+KkxLbxILfDLUT0rAK9iUzy1L53eKGQ==";
+    let plan = Plan { signed: Some("dnssec-policy \"default\"".into()), ..Plan::default() };
+    let data = format!("default.test. 600 IN SOA ns.default.test. h.default.test. 1 3600 900 604800 300\ndefault.test. 600 IN DNSKEY 257 3 13 {KEY13}\n");
+    let refusal = old_ksk(&data, "default.test.", &["DNSKEY"], &plan, 8, None).unwrap_err().to_string();
+    assert!(refusal.contains("uses DNSSEC algorithm 13, the threshold key 8") && refusal.contains("no threshold key of algorithm 13 yet"), "{refusal}");
+    let why = |name: &str| match find(&zones, name) {
+        Verdict::Unsupported(why) => why.join("\n"),
+        other => panic!("{name}: {other:?}"),
+    };
+    for (name, alg) in [("default.test.", 13), ("ec.test.", 13), ("ed.test.", 15)] {
+        assert_eq!(why(name), algorithm_refusal(alg, 8).unwrap(), "{name}");
+    }
+    assert!(refusal.ends_with(&why("default.test.")), "the list's reason is the adoption's:\n{refusal}\n{}", why("default.test."));
+    assert!(matches!(find(&zones, "rsa.test."), Verdict::Adoptable(_)));
+    let report = render_report(&zones, None);
+    assert!(report.contains("cannot     default.test.\n           because: your KSK uses DNSSEC algorithm 13"), "{report}");
+    assert!(report.contains("adoptable  rsa.test."), "{report}");
+    // Into a cluster of RSASHA512 keys the RSASHA256 policy's zone is refused too, the
+    // ECDSA zones with the same reason as before.
+    let zones = inventory(&bindconf::parse(&conf).unwrap(), Path::new("/etc/bind"), 10).zones;
+    assert!(matches!(find(&zones, "rsa.test."), Verdict::Unsupported(w) if w == &[algorithm_refusal(8, 10).unwrap()]));
+    assert_eq!(algorithm_refusal(13, 13), None);
+    assert_eq!(algorithm_number("ECDSA256"), Some(13));
+}
+
 #[test]
 fn zones_in_views_are_reported() {
     let conf = "view \"inside\" {\n\tzone \"example.com\" {\n\t\ttype master;\n\t\tfile \"db\";\n\t};\n};\n";
-    let zones = inventory(&bindconf::parse(conf).unwrap(), Path::new("/etc/bind")).zones;
+    let zones = inventory(&bindconf::parse(conf).unwrap(), Path::new("/etc/bind"), 8).zones;
     assert_eq!(zones[0].view.as_deref(), Some("inside"));
     assert!(matches!(&zones[0].verdict, Verdict::Unsupported(w) if w[0].contains("in view \"inside\"")));
 }
@@ -345,7 +386,7 @@ mod fuzz {
         /// policy rule of an adoptable zone parses the way the replicas will read it.
         #[test]
         fn inventory_never_panics(statements in prop::collection::vec(statement(), 0..8)) {
-            let inv = inventory(&statements, Path::new("/etc/bind"));
+            let inv = inventory(&statements, Path::new("/etc/bind"), 8);
             let _ = render_report(&inv.zones, None);
             let _ = render_report(&inv.zones, Some(&["example.com.".to_string(), "a.test.".to_string()]));
             for z in &inv.zones {

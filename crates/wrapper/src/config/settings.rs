@@ -25,6 +25,9 @@ use crate::byzantine::{Mode, SigningFault};
 use crate::rrl::{OrderLimitConfig, RrlConfig};
 use exec::access::AccessSection;
 
+/// Secondaries one NOTIFY list may name (each gets one NOTIFY per change from every replica).
+const MAX_NOTIFY_TARGETS: usize = 64;
+
 /// A replica's configuration, checked.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -96,6 +99,8 @@ pub struct NamedSettings {
     pub port: NonZeroU16,
     /// named's sig-validity-interval.
     pub signature_validity_days: u32,
+    /// The secondaries a zone NOTIFYs unless it names its own (`[named] also_notify`).
+    pub also_notify: Vec<SocketAddr>,
 }
 
 /// One zone, its paths absolute and its policy parsed.
@@ -114,6 +119,8 @@ pub struct ZoneSettings {
     pub update_policy: Option<Vec<PolicyRule>>,
     pub sig0_keys: Vec<PathBuf>,
     pub transfer_keys: Vec<PathBuf>,
+    /// The external secondaries this zone NOTIFYs: its own list, else the cluster's default.
+    pub also_notify: Vec<SocketAddr>,
 }
 
 impl ZoneSettings {
@@ -257,11 +264,12 @@ impl Settings {
         let layout = file.upgrade(path)?;
         let check = Check { path, layout };
         let (replicas, faults) = check.cluster(&file.cluster)?;
-        let zones = check.zones(&file.zones, file.auth.mode, base_dir)?;
+        let zones = check.zones(&file.zones, file.auth.mode, &file.named.also_notify, base_dir)?;
         let test = check.test_hooks(&file)?;
         let reads = check.reads(&file.cluster)?;
         let (me, peers) = check.peers(file.replica.id, replicas, &file.peers)?;
         let named = check.named(&file.named, base_dir)?;
+        check.secondaries(&file, &peers)?;
         let ordering = check.ordering(&file.ordering)?;
         let metrics = check.metrics(&file.metrics, &file.client)?;
         let signing = check.signing(&file.signing, &named)?;
@@ -356,7 +364,7 @@ impl Check<'_> {
 
     /// Each zone well formed, and the set of zones one named can serve side by side; in
     /// canonical order (the zone index every replica derives alike, whatever the file's order).
-    fn zones(&self, zones: &[ZoneSection], mode: exec::auth::Mode, base: &Path) -> Result<Vec<ZoneSettings>, ConfigError> {
+    fn zones(&self, zones: &[ZoneSection], mode: exec::auth::Mode, default_notify: &[SocketAddr], base: &Path) -> Result<Vec<ZoneSettings>, ConfigError> {
         if zones.len() > MAX_ZONES {
             return Err(self.bad("zone", format!("{} zones; at most {MAX_ZONES}", zones.len())));
         }
@@ -387,6 +395,7 @@ impl Check<'_> {
                 update_policy,
                 sig0_keys: paths(&z.sig0_keys),
                 transfer_keys: paths(&z.transfer_keys),
+                also_notify: z.also_notify.clone().unwrap_or_else(|| default_notify.to_vec()),
             });
         }
         out.sort_by(|a, b| a.apex.cmp(&b.apex));
@@ -458,7 +467,33 @@ impl Check<'_> {
                 self.bad("named.signature_validity_days", format!("{} is outside 8..=3660 (named's sig-validity-interval range)", n.signature_validity_days))
             );
         }
-        Ok(NamedSettings { bind_dir: resolve(base, &n.bind_dir), port, signature_validity_days: n.signature_validity_days })
+        Ok(NamedSettings { bind_dir: resolve(base, &n.bind_dir), port, signature_validity_days: n.signature_validity_days, also_notify: n.also_notify.clone() })
+    }
+
+    /// Every NOTIFY target list (the cluster's default and each zone's own): addresses a
+    /// NOTIFY can go to, each once, none of them a replica's (the replicas' named do not
+    /// notify one another: each is a primary of the zone).
+    fn secondaries(&self, file: &Config, peers: &[PeerSection]) -> Result<(), ConfigError> {
+        let lists = std::iter::once(("named.also_notify".to_string(), file.named.also_notify.as_slice()))
+            .chain(file.zones.iter().enumerate().filter_map(|(i, z)| Some((self.layout.zone_field(i, "also_notify"), z.also_notify.as_deref()?))));
+        for (field, targets) in lists {
+            if targets.len() > MAX_NOTIFY_TARGETS {
+                return Err(self.bad(&field, format!("{} secondaries; at most {MAX_NOTIFY_TARGETS}", targets.len())));
+            }
+            for (k, t) in targets.iter().enumerate() {
+                let ip = t.ip();
+                if t.port() == 0 || ip.is_unspecified() || ip.is_multicast() || ip == std::net::IpAddr::V4(std::net::Ipv4Addr::BROADCAST) {
+                    return Err(self.bad(&field, format!("{t} is not an address a NOTIFY can be sent to")));
+                }
+                if targets[..k].contains(t) {
+                    return Err(self.bad(&field, format!("{t} is given twice")));
+                }
+                if let Some(p) = peers.iter().find(|p| p.client == *t || p.peer == *t) {
+                    return Err(self.bad(&field, format!("{t} is replica {}'s own address: the replicas are primaries, not secondaries", p.id)));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn ordering(&self, o: &OrderingSection) -> Result<OrderingSettings, ConfigError> {

@@ -273,3 +273,37 @@ fn each_component_takes_its_part() {
     assert_eq!(zone.slice_journal, Path::new("/etc/sdns/state/named/zones/example.test/resign.pending"));
     assert_eq!(SigningConfig::from(&two).background_sockets[1], Path::new("/etc/sdns/state/signzone-1.sock"));
 }
+
+#[test]
+fn secondaries_default_cluster_wide_and_zones_may_name_their_own() {
+    let notify = "port = 5501\nalso_notify = [\"192.0.2.53:53\", \"[2001:db8::53]:5300\"]";
+    let default: Vec<std::net::SocketAddr> = vec!["192.0.2.53:53".parse().unwrap(), "[2001:db8::53]:5300".parse().unwrap()];
+    // One zone: the cluster's list is the zone's.
+    let one = parse(&sample(4).replace("port = 5501", notify)).unwrap();
+    assert_eq!((&one.named.also_notify, &one.zones[0].also_notify), (&default, &default));
+    assert!(parse(&sample(4)).unwrap().zones[0].also_notify.is_empty(), "no secondaries unless given");
+    // Several: a zone without its own list takes the default; `[]` is none for that zone.
+    let text = with_zones(&["example.test.", "other.test.", "quiet.test."]).replace("port = 5501", notify);
+    let at = text.find("name = \"other.test.\"").unwrap();
+    let text = format!("{}also_notify = [\"198.51.100.7:5353\"]\n{}", &text[..at], &text[at..]);
+    let text = text.replace("name = \"quiet.test.\"", "name = \"quiet.test.\"\nalso_notify = []");
+    let several = parse(&text).unwrap();
+    let of = |name: &str| several.zones.iter().find(|z| z.name == name).unwrap().also_notify.clone();
+    assert_eq!(of("example.test."), default);
+    assert_eq!(of("other.test."), vec!["198.51.100.7:5353".parse::<std::net::SocketAddr>().unwrap()]);
+    assert!(of("quiet.test.").is_empty());
+    // Each list is checked, the error naming where it is.
+    let cases = [
+        (sample(4).replace("port = 5501", "port = 5501\nalso_notify = [\"0.0.0.0:53\"]"), "named.also_notify", "not an address"),
+        (sample(4).replace("port = 5501", "port = 5501\nalso_notify = [\"192.0.2.1:0\"]"), "named.also_notify", "not an address"),
+        (sample(4).replace("port = 5501", "port = 5501\nalso_notify = [\"192.0.2.1:53\", \"192.0.2.1:53\"]"), "named.also_notify", "twice"),
+        (sample(4).replace("port = 5501", "port = 5501\nalso_notify = [\"127.0.0.1:5302\"]"), "named.also_notify", "replica 1's own"),
+        (with_zones(&["example.test."]) + "also_notify = [\"224.0.0.1:53\"]\n", "zone[0].also_notify", "not an address"),
+    ];
+    for (text, field, why) in cases {
+        match parse(&text) {
+            Err(ConfigError::Invalid { field: f, problem, .. }) => assert!(f == field && problem.contains(why), "{field}/{why}: {f}: {problem}"),
+            other => panic!("expected an error naming {field}, got {other:?}"),
+        }
+    }
+}

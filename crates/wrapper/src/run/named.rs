@@ -78,6 +78,8 @@ pub(super) fn prepare(s: &Settings, zone_keys: &[(Keys, ZoneKey)]) -> Result<Nam
     // named loads its zone file in raw format several times faster than text (a 10,000-name
     // signed zone: 0.3 s against 1.1 s), and a signed zone is installed by restarting named.
     conf.raw_zone_file = true;
+    // NOTIFY to the secondaries leaves from the address they list this replica by.
+    conf.notify_source = Some(s.me.client.ip()).filter(|ip| !ip.is_unspecified());
     let mut zone_auths = Vec::new();
     for (index, z) in s.zones.iter().enumerate() {
         let (auth, local_keys, known_keys) = authenticator(s, index, z)?;
@@ -86,6 +88,7 @@ pub(super) fn prepare(s: &Settings, zone_keys: &[(Keys, ZoneKey)]) -> Result<Nam
         let mut zone_conf = ZoneConf::in_dir(&z.apex, &files, local_keys);
         zone_conf.tsig_keys.push(catchup_conf_key.clone());
         zone_conf.update_policy = local_policy(s, z, &auth)?;
+        zone_conf.also_notify = z.also_notify.clone();
         std::fs::create_dir_all(&zone_conf.key_directory).with_context(|| format!("creating {}", zone_conf.key_directory.display()))?;
         // The zone's public DNSKEY only: the private half is the replicas' threshold key.
         if let Some((_, key)) = zone_keys.get(index) {
