@@ -21,6 +21,7 @@ use zeroize::Zeroize;
 
 use crate::commit::CommitTable;
 use crate::curve::{interpolate, on_one_polynomial, p256_h, Curve, P256};
+use crate::intake::Intake;
 use crate::proof::{self, Statement, PROOF_LEN};
 use crate::prss::{prf, random_commitment, random_share, zero_commitment, zero_share, Label};
 use crate::{Algorithm, Blame, Error, Fault, KeyShare, PublicKey};
@@ -128,12 +129,11 @@ pub struct EcdsaSession {
     xs: Vec<ProjectivePoint>,
     secrets: Secrets,
     table: CommitTable,
-    first: BTreeMap<(u16, u8), Vec<u8>>,
+    intake: Intake,
     fixed: Option<Fixed>,
     mus: BTreeMap<u16, Received>,
     mu: Option<Scalar>,
     sigmas: BTreeMap<u16, Received>,
-    blamed: BTreeMap<u16, Fault>,
     failed: Option<Error>,
     signature: Option<[u8; 64]>,
 }
@@ -144,7 +144,7 @@ impl std::fmt::Debug for EcdsaSession {
             .field("index", &self.index)
             .field("mus", &self.mus.len())
             .field("sigmas", &self.sigmas.len())
-            .field("blamed", &self.blamed)
+            .field("blamed", &self.intake.blamed)
             .finish_non_exhaustive()
     }
 }
@@ -225,12 +225,11 @@ impl EcdsaSession {
             xs,
             secrets,
             table: CommitTable::new(n, t),
-            first: BTreeMap::new(),
+            intake: Intake::default(),
             fixed: None,
             mus: BTreeMap::new(),
             mu: None,
             sigmas: BTreeMap::new(),
-            blamed: BTreeMap::new(),
             failed: None,
             signature: None,
         };
@@ -243,11 +242,9 @@ impl EcdsaSession {
 
     /// Delivers a peer's message in its wire form.
     pub fn receive(&mut self, from: u16, bytes: &[u8]) -> Result<(), Blame> {
-        if from == 0 || from > self.n {
-            return Err(Blame { replica: from, fault: Fault::UnknownReplica });
-        }
         match EcdsaMessage::from_bytes(bytes) {
             Some(message) => self.add(from, message),
+            None if from == 0 || from > self.n => Err(Blame { replica: from, fault: Fault::UnknownReplica }),
             None => Err(self.blame(from, Fault::Malformed)),
         }
     }
@@ -255,18 +252,13 @@ impl EcdsaSession {
     /// Delivers a peer's message; an error names the sender's fault (also kept in
     /// [`EcdsaSession::blamed`]).
     pub fn add(&mut self, from: u16, message: EcdsaMessage) -> Result<(), Blame> {
-        if from == 0 || from > self.n {
-            return Err(Blame { replica: from, fault: Fault::UnknownReplica });
-        }
         let kind = match message {
             EcdsaMessage::Round1 { .. } => TAG_ROUND1,
             EcdsaMessage::Sigma { .. } => TAG_SIGMA,
         };
-        let bytes = message.to_bytes();
-        if let Some(first) = self.first.get(&(from, kind)) {
-            return if *first == bytes { Ok(()) } else { Err(self.blame(from, Fault::Equivocation)) };
+        if !self.intake.admit(self.n, from, kind, message.to_bytes())? {
+            return Ok(());
         }
-        self.first.insert((from, kind), bytes);
         let per_set = 2 + 2 * usize::from(self.t);
         match message {
             EcdsaMessage::Round1 { commitments, mu, proof } => {
@@ -277,13 +269,7 @@ impl EcdsaSession {
                 self.mus.insert(from, Received { value: mu, proof, checked: None });
                 let bundles = commitments.chunks(per_set).map(|c| c.concat()).collect();
                 let liars = self.table.add(from, bundles);
-                let mut result = Ok(());
-                for liar in liars {
-                    let blame = self.blame(liar, Fault::LyingCommitment);
-                    if liar == from {
-                        result = Err(blame);
-                    }
-                }
+                let result = self.intake.blame_liars(from, liars);
                 self.advance();
                 result
             }
@@ -296,8 +282,7 @@ impl EcdsaSession {
     }
 
     fn blame(&mut self, replica: u16, fault: Fault) -> Blame {
-        self.blamed.entry(replica).or_insert(fault);
-        Blame { replica, fault }
+        self.intake.blame(replica, fault)
     }
 
     /// Moves the session on as far as the messages so far allow: the commitments (R, r), then μ.
@@ -439,7 +424,7 @@ impl EcdsaSession {
         sigma.zeroize();
         beta.zeroize();
         self.sigmas.entry(self.index).or_insert(own);
-        self.first.entry((self.index, TAG_SIGMA)).or_insert_with(|| message.to_bytes());
+        self.intake.own(self.index, TAG_SIGMA, || message.to_bytes());
         Some(message)
     }
 
@@ -517,6 +502,6 @@ impl EcdsaSession {
 
     /// The replicas blamed so far, each with the first fault seen.
     pub fn blamed(&self) -> &BTreeMap<u16, Fault> {
-        &self.blamed
+        &self.intake.blamed
     }
 }

@@ -9,6 +9,7 @@ use zeroize::Zeroize;
 
 use crate::commit::CommitTable;
 use crate::curve::{interpolate, Curve, Ed25519};
+use crate::intake::Intake;
 use crate::prss::{random_commitment, random_share, Label};
 use crate::{Algorithm, Blame, Error, Fault, KeyShare, PublicKey};
 
@@ -71,12 +72,11 @@ pub struct EdSession {
     k_i: Scalar,
     x_i: Scalar,
     table: CommitTable,
-    first: BTreeMap<(u16, u8), Vec<u8>>,
+    intake: Intake,
     nonce: Option<Nonce>,
     shares: BTreeMap<u16, Scalar>,
     /// Shares checked individually: valid or not.
     checked: BTreeMap<u16, bool>,
-    blamed: BTreeMap<u16, Fault>,
     failed: Option<Error>,
     signature: Option<[u8; 64]>,
 }
@@ -90,7 +90,7 @@ impl Drop for EdSession {
 
 impl std::fmt::Debug for EdSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EdSession").field("index", &self.index).field("shares", &self.shares.len()).field("blamed", &self.blamed).finish_non_exhaustive()
+        f.debug_struct("EdSession").field("index", &self.index).field("shares", &self.shares.len()).field("blamed", &self.intake.blamed).finish_non_exhaustive()
     }
 }
 
@@ -122,11 +122,10 @@ impl EdSession {
             k_i,
             x_i,
             table: CommitTable::new(pk.players(), pk.threshold()),
-            first: BTreeMap::new(),
+            intake: Intake::default(),
             nonce: None,
             shares: BTreeMap::new(),
             checked: BTreeMap::new(),
-            blamed: BTreeMap::new(),
             failed: None,
             signature: None,
         };
@@ -137,11 +136,9 @@ impl EdSession {
 
     /// Delivers a peer's message in its wire form.
     pub fn receive(&mut self, from: u16, bytes: &[u8]) -> Result<(), Blame> {
-        if from == 0 || from > self.n {
-            return Err(Blame { replica: from, fault: Fault::UnknownReplica });
-        }
         match EdMessage::from_bytes(bytes) {
             Some(message) => self.add(from, message),
+            None if from == 0 || from > self.n => Err(Blame { replica: from, fault: Fault::UnknownReplica }),
             None => Err(self.blame(from, Fault::Malformed)),
         }
     }
@@ -149,31 +146,20 @@ impl EdSession {
     /// Delivers a peer's message. An error names the sender's fault (also kept in
     /// [`EdSession::blamed`]); the session goes on either way.
     pub fn add(&mut self, from: u16, message: EdMessage) -> Result<(), Blame> {
-        if from == 0 || from > self.n {
-            return Err(Blame { replica: from, fault: Fault::UnknownReplica });
-        }
         let kind = match message {
             EdMessage::Commitments(_) => TAG_COMMITMENTS,
             EdMessage::Share(_) => TAG_SHARE,
         };
-        let bytes = message.to_bytes();
-        if let Some(first) = self.first.get(&(from, kind)) {
-            return if *first == bytes { Ok(()) } else { Err(self.blame(from, Fault::Equivocation)) };
+        if !self.intake.admit(self.n, from, kind, message.to_bytes())? {
+            return Ok(());
         }
-        self.first.insert((from, kind), bytes);
         match message {
             EdMessage::Commitments(points) => {
                 if points.len() != self.table.held_by(from) {
                     return Err(self.blame(from, Fault::Malformed));
                 }
                 let liars = self.table.add(from, points.into_iter().map(|p| p.to_vec()).collect());
-                let mut result = Ok(());
-                for liar in liars {
-                    let blame = self.blame(liar, Fault::LyingCommitment);
-                    if liar == from {
-                        result = Err(blame);
-                    }
-                }
+                let result = self.intake.blame_liars(from, liars);
                 self.fix_nonce();
                 result
             }
@@ -188,8 +174,7 @@ impl EdSession {
     }
 
     fn blame(&mut self, replica: u16, fault: Fault) -> Blame {
-        self.blamed.entry(replica).or_insert(fault);
-        Blame { replica, fault }
+        self.intake.blame(replica, fault)
     }
 
     /// Once every set's commitment is accepted: R = Σ V_T, c = SHA-512(R ‖ Y ‖ M), and this
@@ -305,6 +290,6 @@ impl EdSession {
 
     /// The replicas blamed so far, each with the first fault seen.
     pub fn blamed(&self) -> &BTreeMap<u16, Fault> {
-        &self.blamed
+        &self.intake.blamed
     }
 }

@@ -59,6 +59,7 @@ mod curve;
 mod ecdsa;
 mod ed;
 mod error;
+mod intake;
 mod keys;
 mod proof;
 pub mod prss;
