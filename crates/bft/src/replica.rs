@@ -96,8 +96,8 @@ const MAX_BACKOFF_SHIFT: u32 = 5;
 /// A backup suspects the primary no sooner than this many times the slowest recent ordering
 /// latency it observed (see [`Config::min_request_timeout`]).
 const LATENCY_FACTOR: u64 = 4;
-/// The observed ordering latency decays by 1/this per delivered batch, so one slow moment
-/// does not keep the timeout long for good.
+/// The observed ordering latency decays by 1/this per delivered batch with a request this
+/// replica awaited, so one slow moment does not keep the timeout long for good.
 const LATENCY_DECAY: u64 = 8;
 /// Records appended to the log before a new snapshot replaces it, in windows of slots (three
 /// records per batch in the normal case, a new snapshot at every stable checkpoint).
@@ -375,7 +375,8 @@ pub struct Replica {
     /// Every deadline this replica keeps (see [`Timer`]).
     timers: Timers,
     /// Slowest recent ordering latency (a request learned in the current view, until its
-    /// delivery), decaying per delivered batch: the adaptive request timeout follows it.
+    /// delivery), decaying per delivered batch that carries such a request: the adaptive
+    /// request timeout follows it.
     order_latency_us: u64,
     /// View changes in a row without progress since: each doubles the floor of
     /// the request timeout, so a cluster that is slow for reasons a view change cannot cure
@@ -1940,15 +1941,24 @@ impl Replica {
         let time = Time(proposal.time.0.max(self.last_time.0.saturating_add(1)));
         let mut requests = Vec::with_capacity(proposal.requests.len());
         let mut progressed = false;
-        self.order_latency_us -= self.order_latency_us / LATENCY_DECAY;
         let view_began = match self.phase {
             Phase::Normal { began, .. } => Some(began),
             Phase::ViewChanging { .. } => None,
         };
+        // Decays only with a batch that says how long an awaited request took: batches of
+        // requests this replica never awaited (a primary's own, which its backups learn from
+        // the pre-prepare) are fast and say nothing about other origins' requests, which wait
+        // for 2f holders first; decaying with them brought the timeout back to its floor
+        // between two such requests (issue 30, docs/LATENCY.md "Found while measuring").
+        let mut decayed = false;
         for request in &proposal.requests {
             let key = request.key();
             if let Some(since) = self.awaited.get(&key).map(|awaited| awaited.since) {
                 if view_began.is_some_and(|began| since >= began) {
+                    if !decayed {
+                        self.order_latency_us -= self.order_latency_us / LATENCY_DECAY;
+                        decayed = true;
+                    }
                     self.order_latency_us = self.order_latency_us.max(self.now.0.saturating_sub(since.0));
                 }
             }

@@ -90,6 +90,9 @@ pub struct Cluster {
     /// Scripted runs: when each request was submitted, and when its origin delivered it.
     submitted_at: BTreeMap<RequestKey, u64>,
     served_at: BTreeMap<RequestKey, u64>,
+    /// Links add a random delay of up to their base delay again (see
+    /// [`Cluster::set_link_delay`]); [`Cluster::exact_delays`] turns that off.
+    jitter: bool,
 }
 
 /// How a cluster built with [`Cluster::with_reboots`] crashes replicas: each crash throws the
@@ -286,6 +289,7 @@ impl Cluster {
             scripted_load: 0,
             submitted_at: BTreeMap::new(),
             served_at: BTreeMap::new(),
+            jitter: true,
         }
     }
 
@@ -310,6 +314,35 @@ impl Cluster {
         cluster.duplication = 0.0;
         cluster.scripted = true;
         cluster
+    }
+
+    /// Like [`Cluster::scripted`], every replica's configuration changed by `adjust` (for
+    /// timeouts in the proportion of real links, say).
+    pub fn scripted_with(n: u16, seed: u64, adjust: impl Fn(&mut Config)) -> Cluster {
+        let mut cluster = Cluster::scripted(n, seed);
+        for id in 0..n {
+            let node = &mut cluster.nodes[usize::from(id)];
+            let mut config = sim_config(n, id);
+            adjust(&mut config);
+            let now = Time(START_US + node.clock_offset_us);
+            node.replicas = vec![Replica::new(config, now).expect("valid config")];
+        }
+        cluster
+    }
+
+    /// Every message takes exactly its link's base delay (a topology's one-way delays).
+    pub fn exact_delays(&mut self) {
+        self.jitter = false;
+    }
+
+    /// Requests of replica `id`'s clients it has not delivered yet (scripted runs).
+    pub fn outstanding(&self, id: usize) -> usize {
+        self.submitted_at.keys().filter(|key| usize::from(key.origin) == id && !self.served_at.contains_key(key)).count()
+    }
+
+    /// The request timeout replica `id` would use now (see `Replica::current_request_timeout`).
+    pub fn request_timeout(&self, id: usize) -> Duration {
+        self.nodes[id].replicas[0].current_request_timeout()
     }
 
     /// One request from a client of replica `id`.
@@ -718,7 +751,8 @@ impl Cluster {
             let copies = if self.rng.chance(self.duplication) { 2 } else { 1 };
             for _ in 0..copies {
                 let base = self.delays_us[id * usize::from(self.n) + usize::from(to)];
-                let at = self.now + base + self.rng.below(base);
+                let extra = if self.jitter { self.rng.below(base) } else { 0 };
+                let at = self.now + base + extra;
                 self.order += 1;
                 self.queue.push(Reverse((at, self.order, me, to, bytes.clone())));
             }
