@@ -459,16 +459,30 @@ impl EcdsaSession {
 
     fn combine(&self, fixed: &Fixed, shares: &[(u16, Scalar)]) -> Option<[u8; 64]> {
         let s = interpolate(shares, Scalar::ZERO);
-        if bool::from(s.is_zero()) || fixed.big_r * s != P256::mul_base(&self.e) + self.y * fixed.r {
-            return None;
-        }
         let mut signature = [0u8; 64];
         signature[..32].copy_from_slice(&P256::scalar_to_bytes(&fixed.r));
         signature[32..].copy_from_slice(&P256::scalar_to_bytes(&s));
+        self.exact(fixed, &s, &signature).then_some(signature)
+    }
+
+    /// s ≠ 0, s·R = e·G + r·Y for the exact R, and the standard verifier accepts r ‖ s.
+    fn exact(&self, fixed: &Fixed, s: &Scalar, signature: &[u8; 64]) -> bool {
+        if bool::from(s.is_zero()) || fixed.big_r * s != P256::mul_base(&self.e) + self.y * fixed.r {
+            return false;
+        }
         use p256::ecdsa::signature::Verifier as _;
-        let standard = p256::ecdsa::Signature::from_slice(&signature).ok()?;
-        self.verifying_key.verify(&self.data, &standard).ok()?;
-        Some(signature)
+        let Ok(standard) = p256::ecdsa::Signature::from_slice(signature) else { return false };
+        self.verifying_key.verify(&self.data, &standard).is_ok()
+    }
+
+    /// Whether `signature` (a peer's final signature) is exactly this session's: r of the
+    /// fixed R and the s the shares define, not its twin −s that the standard verifier also
+    /// accepts. `None` until the commitment round has fixed R.
+    pub fn accepts_final(&self, signature: &[u8; 64]) -> Option<bool> {
+        let fixed = self.fixed.as_ref()?;
+        let scalar = |bytes: &[u8]| bytes.try_into().ok().and_then(|b: [u8; 32]| P256::scalar_from_bytes(&b));
+        let (Some(r), Some(s)) = (scalar(&signature[..32]), scalar(&signature[32..])) else { return Some(false) };
+        Some(r == fixed.r && self.exact(fixed, &s, signature))
     }
 
     fn finish_with(&mut self, fixed: &Fixed, mu_inv: &Scalar) -> Option<Result<[u8; 64], Error>> {

@@ -221,6 +221,17 @@ impl EdSession {
         self.verifying_key.verify_strict(&self.data, &ed25519_dalek::Signature::from_bytes(signature)).is_ok()
     }
 
+    /// Whether `signature` (a peer's final signature) is this session's: the standard verifier
+    /// accepts it and, once the commitment round has fixed R, it carries that R. Only the
+    /// group can sign, and honest replicas contribute only to the one nonce per data, so a
+    /// signature that verifies is the session's; the R comparison costs nothing.
+    pub fn accepts_final(&self, signature: &[u8; 64]) -> bool {
+        if self.nonce.as_ref().is_some_and(|n| signature[..32] != n.r) {
+            return false;
+        }
+        self.verifies(signature)
+    }
+
     fn combine(&self, nonce: &Nonce, shares: &[(u16, Scalar)]) -> [u8; 64] {
         let s = interpolate(shares, Scalar::ZERO);
         let mut signature = [0u8; 64];
