@@ -23,6 +23,8 @@ use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
 
+use crate::ecdsa::EcdsaKey;
+use crate::ed::EdKey;
 use crate::prss::{contains, subsets};
 use crate::{Algorithm, EcdsaSession, EdSession, Error, Fault, KeyShare, PublicKey};
 
@@ -73,11 +75,27 @@ pub struct EcLimits {
     /// A session without a signature re-asks its peers after this long (µs); a peer's
     /// re-ask is answered at most once per half of it.
     pub retry_after_us: u64,
+    /// ECDSA: how long (µs) a session waits for all n first messages, whose μ shares are
+    /// then taken without checking a proof, before it checks the proofs of those it has
+    /// (several scalar multiplications per share). Not waited for while a peer is suspected.
+    pub patience_us: u64,
+    /// A peer that misbehaved, or whose first message had not come when a session ended, is
+    /// not waited for (see `patience_us`) for this long (µs).
+    pub suspect_for_us: u64,
 }
 
 impl Default for EcLimits {
     fn default() -> Self {
-        Self { max_sessions: 4096, early_digests: 4096, early_per_peer: 1024, early_bytes: 32 << 20, finals_cache: 4096, retry_after_us: 500_000 }
+        Self {
+            max_sessions: 4096,
+            early_digests: 4096,
+            early_per_peer: 1024,
+            early_bytes: 32 << 20,
+            finals_cache: 4096,
+            retry_after_us: 500_000,
+            patience_us: 20_000,
+            suspect_for_us: 10_000_000,
+        }
     }
 }
 
@@ -147,13 +165,18 @@ pub enum EcOutput {
 /// The key as the sessions and the final checks use it, decoded once.
 struct Key {
     pk: Arc<PublicKey>,
-    share: Arc<KeyShare>,
+    sessions: SessionKey,
     /// The standard verifier of the public key.
     verifier: Verifier,
     t: u16,
     /// Exact lengths of the two protocol messages (tag included).
     first_len: usize,
     second_len: usize,
+}
+
+enum SessionKey {
+    Ed(Arc<EdKey>),
+    Ecdsa(Arc<EcdsaKey>),
 }
 
 enum Verifier {
@@ -180,17 +203,24 @@ enum Proto {
 }
 
 impl Proto {
-    fn start(key: &Key, data: &[u8]) -> Result<(Proto, Vec<u8>), Error> {
-        Ok(match key.pk.algorithm() {
-            Algorithm::Ed25519 => {
-                let (s, m) = EdSession::new(&key.pk, &key.share, data)?;
+    fn start(key: &Key, data: &[u8], patient: bool) -> Result<(Proto, Vec<u8>), Error> {
+        Ok(match &key.sessions {
+            SessionKey::Ed(k) => {
+                let (s, m) = EdSession::with_key(k.clone(), data)?;
                 (Proto::Ed(s), m.to_bytes())
             }
-            Algorithm::EcdsaP256Sha256 => {
-                let (s, m) = EcdsaSession::new(&key.pk, &key.share, data)?;
+            SessionKey::Ecdsa(k) => {
+                let (mut s, m) = EcdsaSession::with_key(k.clone(), data)?;
+                s.set_patient(patient);
                 (Proto::Ecdsa(s), m.to_bytes())
             }
         })
+    }
+
+    fn impatient(&mut self) {
+        if let Proto::Ecdsa(s) = self {
+            s.set_patient(false);
+        }
     }
 
     /// `from` 1-based; a fault is recorded in the session's blame list.
@@ -241,16 +271,18 @@ fn fault_text(fault: Fault) -> &'static str {
     }
 }
 
-/// A peer's input to a session (`from` 0-based).
+/// A peer's input to a session (`from` 0-based), or the core's word that waiting is over.
 enum Input {
     Round { from: u16, body: Vec<u8> },
     Final { from: u16, signature: [u8; 64] },
+    Impatient,
 }
 
 impl Input {
     fn from(&self) -> u16 {
         match self {
             Input::Round { from, .. } | Input::Final { from, .. } => *from,
+            Input::Impatient => u16::MAX,
         }
     }
 
@@ -258,7 +290,7 @@ impl Input {
     fn kind(&self) -> u8 {
         match self {
             Input::Round { body, .. } => body.first().copied().unwrap_or(0),
-            Input::Final { .. } => 0,
+            Input::Final { .. } | Input::Impatient => 0,
         }
     }
 
@@ -266,6 +298,7 @@ impl Input {
         match self {
             Input::Round { body, .. } => body.len(),
             Input::Final { .. } => 64,
+            Input::Impatient => 0,
         }
     }
 }
@@ -294,6 +327,8 @@ struct State {
     data: Vec<u8>,
     /// `None` until the first job created it (or found a peer's signature first).
     proto: Option<Proto>,
+    /// ECDSA: wait for all first messages (see [`EcLimits::patience_us`]).
+    patient: bool,
     sent_share: bool,
     /// ECDSA finals that verify but could not be checked exactly yet: bytes → senders.
     votes: BTreeMap<[u8; 64], BTreeSet<u16>>,
@@ -309,6 +344,7 @@ impl State {
         let mut settled: Option<[u8; 64]> = None;
         for input in inputs {
             match input {
+                Input::Impatient => self.patient = false,
                 Input::Final { from, signature } => match settled {
                     Some(known) if known != signature => self.blame(from, "final signature is not the session's", events),
                     Some(_) => {}
@@ -322,7 +358,7 @@ impl State {
             return;
         }
         if self.proto.is_none() {
-            match Proto::start(&self.key, &self.data) {
+            match Proto::start(&self.key, &self.data, self.patient) {
                 Ok((proto, first)) => {
                     self.proto = Some(proto);
                     events.push(Event::Own(first));
@@ -336,6 +372,9 @@ impl State {
         let Some(proto) = self.proto.as_mut() else { return };
         for (from, body) in rounds {
             proto.receive(from + 1, &body);
+        }
+        if !self.patient {
+            proto.impatient();
         }
         if !self.sent_share {
             if let Some(share) = proto.my_share() {
@@ -492,6 +531,8 @@ struct Session {
     /// This replica's own protocol messages, to answer a peer's retry.
     own: Vec<Vec<u8>>,
     last_ask_us: u64,
+    /// ECDSA: when the session stops waiting for all first messages, until it has.
+    patience_at: Option<u64>,
     /// When each peer's retry was last answered.
     answered: BTreeMap<u16, u64>,
 }
@@ -531,6 +572,10 @@ pub struct EcSignerCore {
     finals_order: VecDeque<Digest>,
     outputs: VecDeque<EcOutput>,
     stats: EcStats,
+    /// The latest time an input carried (job results carry none).
+    now_us: u64,
+    /// Peers not waited for until the time given (at most n entries).
+    suspects: BTreeMap<u16, u64>,
 }
 
 impl EcSignerCore {
@@ -560,7 +605,11 @@ impl EcSignerCore {
             Algorithm::Ed25519 => (1 + 32 * held, 1 + 32),
             Algorithm::EcdsaP256Sha256 => (1 + 2 + held * (2 + 2 * usize::from(t)) * 33 + 32 + crate::proof::PROOF_LEN, 1 + 32 + crate::proof::PROOF_LEN),
         };
-        let key = Arc::new(Key { pk, share, verifier, t, first_len, second_len });
+        let sessions = match pk.algorithm() {
+            Algorithm::Ed25519 => SessionKey::Ed(Arc::new(EdKey::new(pk.clone(), share)?)),
+            Algorithm::EcdsaP256Sha256 => SessionKey::Ecdsa(Arc::new(EcdsaKey::new(pk.clone(), share)?)),
+        };
+        let key = Arc::new(Key { pk, sessions, verifier, t, first_len, second_len });
         Ok(EcSignerCore {
             me,
             n,
@@ -576,6 +625,8 @@ impl EcSignerCore {
             finals_order: VecDeque::new(),
             outputs: VecDeque::new(),
             stats: EcStats::default(),
+            now_us: 0,
+            suspects: BTreeMap::new(),
         })
     }
 
@@ -586,6 +637,7 @@ impl EcSignerCore {
     /// The local named asks for a signature on `data`. Returns the session's digest; the
     /// signature comes as [`EcOutput::Done`] (at once when it is cached).
     pub fn request(&mut self, now_us: u64, algorithm: u8, data: &[u8]) -> Result<Digest, EcRequestError> {
+        self.now_us = self.now_us.max(now_us);
         let expected = self.algorithm().number();
         if algorithm != expected {
             return Err(EcRequestError::WrongAlgorithm { expected, got: algorithm });
@@ -602,11 +654,14 @@ impl EcSignerCore {
         if self.sessions.len() >= self.limits.max_sessions {
             return Err(EcRequestError::TooManySessions(self.sessions.len()));
         }
+        self.suspects.retain(|_, until| *until > now_us);
+        let patient = self.algorithm() == Algorithm::EcdsaP256Sha256 && self.suspects.is_empty() && self.limits.patience_us > 0;
         let state = State {
             key: self.key.clone(),
             me: self.me,
             data: data.to_vec(),
             proto: None,
+            patient,
             sent_share: false,
             votes: BTreeMap::new(),
             reported: BTreeSet::new(),
@@ -618,6 +673,7 @@ impl EcSignerCore {
             taken: BTreeMap::new(),
             own: Vec::new(),
             last_ask_us: now_us,
+            patience_at: patient.then(|| now_us.saturating_add(self.limits.patience_us)),
             answered: BTreeMap::new(),
         };
         self.next_id += 1;
@@ -639,6 +695,7 @@ impl EcSignerCore {
         if from >= self.n || from == self.me {
             return;
         }
+        self.now_us = self.now_us.max(now_us);
         match message {
             EcSignMessage::Round { digest, body } => {
                 let expected = match body.first() {
@@ -753,6 +810,13 @@ impl EcSignerCore {
 
     fn finish(&mut self, digest: Digest, signature: [u8; 64], announce: bool) {
         let Some(session) = self.sessions.remove(&digest) else { return };
+        // A peer whose first message this session never got is not waited for a while.
+        if self.algorithm() == Algorithm::EcdsaP256Sha256 && session.patience_at.is_none() {
+            let until = self.now_us.saturating_add(self.limits.suspect_for_us);
+            for peer in (0..self.n).filter(|p| *p != self.me && !session.taken.contains_key(&(*p, 1))) {
+                self.suspects.insert(peer, until);
+            }
+        }
         // Finals still waiting in the inbox are judged by their bytes now: every honest
         // replica holds these very bytes.
         let reported = session.state.as_ref().map(|s| s.reported.clone()).unwrap_or_default();
@@ -788,17 +852,33 @@ impl EcSignerCore {
 
     /// Re-asks peers for sessions without a signature for `retry_after_us`.
     pub fn handle_timeout(&mut self, now_us: u64) {
+        self.now_us = self.now_us.max(now_us);
+        let mut impatient = Vec::new();
         for (digest, session) in self.sessions.iter_mut() {
+            if session.patience_at.is_some_and(|at| at <= now_us) {
+                session.patience_at = None;
+                session.inbox.push(Input::Impatient);
+                impatient.push(*digest);
+            }
             if now_us.saturating_sub(session.last_ask_us) >= self.limits.retry_after_us {
                 session.last_ask_us = now_us;
                 self.stats.retries_sent += 1;
                 self.outputs.push_back(EcOutput::Broadcast { message: EcSignMessage::Retry { digest: *digest } });
             }
         }
+        for digest in impatient {
+            self.dispatch(digest, false);
+        }
     }
 
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.sessions.values().map(|s| s.last_ask_us.saturating_add(self.limits.retry_after_us)).min()
+        self.sessions
+            .values()
+            .map(|s| {
+                let ask = s.last_ask_us.saturating_add(self.limits.retry_after_us);
+                s.patience_at.map_or(ask, |at| ask.min(at))
+            })
+            .min()
     }
 
     pub fn poll_output(&mut self) -> Option<EcOutput> {
@@ -821,6 +901,7 @@ impl EcSignerCore {
 
     fn misbehaved(&mut self, peer: u16, what: &'static str) {
         self.stats.misbehaved += 1;
+        self.suspects.insert(peer, self.now_us.saturating_add(self.limits.suspect_for_us));
         self.outputs.push_back(EcOutput::Misbehaved { peer, what });
     }
 
