@@ -197,6 +197,7 @@ impl Verifier {
 }
 
 /// Either protocol's session.
+#[allow(clippy::large_enum_variant)] // one per session, inside the boxed `State` jobs carry
 enum Proto {
     Ed(EdSession),
     Ecdsa(EcdsaSession),

@@ -677,7 +677,7 @@ mod tests {
             assert_eq!(own[1].points[0], P256::mul_base(&f(Label::K, 0)));
             assert_eq!(own[1].points[1], pedersen(&f(Label::A, 0), &f(Label::B, 0)));
             assert_eq!(own[1].points[2 + usize::from(t)], pedersen(&f(Label::Z2, 1), &f(Label::Y2, 1)));
-            assert_eq!(own[1].bytes, own[1].points.iter().flat_map(|p| P256::point_to_bytes(p)).collect::<Vec<u8>>());
+            assert_eq!(own[1].bytes, own[1].points.iter().flat_map(P256::point_to_bytes).collect::<Vec<u8>>());
         }
     }
 }

@@ -19,10 +19,12 @@ use testkit::Noise;
 use threshold_ec::{deal, digest_of, Algorithm, Digest, EcJobDone, EcLimits, EcOutput, EcRequestError, EcSignMessage, EcSignerCore, KeyShare, PublicKey};
 
 type Dealt = (Arc<PublicKey>, Arc<Vec<KeyShare>>);
+/// Per (algorithm, n), computed once per test binary.
+type Cache<T> = OnceLock<Mutex<BTreeMap<(u8, u16), T>>>;
 
 /// One key per (algorithm, n), dealt once per test binary from a fixed seed.
 fn keys(alg: Algorithm, n: u16) -> Dealt {
-    static CACHE: OnceLock<Mutex<BTreeMap<(u8, u16), Dealt>>> = OnceLock::new();
+    static CACHE: Cache<Dealt> = OnceLock::new();
     let mut map = CACHE.get_or_init(Default::default).lock().unwrap();
     map.entry((alg.number(), n))
         .or_insert_with(|| {
@@ -393,7 +395,7 @@ fn items(count: usize, seed: u64) -> Vec<Vec<u8>> {
 
 /// The signature of the fixed item in an all-honest run: the reference bytes.
 fn reference(alg: Algorithm, n: u16) -> Vec<u8> {
-    static CACHE: OnceLock<Mutex<BTreeMap<(u8, u16), Vec<u8>>>> = OnceLock::new();
+    static CACHE: Cache<Vec<u8>> = OnceLock::new();
     let mut map = CACHE.get_or_init(Default::default).lock().unwrap();
     map.entry((alg.number(), n))
         .or_insert_with(|| {
