@@ -103,6 +103,19 @@ pub struct NamedConf {
     /// this replica (a BIND secondary takes a NOTIFY only from an address among its primaries,
     /// whatever the port). `None`: the system picks it. Written only when some zone notifies.
     pub notify_source: Option<IpAddr>,
+    /// The cluster's catalog zone (RFC 9432), served beside the member zones.
+    pub catalog: Option<CatalogZoneConf>,
+}
+
+/// The catalog zone (RFC 9432) as named serves it: a plain primary zone from a text file the
+/// wrapper writes, never updated and never signed (consumers authenticate it by TSIG or by
+/// address, as the RFC expects; see docs/MULTIZONE.md, "The catalog zone").
+#[derive(Debug, Clone)]
+pub struct CatalogZoneConf {
+    pub zone: Name,
+    pub zone_file: PathBuf,
+    /// External secondaries NOTIFYed after each change of the catalog (and at start).
+    pub also_notify: Vec<SocketAddr>,
 }
 
 /// One zone of named.conf: its files and who may update it. TSIG keys are global in named,
@@ -243,6 +256,7 @@ impl NamedConf {
             sig_validity_days: 30,
             raw_zone_file: false,
             notify_source: None,
+            catalog: None,
         }
     }
 
@@ -340,13 +354,16 @@ impl NamedConf {
                 notify = also_notify(&z.also_notify),
             ));
         }
+        if let Some(catalog) = &self.catalog {
+            out.push_str(&catalog.render()?);
+        }
         Ok(out)
     }
 
     /// `notify-source` (or `-v6`) when some zone sends NOTIFY and the address is given.
     fn notify_source_option(&self) -> String {
         match self.notify_source {
-            Some(ip) if self.zones.iter().any(|z| !z.also_notify.is_empty()) => {
+            Some(ip) if self.zones.iter().map(|z| &z.also_notify).chain(self.catalog.as_ref().map(|c| &c.also_notify)).any(|n| !n.is_empty()) => {
                 let v6 = if ip.is_ipv6() { "-v6" } else { "" };
                 format!("\tnotify-source{v6} {ip};\n")
             }
@@ -389,6 +406,20 @@ impl NamedConf {
     pub fn write(&self, path: &Path) -> Result<(), ConfError> {
         write_file(path, self.render()?.as_bytes(), 0o600)?;
         Ok(())
+    }
+}
+
+impl CatalogZoneConf {
+    /// Its zone statement: text format (a few lines, rewritten by the wrapper), no updates,
+    /// no journal, no DNSSEC.
+    fn render(&self) -> Result<String, ConfError> {
+        let mut zone = self.zone.to_lowercase().to_ascii();
+        if !zone.ends_with('.') {
+            zone.push('.');
+        }
+        check_token("catalog zone name", &zone)?;
+        let file = quoted_path("catalog zone file", &self.zone_file)?;
+        Ok(format!("zone \"{zone}\" {{\n\ttype primary;\n\tfile {file};\n\tallow-update {{ none; }};\n{notify}}};\n", notify = also_notify(&self.also_notify)))
     }
 }
 
@@ -483,6 +514,30 @@ mod tests {
         assert!(!quiet_stmt.contains("notify"), "{quiet_stmt}");
         conf.notify_source = Some("2001:db8::1".parse().unwrap());
         assert!(conf.render().unwrap().contains("\tnotify-source-v6 2001:db8::1;"));
+    }
+
+    #[test]
+    fn the_catalog_is_a_plain_primary_zone_notifying_its_secondaries() {
+        let dir = Path::new("/tmp/r1");
+        let mut conf = NamedConf::new(dir, 5353, &Name::from_ascii("example.test.").unwrap(), vec![]);
+        conf.raw_zone_file = true;
+        conf.notify_source = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        conf.catalog =
+            Some(CatalogZoneConf { zone: Name::from_ascii("Catalog.SDNS").unwrap(), zone_file: dir.join("catalog/catalog.db"), also_notify: Vec::new() });
+        let text = conf.render().unwrap();
+        let stmt = &text[text.find("zone \"catalog.sdns.\" {").unwrap_or_else(|| panic!("{text}"))..];
+        assert_eq!(stmt, "zone \"catalog.sdns.\" {\n\ttype primary;\n\tfile \"/tmp/r1/catalog/catalog.db\";\n\tallow-update { none; };\n};\n");
+        // Without NOTIFY targets anywhere, no notify-source either.
+        assert!(!text.contains("notify-source"), "{text}");
+        // Text, not raw (the wrapper writes it), and nothing that signs or takes updates.
+        for absent in ["masterfile-format", "update-policy", "key-directory", "sig-validity"] {
+            assert!(!stmt.contains(absent), "{absent} in {stmt}");
+        }
+        conf.catalog.as_mut().unwrap().also_notify = vec!["192.0.2.53:53".parse().unwrap()];
+        let text = conf.render().unwrap();
+        assert!(text.contains("\tnotify-source 127.0.0.1;"), "{text}");
+        let stmt = &text[text.find("zone \"catalog.sdns.\" {").unwrap()..];
+        assert!(stmt.contains("\tnotify explicit;\n\tnotify-delay 1;\n\talso-notify { 192.0.2.53 port 53; };"), "{stmt}");
     }
 
     #[test]

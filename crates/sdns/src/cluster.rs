@@ -96,6 +96,9 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
     if !p.also_notify.is_empty() {
         print_secondaries(p);
     }
+    if let Some(catalog) = &p.catalog_zone {
+        print_catalog(p, catalog);
+    }
     Ok(())
 }
 
@@ -112,6 +115,18 @@ fn print_secondaries(p: &ClusterParams) {
          they transfer with the transfer key, or from an address [access] allow_transfer lists{local}",
         targets.join(", "),
         primaries.join(" "),
+    );
+}
+
+/// How a secondary consumes the catalog (BIND's syntax; README, "Secondaries").
+fn print_catalog(p: &ClusterParams, catalog: &str) {
+    let primaries: Vec<String> = (0..p.replicas).map(|i| p.layout.client(i)).map(|c| format!("{} port {} key \"sdns-transfer\";", c.ip(), c.port())).collect();
+    println!(
+        "Catalog zone {catalog} (RFC 9432) lists every zone; a BIND secondary provisions them from it\n\
+         (include the dealer's transfer.key in its named.conf):\n  \
+         options {{ catalog-zones {{ zone \"{catalog}\" default-primaries {{ {list} }}; }}; }};\n  \
+         zone \"{catalog}\" {{ type secondary; file \"catalog.db\"; primaries {{ {list} }}; }};",
+        list = primaries.join(" ")
     );
 }
 
@@ -610,6 +625,7 @@ mod tests {
             peer_routes: None,
             min_request_timeout_ms: None,
             also_notify: Vec::new(),
+            catalog_zone: None,
         }
     }
 

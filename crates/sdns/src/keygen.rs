@@ -32,8 +32,8 @@ use exec::access::{AccessSection, Prefix};
 use exec::auth::Mode;
 use exec::auth::TsigKey;
 use wrapper::config::{
-    AuthSection, ClusterSection, Config, MetricsSection, NamedSection, OrderingSection, PeerSection, Protocol, ReadMode, ReplicaSection, SigningSection,
-    ZoneSection,
+    AuthSection, CatalogSection, ClusterSection, Config, MetricsSection, NamedSection, OrderingSection, PeerSection, Protocol, ReadMode, ReplicaSection,
+    SigningSection, ZoneSection,
 };
 use wrapper::files::zone_key;
 use wrapper::rrl::RrlConfig;
@@ -136,6 +136,8 @@ pub struct ClusterParams {
     pub min_request_timeout_ms: Option<u64>,
     /// External secondaries every zone NOTIFYs, written as `[named] also_notify`.
     pub also_notify: Vec<SocketAddr>,
+    /// The catalog zone listing the zones, written as `[catalog] zone` when set.
+    pub catalog_zone: Option<String>,
 }
 
 impl ClusterParams {
@@ -215,14 +217,7 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
     // Operator-side files.
     write_secret(&out.join("transfer.key"), transfer.to_bind().as_bytes())?;
     for z in &dealt {
-        let dir = out.join(&z.dir);
-        write_secret(&dir.join("tsig.key"), z.tsig.to_bind().as_bytes())?;
-        write_public(&dir.join("trust-anchor.conf"), z.key.trust_anchor().as_bytes())?;
-        let ds = z.public.ds_record(&z.name, z.key.flags, p.algorithm).context("DS record")?;
-        write_public(&dir.join("ds.txt"), format!("{ds}\n").as_bytes())?;
-        let (key_name, key_file) = z.public.bind_key_file(&z.name, z.key.flags, p.algorithm, Some(3600)).context("BIND key file")?;
-        write_public(&dir.join(key_name), key_file.as_bytes())?;
-        write_public(&dir.join("zone.db"), z.data.as_bytes())?;
+        write_operator_zone_files(p, out, z)?;
     }
     for i in 0..p.replicas {
         write_replica_files(out, i, &ca, &transfer, &dealt)?;
@@ -232,6 +227,71 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
         let ds = z.public.ds_record(&z.name, z.key.flags, p.algorithm).context("DS record")?;
         eprintln!("sdns keygen: wrote {} for {} (key tag {}, DS: {ds})", out.join(&z.dir).display(), z.name, z.key.key_tag());
     }
+    Ok(())
+}
+
+/// The operator's files of a dealt zone: its update key, trust anchor, DS, BIND key file, data.
+fn write_operator_zone_files(p: &ClusterParams, out: &Path, z: &Dealt) -> Result<()> {
+    let dir = out.join(&z.dir);
+    write_secret(&dir.join("tsig.key"), z.tsig.to_bind().as_bytes())?;
+    write_public(&dir.join("trust-anchor.conf"), z.key.trust_anchor().as_bytes())?;
+    let ds = z.public.ds_record(&z.name, z.key.flags, p.algorithm).context("DS record")?;
+    write_public(&dir.join("ds.txt"), format!("{ds}\n").as_bytes())?;
+    let (key_name, key_file) = z.public.bind_key_file(&z.name, z.key.flags, p.algorithm, Some(3600)).context("BIND key file")?;
+    write_public(&dir.join(key_name), key_file.as_bytes())?;
+    write_public(&dir.join("zone.db"), z.data.as_bytes())?;
+    Ok(())
+}
+
+/// `sdns keygen --add-zone ZONE --out DIR`: deals one more zone for the cluster dealt (with
+/// several zones) in `out`: its threshold key for the cluster's replicas and threshold, its
+/// update key and data, in `zones/<zone>/` of the operator's directory and of every replica
+/// directory. Nothing else is touched: not the CA, TLS keys, transfer key or other zones'
+/// shares, and not any `replica.toml` (a zone set changed by configuration would change it
+/// outside the log; putting the zone into service is the ordered operation of
+/// docs/MULTIZONE.md, not built yet).
+pub fn add_zone(p: &ClusterParams, out: &Path, zone: &str) -> Result<()> {
+    let zone = if zone.ends_with('.') { zone.to_string() } else { format!("{zone}.") };
+    let config_path = replica_dir(out, 0).join("replica.toml");
+    let text = std::fs::read_to_string(&config_path).with_context(|| format!("reading {} (is {} a dealt cluster?)", config_path.display(), out.display()))?;
+    let config = Config::from_toml(&text, &config_path)?;
+    if config.layout() != wrapper::config::Layout::ZoneTables {
+        bail!("{} was dealt for one zone (files at the top level): --add-zone adds to a cluster dealt with several zones", out.display());
+    }
+    let n = config.cluster.replicas;
+    if let Some(i) = (0..n).find(|&i| !replica_dir(out, i).join("replica.toml").is_file()) {
+        bail!("{} has no replica-{i}/replica.toml for its {n} replicas", out.display());
+    }
+    let mut zones: Vec<String> = vec![zone.clone()];
+    zones.extend(config.zones.iter().map(|z| z.name.clone()));
+    let names: Vec<&str> = zones.iter().map(String::as_str).collect();
+    wrapper::config::check_zone_set(&names).map_err(|(_, why)| anyhow::anyhow!("--add-zone {zone}: {why}"))?;
+    let zdir = PathBuf::from(wrapper::config::zone_dir_name(&zone));
+    if let Some(there) = std::iter::once(out.to_path_buf()).chain((0..n).map(|i| replica_dir(out, i))).map(|d| d.join(&zdir)).find(|d| d.exists()) {
+        bail!("{} exists: {zone} was dealt already", there.display());
+    }
+    if p.zone_files.len() > 1 {
+        bail!("--zone-file: give at most one, the added zone's data");
+    }
+    // The cluster's threshold, from a zone it was dealt with.
+    let first = config.zones.first().ok_or_else(|| anyhow::anyhow!("{} names no zone", config_path.display()))?;
+    let k = shoup_rsa::load_public(replica_dir(out, 0).join(&first.public_key)).with_context(|| format!("reading {}'s public key", first.name))?.threshold();
+    let p = ClusterParams { zones, replicas: n, update_auth: config.auth.mode, ..p.clone() };
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
+    let dealt = deal_zone(&p, out, k, 0, &zone, &mut rand_chacha::ChaCha20Rng::from_seed(seed))?;
+    write_operator_zone_files(&p, out, &dealt)?;
+    for i in 0..n {
+        write_replica_zone_files(&replica_dir(out, i), i, &dealt)?;
+    }
+    let ds = dealt.public.ds_record(&dealt.name, dealt.key.flags, p.algorithm).context("DS record")?;
+    eprintln!(
+        "sdns keygen: wrote {} for {} (key tag {}, DS: {ds}) and replica-<i>/{} for each of the {n} replicas; no replica.toml was changed",
+        out.join(&dealt.dir).display(),
+        dealt.name,
+        dealt.key.key_tag(),
+        dealt.dir.display()
+    );
     Ok(())
 }
 
@@ -302,20 +362,28 @@ fn write_replica_files(out: &Path, i: u16, ca: &mesh::pki::CaBundle, transfer: &
     write_public(&dir.join("ca.pem"), ca.cert_pem.as_bytes())?;
     write_secret(&dir.join("transfer.key"), transfer.to_bind().as_bytes())?;
     for z in dealt {
-        let zdir = dir.join(&z.dir);
-        std::fs::create_dir_all(&zdir).with_context(|| format!("creating {}", zdir.display()))?;
-        let share_path = zdir.join("share.json");
-        let _ = std::fs::remove_file(&share_path);
-        shoup_rsa::save_share(&share_path, &z.shares[usize::from(i)]).with_context(|| format!("writing {}", share_path.display()))?;
-        let pub_path = zdir.join("zone.pub.json");
-        let _ = std::fs::remove_file(&pub_path);
-        shoup_rsa::save_public(&pub_path, &z.public).with_context(|| format!("writing {}", pub_path.display()))?;
-        write_secret(&zdir.join("tsig.key"), z.tsig.to_bind().as_bytes())?;
-        if let Some(public) = &z.sig0 {
-            write_public(&zdir.join("sig0.key"), public)?;
-        }
-        write_public(&zdir.join("zone.db"), z.data.as_bytes())?;
+        write_replica_zone_files(&dir, i, z)?;
     }
+    Ok(())
+}
+
+/// Replica `i`'s files of one zone, under its directory `dir`: its share (0600), the public
+/// key, the update key (0600), the SIG(0) public key and the data.
+fn write_replica_zone_files(dir: &Path, i: u16, z: &Dealt) -> Result<()> {
+    let zdir = dir.join(&z.dir);
+    std::fs::create_dir_all(&zdir).with_context(|| format!("creating {}", zdir.display()))?;
+    let share_path = zdir.join("share.json");
+    let _ = std::fs::remove_file(&share_path);
+    let share = z.shares.get(usize::from(i)).ok_or_else(|| anyhow::anyhow!("no share dealt for replica {i}"))?;
+    shoup_rsa::save_share(&share_path, share).with_context(|| format!("writing {}", share_path.display()))?;
+    let pub_path = zdir.join("zone.pub.json");
+    let _ = std::fs::remove_file(&pub_path);
+    shoup_rsa::save_public(&pub_path, &z.public).with_context(|| format!("writing {}", pub_path.display()))?;
+    write_secret(&zdir.join("tsig.key"), z.tsig.to_bind().as_bytes())?;
+    if let Some(public) = &z.sig0 {
+        write_public(&zdir.join("sig0.key"), public)?;
+    }
+    write_public(&zdir.join("zone.db"), z.data.as_bytes())?;
     Ok(())
 }
 
@@ -491,6 +559,7 @@ fn replica_config(p: &ClusterParams, s: &Shared, i: u16) -> Config {
         },
         rrl: s.rrl.clone(),
         zones: s.zones.clone(),
+        catalog: p.catalog_zone.clone().map(|zone| CatalogSection { zone }),
         ..Config::default()
     }
 }
@@ -627,6 +696,7 @@ mod tests {
             peer_routes: None,
             min_request_timeout_ms: None,
             also_notify: Vec::new(),
+            catalog_zone: None,
         }
     }
 

@@ -37,6 +37,11 @@ enum Cmd {
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
+        /// Deal only this zone, for the cluster already dealt (with several zones) in --out:
+        /// its key shares and files in every replica's zones/<zone>/, nothing else changed
+        /// (--zone-file: its data; --bits, --algorithm: its key).
+        #[arg(long, value_name = "ZONE")]
+        add_zone: Option<String>,
     },
     /// Take primary zones from an existing BIND (their data, TSIG keys and update-policy, read
     /// through `named-checkconf -p`) and deal one cluster for them, as keygen does: every
@@ -253,6 +258,10 @@ struct ClusterArgs {
     /// (README, "Secondaries").
     #[arg(long = "also-notify", value_name = "ADDR:PORT")]
     also_notify: Vec<SocketAddr>,
+    /// Serve a catalog zone (RFC 9432) of this name listing every zone (`[catalog] zone`),
+    /// for secondaries that provision zones from a catalog (README, "Secondaries").
+    #[arg(long, value_name = "NAME")]
+    catalog_zone: Option<String>,
 }
 
 impl ClusterArgs {
@@ -292,6 +301,7 @@ impl ClusterArgs {
             peer_routes: self.peer_routes.clone(),
             min_request_timeout_ms: self.min_request_timeout_ms,
             also_notify: self.also_notify.clone(),
+            catalog_zone: self.catalog_zone.as_ref().map(|z| if z.ends_with('.') { z.clone() } else { format!("{z}.") }),
         }
     }
 }
@@ -317,7 +327,8 @@ fn main() -> ExitCode {
         Cmd::Query(args) => return crate::voting::query(args),
         Cmd::Update(args) => return crate::voting::update(args),
         Cmd::Stub(args) => return crate::voting::stub(args),
-        Cmd::Keygen { cluster, out } => crate::keygen::keygen(&cluster.params(), &out),
+        Cmd::Keygen { cluster, out, add_zone: Some(zone) } => crate::keygen::add_zone(&cluster.params(), &out, &zone),
+        Cmd::Keygen { cluster, out, add_zone: None } => crate::keygen::keygen(&cluster.params(), &out),
         Cmd::Adopt {
             named_conf,
             list,

@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 
 mod settings;
 pub use settings::{
-    AuthSettings, ClientSettings, GatewayConfig, MaintenanceConfig, MetricsSettings, NamedSettings, OrderingSettings, ReadSettings, Settings, SigningConfig,
-    SigningSettings, TestHooks, TransferConfig, ZoneSettings,
+    AuthSettings, CatalogSettings, ClientSettings, GatewayConfig, MaintenanceConfig, MetricsSettings, NamedSettings, OrderingSettings, ReadSettings, Settings,
+    SigningConfig, SigningSettings, TestHooks, TransferConfig, ZoneSettings,
 };
 
 /// Which of the paper's threshold-signature protocols the replicas run (Section 3.5). The
@@ -83,6 +83,22 @@ pub struct Config {
     /// `[replica]`, `[named]` and `[auth]`, which [`Config::upgrade`] moves here.
     #[serde(rename = "zone", default, skip_serializing_if = "Vec::is_empty")]
     pub zones: Vec<ZoneSection>,
+    /// The cluster's catalog zone (RFC 9432), listing its zones for secondaries that consume
+    /// catalogs; none unless named here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catalog: Option<CatalogSection>,
+}
+
+/// `[catalog]`: a catalog zone (RFC 9432, version 2) every replica's named serves, listing
+/// every zone of the cluster. Off unless given: its name is a contract with the consumers,
+/// which must name it in their own configuration (README, "Secondaries").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogSection {
+    /// The catalog's name, e.g. "catalog.sdns." (no zone of the cluster, nor above or below
+    /// one). It is transferred with any zone's transfer keys, and NOTIFYed to every zone's
+    /// secondaries.
+    pub zone: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

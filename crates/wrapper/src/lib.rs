@@ -4,7 +4,8 @@
 //! the zone plan, the vouched-read core) live in the `exec` crate; this one performs them with
 //! tokio and named, in rooms by job: `front` (listeners, gateway, HTTP endpoint), `reads` (the
 //! read router and every read path), `execution` (the executor), `zone`, `statexfer`,
-//! `signing`, `client` (the way back to a client), `ops`, `faults` (tests only), `config` and
+//! `signing`, `client` (the way back to a client), `ops`, `faults` (tests only), `catalog` (the
+//! catalog zone listing the zones), `config` and
 //! `run` (the composition root). docs/ARCHITECTURE.md draws them.
 //!
 //! A read: `front::listener` -> `reads::route` (classify, once) -> local (`reads::read`),
@@ -17,6 +18,7 @@
 //! protocol with the other replicas over the mesh.
 #![forbid(unsafe_code)]
 
+pub mod catalog;
 pub mod client;
 pub mod config;
 pub mod execution;

@@ -4,6 +4,9 @@
 //! the cluster does not serve is answered as named answers it (NOTAUTH; FORMERR for an
 //! update whose zone section does not hold exactly one zone), before ordering and again
 //! at execution against the agreed time.
+//!
+//! The cluster's catalog zone (RFC 9432) is no zone here: it has no index, takes no update,
+//! and only its transfers are checked, against its own transfer keys.
 
 use super::wire::{self, Layout};
 use super::{answer_header, AuthError, Authenticator, Mode, RCODE_FORMERR, RCODE_NOTAUTH};
@@ -12,6 +15,9 @@ use crate::gate::{UpdateDecision, UpdateGate};
 pub struct ZoneAuth {
     /// In zone index order: the apex in lower-case wire form, its text, its authenticator.
     zones: Vec<(Vec<u8>, String, Authenticator)>,
+    /// The catalog zone's apex in lower-case wire form and the authenticator of its
+    /// transfers (no update keys).
+    catalog: Option<(Vec<u8>, Authenticator)>,
 }
 
 /// Whom a request is for.
@@ -34,7 +40,22 @@ impl ZoneAuth {
                 None => Err(AuthError::BadZoneName(name)),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(ZoneAuth { zones })
+        Ok(ZoneAuth { zones, catalog: None })
+    }
+
+    /// The same, with the catalog zone `name` whose transfers `auth` checks.
+    pub fn with_catalog(mut self, name: &str, auth: Authenticator) -> Result<Self, AuthError> {
+        let apex = wire::name_to_wire(name).ok_or_else(|| AuthError::BadZoneName(name.to_string()))?;
+        self.catalog = Some((apex, auth));
+        Ok(self)
+    }
+
+    /// The catalog's authenticator when `msg` asks for the catalog zone.
+    fn catalog_of(&self, msg: &[u8]) -> Option<&Authenticator> {
+        let (apex, auth) = self.catalog.as_ref()?;
+        let layout = wire::layout(msg).ok()?;
+        let (name, _) = wire::read_name(msg, wire::HEADER_LEN).ok()?;
+        (layout.qdcount == 1 && name == *apex).then_some(auth)
     }
 
     /// The update-authentication mode (`[auth] mode`, the same for every zone).
@@ -82,6 +103,11 @@ impl ZoneAuth {
 
     /// [`Authenticator::precheck`] by the zone the request names.
     pub fn precheck(&self, msg: &[u8], is_transfer: bool, now_s: u64) -> Option<Vec<u8>> {
+        // A transfer of the catalog needs one of its transfer keys; anything else naming it
+        // is judged as before (named refuses updates to it, or it is no served zone).
+        if let Some(catalog) = self.catalog_of(msg).filter(|_| is_transfer) {
+            return catalog.precheck(msg, true, now_s);
+        }
         match self.target(msg)? {
             Target::Zone(auth) => auth.precheck(msg, is_transfer, now_s),
             Target::Unserved(layout, rcode) => Some(self.unserved(msg, &layout, rcode, now_s)),
@@ -119,7 +145,7 @@ impl UpdateGate for ZoneAuth {
 #[cfg(test)]
 mod tests {
     use super::super::tsig;
-    use super::super::TsigSecret;
+    use super::super::{TsigSecret, RCODE_REFUSED};
     use super::*;
     use hickory_proto::rr::{rdata::A, Name, RData, RecordSet, RecordType};
     use std::str::FromStr;
@@ -216,6 +242,43 @@ mod tests {
         }
         assert_eq!(auth.describe(), ["TSIG k -> tsig-0.sdns-local"]);
         assert!(ZoneAuth::new(Vec::new()).is_err());
+    }
+
+    /// An AXFR of `zone`, signed with `key` at `time`.
+    fn axfr(zone: &str, key: Option<&tsig::Key>, time: u64) -> Vec<u8> {
+        use hickory_proto::op::{Message, MessageType, OpCode, Query};
+        let mut m = Message::new(0x5151, MessageType::Query, OpCode::Query);
+        m.add_query(Query::query(Name::from_str(zone).unwrap(), RecordType::AXFR));
+        let bytes = m.to_vec().unwrap();
+        match key {
+            Some(k) => tsig::sign(&bytes, k, time, 300, 0, Vec::new(), None),
+            None => bytes,
+        }
+    }
+
+    #[test]
+    fn the_catalog_is_transferred_with_its_own_keys_and_takes_no_update() {
+        let (auth, rev, fwd) = two_zones();
+        let xfr = secret("xfr-key", 4);
+        let catalog_auth = Authenticator::new(Mode::Tsig, &[], std::slice::from_ref(&xfr), Vec::new(), || NOW).unwrap();
+        // Before the catalog is known, it is a zone the cluster does not serve.
+        assert_eq!(auth.precheck(&axfr("Catalog.SDNS.", Some(&key(&xfr)), NOW), true, NOW).map(|a| rcode(&a)), Some(RCODE_NOTAUTH));
+        let auth = auth.with_catalog("catalog.sdns.", catalog_auth).unwrap();
+        // Its transfer key passes (the name in any case); ordered, named then answers it.
+        assert_eq!(auth.precheck(&axfr("Catalog.SDNS.", Some(&key(&xfr)), NOW), true, NOW), None);
+        // Unsigned: REFUSED; a member zone's update key, which the catalog does not know: BADKEY.
+        assert_eq!(auth.precheck(&axfr("catalog.sdns.", None, NOW), true, NOW).map(|a| rcode(&a)), Some(RCODE_REFUSED));
+        assert_eq!(auth.precheck(&axfr("catalog.sdns.", Some(&key(&fwd)), NOW), true, NOW).map(|a| rcode(&a)), Some(RCODE_NOTAUTH));
+        // An update of the catalog is still refused, before ordering and at execution.
+        let update = update("catalog.sdns.", Some(&key(&rev)), NOW);
+        assert!(matches!(auth.decide(&update, NOW), UpdateDecision::Refuse { rcode: RCODE_NOTAUTH, .. }));
+        assert_eq!(auth.precheck(&update, false, NOW).map(|a| rcode(&a)), Some(RCODE_NOTAUTH));
+        // The member zones' transfers are unchanged.
+        assert_eq!(auth.precheck(&axfr("example.test.", Some(&key(&xfr)), NOW), true, NOW).map(|a| rcode(&a)), Some(RCODE_NOTAUTH));
+        assert!(ZoneAuth::new(vec![("a.test.".into(), Authenticator::new(Mode::Tsig, &[], &[], Vec::new(), || NOW).unwrap())])
+            .unwrap()
+            .with_catalog("bad..name", Authenticator::new(Mode::Tsig, &[], &[], Vec::new(), || NOW).unwrap())
+            .is_err());
     }
 
     #[test]

@@ -18,8 +18,8 @@ use hickory_proto::rr::Name;
 use named_glue::conf::PolicyRule;
 
 use super::{
-    check_zone_set, zone_dir_name, AuthSection, ClientSection, ClusterSection, Config, ConfigError, Layout, MetricsSection, NamedSection, OrderingSection,
-    PeerSection, Protocol, ReadMode, SigningSection, ZoneSection, MAX_UDP_RECEIVE_BUFFER, MAX_ZONES,
+    check_zone_set, zone_dir_name, AuthSection, CatalogSection, ClientSection, ClusterSection, Config, ConfigError, Layout, MetricsSection, NamedSection,
+    OrderingSection, PeerSection, Protocol, ReadMode, SigningSection, ZoneSection, MAX_UDP_RECEIVE_BUFFER, MAX_ZONES,
 };
 use crate::byzantine::{Mode, SigningFault};
 use crate::rrl::{OrderLimitConfig, RrlConfig};
@@ -58,6 +58,8 @@ pub struct Settings {
     pub named: NamedSettings,
     /// The zones in canonical order: the position is the zone index.
     pub zones: Vec<ZoneSettings>,
+    /// The catalog zone listing them (`[catalog]`), if any.
+    pub catalog: Option<CatalogSettings>,
     pub ordering: OrderingSettings,
     pub signing: SigningSettings,
     pub client: ClientSettings,
@@ -128,6 +130,21 @@ impl ZoneSettings {
     pub fn dir_name(&self) -> String {
         zone_dir_name(&self.name)
     }
+}
+
+/// The catalog zone (RFC 9432): no zone index, no key, no updates; its data follows from
+/// the zone set alone (`crate::catalog`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogSettings {
+    /// The name as the file gives it.
+    pub name: String,
+    pub apex: Name,
+    /// Every zone's NOTIFY targets, each once, in zone order: whoever secondaries a zone
+    /// learns of the catalog's changes too.
+    pub also_notify: Vec<SocketAddr>,
+    /// Every zone's transfer key files, each once: a consumer transfers the catalog with
+    /// the key it transfers the zones with.
+    pub transfer_keys: Vec<PathBuf>,
 }
 
 /// The ordering's settings (`bft::Config` is built from them).
@@ -265,6 +282,7 @@ impl Settings {
         let check = Check { path, layout };
         let (replicas, faults) = check.cluster(&file.cluster)?;
         let zones = check.zones(&file.zones, file.auth.mode, &file.named.also_notify, base_dir)?;
+        let catalog = check.catalog(file.catalog.as_ref(), &zones)?;
         let test = check.test_hooks(&file)?;
         let reads = check.reads(&file.cluster)?;
         let (me, peers) = check.peers(file.replica.id, replicas, &file.peers)?;
@@ -294,6 +312,7 @@ impl Settings {
             reads,
             named,
             zones,
+            catalog,
             ordering,
             signing,
             client,
@@ -400,6 +419,35 @@ impl Check<'_> {
         }
         out.sort_by(|a, b| a.apex.cmp(&b.apex));
         Ok(out)
+    }
+
+    /// `[catalog]`: a name that one named can serve beside the zones (no zone's, none above
+    /// or below one), with the zones' NOTIFY targets and transfer keys.
+    fn catalog(&self, c: Option<&CatalogSection>, zones: &[ZoneSettings]) -> Result<Option<CatalogSettings>, ConfigError> {
+        let Some(c) = c else { return Ok(None) };
+        let mut names: Vec<&str> = zones.iter().map(|z| z.name.as_str()).collect();
+        names.push(&c.zone);
+        check_zone_set(&names).map_err(|(_, why)| self.bad("catalog.zone", why))?;
+        let mut apex = Name::from_ascii(&c.zone).map_err(|e| self.bad("catalog.zone", format!("{:?}: {e}", c.zone)))?;
+        apex.set_fqdn(true);
+        let mut also_notify: Vec<SocketAddr> = Vec::new();
+        let mut transfer_keys: Vec<PathBuf> = Vec::new();
+        for z in zones {
+            for t in &z.also_notify {
+                if !also_notify.contains(t) {
+                    also_notify.push(*t);
+                }
+            }
+            for k in &z.transfer_keys {
+                if !transfer_keys.contains(k) {
+                    transfer_keys.push(k.clone());
+                }
+            }
+        }
+        if also_notify.len() > MAX_NOTIFY_TARGETS {
+            return Err(self.bad("catalog.zone", format!("its zones NOTIFY {} secondaries together; at most {MAX_NOTIFY_TARGETS}", also_notify.len())));
+        }
+        Ok(Some(CatalogSettings { name: c.zone.clone(), apex, also_notify, transfer_keys }))
     }
 
     fn test_hooks(&self, file: &Config) -> Result<TestHooks, ConfigError> {

@@ -307,3 +307,29 @@ fn secondaries_default_cluster_wide_and_zones_may_name_their_own() {
         }
     }
 }
+
+#[test]
+fn the_catalog_takes_every_zones_secondaries_and_transfer_keys() {
+    assert!(parse(&sample(4)).unwrap().catalog.is_none(), "no catalog unless named");
+    let text = with_zones(&["example.test.", "other.test."]).replace("port = 5501", "port = 5501\nalso_notify = [\"192.0.2.53:53\"]");
+    // other.test. has a secondary of its own besides the default, and a transfer key of its own.
+    let text = text.replace("name = \"example.test.\"", "name = \"example.test.\"\ntransfer_keys = [\"transfer.key\"]");
+    let text = text.replace(
+        "name = \"other.test.\"",
+        "name = \"other.test.\"\nalso_notify = [\"198.51.100.7:5353\", \"192.0.2.53:53\"]\ntransfer_keys = [\"transfer.key\", \"other-xfr.key\"]",
+    );
+    let with_catalog = |name: &str| parse(&format!("{text}\n[catalog]\nzone = \"{name}\"\n"));
+    let c = with_catalog("Catalog.SDNS").unwrap().catalog.unwrap();
+    assert_eq!((c.name.as_str(), c.apex.to_ascii().to_ascii_lowercase().as_str()), ("Catalog.SDNS", "catalog.sdns."));
+    let notify: Vec<std::net::SocketAddr> = vec!["192.0.2.53:53".parse().unwrap(), "198.51.100.7:5353".parse().unwrap()];
+    assert_eq!(c.also_notify, notify, "every zone's secondaries, each once");
+    assert_eq!(c.transfer_keys, [Path::new("/etc/sdns/transfer.key"), Path::new("/etc/sdns/other-xfr.key")], "every zone's transfer keys, each once");
+    // A name one named cannot serve beside the zones is refused, naming the field.
+    for (name, why) in [("example.test.", "twice"), ("cat.example.test.", "inside"), ("test.", "inside"), ("", "not a domain name")] {
+        match with_catalog(name) {
+            Err(ConfigError::Invalid { field, problem, .. }) => assert!(field == "catalog.zone" && problem.contains(why), "{name}: {field}: {problem}"),
+            other => panic!("catalog {name:?}: expected an error naming catalog.zone, got {other:?}"),
+        }
+    }
+    assert!(matches!(parse(&format!("{text}\n[catalog]\nzone = \"c.sdns.\"\nserial = 3\n")), Err(ConfigError::Parse { .. })));
+}

@@ -2,23 +2,24 @@
 //! the local keys it trusts, and the supervised process.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, Context, Result};
-use named_glue::conf::{NamedConf, TsigKey, ZoneConf};
+use named_glue::conf::{CatalogZoneConf, NamedConf, TsigKey, ZoneConf};
 use named_glue::forward::Forwarder;
 use named_glue::keys::ZoneKey;
 use named_glue::supervisor::{NamedSpec, Supervisor};
 use named_glue::tools::BindTools;
 use tracing::info;
 
-use super::keys::{authenticator, local_policy};
+use super::keys::{authenticator, load_tsig, local_policy};
 use crate::config::{Settings, ZoneSettings};
 use crate::signing::Keys;
 use exec::auth::tsig;
 use exec::auth::zones::ZoneAuth;
+use exec::auth::Authenticator;
 
 /// The key named grants the re-signing updates to (RRSIG only).
 const MAINTENANCE_KEY: &str = "resign.sdns-local.";
@@ -99,7 +100,15 @@ pub(super) fn prepare(s: &Settings, zone_keys: &[(Keys, ZoneKey)]) -> Result<Nam
         conf.zones.push(zone_conf);
         zone_auths.push((z.name.clone(), auth));
     }
-    let auth = Arc::new(ZoneAuth::new(zone_auths).context("update authentication")?);
+    let mut auth = ZoneAuth::new(zone_auths).context("update authentication")?;
+    if let Some(catalog) = &s.catalog {
+        conf.catalog = Some(write_catalog(s, &dir)?);
+        // Transfers only, with every zone's transfer keys (named knows them already).
+        let keys = catalog.transfer_keys.iter().map(|p| load_tsig(p)).collect::<Result<Vec<_>>>()?;
+        let checker = Authenticator::new(s.auth.mode, &[], &keys, Vec::new(), named_glue::time::unix_now).context("catalog transfer keys")?;
+        auth = auth.with_catalog(&catalog.name, checker).context("catalog.zone")?;
+    }
+    let auth = Arc::new(auth);
     for line in auth.describe() {
         info!(replica = s.id, mode = auth.mode().as_str(), "update identity: {line}");
     }
@@ -107,6 +116,21 @@ pub(super) fn prepare(s: &Settings, zone_keys: &[(Keys, ZoneKey)]) -> Result<Nam
     conf.write(&conf_path).context("writing named.conf")?;
     named_glue::conf::check_conf(&tools, &conf_path).context("named-checkconf rejects the generated named.conf")?;
     Ok(NamedSetup { tools, dir, conf, conf_path, auth, maintenance_key, catchup_key })
+}
+
+/// The catalog zone's file, rewritten at every start: its data follows from the zone set
+/// alone, which every replica has alike (`crate::catalog`).
+fn write_catalog(s: &Settings, dir: &Path) -> Result<CatalogZoneConf> {
+    let catalog = s.catalog.as_ref().ok_or_else(|| anyhow!("no catalog is configured"))?;
+    let members: Vec<_> = s.zones.iter().map(|z| z.apex.clone()).collect();
+    let text = crate::catalog::zone_text(&catalog.apex, &members, crate::catalog::DEALT_SERIAL).map_err(|e| anyhow!("catalog.zone: {e}"))?;
+    let zone_file = dir.join("catalog").join("catalog.db");
+    if let Some(parent) = zone_file.parent() {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::write(&zone_file, text).with_context(|| format!("writing {}", zone_file.display()))?;
+    info!(replica = s.id, catalog = catalog.name, zones = members.len(), "catalog zone written");
+    Ok(CatalogZoneConf { zone: catalog.apex.clone(), zone_file, also_notify: catalog.also_notify.clone() })
 }
 
 /// The operator's zone file only on first start (afterwards named's file and journal rule),

@@ -1,0 +1,160 @@
+//! The cluster's catalog zone (RFC 9432, issue 28): a cluster of two zones serves a catalog
+//! listing both, the same at every replica, and Debian's stock named, configured with the
+//! catalog only (`catalog-zones`, no zone statement of a member), provisions both zones from
+//! it and serves exactly the replicas' signed data.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sdns_system_tests::bind::{dig_at, transfer_records};
+use sdns_system_tests::{free_port_block, log_tail, Cluster, ClusterOpts, Replicas};
+
+const CATALOG: &str = "catalog.sdns.";
+const ZONES: [&str; 2] = ["example.test.", "example.net."];
+/// The consumer transfers from this address, which the local cluster's [access] ACL does not
+/// list (it lists 127.0.0.1): every transfer it makes must pass by the transfer key.
+const CONSUMER_SOURCE: &str = "127.0.0.2";
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
+}
+
+/// Debian's named consuming the catalog, in a directory of its own; killed on drop.
+struct Consumer {
+    addr: SocketAddr,
+    child: Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Consumer {
+    /// The catalog as its only zone; every member zone comes from the catalog, transferred
+    /// from the replicas with the transfer key (`default-primaries`).
+    fn start(port: u16, replicas: &[SocketAddr], transfer_key: &Path) -> Consumer {
+        let named = PathBuf::from("/usr/sbin/named");
+        assert!(named.is_file(), "no /usr/sbin/named: install Debian's bind9 package (scripts/install-deps.sh)");
+        let key_text = std::fs::read_to_string(transfer_key).unwrap_or_else(|e| panic!("{}: {e}", transfer_key.display()));
+        let key_name = key_text.split('"').nth(1).unwrap_or_else(|| panic!("no key name in {}", transfer_key.display())).to_string();
+        let dir = tempfile::Builder::new().prefix("sdns-catalog-consumer-").tempdir().expect("tempdir");
+        let d = dir.path().display();
+        let primaries: String = replicas.iter().map(|p| format!(" {} port {} key \"{key_name}\";", p.ip(), p.port())).collect();
+        let conf = dir.path().join("named.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "{key_text}\noptions {{\n\tdirectory \"{d}\";\n\tpid-file \"{d}/named.pid\";\n\tsession-keyfile \"{d}/session.key\";\n\
+                 \tlisten-on port {port} {{ 127.0.0.1; }};\n\tlisten-on-v6 {{ none; }};\n\trecursion no;\n\tdnssec-validation no;\n\
+                 \tnotify no;\n\ttransfer-source {CONSUMER_SOURCE};\n\tallow-transfer {{ 127.0.0.1; }};\n\
+                 \tcatalog-zones {{\n\t\tzone \"{CATALOG}\" default-primaries {{{primaries} }};\n\t}};\n}};\ncontrols {{ }};\n\
+                 zone \"{CATALOG}\" {{\n\ttype secondary;\n\tfile \"catalog.db\";\n\tprimaries {{{primaries} }};\n}};\n"
+            ),
+        )
+        .expect("write named.conf");
+        let log = dir.path().join("named.log");
+        let out = std::fs::File::create(&log).expect("named.log");
+        let child = Command::new(&named)
+            .args(["-g", "-4", "-n", "1", "-c"])
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log file"))
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", named.display()));
+        Consumer { addr: loopback(port), child, log, _dir: dir }
+    }
+
+    fn serial(&self, zone: &str) -> Option<u32> {
+        serial_of(&dig_at(self.addr, &["+norec", "+time=1", "+tries=1"], &[zone, "SOA", "+short"]))
+    }
+
+    /// `zone` as AXFR from the consumer, sorted; `None` unless the transfer is whole.
+    fn zone_sorted(&self, zone: &str) -> Option<Vec<String>> {
+        let mut lines = transfer_records(&dig_at(self.addr, &["+norec", "+time=5", "+tries=2"], &[zone, "AXFR", "+nocmd", "+nostats", "+nocomments"]))?;
+        lines.sort();
+        Some(lines)
+    }
+
+    fn log_tail(&self) -> String {
+        format!("--- consumer named ({})\n{}", self.log.display(), log_tail(&std::fs::read_to_string(&self.log).unwrap_or_default(), 30))
+    }
+}
+
+/// The serial of a `dig +short SOA` answer.
+fn serial_of(short: &str) -> Option<u32> {
+    short.lines().find_map(|l| l.split_whitespace().nth(2)?.parse().ok())
+}
+
+/// The type field of a record line as dig prints it.
+fn rtype(line: &str) -> Option<&str> {
+    line.split_whitespace().nth(3)
+}
+
+#[test]
+fn a_stock_named_provisions_every_zone_from_the_catalog_alone() {
+    let consumer_port = free_port_block(1) + 1;
+    let mut extra: Vec<String> = ZONES.iter().flat_map(|z| ["--zone".to_string(), z.to_string()]).collect();
+    extra.extend(["--catalog-zone".to_string(), CATALOG.to_string(), "--also-notify".to_string(), format!("127.0.0.1:{consumer_port}")]);
+    let cluster = Cluster::up(ClusterOpts { extra, ..ClusterOpts::default() });
+    let key = cluster.transfer_key();
+    let key_arg = key.to_str().expect("utf-8 path");
+
+    // The catalog, by the transfer key from an address the ACL does not list: the same at
+    // every replica, version 2, one member per zone under a hashed ID, and not signed.
+    let catalog_at = |i: u16| -> Vec<String> {
+        let out = cluster.dig(i, &["-b", CONSUMER_SOURCE, "-k", key_arg, CATALOG, "AXFR", "+nocmd", "+nostats", "+nocomments"]);
+        let mut lines = transfer_records(&out).unwrap_or_else(|| panic!("AXFR of the catalog from replica {i} failed:\n{out}\n{}", cluster.logs()));
+        lines.sort();
+        lines
+    };
+    let catalog = catalog_at(0);
+    for i in 1..cluster.n {
+        assert_eq!(catalog_at(i), catalog, "replica {i}'s catalog differs from replica 0's");
+    }
+    assert!(catalog.iter().any(|l| l.starts_with(&format!("version.{CATALOG}")) && rtype(l) == Some("TXT") && l.ends_with("\"2\"")), "{catalog:#?}");
+    let members: Vec<&String> = catalog.iter().filter(|l| rtype(l) == Some("PTR")).collect();
+    assert_eq!(members.len(), ZONES.len(), "{catalog:#?}");
+    for zone in ZONES {
+        let member = members.iter().find(|l| l.ends_with(&format!("\t{zone}"))).unwrap_or_else(|| panic!("no member {zone} in {catalog:#?}"));
+        let id = member.split('.').next().unwrap_or_default();
+        assert!(member.starts_with(&format!("{id}.zones.{CATALOG}")) && id.len() == 16, "{member}");
+    }
+    assert!(!catalog.iter().any(|l| matches!(rtype(l), Some("RRSIG" | "DNSKEY" | "NSEC" | "NSEC3"))), "the catalog is signed: {catalog:#?}");
+    // Without a key, from that address: refused, as a member zone's transfer is.
+    let plain = cluster.dig(1, &["-b", CONSUMER_SOURCE, CATALOG, "AXFR"]);
+    assert!(plain.contains("Transfer failed") && !plain.contains("\tSOA\t"), "AXFR of the catalog without a key must be refused:\n{plain}");
+
+    // The consumer: the catalog is all it is told.
+    let primaries: Vec<SocketAddr> = (0..cluster.n).map(|i| loopback(cluster.client_port(i))).collect();
+    let consumer = Consumer::start(consumer_port, &primaries, &key);
+    let logs = || format!("{}\n{}", consumer.log_tail(), cluster.logs());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    for zone in ZONES {
+        let serial = serial_of(&cluster.dig(0, &[zone, "SOA", "+short"])).unwrap_or_else(|| panic!("no SOA of {zone} from replica 0\n{}", cluster.logs()));
+        while consumer.serial(zone) != Some(serial) {
+            assert!(Instant::now() < deadline, "the consumer never served {zone} at serial {serial}\n{}", logs());
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    // Each zone at the consumer is exactly every replica's, signatures and all.
+    for zone in ZONES {
+        let reference = cluster.transfer_sorted(0, zone);
+        for i in 1..cluster.n {
+            assert_eq!(cluster.transfer_sorted(i, zone), reference, "replica {i}'s {zone} differs from replica 0's");
+        }
+        assert!(reference.iter().any(|l| rtype(l) == Some("RRSIG")) && reference.iter().any(|l| rtype(l) == Some("DNSKEY")), "{zone} is not signed");
+        let served = consumer.zone_sorted(zone).unwrap_or_else(|| panic!("AXFR of {zone} from the consumer failed\n{}", logs()));
+        let missing: Vec<&String> = reference.iter().filter(|l| !served.contains(l)).collect();
+        let extra: Vec<&String> = served.iter().filter(|l| !reference.contains(l)).collect();
+        assert!(served == reference, "the consumer's {zone} differs from the replicas': missing {missing:#?}\nextra {extra:#?}\n{}", logs());
+    }
+}
