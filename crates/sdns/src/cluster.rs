@@ -610,6 +610,8 @@ mod tests {
             peer_routes: None,
             min_request_timeout_ms: None,
             also_notify: Vec::new(),
+            parent_resolvers: Vec::new(),
+            rollover_poll_s: None,
         }
     }
 

@@ -136,6 +136,11 @@ pub struct ClusterParams {
     pub min_request_timeout_ms: Option<u64>,
     /// External secondaries every zone NOTIFYs, written as `[named] also_notify`.
     pub also_notify: Vec<SocketAddr>,
+    /// Resolvers asked for the parent's DS during an adopted zone's rollover, written as
+    /// `[rollover] parent_resolvers` (the finish then happens by itself).
+    pub parent_resolvers: Vec<SocketAddr>,
+    /// Written as `[rollover] poll_interval_s` when set.
+    pub rollover_poll_s: Option<u64>,
 }
 
 impl ClusterParams {
@@ -491,6 +496,11 @@ fn replica_config(p: &ClusterParams, s: &Shared, i: u16) -> Config {
         },
         rrl: s.rrl.clone(),
         zones: s.zones.clone(),
+        rollover: wrapper::rollover::RolloverSection {
+            parent_resolvers: p.parent_resolvers.clone(),
+            poll_interval_s: p.rollover_poll_s.unwrap_or(wrapper::rollover::RolloverSection::default().poll_interval_s),
+            ..Default::default()
+        },
         ..Config::default()
     }
 }
@@ -627,6 +637,8 @@ mod tests {
             peer_routes: None,
             min_request_timeout_ms: None,
             also_notify: Vec::new(),
+            parent_resolvers: Vec::new(),
+            rollover_poll_s: None,
         }
     }
 

@@ -253,6 +253,15 @@ struct ClusterArgs {
     /// (README, "Secondaries").
     #[arg(long = "also-notify", value_name = "ADDR:PORT")]
     also_notify: Vec<SocketAddr>,
+    /// A resolver (ADDRESS:PORT) the replicas ask for an adopted zone's DS at the parent
+    /// (`[rollover] parent_resolvers`); repeat for several. Once t+1 replicas see the
+    /// threshold key's DS there, the rollover finishes by itself (README, "Beside an
+    /// existing BIND").
+    #[arg(long = "parent-resolver", value_name = "ADDR:PORT")]
+    parent_resolvers: Vec<SocketAddr>,
+    /// Seconds between two rounds of DS questions (`[rollover] poll_interval_s`, default 60).
+    #[arg(long)]
+    rollover_poll_s: Option<u64>,
 }
 
 impl ClusterArgs {
@@ -292,6 +301,8 @@ impl ClusterArgs {
             peer_routes: self.peer_routes.clone(),
             min_request_timeout_ms: self.min_request_timeout_ms,
             also_notify: self.also_notify.clone(),
+            parent_resolvers: self.parent_resolvers.clone(),
+            rollover_poll_s: self.rollover_poll_s,
         }
     }
 }
