@@ -717,6 +717,9 @@ fn a_zone_signed_with_the_operators_key_rolls_over_without_a_validation_outage()
     old.validates("www.signed.test", "A", "192.0.2.80");
     let new = Unbound::start(root.path(), "unbound-new", &new_ds, cluster.port(2));
     new.validates("www.signed.test", "A", "192.0.2.80");
+    // The CDS and CDNSKEY ask the parent for the new key's DS; a validator that trusts only
+    // the old DS accepts them, and they carry the old KSK's signatures (RFC 7344 4.1).
+    cds_published(&cluster, &old, &new_ds, &old_tag);
     // A dynamic update is signed by the threshold key and validates through the old DS.
     let (ok, said) = cluster.update(3, &cluster.dir.join("key-ops-key.key"), "update add laptop.signed.test 300 A 192.0.2.107");
     assert!(ok, "{said}\n{}", cluster.logs());
@@ -762,6 +765,7 @@ fn a_zone_signed_with_the_operators_key_rolls_over_without_a_validation_outage()
     }
     let first = sorted_zone(&cluster, 0);
     assert!(!first.iter().any(|l| l.contains("_sdns-rollover")) && first.iter().any(|l| l.starts_with("laptop.signed.test.")), "{first:?}");
+    assert!(!first.iter().any(|l| is_sync_record(l)), "the CDS and CDNSKEY leave with the rollover: {first:?}");
     for i in 1..4 {
         assert_eq!(sorted_zone(&cluster, i), first, "replica {i}'s zone differs from replica 0's after the finish");
     }
@@ -774,6 +778,154 @@ fn a_zone_signed_with_the_operators_key_rolls_over_without_a_validation_outage()
     let stale = Unbound::start(root.path(), "unbound-old-2", &old_ds, cluster.port(0));
     let answer = stale.query("www.signed.test", "A");
     assert!(answer.contains("status: SERVFAIL"), "{answer}");
+}
+
+/// An apex CDS or CDNSKEY record line (of an AXFR or dig answer).
+fn is_sync_record(line: &str) -> bool {
+    matches!(line.split_whitespace().nth(3), Some(t) if t.eq_ignore_ascii_case("CDS") || t.eq_ignore_ascii_case("CDNSKEY"))
+}
+
+/// During the rollover every replica publishes the CDS (the threshold key's DS, `new_ds`) and
+/// CDNSKEY, each signed by the old KSK `old_tag`; `old` (trusting the old DS only) validates both.
+fn cds_published(cluster: &Adopted, old: &Unbound, new_ds: &str, old_tag: &str) {
+    let ds: Vec<&str> = new_ds.split_whitespace().collect();
+    let (new_tag, digest) = (ds[ds.len() - 4], ds[ds.len() - 1].to_ascii_uppercase());
+    for i in 0..4 {
+        let cds = cluster.dig(i, &["signed.test", "CDS", "+dnssec"]);
+        let line = cds.lines().find(|l| !l.starts_with(';') && is_sync_record(l)).unwrap_or_else(|| panic!("replica {i} publishes no CDS:\n{cds}"));
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!((f[4], f[6], f[7..].concat().to_ascii_uppercase()), (new_tag, "2", digest.clone()), "replica {i}: {line}");
+        assert_eq!(cds.lines().filter(|l| !l.starts_with(';') && is_sync_record(l)).count(), 1, "only the new key's DS: {cds}");
+        for rtype in ["CDS", "CDNSKEY"] {
+            let answer = cluster.dig(i, &["signed.test", rtype, "+dnssec", "+multiline"]);
+            assert!(answer.contains(&format!(" {old_tag} signed.test.")), "replica {i}: no signature by the old KSK over {rtype}\n{answer}");
+        }
+    }
+    old.validates("signed.test", "CDS", &format!("CDS\t{new_tag} "));
+    old.validates("signed.test", "CDNSKEY", "CDNSKEY\t257 3 ");
+}
+
+/// A DS rdata from its presentation form (`... DS tag algorithm digest-type HEX`).
+fn ds_rdata(ds: &str) -> Vec<u8> {
+    let f: Vec<&str> = ds.split_whitespace().collect();
+    let n = f.len();
+    let mut out = f[n - 4].parse::<u16>().unwrap().to_be_bytes().to_vec();
+    out.push(f[n - 3].parse().unwrap());
+    out.push(f[n - 2].parse().unwrap());
+    let hex = f[n - 1];
+    out.extend((0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()));
+    out
+}
+
+/// A resolver's answer to `query`: its question echoed, recursion available, and `ds` (DS
+/// rdatas) as the zone's DS RRset with TTL 1; `None` for anything that is not a query.
+fn ds_answer(query: &[u8], ds: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let m = dnswire::rrwire::RawMessage::parse(query).ok()?;
+    let q = m.questions.first()?;
+    let mut out = query.get(..2)?.to_vec();
+    out.extend_from_slice(&[0x81, 0x80, 0, 1]);
+    let answers = if q.qtype == 43 { ds.len() as u16 } else { 0 };
+    out.extend_from_slice(&answers.to_be_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    out.extend_from_slice(query.get(q.span.clone())?);
+    for rdata in ds.iter().take(usize::from(answers)) {
+        out.extend_from_slice(&[0xc0, 12, 0, 43, 0, 1, 0, 0, 0, 1]);
+        out.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        out.extend_from_slice(rdata);
+    }
+    Some(out)
+}
+
+/// The bar: a rollover with CDS/CDNSKEY, where the parent's DS change is noticed by
+/// the replicas and the finish happens without an operator. The parent's resolvers are fake:
+/// one never answers (it must not hold anything up), the other answers the DS the "parent"
+/// holds, the old one first, then the old and the new. While only the old DS is there the
+/// rollover stays; once the new DS shows, t+1 replicas report it and the finish executes at one
+/// point of the log everywhere: old KSK, CDS, CDNSKEY and marker gone, every zone the same, a
+/// validator trusting the new DS validates and one trusting only the old DS no longer does.
+#[test]
+fn the_rollover_finishes_by_itself_once_the_parent_serves_the_new_ds() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    let root = tempfile::tempdir().unwrap();
+    let named = SigningNamed::start(root.path());
+    let old_ds = named.old_ds();
+    let parent_ds = Arc::new(Mutex::new(vec![ds_rdata(&old_ds)]));
+    let asked = Arc::new(AtomicUsize::new(0));
+    let parent = {
+        let (parent_ds, asked) = (parent_ds.clone(), asked.clone());
+        testkit::fake_dns::FakeDns::start(move |q| {
+            asked.fetch_add(1, Ordering::Relaxed);
+            ds_answer(q, &parent_ds.lock().unwrap())
+        })
+    };
+    let silent = testkit::fake_dns::FakeDns::start(|_| None);
+    let (silent_addr, parent_addr) = (silent.addr().to_string(), parent.addr().to_string());
+    let conf = named.conf.clone();
+    let cluster = Adopted::up(
+        &conf,
+        "signed.test",
+        root.path().join("cluster"),
+        &["--dnssec-signzone", system_tool("dnssec-signzone").to_str().unwrap(), "--rollover-validity-days", "20"],
+        &["--sign-zone-interval-s", "1", "--parent-resolver", &silent_addr, "--parent-resolver", &parent_addr, "--rollover-poll-s", "1"],
+    );
+    drop(named);
+    let new_ds = std::fs::read_to_string(cluster.dir.join("ds.txt")).unwrap().trim().to_owned();
+    let old_tag = old_ds.split_whitespace().nth(3).unwrap().to_owned();
+    let config = std::fs::read_to_string(cluster.dir.join("replica-0/replica.toml")).unwrap();
+    assert!(config.contains("[rollover]") && config.contains(&parent_addr), "{config}");
+
+    // Every replica signs its zone with the rollover's records, and both validators validate.
+    for i in 0..4 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while dnskeys(&cluster.dig(i, &["signed.test", "DNSKEY"])) != 2 {
+            assert!(std::time::Instant::now() < deadline, "replica {i} does not serve both keys:\n{}", cluster.logs());
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+    let old = Unbound::start(root.path(), "unbound-old", &old_ds, cluster.port(1));
+    let new = Unbound::start(root.path(), "unbound-new", &new_ds, cluster.port(2));
+    old.validates("www.signed.test", "A", "192.0.2.80");
+    new.validates("www.signed.test", "A", "192.0.2.80");
+    cds_published(&cluster, &old, &new_ds, &old_tag);
+
+    // The parent still has only the old DS: asked many times over (every replica, every
+    // second), nobody finishes.
+    let start = asked.load(Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while asked.load(Ordering::Relaxed) < start + 12 {
+        assert!(std::time::Instant::now() < deadline, "the replicas do not ask the parent's resolver:\n{}", cluster.logs());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for i in 0..4 {
+        assert_eq!(dnskeys(&cluster.dig(i, &["signed.test", "DNSKEY"])), 2, "replica {i} finished with the old DS alone at the parent");
+    }
+
+    // The parent takes the new DS (the old one stays, as in a double-KSK rollover).
+    parent_ds.lock().unwrap().push(ds_rdata(&new_ds));
+    for i in 0..4 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+        while dnskeys(&cluster.dig(i, &["signed.test", "DNSKEY"])) != 1 {
+            assert!(std::time::Instant::now() < deadline, "replica {i} still publishes the old KSK:\n{}", cluster.logs());
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        let cds = cluster.dig(i, &["signed.test", "CDS"]);
+        assert!(!cds.lines().any(|l| !l.starts_with(';') && is_sync_record(l)), "replica {i} still publishes a CDS:\n{cds}");
+        assert!(!cluster.dig(i, &["signed.test", "DNSKEY", "+dnssec", "+multiline"]).contains(&format!(" {old_tag} signed.test.")), "replica {i}");
+    }
+    let first = sorted_zone(&cluster, 0);
+    assert!(!first.iter().any(|l| l.contains("_sdns-rollover") || is_sync_record(l)), "{first:?}");
+    for i in 1..4 {
+        assert_eq!(sorted_zone(&cluster, i), first, "replica {i}'s zone differs from replica 0's after the finish");
+    }
+    verify(&cluster, 2, root.path());
+    new.validates("www.signed.test", "A", "192.0.2.80");
+    let fresh = Unbound::start(root.path(), "unbound-new-2", &new_ds, cluster.port(3));
+    fresh.validates("www.signed.test", "A", "192.0.2.80");
+    let stale = Unbound::start(root.path(), "unbound-old-2", &old_ds, cluster.port(0));
+    let answer = stale.query("www.signed.test", "A");
+    assert!(answer.contains("status: SERVFAIL"), "{answer}");
+    drop(old);
 }
 
 /// delv through replica `i` for `name` `rtype`, trusting `anchors` (a trust-anchors file).

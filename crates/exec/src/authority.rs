@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 const LABEL: &[u8] = b"sdns sign-zone request v1\0";
 const FINISH_LABEL: &[u8] = b"sdns sign-zone finish v1\0";
+const ROLLOVER_LABEL: &[u8] = b"sdns rollover parent-ds report v1\0";
 
 /// The authenticator of one replica's sign-zone request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +64,13 @@ pub fn finish_signed_bytes(zone: &str, replica: u16, run_seq: u64) -> Vec<u8> {
     claim_bytes(FINISH_LABEL, zone, replica, run_seq)
 }
 
+/// What a rollover report's signature covers: replica `replica` saw, at its clock's
+/// `stamp_us`, the parent's DS for `zone` cover the threshold key (`crate::core`). Another
+/// label: neither a sign-zone request nor a finish claim is a report, whatever its numbers.
+pub fn rollover_signed_bytes(zone: &str, replica: u16, stamp_us: u64) -> Vec<u8> {
+    claim_bytes(ROLLOVER_LABEL, zone, replica, stamp_us)
+}
+
 fn claim_bytes(label: &[u8], zone: &str, replica: u16, value: u64) -> Vec<u8> {
     let zone = canonical_zone(zone);
     let mut m = Vec::with_capacity(label.len() + zone.len() + 12);
@@ -93,6 +101,17 @@ impl SignZoneVerifier {
     /// The replica `auth` proves, judged at agreed time `time_s`.
     pub fn verify(&self, auth: &SignZoneAuth, time_s: u64) -> Result<u16, String> {
         let msg = signed_bytes(&self.zone, auth.replica, auth.stamp_us);
+        let signer = pki::verify_replica_signature(&self.ca_der, &auth.cert, time_s, &msg, &auth.signature).map_err(|e| e.to_string())?;
+        if signer != auth.replica {
+            return Err(format!("signed with replica {signer}'s certificate, claims replica {}", auth.replica));
+        }
+        Ok(signer)
+    }
+
+    /// The replica a rollover report proves (the same authenticator as a sign-zone
+    /// request's, over [`rollover_signed_bytes`]), judged at agreed time `time_s`.
+    pub fn verify_rollover(&self, auth: &SignZoneAuth, time_s: u64) -> Result<u16, String> {
+        let msg = rollover_signed_bytes(&self.zone, auth.replica, auth.stamp_us);
         let signer = pki::verify_replica_signature(&self.ca_der, &auth.cert, time_s, &msg, &auth.signature).map_err(|e| e.to_string())?;
         if signer != auth.replica {
             return Err(format!("signed with replica {signer}'s certificate, claims replica {}", auth.replica));
@@ -153,6 +172,24 @@ impl SignZoneSigner {
         Ok(SignZoneAuth { replica: self.id, stamp_us, cert: self.cert.clone(), signature })
     }
 
+    /// This replica's report that the parent's DS covers the threshold key, stamped like a
+    /// sign-zone request (strictly increasing with [`Self::sign`]'s stamps).
+    pub fn sign_rollover(&self, now_us: u64) -> Result<SignZoneAuth, String> {
+        let stamp_us = {
+            let mut last = self.last_stamp.lock().unwrap_or_else(|p| p.into_inner());
+            *last = now_us.max(last.saturating_add(1));
+            *last
+        };
+        self.sign_rollover_at(stamp_us)
+    }
+
+    /// A rollover report with a given stamp (tests, and [`Self::sign_rollover`]).
+    pub fn sign_rollover_at(&self, stamp_us: u64) -> Result<SignZoneAuth, String> {
+        let msg = rollover_signed_bytes(&self.zone, self.id, stamp_us);
+        let signature = pki::sign_as_replica(&self.key_pem, &msg).map_err(|e| e.to_string())?;
+        Ok(SignZoneAuth { replica: self.id, stamp_us, cert: self.cert.clone(), signature })
+    }
+
     /// This replica's claim that its part of the signing begun at `run_seq` is done.
     pub fn sign_finish(&self, run_seq: u64) -> Result<SignFinishAuth, String> {
         let msg = finish_signed_bytes(&self.zone, self.id, run_seq);
@@ -208,5 +245,26 @@ mod tests {
         // A sign-zone signature over the same numbers is not a finish claim.
         let sz = signer.sign_at(42).unwrap();
         assert!(v.verify_finish(&SignFinishAuth { signature: sz.signature, ..a }, t).is_err());
+    }
+
+    #[test]
+    fn a_rollover_report_is_neither_a_sign_zone_request_nor_a_finish_claim() {
+        let ca = pki::generate_ca("t").unwrap();
+        let ca_der = pki::cert_der_from_pem(&ca.cert_pem).unwrap();
+        let r3 = pki::issue_replica_cert(&ca, 3).unwrap();
+        let signer = SignZoneSigner::new(3, "example.test", &r3.cert_pem, r3.key_pem.clone()).unwrap();
+        let v = SignZoneVerifier::new("example.test.", ca_der.clone());
+        let t = 1_800_000_000;
+        let report = signer.sign_rollover(t * 1_000_000).unwrap();
+        assert_eq!(v.verify_rollover(&report, t), Ok(3));
+        // Not a sign-zone request, and a sign-zone request is not a report.
+        assert!(v.verify(&report, t).is_err());
+        assert!(v.verify_rollover(&signer.sign_at(report.stamp_us).unwrap(), t).is_err());
+        // Another stamp, replica or zone: no longer valid.
+        assert!(v.verify_rollover(&SignZoneAuth { stamp_us: report.stamp_us + 1, ..report.clone() }, t).is_err());
+        assert!(v.verify_rollover(&SignZoneAuth { replica: 2, ..report.clone() }, t).is_err());
+        assert!(SignZoneVerifier::new("other.test", ca_der).verify_rollover(&report, t).is_err());
+        // Its stamps move forward with the sign-zone requests'.
+        assert!(signer.sign(t * 1_000_000).unwrap().stamp_us > report.stamp_us);
     }
 }

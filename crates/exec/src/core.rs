@@ -22,6 +22,10 @@
 //!   log where `SignZoneFinish` from `faults + 1` replicas completes (docs/DETERMINISM.md,
 //!   "Background whole-zone signing"), unless the writes changed too much meanwhile: then
 //!   another round of the signing begins there (`Event::SigningRound`), with claims for it;
+//! - an adopted zone's double-KSK rollover finishes once reports from `faults + 1` distinct
+//!   replicas that the parent's DS covers the threshold key (`Op::RolloverReport`, each
+//!   proven by its replica's signature and counted once) were ordered: the state records it
+//!   and a whole-zone signing that leaves the rollover's records out begins there;
 //! - re-signing is incremental: an ordered `Resign` at agreed time T, once the zone was
 //!   signed and no earlier than `slice_interval_s` after the last slice, re-signs at most
 //!   `slice_rrsets` RRsets whose signatures expire by T + (validity - `resign_after_s`),
@@ -857,7 +861,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             other => other,
         };
         let zone = match op {
-            Op::SignZoneIn { zone, .. } | Op::ResignZone(zone) | Op::SignZoneFinishIn { zone, .. } => zone,
+            Op::SignZoneIn { zone, .. } | Op::ResignZone(zone) | Op::SignZoneFinishIn { zone, .. } | Op::RolloverReport { zone, .. } => zone,
             _ => 0,
         };
         if !matches!(op, Op::Dns { .. }) && !self.serves(zone) {
@@ -908,7 +912,72 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             }
             Op::SignZoneFinishIn { auth, .. } => self.execute_finish_claim(zone, at, item, &auth, out),
             Op::ResignZone(_) => self.execute_resign(zone, at, item, out),
+            Op::RolloverReport { auth, .. } => self.execute_rollover_report(zone, at, item, &auth, out),
         }
+    }
+
+    /// An ordered report that the parent's DS covers zone `zone`'s threshold key: counted
+    /// once per replica; the `faults + 1`-th finishes the adopted zone's rollover at this
+    /// point of the log: recorded in the state (from then on a whole-zone signing leaves the
+    /// operator's key, its signatures, the CDS and CDNSKEY and the marker out:
+    /// `signer_input::signer_records_at`), and a whole-zone signing begins here, as
+    /// `rollover-finish`'s sign-zone would.
+    fn execute_rollover_report(&mut self, zone: u16, at: At, item: Item<R>, auth: &SignZoneAuth, out: &mut Vec<Command<R>>) -> Step {
+        self.keep_before();
+        match self.rollover_report(zone, item.origin, auth, at.time_us / 1_000_000) {
+            Ok(()) => {
+                self.start_signing(zone, at.index, item.reply, at.seq, at.time_us, out);
+                Step::Wait
+            }
+            Err(text) => {
+                if let Some(reply) = item.reply {
+                    out.push(Command::Answer { reply, bytes: text.into_bytes() });
+                }
+                Step::Next
+            }
+        }
+    }
+
+    /// Counts a rollover report; `Ok` when it completes the t+1 needed. It counts only for
+    /// the replica whose key signed it (the ordering's `origin` must agree), once per replica
+    /// (a set: a replayed report adds nothing), only if signed within the sign-zone window of
+    /// the agreed time, and not while a whole-zone signing runs (the finish begins one; the
+    /// replica reports again at its next poll). Once finished, reports are refused.
+    fn rollover_report(&mut self, zone: u16, origin: u16, auth: &SignZoneAuth, time_s: u64) -> Result<(), String> {
+        let verifier = self.config.sign_zone_verifiers.get(usize::from(zone)).ok_or_else(|| format!("refused: no zone has index {zone}"))?;
+        let z = self.state.zone(zone);
+        if z.rollover_finished_s != 0 {
+            return Err(format!("finished: the rollover ended at agreed time {}", z.rollover_finished_s));
+        }
+        if let Some(run) = z.signing {
+            return Err(format!("refused: a whole-zone signing is running since seq {}", run.seq));
+        }
+        if auth.replica != origin {
+            return Err(format!("refused: a report signed for replica {} was ordered as replica {origin}'s", auth.replica));
+        }
+        let window = self.config.sign_zone_window_s;
+        let stamp_s = auth.stamp_us / 1_000_000;
+        if stamp_s.abs_diff(time_s) > window {
+            return Err(format!("refused: replica {origin}'s report was signed at {stamp_s}, ordered at agreed time {time_s}: more than {window} s apart"));
+        }
+        if let Err(e) = verifier.verify_rollover(auth, time_s) {
+            return Err(format!("refused: the report does not prove replica {origin}: {e}"));
+        }
+        let needed = usize::from(self.config.faults) + 1;
+        let s = self.state.zone_mut(zone);
+        s.rollover_reports.insert(origin);
+        if s.rollover_reports.len() < needed {
+            return Err(format!("counted: {} of the {needed} replicas needed saw the new DS", s.rollover_reports.len()));
+        }
+        s.rollover_reports.clear();
+        s.rollover_finished_s = time_s.max(1);
+        Ok(())
+    }
+
+    /// Whether zone `zone`'s rollover was finished by the replicas' reports (the executor
+    /// hands it to the zone's signing, which then leaves the rollover's records out).
+    pub fn rollover_finished(&self, zone: u16) -> bool {
+        self.state.zone(zone).rollover_finished_s != 0
     }
 
     /// An ordered write, at every replica, after the reads before it: a replay gets the

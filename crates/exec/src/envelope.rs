@@ -48,6 +48,12 @@ pub enum Op {
     /// (`crate::core`, docs/DETERMINISM.md "Abandoned writes"). Only the ordering's
     /// authenticated origin counts, so f Byzantine replicas alone cannot make up the f+1.
     Stuck { seq: u64, index: u32 },
+    /// The sender saw the parent's DS for zone `zone` cover the zone's threshold key (it
+    /// asked its configured resolvers): once reports from t+1 distinct replicas are ordered,
+    /// the adopted zone's double-KSK rollover finishes at that point of the log on every
+    /// replica (`crate::core`). Signed with the sender's identity key like a sign-zone
+    /// request (`crate::authority::rollover_signed_bytes`): it counts only for that replica.
+    RolloverReport { zone: u16, auth: SignZoneAuth },
 }
 
 /// postcard's tag of [`Op::Stuck`] (its variant index), the byte after the version: lets the
@@ -122,6 +128,7 @@ mod tests {
             Op::resign(2),
             Op::sign_zone_finish(1, finish),
             Op::Stuck { seq: 300, index: 2 },
+            Op::RolloverReport { zone: 1, auth: SignZoneAuth { replica: 3, stamp_us: 8, cert: vec![5; 9], signature: vec![6; 70] } },
         ] {
             assert_eq!(Op::decode(&op.encode()), Ok(op));
         }

@@ -15,6 +15,8 @@ const TYPE_SOA: u16 = 6;
 const TYPE_TXT: u16 = 16;
 const TYPE_RRSIG: u16 = 46;
 const TYPE_DNSKEY: u16 = 48;
+/// CDS and CDNSKEY (RFC 7344): published at the apex only during an adopted zone's rollover.
+const SYNC_TYPES: [u16; 2] = [59, 60];
 /// Types dnssec-signzone makes itself: RRSIG, NSEC, DNSKEY, NSEC3, NSEC3PARAM.
 const DNSSEC_TYPES: [u16; 5] = [46, 47, 48, 50, 51];
 
@@ -31,17 +33,36 @@ pub fn case_kept(msg: &[u8], r: &RawRecord) -> Option<RawRecord> {
 /// TXT record), the apex DNSKEYs other than the threshold key and their signatures over
 /// the DNSKEY RRset: dnssec-signzone keeps that signature (a published key's, valid), so
 /// the signed zone still serves validators that trust the operator's old DS.
-/// `apex` and `marker` are lowercased wire names.
+/// `apex` and `marker` are lowercased wire names. [`signer_records_at`] for a zone whose
+/// rollover may have been finished by the replicas' reports.
 pub fn signer_records(records: Vec<RawRecord>, apex: &[u8], marker: &[u8], threshold_tag: u16) -> Vec<RawRecord> {
+    signer_records_at(records, apex, marker, threshold_tag, false)
+}
+
+/// [`signer_records`], with the rollover's CDS and CDNSKEY: during the rollover the apex
+/// CDS and CDNSKEY RRsets stay, with the operator's KSK's signatures over them (made at the
+/// adoption, RFC 7344 4.1); outside a rollover they go (sdns publishes them only to ask the
+/// parent for the threshold key's DS, and nothing else can put them in: updates of them are
+/// refused). `finished`: t+1 replicas reported the parent's new DS (`ZoneExec::
+/// rollover_finished_s`), which ends the rollover as deleting the marker does, and the marker
+/// goes too. Every replica decides from the same records and the same state.
+pub fn signer_records_at(records: Vec<RawRecord>, apex: &[u8], marker: &[u8], threshold_tag: u16, finished: bool) -> Vec<RawRecord> {
     let lower = |name: &[u8]| name.to_ascii_lowercase();
-    let rollover = records.iter().any(|r| r.rtype == TYPE_TXT && lower(&r.owner) == marker);
+    let rollover = !finished && records.iter().any(|r| r.rtype == TYPE_TXT && lower(&r.owner) == marker);
     records
         .into_iter()
         .filter(|r| {
+            let at_apex = lower(&r.owner) == apex;
+            if finished && r.rtype == TYPE_TXT && lower(&r.owner) == marker {
+                return false;
+            }
+            if at_apex && SYNC_TYPES.contains(&r.rtype) {
+                return rollover;
+            }
             if !DNSSEC_TYPES.contains(&r.rtype) {
                 return true;
             }
-            if !rollover || lower(&r.owner) != apex {
+            if !rollover || !at_apex {
                 return false;
             }
             match r.rtype {
@@ -49,7 +70,7 @@ pub fn signer_records(records: Vec<RawRecord>, apex: &[u8], marker: &[u8], thres
                 TYPE_RRSIG => {
                     let covered = r.rdata.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]));
                     let tag = r.rdata.get(16..18).map(|b| u16::from_be_bytes([b[0], b[1]]));
-                    covered == Some(TYPE_DNSKEY) && tag.is_some_and(|t| t != threshold_tag)
+                    covered.is_some_and(|c| c == TYPE_DNSKEY || SYNC_TYPES.contains(&c)) && tag.is_some_and(|t| t != threshold_tag)
                 }
                 _ => false,
             }
@@ -240,5 +261,63 @@ mod tests {
         let mut with_marker = all;
         with_marker.push(txt.clone());
         assert_eq!(signer_records(with_marker, &apex, &marker, threshold_tag), vec![a, dnskey(2), rrsig(operator_tag), txt]);
+    }
+
+    #[test]
+    fn the_cds_stay_with_the_operators_signatures_until_the_rollover_is_over() {
+        let apex = wire("example.test.");
+        let marker = wire("_sdns-rollover.example.test.");
+        let rec = |owner: &[u8], rtype: u16, rdata: Vec<u8>| RawRecord { owner: owner.to_vec(), rtype, class: 1, ttl: 300, rdata, span: 0..0 };
+        let threshold = rec(&apex, TYPE_DNSKEY, vec![1, 1, 3, 8, 1]);
+        let operator = rec(&apex, TYPE_DNSKEY, vec![1, 1, 3, 8, 2]);
+        let (threshold_tag, operator_tag) = (dnswire::dnssec::key_tag(&threshold.rdata), dnswire::dnssec::key_tag(&operator.rdata));
+        let rrsig = |covered: u16, tag: u16| {
+            let mut rdata = covered.to_be_bytes().to_vec();
+            rdata.extend_from_slice(&[8, 2, 0, 0, 1, 44, 0, 0, 0, 9, 0, 0, 0, 1]);
+            rdata.extend_from_slice(&tag.to_be_bytes());
+            rec(&apex, TYPE_RRSIG, rdata)
+        };
+        let cds = rec(&apex, 59, vec![0x12, 0x34, 8, 2, 0xaa]);
+        let cdnskey = rec(&apex, 60, vec![1, 1, 3, 8, 1]);
+        // A CDS below the apex is ordinary data (not sdns's to manage).
+        let deep = rec(&wire("sub.example.test."), 59, vec![0x12, 0x34, 8, 2, 0xbb]);
+        let txt = rec(&marker, TYPE_TXT, vec![1, b'x']);
+        let a = rec(&apex, 1, vec![192, 0, 2, 1]);
+        let all = vec![
+            a.clone(),
+            threshold,
+            operator.clone(),
+            cds.clone(),
+            cdnskey.clone(),
+            deep.clone(),
+            rrsig(TYPE_DNSKEY, operator_tag),
+            rrsig(59, operator_tag),
+            rrsig(60, operator_tag),
+            rrsig(59, threshold_tag),
+            rrsig(1, operator_tag),
+            txt.clone(),
+        ];
+        // During the rollover: the old key, the CDS and CDNSKEY, and the old key's
+        // signatures over the three apex RRsets (none over other data, none by the new key).
+        let during = signer_records_at(all.clone(), &apex, &marker, threshold_tag, false);
+        assert_eq!(
+            during,
+            vec![
+                a.clone(),
+                operator,
+                cds,
+                cdnskey,
+                deep.clone(),
+                rrsig(TYPE_DNSKEY, operator_tag),
+                rrsig(59, operator_tag),
+                rrsig(60, operator_tag),
+                txt.clone()
+            ]
+        );
+        // Finished by the reports: all of it goes, the marker too.
+        assert_eq!(signer_records_at(all.clone(), &apex, &marker, threshold_tag, true), vec![a.clone(), deep.clone()]);
+        // Finished by deleting the marker (`rollover-finish`): the same.
+        let unmarked: Vec<RawRecord> = all.into_iter().filter(|r| *r != txt).collect();
+        assert_eq!(signer_records(unmarked, &apex, &marker, threshold_tag), vec![a, deep]);
     }
 }

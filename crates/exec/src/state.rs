@@ -15,8 +15,9 @@ use crate::codec::{self, CodecError};
 
 /// 2 added `next_slice_s` and the sign-zone stamps; 3 the background whole-zone signing
 /// (`signing`, `sign_finish_votes`); 4 moved everything whole-zone operations decide into
-/// one [`ZoneExec`] per zone. Older states are read and converted (as zone 0's).
-const VERSION: u8 = 4;
+/// one [`ZoneExec`] per zone; 5 added the rollover reports (`rollover_reports`,
+/// `rollover_finished_s`). Older states are read and converted (as zone 0's).
+const VERSION: u8 = 5;
 const MAX_STATE_BYTES: usize = 256 * 1024;
 /// Recent signed writes (TSIG or SIG(0)) remembered for deduplication; beyond, the one whose
 /// window closes first is forgotten.
@@ -85,6 +86,54 @@ pub struct ZoneExec {
     /// Replicas whose request to finish the running signing (their own part of it is
     /// done) was ordered; t+1 finish it.
     pub sign_finish_votes: std::collections::BTreeSet<u16>,
+    /// Replicas whose report that the parent's DS covers the threshold key was counted
+    /// (`Op::RolloverReport`, each replica once); t+1 finish an adopted zone's rollover.
+    pub rollover_reports: std::collections::BTreeSet<u16>,
+    /// Agreed time (s) at which t+1 reports finished the zone's rollover (0: not finished).
+    /// From then on a whole-zone signing leaves the rollover's records out.
+    pub rollover_finished_s: u64,
+}
+
+/// A zone's part as version 4 stored it (without the rollover reports).
+#[derive(Deserialize)]
+pub struct ZoneExecV4 {
+    last_signed_s: u64,
+    sign_zone_requests: BTreeMap<u16, u64>,
+    sign_zone_stamps: BTreeMap<u16, u64>,
+    next_slice_s: u64,
+    signing: Option<SigningRun>,
+    sign_finish_votes: std::collections::BTreeSet<u16>,
+}
+
+impl From<ZoneExecV4> for ZoneExec {
+    fn from(v4: ZoneExecV4) -> ZoneExec {
+        ZoneExec {
+            last_signed_s: v4.last_signed_s,
+            sign_zone_requests: v4.sign_zone_requests,
+            sign_zone_stamps: v4.sign_zone_stamps,
+            next_slice_s: v4.next_slice_s,
+            signing: v4.signing,
+            sign_finish_votes: v4.sign_finish_votes,
+            ..Default::default()
+        }
+    }
+}
+
+/// The state as version 4 stored it. Also inside version 2 write intents and version 3
+/// snapshots (the wrapper's `statexfer`, hence public; read only, through `From`).
+#[derive(Deserialize)]
+pub struct StateV4 {
+    executed: u64,
+    outcomes: [u8; 32],
+    recent_writes: BTreeMap<[u8; 32], RecentWrite>,
+    zones: BTreeMap<u16, ZoneExecV4>,
+}
+
+impl From<StateV4> for ExecState {
+    fn from(v4: StateV4) -> ExecState {
+        let zones = v4.zones.into_iter().map(|(i, z)| (i, z.into())).collect();
+        ExecState { executed: v4.executed, outcomes: v4.outcomes, recent_writes: v4.recent_writes, zones }
+    }
 }
 
 impl ZoneExec {
@@ -115,6 +164,16 @@ impl ZoneExec {
         h.update((self.sign_finish_votes.len() as u64).to_be_bytes());
         for v in &self.sign_finish_votes {
             h.update(v.to_be_bytes());
+        }
+        // Only once a report counted: the digests of zones that never had one stay what
+        // version 4 computed (a cluster upgraded mid-log keeps agreeing with its checkpoints).
+        if !self.rollover_reports.is_empty() || self.rollover_finished_s != 0 {
+            h.update(b"rollover");
+            h.update(self.rollover_finished_s.to_be_bytes());
+            h.update((self.rollover_reports.len() as u64).to_be_bytes());
+            for r in &self.rollover_reports {
+                h.update(r.to_be_bytes());
+            }
         }
     }
 }
@@ -159,6 +218,7 @@ impl From<StateV3> for ExecState {
             next_slice_s: v3.next_slice_s,
             signing: v3.signing,
             sign_finish_votes: v3.sign_finish_votes,
+            ..Default::default()
         };
         ExecState::with_zone0(v3.executed, v3.outcomes, v3.recent_writes, zone)
     }
@@ -300,6 +360,10 @@ impl ExecState {
                 let v3: StateV3 = codec::decode("execution state", 3, MAX_STATE_BYTES, bytes)?;
                 Ok(v3.into())
             }
+            Err(CodecError::Version { got: 4, .. }) => {
+                let v4: StateV4 = codec::decode("execution state", 4, MAX_STATE_BYTES, bytes)?;
+                Ok(v4.into())
+            }
             other => other,
         }
     }
@@ -335,8 +399,9 @@ fn store_durably(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
     write().map_err(|source| StateError::Io { path: path.to_owned(), source })
 }
 
-/// 2: with the zone whose serial was read (and the version 4 state); 1 is read as zone 0's.
-const INTENT_VERSION: u8 = 2;
+/// 2: with the zone whose serial was read (and the version 4 state); 3: the version 5 state.
+/// 1 is read as zone 0's.
+const INTENT_VERSION: u8 = 3;
 
 /// Recorded durably before a write goes to named: which write (batch and item), named's SOA
 /// serial just before it, and the execution state just before it (the outcomes of the
@@ -356,6 +421,16 @@ pub struct WriteIntent {
     pub zone: u16,
     pub serial: u32,
     pub state: ExecState,
+}
+
+/// A write intent as version 2 stored it (a version 4 state).
+#[derive(Deserialize)]
+struct IntentV2 {
+    seq: u64,
+    index: u32,
+    zone: u16,
+    serial: u32,
+    state: StateV4,
 }
 
 /// A write intent as version 1 stored it (one zone, a version 3 state).
@@ -379,6 +454,8 @@ impl WriteIntent {
                 let decoded = match codec::decode("write intent", INTENT_VERSION, MAX_STATE_BYTES + 64, &bytes) {
                     Err(CodecError::Version { got: 1, .. }) => codec::decode::<IntentV1>("write intent", 1, MAX_STATE_BYTES + 64, &bytes)
                         .map(|v1| WriteIntent { seq: v1.seq, index: v1.index, zone: 0, serial: v1.serial, state: v1.state.into() }),
+                    Err(CodecError::Version { got: 2, .. }) => codec::decode::<IntentV2>("write intent", 2, MAX_STATE_BYTES + 64, &bytes)
+                        .map(|v2| WriteIntent { seq: v2.seq, index: v2.index, zone: v2.zone, serial: v2.serial, state: v2.state.into() }),
                     other => other,
                 };
                 decoded.map(Some).map_err(|source| StateError::Decode { path: path.to_owned(), source })
@@ -638,6 +715,64 @@ mod tests {
         let mut other = ExecState::default();
         other.zone_mut(0).next_slice_s = 9;
         assert_ne!(one, other.checkpoint_digest(&[a, b]), "each zone's schedule is its own");
+    }
+
+    #[test]
+    fn a_version_4_state_and_intent_read_as_without_reports_and_reports_are_attested() {
+        #[derive(Serialize)]
+        struct ZoneV4 {
+            last_signed_s: u64,
+            sign_zone_requests: BTreeMap<u16, u64>,
+            sign_zone_stamps: BTreeMap<u16, u64>,
+            next_slice_s: u64,
+            signing: Option<SigningRun>,
+            sign_finish_votes: std::collections::BTreeSet<u16>,
+        }
+        #[derive(Serialize)]
+        struct V4 {
+            executed: u64,
+            outcomes: [u8; 32],
+            recent_writes: BTreeMap<[u8; 32], RecentWrite>,
+            zones: BTreeMap<u16, ZoneV4>,
+        }
+        let zone = |n: u64| ZoneV4 {
+            last_signed_s: n,
+            sign_zone_requests: [(1, n)].into(),
+            sign_zone_stamps: [(2, n + 1)].into(),
+            next_slice_s: n + 2,
+            signing: Some(SigningRun { seq: n, time_s: n + 3 }),
+            sign_finish_votes: [3].into(),
+        };
+        let old = V4 { executed: 13, outcomes: [7; 32], recent_writes: BTreeMap::new(), zones: [(0, zone(10)), (2, zone(20))].into() };
+        let s = ExecState::decode(&codec::encode(4, &old)).unwrap();
+        assert_eq!((s.executed, s.outcomes, s.zones.len()), (13, [7; 32], 2));
+        let z = s.zone(2);
+        assert_eq!((z.last_signed_s, z.next_slice_s, z.signing, z.rollover_finished_s), (20, 22, Some(SigningRun { seq: 20, time_s: 23 }), 0));
+        assert!(z.rollover_reports.is_empty() && z.sign_finish_votes.contains(&3));
+        // A report or a finish is attested (a zone without either hashes as version 4 did:
+        // the version 3 digest test above still holds).
+        let mut reported = s.clone();
+        reported.zone_mut(2).rollover_reports.insert(1);
+        assert_ne!(s.checkpoint_digest(&[[1; 32], [2; 32], [3; 32]]), reported.checkpoint_digest(&[[1; 32], [2; 32], [3; 32]]));
+        let mut finished = s.clone();
+        finished.zone_mut(0).rollover_finished_s = 99;
+        assert_ne!(s.checkpoint_digest(&[[1; 32]]), finished.checkpoint_digest(&[[1; 32]]));
+        assert_eq!(ExecState::decode(&reported.encode()).unwrap(), reported);
+
+        #[derive(Serialize)]
+        struct IntentV2Out {
+            seq: u64,
+            index: u32,
+            zone: u16,
+            serial: u32,
+            state: V4,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("exec.intent");
+        std::fs::write(&path, codec::encode(2, &IntentV2Out { seq: 14, index: 1, zone: 2, serial: 9, state: old })).unwrap();
+        let intent = WriteIntent::load(&path).unwrap().unwrap();
+        assert_eq!((intent.seq, intent.index, intent.zone, intent.serial), (14, 1, 2, 9));
+        assert_eq!(intent.state, s);
     }
 
     #[test]

@@ -95,6 +95,11 @@ fn finish(replica: u16, run_seq: u64) -> Op {
     Op::SignZoneFinish(pki().signers[replica as usize].sign_finish(run_seq).unwrap())
 }
 
+/// Replica `origin`'s genuine report that the parent's DS covers the new key, signed at `time_s`.
+fn report(origin: u16, time_s: u64) -> Op {
+    Op::RolloverReport { zone: 0, auth: pki().signers[origin as usize].sign_rollover_at(time_s * 1_000_000).unwrap() }
+}
+
 /// Replica `origin`'s genuine sign-zone request, signed at `time_s`.
 fn sz(origin: u16, time_s: u64) -> Op {
     Op::SignZone(pki().signers[origin as usize].sign_at(time_s * 1_000_000).unwrap())
@@ -248,6 +253,13 @@ fn generate(rng: &mut ChaCha8Rng, batches: usize) -> Log {
                 }
                 let run_seq = sign_zone_seqs.last().copied().unwrap_or(0);
                 (finish(signer, run_seq), None)
+            } else if r < 98 {
+                // The parent's new DS seen: t+1 distinct reporters finish the rollover once,
+                // with a whole-zone signing at that point of the log (finish claims follow).
+                if sign_zone_seqs.last() != Some(&seq) {
+                    sign_zone_seqs.push(seq);
+                }
+                (Op::RolloverReport { zone: 0, auth: pki().signers[origin as usize].sign_rollover_at(time_us + requests.len() as u64).unwrap() }, None)
             } else {
                 (Op::Resign, None)
             };
@@ -1134,6 +1146,74 @@ fn a_signed_request_counts_once_and_not_late() {
     // Signed for another zone: refused.
     let (ran, texts) = signings(&[(s, 1, sz(1, s)), (s, 3, Op::SignZone(pki().other_zone[3].sign_at(s * 1_000_000).unwrap()))]);
     assert_eq!(ran, 0, "{texts:?}");
+}
+
+#[test]
+fn a_rollover_finishes_once_t_plus_one_replicas_report_and_never_again() {
+    let s = start_s();
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    let mut seq = 0;
+    let mut step = |core: &mut ExecCore<u64, Unchanged>, time_s: u64, origin: u16, op: Op| {
+        let reply = Some(seq + 1);
+        drive(core, &mut seq, time_s, vec![(origin, op, reply)])
+    };
+    // One replica reporting, however often, does not finish it (t+1 = 2).
+    for k in 0..3 {
+        let (texts, ran, _) = step(&mut core, s + k, 3, report(3, s + k));
+        assert_eq!(ran, 0, "{texts:?}");
+        assert_eq!(texts, vec!["counted: 1 of the 2 replicas needed saw the new DS".to_string()]);
+    }
+    // What a Byzantine primary (replica 3) can order in others' names counts for nobody: its
+    // own report relabelled, another replica's sign-zone request (another label), a report
+    // for another zone, one stamped outside the window, a garbage signature.
+    let mine = pki().signers[3].sign_rollover_at((s + 3) * 1_000_000).unwrap();
+    let mut bad = pki().signers[1].sign_rollover_at((s + 3) * 1_000_000).unwrap();
+    bad.signature = vec![0x30; 8];
+    let forged = [
+        (1, Op::RolloverReport { zone: 0, auth: SignZoneAuth { replica: 1, ..mine.clone() } }),
+        (1, Op::RolloverReport { zone: 0, auth: mine }),
+        (1, Op::RolloverReport { zone: 0, auth: pki().signers[1].sign_at((s + 3) * 1_000_000).unwrap() }),
+        (1, Op::RolloverReport { zone: 0, auth: pki().other_zone[1].sign_rollover_at((s + 3) * 1_000_000).unwrap() }),
+        (1, report(1, s - 60)),
+        (1, Op::RolloverReport { zone: 0, auth: bad }),
+        (1, Op::RolloverReport { zone: 7, auth: pki().signers[1].sign_rollover_at((s + 3) * 1_000_000).unwrap() }),
+    ];
+    for (origin, op) in forged {
+        let (texts, ran, _) = step(&mut core, s + 3, origin, op);
+        assert_eq!(ran, 0, "{texts:?}");
+        assert!(texts.iter().all(|t| t.starts_with("refused")), "{texts:?}");
+    }
+    assert!(!core.rollover_finished(0));
+    assert_eq!(core.state().zone(0).rollover_reports, [3].into());
+    // A second replica's genuine report finishes it: a whole-zone signing at that point.
+    let (texts, ran, _) = step(&mut core, s + 4, 1, report(1, s + 4));
+    assert_eq!(ran, 1, "{texts:?}");
+    assert!(core.rollover_finished(0));
+    let z = core.state().zone(0);
+    assert_eq!((z.rollover_finished_s, z.last_signed_s, z.rollover_reports.len()), (s + 4, s + 4, 0));
+    // Later reports are answered, change nothing, sign nothing.
+    let before = core.state().clone();
+    for origin in [0, 2] {
+        let (texts, ran, _) = step(&mut core, s + 5, origin, report(origin, s + 5));
+        assert_eq!(ran, 0, "{texts:?}");
+        assert_eq!(texts, vec![format!("finished: the rollover ended at agreed time {}", s + 4)]);
+    }
+    assert_eq!(core.state().zones, before.zones);
+}
+
+#[test]
+fn a_rollover_report_waits_for_a_running_signing_to_be_over() {
+    let s = start_s();
+    let mut core = ExecCore::new(config(0), Unchanged, ExecState::default());
+    // A signing begins (two sign-zone requests) and is not finished yet.
+    let cmds = core.deliver(batch(1, s, vec![(2, sz(2, s), None), (3, sz(3, s), None)]));
+    let Some(Command::BeginSigning { seq, .. }) = cmds.iter().find(|c| matches!(c, Command::BeginSigning { .. })) else { panic!("{cmds:?}") };
+    let cmds = core.handle(Event::SigningBegun { seq: *seq, result: Ok(()) });
+    assert!(core.is_idle(), "{cmds:?}");
+    let cmds = core.deliver(batch(2, s + 1, vec![(1, report(1, s + 1), Some(7)), (3, report(3, s + 1), Some(8))]));
+    let texts = answer_texts(&cmds);
+    assert!(texts.iter().all(|(_, t)| t.starts_with("refused: a whole-zone signing is running")), "{texts:?}");
+    assert!(core.state().zone(0).rollover_reports.is_empty() && !core.rollover_finished(0));
 }
 
 #[test]

@@ -626,6 +626,8 @@ mod tests {
             min_request_timeout_ms: None,
             also_notify: Vec::new(),
             catalog_zone: None,
+            parent_resolvers: Vec::new(),
+            rollover_poll_s: None,
         }
     }
 

@@ -138,6 +138,11 @@ pub struct ClusterParams {
     pub also_notify: Vec<SocketAddr>,
     /// The catalog zone listing the zones, written as `[catalog] zone` when set.
     pub catalog_zone: Option<String>,
+    /// Resolvers asked for the parent's DS during an adopted zone's rollover, written as
+    /// `[rollover] parent_resolvers` (the finish then happens by itself).
+    pub parent_resolvers: Vec<SocketAddr>,
+    /// Written as `[rollover] poll_interval_s` when set.
+    pub rollover_poll_s: Option<u64>,
 }
 
 impl ClusterParams {
@@ -560,6 +565,11 @@ fn replica_config(p: &ClusterParams, s: &Shared, i: u16) -> Config {
         rrl: s.rrl.clone(),
         zones: s.zones.clone(),
         catalog: p.catalog_zone.clone().map(|zone| CatalogSection { zone }),
+        rollover: wrapper::rollover::RolloverSection {
+            parent_resolvers: p.parent_resolvers.clone(),
+            poll_interval_s: p.rollover_poll_s.unwrap_or(wrapper::rollover::RolloverSection::default().poll_interval_s),
+            ..Default::default()
+        },
         ..Config::default()
     }
 }
@@ -697,6 +707,8 @@ mod tests {
             min_request_timeout_ms: None,
             also_notify: Vec::new(),
             catalog_zone: None,
+            parent_resolvers: Vec::new(),
+            rollover_poll_s: None,
         }
     }
 

@@ -262,6 +262,15 @@ struct ClusterArgs {
     /// for secondaries that provision zones from a catalog (README, "Secondaries").
     #[arg(long, value_name = "NAME")]
     catalog_zone: Option<String>,
+    /// A resolver (ADDRESS:PORT) the replicas ask for an adopted zone's DS at the parent
+    /// (`[rollover] parent_resolvers`); repeat for several. Once t+1 replicas see the
+    /// threshold key's DS there, the rollover finishes by itself (README, "Beside an
+    /// existing BIND").
+    #[arg(long = "parent-resolver", value_name = "ADDR:PORT")]
+    parent_resolvers: Vec<SocketAddr>,
+    /// Seconds between two rounds of DS questions (`[rollover] poll_interval_s`, default 60).
+    #[arg(long)]
+    rollover_poll_s: Option<u64>,
 }
 
 impl ClusterArgs {
@@ -302,6 +311,8 @@ impl ClusterArgs {
             min_request_timeout_ms: self.min_request_timeout_ms,
             also_notify: self.also_notify.clone(),
             catalog_zone: self.catalog_zone.as_ref().map(|z| if z.ends_with('.') { z.clone() } else { format!("{z}.") }),
+            parent_resolvers: self.parent_resolvers.clone(),
+            rollover_poll_s: self.rollover_poll_s,
         }
     }
 }

@@ -77,6 +77,9 @@ pub struct Config {
     pub rrl: crate::rrl::RrlConfig,
     #[serde(default)]
     pub order_limit: crate::rrl::OrderLimitConfig,
+    /// The parent's DS watched to finish an adopted zone's rollover by itself.
+    #[serde(default, skip_serializing_if = "crate::rollover::RolloverSection::is_default")]
+    pub rollover: crate::rollover::RolloverSection,
     /// The zones served, one `[[zone]]` table each; once loaded, sorted by canonical name
     /// (the position is the zone index every replica derives alike). A file without
     /// `[[zone]]` tables is read as one zone from the single-zone fields of `[cluster]`,

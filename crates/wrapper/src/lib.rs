@@ -4,9 +4,9 @@
 //! the zone plan, the vouched-read core) live in the `exec` crate; this one performs them with
 //! tokio and named, in rooms by job: `front` (listeners, gateway, HTTP endpoint), `reads` (the
 //! read router and every read path), `execution` (the executor), `zone`, `statexfer`,
-//! `signing`, `client` (the way back to a client), `ops`, `faults` (tests only), `catalog` (the
-//! catalog zone listing the zones), `config` and
-//! `run` (the composition root). docs/ARCHITECTURE.md draws them.
+//! `signing`, `client` (the way back to a client), `rollover` (the parent's DS watched for an
+//! adopted zone's rollover), `ops`, `faults` (tests only), `catalog` (the catalog zone listing
+//! the zones), `config` and `run` (the composition root). docs/ARCHITECTURE.md draws them.
 //!
 //! A read: `front::listener` -> `reads::route` (classify, once) -> local (`reads::read`),
 //! vouched (`reads::vouched`: answered without ordering once 2t peers' read barriers show the
@@ -26,6 +26,7 @@ pub mod faults;
 pub mod front;
 pub mod ops;
 pub mod reads;
+pub mod rollover;
 pub mod run;
 pub mod signing;
 pub mod statexfer;

@@ -30,8 +30,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
 /// 2: with the ordering's delivery base; 3: every zone's records, with its name (version 2
-/// snapshots, one zone's, are read too: kept ones stay servable after an upgrade).
-const SNAPSHOT_VERSION: u8 = 3;
+/// snapshots, one zone's, are read too: kept ones stay servable after an upgrade); 4: the
+/// execution state's version 5 (rollover reports); version 3 snapshots are read too.
+const SNAPSHOT_VERSION: u8 = 4;
 const MESSAGE_VERSION: u8 = 1;
 /// Snapshots kept on disk: the stable checkpoint and the ones after it that may become stable
 /// while a peer fetches.
@@ -122,6 +123,16 @@ struct SnapshotV2 {
     base: Vec<u8>,
 }
 
+/// A snapshot as version 3 stored it (a version 4 execution state).
+#[derive(Deserialize)]
+struct SnapshotV3 {
+    seq: u64,
+    digest: [u8; 32],
+    state: exec::state::StateV4,
+    zones: Vec<SnapshotZone>,
+    base: Vec<u8>,
+}
+
 /// A zone name as snapshots and their checks compare it.
 pub fn canonical_zone_name(name: &str) -> String {
     let name = name.to_ascii_lowercase();
@@ -143,6 +154,10 @@ impl Snapshot {
                 let v2: SnapshotV2 = codec::decode("snapshot", 2, max, bytes)?;
                 let zones = vec![SnapshotZone { name: String::new(), records: v2.records }];
                 Ok(Snapshot { seq: v2.seq, digest: v2.digest, state: v2.state.into(), zones, base: v2.base })
+            }
+            Err(CodecError::Version { got: 3, .. }) => {
+                let v3: SnapshotV3 = codec::decode("snapshot", 3, max, bytes)?;
+                Ok(Snapshot { seq: v3.seq, digest: v3.digest, state: v3.state.into(), zones: v3.zones, base: v3.base })
             }
             other => Ok(other?),
         }
@@ -907,6 +922,63 @@ mod tests {
         read.verify(&claim).unwrap();
         read.check_zones(&["example.test.".into()]).unwrap();
         assert!(read.check_zones(&["example.test.".into(), "other.test.".into()]).is_err());
+    }
+
+    /// A snapshot of version 3 (a version 4 execution state, before the rollover reports) is
+    /// read with its zones and state, and still verifies.
+    #[test]
+    fn a_version_3_snapshot_is_read_and_verifies() {
+        #[derive(Serialize)]
+        struct ZoneV4 {
+            last_signed_s: u64,
+            sign_zone_requests: BTreeMap<u16, u64>,
+            sign_zone_stamps: BTreeMap<u16, u64>,
+            next_slice_s: u64,
+            signing: Option<exec::SigningRun>,
+            sign_finish_votes: std::collections::BTreeSet<u16>,
+        }
+        #[derive(Serialize)]
+        struct V4State {
+            executed: u64,
+            outcomes: [u8; 32],
+            recent_writes: BTreeMap<[u8; 32], exec::state::RecentWrite>,
+            zones: BTreeMap<u16, ZoneV4>,
+        }
+        #[derive(Serialize)]
+        struct V3 {
+            seq: u64,
+            digest: [u8; 32],
+            state: V4State,
+            zones: Vec<SnapshotZone>,
+            base: Vec<u8>,
+        }
+        let (good, claim) = snapshot(64, 5);
+        let st = &good.state;
+        let zones = st
+            .zones
+            .iter()
+            .map(|(i, z)| {
+                let z = ZoneV4 {
+                    last_signed_s: z.last_signed_s,
+                    sign_zone_requests: z.sign_zone_requests.clone(),
+                    sign_zone_stamps: z.sign_zone_stamps.clone(),
+                    next_slice_s: z.next_slice_s,
+                    signing: z.signing,
+                    sign_finish_votes: z.sign_finish_votes.clone(),
+                };
+                (*i, z)
+            })
+            .collect();
+        let old = V3 {
+            seq: good.seq,
+            digest: good.digest,
+            state: V4State { executed: st.executed, outcomes: st.outcomes, recent_writes: st.recent_writes.clone(), zones },
+            zones: good.zones.clone(),
+            base: good.base.clone(),
+        };
+        let read = Snapshot::decode(&codec::encode(3, &old), 1 << 20).unwrap();
+        assert_eq!(read, good);
+        read.verify(&claim).unwrap();
     }
 
     #[test]

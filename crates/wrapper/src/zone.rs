@@ -155,6 +155,10 @@ pub struct ZoneMaintenance {
     /// The zone's SOA and RRSIGs as the last slice saw them, with the supervisor's start
     /// count then (see [`Self::slice_records`]); `Default` to begin.
     pub slice_index: std::sync::Mutex<Option<(u64, Vec<Vec<u8>>)>>,
+    /// The zone's rollover was finished by the replicas' reports of the parent's new DS
+    /// (replicated state: `exec::ExecCore::rollover_finished`, set by the executor before
+    /// every signing it begins or finishes): a signing leaves the rollover's records out.
+    pub rollover_finished: std::sync::atomic::AtomicBool,
 }
 
 /// What one slice did, for the log and the progress metrics.
@@ -207,6 +211,7 @@ impl ZoneMaintenance {
             slice_journal,
             signer_threads,
             slice_index: Default::default(),
+            rollover_finished: Default::default(),
         }
     }
 
@@ -337,7 +342,10 @@ impl ZoneMaintenance {
         unsigned.dedup();
         // The AXFR ends with the SOA again.
         let mut signer: Vec<Vec<u8>> =
-            exec::signer_input::signer_records(kept, &apex_wire, &marker, self.key.key_tag()).iter().map(RawRecord::to_wire).collect();
+            exec::signer_input::signer_records_at(kept, &apex_wire, &marker, self.key.key_tag(), self.rollover_finished.load(Ordering::Relaxed))
+                .iter()
+                .map(RawRecord::to_wire)
+                .collect();
         let mut seen = std::collections::HashSet::new();
         signer.retain(|r| seen.insert(r.to_ascii_lowercase()));
         Ok((unsigned, signer))

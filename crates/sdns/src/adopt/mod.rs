@@ -900,9 +900,12 @@ fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk:
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     // An hour back, for validators whose clocks are behind.
     let validity = (now.saturating_sub(3600), now + u64::from(o.rollover_validity_days) * 86_400);
-    let dnskeys = [ksk.record(threshold.ttl), threshold.dnskey_record()];
-    let rrsig = rollover::sign_dnskey_rrset(&o.signzone, zone, soa, &dnskeys, ksk, key_dir, validity, &out.join(".adopt-sign"))?;
-    let records = rollover::rollover_records(zone, ksk, threshold.ttl, &rrsig);
+    // The CDS and CDNSKEY for the threshold key are known now: the operator's KSK signs
+    // them here with the DNSKEY RRset (RFC 7344 4.1: signed by a key the parent's DS covers).
+    let cds = rollover::cds_records(&threshold.dnskey_record(), threshold.ttl)?;
+    let apex: Vec<String> = [ksk.record(threshold.ttl), threshold.dnskey_record()].into_iter().chain(cds.iter().cloned()).collect();
+    let rrsigs = rollover::sign_apex_rrsets(&o.signzone, zone, soa, &apex, ksk, key_dir, validity, &out.join(".adopt-sign"))?;
+    let records = rollover::rollover_records(zone, ksk, threshold.ttl, &cds, &rrsigs);
     for dir in std::iter::once(out.to_owned()).chain((0..p.replicas).map(|i| replica_dir(out, i))) {
         let path = dir.join(zdir).join("zone.db");
         let mut text = std::fs::read_to_string(&path)?;
@@ -931,9 +934,13 @@ fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk:
         "Rollover of {zone} from your KSK {old_tag} to the threshold key {new_tag} (double KSK).\n\
          Both keys are published; your KSK signed the DNSKEY RRset once, valid until {until} UTC,\n\
          so validators that trust the DS at the parent now keep validating.\n\
-         1. Once every replica serves the zone, give the parent the new DS (keep the old one):\n   {new_ds}\n\
+         1. Once every replica serves the zone, give the parent the new DS (keep the old one):\n   {new_ds}\n   \
+         (the zone publishes it as CDS and CDNSKEY, signed by your KSK: a parent that reads\n   \
+         them, RFC 7344/8078, takes it by itself)\n\
          2. Wait until the parent serves it and the parent's DS TTL has passed.\n\
-         3. Finish: {finish}: your KSK and its signature leave the zone.\n\
+         3. Finish: {finish}: your KSK and its signature leave the zone.\n   \
+         With [rollover] parent_resolvers in every replica.toml, steps 2 and 3 happen by\n   \
+         themselves once t+1 replicas see the new DS at the parent.\n\
          4. Have the parent remove the old DS:\n   {old_ds}\n\
          Finish before {until}: after it the old key's signature expires, and validators that only\n\
          know the old DS fail.\n",

@@ -11,7 +11,17 @@
 //! a whole-zone signing carries the operator's records over (see
 //! `exec::signer_input::signer_records`) while
 //! the zone holds the marker record ([`marker_name`]). Deleting the marker (an ordered
-//! update) and signing the zone (an ordered sign-zone) finishes the rollover.
+//! update) and signing the zone (an ordered sign-zone) finishes the rollover; so do t+1
+//! replicas' reports that the parent's DS covers the threshold key (`exec::core`).
+//!
+//! During the rollover the zone also publishes CDS and CDNSKEY for the threshold key
+//! (RFC 7344, RFC 8078), so a parent that scans for them can put the new DS in by itself.
+//! RFC 7344 4.1 wants them signed by a key the parent's current DS covers: their content is
+//! fixed at the adoption (the threshold key is dealt by then), so the operator's KSK signs
+//! them there, with the DNSKEY RRset, for the same validity. The threshold key signs them
+//! too, like every RRset; a validator that trusts the old DS accepts either (old DS -> old
+//! KSK -> DNSKEY RRset, which holds the threshold key -> CDS). A whole-zone signing after
+//! the marker is gone drops them (docs/DETERMINISM.md, "CDS and the automatic finish").
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -85,12 +95,39 @@ impl Dnskey {
 
     /// The DS record (SHA-256) the parent holds for this key.
     pub fn ds(&self) -> Option<String> {
+        Some(format!("{} IN DS {}", self.owner, self.ds_rdata()?))
+    }
+
+    /// The DS rdata (SHA-256) in presentation form: `tag algorithm 2 DIGEST`.
+    fn ds_rdata(&self) -> Option<String> {
         let owner = hickory_proto::rr::Name::from_ascii(&self.owner).ok()?.to_lowercase();
         let wire = hickory_proto::serialize::binary::BinEncodable::to_bytes(&owner).ok()?;
         let rdata = self.rdata()?;
         let digest: String = dnswire::dnssec::ds_sha256(&wire, &rdata).iter().map(|b| format!("{b:02X}")).collect();
-        Some(format!("{} IN DS {} {} 2 {digest}", self.owner, named_glue::keys::key_tag(&rdata), self.algorithm))
+        Some(format!("{} {} 2 {digest}", named_glue::keys::key_tag(&rdata), self.algorithm))
     }
+
+    /// The CDS record (RFC 7344) asking the parent for this key's DS (SHA-256, the digest
+    /// RFC 8624 says to use), with `ttl`.
+    pub fn cds(&self, ttl: u32) -> Option<String> {
+        Some(format!("{} {ttl} IN CDS {}", self.owner, self.ds_rdata()?))
+    }
+
+    /// The CDNSKEY record (RFC 7344) for this key, with `ttl`: the key itself, for parents
+    /// that compute the DS themselves.
+    pub fn cdnskey(&self, ttl: u32) -> String {
+        format!("{} {ttl} IN CDNSKEY {} 3 {} {}", self.owner, self.flags, self.algorithm, self.public_b64)
+    }
+}
+
+/// The CDS and CDNSKEY records the adopted zone publishes during the rollover: the
+/// threshold key's (`threshold`, a DNSKEY line), with the DNSKEY RRset's TTL. Only the new
+/// key: a CDS RRset is the whole DS set the child asks for (RFC 7344 4.1), and the old key
+/// is to leave the parent.
+pub fn cds_records(threshold: &str, ttl: u32) -> Result<Vec<String>> {
+    let key = Dnskey::parse(threshold).ok_or_else(|| anyhow!("the threshold key's DNSKEY record does not read: {threshold}"))?;
+    let cds = key.cds(ttl).ok_or_else(|| anyhow!("the threshold key's DS"))?;
+    Ok(vec![cds, key.cdnskey(ttl)])
 }
 
 /// The key-signing keys at the apex of `zone` in zone text.
@@ -133,27 +170,28 @@ pub fn key_files(key_dir: &Path, stem: &str) -> Result<(PathBuf, PathBuf)> {
     Ok((public, private))
 }
 
-/// A signature over the DNSKEY RRset `dnskeys` (zone-file lines, one TTL) made with the
-/// operator's key `ksk`, whose files are in `key_dir`, by the operator's dnssec-signzone,
-/// valid from `inception` to `expiration` (seconds since the epoch). The key files are
-/// copied to the scratch directory `work` (removed after): nothing is written beside the
-/// operator's keys.
+/// Signatures over the apex RRsets in `records` (zone-file lines: the DNSKEY RRset, and
+/// the CDS and CDNSKEY RRsets, each with one TTL) made with the operator's key `ksk`, whose
+/// files are in `key_dir`, by the operator's dnssec-signzone, valid from `inception` to
+/// `expiration` (seconds since the epoch); one RRSIG line per type, DNSKEY's first. The key
+/// files are copied to the scratch directory `work` (removed after): nothing is written
+/// beside the operator's keys.
 #[allow(clippy::too_many_arguments)]
-pub fn sign_dnskey_rrset(
+pub fn sign_apex_rrsets(
     signzone: &Path,
     zone: &str,
     soa: &str,
-    dnskeys: &[String],
+    records: &[String],
     ksk: &Dnskey,
     key_dir: &Path,
     (inception, expiration): (u64, u64),
     work: &Path,
-) -> Result<String> {
+) -> Result<Vec<String>> {
     let stem = ksk.file_stem().ok_or_else(|| anyhow!("the operator's KSK is not base64"))?;
     let (public, private) = key_files(key_dir, &stem)?;
     let _ = std::fs::remove_dir_all(work);
     std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
-    let result = sign_in(signzone, zone, soa, dnskeys, ksk, &stem, (&public, &private), (inception, expiration), work);
+    let result = sign_in(signzone, zone, soa, records, ksk, &stem, (&public, &private), (inception, expiration), work);
     let _ = std::fs::remove_dir_all(work);
     result
 }
@@ -163,19 +201,19 @@ fn sign_in(
     signzone: &Path,
     zone: &str,
     soa: &str,
-    dnskeys: &[String],
+    records: &[String],
     ksk: &Dnskey,
     stem: &str,
     (public, private): (&Path, &Path),
     (inception, expiration): (u64, u64),
     work: &Path,
-) -> Result<String> {
+) -> Result<Vec<String>> {
     std::fs::copy(public, work.join(format!("{stem}.key"))).with_context(|| format!("reading {}", public.display()))?;
     std::fs::copy(private, work.join(format!("{stem}.private"))).with_context(|| format!("reading {}", private.display()))?;
     let input = work.join("dnskey.zone");
     let output = work.join("dnskey.signed");
     let mut text = format!("{soa}\n");
-    for k in dnskeys {
+    for k in records {
         text.push_str(k);
         text.push('\n');
     }
@@ -203,25 +241,45 @@ fn sign_in(
     }
     let signed = std::fs::read_to_string(&output)?;
     let tag = ksk.key_tag().unwrap_or(0);
-    signed
-        .lines()
-        .find(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            matches!(rrsig_fields(&f), Some((covered, t)) if covered == "DNSKEY" && t == tag)
+    let mut types: Vec<String> = Vec::new();
+    for r in records {
+        if let Some(t) = r.split_whitespace().nth(3).map(str::to_ascii_uppercase) {
+            if !types.contains(&t) {
+                types.push(t);
+            }
+        }
+    }
+    types
+        .iter()
+        .map(|t| {
+            signed
+                .lines()
+                .find(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    matches!(rrsig_fields(&f), Some((covered, k)) if covered == *t && k == tag)
+                })
+                .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                .ok_or_else(|| anyhow!("{} made no signature over the {t} RRset with key {tag}", signzone.display()))
         })
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .ok_or_else(|| anyhow!("{} made no signature over the DNSKEY RRset with key {tag}", signzone.display()))
+        .collect()
 }
 
 /// The records the adoption adds to the zone for the rollover: the operator's KSK (with the
-/// DNSKEY RRset's TTL), its signature over the RRset, and the marker.
-pub fn rollover_records(zone: &str, ksk: &Dnskey, ttl: u32, rrsig: &str) -> String {
+/// DNSKEY RRset's TTL), the CDS and CDNSKEY records `cds` for the threshold key, the
+/// operator's KSK's signatures `rrsigs` over the DNSKEY, CDS and CDNSKEY RRsets, and the
+/// marker.
+pub fn rollover_records(zone: &str, ksk: &Dnskey, ttl: u32, cds: &[String], rrsigs: &[String]) -> String {
     let tag = ksk.key_tag().unwrap_or(0);
-    format!(
-        "{}\n{rrsig}\n{} {ttl} IN TXT \"sdns: the DNSKEY RRset keeps the old KSK {tag} until this record is deleted and the zone signed\"\n",
-        ksk.record(ttl),
-        marker_name(zone),
-    )
+    let mut out = format!("{}\n", ksk.record(ttl));
+    for line in cds.iter().chain(rrsigs) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "{} {ttl} IN TXT \"sdns: the DNSKEY RRset keeps the old KSK {tag} until this record is deleted and the zone signed\"\n",
+        marker_name(zone)
+    ));
+    out
 }
 
 #[cfg(test)]
@@ -277,13 +335,21 @@ mod tests {
     }
 
     #[test]
-    fn the_rollover_records_are_the_old_key_its_signature_and_the_marker() {
+    fn the_rollover_records_are_the_old_key_the_cds_their_signatures_and_the_marker() {
         let rrsig = "signed.test. 3600 IN RRSIG DNSKEY 8 2 3600 20300101000000 20200101000000 4242 signed.test. AAAA";
-        let text = rollover_records("signed.test", &ksk(), 3600, rrsig);
+        let cds_sig = "signed.test. 3600 IN RRSIG CDS 8 2 3600 20300101000000 20200101000000 4242 signed.test. AAAA";
+        let threshold = format!("signed.test. 3600 IN DNSKEY 257 3 8 {KEY}");
+        let cds = cds_records(&threshold, 3600).unwrap();
+        let text = rollover_records("signed.test", &ksk(), 3600, &cds, &[rrsig.to_string(), cds_sig.to_string()]);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 3);
+        assert_eq!(lines.len(), 6);
         assert_eq!(Dnskey::parse(lines[0]).unwrap(), Dnskey { ttl: 3600, ..ksk() }, "the RRset's TTL, which the signature covers");
-        assert_eq!(lines[1], rrsig);
-        assert!(lines[2].starts_with("_sdns-rollover.signed.test. 3600 IN TXT \""), "{}", lines[2]);
+        // The CDS is the DS the parent is asked for: the one `ds` gives, with the TTL.
+        let ds = ksk().ds().unwrap();
+        assert_eq!(lines[1], ds.replacen(" IN DS ", " 3600 IN CDS ", 1));
+        assert_eq!(lines[2], format!("signed.test. 3600 IN CDNSKEY 257 3 8 {KEY}"));
+        assert_eq!((lines[3], lines[4]), (rrsig, cds_sig));
+        assert!(lines[5].starts_with("_sdns-rollover.signed.test. 3600 IN TXT \""), "{}", lines[5]);
+        assert!(cds_records("signed.test. 3600 IN TXT x", 3600).is_err());
     }
 }

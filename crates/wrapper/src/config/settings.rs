@@ -68,6 +68,7 @@ pub struct Settings {
     pub auth: AuthSettings,
     pub rrl: RrlConfig,
     pub order_limit: OrderLimitConfig,
+    pub rollover: crate::rollover::RolloverSection,
     pub test: TestHooks,
 }
 
@@ -293,6 +294,7 @@ impl Settings {
         let signing = check.signing(&file.signing, &named)?;
         file.rrl.validate().map_err(|e| check.bad("rrl", e))?;
         file.order_limit.validate().map_err(|e| check.bad("order_limit", e))?;
+        file.rollover.validate().map_err(|e| check.bad("rollover", e))?;
         let auth = check.auth(&file.auth)?;
         let client = check.client(&file.client)?;
         Ok(Settings {
@@ -321,6 +323,7 @@ impl Settings {
             auth,
             rrl: file.rrl,
             order_limit: file.order_limit,
+            rollover: file.rollover,
             test,
         })
     }

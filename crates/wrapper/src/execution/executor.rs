@@ -772,6 +772,8 @@ impl<G: UpdateGate + 'static> Executor<G> {
             let _ = events.send(Event::SigningBegun { seq, result: Err(format!("no zone has index {zone}")) });
             return;
         };
+        // Decided at this point of the log (replicated state), before the content is taken.
+        maintenance.rollover_finished.store(self.core.rollover_finished(zone), std::sync::atomic::Ordering::Relaxed);
         let (metrics, events) = (self.metrics.clone(), events.clone());
         let id = self.id;
         self.tasks.spawn(async move {
@@ -798,6 +800,8 @@ impl<G: UpdateGate + 'static> Executor<G> {
             let _ = events.send(Event::SigningFinished { seq, result: Err(format!("no zone has index {zone}")) });
             return;
         };
+        // Another round takes the signer's input again (after a restart too).
+        maintenance.rollover_finished.store(self.core.rollover_finished(zone), std::sync::atomic::Ordering::Relaxed);
         let finish = FinishTask {
             id: self.id,
             maintenance,

@@ -86,6 +86,8 @@ impl Gateway {
             // Said again every few seconds while the write is stuck; each copy's answer
             // comes only once the executor is past it.
             Op::Stuck { .. } => (None, Duration::from_secs(30)),
+            // Answered at once when counted; the finishing one when its signing is installed.
+            Op::RolloverReport { .. } => (None, Duration::from_secs(600)),
         };
         let payload = op.encode();
         if !self.pending.insert(key, reply.clone(), ttl, payload_digest(&payload)) {

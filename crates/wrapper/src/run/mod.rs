@@ -105,6 +105,21 @@ pub async fn run(settings: Settings) -> Result<()> {
         hostile,
     };
     requests::start_own_requests(own, &mut tasks)?;
+    if !s.rollover.parent_resolvers.is_empty() {
+        for (index, ((z, (_, key)), signer)) in s.zones.iter().zip(&zone_keys).zip(&sign_zone_signers).enumerate() {
+            let zone = u16::try_from(index).map_err(|_| anyhow::anyhow!("zone index {index} out of range"))?;
+            let watch = crate::rollover::ParentWatch {
+                zone,
+                apex: z.apex.clone(),
+                key: key.clone(),
+                settings: s.rollover.clone(),
+                named: named.reads.clone(),
+                gateway: gateway.clone(),
+                signer: signer.clone(),
+            };
+            tasks.spawn("parent DS watch", crate::rollover::watch_parent(watch));
+        }
+    }
     let filters = front::client_filters(s, &named_setup.auth, &reads, vouched);
     front::start_listeners(&gateway_cfg, s.access.clone(), filters, to_gateway, &metrics, &mut tasks).await?;
     let zone_names = s.zones.iter().map(|z| z.name.clone()).collect();
