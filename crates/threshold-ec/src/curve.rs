@@ -74,7 +74,7 @@ impl Curve for P256 {
     const NAME: &'static [u8] = b"P-256";
 
     fn mul_base(k: &Self::Scalar) -> Self::Point {
-        p256::ProjectivePoint::GENERATOR * k
+        g_table().mul(k)
     }
 
     fn scalar_from_wide(bytes: &[u8; 64]) -> Self::Scalar {
@@ -128,6 +128,80 @@ pub(crate) fn p256_h() -> p256::ProjectivePoint {
     })
 }
 
+/// A fixed-base table for P-256 (the p256 crate has none): for each of the 64 4-bit digits
+/// of a scalar, the 16 multiples 0..15 of 16^w·P as affine points, so k·P is 64 mixed
+/// additions instead of 256 doublings and 64 additions. Constant time: every digit reads all
+/// 16 entries of its row through conditional selection, and the complete addition formulas
+/// handle the identity without a branch.
+pub(crate) struct P256Table(Vec<[p256::AffinePoint; 16]>);
+
+impl P256Table {
+    pub(crate) fn new(base: &p256::ProjectivePoint) -> P256Table {
+        use group::Curve as _;
+        let mut points = Vec::with_capacity(64 * 16);
+        let mut b = *base;
+        for _ in 0..64 {
+            let mut acc = p256::ProjectivePoint::IDENTITY;
+            for _ in 0..16 {
+                points.push(acc);
+                acc += b;
+            }
+            b = acc;
+        }
+        let mut affine = vec![p256::AffinePoint::IDENTITY; points.len()];
+        p256::ProjectivePoint::batch_normalize(&points, &mut affine);
+        P256Table(affine.chunks_exact(16).map(|row| std::array::from_fn(|j| row[j])).collect())
+    }
+
+    pub(crate) fn mul(&self, k: &p256::Scalar) -> p256::ProjectivePoint {
+        use p256::elliptic_curve::subtle::{ConditionallySelectable, ConstantTimeEq};
+        let bytes: [u8; 32] = k.to_repr().into();
+        let mut acc = p256::ProjectivePoint::IDENTITY;
+        for (w, row) in self.0.iter().enumerate() {
+            // Big-endian bytes: digit w is the low or high half of byte 31 − w/2.
+            let byte = bytes[31 - w / 2];
+            let digit = if w % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+            let mut entry = p256::AffinePoint::IDENTITY;
+            for (j, point) in row.iter().enumerate().skip(1) {
+                entry.conditional_assign(point, (j as u8).ct_eq(&digit));
+            }
+            acc += entry;
+        }
+        acc
+    }
+}
+
+fn g_table() -> &'static P256Table {
+    static G: OnceLock<P256Table> = OnceLock::new();
+    G.get_or_init(|| P256Table::new(&p256::ProjectivePoint::GENERATOR))
+}
+
+fn h_table() -> &'static P256Table {
+    static H: OnceLock<P256Table> = OnceLock::new();
+    H.get_or_init(|| P256Table::new(&p256_h()))
+}
+
+/// The Pedersen commitment v·G + blind·H, both from fixed-base tables.
+pub(crate) fn pedersen(v: &p256::Scalar, blind: &p256::Scalar) -> p256::ProjectivePoint {
+    g_table().mul(v) + h_table().mul(blind)
+}
+
+/// The compressed encodings of `points` (as [`Curve::point_to_bytes`]), with one field
+/// inversion for all of them instead of one each.
+pub(crate) fn encode_points(points: &[p256::ProjectivePoint]) -> Vec<[u8; 33]> {
+    use group::Curve as _;
+    let mut affine = vec![p256::AffinePoint::IDENTITY; points.len()];
+    p256::ProjectivePoint::batch_normalize(points, &mut affine);
+    affine
+        .iter()
+        .map(|a| {
+            let mut out = [0u8; 33];
+            out.copy_from_slice(&a.to_bytes());
+            out
+        })
+        .collect()
+}
+
 /// Lagrange coefficient of point `j` among `points` for evaluation at `at` (all distinct).
 pub(crate) fn lagrange<F: PrimeField>(points: &[u16], j: u16, at: F) -> F {
     let xj = F::from(u64::from(j));
@@ -142,10 +216,37 @@ pub(crate) fn lagrange<F: PrimeField>(points: &[u16], j: u16, at: F) -> F {
     num * Option::<F>::from(den.invert()).unwrap_or(F::ZERO)
 }
 
-/// The value at `at` of the polynomial through `shares` (degree len − 1).
+/// The value at `at` of the polynomial through `shares` (degree len − 1). The Lagrange
+/// denominators are inverted together (one inversion and three multiplications each, instead
+/// of an inversion each). Duplicate points (a caller bug) give zero, which fails its check.
 pub(crate) fn interpolate<F: PrimeField>(shares: &[(u16, F)], at: F) -> F {
-    let points: Vec<u16> = shares.iter().map(|(j, _)| *j).collect();
-    shares.iter().map(|(j, v)| lagrange(&points, *j, at) * v).sum()
+    let xs: Vec<F> = shares.iter().map(|(j, _)| F::from(u64::from(*j))).collect();
+    let mut nums = Vec::with_capacity(xs.len());
+    let mut dens = Vec::with_capacity(xs.len());
+    for (a, xa) in xs.iter().enumerate() {
+        let (mut num, mut den) = (F::ONE, F::ONE);
+        for (_, xb) in xs.iter().enumerate().filter(|(b, _)| *b != a) {
+            num *= at - xb;
+            den *= *xa - xb;
+        }
+        nums.push(num);
+        dens.push(den);
+    }
+    // Montgomery's trick: prefix products, one inversion, then walk back.
+    let mut prefix = Vec::with_capacity(dens.len());
+    let mut acc = F::ONE;
+    for d in &dens {
+        prefix.push(acc);
+        acc *= d;
+    }
+    let mut inv = Option::<F>::from(acc.invert()).unwrap_or(F::ZERO);
+    let mut result = F::ZERO;
+    for a in (0..shares.len()).rev() {
+        let inv_a = inv * prefix[a];
+        inv *= dens[a];
+        result += nums[a] * inv_a * shares[a].1;
+    }
+    result
 }
 
 /// Whether every share lies on the polynomial of degree `degree` through the first
@@ -170,6 +271,25 @@ mod tests {
         // 2^256 mod q = 2^256 - q, which is below 2^224.
         let r: [u8; 32] = P256::scalar_to_bytes(&two_256);
         assert_eq!(&r[..3], &[0, 0, 0]);
+    }
+
+    #[test]
+    fn fixed_base_tables_agree_with_plain_multiplication() {
+        let h = p256_h();
+        let table = P256Table::new(&h);
+        for k in [0u64, 1, 2, 15, 16, 255, 256, 0xdead_beef_1234_5678] {
+            let k = p256::Scalar::from(k);
+            assert_eq!(table.mul(&k), h * k);
+            assert_eq!(P256::mul_base(&k), p256::ProjectivePoint::GENERATOR * k);
+        }
+        let big = -p256::Scalar::from(3u64);
+        assert_eq!(table.mul(&big), h * big);
+        assert_eq!(pedersen(&big, &p256::Scalar::from(7u64)), p256::ProjectivePoint::GENERATOR * big + h * p256::Scalar::from(7u64));
+        let points = [h, p256::ProjectivePoint::IDENTITY, h * big];
+        let encoded = encode_points(&points);
+        for (p, e) in points.iter().zip(&encoded) {
+            assert_eq!(P256::point_to_bytes(p), e.to_vec());
+        }
     }
 
     #[test]

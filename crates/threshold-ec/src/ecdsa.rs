@@ -8,8 +8,17 @@
 //!
 //! Checking is lazy: μ is taken without proofs when all n μ_j lie on one degree-2t
 //! polynomial, and s without proofs when the combined signature verifies against the exact R.
+//!
+//! Cost: what is per key (the decoded key, verification points, a fixed-base table of Y) is
+//! in [`EcdsaKey`]; a replica's own commitments and statements are all combinations of G and
+//! H with scalars it knows, so they come from fixed-base tables, and the points it sends are
+//! encoded with one field inversion in all. Peers' commitments are decoded only as far as
+//! R needs (the k-points of the sets this replica does not hold), the rest only when a proof
+//! must be checked.
 
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use ff::Field;
 use p256::elliptic_curve::bigint::U256;
@@ -20,10 +29,10 @@ use sha2::{Digest as _, Sha256};
 use zeroize::Zeroize;
 
 use crate::commit::CommitTable;
-use crate::curve::{interpolate, on_one_polynomial, p256_h, Curve, P256};
+use crate::curve::{encode_points, interpolate, on_one_polynomial, pedersen, Curve, P256Table, P256};
 use crate::intake::Intake;
 use crate::proof::{self, Statement, PROOF_LEN};
-use crate::prss::{prf, random_commitment, random_share, zero_commitment, zero_share, Label};
+use crate::prss::{f_t, prf, random_commitment, zero_commitment, Label};
 use crate::{Algorithm, Blame, Error, Fault, KeyShare, PublicKey};
 
 const TAG_ROUND1: u8 = 1;
@@ -81,32 +90,104 @@ impl EcdsaMessage {
     }
 }
 
+/// What sessions need of a P-256 key, decoded and checked once per key and shared by the
+/// key's sessions.
+pub(crate) struct EcdsaKey {
+    pk: Arc<PublicKey>,
+    share: Arc<KeyShare>,
+    /// Y's fixed-base table: the final check u1·G + u2·Y = R is two table walks.
+    y_table: P256Table,
+    xs: Vec<ProjectivePoint>,
+    x: Scalar,
+    /// f_T(i) of this replica for the sets it holds, in key order (one inversion each).
+    f_own: Vec<Scalar>,
+}
+
+impl Drop for EcdsaKey {
+    fn drop(&mut self) {
+        self.x.zeroize();
+    }
+}
+
+impl EcdsaKey {
+    pub(crate) fn new(pk: Arc<PublicKey>, share: Arc<KeyShare>) -> Result<EcdsaKey, Error> {
+        if pk.algorithm() != Algorithm::EcdsaP256Sha256 {
+            return Err(Error::Algorithm(pk.algorithm().number()));
+        }
+        share.check(&pk)?;
+        let y = pk.y_p256().ok_or(Error::Malformed("public key"))?;
+        let xs = pk.verification_points::<P256>().ok_or(Error::Malformed("verification points"))?;
+        let x = share.secret_scalar::<P256>().ok_or(Error::Malformed("secret"))?;
+        let f_own = share.prss_keys().iter().map(|(set, _)| f_t::<Scalar>(*set, share.index())).collect();
+        Ok(EcdsaKey { y_table: P256Table::new(&y), pk, share, xs, x, f_own })
+    }
+}
+
 /// This replica's secret shares for one session, wiped on drop.
+#[derive(Default)]
 struct Secrets {
     k: Scalar,
     a: Scalar,
     b: Scalar,
-    x: Scalar,
+    z1: Scalar,
+    y1: Scalar,
     z2: Scalar,
     y2: Scalar,
 }
 
 impl Drop for Secrets {
     fn drop(&mut self) {
-        for s in [&mut self.k, &mut self.a, &mut self.b, &mut self.x, &mut self.z2, &mut self.y2] {
+        for s in [&mut self.k, &mut self.a, &mut self.b, &mut self.z1, &mut self.y1, &mut self.z2, &mut self.y2] {
             s.zeroize();
         }
     }
 }
 
-/// What the commitment round fixed.
+/// What the commitment round fixed: R and r, and the accepted bundles as points once a proof
+/// has to be checked.
 struct Fixed {
     big_r: ProjectivePoint,
     r: Scalar,
+    decoded: OnceCell<Option<Decoded>>,
+}
+
+/// The accepted per-set commitments, decoded.
+struct Decoded {
     k: Vec<(u32, ProjectivePoint)>,
     a: Vec<(u32, ProjectivePoint)>,
     z1: Vec<(u32, Vec<ProjectivePoint>)>,
     z2: Vec<(u32, Vec<ProjectivePoint>)>,
+}
+
+/// A replica's own bundle for one set it holds: its bytes and points.
+struct Bundle {
+    set: u32,
+    bytes: Vec<u8>,
+    points: Vec<ProjectivePoint>,
+}
+
+impl Fixed {
+    /// The accepted bundles as points: this replica's own where the bytes are its own, the
+    /// others decoded (`None` if an accepted one is no point: more than t are faulty).
+    fn decoded(&self, table: &CommitTable, own: &[Bundle], t: u16) -> Option<&Decoded> {
+        self.decoded
+            .get_or_init(|| {
+                let t = usize::from(t);
+                let mut d = Decoded { k: vec![], a: vec![], z1: vec![], z2: vec![] };
+                for (set, bytes) in table.accepted()? {
+                    let points = match own.iter().find(|b| b.set == set && b.bytes == bytes) {
+                        Some(b) => b.points.clone(),
+                        None => bytes.chunks(POINT).map(P256::point_from_bytes).collect::<Option<Vec<_>>>()?,
+                    };
+                    d.k.push((set, points[0]));
+                    d.a.push((set, points[1]));
+                    d.z1.push((set, points[2..2 + t].to_vec()));
+                    d.z2.push((set, points[2 + t..].to_vec()));
+                }
+                Some(d)
+            })
+            .as_ref()
+    }
 }
 
 /// A share with its proof, and whether the proof was checked (and held).
@@ -122,12 +203,10 @@ pub struct EcdsaSession {
     t: u16,
     index: u16,
     h: [u8; 32],
-    data: Vec<u8>,
     e: Scalar,
-    y: ProjectivePoint,
-    verifying_key: p256::ecdsa::VerifyingKey,
-    xs: Vec<ProjectivePoint>,
+    key: Arc<EcdsaKey>,
     secrets: Secrets,
+    own: Vec<Bundle>,
     table: CommitTable,
     intake: Intake,
     fixed: Option<Fixed>,
@@ -136,6 +215,9 @@ pub struct EcdsaSession {
     sigmas: BTreeMap<u16, Received>,
     failed: Option<Error>,
     signature: Option<[u8; 64]>,
+    /// While set, μ waits for all n shares (taken without a proof check when they lie on one
+    /// polynomial) rather than checking the proofs of the first 2t+1.
+    patient: bool,
 }
 
 impl std::fmt::Debug for EcdsaSession {
@@ -156,74 +238,43 @@ fn context(what: &[u8], h: &[u8; 32], j: u16) -> Vec<u8> {
     c
 }
 
-fn pedersen(v: &Scalar, blind: &Scalar) -> ProjectivePoint {
-    P256::mul_base(v) + p256_h() * blind
-}
-
 impl EcdsaSession {
     /// Starts signing `data`: computes this replica's PRSS shares, the commitments and μ_i
-    /// with its proof, all in the first message to broadcast.
+    /// with its proof, all in the first message to broadcast. (Decodes and checks the key for
+    /// this session alone; [`crate::EcSignerCore`] does that once per key.)
     pub fn new(pk: &PublicKey, share: &KeyShare, data: &[u8]) -> Result<(EcdsaSession, EcdsaMessage), Error> {
-        if pk.algorithm() != Algorithm::EcdsaP256Sha256 {
-            return Err(Error::Algorithm(pk.algorithm().number()));
-        }
-        share.check(pk)?;
-        let y = pk.y_p256().ok_or(Error::Malformed("public key"))?;
-        let verifying_key = p256::ecdsa::VerifyingKey::from_affine(y.to_affine()).map_err(|_| Error::Malformed("public key"))?;
-        let xs = pk.verification_points::<P256>().ok_or(Error::Malformed("verification points"))?;
+        EcdsaSession::with_key(Arc::new(EcdsaKey::new(Arc::new(pk.clone()), Arc::new(share.clone()))?), data)
+    }
+
+    pub(crate) fn with_key(key: Arc<EcdsaKey>, data: &[u8]) -> Result<(EcdsaSession, EcdsaMessage), Error> {
+        let (pk, share) = (&key.pk, &key.share);
         let (n, t, i) = (pk.players(), pk.threshold(), share.index());
         let h = pk.session_hash(data);
         let digest: [u8; 32] = Sha256::digest(data).into();
         let e = <Scalar as Reduce<U256>>::reduce_bytes(&digest.into());
-        let keys = share.prss_keys();
-        let secrets = Secrets {
-            k: random_share::<P256>(keys, i, Label::K, &h),
-            a: random_share::<P256>(keys, i, Label::A, &h),
-            b: random_share::<P256>(keys, i, Label::B, &h),
-            x: share.secret_scalar::<P256>().ok_or(Error::Malformed("secret"))?,
-            z2: zero_share::<P256>(keys, t, i, Label::Z2, &h),
-            y2: zero_share::<P256>(keys, t, i, Label::Y2, &h),
-        };
-        let mut z1 = zero_share::<P256>(keys, t, i, Label::Z1, &h);
-        let mut y1 = zero_share::<P256>(keys, t, i, Label::Y1, &h);
+        let (secrets, own) = Self::prss(&key, &h, t, i);
 
-        let mut commitments = Vec::new();
-        for (_, rho) in keys {
-            let f = |label: Label, l: u16| prf::<P256>(rho, label, &h, l);
-            let mut point = |p: ProjectivePoint| commitments.push(<[u8; POINT]>::try_from(P256::point_to_bytes(&p).as_slice()).unwrap_or([0; POINT]));
-            point(P256::mul_base(&f(Label::K, 0)));
-            point(pedersen(&f(Label::A, 0), &f(Label::B, 0)));
-            for l in 1..=t {
-                point(pedersen(&f(Label::Z1, l), &f(Label::Y1, l)));
-            }
-            for l in 1..=t {
-                point(pedersen(&f(Label::Z2, l), &f(Label::Y2, l)));
-            }
-        }
-
-        // μ_i = k_i·a_i + z1_i; the statement: K_i = k_i·G and μ_i·G − Z1_i = k_i·CA_i − β·H.
+        // μ_i = k_i·a_i + z1_i. Statement: K_i = k_i·G and μ_i·G − Z1_i = k_i·CA_i − β·H, with
+        // CA_i = a_i·G + b_i·H and β = k_i·b_i + y1_i, so μ_i·G − Z1_i = (μ_i − z1_i)·G − y1_i·H.
         let s = &secrets;
-        let mut mu_i = s.k * s.a + z1;
-        let ca_i = pedersen(&s.a, &s.b);
-        let statement = Statement { b1: ProjectivePoint::GENERATOR, p1: P256::mul_base(&s.k), b2: ca_i, p2: P256::mul_base(&mu_i) - pedersen(&z1, &y1) };
-        let mut beta = s.k * s.b + y1;
-        let proof = proof::prove(&statement, &s.k, &beta, &context(b"mu", &h, i));
+        let mut mu_i = s.k * s.a + s.z1;
+        let statement = Statement { b1: ProjectivePoint::GENERATOR, p1: P256::mul_base(&s.k), b2: pedersen(&s.a, &s.b), p2: pedersen(&(mu_i - s.z1), &-s.y1) };
+        let mut beta = s.k * s.b + s.y1;
+        let proof = proof::prove(&statement, &s.k, &beta, (&s.a, &s.b), &context(b"mu", &h, i));
+        let commitments = own.iter().flat_map(|b| b.bytes.chunks(POINT).map(|c| <[u8; POINT]>::try_from(c).unwrap_or([0; POINT]))).collect();
         let message = EcdsaMessage::Round1 { commitments, mu: P256::scalar_to_bytes(&mu_i), proof };
-        for v in [&mut z1, &mut y1, &mut beta, &mut mu_i] {
-            v.zeroize();
-        }
+        mu_i.zeroize();
+        beta.zeroize();
 
         let mut session = EcdsaSession {
             n,
             t,
             index: i,
             h,
-            data: data.to_vec(),
             e,
-            y,
-            verifying_key,
-            xs,
+            key: key.clone(),
             secrets,
+            own,
             table: CommitTable::new(n, t),
             intake: Intake::default(),
             fixed: None,
@@ -232,6 +283,7 @@ impl EcdsaSession {
             sigmas: BTreeMap::new(),
             failed: None,
             signature: None,
+            patient: false,
         };
         session.add(i, message.clone()).map_err(|_| Error::Malformed("own first message"))?;
         if let Some(own) = session.mus.get_mut(&i) {
@@ -240,6 +292,63 @@ impl EcdsaSession {
         Ok((session, message))
     }
 
+    /// This replica's PRSS shares (docs/DETERMINISM.md: u_i = Σ_T F_T·f_T(i), zero shares
+    /// Σ_T f_T(i)·Σ_ℓ F_{T,ℓ}·i^ℓ) and, per set it holds, the bundle V_T, C_T, C_{T,ℓ} (z1),
+    /// C_{T,ℓ} (z2): one pass over the sets, each PRF value used for both.
+    fn prss(key: &EcdsaKey, h: &[u8; 32], t: u16, i: u16) -> (Secrets, Vec<Bundle>) {
+        let mut s = Secrets::default();
+        let mut points = Vec::new();
+        let x = Scalar::from(u64::from(i));
+        for ((_, rho), f) in key.share.prss_keys().iter().zip(&key.f_own) {
+            let v = |label: Label, l: u16| prf::<P256>(rho, label, h, l);
+            let (mut k, mut a, mut b) = (v(Label::K, 0), v(Label::A, 0), v(Label::B, 0));
+            s.k += k * f;
+            s.a += a * f;
+            s.b += b * f;
+            points.push(P256::mul_base(&k));
+            points.push(pedersen(&a, &b));
+            for v_z in [(Label::Z1, Label::Y1), (Label::Z2, Label::Y2)] {
+                let mut power = *f;
+                for l in 1..=t {
+                    power *= x;
+                    let (mut z, mut y) = (v(v_z.0, l), v(v_z.1, l));
+                    if v_z.0 == Label::Z1 {
+                        s.z1 += z * power;
+                        s.y1 += y * power;
+                    } else {
+                        s.z2 += z * power;
+                        s.y2 += y * power;
+                    }
+                    points.push(pedersen(&z, &y));
+                    z.zeroize();
+                    y.zeroize();
+                }
+            }
+            for v in [&mut k, &mut a, &mut b] {
+                v.zeroize();
+            }
+        }
+        let per_set = 2 + 2 * usize::from(t);
+        let encoded = encode_points(&points);
+        let own = key
+            .share
+            .prss_keys()
+            .iter()
+            .zip(encoded.chunks(per_set).zip(points.chunks(per_set)))
+            .map(|((set, _), (bytes, points))| Bundle { set: *set, bytes: bytes.concat(), points: points.to_vec() })
+            .collect();
+        (s, own)
+    }
+
+    /// While `patient`, μ waits for all n first messages (no proof is checked when they agree)
+    /// rather than checking proofs as soon as 2t+1 are in; a driver sets it when the session
+    /// starts and clears it when waiting longer would cost more than the checks.
+    pub fn set_patient(&mut self, patient: bool) {
+        self.patient = patient;
+        if !patient {
+            self.advance();
+        }
+    }
     /// Delivers a peer's message in its wire form.
     pub fn receive(&mut self, from: u16, bytes: &[u8]) -> Result<(), Blame> {
         match EcdsaMessage::from_bytes(bytes) {
@@ -307,39 +416,37 @@ impl EcdsaSession {
         }
     }
 
+    /// R = Σ_T V_T from the accepted bundles: the sets this replica holds give their points
+    /// from its own bundles (when the accepted bytes are its own), the others' V_T are decoded
+    /// (t+1 holders agreed on them, so an honest replica sent them).
     fn fix_commitments(&self) -> Result<Fixed, Error> {
         let accepted = self.table.accepted().ok_or(Error::Malformed("commitments incomplete"))?;
-        let t = usize::from(self.t);
-        let mut fixed = Fixed { big_r: ProjectivePoint::IDENTITY, r: Scalar::ZERO, k: vec![], a: vec![], z1: vec![], z2: vec![] };
+        let mut big_r = ProjectivePoint::IDENTITY;
         for (set, bytes) in accepted {
-            // t+1 holders agreed on these bytes, so at least one honest replica sent them.
-            let points: Vec<ProjectivePoint> =
-                bytes.chunks(POINT).map(P256::point_from_bytes).collect::<Option<_>>().ok_or(Error::Malformed("accepted commitment is not a point"))?;
-            fixed.k.push((set, points[0]));
-            fixed.a.push((set, points[1]));
-            fixed.z1.push((set, points[2..2 + t].to_vec()));
-            fixed.z2.push((set, points[2 + t..].to_vec()));
+            big_r += match self.own.iter().find(|b| b.set == set && b.bytes == bytes) {
+                Some(b) => b.points[0],
+                None => bytes.get(..POINT).and_then(P256::point_from_bytes).ok_or(Error::Malformed("accepted commitment is not a point"))?,
+            };
         }
-        fixed.big_r = fixed.k.iter().map(|(_, p)| *p).sum();
-        let x = fixed.big_r.to_affine().x();
-        fixed.r = <Scalar as Reduce<U256>>::reduce_bytes(&x);
-        if bool::from(fixed.r.is_zero()) {
+        let x = big_r.to_affine().x();
+        let r = <Scalar as Reduce<U256>>::reduce_bytes(&x);
+        if bool::from(r.is_zero()) {
             return Err(Error::Degenerate);
         }
-        Ok(fixed)
+        Ok(Fixed { big_r, r, decoded: OnceCell::new() })
     }
 
-    fn mu_statement(&self, fixed: &Fixed, j: u16, mu_j: &Scalar) -> Statement {
-        let k_j = random_commitment::<P256>(&fixed.k, j);
-        let ca_j = random_commitment::<P256>(&fixed.a, j);
-        let z1_j = zero_commitment::<P256>(&fixed.z1, j);
+    fn mu_statement(&self, d: &Decoded, j: u16, mu_j: &Scalar) -> Statement {
+        let k_j = random_commitment::<P256>(&d.k, j);
+        let ca_j = random_commitment::<P256>(&d.a, j);
+        let z1_j = zero_commitment::<P256>(&d.z1, j);
         Statement { b1: ProjectivePoint::GENERATOR, p1: k_j, b2: ca_j, p2: P256::mul_base(mu_j) - z1_j }
     }
 
-    fn sigma_statement(&self, fixed: &Fixed, mu_inv: &Scalar, j: u16, sigma_j: &Scalar) -> Option<Statement> {
-        let x_j = *self.xs.get(usize::from(j).checked_sub(1)?)?;
-        let cw_j = random_commitment::<P256>(&fixed.a, j) * mu_inv;
-        let z2_j = zero_commitment::<P256>(&fixed.z2, j);
+    fn sigma_statement(&self, fixed: &Fixed, d: &Decoded, mu_inv: &Scalar, j: u16, sigma_j: &Scalar) -> Option<Statement> {
+        let x_j = *self.key.xs.get(usize::from(j).checked_sub(1)?)?;
+        let cw_j = random_commitment::<P256>(&d.a, j) * mu_inv;
+        let z2_j = zero_commitment::<P256>(&d.z2, j);
         Some(Statement { b1: ProjectivePoint::GENERATOR, p1: x_j, b2: cw_j * fixed.r, p2: P256::mul_base(sigma_j) - z2_j - cw_j * self.e })
     }
 
@@ -351,6 +458,9 @@ impl EcdsaSession {
         let mu = if all.len() == usize::from(self.n) && on_one_polynomial(&all, need - 1) {
             interpolate(&all[..need], Scalar::ZERO)
         } else {
+            if self.patient && all.len() < usize::from(self.n) {
+                return;
+            }
             if self.mus.values().filter(|m| m.checked != Some(false)).count() < need {
                 return;
             }
@@ -369,10 +479,17 @@ impl EcdsaSession {
     }
 
     fn check_mus(&mut self, fixed: &Fixed) {
-        let unchecked: Vec<u16> = self.mus.iter().filter(|(_, m)| m.checked.is_none()).map(|(j, _)| *j).collect();
-        for j in unchecked {
-            let Some(m) = self.mus.get(&j) else { continue };
-            let ok = proof::verify(&self.mu_statement(fixed, j, &m.value), &m.proof, &context(b"mu", &self.h, j));
+        let Some(d) = fixed.decoded(&self.table, &self.own, self.t) else {
+            self.failed = Some(Error::Malformed("accepted commitment is not a point"));
+            return;
+        };
+        let results: Vec<(u16, bool)> = self
+            .mus
+            .iter()
+            .filter(|(_, m)| m.checked.is_none())
+            .map(|(j, m)| (*j, proof::verify(&self.mu_statement(d, *j, &m.value), &m.proof, &context(b"mu", &self.h, *j))))
+            .collect();
+        for (j, ok) in results {
             if let Some(m) = self.mus.get_mut(&j) {
                 m.checked = Some(ok);
             }
@@ -383,10 +500,20 @@ impl EcdsaSession {
     }
 
     fn check_sigmas(&mut self, fixed: &Fixed, mu_inv: &Scalar) {
-        let unchecked: Vec<u16> = self.sigmas.iter().filter(|(_, m)| m.checked.is_none()).map(|(j, _)| *j).collect();
-        for j in unchecked {
-            let Some(m) = self.sigmas.get(&j) else { continue };
-            let ok = self.sigma_statement(fixed, mu_inv, j, &m.value).is_some_and(|st| proof::verify(&st, &m.proof, &context(b"sigma", &self.h, j)));
+        let Some(d) = fixed.decoded(&self.table, &self.own, self.t) else {
+            self.failed = Some(Error::Malformed("accepted commitment is not a point"));
+            return;
+        };
+        let results: Vec<(u16, bool)> = self
+            .sigmas
+            .iter()
+            .filter(|(_, m)| m.checked.is_none())
+            .map(|(j, m)| {
+                let ok = self.sigma_statement(fixed, d, mu_inv, *j, &m.value).is_some_and(|st| proof::verify(&st, &m.proof, &context(b"sigma", &self.h, *j)));
+                (*j, ok)
+            })
+            .collect();
+        for (j, ok) in results {
             if let Some(m) = self.sigmas.get_mut(&j) {
                 m.checked = Some(ok);
             }
@@ -405,24 +532,24 @@ impl EcdsaSession {
     pub fn my_share(&mut self) -> Option<EcdsaMessage> {
         let fixed = self.fixed.as_ref()?;
         let mu_inv = Option::<Scalar>::from(self.mu?.invert())?;
-        let s = &self.secrets;
-        let mut w = s.a * mu_inv;
-        let mut sigma = w * (self.e + fixed.r * s.x) + s.z2;
-        // σ_i·G − Z2_i − e·CW_i = x_i·(r·CW_i) − β·H with CW_i = μ⁻¹·CA_i.
-        let cw = pedersen(&s.a, &s.b) * mu_inv;
-        let statement = Statement {
-            b1: ProjectivePoint::GENERATOR,
-            p1: P256::mul_base(&s.x),
-            b2: cw * fixed.r,
-            p2: P256::mul_base(&sigma) - pedersen(&s.z2, &s.y2) - cw * self.e,
-        };
-        let mut beta = (self.e + fixed.r * s.x) * mu_inv * s.b + s.y2;
-        let proof = proof::prove(&statement, &s.x, &beta, &context(b"sigma", &self.h, self.index));
+        let (s, x, r, e) = (&self.secrets, &self.key.x, fixed.r, self.e);
+        // CW_i = μ⁻¹·CA_i = u·G + v·H with u = a_i·μ⁻¹, v = b_i·μ⁻¹; σ_i = u·(e + r·x_i) + z2_i.
+        // Statement: X_i = x_i·G and σ_i·G − Z2_i − e·CW_i = x_i·(r·CW_i) − β·H, whose left
+        // side is (σ_i − z2_i − e·u)·G − (y2_i + e·v)·H, and β = (e + r·x_i)·v + y2_i.
+        let (mut u, mut v) = (s.a * mu_inv, s.b * mu_inv);
+        let mut sigma = u * (e + r * x) + s.z2;
+        let (mut ru, mut rv) = (r * u, r * v);
+        let mut g_part = sigma - s.z2 - e * u;
+        let mut h_part = -(s.y2 + e * v);
+        let p1 = *self.key.xs.get(usize::from(self.index).wrapping_sub(1))?;
+        let statement = Statement { b1: ProjectivePoint::GENERATOR, p1, b2: pedersen(&ru, &rv), p2: pedersen(&g_part, &h_part) };
+        let mut beta = (e + r * x) * v + s.y2;
+        let proof = proof::prove(&statement, x, &beta, (&ru, &rv), &context(b"sigma", &self.h, self.index));
         let message = EcdsaMessage::Sigma { sigma: P256::scalar_to_bytes(&sigma), proof };
         let own = Received { value: sigma, proof, checked: Some(true) };
-        w.zeroize();
-        sigma.zeroize();
-        beta.zeroize();
+        for secret in [&mut u, &mut v, &mut sigma, &mut ru, &mut rv, &mut g_part, &mut h_part, &mut beta] {
+            secret.zeroize();
+        }
         self.sigmas.entry(self.index).or_insert(own);
         self.intake.own(self.index, TAG_SIGMA, || message.to_bytes());
         Some(message)
@@ -459,16 +586,32 @@ impl EcdsaSession {
 
     fn combine(&self, fixed: &Fixed, shares: &[(u16, Scalar)]) -> Option<[u8; 64]> {
         let s = interpolate(shares, Scalar::ZERO);
-        if bool::from(s.is_zero()) || fixed.big_r * s != P256::mul_base(&self.e) + self.y * fixed.r {
+        if !self.exact(fixed, &s) {
             return None;
         }
         let mut signature = [0u8; 64];
         signature[..32].copy_from_slice(&P256::scalar_to_bytes(&fixed.r));
         signature[32..].copy_from_slice(&P256::scalar_to_bytes(&s));
-        use p256::ecdsa::signature::Verifier as _;
-        let standard = p256::ecdsa::Signature::from_slice(&signature).ok()?;
-        self.verifying_key.verify(&self.data, &standard).ok()?;
         Some(signature)
+    }
+
+    /// s ≠ 0 and s⁻¹·e·G + s⁻¹·r·Y is exactly the session's R (so s·R = e·G + r·Y). This is
+    /// what the standard verifier computes, with the whole point compared where it compares
+    /// x(R) mod q with r, which holds by construction (r was taken from this R, and r ≠ 0):
+    /// everything it accepts, the standard verifier accepts, but not the twin −s.
+    fn exact(&self, fixed: &Fixed, s: &Scalar) -> bool {
+        let Some(s_inv) = Option::<Scalar>::from(s.invert()) else { return false };
+        P256::mul_base(&(self.e * s_inv)) + self.key.y_table.mul(&(fixed.r * s_inv)) == fixed.big_r
+    }
+
+    /// Whether `signature` (a peer's final signature) is exactly this session's: r of the
+    /// fixed R and the s the shares define, not its twin −s that the standard verifier also
+    /// accepts. `None` until the commitment round has fixed R.
+    pub fn accepts_final(&self, signature: &[u8; 64]) -> Option<bool> {
+        let fixed = self.fixed.as_ref()?;
+        let scalar = |bytes: &[u8]| bytes.try_into().ok().and_then(|b: [u8; 32]| P256::scalar_from_bytes(&b));
+        let (Some(r), Some(s)) = (scalar(&signature[..32]), scalar(&signature[32..])) else { return Some(false) };
+        Some(r == fixed.r && self.exact(fixed, &s))
     }
 
     fn finish_with(&mut self, fixed: &Fixed, mu_inv: &Scalar) -> Option<Result<[u8; 64], Error>> {
@@ -503,5 +646,38 @@ impl EcdsaSession {
     /// The replicas blamed so far, each with the first fault seen.
     pub fn blamed(&self) -> &BTreeMap<u16, Fault> {
         &self.intake.blamed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prss::{random_share, zero_share};
+
+    #[test]
+    fn one_pass_shares_and_bundles_are_the_prss_definitions() {
+        let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::seed_from_u64(5);
+        for (n, t) in [(4u16, 1u16), (7, 2)] {
+            let (pk, shares) = crate::deal(Algorithm::EcdsaP256Sha256, n, t, &mut rng).unwrap();
+            let share = &shares[2];
+            let key = EcdsaKey::new(Arc::new(pk), Arc::new(share.clone())).unwrap();
+            let h = [9u8; 32];
+            let (s, own) = EcdsaSession::prss(&key, &h, t, 3);
+            let keys = share.prss_keys();
+            assert_eq!(s.k, random_share::<P256>(keys, 3, Label::K, &h));
+            assert_eq!(s.a, random_share::<P256>(keys, 3, Label::A, &h));
+            assert_eq!(s.b, random_share::<P256>(keys, 3, Label::B, &h));
+            for (value, label) in [(s.z1, Label::Z1), (s.y1, Label::Y1), (s.z2, Label::Z2), (s.y2, Label::Y2)] {
+                assert_eq!(value, zero_share::<P256>(keys, t, 3, label, &h), "{label:?}");
+            }
+            assert_eq!(own.len(), keys.len());
+            let (set, rho) = &keys[1];
+            let f = |label: Label, l: u16| prf::<P256>(rho, label, &h, l);
+            assert_eq!(own[1].set, *set);
+            assert_eq!(own[1].points[0], P256::mul_base(&f(Label::K, 0)));
+            assert_eq!(own[1].points[1], pedersen(&f(Label::A, 0), &f(Label::B, 0)));
+            assert_eq!(own[1].points[2 + usize::from(t)], pedersen(&f(Label::Z2, 1), &f(Label::Y2, 1)));
+            assert_eq!(own[1].bytes, own[1].points.iter().flat_map(|p| P256::point_to_bytes(p)).collect::<Vec<u8>>());
+        }
     }
 }

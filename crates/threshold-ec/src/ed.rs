@@ -2,7 +2,9 @@
 //! then one share round; any t+1 valid shares give the same signature.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use curve25519_dalek::edwards::CompressedEdwardsY;
 use curve25519_dalek::{EdwardsPoint, Scalar};
 use sha2::{Digest as _, Sha512};
 use zeroize::Zeroize;
@@ -10,7 +12,7 @@ use zeroize::Zeroize;
 use crate::commit::CommitTable;
 use crate::curve::{interpolate, Curve, Ed25519};
 use crate::intake::Intake;
-use crate::prss::{random_commitment, random_share, Label};
+use crate::prss::{f_t, prf, random_commitment, Label};
 use crate::{Algorithm, Blame, Error, Fault, KeyShare, PublicKey};
 
 const TAG_COMMITMENTS: u8 = 1;
@@ -56,8 +58,44 @@ impl EdMessage {
 /// What the commitment round fixed: R, c, and the per-set commitments for share checks.
 struct Nonce {
     r: [u8; 32],
+    r_point: EdwardsPoint,
     c: Scalar,
     sets: Vec<(u32, EdwardsPoint)>,
+}
+
+/// What sessions need of an Ed25519 key, decoded and checked once per key (the public key's
+/// and the verification points' torsion checks are full scalar multiplications each) and
+/// shared by every session of the key.
+pub(crate) struct EdKey {
+    pk: Arc<PublicKey>,
+    share: Arc<KeyShare>,
+    y: EdwardsPoint,
+    verifying_key: ed25519_dalek::VerifyingKey,
+    xs: Vec<EdwardsPoint>,
+    x_i: Scalar,
+    /// f_T(i) of this replica for the sets it holds, in key order (one inversion each).
+    f_own: Vec<Scalar>,
+}
+
+impl Drop for EdKey {
+    fn drop(&mut self) {
+        self.x_i.zeroize();
+    }
+}
+
+impl EdKey {
+    pub(crate) fn new(pk: Arc<PublicKey>, share: Arc<KeyShare>) -> Result<EdKey, Error> {
+        if pk.algorithm() != Algorithm::Ed25519 {
+            return Err(Error::Algorithm(pk.algorithm().number()));
+        }
+        share.check(&pk)?;
+        let y = pk.y_ed().ok_or(Error::Malformed("public key"))?;
+        let verifying_key = ed25519_dalek::VerifyingKey::from(y);
+        let xs = pk.verification_points::<Ed25519>().ok_or(Error::Malformed("verification points"))?;
+        let x_i = share.secret_scalar::<Ed25519>().ok_or(Error::Malformed("secret"))?;
+        let f_own = share.prss_keys().iter().map(|(set, _)| f_t::<Scalar>(*set, share.index())).collect();
+        Ok(EdKey { pk, share, y, verifying_key, xs, x_i, f_own })
+    }
 }
 
 /// One replica's part in signing one piece of data. Pure computation: the driver delivers
@@ -67,10 +105,10 @@ pub struct EdSession {
     t: u16,
     index: u16,
     data: Vec<u8>,
-    verifying_key: ed25519_dalek::VerifyingKey,
-    xs: Vec<EdwardsPoint>,
+    key: Arc<EdKey>,
     k_i: Scalar,
-    x_i: Scalar,
+    /// This replica's commitments as points and bytes, for the sets it holds.
+    own: Vec<(u32, [u8; 32], EdwardsPoint)>,
     table: CommitTable,
     intake: Intake,
     nonce: Option<Nonce>,
@@ -84,7 +122,6 @@ pub struct EdSession {
 impl Drop for EdSession {
     fn drop(&mut self) {
         self.k_i.zeroize();
-        self.x_i.zeroize();
     }
 }
 
@@ -97,31 +134,41 @@ impl std::fmt::Debug for EdSession {
 impl EdSession {
     /// Starts signing `data` (the RRSIG's to-be-signed bytes): computes this replica's nonce
     /// share and the commitments to broadcast to every peer.
+    /// (Decodes and checks the key for this session alone; [`crate::EcSignerCore`] does that
+    /// once per key.)
     pub fn new(pk: &PublicKey, share: &KeyShare, data: &[u8]) -> Result<(EdSession, EdMessage), Error> {
-        if pk.algorithm() != Algorithm::Ed25519 {
-            return Err(Error::Algorithm(pk.algorithm().number()));
-        }
-        share.check(pk)?;
-        let y = pk.y_ed().ok_or(Error::Malformed("public key"))?;
-        let verifying_key = ed25519_dalek::VerifyingKey::from(y);
-        let xs = pk.verification_points::<Ed25519>().ok_or(Error::Malformed("verification points"))?;
+        EdSession::with_key(Arc::new(EdKey::new(Arc::new(pk.clone()), Arc::new(share.clone()))?), data)
+    }
+
+    pub(crate) fn with_key(key: Arc<EdKey>, data: &[u8]) -> Result<(EdSession, EdMessage), Error> {
+        let (pk, share) = (&key.pk, &key.share);
         let h = pk.session_hash(data);
         let i = share.index();
-        let keys = share.prss_keys();
-        let k_i = random_share::<Ed25519>(keys, i, Label::K, &h);
-        let x_i = share.secret_scalar::<Ed25519>().ok_or(Error::Malformed("secret"))?;
-        let commitments: Vec<[u8; 32]> =
-            keys.iter().map(|(_, rho)| Ed25519::mul_base(&crate::prss::prf::<Ed25519>(rho, Label::K, &h, 0)).compress().to_bytes()).collect();
+        // k_i = Σ_T F(ρ_T, "k", h, 0)·f_T(i), and each F·G is the commitment for T.
+        let mut k_i = Scalar::ZERO;
+        let own: Vec<(u32, [u8; 32], EdwardsPoint)> = share
+            .prss_keys()
+            .iter()
+            .zip(&key.f_own)
+            .map(|((set, rho), f)| {
+                let mut v = prf::<Ed25519>(rho, Label::K, &h, 0);
+                k_i += v * f;
+                let point = Ed25519::mul_base(&v);
+                v.zeroize();
+                (*set, point.compress().to_bytes(), point)
+            })
+            .collect();
+        let commitments: Vec<[u8; 32]> = own.iter().map(|(_, bytes, _)| *bytes).collect();
+        let (n, t) = (pk.players(), pk.threshold());
         let mut session = EdSession {
-            n: pk.players(),
-            t: pk.threshold(),
+            n,
+            t,
             index: i,
             data: data.to_vec(),
-            verifying_key,
-            xs,
+            key: key.clone(),
             k_i,
-            x_i,
-            table: CommitTable::new(pk.players(), pk.threshold()),
+            own,
+            table: CommitTable::new(n, t),
             intake: Intake::default(),
             nonce: None,
             shares: BTreeMap::new(),
@@ -184,7 +231,17 @@ impl EdSession {
             return;
         }
         let Some(accepted) = self.table.accepted() else { return };
-        let sets: Option<Vec<(u32, EdwardsPoint)>> = accepted.iter().map(|(s, b)| Ed25519::point_from_bytes(b).map(|p| (*s, p))).collect();
+        // Accepted bytes were reported by t+1 holders, so by an honest one: a canonical
+        // multiple of the base point. For the sets this replica holds they are its own point;
+        // the others need decompression only (a torsion check is a full scalar
+        // multiplication, and only bytes nobody vouches for need it).
+        let decode = |set: u32, bytes: &[u8]| -> Option<EdwardsPoint> {
+            if let Some((_, _, point)) = self.own.iter().find(|(s, b, _)| *s == set && b.as_slice() == bytes) {
+                return Some(*point);
+            }
+            CompressedEdwardsY::from_slice(bytes).ok()?.decompress()
+        };
+        let sets: Option<Vec<(u32, EdwardsPoint)>> = accepted.iter().map(|(s, b)| decode(*s, b).map(|p| (*s, p))).collect();
         let Some(sets) = sets else {
             // t+1 holders agreed on bytes that are no point: more than t are faulty.
             self.failed = Some(Error::Malformed("accepted commitment is not a point"));
@@ -192,11 +249,11 @@ impl EdSession {
         };
         let r_point: EdwardsPoint = sets.iter().map(|(_, p)| *p).sum();
         let r = r_point.compress().to_bytes();
-        let c_wide: [u8; 64] = Sha512::new().chain_update(r).chain_update(self.verifying_key.as_bytes()).chain_update(&self.data).finalize().into();
+        let c_wide: [u8; 64] = Sha512::new().chain_update(r).chain_update(self.key.verifying_key.as_bytes()).chain_update(&self.data).finalize().into();
         let c = Scalar::from_bytes_mod_order_wide(&c_wide);
-        self.shares.insert(self.index, self.k_i + c * self.x_i);
+        self.shares.insert(self.index, self.k_i + c * self.key.x_i);
         self.checked.insert(self.index, true);
-        self.nonce = Some(Nonce { r, c, sets });
+        self.nonce = Some(Nonce { r, r_point, c, sets });
     }
 
     /// Whether the commitment round is over, so that [`EdSession::my_share`] has a share.
@@ -212,21 +269,40 @@ impl EdSession {
 
     /// s_j·G = K_j + c·X_j, K_j = Σ_{T ∌ j} f_T(j)·V_T.
     fn share_valid(&self, nonce: &Nonce, j: u16, s: &Scalar) -> bool {
-        let Some(x_j) = self.xs.get(usize::from(j).wrapping_sub(1)) else { return false };
+        let Some(x_j) = self.key.xs.get(usize::from(j).wrapping_sub(1)) else { return false };
         let k_j = random_commitment::<Ed25519>(&nonce.sets, j);
         EdwardsPoint::mul_base(s) == k_j + x_j * nonce.c
     }
 
     fn verifies(&self, signature: &[u8; 64]) -> bool {
-        self.verifying_key.verify_strict(&self.data, &ed25519_dalek::Signature::from_bytes(signature)).is_ok()
+        self.key.verifying_key.verify_strict(&self.data, &ed25519_dalek::Signature::from_bytes(signature)).is_ok()
     }
 
-    fn combine(&self, nonce: &Nonce, shares: &[(u16, Scalar)]) -> [u8; 64] {
+    /// s·B = R + c·Y for the session's own R and c: what `verify_strict` checks of R ‖ s
+    /// (R is this session's canonical encoding of a point of large order, s a reduced
+    /// scalar), without decoding R and hashing again.
+    fn combined_valid(&self, nonce: &Nonce, s: &Scalar) -> bool {
+        EdwardsPoint::vartime_double_scalar_mul_basepoint(&-nonce.c, &self.key.y, s) == nonce.r_point
+    }
+
+    /// Whether `signature` (a peer's final signature) is this session's: the standard verifier
+    /// accepts it and, once the commitment round has fixed R, it carries that R. Only the
+    /// group can sign, and honest replicas contribute only to the one nonce per data, so a
+    /// signature that verifies is the session's; the R comparison costs nothing.
+    pub fn accepts_final(&self, signature: &[u8; 64]) -> bool {
+        if self.nonce.as_ref().is_some_and(|n| signature[..32] != n.r) {
+            return false;
+        }
+        self.verifies(signature)
+    }
+
+    /// The signature from `shares`, if it is valid.
+    fn combine(&self, nonce: &Nonce, shares: &[(u16, Scalar)]) -> Option<[u8; 64]> {
         let s = interpolate(shares, Scalar::ZERO);
         let mut signature = [0u8; 64];
         signature[..32].copy_from_slice(&nonce.r);
         signature[32..].copy_from_slice(&s.to_bytes());
-        signature
+        self.combined_valid(nonce, &s).then_some(signature)
     }
 
     /// The signature (R ‖ s), once t+1 shares combine into one the standard verifier accepts;
@@ -254,8 +330,7 @@ impl EdSession {
         if usable.len() < need {
             return None;
         }
-        let signature = self.combine(nonce, &usable);
-        if self.verifies(&signature) {
+        if let Some(signature) = self.combine(nonce, &usable) {
             return Some(Ok(signature));
         }
         self.check_all(nonce);
@@ -263,9 +338,8 @@ impl EdSession {
         if valid.len() < need {
             return None;
         }
-        let signature = self.combine(nonce, &valid);
         // Valid shares lie on k(z) + c·x(z): failing here would be a bug, not a peer's fault.
-        Some(if self.verifies(&signature) { Ok(signature) } else { Err(Error::Degenerate) })
+        Some(self.combine(nonce, &valid).ok_or(Error::Degenerate))
     }
 
     fn check_all(&mut self, nonce: &Nonce) {
@@ -291,5 +365,20 @@ impl EdSession {
     /// The replicas blamed so far, each with the first fault seen.
     pub fn blamed(&self) -> &BTreeMap<u16, Fault> {
         &self.intake.blamed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prss::random_share;
+
+    #[test]
+    fn the_nonce_share_is_the_prss_definition() {
+        let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::seed_from_u64(6);
+        let (pk, shares) = crate::deal(Algorithm::Ed25519, 7, 2, &mut rng).unwrap();
+        let (session, _) = EdSession::new(&pk, &shares[4], b"data").unwrap();
+        let h = pk.session_hash(b"data");
+        assert_eq!(session.k_i, random_share::<Ed25519>(shares[4].prss_keys(), 5, Label::K, &h));
     }
 }

@@ -41,6 +41,8 @@ pub enum Error {
     Index { index: u16, players: u16 },
     #[error("key material is malformed: {0}")]
     Malformed(&'static str),
+    #[error("key share {found} given to replica {expected} (1-based)")]
+    ShareIndex { expected: u16, found: u16 },
     #[error("key share belongs to another key (algorithm, size or public key differ)")]
     KeyMismatch,
     #[error("key share {index} does not match its verification point X_{index}")]

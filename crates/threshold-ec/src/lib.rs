@@ -19,7 +19,10 @@
 //!   blamed ([`Blame`]) and the combination retried with valid shares.
 //!
 //! Sessions are pure computation (no IO, no clock, no randomness): a driver delivers peers'
-//! messages and sends what the session produces. Peers' bytes never cause a panic: malformed
+//! messages and sends what the session produces. [`EcSignerCore`] is that driver's sans-IO
+//! network side, as `threshold::SignerCore` is for RSA: one session per digest, opened only
+//! when the local named asks, peers' early messages stashed within bounds, retries, final
+//! signatures checked exactly and cached, expensive steps handed out as [`EcJob`]s. Peers' bytes never cause a panic: malformed
 //! points, scalars or framing become [`Fault::Malformed`]. Scalar multiplications by secrets use
 //! curve25519-dalek's and p256's constant-time code; secrets are wiped on drop and never
 //! printed by `Debug`.
@@ -55,6 +58,7 @@
 #![forbid(unsafe_code)]
 
 mod commit;
+mod core;
 mod curve;
 mod ecdsa;
 mod ed;
@@ -64,6 +68,7 @@ mod keys;
 mod proof;
 pub mod prss;
 
+pub use self::core::{digest_of, Digest, EcJob, EcJobDone, EcLimits, EcOutput, EcRequestError, EcSignMessage, EcSignerCore, EcStats};
 pub use ecdsa::{EcdsaMessage, EcdsaSession};
 pub use ed::{EdMessage, EdSession};
 pub use error::{Blame, Error, Fault};

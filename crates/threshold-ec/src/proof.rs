@@ -8,11 +8,10 @@
 //! prover needs no randomness and the same statement always gets the same proof.
 
 use ff::PrimeField;
-use group::GroupEncoding;
 use p256::{ProjectivePoint, Scalar};
 use sha2::{Digest as _, Sha512};
 
-use crate::curve::{p256_h, Curve, P256};
+use crate::curve::{encode_points, p256_h, pedersen, Curve, P256};
 
 pub(crate) const PROOF_LEN: usize = 96;
 
@@ -24,26 +23,26 @@ pub(crate) struct Statement {
 }
 
 impl Statement {
-    fn hash_into(&self, h: &mut Sha512) {
-        for p in [&self.b1, &self.p1, &self.b2, &self.p2] {
-            h.update(p.to_bytes());
-        }
+    fn points(&self) -> [ProjectivePoint; 4] {
+        [self.b1, self.p1, self.b2, self.p2]
     }
 }
 
-fn challenge(st: &Statement, context: &[u8], t1: &ProjectivePoint, t2: &ProjectivePoint) -> Scalar {
+/// The challenge over the encodings of the statement's points and t1, t2 (in that order).
+fn challenge(encoded: &[[u8; 33]], context: &[u8]) -> Scalar {
     let mut h = Sha512::new();
     h.update(b"sdns threshold-ec DLEQ challenge v1\0");
     h.update((context.len() as u32).to_be_bytes());
     h.update(context);
-    st.hash_into(&mut h);
-    h.update(t1.to_bytes());
-    h.update(t2.to_bytes());
+    encoded.iter().for_each(|p| h.update(p));
     P256::scalar_from_wide(&h.finalize().into())
 }
 
-/// The proof c ‖ z_α ‖ z_β (three big-endian scalars).
-pub(crate) fn prove(st: &Statement, alpha: &Scalar, beta: &Scalar, context: &[u8]) -> [u8; PROOF_LEN] {
+/// The proof c ‖ z_α ‖ z_β (three big-endian scalars). Every statement of this crate has
+/// b1 = G, and its prover knows b2 = u·G + v·H (`b2_log` = (u, v)), so t1 and t2 come from
+/// the fixed-base tables: t2 = w_α·b2 − w_β·H = (w_α·u)·G + (w_α·v − w_β)·H.
+pub(crate) fn prove(st: &Statement, alpha: &Scalar, beta: &Scalar, b2_log: (&Scalar, &Scalar), context: &[u8]) -> [u8; PROOF_LEN] {
+    let mut encoded = encode_points(&st.points());
     let nonce = |which: u8| -> Scalar {
         let mut h = Sha512::new();
         h.update(b"sdns threshold-ec DLEQ nonce v1\0");
@@ -52,15 +51,20 @@ pub(crate) fn prove(st: &Statement, alpha: &Scalar, beta: &Scalar, context: &[u8
         h.update(beta.to_repr());
         h.update((context.len() as u32).to_be_bytes());
         h.update(context);
-        st.hash_into(&mut h);
+        encoded.iter().for_each(|p| h.update(p));
         P256::scalar_from_wide(&h.finalize().into())
     };
-    let (w_alpha, w_beta) = (nonce(0), nonce(1));
-    let t1 = st.b1 * w_alpha;
-    let t2 = st.b2 * w_alpha - p256_h() * w_beta;
-    let c = challenge(st, context, &t1, &t2);
+    let (mut w_alpha, mut w_beta) = (nonce(0), nonce(1));
+    let t1 = P256::mul_base(&w_alpha);
+    let (mut g_part, mut h_part) = (w_alpha * b2_log.0, w_alpha * b2_log.1 - w_beta);
+    let t2 = pedersen(&g_part, &h_part);
+    encoded.extend(encode_points(&[t1, t2]));
+    let c = challenge(&encoded, context);
     let z_alpha = w_alpha + c * alpha;
     let z_beta = w_beta + c * beta;
+    for secret in [&mut w_alpha, &mut w_beta, &mut g_part, &mut h_part] {
+        zeroize::Zeroize::zeroize(secret);
+    }
     let mut out = [0u8; PROOF_LEN];
     out[..32].copy_from_slice(&P256::scalar_to_bytes(&c));
     out[32..64].copy_from_slice(&P256::scalar_to_bytes(&z_alpha));
@@ -74,7 +78,8 @@ pub(crate) fn verify(st: &Statement, proof: &[u8; PROOF_LEN], context: &[u8]) ->
     let (Some(c), Some(z_alpha), Some(z_beta)) = (scalar(0), scalar(1), scalar(2)) else { return false };
     let t1 = st.b1 * z_alpha - st.p1 * c;
     let t2 = st.b2 * z_alpha - p256_h() * z_beta - st.p2 * c;
-    challenge(st, context, &t1, &t2) == c
+    let [b1, p1, b2, p2] = st.points();
+    challenge(&encode_points(&[b1, p1, b2, p2, t1, t2]), context) == c
 }
 
 #[cfg(test)]
@@ -87,7 +92,8 @@ mod tests {
         let (alpha, beta) = (Scalar::from(1234u64), Scalar::from(987u64));
         let b2 = g * Scalar::from(55u64) + p256_h() * Scalar::from(66u64);
         let st = Statement { b1: g, p1: g * alpha, b2, p2: b2 * alpha - p256_h() * beta };
-        let proof = prove(&st, &alpha, &beta, b"ctx");
+        let b2_log = (Scalar::from(55u64), Scalar::from(66u64));
+        let proof = prove(&st, &alpha, &beta, (&b2_log.0, &b2_log.1), b"ctx");
         assert!(verify(&st, &proof, b"ctx"));
         assert!(!verify(&st, &proof, b"other context"));
         let mut bad = proof;
@@ -96,6 +102,6 @@ mod tests {
         assert!(!verify(&st, &[0xff; PROOF_LEN], b"ctx"));
         // A wrong α in P2 (a wrong share) cannot be proven.
         let wrong = Statement { p2: b2 * (alpha + Scalar::from(1u64)) - p256_h() * beta, ..st };
-        assert!(!verify(&wrong, &prove(&wrong, &alpha, &beta, b"ctx"), b"ctx"));
+        assert!(!verify(&wrong, &prove(&wrong, &alpha, &beta, (&b2_log.0, &b2_log.1), b"ctx"), b"ctx"));
     }
 }

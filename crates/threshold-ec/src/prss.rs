@@ -85,12 +85,16 @@ pub(crate) fn prf<C: Curve>(rho: &[u8; 32], label: Label, h: &[u8; 32], l: u16) 
     C::scalar_from_wide(&out)
 }
 
-/// Replica i's share of the random value Σ_T F(ρ_T, label, h, 0) (degree t).
+/// Replica i's share of the random value Σ_T F(ρ_T, label, h, 0) (degree t). The sessions
+/// compute it together with their commitments, with f_T(i) from the key; this is the
+/// definition they are tested against.
+#[cfg(test)]
 pub(crate) fn random_share<C: Curve>(keys: &[(u32, [u8; 32])], i: u16, label: Label, h: &[u8; 32]) -> C::Scalar {
     keys.iter().map(|(set, rho)| prf::<C>(rho, label, h, 0) * f_t::<C::Scalar>(*set, i)).sum()
 }
 
-/// Replica i's share of zero on a degree-2t polynomial.
+/// Replica i's share of zero on a degree-2t polynomial (the definition, as above).
+#[cfg(test)]
 pub(crate) fn zero_share<C: Curve>(keys: &[(u32, [u8; 32])], t: u16, i: u16, label: Label, h: &[u8; 32]) -> C::Scalar {
     let x = C::Scalar::from(u64::from(i));
     keys.iter()
