@@ -89,7 +89,7 @@ fn zone_core(cfg: &SigningConfig, keys: &ZoneKeys) -> Result<ZoneCore> {
             limits.early_per_peer = cfg.limits.early_per_peer;
             limits.finals_cache = cfg.limits.finals_cache;
             limits.retry_after_us = cfg.limits.retry_after_us;
-            ZoneCore::Ec(Box::new(threshold_ec::EcSignerCore::new(cfg.id, public.clone(), share.clone(), limits)?))
+            ZoneCore::Ec(threshold_ec::EcSignerCore::new(cfg.id, public.clone(), share.clone(), limits)?)
         }
     })
 }

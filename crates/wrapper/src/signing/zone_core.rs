@@ -21,7 +21,7 @@ pub enum ZoneKeys {
 /// A zone's signing core.
 pub enum ZoneCore {
     Rsa(SignerCore),
-    Ec(Box<EcSignerCore>),
+    Ec(EcSignerCore),
 }
 
 /// A core's expensive step, to run on any thread.
@@ -198,17 +198,16 @@ mod tests {
     fn ec_cores(alg: threshold_ec::Algorithm) -> Vec<ZoneCore> {
         let (pk, shares) = threshold_ec::deal(alg, 4, 1, &mut TestRng(u64::from(alg.number()) + 100)).unwrap();
         let pk = Arc::new(pk);
-        shares
-            .into_iter()
-            .enumerate()
-            .map(|(i, s)| ZoneCore::Ec(Box::new(EcSignerCore::new(i as u16, pk.clone(), Arc::new(s), Default::default()).unwrap())))
-            .collect()
+        shares.into_iter().enumerate().map(|(i, s)| ZoneCore::Ec(EcSignerCore::new(i as u16, pk.clone(), Arc::new(s), Default::default()).unwrap())).collect()
     }
+
+    /// Each core's signatures, and (reporter, accused) pairs.
+    type Outcome = (Vec<Vec<Vec<u8>>>, BTreeSet<(u16, u16)>);
 
     /// Four EC cores sign the same data, their messages carried as the mesh carries them (the
     /// envelope's bytes); replica `bad`'s messages are rewritten by `fault`. Returns each
     /// core's signatures and who was reported misbehaving by whom.
-    fn sign_with(alg: threshold_ec::Algorithm, bad: u16, fault: &mut dyn FnMut(&mut [u8])) -> (Vec<Vec<Vec<u8>>>, BTreeSet<(u16, u16)>) {
+    fn sign_with(alg: threshold_ec::Algorithm, bad: u16, fault: &mut dyn FnMut(&mut [u8])) -> Outcome {
         let mut cores = ec_cores(alg);
         let data = b"\x00\x01\x0d\x02 an RRset's to-be-signed bytes";
         for core in &mut cores {
@@ -217,6 +216,7 @@ mod tests {
         let mut wire: VecDeque<(u16, u16, Vec<u8>)> = VecDeque::new();
         let mut done: BTreeMap<u16, Vec<Vec<u8>>> = BTreeMap::new();
         let mut blamed = BTreeSet::new();
+        let mut now = 1;
         for _ in 0..10_000 {
             let mut progress = false;
             for (i, core) in cores.iter_mut().enumerate() {
@@ -245,11 +245,19 @@ mod tests {
             if let Some((from, to, bytes)) = wire.pop_front() {
                 progress = true;
                 let envelope = SignEnvelope::decode(&bytes).unwrap();
-                cores[usize::from(to)].handle_message(1, from, envelope.message).unwrap();
+                cores[usize::from(to)].handle_message(now, from, envelope.message).unwrap();
             }
-            if !progress {
+            if progress {
+                continue;
+            }
+            // Quiet: every honest core done, or time moves on to the next retry (a core still
+            // waits for messages the garbage replica spoiled).
+            if (0..4).all(|i| i == bad || done.contains_key(&i)) {
                 break;
             }
+            let Some(next) = cores.iter().filter_map(ZoneCore::poll_timeout).min() else { break };
+            now = now.max(next);
+            cores.iter_mut().for_each(|c| c.handle_timeout(now));
         }
         ((0..4).map(|i| done.remove(&i).unwrap_or_default()).collect(), blamed)
     }
