@@ -11,6 +11,9 @@ n=${SDNS_REPLICAS:?}
 net=${SDNS_NET:?}
 zone=${SDNS_ZONE:-example.test.}
 bits=${SDNS_BITS:-2048}
+# The zone key's DNSSEC algorithm: 8 (RSASHA256, the default), 10, 13 (ECDSAP256SHA256) or
+# 15 (ED25519); README, "Choosing the algorithm".
+algorithm=${SDNS_ALGORITHM:-8}
 uid=${SDNS_OPERATOR_UID:-0}
 gid=${SDNS_OPERATOR_GID:-0}
 # The paper's fault injection, for benchmarks and tests: these replicas invert every bit of
@@ -35,7 +38,7 @@ if [ "$dealt" -ne 0 ]; then
     exit 1
 fi
 
-sdns keygen --zone "$zone" --replicas "$n" --bits "$bits" --addresses "$addresses" \
+sdns keygen --zone "$zone" --replicas "$n" --bits "$bits" --algorithm "$algorithm" --addresses "$addresses" \
     --client-port 53 --peer-port 5400 --named-port 5501 --metrics-port 5601 \
     --bind-dir /opt/bind9 ${corrupt:+--corrupt "$corrupt"} --out /deal
 

@@ -431,8 +431,9 @@ fn adopted_zones_take_updates_signed_with_the_operators_keys() {
 }
 
 /// The operator's named for a zone it signs itself with `dnssec-policy` (a KSK and a ZSK,
-/// RSASHA256): Debian's /usr/sbin/named (the bind9 package) where installed, else the BIND
-/// build's named, which is the same 9.18 without the signing socket.
+/// RSASHA256; or BIND's `default`, one CSK of ECDSAP256SHA256): Debian's /usr/sbin/named (the
+/// bind9 package) where installed, else the BIND build's named, which is the same 9.18
+/// without the signing socket.
 struct SigningNamed {
     child: std::process::Child,
     port: u16,
@@ -448,6 +449,19 @@ impl SigningNamed {
     /// With `reverse`, the same named also serves the unsigned reverse zone
     /// 2.0.192.in-addr.arpa, whose update-policy grants the DHCP server's key (dhcp.key) PTR.
     fn start_with(root: &Path, reverse: bool) -> SigningNamed {
+        SigningNamed::start_policy(root, reverse, "rsa")
+    }
+
+    /// The zone signed under `policy`: "rsa" (defined here) or BIND's built-in "default".
+    fn start_policy(root: &Path, reverse: bool, policy: &str) -> SigningNamed {
+        let (policy_statement, alg) = match policy {
+            "rsa" => (
+                "dnssec-policy \"rsa\" {\n\tkeys {\n\t\tksk lifetime unlimited algorithm rsasha256 2048;\n\
+                 \t\tzsk lifetime unlimited algorithm rsasha256 2048;\n\t};\n};\n",
+                8,
+            ),
+            _ => ("", 13),
+        };
         let dir = root.join("signing-named");
         std::fs::create_dir_all(dir.join("keys")).unwrap();
         for (name, file) in [("ops-key", "ops.key"), ("dhcp-key", "dhcp.key")] {
@@ -483,11 +497,9 @@ impl SigningNamed {
             format!(
                 "options {{\n\tdirectory \"{d}\";\n\tpid-file \"{d}/named.pid\";\n\tsession-keyfile \"{d}/session.key\";\n\
                  \tlisten-on port {port} {{ 127.0.0.1; }};\n\tlisten-on-v6 {{ none; }};\n\trecursion no;\n\tdnssec-validation no;\n}};\n\
-                 controls {{ }};\ninclude \"{d}/ops.key\";\n\
-                 dnssec-policy \"rsa\" {{\n\tkeys {{\n\t\tksk lifetime unlimited algorithm rsasha256 2048;\n\
-                 \t\tzsk lifetime unlimited algorithm rsasha256 2048;\n\t}};\n}};\n\
+                 controls {{ }};\ninclude \"{d}/ops.key\";\n{policy_statement}\
                  zone \"signed.test\" {{\n\ttype primary;\n\tfile \"{d}/db.signed.test\";\n\tkey-directory \"{d}/keys\";\n\
-                 \tdnssec-policy \"rsa\";\n\tupdate-policy {{\n\t\tgrant ops-key zonesub ANY;\n\t}};\n\
+                 \tdnssec-policy \"{policy}\";\n\tupdate-policy {{\n\t\tgrant ops-key zonesub ANY;\n\t}};\n\
                  \tallow-transfer {{ key ops-key; }};\n\tnotify no;\n}};\n{reverse}"
             ),
         )
@@ -508,7 +520,7 @@ impl SigningNamed {
         loop {
             let keys = n.dig(&["signed.test", "DNSKEY", "+dnssec"]);
             let www = n.dig(&["www.signed.test", "A", "+dnssec"]);
-            if keys.contains("DNSKEY\t257 3 8") && keys.contains("RRSIG\tDNSKEY 8") && www.contains("RRSIG\tA 8") {
+            if keys.contains(&format!("DNSKEY\t257 3 {alg}")) && keys.contains(&format!("RRSIG\tDNSKEY {alg}")) && www.contains(&format!("RRSIG\tA {alg}")) {
                 return n;
             }
             assert!(
@@ -926,6 +938,82 @@ fn the_rollover_finishes_by_itself_once_the_parent_serves_the_new_ds() {
     let answer = stale.query("www.signed.test", "A");
     assert!(answer.contains("status: SERVFAIL"), "{answer}");
     drop(old);
+}
+
+/// Issue 27: a zone BIND signs under its `dnssec-policy default` (one CSK, ECDSA P-256) is
+/// listed adoptable into a cluster of threshold ECDSA P-256 keys (`--algorithm 13`), refused
+/// into an RSA one with the hint, and adopted with the double-KSK rollover: Unbound trusting
+/// the old DS and Unbound trusting the new DS validate (an update too), every replica holds
+/// the same zone and dnssec-verify accepts it.
+#[test]
+fn a_dnssec_policy_default_zone_is_adopted_into_threshold_ecdsa() {
+    let root = tempfile::tempdir().unwrap();
+    let named = SigningNamed::start_policy(root.path(), false, "default");
+    let old_ds = named.old_ds();
+    let conf = named.conf.clone();
+    let list = |algorithm: &str| {
+        let out = sdns(&[
+            "adopt",
+            "--list",
+            "--named-conf",
+            conf.to_str().unwrap(),
+            "--named-checkconf",
+            system_tool("named-checkconf").to_str().unwrap(),
+            "--algorithm",
+            algorithm,
+        ]);
+        assert!(out.status.success(), "{}", text(&out));
+        text(&out)
+    };
+    let report = list("13");
+    assert!(report.contains("adoptable  signed.test."), "{report}");
+    let report = list("8");
+    assert!(report.contains("cannot     signed.test.") && report.contains("--algorithm 13 adopts it"), "{report}");
+
+    let cluster = Adopted::up(
+        &conf,
+        "signed.test",
+        root.path().join("cluster"),
+        &["--dnssec-signzone", system_tool("dnssec-signzone").to_str().unwrap()],
+        &["--algorithm", "13"],
+    );
+    drop(named);
+    let new_ds = std::fs::read_to_string(cluster.dir.join("ds.txt")).unwrap().trim().to_owned();
+    assert_eq!(new_ds.split_whitespace().nth(4), Some("13"), "{new_ds}");
+    let old_tag = old_ds.split_whitespace().nth(3).unwrap().to_owned();
+    for i in 0..4 {
+        let answer = cluster.dig(i, &["signed.test", "DNSKEY"]);
+        let keys: Vec<&str> = answer.lines().filter(|l| !l.starts_with(';') && l.split_whitespace().nth(3) == Some("DNSKEY")).collect();
+        assert!(
+            keys.len() == 2 && keys.iter().all(|k| k.split_whitespace().nth(6) == Some("13")),
+            "replica {i}: two algorithm-13 KSKs
+{answer}"
+        );
+        let signed = cluster.dig(i, &["signed.test", "DNSKEY", "+dnssec", "+multiline"]);
+        assert!(
+            signed.contains(&format!(" {old_tag} signed.test.")),
+            "replica {i}: no signature by the old KSK {old_tag}
+{signed}"
+        );
+    }
+    let first = sorted_zone(&cluster, 0);
+    for i in 1..4 {
+        assert_eq!(sorted_zone(&cluster, i), first, "replica {i}'s zone differs from replica 0's");
+    }
+    assert!(verify(&cluster, 0, root.path()).contains("ECDSAP256SHA256"));
+    let old = Unbound::start(root.path(), "unbound-old", &old_ds, cluster.port(1));
+    old.validates("www.signed.test", "A", "192.0.2.80");
+    let new = Unbound::start(root.path(), "unbound-new", &new_ds, cluster.port(2));
+    new.validates("www.signed.test", "A", "192.0.2.80");
+    let (ok, said) = cluster.update(3, &cluster.dir.join("key-ops-key.key"), "update add laptop.signed.test 300 A 192.0.2.107");
+    assert!(
+        ok,
+        "{said}
+{}",
+        cluster.logs()
+    );
+    old.validates("laptop.signed.test", "A", "192.0.2.107");
+    new.validates("laptop.signed.test", "A", "192.0.2.107");
 }
 
 /// delv through replica `i` for `name` `rtype`, trusting `anchors` (a trust-anchors file).

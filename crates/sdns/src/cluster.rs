@@ -35,6 +35,10 @@ pub fn up(p: &ClusterParams, dir: &Path) -> Result<()> {
     if !first_share.exists() {
         keygen(p, dir)?;
     } else {
+        // The configs written below name --algorithm: the dealt key must be of it.
+        let public = first_share.with_file_name("zone.pub.json");
+        wrapper::files::ThresholdPublic::load(&public, p.algorithm)
+            .with_context(|| format!("{} holds keys dealt for another --algorithm than {}; give that one, or use another --dir", dir.display(), p.algorithm))?;
         eprintln!("sdns cluster: using the keys in {}", dir.display());
     }
     let existing = (0..p.replicas).filter(|&i| !replica_dir(dir, i).exists()).collect::<Vec<_>>();

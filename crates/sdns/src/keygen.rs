@@ -35,8 +35,9 @@ use wrapper::config::{
     AuthSection, CatalogSection, ClusterSection, Config, MetricsSection, NamedSection, OrderingSection, PeerSection, Protocol, ReadMode, ReplicaSection,
     SigningSection, ZoneSection,
 };
-use wrapper::files::zone_key;
+use wrapper::files::{is_ec_algorithm, ThresholdPublic, ThresholdShare};
 use wrapper::rrl::RrlConfig;
+use zeroize::Zeroizing;
 
 use crate::files::{demo_zone, write_public, write_secret};
 
@@ -200,8 +201,9 @@ struct Dealt {
     /// Its directory under each output directory: the top level with one zone,
     /// `zones/<zone>` with several.
     dir: PathBuf,
-    public: shoup_rsa::PublicKey,
-    shares: Vec<shoup_rsa::KeyShare>,
+    public: ThresholdPublic,
+    /// Replica i's share at index i.
+    shares: Vec<ThresholdShare>,
     key: named_glue::keys::ZoneKey,
     tsig: TsigKey,
     sig0: Option<Vec<u8>>,
@@ -229,7 +231,7 @@ pub fn keygen(p: &ClusterParams, out: &Path) -> Result<()> {
     }
     write_configs(p, out)?;
     for z in &dealt {
-        let ds = z.public.ds_record(&z.name, z.key.flags, p.algorithm).context("DS record")?;
+        let ds = z.ds(p.algorithm)?;
         eprintln!("sdns keygen: wrote {} for {} (key tag {}, DS: {ds})", out.join(&z.dir).display(), z.name, z.key.key_tag());
     }
     Ok(())
@@ -240,9 +242,9 @@ fn write_operator_zone_files(p: &ClusterParams, out: &Path, z: &Dealt) -> Result
     let dir = out.join(&z.dir);
     write_secret(&dir.join("tsig.key"), z.tsig.to_bind().as_bytes())?;
     write_public(&dir.join("trust-anchor.conf"), z.key.trust_anchor().as_bytes())?;
-    let ds = z.public.ds_record(&z.name, z.key.flags, p.algorithm).context("DS record")?;
+    let ds = z.ds(p.algorithm)?;
     write_public(&dir.join("ds.txt"), format!("{ds}\n").as_bytes())?;
-    let (key_name, key_file) = z.public.bind_key_file(&z.name, z.key.flags, p.algorithm, Some(3600)).context("BIND key file")?;
+    let (key_name, key_file) = z.bind_key_file(p.algorithm)?;
     write_public(&dir.join(key_name), key_file.as_bytes())?;
     write_public(&dir.join("zone.db"), z.data.as_bytes())?;
     Ok(())
@@ -280,7 +282,9 @@ pub fn add_zone(p: &ClusterParams, out: &Path, zone: &str) -> Result<()> {
     }
     // The cluster's threshold, from a zone it was dealt with.
     let first = config.zones.first().ok_or_else(|| anyhow::anyhow!("{} names no zone", config_path.display()))?;
-    let k = shoup_rsa::load_public(replica_dir(out, 0).join(&first.public_key)).with_context(|| format!("reading {}'s public key", first.name))?.threshold();
+    let k = ThresholdPublic::load(&replica_dir(out, 0).join(&first.public_key), first.algorithm)
+        .with_context(|| format!("reading {}'s public key", first.name))?
+        .threshold();
     let p = ClusterParams { zones, replicas: n, update_auth: config.auth.mode, ..p.clone() };
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
@@ -289,7 +293,7 @@ pub fn add_zone(p: &ClusterParams, out: &Path, zone: &str) -> Result<()> {
     for i in 0..n {
         write_replica_zone_files(&replica_dir(out, i), i, &dealt)?;
     }
-    let ds = dealt.public.ds_record(&dealt.name, dealt.key.flags, p.algorithm).context("DS record")?;
+    let ds = dealt.ds(p.algorithm)?;
     eprintln!(
         "sdns keygen: wrote {} for {} (key tag {}, DS: {ds}) and replica-<i>/{} for each of the {n} replicas; no replica.toml was changed",
         out.join(&dealt.dir).display(),
@@ -324,6 +328,14 @@ fn checked_threshold(p: &ClusterParams, out: &Path) -> Result<u16> {
     if k == 0 || k > n {
         bail!("--threshold {k} must be in 1..={n}");
     }
+    if !is_ec_algorithm(p.algorithm) && shoup_rsa::HashAlg::from_dnssec_alg(p.algorithm).is_none() {
+        bail!("--algorithm {}: sdns deals threshold keys of 8, 10 (RSA), 13 (ECDSA P-256) and 15 (Ed25519)", p.algorithm);
+    }
+    // An EC key tolerates t = (n-1)/3 faults and any t+1 honest replicas sign
+    // (docs/DETERMINISM.md): its threshold is not a choice.
+    if is_ec_algorithm(p.algorithm) && k != t + 1 {
+        bail!("--threshold {k}: a key of algorithm {} has threshold t+1 = {} for {n} replicas", p.algorithm, t + 1);
+    }
     Ok(k)
 }
 
@@ -333,11 +345,21 @@ fn deal_zone(p: &ClusterParams, out: &Path, k: u16, i: usize, name: &str, rng: &
     let (n, several) = (p.replicas, p.zones.len() > 1);
     let zone = Name::from_ascii(name).with_context(|| format!("--zone {name:?} is not a domain name"))?;
     let zone_text = zone.to_ascii();
-    eprintln!("sdns keygen: {zone_text}: {n} replicas, threshold {k}, {}-bit modulus from two safe primes", p.bits);
-    let mut progress = shoup_rsa::stderr_progress();
-    let (public, shares) = shoup_rsa::generate(p.bits, n, k, rng, &mut progress).context("threshold key generation")?;
-    eprintln!();
-    let key = zone_key(&zone, p.algorithm, &public)?;
+    let (public, shares): (ThresholdPublic, Vec<ThresholdShare>) = match threshold_ec::Algorithm::try_from(p.algorithm) {
+        Ok(alg) => {
+            eprintln!("sdns keygen: {zone_text}: {n} replicas, threshold {k}, {alg:?} (algorithm {})", p.algorithm);
+            let (public, shares) = threshold_ec::deal(alg, n, (n - 1) / 3, &mut rand_core::OsRng).context("threshold key dealing")?;
+            (ThresholdPublic::Ec(public.into()), shares.into_iter().map(|s| ThresholdShare::Ec(s.into())).collect())
+        }
+        Err(_) => {
+            eprintln!("sdns keygen: {zone_text}: {n} replicas, threshold {k}, {}-bit modulus from two safe primes", p.bits);
+            let mut progress = shoup_rsa::stderr_progress();
+            let (public, shares) = shoup_rsa::generate(p.bits, n, k, rng, &mut progress).context("threshold key generation")?;
+            eprintln!();
+            (ThresholdPublic::Rsa(public.into()), shares.into_iter().map(|s| ThresholdShare::Rsa(s.into())).collect())
+        }
+    };
+    let key = public.zone_key(&zone, p.algorithm)?;
     let dir = if several { PathBuf::from(wrapper::config::zone_dir_name(&zone_text)) } else { PathBuf::new() };
     std::fs::create_dir_all(out.join(&dir)).with_context(|| format!("creating {}", out.join(&dir).display()))?;
     // With several zones each has its own update key, so a grant in one never reaches another.
@@ -355,6 +377,56 @@ fn deal_zone(p: &ClusterParams, out: &Path, k: u16, i: usize, name: &str, rng: &
         None => demo_zone(&zone_text, n),
     };
     Ok(Dealt { name: zone_text, dir, public, shares, key, tsig, sig0, data })
+}
+
+impl Dealt {
+    /// The DS record for the parent (SHA-256).
+    fn ds(&self, algorithm: u8) -> Result<String> {
+        match &self.public {
+            ThresholdPublic::Rsa(public) => public.ds_record(&self.name, self.key.flags, algorithm).context("DS record"),
+            ThresholdPublic::Ec(_) => Ok(self.key.ds_record()),
+        }
+    }
+
+    /// BIND's `K<zone>+<alg>+<tag>.key` file: its name and text.
+    fn bind_key_file(&self, algorithm: u8) -> Result<(String, String)> {
+        match &self.public {
+            ThresholdPublic::Rsa(public) => public.bind_key_file(&self.name, self.key.flags, algorithm, Some(3600)).context("BIND key file"),
+            ThresholdPublic::Ec(public) => Ok((
+                format!("{}.key", self.key.file_stem()),
+                format!(
+                    "; This is a key-signing key, keyid {}, for {}\n; Threshold {:?}: {} players, tolerating {} faulty\n{}\n",
+                    self.key.key_tag(),
+                    self.key.zone_text(),
+                    public.algorithm(),
+                    public.players(),
+                    public.threshold(),
+                    self.key.dnskey_record()
+                ),
+            )),
+        }
+    }
+}
+
+/// Writes a replica's key share, 0600.
+fn save_share(path: &Path, share: &ThresholdShare) -> Result<()> {
+    match share {
+        ThresholdShare::Rsa(share) => shoup_rsa::save_share(path, share)?,
+        ThresholdShare::Ec(share) => {
+            let text = Zeroizing::new(serde_json::to_string_pretty(&**share)?);
+            write_secret(path, text.as_bytes())?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes the zone's threshold public key.
+pub fn save_public(path: &Path, public: &ThresholdPublic) -> Result<()> {
+    match public {
+        ThresholdPublic::Rsa(public) => shoup_rsa::save_public(path, public)?,
+        ThresholdPublic::Ec(public) => write_public(path, format!("{}\n", serde_json::to_string_pretty(&**public)?).as_bytes())?,
+    }
+    Ok(())
 }
 
 /// Replica `i`'s keys and zone files (its `replica.toml` is `write_configs`').
@@ -380,10 +452,10 @@ fn write_replica_zone_files(dir: &Path, i: u16, z: &Dealt) -> Result<()> {
     let share_path = zdir.join("share.json");
     let _ = std::fs::remove_file(&share_path);
     let share = z.shares.get(usize::from(i)).ok_or_else(|| anyhow::anyhow!("no share dealt for replica {i}"))?;
-    shoup_rsa::save_share(&share_path, share).with_context(|| format!("writing {}", share_path.display()))?;
+    save_share(&share_path, share).with_context(|| format!("writing {}", share_path.display()))?;
     let pub_path = zdir.join("zone.pub.json");
     let _ = std::fs::remove_file(&pub_path);
-    shoup_rsa::save_public(&pub_path, &z.public).with_context(|| format!("writing {}", pub_path.display()))?;
+    save_public(&pub_path, &z.public).with_context(|| format!("writing {}", pub_path.display()))?;
     write_secret(&zdir.join("tsig.key"), z.tsig.to_bind().as_bytes())?;
     if let Some(public) = &z.sig0 {
         write_public(&zdir.join("sig0.key"), public)?;
@@ -838,6 +910,43 @@ mod tests {
         p.zone_files = vec![PathBuf::from("one.db")];
         let e = keygen(&p, out.path()).unwrap_err().to_string();
         assert!(e.contains("one per --zone"), "{e}");
+    }
+
+    /// `--algorithm 13` and `15`: an EC key dealt, each replica's share 0600 and its own, the
+    /// operator's DS, trust anchor and BIND key file of that algorithm, and configs naming it.
+    #[test]
+    fn ec_keys_are_dealt_with_their_files() {
+        use std::os::unix::fs::PermissionsExt;
+        for algorithm in [13u8, 15] {
+            let out = tempfile::tempdir().unwrap();
+            let mut p = params(Mode::Tsig);
+            (p.algorithm, p.byzantine) = (algorithm, Vec::new());
+            keygen(&p, out.path()).unwrap();
+            let public = ThresholdPublic::load(&replica_dir(out.path(), 0).join("zone.pub.json"), algorithm).unwrap();
+            let zone = Name::from_ascii("example.test.").unwrap();
+            let key = public.zone_key(&zone, algorithm).unwrap();
+            for i in 0..4 {
+                let share = replica_dir(out.path(), i).join("share.json");
+                assert_eq!(std::fs::metadata(&share).unwrap().permissions().mode() & 0o777, 0o600);
+                let ThresholdShare::Ec(share) = ThresholdShare::load(&share, algorithm).unwrap() else { panic!("not an EC share") };
+                assert_eq!(share.index(), i + 1);
+                let ThresholdPublic::Ec(pk) = &public else { panic!("not an EC key") };
+                share.check(pk).unwrap();
+                let config = wrapper::config::Config::load(&replica_dir(out.path(), i).join("replica.toml")).unwrap();
+                assert_eq!(config.only_zone().unwrap().algorithm, algorithm);
+            }
+            let ds = std::fs::read_to_string(out.path().join("ds.txt")).unwrap();
+            assert_eq!(ds.trim(), key.ds_record());
+            assert!(ds.contains(&format!(" DS {} {algorithm} 2 ", key.key_tag())), "{ds}");
+            let anchor = std::fs::read_to_string(out.path().join("trust-anchor.conf")).unwrap();
+            assert!(anchor.contains(&format!("static-key 257 3 {algorithm} ")), "{anchor}");
+            let key_file = std::fs::read_to_string(out.path().join(format!("{}.key", key.file_stem()))).unwrap();
+            assert!(key_file.contains(&key.dnskey_record()), "{key_file}");
+            // An EC key's threshold is t+1, not a choice.
+            p.threshold = Some(3);
+            let e = keygen(&p, tempfile::tempdir().unwrap().path()).unwrap_err().to_string();
+            assert!(e.contains("threshold t+1 = 2"), "{e}");
+        }
     }
 
     #[test]

@@ -164,8 +164,9 @@ struct ClusterArgs {
     threshold: Option<u16>,
     #[arg(long, default_value_t = 2048)]
     bits: u32,
-    /// DNSSEC algorithm: 8 (RSASHA256) or 10 (RSASHA512).
-    #[arg(long, default_value_t = 8)]
+    /// DNSSEC algorithm of the zone's threshold key: 8 (RSASHA256), 10 (RSASHA512),
+    /// 13 (ECDSAP256SHA256) or 15 (ED25519); README, "Choosing the algorithm".
+    #[arg(long, default_value_t = 8, value_parser = parse_algorithm)]
     algorithm: u8,
     #[arg(long, value_enum, default_value = "opt-te")]
     protocol: Protocol,
@@ -271,6 +272,14 @@ struct ClusterArgs {
     /// Seconds between two rounds of DS questions (`[rollover] poll_interval_s`, default 60).
     #[arg(long)]
     rollover_poll_s: Option<u64>,
+}
+
+/// `--algorithm`: a DNSSEC algorithm sdns deals threshold keys of.
+fn parse_algorithm(text: &str) -> Result<u8, String> {
+    match text.parse::<u8>() {
+        Ok(a @ (8 | 10 | 13 | 15)) => Ok(a),
+        _ => Err(format!("DNSSEC algorithm {text}: sdns deals threshold keys of 8 (RSASHA256), 10 (RSASHA512), 13 (ECDSAP256SHA256) and 15 (ED25519)")),
+    }
 }
 
 impl ClusterArgs {

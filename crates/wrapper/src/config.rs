@@ -134,7 +134,7 @@ pub struct ClusterSection {
     pub vouch_timeout_max_ms: u64,
     /// The cluster CA certificate (PEM) that signs every replica's certificate.
     pub ca_cert: PathBuf,
-    /// Single-zone layout: the threshold public key (shoup-rsa format).
+    /// Single-zone layout: the threshold public key (shoup-rsa format; threshold-ec's for algorithms 13 and 15).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_key: Option<PathBuf>,
     /// Single-zone layout: the DNSSEC algorithm number of the zone key (default 8).
@@ -252,10 +252,11 @@ impl Default for NamedSection {
 pub struct ZoneSection {
     /// The zone's apex, e.g. "example.test.".
     pub name: String,
-    /// The DNSSEC algorithm number of the zone key (8 = RSASHA256, 10 = RSASHA512).
+    /// The DNSSEC algorithm number of the zone key (8 = RSASHA256, 10 = RSASHA512, 13 =
+    /// ECDSAP256SHA256, 15 = ED25519).
     #[serde(default = "default_algorithm")]
     pub algorithm: u8,
-    /// The zone's threshold public key (shoup-rsa format).
+    /// The zone's threshold public key (shoup-rsa format; threshold-ec's for algorithms 13 and 15).
     pub public_key: PathBuf,
     /// This replica's share of the zone's key (must be mode 0600).
     pub key_share: PathBuf,

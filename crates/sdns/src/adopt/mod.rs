@@ -144,11 +144,11 @@ pub fn algorithm_refusal(ksk: u8, threshold: u8) -> Option<String> {
     if ksk == threshold {
         return None;
     }
-    // What `sdns keygen` can deal a threshold key of (RSA only, so far).
-    let dealt = if shoup_rsa::HashAlg::from_dnssec_alg(ksk).is_some() {
-        String::new()
+    // What `sdns keygen` can deal a threshold key of: RSA (8, 10), ECDSA P-256 (13), Ed25519 (15).
+    let dealt = if shoup_rsa::HashAlg::from_dnssec_alg(ksk).is_some() || wrapper::files::is_ec_algorithm(ksk) {
+        format!(" (--algorithm {ksk} adopts it)")
     } else {
-        format!("; sdns deals no threshold key of algorithm {ksk} yet (8 and 10 only)")
+        format!("; sdns deals no threshold key of algorithm {ksk} yet (8, 10, 13 and 15 only)")
     };
     Some(format!(
         "your KSK uses DNSSEC algorithm {ksk}, the threshold key {threshold} (--algorithm): a rollover that also changes the algorithm is not supported (the zone would have to be signed with both algorithms meanwhile){dealt}"
@@ -891,9 +891,10 @@ fn old_ksk(text: &str, zone: &str, signed: &[&str], plan: &Plan, algorithm: u8, 
 /// there. Returns what to tell the operator.
 #[allow(clippy::too_many_arguments)]
 fn add_old_ksk(o: &AdoptOptions, p: &ClusterParams, out: &Path, zone: &str, ksk: &rollover::Dnskey, key_dir: &Path, zdir: &Path) -> Result<String> {
-    let public = shoup_rsa::load_public(replica_dir(out, 0).join(zdir).join("zone.pub.json")).context("reading the dealt public key")?;
+    let public =
+        wrapper::files::ThresholdPublic::load(&replica_dir(out, 0).join(zdir).join("zone.pub.json"), p.algorithm).context("reading the dealt public key")?;
     let name = hickory_proto::rr::Name::from_ascii(zone)?;
-    let threshold = wrapper::files::zone_key(&name, p.algorithm, &public)?;
+    let threshold = public.zone_key(&name, p.algorithm)?;
     let data = std::fs::read_to_string(out.join(zdir).join("zone.db"))?;
     let soa =
         data.lines().find(|l| l.split_whitespace().nth(3).is_some_and(|t| t.eq_ignore_ascii_case("SOA"))).ok_or_else(|| anyhow!("zone {zone} has no SOA"))?;

@@ -316,6 +316,26 @@ mod tests {
         assert!(Dnskey::parse("signed.test. 600 IN TXT \"DNSKEY 257 3 8 x\"").is_none());
     }
 
+    /// BIND's `dnssec-policy default` CSK (algorithm 13) and an Ed25519 key parse as RSA keys
+    /// do; their tag, DS and record are those of named-glue's zone key of the same field.
+    #[test]
+    fn ec_dnskeys_parse_with_their_tag_and_ds() {
+        const KEY13: &str = "mdsswUyr3DPW132mOi8V9xESWE8jTo0dxCjjnopKl+GqJxpVXckHAeF+KkxLbxILfDLUT0rAK9iUzy1L53eKGQ==";
+        const KEY15: &str = "l02Woi0iS8Aa25FQkUd9RMzZHJpBoRQwAQEX1SxZJA4=";
+        for (alg, key) in [(13u8, KEY13), (15, KEY15)] {
+            let k = Dnskey::parse(&format!("signed.test. 3600 IN DNSKEY 257 3 {alg} {key}")).unwrap();
+            assert!(k.is_ksk());
+            let field = base64::engine::general_purpose::STANDARD.decode(key).unwrap();
+            let zone = hickory_proto::rr::Name::from_ascii("signed.test.").unwrap();
+            let expected = named_glue::keys::ZoneKey::from_dnskey_field(&zone, alg, field, 3600).unwrap();
+            assert_eq!(k.key_tag(), Some(expected.key_tag()));
+            assert_eq!(k.rdata().unwrap(), expected.rdata());
+            assert_eq!(k.ds().unwrap(), expected.ds_record());
+            assert_eq!(k.record(3600), expected.dnskey_record());
+            assert_eq!(k.file_stem().unwrap(), expected.file_stem());
+        }
+    }
+
     #[test]
     fn apex_ksks_are_found_and_dnssec_records_stripped() {
         let text = format!(

@@ -253,7 +253,7 @@ fn the_list_refuses_a_policys_algorithm_as_the_adoption_does() {
     let plan = Plan { signed: Some("dnssec-policy \"default\"".into()), ..Plan::default() };
     let data = format!("default.test. 600 IN SOA ns.default.test. h.default.test. 1 3600 900 604800 300\ndefault.test. 600 IN DNSKEY 257 3 13 {KEY13}\n");
     let refusal = old_ksk(&data, "default.test.", &["DNSKEY"], &plan, 8, None).unwrap_err().to_string();
-    assert!(refusal.contains("uses DNSSEC algorithm 13, the threshold key 8") && refusal.contains("no threshold key of algorithm 13 yet"), "{refusal}");
+    assert!(refusal.contains("uses DNSSEC algorithm 13, the threshold key 8") && refusal.contains("--algorithm 13 adopts it"), "{refusal}");
     let why = |name: &str| match find(&zones, name) {
         Verdict::Unsupported(why) => why.join("\n"),
         other => panic!("{name}: {other:?}"),
@@ -272,6 +272,20 @@ fn the_list_refuses_a_policys_algorithm_as_the_adoption_does() {
     assert!(matches!(find(&zones, "rsa.test."), Verdict::Unsupported(w) if w == &[algorithm_refusal(8, 10).unwrap()]));
     assert_eq!(algorithm_refusal(13, 13), None);
     assert_eq!(algorithm_number("ECDSA256"), Some(13));
+    // Into a cluster of algorithm-13 keys (--algorithm 13) the ECDSA zones are adoptable, BIND's
+    // `default` policy's among them, and the adoption agrees: it passes the KSK's algorithm and
+    // goes on to look for its private file. Ed25519 and RSA zones are refused alike by both.
+    let zones = inventory(&bindconf::parse(&conf).unwrap(), Path::new("/etc/bind"), 13).zones;
+    for name in ["default.test.", "ec.test."] {
+        assert!(matches!(find(&zones, name), Verdict::Adoptable(_)), "{name}: {:?}", find(&zones, name));
+    }
+    assert!(matches!(find(&zones, "ed.test."), Verdict::Unsupported(w) if w == &[algorithm_refusal(15, 13).unwrap()]));
+    assert!(matches!(find(&zones, "rsa.test."), Verdict::Unsupported(w) if w == &[algorithm_refusal(8, 13).unwrap()]));
+    let missing = Path::new("/nonexistent-key-dir");
+    let e = old_ksk(&data, "default.test.", &["DNSKEY"], &plan, 13, Some(missing)).unwrap_err().to_string();
+    assert!(e.contains("KSK file") && e.contains("nonexistent-key-dir") && !e.contains("algorithm"), "{e}");
+    assert!(algorithm_refusal(15, 13).unwrap().contains("--algorithm 15 adopts it"));
+    assert!(algorithm_refusal(14, 13).unwrap().contains("no threshold key of algorithm 14 yet (8, 10, 13 and 15 only)"));
 }
 
 #[test]

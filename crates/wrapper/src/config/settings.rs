@@ -395,8 +395,11 @@ impl Check<'_> {
         let mut out = Vec::with_capacity(zones.len());
         for (i, z) in zones.iter().enumerate() {
             let field = |f: &str| self.layout.zone_field(i, f);
-            if ![5, 7, 8, 10].contains(&z.algorithm) {
-                return Err(self.bad(&field("algorithm"), format!("{} is not an RSA DNSSEC algorithm (5, 7, 8, 10)", z.algorithm)));
+            if ![5, 7, 8, 10, 13, 15].contains(&z.algorithm) {
+                return Err(self.bad(
+                    &field("algorithm"),
+                    format!("{} is not a DNSSEC algorithm sdns signs with (RSA: 5, 7, 8, 10; ECDSA P-256: 13; Ed25519: 15)", z.algorithm),
+                ));
             }
             if mode != exec::auth::Mode::Tsig && z.sig0_keys.is_empty() {
                 return Err(self.bad(&field("sig0_keys"), format!("mode \"{}\" needs at least one SIG(0) key file", mode.as_str())));

@@ -182,7 +182,7 @@ fn zone_sets_one_named_cannot_serve_are_refused() {
         (with_zones(&["example.test.", "other.test."]).replace("[replica]", "[replica]\nkey_share = \"share.json\""), "replica.key_share", "single-zone field"),
         (with_zones(&["example.test."]).replacen("tsig_keys = [\"zones/example.test/tsig.key\"]\n", "", 1), "zone[0].tsig_keys", "at least one TSIG"),
         (with_zones(&["example.test."]) + "update_policy = [\"grant k self . A\"]\n", "zone[0].update_policy", "not supported"),
-        (with_zones(&["example.test."]) + "algorithm = 13\n", "zone[0].algorithm", "not an RSA"),
+        (with_zones(&["example.test."]) + "algorithm = 14\n", "zone[0].algorithm", "not a DNSSEC algorithm sdns signs with"),
     ];
     for (text, field, why) in cases {
         let e = parse(&text).unwrap_err();

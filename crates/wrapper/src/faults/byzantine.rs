@@ -107,7 +107,8 @@ impl Mode {
     }
 }
 
-/// The signing service's hook (bit-inverted shares are the signing core's own `corrupt`).
+/// The signing service's hook (bit-inverted shares are RSA's signing core's own `corrupt`, and the
+/// service's for EC messages).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SigningFault {
     None,

@@ -2,15 +2,14 @@
 //! SIG(0) keys its update authenticator checks.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use named_glue::conf::{PolicyRule, TsigKey};
 use named_glue::keys::ZoneKey;
 
 use crate::config::{Settings, ZoneSettings};
-use crate::ops::files::{check_secret_mode, read_secret, zone_key};
-use crate::signing::Keys;
+use crate::ops::files::{read_secret, ThresholdPublic, ThresholdShare};
+use crate::signing::{Keys, ZoneKeys};
 use exec::auth::sig0::Sig0Key;
 use exec::auth::TsigKey as DealerTsig;
 use exec::auth::{tsig, Authenticator, TsigSecret};
@@ -19,19 +18,27 @@ pub(super) fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
-/// One threshold key per zone, in zone index order, with the DNSKEY named publishes for it;
-/// every share must be private to this replica's user.
-pub(super) fn load_zone_keys(s: &Settings) -> Result<Vec<(Keys, ZoneKey)>> {
+/// One threshold key per zone, in zone index order, of the zone's algorithm (RSA or EC),
+/// with the DNSKEY named publishes for it; every share must be private to this replica's user.
+pub(super) fn load_zone_keys(s: &Settings) -> Result<Vec<(ZoneKeys, ZoneKey)>> {
     let mut zone_keys = Vec::new();
     for z in &s.zones {
-        check_secret_mode(&z.key_share).map_err(|e| anyhow!(e))?;
-        let public = Arc::new(shoup_rsa::load_public(&z.public_key).with_context(|| s.field_of(z, "public_key"))?);
-        let share = Arc::new(shoup_rsa::load_share(&z.key_share).with_context(|| s.field_of(z, "key_share"))?);
-        let keys = Keys::new(public.clone(), share).with_context(|| format!("zone {}: key share does not belong to the public key", z.name))?;
+        let public = ThresholdPublic::load(&z.public_key, z.algorithm).with_context(|| s.field_of(z, "public_key"))?;
+        let share = ThresholdShare::load(&z.key_share, z.algorithm).with_context(|| s.field_of(z, "key_share"))?;
+        let mismatch = || format!("zone {}: key share does not belong to the public key", z.name);
+        let keys = match (&public, share) {
+            (ThresholdPublic::Rsa(public), ThresholdShare::Rsa(share)) => ZoneKeys::Rsa(Keys::new(public.clone(), share).with_context(mismatch)?),
+            (ThresholdPublic::Ec(public), ThresholdShare::Ec(share)) => {
+                share.check(public).with_context(mismatch)?;
+                ZoneKeys::Ec { public: public.clone(), share }
+            }
+            // Both were read as the zone's algorithm says.
+            _ => bail!("{}", mismatch()),
+        };
         if public.players() != s.replicas {
             bail!("zone {}: public key is for {} replicas, config says {}", z.name, public.players(), s.replicas);
         }
-        let key = zone_key(&z.apex, z.algorithm, &public)?;
+        let key = public.zone_key(&z.apex, z.algorithm)?;
         zone_keys.push((keys, key));
     }
     Ok(zone_keys)

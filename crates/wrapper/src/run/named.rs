@@ -16,7 +16,7 @@ use tracing::info;
 
 use super::keys::{authenticator, load_tsig, local_policy};
 use crate::config::{Settings, ZoneSettings};
-use crate::signing::Keys;
+use crate::signing::ZoneKeys;
 use exec::auth::tsig;
 use exec::auth::zones::ZoneAuth;
 use exec::auth::Authenticator;
@@ -63,7 +63,7 @@ fn fresh_key(name: &str, what: &str) -> Result<(tsig::Key, TsigKey)> {
 /// zone file only on first start (afterwards named's file and journal rule). One zone
 /// statement per zone; named trusts only this replica's local keys for updates (fresh
 /// secrets each start), one per (zone, identity), granted in that zone only.
-pub(super) fn prepare(s: &Settings, zone_keys: &[(Keys, ZoneKey)]) -> Result<NamedSetup> {
+pub(super) fn prepare(s: &Settings, zone_keys: &[(ZoneKeys, ZoneKey)]) -> Result<NamedSetup> {
     let dir = s.named_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut conf = NamedConf::without_zones(&dir, s.named.port.get());

@@ -16,7 +16,7 @@ use crate::config::{SigningConfig, ZoneSettings};
 use crate::execution::executor::Background;
 use crate::ops::metrics::Metrics;
 use crate::ops::tasks::Essential;
-use crate::signing::{service, Keys, SignerCore};
+use crate::signing::{service, SignerCore, ZoneCore, ZoneKeys};
 
 /// How often the parts that own their tasks (mesh, named's supervisor, signing sockets, the
 /// ordering driver) are asked whether those still run.
@@ -38,7 +38,7 @@ pub(super) struct SigningParts {
 pub(super) fn start_signing(
     cfg: &SigningConfig,
     zones: &[ZoneSettings],
-    zone_keys: &[(Keys, ZoneKey)],
+    zone_keys: &[(ZoneKeys, ZoneKey)],
     mesh: MeshSender,
     incoming: mpsc::Receiver<(u16, Bytes)>,
     metrics: &Arc<Metrics>,
@@ -50,10 +50,11 @@ pub(super) fn start_signing(
         .zip(zone_keys)
         .map(|(z, (keys, key))| {
             let signing_key = service::ZoneSigningKey { signer: z.apex.clone(), algorithm: z.algorithm, key_tag: key.key_tag() };
-            (signing_key, SignerCore::new(cfg.id, cfg.replicas, cfg.protocol, cfg.corrupt_shares, keys.clone(), cfg.limits.clone()))
+            Ok((signing_key, zone_core(cfg, keys).with_context(|| format!("signing core of zone {}", z.name))?))
         })
-        .collect();
-    let (signer, signing_task) = service::spawn(cores, mesh, incoming, metrics.clone(), cfg.fault);
+        .collect::<Result<Vec<_>>>()?;
+    let misbehaviour = service::Misbehaviour { fault: cfg.fault, corrupt: cfg.corrupt_shares };
+    let (signer, signing_task) = service::spawn(cores, mesh, incoming, metrics.clone(), misbehaviour);
     tasks.spawn("threshold signing service", signing_task);
     let (times, times_rx) = watch::channel(None);
     let write_signatures = Arc::new(AtomicU64::new(0));
@@ -74,6 +75,23 @@ pub(super) fn start_signing(
         backgrounds.push(background);
     }
     Ok(SigningParts { times, write_signatures, backgrounds })
+}
+
+/// The zone's signing core for its kind of key, with the configured session limits.
+fn zone_core(cfg: &SigningConfig, keys: &ZoneKeys) -> Result<ZoneCore> {
+    Ok(match keys {
+        ZoneKeys::Rsa(keys) => ZoneCore::Rsa(SignerCore::new(cfg.id, cfg.replicas, cfg.protocol, cfg.corrupt_shares, keys.clone(), cfg.limits.clone())),
+        ZoneKeys::Ec { public, share } => {
+            // The same bounds as RSA's sessions (EcLimits' further fields keep their defaults).
+            let mut limits = threshold_ec::EcLimits::default();
+            limits.max_sessions = cfg.limits.max_sessions;
+            limits.early_digests = cfg.limits.early_digests;
+            limits.early_per_peer = cfg.limits.early_per_peer;
+            limits.finals_cache = cfg.limits.finals_cache;
+            limits.retry_after_us = cfg.limits.retry_after_us;
+            ZoneCore::Ec(threshold_ec::EcSignerCore::new(cfg.id, public.clone(), share.clone(), limits)?)
+        }
+    })
 }
 
 /// The number of dnssec-signzone threads a whole-zone signing uses: the configured one, or

@@ -10,7 +10,7 @@ use named_glue::keys::ZoneKey;
 use super::named::{NamedParts, NamedSetup};
 use super::signing::zone_signer_threads;
 use crate::config::{MaintenanceConfig, Settings};
-use crate::signing::Keys;
+use crate::signing::ZoneKeys;
 use crate::zone::{ZoneMaintenance, ZoneMaintenanceConfig};
 
 /// One zone's maintenance, from its settings and the parts of the replica it works with.
@@ -45,7 +45,7 @@ fn zone_maintenance(
 pub(super) fn zones_maintenance(
     s: &Settings,
     setup: &NamedSetup,
-    zone_keys: &[(Keys, ZoneKey)],
+    zone_keys: &[(ZoneKeys, ZoneKey)],
     named: &NamedParts,
     signing: &crate::config::SigningConfig,
 ) -> Result<Vec<Arc<ZoneMaintenance>>> {

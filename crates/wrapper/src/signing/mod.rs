@@ -1,9 +1,13 @@
-//! Threshold signing between replicas, carried over the mesh. The protocols (BASIC, OPT-PROOF,
-//! OPT-TE) and their sans-IO state machine live in the `threshold` crate; this module is its
-//! tokio driver (`service`) and the byte framing of its messages on mesh channel 1 (`wire`).
+//! Threshold signing between replicas, carried over the mesh. The protocols live in the
+//! `threshold` crate (RSA: BASIC, OPT-PROOF, OPT-TE) and the `threshold-ec` crate (ECDSA P-256
+//! and Ed25519), each with its sans-IO state machine; this module is their tokio driver
+//! (`service`, one core per zone through `zone_core`) and the byte framing of their messages
+//! on mesh channel 1 (`wire`).
 
 pub mod service;
 pub mod wire;
+pub mod zone_core;
 
 pub use threshold::{Digest, Keys, Limits as SignerLimits, SignMessage, SignerCore};
-pub use wire::{SignEnvelope, WireFormat};
+pub use wire::{SignEnvelope, WireFormat, ZoneMessage};
+pub use zone_core::{ZoneCore, ZoneKeys};

@@ -7,8 +7,9 @@
 //! Outstanding jobs are bounded by the core's session limit (at most three per session).
 //!
 //! Each zone has its own core (its key share, its session limits, so a zone being signed
-//! whole cannot take another zone's sessions); the worker pool is shared, jobs taking their
-//! turn in the order they were made. A request from named names its key by signer, algorithm
+//! whole cannot take another zone's sessions), RSA's or EC's as the zone's key is
+//! (`zone_core`); the worker pool is shared, jobs taking their turn in the order they were
+//! made. A request from named names its key by signer, algorithm
 //! and key tag, and only a configured zone's own triple is signed, with that zone's key.
 
 use std::collections::HashMap;
@@ -19,12 +20,12 @@ use bytes::Bytes;
 use hickory_proto::rr::Name;
 use mesh::{MeshSender, CHANNEL_SIGNING};
 use named_glue::signer::{SignError, SignFuture, SignRequest, Signer};
-use threshold::{JobDone, Output, SignerCore};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
-use super::wire::{SignEnvelope, SignMessage, WireFormat};
+use super::wire::{SignEnvelope, WireFormat, ZoneMessage};
+use super::zone_core::{self, ZoneCore, ZoneJobDone, ZoneOutput};
 use super::Digest;
 use crate::faults::byzantine::SigningFault;
 use crate::ops::metrics::Metrics;
@@ -132,19 +133,27 @@ pub fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// How this replica misbehaves in signing (test clusters only): `fault`, and `corrupt`
+/// (the paper's bit-inverted shares, which RSA's core makes itself and EC messages get here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Misbehaviour {
+    pub fault: SigningFault,
+    pub corrupt: bool,
+}
+
 /// Starts the task with one core per zone, in zone index order; returns the `Signer` to hand
 /// to named-glue's `SigningService` and the task (it runs as long as the mesh and a signer
 /// are there: an earlier end is a failure).
 pub fn spawn(
-    zones: Vec<(ZoneSigningKey, SignerCore)>,
+    zones: Vec<(ZoneSigningKey, ZoneCore)>,
     mesh: MeshSender,
     incoming: mpsc::Receiver<(u16, Bytes)>,
     metrics: Arc<Metrics>,
-    fault: SigningFault,
+    misbehaviour: Misbehaviour,
 ) -> (Arc<ThresholdSigner>, JoinHandle<()>) {
     let (commands, rx) = mpsc::channel(1024);
     let (keys, cores): (Vec<_>, Vec<_>) = zones.into_iter().unzip();
-    let task = tokio::spawn(run(cores, mesh, incoming, rx, metrics, default_workers(), fault));
+    let task = tokio::spawn(run(cores, mesh, incoming, rx, metrics, default_workers(), misbehaviour));
     (Arc::new(ThresholdSigner { commands, keys }), task)
 }
 
@@ -154,23 +163,24 @@ struct Waiter {
 }
 
 async fn run(
-    mut cores: Vec<SignerCore>,
+    mut cores: Vec<ZoneCore>,
     mesh: MeshSender,
     mut incoming: mpsc::Receiver<(u16, Bytes)>,
     mut commands: mpsc::Receiver<Command>,
     metrics: Arc<Metrics>,
     workers: usize,
-    fault: SigningFault,
+    misbehaviour: Misbehaviour,
 ) {
-    let mut garbage = Garbage(0x2545_f491_4f6c_dd1d);
+    let fault = misbehaviour.fault;
+    let mut garbage = Garbage { state: 0x2545_f491_4f6c_dd1d, corrupt: misbehaviour.corrupt };
     let mut waiters: HashMap<(u16, Digest), Vec<Waiter>> = HashMap::new();
     let permits = Arc::new(Semaphore::new(workers.max(1)));
     // Finished jobs with their zone index; a job's task waits for room here, the loop never does.
-    let (done_tx, mut done_rx) = mpsc::channel::<(u16, JobDone)>(1024);
+    let (done_tx, mut done_rx) = mpsc::channel::<(u16, ZoneJobDone)>(1024);
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
     let mut shared_seen = (0u64, 0u64);
     loop {
-        let timer = cores.iter().filter_map(SignerCore::poll_timeout).min().map(|t| Duration::from_micros(t.saturating_sub(now_us())));
+        let timer = cores.iter().filter_map(ZoneCore::poll_timeout).min().map(|t| Duration::from_micros(t.saturating_sub(now_us())));
         tokio::select! {
             command = commands.recv() => {
                 let Some(Command::Sign { zone, algorithm, data, shared, reply }) = command else { return };
@@ -179,17 +189,22 @@ async fn run(
                     let _ = reply.send(Err(SignError::Failed(format!("no signer for zone index {zone}"))));
                     continue;
                 };
-                let opened = if shared { core.request_shared(now_us(), algorithm, &data) } else { core.request(now_us(), algorithm, &data) };
-                match opened {
+                match core.request(now_us(), algorithm, &data, shared) {
                     Ok(digest) => waiters.entry((zone, digest)).or_default().push(Waiter { reply, since: Instant::now() }),
-                    Err(e) => { let _ = reply.send(Err(SignError::Failed(e.to_string()))); }
+                    Err(e) => { let _ = reply.send(Err(SignError::Failed(e))); }
                 }
             }
             message = incoming.recv() => {
                 let Some((from, bytes)) = message else { return };
                 match SignEnvelope::decode(&bytes) {
                     Ok(SignEnvelope { zone, message }) => match cores.get_mut(usize::from(zone)) {
-                        Some(core) => core.handle_message(now_us(), from, message),
+                        Some(core) => {
+                            if core.handle_message(now_us(), from, message).is_err() {
+                                // An RSA message for an EC zone or the reverse: no honest replica sends one.
+                                debug!(peer = from, zone, "signing message of the other kind of key than the zone's");
+                                metrics.add_bad_share(from);
+                            }
+                        }
                         None => {
                             // Dealt for other zones than ours: an operator error or a lie.
                             debug!(peer = from, zone, "signing message for a zone index this replica does not serve");
@@ -238,30 +253,30 @@ async fn run(
             let Ok(zone) = u16::try_from(index) else { break };
             while let Some(out) = core.poll_output() {
                 match out {
-                    Output::Broadcast { .. } | Output::Send { .. } if fault == SigningFault::Silent => {}
-                    Output::Broadcast { message } => {
-                        let message = if fault == SigningFault::Garbage { garbage.apply(message) } else { message };
+                    ZoneOutput::Broadcast { .. } | ZoneOutput::Send { .. } if fault == SigningFault::Silent => {}
+                    ZoneOutput::Broadcast { message } => {
+                        let message = garbage.apply(fault, message);
                         if let Err(e) = mesh.broadcast(CHANNEL_SIGNING, Bytes::from(SignEnvelope { zone, message }.encode())) {
                             warn!(error = %e, "signing broadcast not sent");
                         }
                     }
-                    Output::Send { to, message } => {
-                        let message = if fault == SigningFault::Garbage { garbage.apply(message) } else { message };
+                    ZoneOutput::Send { to, message } => {
+                        let message = garbage.apply(fault, message);
                         if let Err(e) = mesh.send(to, CHANNEL_SIGNING, Bytes::from(SignEnvelope { zone, message }.encode())) {
                             debug!(to, error = %e, "signing message not sent");
                         }
                     }
-                    Output::Done { digest, signature } => {
+                    ZoneOutput::Done { digest, signature } => {
                         for w in waiters.remove(&(zone, digest)).unwrap_or_default() {
                             metrics.observe_signing_us(w.since.elapsed().as_micros() as u64);
                             let _ = w.reply.send(Ok(signature.clone()));
                         }
                     }
-                    Output::Misbehaved { peer, what } => {
+                    ZoneOutput::Misbehaved { peer, what } => {
                         warn!(peer, what, zone, "peer misbehaved in threshold signing");
                         metrics.add_bad_share(peer);
                     }
-                    Output::Compute(job) => {
+                    ZoneOutput::Compute(job) => {
                         let (permits, done_tx) = (permits.clone(), done_tx.clone());
                         tokio::spawn(async move {
                             let Ok(_permit) = permits.acquire_owned().await else { return };
@@ -273,7 +288,7 @@ async fn run(
                             }
                         });
                     }
-                    Output::Failed { digest, reason } => {
+                    ZoneOutput::Failed { digest, reason } => {
                         warn!(reason, zone, "this replica's signature share could not be computed");
                         for w in waiters.remove(&(zone, digest)).unwrap_or_default() {
                             let _ = w.reply.send(Err(SignError::Failed(reason.clone())));
@@ -282,7 +297,7 @@ async fn run(
                 }
             }
         }
-        let now = cores.iter().map(SignerCore::stats).fold((0, 0), |(spared, fallbacks), s| (spared + s.shares_spared, fallbacks + s.shared_fallbacks));
+        let now = cores.iter().map(ZoneCore::shared_counts).fold((0, 0), |(spared, fallbacks), s| (spared + s.0, fallbacks + s.1));
         if now != shared_seen {
             metrics.add_shared_signing(now.0 - shared_seen.0, now.1 - shared_seen.1);
             shared_seen = now;
@@ -290,27 +305,29 @@ async fn run(
     }
 }
 
-/// A garbage-shares replica's rewrite: random bytes of the same length in place of its
-/// shares and signatures (test clusters only).
-struct Garbage(u64);
+/// A misbehaving replica's rewrite of what it sends (test clusters only): garbage-shares puts
+/// random bytes of the same length in place of its shares and signatures (RSA's and EC's);
+/// `corrupt` inverts every bit of its EC messages' (RSA's core inverts its own shares).
+struct Garbage {
+    state: u64,
+    corrupt: bool,
+}
 
 impl Garbage {
-    fn bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len)
-            .map(|_| {
-                self.0 ^= self.0 << 13;
-                self.0 ^= self.0 >> 7;
-                self.0 ^= self.0 << 17;
-                self.0 as u8
-            })
-            .collect()
+    fn next(&mut self) -> u8 {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.state as u8
     }
 
-    fn apply(&mut self, message: SignMessage) -> SignMessage {
-        match message {
-            SignMessage::Share { digest, share } => SignMessage::Share { digest, share: self.bytes(share.len()) },
-            SignMessage::Final { digest, signature } => SignMessage::Final { digest, signature: self.bytes(signature.len()) },
-            other => other,
+    fn apply(&mut self, fault: SigningFault, message: ZoneMessage) -> ZoneMessage {
+        if fault == SigningFault::Garbage {
+            zone_core::rewrite(message, &mut |b: &mut [u8]| b.iter_mut().for_each(|x| *x = self.next()))
+        } else if self.corrupt && matches!(message, ZoneMessage::Ec(_)) {
+            zone_core::rewrite(message, &mut |b: &mut [u8]| b.iter_mut().for_each(|x| *x = !*x))
+        } else {
+            message
         }
     }
 }
