@@ -506,14 +506,7 @@ impl SigningNamed {
         .unwrap();
         let debian = Path::new("/usr/sbin/named");
         let named = if debian.is_file() { debian.to_owned() } else { bind_dir().join("sbin/named") };
-        let log = std::fs::File::create(dir.join("named.log")).unwrap();
-        let child = Command::new(&named)
-            .args(["-g", "-4", "-n", "1", "-c"])
-            .arg(&conf)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", named.display()));
+        let child = sdns_system_tests::bind::spawn_named(&named, &conf, &dir.join("named.log"));
         let n = SigningNamed { child, port, dir, conf };
         // Signed when the apex DNSKEY RRset and an A RRset carry signatures.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -775,19 +768,34 @@ fn a_zone_signed_with_the_operators_key_rolls_over_without_a_validation_outage()
         }
         assert!(!cluster.dig(i, &["signed.test", "DNSKEY", "+dnssec", "+multiline"]).contains(&format!(" {old_tag} signed.test.")), "replica {i}");
     }
-    let first = sorted_zone(&cluster, 0);
-    assert!(!first.iter().any(|l| l.contains("_sdns-rollover")) && first.iter().any(|l| l.starts_with("laptop.signed.test.")), "{first:?}");
-    assert!(!first.iter().any(|l| is_sync_record(l)), "the CDS and CDNSKEY leave with the rollover: {first:?}");
-    for i in 1..4 {
-        assert_eq!(sorted_zone(&cluster, i), first, "replica {i}'s zone differs from replica 0's after the finish");
-    }
-    verify(&cluster, 3, root.path());
+    let first = finished_everywhere(&cluster, 3, root.path());
+    assert!(first.iter().any(|l| l.starts_with("laptop.signed.test.")), "{first:?}");
     // The new-DS validator keeps validating (a fresh one too); one that only knows the old
     // DS no longer can: the old key is really gone.
     new.validates("www.signed.test", "A", "192.0.2.80");
-    let fresh = Unbound::start(root.path(), "unbound-new-2", &new_ds, cluster.port(0));
-    fresh.validates("laptop.signed.test", "A", "192.0.2.107");
-    let stale = Unbound::start(root.path(), "unbound-old-2", &old_ds, cluster.port(0));
+    only_the_new_ds_validates(&cluster, root.path(), &new_ds, &old_ds, 0, ("laptop.signed.test", "192.0.2.107"));
+}
+
+/// After a rollover's finish: no marker, CDS or CDNSKEY left in replica 0's zone, every
+/// replica's zone the same, and dnssec-verify accepts it (a transfer from replica `at`).
+/// Replica 0's zone, sorted.
+fn finished_everywhere(cluster: &Adopted, at: u16, root: &Path) -> Vec<String> {
+    let first = sorted_zone(cluster, 0);
+    assert!(!first.iter().any(|l| l.contains("_sdns-rollover")), "the marker leaves with the rollover: {first:?}");
+    assert!(!first.iter().any(|l| is_sync_record(l)), "the CDS and CDNSKEY leave with the rollover: {first:?}");
+    for i in 1..4 {
+        assert_eq!(sorted_zone(cluster, i), first, "replica {i}'s zone differs from replica 0's after the finish");
+    }
+    verify(cluster, at, root);
+    first
+}
+
+/// A fresh validator trusting the new DS validates `name` A `address` through replica `i`; one
+/// trusting only the old DS gets SERVFAIL.
+fn only_the_new_ds_validates(cluster: &Adopted, root: &Path, new_ds: &str, old_ds: &str, i: u16, (name, address): (&str, &str)) {
+    let fresh = Unbound::start(root, "unbound-new-2", new_ds, cluster.port(i));
+    fresh.validates(name, "A", address);
+    let stale = Unbound::start(root, "unbound-old-2", old_ds, cluster.port(0));
     let answer = stale.query("www.signed.test", "A");
     assert!(answer.contains("status: SERVFAIL"), "{answer}");
 }
@@ -925,18 +933,9 @@ fn the_rollover_finishes_by_itself_once_the_parent_serves_the_new_ds() {
         assert!(!cds.lines().any(|l| !l.starts_with(';') && is_sync_record(l)), "replica {i} still publishes a CDS:\n{cds}");
         assert!(!cluster.dig(i, &["signed.test", "DNSKEY", "+dnssec", "+multiline"]).contains(&format!(" {old_tag} signed.test.")), "replica {i}");
     }
-    let first = sorted_zone(&cluster, 0);
-    assert!(!first.iter().any(|l| l.contains("_sdns-rollover") || is_sync_record(l)), "{first:?}");
-    for i in 1..4 {
-        assert_eq!(sorted_zone(&cluster, i), first, "replica {i}'s zone differs from replica 0's after the finish");
-    }
-    verify(&cluster, 2, root.path());
+    finished_everywhere(&cluster, 2, root.path());
     new.validates("www.signed.test", "A", "192.0.2.80");
-    let fresh = Unbound::start(root.path(), "unbound-new-2", &new_ds, cluster.port(3));
-    fresh.validates("www.signed.test", "A", "192.0.2.80");
-    let stale = Unbound::start(root.path(), "unbound-old-2", &old_ds, cluster.port(0));
-    let answer = stale.query("www.signed.test", "A");
-    assert!(answer.contains("status: SERVFAIL"), "{answer}");
+    only_the_new_ds_validates(&cluster, root.path(), &new_ds, &old_ds, 3, ("www.signed.test", "192.0.2.80"));
     drop(old);
 }
 

@@ -3,12 +3,12 @@
 //! catalog only (`catalog-zones`, no zone statement of a member), provisions both zones from
 //! it and serves exactly the replicas' signed data.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use sdns_system_tests::bind::{dig_at, transfer_records};
+use sdns_system_tests::bind::{dig_at, loopback, spawn_named, transfer_records};
 use sdns_system_tests::{free_port_block, log_tail, Cluster, ClusterOpts, Replicas};
 
 const CATALOG: &str = "catalog.sdns.";
@@ -16,10 +16,6 @@ const ZONES: [&str; 2] = ["example.test.", "example.net."];
 /// The consumer transfers from this address, which the local cluster's [access] ACL does not
 /// list (it lists 127.0.0.1): every transfer it makes must pass by the transfer key.
 const CONSUMER_SOURCE: &str = "127.0.0.2";
-
-fn loopback(port: u16) -> SocketAddr {
-    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
-}
 
 /// Debian's named consuming the catalog, in a directory of its own; killed on drop.
 struct Consumer {
@@ -60,15 +56,7 @@ impl Consumer {
         )
         .expect("write named.conf");
         let log = dir.path().join("named.log");
-        let out = std::fs::File::create(&log).expect("named.log");
-        let child = Command::new(&named)
-            .args(["-g", "-4", "-n", "1", "-c"])
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log file"))
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", named.display()));
+        let child = spawn_named(&named, &conf, &log);
         Consumer { addr: loopback(port), child, log, _dir: dir }
     }
 

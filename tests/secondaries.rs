@@ -3,12 +3,12 @@
 //! address as a primary. Their refresh is held at one hour, so only the replicas' NOTIFY can
 //! bring them an update within seconds; they then transfer (IXFR) through a replica's wrapper.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sdns_system_tests::bind::{dig_at, transfer_records};
+use sdns_system_tests::bind::{dig_at, loopback, spawn_named, transfer_records};
 use sdns_system_tests::{free_port_block, log_tail, Cluster, ClusterOpts, Replicas};
 
 const ZONE: &str = "example.test";
@@ -62,15 +62,7 @@ impl Secondary {
         )
         .expect("write named.conf");
         let log = dir.path().join("named.log");
-        let out = std::fs::File::create(&log).expect("named.log");
-        let child = Command::new(&named)
-            .args(["-g", "-4", "-n", "1", "-c"])
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log file"))
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", named.display()));
+        let child = spawn_named(&named, &conf, &log);
         Secondary { what: "stock named", addr: loopback(port), child, log, _dir: dir }
     }
 
@@ -128,10 +120,6 @@ impl Secondary {
     fn log_tail(&self) -> String {
         format!("--- {} ({})\n{}", self.what, self.log.display(), log_tail(&std::fs::read_to_string(&self.log).unwrap_or_default(), 25))
     }
-}
-
-fn loopback(port: u16) -> SocketAddr {
-    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
 }
 
 /// The serial of a `dig +short SOA` answer.

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use super::{run, text, tool};
 
@@ -13,8 +13,23 @@ use super::{run, text, tool};
 /// bounded wait (5 s, two tries) so that a dead server fails the test instead of hanging it.
 pub const DIG_OPTS: &[&str] = &["+norec", "+time=5", "+tries=2"];
 
-fn loopback(port: u16) -> SocketAddr {
+/// 127.0.0.1:`port`.
+pub fn loopback(port: u16) -> SocketAddr {
     SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
+}
+
+/// `named` (Debian's or the patched build) in the foreground on IPv4 with one worker, reading
+/// `conf`, its output into the file `log`; the caller kills it.
+pub fn spawn_named(named: &Path, conf: &Path, log: &Path) -> Child {
+    let out = std::fs::File::create(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    Command::new(named)
+        .args(["-g", "-4", "-n", "1", "-c"])
+        .arg(conf)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("log file"))
+        .stderr(out)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", named.display()))
 }
 
 /// `dig @server -p port OPTS ARGS`: its whole output (stdout and stderr).

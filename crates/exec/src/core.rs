@@ -895,20 +895,9 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
                 Step::Next
             }
             Op::SignZoneIn { auth, .. } => {
-                let time_s = at.time_us / 1_000_000;
                 self.keep_before();
-                match self.sign_zone_request(zone, item.origin, &auth, time_s) {
-                    Ok(()) => {
-                        self.start_signing(zone, at.index, item.reply, at.seq, at.time_us, out);
-                        Step::Wait
-                    }
-                    Err(text) => {
-                        if let Some(reply) = item.reply {
-                            out.push(Command::Answer { reply, bytes: text.into_bytes() });
-                        }
-                        Step::Next
-                    }
-                }
+                let asked = self.sign_zone_request(zone, item.origin, &auth, at.time_us / 1_000_000);
+                self.begin_signing_or_refuse(asked, zone, at, item, out)
             }
             Op::SignZoneFinishIn { auth, .. } => self.execute_finish_claim(zone, at, item, &auth, out),
             Op::ResignZone(_) => self.execute_resign(zone, at, item, out),
@@ -924,7 +913,14 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// `rollover-finish`'s sign-zone would.
     fn execute_rollover_report(&mut self, zone: u16, at: At, item: Item<R>, auth: &SignZoneAuth, out: &mut Vec<Command<R>>) -> Step {
         self.keep_before();
-        match self.rollover_report(zone, item.origin, auth, at.time_us / 1_000_000) {
+        let reported = self.rollover_report(zone, item.origin, auth, at.time_us / 1_000_000);
+        self.begin_signing_or_refuse(reported, zone, at, item, out)
+    }
+
+    /// A whole-zone signing begins at this point of the log when `asked` (a sign-zone request
+    /// or a rollover report, counted) says so; otherwise the refusal goes back to the client.
+    fn begin_signing_or_refuse(&mut self, asked: Result<(), String>, zone: u16, at: At, item: Item<R>, out: &mut Vec<Command<R>>) -> Step {
+        match asked {
             Ok(()) => {
                 self.start_signing(zone, at.index, item.reply, at.seq, at.time_us, out);
                 Step::Wait
