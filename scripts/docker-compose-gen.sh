@@ -6,7 +6,7 @@
 #
 # Works with docker-compose v1 (1.29) and the v2 plugin. Everything a second cluster on the
 # same engine must change is a variable: SDNS_NET (the /24 prefix), SDNS_PORT_<i> (the
-# published client ports), SDNS_OPERATOR_DIR, SDNS_BITS, SDNS_CORRUPT, SDNS_IMAGE.
+# published client ports), SDNS_OPERATOR_DIR, SDNS_BITS, SDNS_ALGORITHM (8, 10, 13 or 15), SDNS_CORRUPT, SDNS_IMAGE.
 set -euo pipefail
 
 n=${1:?usage: docker-compose-gen.sh N}
@@ -56,6 +56,7 @@ services:
       SDNS_REPLICAS: "$n"
       SDNS_NET: \${SDNS_NET:-172.28.53}
       SDNS_BITS: \${SDNS_BITS:-2048}
+      SDNS_ALGORITHM: \${SDNS_ALGORITHM:-8}
       SDNS_CORRUPT: \${SDNS_CORRUPT:-}
       SDNS_OPERATOR_UID: \${SDNS_OPERATOR_UID:-0}
       SDNS_OPERATOR_GID: \${SDNS_OPERATOR_GID:-0}
