@@ -27,11 +27,40 @@ impl Noise {
     pub fn bytes(&mut self, len: usize) -> Vec<u8> {
         (0..len).map(|_| self.next_u64() as u8).collect()
     }
+
+    /// The behaviours of `n` replicas of which 1 to t = (n-1)/3, at drawn positions (never only
+    /// the lowest ids), take a behaviour drawn from `faulty`; the rest are `honest`.
+    pub fn place_faults<B: Copy + PartialEq>(&mut self, n: u16, honest: B, faulty: &[B]) -> Vec<B> {
+        let t = u64::from((n - 1) / 3);
+        let mut b = vec![honest; usize::from(n)];
+        let count = 1 + self.below(t) as usize;
+        let mut placed = 0;
+        while placed < count {
+            let k = self.below(u64::from(n)) as usize;
+            if b[k] == honest {
+                b[k] = faulty[self.below(faulty.len() as u64) as usize];
+                placed += 1;
+            }
+        }
+        b
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn faults_are_one_to_t_and_replay_from_the_seed() {
+        for n in [4u16, 7, 10] {
+            for seed in 0..50 {
+                let placed = Noise::new(seed).place_faults(n, 0u8, &[1, 2]);
+                let faulty = placed.iter().filter(|&&b| b != 0).count();
+                assert!((1..=usize::from((n - 1) / 3)).contains(&faulty), "n {n} seed {seed}: {placed:?}");
+                assert_eq!(placed, Noise::new(seed).place_faults(n, 0u8, &[1, 2]));
+            }
+        }
+    }
 
     #[test]
     fn noise_replays_from_its_seed_and_differs_between_seeds() {

@@ -454,19 +454,7 @@ fn check(alg: Algorithm, n: u16, behaviours: &[Behaviour], item_count: usize, se
 
 /// Up to t faulty replicas with behaviours drawn from `seed`.
 fn behaviours_for(n: u16, seed: u64) -> Vec<Behaviour> {
-    let t = usize::from((n - 1) / 3);
-    let mut noise = Noise::new(seed ^ 0xc0de);
-    let mut b = vec![Behaviour::Honest; usize::from(n)];
-    let faulty = 1 + noise.below(t as u64) as usize;
-    let mut placed = 0;
-    while placed < faulty {
-        let k = noise.below(u64::from(n)) as usize;
-        if b[k] == Behaviour::Honest {
-            b[k] = FAULTY[noise.below(FAULTY.len() as u64) as usize];
-            placed += 1;
-        }
-    }
-    b
+    Noise::new(seed ^ 0xc0de).place_faults(n, Behaviour::Honest, &FAULTY)
 }
 
 fn campaign(ci_count: u64) -> testkit::Campaign {

@@ -315,19 +315,7 @@ const FAULTY: [Behaviour; 5] = [Behaviour::Silent, Behaviour::LyingCommitments, 
 
 /// Up to t faulty replicas with behaviours drawn from `seed`, never only the lowest ids.
 fn behaviours_for(n: u16, seed: u64) -> Vec<Behaviour> {
-    let t = usize::from((n - 1) / 3);
-    let mut noise = Noise::new(seed ^ 0x5eed);
-    let mut b = vec![Behaviour::Honest; usize::from(n)];
-    let faulty = 1 + noise.below(t as u64) as usize;
-    let mut placed = 0;
-    while placed < faulty {
-        let k = noise.below(u64::from(n)) as usize;
-        if b[k] == Behaviour::Honest {
-            b[k] = FAULTY[noise.below(FAULTY.len() as u64) as usize];
-            placed += 1;
-        }
-    }
-    b
+    Noise::new(seed ^ 0x5eed).place_faults(n, Behaviour::Honest, &FAULTY)
 }
 
 #[test]
