@@ -121,6 +121,11 @@ impl EcdsaKey {
         let f_own = share.prss_keys().iter().map(|(set, _)| f_t::<Scalar>(*set, share.index())).collect();
         Ok(EcdsaKey { y_table: P256Table::new(&y), pk, share, xs, x, f_own })
     }
+
+    /// (n, t, this replica's 1-based index).
+    pub(crate) fn players(&self) -> (u16, u16, u16) {
+        (self.pk.players(), self.pk.threshold(), self.share.index())
+    }
 }
 
 /// This replica's secret shares for one session, wiped on drop.
@@ -138,6 +143,22 @@ struct Secrets {
 impl Drop for Secrets {
     fn drop(&mut self) {
         for s in [&mut self.k, &mut self.a, &mut self.b, &mut self.z1, &mut self.y1, &mut self.z2, &mut self.y2] {
+            s.zeroize();
+        }
+    }
+}
+
+/// A presignature's online secrets (see [`EcdsaSession::online_secrets`]), wiped on drop.
+pub(crate) struct OnlineSecrets {
+    pub(crate) r: Scalar,
+    pub(crate) w: Scalar,
+    pub(crate) wx: Scalar,
+    pub(crate) z2: Scalar,
+}
+
+impl Drop for OnlineSecrets {
+    fn drop(&mut self) {
+        for s in [&mut self.w, &mut self.wx, &mut self.z2] {
             s.zeroize();
         }
     }
@@ -231,6 +252,12 @@ impl std::fmt::Debug for EcdsaSession {
     }
 }
 
+/// e = SHA-256(data) reduced mod q (RFC 6605 with FIPS 186's truncation, a no-op at 256 bits).
+pub(crate) fn digest_scalar(data: &[u8]) -> Scalar {
+    let digest: [u8; 32] = Sha256::digest(data).into();
+    <Scalar as Reduce<U256>>::reduce_bytes(&digest.into())
+}
+
 fn context(what: &[u8], h: &[u8; 32], j: u16) -> Vec<u8> {
     let mut c = what.to_vec();
     c.extend(h);
@@ -247,11 +274,24 @@ impl EcdsaSession {
     }
 
     pub(crate) fn with_key(key: Arc<EcdsaKey>, data: &[u8]) -> Result<(EcdsaSession, EcdsaMessage), Error> {
+        let h = key.pk.session_hash(data);
+        EcdsaSession::start(key, h, digest_scalar(data))
+    }
+
+    /// A presignature's session (src/presign): the nonce from the slot hash `h`, the data not
+    /// known yet (e = 0 until [`EcdsaSession::set_data`]).
+    pub(crate) fn presign(key: Arc<EcdsaKey>, h: [u8; 32]) -> Result<(EcdsaSession, EcdsaMessage), Error> {
+        EcdsaSession::start(key, h, Scalar::ZERO)
+    }
+
+    /// The data a presignature signs: e for σ, its proof and the exact check.
+    pub(crate) fn set_data(&mut self, data: &[u8]) {
+        self.e = digest_scalar(data);
+    }
+
+    fn start(key: Arc<EcdsaKey>, h: [u8; 32], e: Scalar) -> Result<(EcdsaSession, EcdsaMessage), Error> {
         let (pk, share) = (&key.pk, &key.share);
         let (n, t, i) = (pk.players(), pk.threshold(), share.index());
-        let h = pk.session_hash(data);
-        let digest: [u8; 32] = Sha256::digest(data).into();
-        let e = <Scalar as Reduce<U256>>::reduce_bytes(&digest.into());
         let (secrets, own) = Self::prss(&key, &h, t, i);
 
         // μ_i = k_i·a_i + z1_i. Statement: K_i = k_i·G and μ_i·G − Z1_i = k_i·CA_i − β·H, with
@@ -631,6 +671,40 @@ impl EcdsaSession {
         // Valid shares lie on the polynomial whose constant is s: failing here is a bug or
         // an s of zero (negligible), not a peer's fault.
         Some(self.combine(fixed, &valid).ok_or(Error::Degenerate))
+    }
+
+    /// What a presignature needs online, once R and μ are fixed: r and the secrets
+    /// w_i = a_i·μ⁻¹, w_i·x_i and z2_i, so that σ_i is two multiplications.
+    pub(crate) fn online_secrets(&self) -> Option<OnlineSecrets> {
+        let fixed = self.fixed.as_ref()?;
+        let mu_inv = Option::<Scalar>::from(self.mu?.invert())?;
+        let w = self.secrets.a * mu_inv;
+        Some(OnlineSecrets { r: fixed.r, w, wx: w * self.key.x, z2: self.secrets.z2 })
+    }
+
+    /// Whether s combines into exactly this session's signature (see [`EcdsaSession::exact`]).
+    pub(crate) fn signature_if_exact(&self, s: &Scalar) -> Option<[u8; 64]> {
+        let fixed = self.fixed.as_ref()?;
+        self.exact(fixed, s).then(|| self.signature_bytes(s))
+    }
+
+    /// r ‖ s without any check: for an s that all n shares agreed on (src/presign).
+    pub(crate) fn signature_bytes(&self, s: &Scalar) -> [u8; 64] {
+        let mut signature = [0u8; 64];
+        if let Some(fixed) = &self.fixed {
+            signature[..32].copy_from_slice(&P256::scalar_to_bytes(&fixed.r));
+        }
+        signature[32..].copy_from_slice(&P256::scalar_to_bytes(s));
+        signature
+    }
+
+    /// Whether replica j's σ_j and proof hold for the data set ([`EcdsaSession::set_data`]);
+    /// `None` before μ is fixed.
+    pub(crate) fn sigma_proof_valid(&self, j: u16, sigma: &Scalar, proof: &[u8; PROOF_LEN]) -> Option<bool> {
+        let fixed = self.fixed.as_ref()?;
+        let mu_inv = Option::<Scalar>::from(self.mu?.invert())?;
+        let d = fixed.decoded(&self.table, &self.own, self.t)?;
+        Some(self.sigma_statement(fixed, d, &mu_inv, j, sigma).is_some_and(|st| proof::verify(&st, proof, &context(b"sigma", &self.h, j))))
     }
 
     /// Checks every μ and σ proof received and not yet checked, blaming bad senders.

@@ -67,14 +67,14 @@ struct Nonce {
 /// and the verification points' torsion checks are full scalar multiplications each) and
 /// shared by every session of the key.
 pub(crate) struct EdKey {
-    pk: Arc<PublicKey>,
-    share: Arc<KeyShare>,
-    y: EdwardsPoint,
-    verifying_key: ed25519_dalek::VerifyingKey,
-    xs: Vec<EdwardsPoint>,
-    x_i: Scalar,
+    pub(crate) pk: Arc<PublicKey>,
+    pub(crate) share: Arc<KeyShare>,
+    pub(crate) y: EdwardsPoint,
+    pub(crate) verifying_key: ed25519_dalek::VerifyingKey,
+    pub(crate) xs: Vec<EdwardsPoint>,
+    pub(crate) x_i: Scalar,
     /// f_T(i) of this replica for the sets it holds, in key order (one inversion each).
-    f_own: Vec<Scalar>,
+    pub(crate) f_own: Vec<Scalar>,
 }
 
 impl Drop for EdKey {

@@ -65,6 +65,7 @@ mod ed;
 mod error;
 mod intake;
 mod keys;
+mod presign;
 mod proof;
 pub mod prss;
 
@@ -73,6 +74,7 @@ pub use ecdsa::{EcdsaMessage, EcdsaSession};
 pub use ed::{EdMessage, EdSession};
 pub use error::{Blame, Error, Fault};
 pub use keys::{deal, Algorithm, KeyShare, PublicKey, FLAGS_KSK, MAX_PLAYERS};
+pub use presign::{PresignCore, PresignError, PresignLimits, PresignMessage, PresignOutput, Slot};
 
 // The version of the RNG trait `deal` takes.
 pub use rand_core;

@@ -44,6 +44,8 @@ pub(crate) fn f_t<F: PrimeField>(set: u32, i: u16) -> F {
 pub(crate) enum Label {
     /// The nonce k (both algorithms).
     K,
+    /// Ed25519 presignatures' second nonce k′ (R = R₁ + ρ·R₂, src/presign).
+    K2,
     /// ECDSA's multiplicative mask a, and its Pedersen blinder b.
     A,
     B,
@@ -58,6 +60,7 @@ impl Label {
     fn tag(self) -> &'static [u8] {
         match self {
             Label::K => b"k",
+            Label::K2 => b"k2",
             Label::A => b"a",
             Label::B => b"b",
             Label::Z1 => b"z1",
