@@ -7,7 +7,7 @@ use std::sync::Arc;
 use ff::Field;
 use p256::Scalar;
 
-use super::{FullSet, Step};
+use super::combine::{FullSet, Step};
 use crate::curve::{interpolate, Curve, P256};
 use crate::ecdsa::{digest_scalar, EcdsaKey, OnlineSecrets};
 use crate::intake::Intake;

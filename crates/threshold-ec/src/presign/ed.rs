@@ -10,7 +10,7 @@ use curve25519_dalek::{EdwardsPoint, Scalar};
 use sha2::{Digest as _, Sha512};
 use zeroize::Zeroize;
 
-use super::{FullSet, Step};
+use super::combine::{FullSet, Step};
 use crate::commit::CommitTable;
 use crate::curve::{interpolate, Curve, Ed25519};
 use crate::ed::EdKey;

@@ -14,16 +14,16 @@
 //! then is the announcement sent, and the share only once 2t+1 replicas announced the same h.
 //! A restarted core is given its records and floor ([`PresignCore::new`]).
 
+mod combine;
 mod ecdsa;
 mod ed;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use ff::PrimeField;
 use sha2::{Digest as _, Sha256};
 
-use crate::curve::lagrange;
+use combine::{FullSet, Step};
 use crate::ecdsa::EcdsaKey;
 use crate::ed::EdKey;
 use crate::{Algorithm, Blame, Error, Fault, KeyShare, PublicKey, FLAGS_KSK};
@@ -143,42 +143,6 @@ pub struct PresignLimits {
 impl Default for PresignLimits {
     fn default() -> Self {
         Self { max_slots: 256, max_bytes: 8 << 20, max_early: 256, max_finished: 1024, retry_after_us: 500_000, patience_us: 20_000 }
-    }
-}
-
-/// What the pre-computations of one slot return from `finish`.
-pub(crate) enum Step {
-    Wait,
-    NeedProofs,
-    Done([u8; 64]),
-    Failed(Error),
-}
-
-/// Lagrange coefficients for the full set 1..=n and a degree d, computed once per key: the
-/// constant from points 1..=d+1, and each further point's expected value from them, so that
-/// the all-n fast path needs no inversion online.
-pub(crate) struct FullSet<F> {
-    n: u16,
-    at_zero: Vec<F>,
-    at: Vec<Vec<F>>,
-}
-
-impl<F: PrimeField> FullSet<F> {
-    fn new(n: u16, d: u16) -> FullSet<F> {
-        let base: Vec<u16> = (1..=d + 1).collect();
-        let coeffs = |at: F| base.iter().map(|&j| lagrange(&base, j, at)).collect::<Vec<F>>();
-        FullSet { n, at_zero: coeffs(F::ZERO), at: (d + 2..=n).map(|x| coeffs(F::from(u64::from(x)))).collect() }
-    }
-
-    /// The constant of the polynomial of degree d through all n shares, if they lie on one.
-    pub(crate) fn combine(&self, shares: &BTreeMap<u16, F>) -> Option<F> {
-        if shares.len() != usize::from(self.n) {
-            return None;
-        }
-        let values: Vec<F> = shares.values().copied().collect();
-        let d1 = self.at_zero.len();
-        let eval = |c: &[F]| -> F { c.iter().zip(&values[..d1]).map(|(c, v)| *c * v).sum() };
-        self.at.iter().zip(&values[d1..]).all(|(c, v)| eval(c) == *v).then(|| eval(&self.at_zero))
     }
 }
 
