@@ -195,7 +195,10 @@ impl Presigners {
 
 fn online(c: &mut Criterion) {
     let mut group = c.benchmark_group("online");
-    group.sample_size(20);
+    // Every timed iteration costs an untimed background round many times longer: few, flat
+    // samples of little measured time keep the run short.
+    group.sample_size(10).sampling_mode(criterion::SamplingMode::Flat);
+    group.warm_up_time(std::time::Duration::from_millis(10)).measurement_time(std::time::Duration::from_millis(100));
     for alg in [Algorithm::Ed25519, Algorithm::EcdsaP256Sha256] {
         for n in [4u16, 7] {
             let mut cluster = Presigners::new(alg, n);
