@@ -135,7 +135,11 @@ impl Presigners {
         let (pk, shares) = deal(alg, n, (n - 1) / 3, &mut rng).unwrap();
         let pk = Arc::new(pk);
         let floor = Slot { epoch: 1, counter: 0 };
-        let cores = shares.into_iter().enumerate().map(|(i, s)| PresignCore::new(i as u16, pk.clone(), Arc::new(s), PresignLimits::default(), floor, []).unwrap()).collect();
+        let cores = shares
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| PresignCore::new(i as u16, pk.clone(), Arc::new(s), PresignLimits::default(), floor, []).unwrap())
+            .collect();
         Presigners { cores, counter: 0 }
     }
 

@@ -431,6 +431,7 @@ fn a_restart_never_reuses_a_slot() {
             left.push(output);
         }
         assert!(left.iter().any(|o| matches!(o, PresignOutput::Record { slot, .. } if *slot == lost)));
+        assert_eq!(sim.replicas[0].core.sign(sim.now, lost, b"other"), Err(PresignError::Spent(lost)), "other data while the record is written");
         assert!(
             !left.iter().any(|o| matches!(o, PresignOutput::Broadcast { message: PresignMessage::Announce { .. } | PresignMessage::Share { .. } })),
             "nothing before the record"

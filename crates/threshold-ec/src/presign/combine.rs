@@ -43,4 +43,3 @@ impl<F: PrimeField> FullSet<F> {
         self.at.iter().zip(&values[d1..]).all(|(c, v)| eval(c) == *v).then(|| eval(&self.at_zero))
     }
 }
-

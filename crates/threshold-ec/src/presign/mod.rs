@@ -23,10 +23,10 @@ use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
 
-use combine::{FullSet, Step};
 use crate::ecdsa::EcdsaKey;
 use crate::ed::EdKey;
 use crate::{Algorithm, Blame, Error, Fault, KeyShare, PublicKey, FLAGS_KSK};
+use combine::{FullSet, Step};
 
 /// A presignature's place, assigned by the ordered log: every honest replica uses the same
 /// slot for the same signing request. Ordered by epoch, then counter.
@@ -343,8 +343,9 @@ impl PresignCore {
         self.prepare(now_us, slot)?;
         let recorded = self.records.get(&slot) == Some(&h);
         let Some(state) = self.slots.get_mut(&slot) else { return Ok(()) };
-        if state.signing.is_some() {
-            return Ok(());
+        if let Some(signing) = &state.signing {
+            // Asked before, perhaps with its record still being written: other data is refused.
+            return if signing.h == h { Ok(()) } else { Err(PresignError::Spent(slot)) };
         }
         state.signing = Some(Signing { h, data: data.to_vec(), recorded: false, share: None, shared_at_us: 0, asked_proofs: false, conflict: false });
         if recorded {
@@ -504,7 +505,7 @@ impl PresignCore {
     fn report(state: &mut SlotState, out: &mut Vec<PresignOutput>) {
         let blamed: Vec<(u16, Fault)> = each!(&state.pre, p => p.blamed().collect());
         for (j, fault) in blamed {
-            if state.reported.insert(j) {
+            if j >= 1 && state.reported.insert(j) {
                 out.push(PresignOutput::Misbehaved { peer: j - 1, fault });
             }
         }
