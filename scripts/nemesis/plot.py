@@ -38,6 +38,31 @@ def medians(ops, width=1.0):
     return [((k + 0.5) * width, statistics.median(v)) for k, v in sorted(buckets.items())]
 
 
+# The random nemesis's own notes carry no label.
+LABELS = {"kill": "kill -9 {r}", "stop": "SIGSTOP {r}", "skew": "restart {r} 2 h ahead", "heal kill": "replica {r} back",
+          "heal stop": "SIGCONT {r}", "heal skew": "replica {r} back, clock right"}
+
+
+def event_label(e):
+    if "label" in e:
+        return e["label"]
+    return LABELS.get(e["what"], "{what} {r}").format(r=e["replica"], what=e["what"])
+
+
+def grouped(events, within=1.0):
+    """What several replicas reported alike within a second, as one line ("... at 0, 1, 2")."""
+    out = []
+    for e in events:
+        last = out[-1] if out else None
+        if (last and e.get("observed") and last.get("observed") and last["what"] == e["what"]
+                and e["time"] - last["time"] <= within and e["what"] != "view installed"):
+            last["replicas"].append(e["replica"])
+            last["label"] = f"{e['what']} at " + ", ".join(str(r) for r in last["replicas"])
+            continue
+        out.append(dict(e, replicas=[e["replica"]]))
+    return out
+
+
 def verdict(report):
     bad = (len(report["linearizability_violations"]) + len(report["lost_acknowledged_writes"])
            + report["g2_unanswered_voting_requests"] + len(report.get("replicas_not_back", []))
@@ -73,17 +98,20 @@ def plot(out, png, title=None):
         ax.scatter([op["start"] for op in lost], [top] * len(lost), c="red", marker="x", s=20, label=f"no answer (timeout): {len(lost)}")
     m = medians(done)
     ax.plot([x for x, _ in m], [y for _, y in m], c="black", lw=1.2, label="median per second")
-    for e in events:
+    for e in grouped(events):
         observed = e.get("observed", False)
         colour = {"view installed": "tab:red", "state transfer begun": "tab:brown", "state transfer installed": "tab:brown",
                   "zone signing begun": "tab:olive", "zone signing installed": "tab:olive"}.get(e["what"], "tab:gray" if observed else "red")
         ax.axvline(e["time"], c=colour, ls="--" if observed else "-", lw=1)
         # Labels along the bottom, where no operation is this quick.
-        ax.text(e["time"], 0.02, e.get("label", f"{e['what']} {e['replica']}") + " ", rotation=90, va="bottom", ha="right",
+        # The nemesis's actions labelled left of their line, what the replicas reported right
+        # of it: a view installed a few hundred ms after the kill stays readable.
+        ax.text(e["time"], 0.02, event_label(e) + " ", rotation=90, va="bottom", ha="left" if observed else "right",
                 fontsize=7, color=colour, transform=ax.get_xaxis_transform())
     ax.set_yscale("log")
-    ax.set_ylim(0.05, top * 1.3)
-    ax.set_xlim(0, max(op["start"] for op in ops) + 1)
+    # Room below the quickest operation for the events' labels.
+    ax.set_ylim(max(min((op["end"] - op["start"]) * 1000 for op in done), 0.1) / 30 if done else 0.01, top * 1.3)
+    ax.set_xlim(0, max([op["start"] for op in ops] + [e["time"] for e in events]) + 1)
     ax.set_xlabel("seconds since the clients started (invocation time)")
     ax.set_ylabel("latency, ms (log scale)")
     load1 = report.get("load1_at_end")
