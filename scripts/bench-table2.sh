@@ -15,7 +15,8 @@
 # For each configuration: keys dealt once per n (kept in BENCH_KEYS, shared with
 # scripts/bench-cluster.sh), proxies started, `cluster up` (the zone is signed over the delayed
 # links), REPS reads, adds and deletes through the client proxy, replica 0's metrics before
-# and after (ordering and signing time: Table 3), cluster and proxies stopped.
+# and after (ordering and signing time, a signature's time split by phase: Table 3), cluster
+# and proxies stopped.
 #
 # Output: TABLE2_OUT (results.jsonl, report.md, logs, plots); with TABLE2_DOC=1 (the default for a
 # full run) a dated section in docs/BENCHMARKS.md ("Table 2 over emulated wide-area links") and
@@ -221,15 +222,32 @@ r=json.loads(sys.argv[1]); f=lambda k: "%s %.1f ms" % (k, r[k].get("median_ms",f
 print(", ".join(f(k) for k in ("read","add","delete")) + ", errors %d" % r["errors"])' "$1"
 }
 
-metric_means() {  # metric_means FILE -> "ordering_sum ordering_count signing_sum signing_count"
-  python3 - "$1" <<'PY'
-import re, sys
-v = {}
-for line in open(sys.argv[1], errors="replace"):
-    m = re.match(r"sdns_(ordering|signing)_latency_seconds_(sum|count)(\{[^}]*\})? ([0-9.eE+-]+)", line)
-    if m:
-        v[m.group(1) + "_" + m.group(2)] = float(m.group(4))
-print(" ".join(str(v.get(k, 0)) for k in ("ordering_sum", "ordering_count", "signing_sum", "signing_count")))
+split_json() {  # split_json BEFORE AFTER META_JSON -> META_JSON with the means between two scrapes
+  python3 - "$@" <<'PY'
+import json, re, sys
+def scrape(path):
+    # sdns_ordering_latency_seconds, sdns_signing_latency_seconds and the signature's split
+    # sdns_signing_phase_seconds{phase=...}: sums and counts.
+    v = {}
+    for line in open(path, errors="replace"):
+        m = re.match(r"sdns_(ordering_latency|signing_latency|signing_phase)_seconds_(sum|count)(?:\{([^}]*)\})? ([0-9.eE+-]+)$", line.strip())
+        if m:
+            phase = re.search(r'phase="([a-z]+)"', m.group(3) or "")
+            name = {"ordering_latency": "ordering", "signing_latency": "signing"}.get(m.group(1)) or (phase and "phase_" + phase.group(1))
+            v[(name, m.group(2))] = float(m.group(4))
+    return v
+a, b, meta = scrape(sys.argv[1]), scrape(sys.argv[2]), json.loads(sys.argv[3])
+diff = lambda name, what: b.get((name, what), 0) - a.get((name, what), 0)
+for name in ("ordering", "signing"):
+    count = diff(name, "count")
+    meta[f"{name}_count"] = int(count)
+    meta[f"{name}_mean_ms"] = diff(name, "sum") / count * 1000 if count else None
+# Table 3: each phase's mean over the signatures of the run (the phases of one signature add
+# up to its signing time; absent from replicas without the split).
+for phase in ("share", "wait", "combine", "other"):
+    count = diff("phase_" + phase, "count")
+    meta[f"sig_{phase}_mean_ms"] = diff("phase_" + phase, "sum") / count * 1000 if count else None
+print(json.dumps(meta))
 PY
 }
 
@@ -275,14 +293,7 @@ run_config() {  # run_config N CORRUPTED PROTOCOL [SCALE]: SCALE 0 = every delay
       log "$tag: $(summ "$out")"
       python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["errors"] else 1)' "$out" \
         && fail "$tag" "some operations failed: $(python3 -c 'import json,sys; print(" | ".join(json.loads(sys.argv[1])["error_messages"][:2]))' "$out")"
-      read -r os0 oc0 ss0 sc0 <<< "$(metric_means "$OUT/logs/$tag.metrics-before.txt")"
-      read -r os1 oc1 ss1 sc1 <<< "$(metric_means "$OUT/logs/$tag.metrics-after.txt")"
-      python3 -c 'import json,sys
-a=[float(x) for x in sys.argv[1:9]]; m=json.loads(sys.argv[9])
-oc, sc = a[5]-a[1], a[7]-a[3]
-m.update(ordering_count=int(oc), signing_count=int(sc),
-         ordering_mean_ms=(a[4]-a[0])/oc*1000 if oc else None, signing_mean_ms=(a[6]-a[2])/sc*1000 if sc else None)
-print(json.dumps(m))' "$os0" "$oc0" "$ss0" "$sc0" "$os1" "$oc1" "$ss1" "$sc1" \
+      split_json "$OUT/logs/$tag.metrics-before.txt" "$OUT/logs/$tag.metrics-after.txt" \
         "$(meta kind=$split tag="$tag" n="$n" corrupted="$k" protocol="$proto" corrupt_ids="${corrupt:-}")" >> "$RESULTS"
     fi
   fi

@@ -17,6 +17,8 @@ pkgs=(
   faketime
   # misc
   ca-certificates curl python3
+  # the plots of scripts/bench-table2.sh and scripts/nemesis/fault-plots.sh (tests/nemesis.rs)
+  python3-matplotlib
   # the Docker cluster (scripts/docker-cluster.sh): a bookworm base image without a registry
   debootstrap
 )

@@ -1,7 +1,8 @@
 //! Histories checked against a model (scripts/nemesis): the checker's own tests, a short
 //! campaign against a real 4-replica cluster under a nemesis (kill -9, SIGSTOP, a clock two
 //! hours ahead) that must find nothing, and the two seeded bugs, each of which the checker
-//! must catch. The hour-long campaign and its latest result are in docs/RELIABILITY.md.
+//! must catch; and one fault at a known moment (a killed primary) with its latency plot. The
+//! hour-long campaign, the plots of every scenario and their results are in docs/RELIABILITY.md.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,11 +16,16 @@ fn nemesis_dir() -> PathBuf {
 /// Runs a campaign; (exit code, its report as JSON text, what it printed).
 fn campaign(args: &[&str]) -> (i32, serde_json::Value, String) {
     let out_dir = tempfile::Builder::new().prefix("sdns-nemesis-out-").tempdir().expect("tempdir");
+    campaign_in(out_dir.path(), args)
+}
+
+/// Runs a campaign writing into `out_dir`; as [`campaign`].
+fn campaign_in(out_dir: &Path, args: &[&str]) -> (i32, serde_json::Value, String) {
     let out = Command::new("python3")
         .arg(nemesis_dir().join("campaign.py"))
         .args(args)
         .arg("--out")
-        .arg(out_dir.path())
+        .arg(out_dir)
         .arg("--sdns")
         .arg(sdns_bin())
         .arg("--bind-dir")
@@ -27,12 +33,12 @@ fn campaign(args: &[&str]) -> (i32, serde_json::Value, String) {
         .output()
         .expect("python3");
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let report = std::fs::read_to_string(out_dir.path().join("report.json"))
+    let report = std::fs::read_to_string(out_dir.join("report.json"))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_else(|| panic!("no report from the campaign:\n{said}"));
     if out.status.code() != Some(0) {
-        keep(out_dir.path());
+        keep(out_dir);
     }
     (out.status.code().unwrap_or(-1), report, said)
 }
@@ -111,4 +117,29 @@ fn the_checker_catches_reads_served_before_their_barrier() {
     eprintln!("{said}");
     assert_eq!(code, 1, "the campaign must fail:\n{said}");
     assert!(count(&report, "linearizability_violations") > 0, "{said}");
+}
+
+/// Latency under a fault, plotted (scripts/nemesis/fault-plots.sh makes the documented plots):
+/// the primary killed a third into a 24-second run and restarted at two thirds. The backups
+/// must report a new view after the kill, the history must pass every check, and the plot
+/// must be written.
+#[test]
+fn a_killed_primary_is_replaced_the_history_passes_and_the_plot_is_drawn() {
+    let out_dir = tempfile::Builder::new().prefix("sdns-nemesis-out-").tempdir().expect("tempdir");
+    let (code, report, said) = campaign_in(out_dir.path(), &["--replicas", "4", "--seconds", "24", "--seed", "14", "--scenario", "view-change"]);
+    eprintln!("{said}");
+    assert_eq!(count(&report, "scenario_missing"), 0, "no view change seen after the kill: {said}");
+    assert_eq!(count(&report, "linearizability_violations") + count(&report, "lost_acknowledged_writes"), 0, "{said}");
+    assert_eq!(code, 0, "{said}");
+    assert!(report["counts"]["plain write ok"].as_u64().unwrap_or(0) >= 20, "too few operations: {report}");
+    // Debian's matplotlib is seen by the system python3 (another python3 may come first on PATH).
+    let png = out_dir.path().join("view-change.png");
+    let python = ["python3", "/usr/bin/python3"]
+        .into_iter()
+        .find(|py| Command::new(py).args(["-c", "import matplotlib"]).status().is_ok_and(|s| s.success()))
+        .expect("python3-matplotlib (scripts/install-deps.sh)");
+    let out = Command::new(python).arg(nemesis_dir().join("plot.py")).arg(out_dir.path()).arg("--png").arg(&png).output().expect("python3");
+    assert!(out.status.success(), "plot.py failed: {}", String::from_utf8_lossy(&out.stderr));
+    let bytes = std::fs::read(&png).expect("the plot");
+    assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "not a plot: {} bytes", bytes.len());
 }

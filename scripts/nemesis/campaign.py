@@ -11,6 +11,11 @@ register write, from nsupdate and from `sdns update` alike. Each write's target 
 
     scripts/nemesis/campaign.py --replicas 4 --seconds 60 --seed 7 --out /tmp/run
     scripts/nemesis/campaign.py --replicas 7 --byzantine 2:equivocate --seconds 3600 ...
+    scripts/nemesis/campaign.py --scenario view-change --seconds 45 --out /tmp/vc
+
+A --scenario replaces the random nemesis by one fault at a known moment (scenario.py: a
+view change, a state transfer, a whole-zone signing), and a watcher notes what the replicas
+report (views, state transfers, signings) beside the nemesis's actions, for plot.py.
 
 Exit status 0 when every check passes, 1 when one fails (the report says which), 2 when the
 campaign could not run (a cluster that did not start). Everything it learns is in --out:
@@ -32,6 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import linear  # noqa: E402
+import scenario  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ZONE = "example.test"
@@ -83,11 +89,15 @@ class Cluster:
         ]
         if args.byzantine:
             self.up_args += ["--byzantine", args.byzantine]
+        self.up_args += args.up_extra
         self.byzantine = [int(a.split(":")[0]) for a in args.byzantine.split(",")] if args.byzantine else []
         self.bug_env = {"SDNS_SEEDED_BUG": args.seeded_bug} if args.seeded_bug else {}
 
     def client_port(self, i):
         return self.base + 1 + i
+
+    def metrics_port(self, i):
+        return self.base + 301 + i
 
     def up(self, env=None):
         full = dict(os.environ, **self.bug_env, **(env or {}))
@@ -374,6 +384,8 @@ def main():
     p.add_argument("--victims", default="", help="replicas the nemesis may fault, comma-separated (default: any honest one)")
     p.add_argument("--byzantine", default="", help="ID:MODE,... replicas Byzantine for the whole run (counted against t)")
     p.add_argument("--seeded-bug", default="", help="test the checker: skip-write@ID or early-read@ID (see docs/RELIABILITY.md)")
+    p.add_argument("--scenario", default="", choices=[""] + sorted(scenario.SCENARIOS),
+                   help="one fault at a known moment instead of the random nemesis (scenario.py); --faults is ignored")
     p.add_argument("--keep", action="store_true", help="keep the cluster directory (replica logs) for inspection")
     p.add_argument("--out", default=None, help="directory for history, report and logs (default: a new temporary one)")
     p.add_argument("--sdns", default=os.environ.get("SDNS_BIN", os.path.join(ROOT, "target", "debug", "sdns")))
@@ -385,11 +397,13 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     args.dir = tempfile.mkdtemp(prefix="sdns-nemesis-cluster-")
     faults = [f for f in args.faults.split(",") if f and f != "none"]
+    args.up_extra = scenario.up_args(args.scenario, args.out, args.replicas) if args.scenario else []
     if "skew" in faults and not os.path.exists(FAKETIME_LIB):
         print(f"no {FAKETIME_LIB} (Debian's faketime package): leaving out clock skew", file=sys.stderr)
         faults.remove("skew")
     c = Cluster(args, free_base(args.replicas, rng))
-    print(f"nemesis campaign: {args.replicas} replicas, {args.seconds:.0f} s, seed {args.seed}, faults {faults or 'none'}, "
+    print(f"nemesis campaign: {args.replicas} replicas, {args.seconds:.0f} s, seed {args.seed}, "
+          f"{'scenario ' + args.scenario if args.scenario else 'faults ' + str(faults or 'none')}, "
           f"byzantine {args.byzantine or 'none'}, seeded bug {args.seeded_bug or 'none'}; cluster in {args.dir}; out {args.out}", flush=True)
     try:
         c.up()
@@ -401,6 +415,11 @@ def main():
     rec = Recorder(os.path.join(args.out, "history.jsonl"), time.monotonic())
     nemesis = Nemesis(c, rec, random.Random(rng.random()), faults, os.path.join(args.out, "nemesis.jsonl"), args.interval,
                       [int(v) for v in args.victims.split(",") if v])
+    watcher = None
+    if args.scenario:
+        nemesis.run = scenario.SCENARIOS[args.scenario](nemesis, args.seconds)
+        watcher = scenario.Watcher(c, nemesis)
+        threading.Thread(target=watcher.run, daemon=True).start()
     stop = threading.Event()
     threads = []
     for k in range(args.plain + args.voting):
@@ -417,6 +436,8 @@ def main():
     stop.set()
     for t in threads:
         t.join(timeout=60)
+    if watcher:
+        watcher.stop.set()
     # Healed: each replica's final answer for every name is a read in the history too (a lost
     # write shows as a read that cannot be placed), after the cluster has settled.
     settle_until = time.monotonic() + 60
@@ -472,6 +493,9 @@ def main():
         "zones_identical": len(distinct_zones) == 1 and all(zones.values()),
         "zone_lines": {i: len(z) for i, z in zones.items()},
         "replicas_not_back": nemesis.failures,
+        "scenario": args.scenario,
+        "scenario_missing": watcher.missing(args.scenario) if watcher else [],
+        "load1_at_end": float(open("/proc/loadavg").read().split()[0]),
     }
     with open(os.path.join(args.out, "report.json"), "w") as f:
         json.dump(report, f, indent=2)
@@ -485,7 +509,9 @@ def main():
         print(f"lost: {k}: {why}")
     for f in nemesis.failures:
         print(f"nemesis: {f}")
-    passed = not violations and not lost and not g2 and report["zones_identical"] and not nemesis.failures
+    for m in report["scenario_missing"]:
+        print(f"scenario: {m}")
+    passed = not violations and not lost and not g2 and report["zones_identical"] and not nemesis.failures and not report["scenario_missing"]
     print("PASS" if passed else "FAIL", f"(history and report in {args.out})")
     if not args.keep:
         shutil.rmtree(args.dir, ignore_errors=True)

@@ -332,6 +332,9 @@ fn encode_zones(e: &mut DescriptorEncoder, zones: &[ZoneStatus]) -> std::fmt::Re
 /// One label, for the families: kind, reason or peer.
 type Label<V> = [(&'static str, V); 1];
 
+/// The phases of `sdns_signing_phase_seconds`, in the order of `signing::split::Split`.
+pub const SIGNING_PHASES: [&str; 4] = ["share", "wait", "combine", "other"];
+
 /// How an ordered-mode read that tried the vouched path ended.
 pub const VOUCH_OUTCOMES: [&str; 2] = ["vouched", "fell_back"];
 
@@ -345,6 +348,7 @@ pub struct Metrics {
     dropped: Family<Label<&'static str>, Counter>,
     ordering_latency: Histogram,
     signing_latency: Histogram,
+    signing_split: Family<Label<&'static str>, Histogram, fn() -> Histogram>,
     execute_errors: Counter,
     read_cache_hits: Counter,
     read_cache_misses: Counter,
@@ -380,6 +384,7 @@ impl Metrics {
             dropped: Family::default(),
             ordering_latency: Histogram::new(LATENCY_BUCKETS),
             signing_latency: Histogram::new(LATENCY_BUCKETS),
+            signing_split: Family::new_with_constructor(|| Histogram::new(LATENCY_BUCKETS)),
             execute_errors: Counter::default(),
             read_cache_hits: Counter::default(),
             read_cache_misses: Counter::default(),
@@ -414,6 +419,14 @@ impl Metrics {
         );
         registry.register("ordering_latency_seconds", "From a client request's arrival to its delivery by the ordering.", m.ordering_latency.clone());
         registry.register("signing_latency_seconds", "From named's signing request to the threshold signature.", m.signing_latency.clone());
+        for phase in SIGNING_PHASES {
+            let _ = m.signing_split.get_or_create(&[("phase", phase)]);
+        }
+        registry.register(
+            "signing_phase_seconds",
+            "Each threshold signature's time split by phase: share (this replica's share computation), wait (for peers' shares or their signature), combine (combining and verifying), other (waiting for a worker, message handling); the phases of one signature add up to its signing_latency_seconds.",
+            m.signing_split.clone(),
+        );
         registry.register(
             "signing_shares_spared",
             "Whole-zone signing: signatures this replica got from the designated replicas without computing its own share.",
@@ -505,6 +518,12 @@ impl Metrics {
     }
     pub fn observe_signing_us(&self, us: u64) {
         self.signing_latency.observe(us as f64 / 1e6);
+    }
+    /// One signature's time split (`crate::signing::split`), one observation per phase.
+    pub fn observe_signing_split(&self, split: crate::signing::split::Split) {
+        for (phase, took) in SIGNING_PHASES.into_iter().zip([split.share, split.wait, split.combine, split.other]) {
+            self.signing_split.get_or_create(&[("phase", phase)]).observe(took.as_secs_f64());
+        }
     }
     /// The configured slice size and interval, for the ETA.
     pub fn set_slice_pace(&self, rrsets: u32, interval_s: u64) {
@@ -767,5 +786,19 @@ mod tests {
         assert!(text.contains("sdns_ordering_latency_seconds_bucket{replica=\"3\",le=\"0.05\"} 2"), "{text}");
         assert!(text.contains("sdns_ordering_latency_seconds_count{replica=\"3\"} 2"), "{text}");
         assert!(text.contains("sdns_bad_shares_total{replica=\"3\",peer=\"2\"} 2"), "{text}");
+    }
+    #[test]
+    fn a_signatures_split_is_one_observation_per_phase() {
+        use std::time::Duration;
+        let m = Metrics::new(1);
+        let text = m.render();
+        assert!(text.contains("sdns_signing_phase_seconds_count{replica=\"1\",phase=\"wait\"} 0"), "every phase shows from the start: {text}");
+        let ms = Duration::from_millis;
+        m.observe_signing_split(crate::signing::split::Split { share: ms(10), wait: ms(30), combine: ms(4), other: ms(1) });
+        let text = m.render();
+        for (phase, sum) in [("share", "0.01"), ("wait", "0.03"), ("combine", "0.004"), ("other", "0.001")] {
+            assert!(text.contains(&format!("sdns_signing_phase_seconds_sum{{replica=\"1\",phase=\"{phase}\"}} {sum}")), "{phase}: {text}");
+            assert!(text.contains(&format!("sdns_signing_phase_seconds_count{{replica=\"1\",phase=\"{phase}\"}} 1")), "{phase}: {text}");
+        }
     }
 }

@@ -24,8 +24,9 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
+use super::split::JobTimes;
 use super::wire::{SignEnvelope, WireFormat, ZoneMessage};
-use super::zone_core::{self, ZoneCore, ZoneJobDone, ZoneOutput};
+use super::zone_core::{self, ZoneCore, ZoneJob, ZoneJobDone, ZoneOutput};
 use super::Digest;
 use crate::faults::byzantine::SigningFault;
 use crate::ops::metrics::Metrics;
@@ -157,6 +158,14 @@ pub fn spawn(
     (Arc::new(ThresholdSigner { commands, keys }), task)
 }
 
+/// When a job ran on its worker (the wait for a worker is not in it).
+struct Ran {
+    digest: Digest,
+    combination: bool,
+    start: Instant,
+    end: Instant,
+}
+
 struct Waiter {
     reply: oneshot::Sender<Result<Vec<u8>, SignError>>,
     since: Instant,
@@ -176,7 +185,9 @@ async fn run(
     let mut waiters: HashMap<(u16, Digest), Vec<Waiter>> = HashMap::new();
     let permits = Arc::new(Semaphore::new(workers.max(1)));
     // Finished jobs with their zone index; a job's task waits for room here, the loop never does.
-    let (done_tx, mut done_rx) = mpsc::channel::<(u16, ZoneJobDone)>(1024);
+    let (done_tx, mut done_rx) = mpsc::channel::<(u16, ZoneJobDone, Ran)>(1024);
+    // When each session's jobs ran, for the split of its signatures' time (Table 3).
+    let mut job_times: HashMap<(u16, Digest), JobTimes> = HashMap::new();
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
     let mut shared_seen = (0u64, 0u64);
     loop {
@@ -219,7 +230,9 @@ async fn run(
             }
             done = done_rx.recv() => {
                 // done_tx lives in this function, so the channel never closes.
-                if let Some((zone, done)) = done {
+                if let Some((zone, done, ran)) = done {
+                    let times = job_times.entry((zone, ran.digest)).or_default();
+                    if ran.combination { times.combine_ran(ran.start, ran.end) } else { times.share_ran(ran.start, ran.end) }
                     if let Some(core) = cores.get_mut(usize::from(zone)) {
                         core.job_done(done);
                     }
@@ -245,6 +258,9 @@ async fn run(
                         true
                     }
                 });
+                // Sessions no request here waits for (a peer's, or finished): their job times
+                // are of no use after a while.
+                job_times.retain(|key, t| waiters.contains_key(key) || t.last.is_some_and(|l| l.elapsed() < Duration::from_secs(60)));
             }
         }
         // Zone index order: every zone's outputs, the same way on every pass.
@@ -267,8 +283,11 @@ async fn run(
                         }
                     }
                     ZoneOutput::Done { digest, signature } => {
+                        let times = job_times.remove(&(zone, digest)).unwrap_or_default();
+                        let done = Instant::now();
                         for w in waiters.remove(&(zone, digest)).unwrap_or_default() {
-                            metrics.observe_signing_us(w.since.elapsed().as_micros() as u64);
+                            metrics.observe_signing_us(done.saturating_duration_since(w.since).as_micros() as u64);
+                            metrics.observe_signing_split(times.split(w.since, done));
                             let _ = w.reply.send(Ok(signature.clone()));
                         }
                     }
@@ -276,19 +295,9 @@ async fn run(
                         warn!(peer, what, zone, "peer misbehaved in threshold signing");
                         metrics.add_bad_share(peer);
                     }
-                    ZoneOutput::Compute(job) => {
-                        let (permits, done_tx) = (permits.clone(), done_tx.clone());
-                        tokio::spawn(async move {
-                            let Ok(_permit) = permits.acquire_owned().await else { return };
-                            match tokio::task::spawn_blocking(move || job.run()).await {
-                                Ok(done) => {
-                                    let _ = done_tx.send((zone, done)).await;
-                                }
-                                Err(e) => warn!(error = %e, "signing job panicked"),
-                            }
-                        });
-                    }
+                    ZoneOutput::Compute(job) => spawn_job(zone, job, permits.clone(), done_tx.clone()),
                     ZoneOutput::Failed { digest, reason } => {
+                        job_times.remove(&(zone, digest));
                         warn!(reason, zone, "this replica's signature share could not be computed");
                         for w in waiters.remove(&(zone, digest)).unwrap_or_default() {
                             let _ = w.reply.send(Err(SignError::Failed(reason.clone())));
@@ -303,6 +312,26 @@ async fn run(
             shared_seen = now;
         }
     }
+}
+
+/// Runs one job on the blocking pool once a worker permit is free, timing it, and hands the
+/// result back to the loop.
+fn spawn_job(zone: u16, job: ZoneJob, permits: Arc<Semaphore>, done_tx: mpsc::Sender<(u16, ZoneJobDone, Ran)>) {
+    let (digest, combination) = (job.digest(), job.is_combination());
+    tokio::spawn(async move {
+        let Ok(_permit) = permits.acquire_owned().await else { return };
+        let timed = move || {
+            let start = Instant::now();
+            let done = job.run();
+            (done, Ran { digest, combination, start, end: Instant::now() })
+        };
+        match tokio::task::spawn_blocking(timed).await {
+            Ok((done, ran)) => {
+                let _ = done_tx.send((zone, done, ran)).await;
+            }
+            Err(e) => warn!(error = %e, "signing job panicked"),
+        }
+    });
 }
 
 /// A misbehaving replica's rewrite of what it sends (test clusters only): garbage-shares puts

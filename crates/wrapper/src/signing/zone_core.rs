@@ -43,6 +43,20 @@ impl ZoneJob {
             ZoneJob::Ec(job) => ZoneJobDone::Ec(job.run()),
         }
     }
+
+    /// The session the job belongs to.
+    pub fn digest(&self) -> Digest {
+        match self {
+            ZoneJob::Rsa(job) => job.digest,
+            ZoneJob::Ec(job) => *job.digest(),
+        }
+    }
+
+    /// Whether the job combines shares into a signature (RSA); else it computes this
+    /// replica's part (RSA's share; each of EC's protocol rounds, which also combine).
+    pub fn is_combination(&self) -> bool {
+        matches!(self, ZoneJob::Rsa(job) if !job.is_share())
+    }
 }
 
 /// What a core asks its driver to do (both cores' outputs, messages wrapped).
