@@ -1,6 +1,5 @@
-//! The process's limit on open files. A replica holds about two descriptors per zone (each
-//! zone's background signing socket, and what named connects to it) besides its peers and
-//! clients, so 1,000 zones need more than the soft limit of 1024 most shells start with
+//! The process's limit on open files. A replica holds about two sockets per zone (for each
+//! zone's background signing service) besides its peers and clients, so 1,000 zones need more than the soft limit of 1024 most shells start with
 //! (docs/BENCHMARKS.md, "1,000 zones"). As named does for itself, a replica raises its soft
 //! limit to the hard one at start; the hard limit stays the operator's to set
 //! (`LimitNOFILE=` in the systemd unit, `ulimit -Hn`).

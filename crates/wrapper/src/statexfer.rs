@@ -320,9 +320,7 @@ impl SnapshotStore {
         let tmp = path.with_extension("tmp");
         let encoded = snapshot.encode();
         let bytes = u64::try_from(encoded.len()).unwrap_or(u64::MAX);
-        std::fs::write(&tmp, encoded)
-            .and_then(|_| std::fs::rename(&tmp, &path))
-            .map_err(|source| SnapshotError::Io { path: path.clone(), source })?;
+        std::fs::write(&tmp, encoded).and_then(|_| std::fs::rename(&tmp, &path)).map_err(|source| SnapshotError::Io { path: path.clone(), source })?;
         // A checkpoint written again (a repaired replica's) is served from the new file.
         if let Ok(mut served) = self.served.lock() {
             served.entries.remove(&snapshot.seq);
