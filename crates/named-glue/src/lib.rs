@@ -21,7 +21,8 @@
 //!   with the patched dnssec-signzone ([`signzone::sign_zone_file`]).
 //! - [`supervisor`]: named as a supervised child ([`supervisor::Supervisor`]).
 //! - [`signal`]: signals to processes by pid (kill(2)), the crate's one `unsafe` call
-//!   besides the child set-up in `supervisor` (`PR_SET_PDEATHSIG`).
+//!   besides the child set-up in `supervisor` (`PR_SET_PDEATHSIG`) and [`limits`]
+//!   (getrlimit/setrlimit: the replica's open-file limit raised to the hard one).
 //! - [`forward`]: forwarding a DNS message to named over UDP/TCP and zone
 //!   transfers as message streams ([`forward::Forwarder`]).
 //! - [`rrwire`]: DNS messages walked as wire bytes (transfers, digests,
@@ -55,6 +56,7 @@
 pub mod conf;
 pub mod forward;
 pub mod keys;
+pub mod limits;
 pub use dnswire::rrwire;
 pub mod signal;
 pub mod signer;

@@ -314,13 +314,13 @@ impl SnapshotStore {
     }
 
     /// Writes a snapshot (temporary file, then rename) and forgets all but the newest
-    /// [`SNAPSHOTS_KEPT`].
-    pub fn save(&self, snapshot: &Snapshot) -> Result<(), SnapshotError> {
+    /// [`SNAPSHOTS_KEPT`]; the encoded size in bytes.
+    pub fn save(&self, snapshot: &Snapshot) -> Result<u64, SnapshotError> {
         let path = self.path(snapshot.seq);
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, snapshot.encode())
-            .and_then(|_| std::fs::rename(&tmp, &path))
-            .map_err(|source| SnapshotError::Io { path: path.clone(), source })?;
+        let encoded = snapshot.encode();
+        let bytes = u64::try_from(encoded.len()).unwrap_or(u64::MAX);
+        std::fs::write(&tmp, encoded).and_then(|_| std::fs::rename(&tmp, &path)).map_err(|source| SnapshotError::Io { path: path.clone(), source })?;
         // A checkpoint written again (a repaired replica's) is served from the new file.
         if let Ok(mut served) = self.served.lock() {
             served.entries.remove(&snapshot.seq);
@@ -331,7 +331,7 @@ impl SnapshotStore {
         for seq in &seqs[..excess] {
             let _ = std::fs::remove_file(self.path(*seq));
         }
-        Ok(())
+        Ok(bytes)
     }
 
     /// Checkpoints with a kept snapshot.

@@ -881,7 +881,10 @@ impl<G: UpdateGate + 'static> Executor<G> {
             (self.zones.clone(), events.clone(), self.cache.clone(), self.last_digest.clone(), self.digested.clone(), self.metrics.clone());
         let id = self.id;
         self.tasks.spawn(async move {
+            let started = std::time::Instant::now();
             let digests = zone_digests(&zones, id).await.map(|(digests, lists)| {
+                // What a checkpoint costs as the zone set grows (docs/BENCHMARKS.md, issue 28).
+                metrics.checkpoint_digested(started.elapsed(), lists.len());
                 for (index, records) in lists.iter().enumerate() {
                     let serial = exec::zone_plan::soa_serial_of(records);
                     metrics.update_zone(u16::try_from(index).unwrap_or(u16::MAX), |z| z.serial = serial);
@@ -1070,10 +1073,12 @@ impl<G: UpdateGate + 'static> Executor<G> {
         let records = self.digested.lock().ok().and_then(|mut map| map.remove(&seq));
         let Some(records) = records else { return };
         let zones = self.zones.iter().zip(records).map(|(m, records)| SnapshotZone { name: canonical_zone_name(&m.zone.to_ascii()), records }).collect();
-        let id = self.id;
+        let (id, metrics) = (self.id, self.metrics.clone());
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = store.save(&Snapshot { seq, digest, state, zones, base: base.encode() }) {
-                warn!(replica = id, seq, error = %e, "cannot keep the checkpoint snapshot");
+            let started = std::time::Instant::now();
+            match store.save(&Snapshot { seq, digest, state, zones, base: base.encode() }) {
+                Ok(bytes) => metrics.snapshot_kept(bytes, started.elapsed()),
+                Err(e) => warn!(replica = id, seq, error = %e, "cannot keep the checkpoint snapshot"),
             }
         });
     }

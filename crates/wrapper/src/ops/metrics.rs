@@ -54,6 +54,18 @@ pub struct Status {
     /// executor to install the signed zone (s).
     pub zone_signings: u64,
     pub zone_install_s: f64,
+    /// The last checkpoint whose zones were read from named (not reused unchanged): how
+    /// long reading and digesting them took (s), and how many zones it read.
+    #[serde(default)]
+    pub checkpoint_digest_s: f64,
+    #[serde(default)]
+    pub checkpoint_zones_read: u64,
+    /// The last snapshot kept for state transfer: its encoded size and how long writing it
+    /// took (s).
+    #[serde(default)]
+    pub snapshot_bytes: u64,
+    #[serde(default)]
+    pub snapshot_write_s: f64,
     /// Set while this replica's state differs from a checkpoint 2t+1 replicas certified (its
     /// zone, or the outcome of a write its named answered differently): why, until a state
     /// transfer repaired it.
@@ -242,6 +254,15 @@ impl Collector for StatusCollector {
         }
         counter(&mut e, "zone_signings", "Whole-zone signings finished (installed or failed).", s.zone_signings)?;
         gauge(&mut e, "zone_install_seconds", "How long installing the last signed zone held the executor.", s.zone_install_s)?;
+        gauge(
+            &mut e,
+            "checkpoint_digest_seconds",
+            "How long reading and digesting the zones took for the last checkpoint that read them (a checkpoint with no zone changed reuses the last digests).",
+            s.checkpoint_digest_s,
+        )?;
+        gauge(&mut e, "checkpoint_zones_read", "Zones read from named for the last checkpoint that read them.", s.checkpoint_zones_read)?;
+        gauge(&mut e, "snapshot_bytes", "Encoded size of the last checkpoint snapshot kept for state transfer.", s.snapshot_bytes)?;
+        gauge(&mut e, "snapshot_write_seconds", "How long encoding and writing the last kept snapshot took.", s.snapshot_write_s)?;
         counter(&mut e, "resigned_rrsets", "RRsets re-signed by incremental re-signing slices.", s.resigned_rrsets)?;
         counter(&mut e, "resign_slices", "Re-signing slices run (with or without anything due).", s.resign_slices)?;
         gauge(&mut e, "rrsigs", "Signatures in the zone at the last slice that read it.", s.rrsigs)?;
@@ -632,6 +653,20 @@ impl Metrics {
             s.zone_install_s = held.as_secs_f64();
         });
     }
+    /// A checkpoint read and digested `zones` zones from named in `took`.
+    pub fn checkpoint_digested(&self, took: std::time::Duration, zones: usize) {
+        self.update_status(|s| {
+            s.checkpoint_digest_s = took.as_secs_f64();
+            s.checkpoint_zones_read = u64::try_from(zones).unwrap_or(u64::MAX);
+        });
+    }
+    /// A checkpoint snapshot of `bytes` was written in `took`.
+    pub fn snapshot_kept(&self, bytes: u64, took: std::time::Duration) {
+        self.update_status(|s| {
+            s.snapshot_bytes = bytes;
+            s.snapshot_write_s = took.as_secs_f64();
+        });
+    }
     pub fn add_bad_share(&self, peer: u16) {
         self.bad_shares.get_or_create(&[("peer", peer)]).inc();
         if let Ok(mut b) = self.bad_share_counts.lock() {
@@ -772,6 +807,19 @@ mod tests {
         // A status from a replica of the version before zones reads with none.
         let old: Status = serde_json::from_str("{\"id\": 1}").unwrap();
         assert!(old.zones.is_empty());
+    }
+
+    #[test]
+    fn checkpoint_cost_and_snapshot_size_are_exported() {
+        let m = Metrics::new(2);
+        m.checkpoint_digested(std::time::Duration::from_millis(1500), 1000);
+        m.snapshot_kept(4_200_000, std::time::Duration::from_millis(250));
+        let text = m.render();
+        assert!(text.contains("sdns_checkpoint_digest_seconds{replica=\"2\"} 1.5"), "{text}");
+        assert!(text.contains("sdns_checkpoint_zones_read{replica=\"2\"} 1000"), "{text}");
+        assert!(text.contains("sdns_snapshot_bytes{replica=\"2\"} 4200000"), "{text}");
+        assert!(text.contains("sdns_snapshot_write_seconds{replica=\"2\"} 0.25"), "{text}");
+        assert_eq!(m.status().snapshot_bytes, 4_200_000);
     }
 
     #[test]

@@ -45,6 +45,12 @@ pub async fn run(settings: Settings) -> Result<()> {
     let id = s.id;
     let metrics = Metrics::new(id);
     announce_fault_injection(s);
+    // About two descriptors per zone: 1,000 zones need more than a shell's usual 1024.
+    match named_glue::limits::raise_open_files() {
+        Ok((before, now)) if before < now => info!(replica = id, before, now, "soft limit on open files raised to the hard limit"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(replica = id, error = %e, "cannot raise the soft limit on open files"),
+    }
     // Every task the replica cannot run without is kept here: the first to end stops it.
     let mut tasks = Essential::new();
 
