@@ -14,7 +14,8 @@
 # Environment (for a second cluster on one engine, as the tests do): SDNS_COMPOSE_PROJECT
 # (default sdns), SDNS_NET (a free /24 prefix, default 172.28.53), SDNS_PORT_<i> (host
 # ports, default 530(1+i)), SDNS_OPERATOR_DIR (default .docker-cluster), SDNS_BITS (default
-# 2048), SDNS_PROFILE (cargo profile of the sdns binary: debug or release, default debug),
+# 2048), SDNS_ALGORITHM (the zone key's DNSSEC algorithm: 8, the default, 10, 13 or 15),
+# SDNS_PROFILE (cargo profile of the sdns binary: debug or release, default debug),
 # SDNS_BIND_DIR (the patched BIND build, default target/bind9), SDNS_PREBUILT=1 (sdns and
 # the patched named are built already: only stage them and build the image), SDNS_SKIP_BUILD=1
 # (use the image as it is).

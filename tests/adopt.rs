@@ -749,8 +749,19 @@ fn a_zone_signed_with_the_operators_key_rolls_over_without_a_validation_outage()
 
     // The finish: the old KSK and its signature leave every replica's zone, by ordered
     // operations, and the zone is the same everywhere.
-    let base = cluster.base;
-    let port_args = ports(base);
+    finish_by_hand(&cluster, &old_tag);
+    let first = finished_everywhere(&cluster, 3, root.path());
+    assert!(first.iter().any(|l| l.starts_with("laptop.signed.test.")), "{first:?}");
+    // The new-DS validator keeps validating (a fresh one too); one that only knows the old
+    // DS no longer can: the old key is really gone.
+    new.validates("www.signed.test", "A", "192.0.2.80");
+    only_the_new_ds_validates(&cluster, root.path(), &new_ds, &old_ds, 0, ("laptop.signed.test", "192.0.2.107"));
+}
+
+/// `sdns cluster rollover-finish` for signed.test; waits until every replica publishes only
+/// the threshold key and no signature by the old KSK `old_tag`.
+fn finish_by_hand(cluster: &Adopted, old_tag: &str) {
+    let port_args = ports(cluster.base);
     let mut args =
         vec!["cluster", "rollover-finish", "--replicas", "4", "--zone", "signed.test", "--dir", cluster.dir.to_str().unwrap(), "--sign-zone-interval-s", "1"];
     args.extend(port_args.iter().map(String::as_str));
@@ -768,12 +779,6 @@ fn a_zone_signed_with_the_operators_key_rolls_over_without_a_validation_outage()
         }
         assert!(!cluster.dig(i, &["signed.test", "DNSKEY", "+dnssec", "+multiline"]).contains(&format!(" {old_tag} signed.test.")), "replica {i}");
     }
-    let first = finished_everywhere(&cluster, 3, root.path());
-    assert!(first.iter().any(|l| l.starts_with("laptop.signed.test.")), "{first:?}");
-    // The new-DS validator keeps validating (a fresh one too); one that only knows the old
-    // DS no longer can: the old key is really gone.
-    new.validates("www.signed.test", "A", "192.0.2.80");
-    only_the_new_ds_validates(&cluster, root.path(), &new_ds, &old_ds, 0, ("laptop.signed.test", "192.0.2.107"));
 }
 
 /// After a rollover's finish: no marker, CDS or CDNSKEY left in replica 0's zone, every
@@ -943,7 +948,9 @@ fn the_rollover_finishes_by_itself_once_the_parent_serves_the_new_ds() {
 /// listed adoptable into a cluster of threshold ECDSA P-256 keys (`--algorithm 13`), refused
 /// into an RSA one with the hint, and adopted with the double-KSK rollover: Unbound trusting
 /// the old DS and Unbound trusting the new DS validate (an update too), every replica holds
-/// the same zone and dnssec-verify accepts it.
+/// the same zone and dnssec-verify accepts it. `cluster rollover-finish` then removes the old
+/// KSK everywhere: the zones stay identical and verified, the new-DS validators (the running
+/// one and a fresh one) validate, one trusting only the old DS no longer does.
 #[test]
 fn a_dnssec_policy_default_zone_is_adopted_into_threshold_ecdsa() {
     let root = tempfile::tempdir().unwrap();
@@ -974,7 +981,8 @@ fn a_dnssec_policy_default_zone_is_adopted_into_threshold_ecdsa() {
         "signed.test",
         root.path().join("cluster"),
         &["--dnssec-signzone", system_tool("dnssec-signzone").to_str().unwrap()],
-        &["--algorithm", "13"],
+        // The finish signs the zone again soon after the first signing: no hour between them.
+        &["--algorithm", "13", "--sign-zone-interval-s", "1"],
     );
     drop(named);
     let new_ds = std::fs::read_to_string(cluster.dir.join("ds.txt")).unwrap().trim().to_owned();
@@ -1013,6 +1021,15 @@ fn a_dnssec_policy_default_zone_is_adopted_into_threshold_ecdsa() {
     );
     old.validates("laptop.signed.test", "A", "192.0.2.107");
     new.validates("laptop.signed.test", "A", "192.0.2.107");
+    drop(old);
+
+    finish_by_hand(&cluster, &old_tag);
+    let first = finished_everywhere(&cluster, 1, root.path());
+    assert!(first.iter().any(|l| l.starts_with("laptop.signed.test.")), "{first:?}");
+    let keys = cluster.dig(0, &["signed.test", "DNSKEY"]);
+    assert!(keys.lines().any(|l| l.split_whitespace().nth(3) == Some("DNSKEY") && l.split_whitespace().nth(6) == Some("13")), "{keys}");
+    new.validates("laptop.signed.test", "A", "192.0.2.107");
+    only_the_new_ds_validates(&cluster, root.path(), &new_ds, &old_ds, 2, ("www.signed.test", "192.0.2.80"));
 }
 
 /// delv through replica `i` for `name` `rtype`, trusting `anchors` (a trust-anchors file).

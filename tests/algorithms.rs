@@ -4,8 +4,9 @@
 //! update through one replica validates through another with the cluster's trust anchor; the
 //! zone verifies and is the same on every replica; a replica behind the retained log catches
 //! up by state transfer and a restart of the whole cluster keeps validating. With one replica
-//! sending garbage in its signing messages, updates are still acknowledged and that replica is
-//! reported by the honest ones.
+//! sending garbage in its signing messages, or corrupting its shares (`--corrupt`, the
+//! paper's fault injection, made by its signing core), updates are still acknowledged and
+//! that replica is reported by the honest ones.
 //!
 //! Each cluster has a short retained log (checkpoints every 8 batches, 16 kept) so that the
 //! state transfer needs only a few hundred ordered reads.
@@ -15,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use sdns_system_tests::{run, text, tool, Cluster, ClusterOpts, Replicas};
 
-fn cluster(algorithm: u8, byzantine: Vec<(u16, String)>) -> Cluster {
+fn cluster(algorithm: u8, byzantine: Vec<(u16, String)>, corrupt: Vec<u16>) -> Cluster {
     let extra = ["--algorithm", &algorithm.to_string(), "--checkpoint-interval", "8", "--retained-batches", "16"].map(String::from).to_vec();
-    Cluster::up(ClusterOpts { extra, byzantine, ..ClusterOpts::default() })
+    Cluster::up(ClusterOpts { extra, byzantine, corrupt, ..ClusterOpts::default() })
 }
 
 fn within(what: &str, c: &Cluster, secs: u64, check: impl Fn() -> bool) {
@@ -95,7 +96,7 @@ fn drive_batches(c: &Cluster, through: &[u16], count: usize) {
 }
 
 fn end_to_end(algorithm: u8) {
-    let c = cluster(algorithm, Vec::new());
+    let c = cluster(algorithm, Vec::new(), Vec::new());
     let all: Vec<u16> = (0..c.n).collect();
     check_dnskey(&c, 2, algorithm);
     update_validates(&c, algorithm, 0, &all, 2, "new", "192.0.2.7");
@@ -123,17 +124,31 @@ fn end_to_end(algorithm: u8) {
     zones_identical(&c, &all);
 }
 
-/// Replica 1 puts random bytes in every share and signature it sends (garbage-shares): the
-/// others still sign (n = 4 tolerates one), and report it.
-fn with_garbage_shares(algorithm: u8) {
+/// How replica 1 spoils its signing messages.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Spoil {
+    /// Random bytes in every share and signature it sends (the garbage-shares mode, a rewrite
+    /// by its signing service).
+    Garbage,
+    /// `cluster up --corrupt 1`: its signing core sends shares that parse but fail their
+    /// check (the paper's fault injection).
+    Corrupt,
+}
+
+/// Replica 1 spoils its signing messages: the others still sign (n = 4 tolerates one), and
+/// report it.
+fn with_spoiled_shares(algorithm: u8, spoil: Spoil) {
     let bad = 1u16;
-    let c = cluster(algorithm, vec![(bad, "garbage-shares".into())]);
+    let c = match spoil {
+        Spoil::Garbage => cluster(algorithm, vec![(bad, "garbage-shares".into())], Vec::new()),
+        Spoil::Corrupt => cluster(algorithm, Vec::new(), vec![bad]),
+    };
     let good: Vec<u16> = (0..c.n).filter(|&i| i != bad).collect();
     check_dnskey(&c, 0, algorithm);
-    update_validates(&c, algorithm, 3, &good, 0, "despite-garbage", "192.0.2.9");
+    update_validates(&c, algorithm, 3, &good, 0, "despite-bad-shares", "192.0.2.9");
     zones_identical(&c, &good);
     let reported = |i: u16| c.metrics(i).contains(&format!("sdns_peer_faults_total{{replica=\"{i}\",peer=\"{bad}\",kind=\"bad_signature_share\"}}"));
-    // Whether a garbage message was among those a replica needed depends on arrival order:
+    // Whether a spoiled message was among those a replica needed depends on arrival order:
     // keep signing (one update a round) until an honest replica reported it.
     let round = std::cell::Cell::new(0u32);
     within("an honest replica reports replica 1's bad shares", &c, 60, || {
@@ -152,6 +167,13 @@ fn with_garbage_shares(algorithm: u8) {
         }
     }
     zones_identical(&c, &good);
+    if spoil == Spoil::Corrupt {
+        // The corrupted replica computes the signatures itself from the others' shares: its
+        // zone is the honest one too, and delv validates through it.
+        zones_identical(&c, &(0..c.n).collect::<Vec<_>>());
+        let out = c.delv(bad, "despite-bad-shares.example.test", "A");
+        assert!(out.contains("; fully validated") && out.contains("192.0.2.9"), "delv through replica {bad}:\n{out}");
+    }
 }
 
 #[test]
@@ -166,12 +188,22 @@ fn ed25519_cluster_end_to_end() {
 
 #[test]
 fn ecdsa_p256_cluster_with_a_replica_sending_garbage_shares() {
-    with_garbage_shares(13);
+    with_spoiled_shares(13, Spoil::Garbage);
 }
 
 #[test]
 fn ed25519_cluster_with_a_replica_sending_garbage_shares() {
-    with_garbage_shares(15);
+    with_spoiled_shares(15, Spoil::Garbage);
+}
+
+#[test]
+fn ecdsa_p256_cluster_with_a_replica_corrupting_its_shares() {
+    with_spoiled_shares(13, Spoil::Corrupt);
+}
+
+#[test]
+fn ed25519_cluster_with_a_replica_corrupting_its_shares() {
+    with_spoiled_shares(15, Spoil::Corrupt);
 }
 
 /// `sdns keygen --algorithm` refuses what it cannot deal, before making any key.

@@ -1,5 +1,6 @@
 //! The voting client against a real cluster: `sdns query`, `sdns update` and `sdns stub`
-//! with a lying replica, a silent replica, and more than t faulty ones.
+//! with a lying replica, a silent replica, and more than t faulty ones; and on zones signed
+//! with threshold ECDSA P-256 and Ed25519 (issue 27).
 //!
 //! The faulty replicas are stand-ins at their own addresses: a liar that relays each query to
 //! a real replica and rewrites every A record in the answer, and a silent socket that never
@@ -211,4 +212,65 @@ fn voting_client_outvotes_liars_survives_silence_and_sees_its_updates() {
     assert!(out.contains("status: NOERROR") && out.contains("192.0.2.77") && !out.contains(&LIE.to_string()), "stub over TCP:\n{out}");
     let out = dig_at(stub_addr, &["nothere.example.test", "A"]);
     assert!(out.contains("status: NXDOMAIN"), "stub passes the agreed NXDOMAIN on:\n{out}");
+}
+
+/// The RRSIG over type `covered` (1 for A) in an `sdns query` answer, which prints RRSIG rdata
+/// as base64: (algorithm, signature length in bytes).
+fn rrsig_of(answer: &str, covered: u16) -> Option<(u8, usize)> {
+    use base64::Engine;
+    answer.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let at = f.iter().position(|w| *w == "RRSIG")?;
+        let rdata = base64::engine::general_purpose::STANDARD.decode(f.get(at + 1..)?.concat()).ok()?;
+        // Type covered, algorithm, labels, TTL, expiration, inception, key tag; the signer's
+        // name; the signature.
+        let mut end = 18;
+        while *rdata.get(end)? != 0 {
+            end += 1 + usize::from(rdata[end]);
+        }
+        (u16::from_be_bytes([*rdata.first()?, *rdata.get(1)?]) == covered).then(|| (rdata[2], rdata.len() - end - 1))
+    })
+}
+
+/// Issue 27: the voting client on a zone whose key is threshold ECDSA P-256 (13) or Ed25519
+/// (15). The accepted `+dnssec` answer carries the algorithm's 64-byte RRSIG, the same bytes
+/// from every replica (a voting read compares RRSIGs as data: no replica disagreed), while a
+/// liar in replica 3's place is outvoted and named; `sdns update` is acknowledged by n - t
+/// replicas, voting reads return the new name at once, and delv validates it.
+fn voting_on(algorithm: u8) {
+    let c = Cluster::up(ClusterOpts { extra: vec!["--algorithm".into(), algorithm.to_string()], ..ClusterOpts::default() });
+    let honest: Vec<SocketAddr> = (0..c.n).map(|i| replica(&c, i)).collect();
+
+    let (code, out) = query(&honest, &["mail.example.test", "A", "+dnssec"]);
+    assert_eq!(code, Some(0), "{out}\n{}", c.logs());
+    assert!(out.contains("192.0.2.25") && out.contains("voting read: 4 of 4 replicas answered") && !out.contains("DISAGREED"), "{out}");
+    assert_eq!(rrsig_of(&out, 1), Some((algorithm, 64)), "a 64-byte RRSIG of algorithm {algorithm}:\n{out}");
+
+    let liar = start_liar(replica(&c, 3));
+    let with_liar = [honest[0], honest[1], honest[2], liar.addr()];
+    let (code, out) = query(&with_liar, &["mail.example.test", "A", "+dnssec"]);
+    assert_eq!(code, Some(0), "{out}\n{}", c.logs());
+    assert!(out.contains("192.0.2.25") && !out.contains(&format!("A\t{LIE}")), "accepted the wrong answer:\n{out}");
+    assert!(out.contains(&format!("DISAGREED: replica 3 ({})", liar.addr())), "the liar is not named:\n{out}");
+
+    let (code, out) = update(&c, &honest, "add voted.example.test 300 A 192.0.2.77");
+    assert_eq!(code, Some(0), "sdns update failed:\n{out}\n{}", c.logs());
+    for _ in 0..3 {
+        let (code, out) = query(&with_liar, &["voted.example.test", "A", "+dnssec"]);
+        assert_eq!(code, Some(0), "a voting read after the update:\n{out}");
+        assert!(out.contains("192.0.2.77") && !out.contains(&format!("A\t{LIE}")), "a voting read after the update:\n{out}");
+        assert_eq!(rrsig_of(&out, 1), Some((algorithm, 64)), "the update's RRSIG:\n{out}");
+    }
+    let out = c.delv(2, "voted.example.test", "A");
+    assert!(out.contains("; fully validated") && out.contains("192.0.2.77"), "delv through replica 2:\n{out}");
+}
+
+#[test]
+fn voting_client_on_an_ecdsa_p256_zone() {
+    voting_on(13);
+}
+
+#[test]
+fn voting_client_on_an_ed25519_zone() {
+    voting_on(15);
 }

@@ -26,7 +26,7 @@ use sha2::{Digest as _, Sha256};
 use crate::ecdsa::EcdsaKey;
 use crate::ed::EdKey;
 use crate::prss::{contains, subsets};
-use crate::{Algorithm, EcdsaSession, EdSession, Error, Fault, KeyShare, PublicKey};
+use crate::{Algorithm, EcdsaMessage, EcdsaSession, EdMessage, EdSession, Error, Fault, KeyShare, PublicKey};
 
 /// SHA-256 over (DNSSEC algorithm, data): names a session on every replica.
 pub type Digest = [u8; 32];
@@ -335,6 +335,8 @@ struct State {
     votes: BTreeMap<[u8; 64], BTreeSet<u16>>,
     /// Peers reported in this session (once each).
     reported: BTreeSet<u16>,
+    /// The paper's fault injection: this replica's own values go out corrupted.
+    corrupt: bool,
 }
 
 impl State {
@@ -362,7 +364,7 @@ impl State {
             match Proto::start(&self.key, &self.data, self.patient) {
                 Ok((proto, first)) => {
                     self.proto = Some(proto);
-                    events.push(Event::Own(first));
+                    events.push(Event::Own(outgoing(self.corrupt, &self.key, first)));
                 }
                 Err(e) => {
                     events.push(Event::Failed(e.to_string()));
@@ -380,7 +382,7 @@ impl State {
         if !self.sent_share {
             if let Some(share) = proto.my_share() {
                 self.sent_share = true;
-                events.push(Event::Own(share));
+                events.push(Event::Own(outgoing(self.corrupt, &self.key, share)));
             }
         }
         let finished = proto.try_finish();
@@ -475,6 +477,41 @@ impl State {
         if peer != self.me && self.reported.insert(peer) {
             events.push(Event::Blame { peer, what });
         }
+    }
+}
+
+/// One of this replica's protocol messages as it goes out: as computed, or `corrupted`.
+fn outgoing(corrupt: bool, key: &Key, body: Vec<u8>) -> Vec<u8> {
+    if corrupt {
+        corrupted(key.pk.algorithm(), body)
+    } else {
+        body
+    }
+}
+
+/// A corrupted replica's message (the paper's fault injection, [`EcSignerCore::with_corrupt`]):
+/// every bit of each value computed from its key share inverted (Ed25519: s_i; ECDSA: μ_i and
+/// σ_i), then reduced to a canonical scalar so that the message still parses and fails only
+/// its share check or proof, as a corrupted RSA share fails its proof. Commitments and proofs
+/// are left as they were. Messages of other shapes pass unchanged.
+fn corrupted(algorithm: Algorithm, body: Vec<u8>) -> Vec<u8> {
+    fn ed(value: &[u8; 32]) -> [u8; 32] {
+        curve25519_dalek::Scalar::from_bytes_mod_order(value.map(|b| !b)).to_bytes()
+    }
+    fn p256(value: &[u8; 32]) -> [u8; 32] {
+        use p256::elliptic_curve::{bigint::U256, ops::Reduce, PrimeField};
+        <p256::Scalar as Reduce<U256>>::reduce_bytes(&value.map(|b| !b).into()).to_repr().into()
+    }
+    match algorithm {
+        Algorithm::Ed25519 => match EdMessage::from_bytes(&body) {
+            Some(EdMessage::Share(s)) => EdMessage::Share(ed(&s)).to_bytes(),
+            _ => body,
+        },
+        Algorithm::EcdsaP256Sha256 => match EcdsaMessage::from_bytes(&body) {
+            Some(EcdsaMessage::Round1 { commitments, mu, proof }) => EcdsaMessage::Round1 { commitments, mu: p256(&mu), proof }.to_bytes(),
+            Some(EcdsaMessage::Sigma { sigma, proof }) => EcdsaMessage::Sigma { sigma: p256(&sigma), proof }.to_bytes(),
+            None => body,
+        },
     }
 }
 
@@ -577,6 +614,8 @@ pub struct EcSignerCore {
     now_us: u64,
     /// Peers not waited for until the time given (at most n entries).
     suspects: BTreeMap<u16, u64>,
+    /// See [`EcSignerCore::with_corrupt`].
+    corrupt: bool,
 }
 
 impl EcSignerCore {
@@ -628,7 +667,17 @@ impl EcSignerCore {
             stats: EcStats::default(),
             now_us: 0,
             suspects: BTreeMap::new(),
+            corrupt: false,
         })
+    }
+
+    /// The paper's fault injection (test clusters only, `--corrupt`): this replica sends
+    /// every share it computes from its key share corrupted (see `corrupted`), so that honest
+    /// replicas must detect the bad shares, name this replica and sign without it.
+    #[must_use]
+    pub fn with_corrupt(mut self, corrupt: bool) -> EcSignerCore {
+        self.corrupt = corrupt;
+        self
     }
 
     pub fn algorithm(&self) -> Algorithm {
@@ -666,6 +715,7 @@ impl EcSignerCore {
             sent_share: false,
             votes: BTreeMap::new(),
             reported: BTreeSet::new(),
+            corrupt: self.corrupt,
         };
         let mut session = Session {
             id: self.next_id,

@@ -1,8 +1,8 @@
 //! A seeded simulation of n = 4 and 7 `EcSignerCore`s (Ed25519 and ECDSA P-256) over a network
 //! that loses, delays (so reorders), duplicates and partitions messages, with jobs finishing in
 //! any order and named Byzantine peers: silent, garbage bytes, wrong shares, equivocating
-//! commitments, forged and replayed final signatures, and a flood of early messages for many
-//! digests. Asserted: every honest replica that requested gets `Done` with the same bytes, which
+//! commitments, forged and replayed final signatures, a flood of early messages for many
+//! digests, and cores that corrupt their own shares (`--corrupt`). Asserted: every honest replica that requested gets `Done` with the same bytes, which
 //! the standard verifier accepts (and which equal an all-honest run's for the same data); no
 //! honest replica is ever reported; liars whose lie a replica provably saw are reported; the
 //! early stash and the session table stay within their bounds under flooding.
@@ -81,6 +81,9 @@ enum Behaviour {
     ForgedFinals,
     /// Honest rounds, plus well-framed rounds and finals for many digests nobody asked for.
     Flooder,
+    /// The core's own fault injection (`EcSignerCore::with_corrupt`, what `--corrupt` sets):
+    /// its shares go out corrupted by the core, nothing rewritten on the wire.
+    Corrupt,
 }
 
 const FAULTY: [Behaviour; 6] =
@@ -137,7 +140,9 @@ impl Sim {
         let limits = sim_limits();
         let replicas = (0..n)
             .map(|i| Replica {
-                core: EcSignerCore::new(i, pk.clone(), Arc::new(shares[usize::from(i)].clone()), limits.clone()).unwrap(),
+                core: EcSignerCore::new(i, pk.clone(), Arc::new(shares[usize::from(i)].clone()), limits.clone())
+                    .unwrap()
+                    .with_corrupt(behaviours[usize::from(i)] == Behaviour::Corrupt),
                 behaviour: behaviours[usize::from(i)],
                 done: BTreeMap::new(),
                 reported: BTreeMap::new(),
@@ -508,6 +513,34 @@ fn each_behaviour_by_t_replicas() {
             if matches!(behaviour, Behaviour::WrongShares | Behaviour::Equivocate | Behaviour::Garbage) && seeds.len() > 1 {
                 assert!(named.contains(&1) || named.contains(&4), "{alg:?} {behaviour:?}: no honest replica named a liar in {seeds:?}");
             }
+        }
+    }
+}
+
+/// t replicas whose cores corrupt their own shares (the paper's fault injection, as `--corrupt`
+/// sets it): every honest replica still gets the all-honest run's signatures (`check`), no
+/// honest replica is reported, and every corrupted replica is named by an honest one for a
+/// share that fails its check (not as a malformed message: the corruption keeps the framing
+/// and the scalars canonical, so it is the share check or proof that catches it).
+#[test]
+fn corrupt_replicas_are_named_and_the_signatures_are_the_honest_ones() {
+    for alg in [Algorithm::Ed25519, Algorithm::EcdsaP256Sha256] {
+        for (n, corrupt) in [(4u16, &[2u16][..]), (7, &[1, 4])] {
+            let mut behaviours = vec![Behaviour::Honest; usize::from(n)];
+            corrupt.iter().for_each(|&c| behaviours[usize::from(c)] = Behaviour::Corrupt);
+            let c = campaign(8);
+            let mut named = BTreeSet::new();
+            for seed in c.seeds_divided(if n == 7 { 4 } else { 1 }) {
+                let reported = check(alg, n, &behaviours, 2, seed).unwrap_or_else(|e| panic!("{alg:?} n={n} seed {seed}: {e}\n  {}", c.reproduce(seed)));
+                for (by, peers) in reported {
+                    for (peer, what) in peers {
+                        assert!(corrupt.contains(&peer), "{alg:?} n={n} seed {seed}: {by} reported {peer}");
+                        assert_eq!(what, "signature share fails its check", "{alg:?} n={n} seed {seed}: {by} on {peer}");
+                        named.insert(peer);
+                    }
+                }
+            }
+            assert_eq!(named.into_iter().collect::<Vec<_>>(), corrupt, "{alg:?} n={n}: corrupted replicas named by some honest replica");
         }
     }
 }

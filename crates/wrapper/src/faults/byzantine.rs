@@ -107,8 +107,8 @@ impl Mode {
     }
 }
 
-/// The signing service's hook (bit-inverted shares are RSA's signing core's own `corrupt`, and the
-/// service's for EC messages).
+/// The signing service's hook (corrupted shares are not: RSA's and EC's signing cores each
+/// corrupt their own, `corrupt`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SigningFault {
     None,

@@ -53,8 +53,7 @@ pub(super) fn start_signing(
             Ok((signing_key, zone_core(cfg, keys).with_context(|| format!("signing core of zone {}", z.name))?))
         })
         .collect::<Result<Vec<_>>>()?;
-    let misbehaviour = service::Misbehaviour { fault: cfg.fault, corrupt: cfg.corrupt_shares };
-    let (signer, signing_task) = service::spawn(cores, mesh, incoming, metrics.clone(), misbehaviour);
+    let (signer, signing_task) = service::spawn(cores, mesh, incoming, metrics.clone(), cfg.fault);
     tasks.spawn("threshold signing service", signing_task);
     let (times, times_rx) = watch::channel(None);
     let write_signatures = Arc::new(AtomicU64::new(0));
@@ -89,7 +88,8 @@ fn zone_core(cfg: &SigningConfig, keys: &ZoneKeys) -> Result<ZoneCore> {
             limits.early_per_peer = cfg.limits.early_per_peer;
             limits.finals_cache = cfg.limits.finals_cache;
             limits.retry_after_us = cfg.limits.retry_after_us;
-            ZoneCore::Ec(threshold_ec::EcSignerCore::new(cfg.id, public.clone(), share.clone(), limits)?)
+            // `corrupt_shares`: the core sends its own shares corrupted, as RSA's does.
+            ZoneCore::Ec(threshold_ec::EcSignerCore::new(cfg.id, public.clone(), share.clone(), limits)?.with_corrupt(cfg.corrupt_shares))
         }
     })
 }

@@ -134,14 +134,6 @@ pub fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// How this replica misbehaves in signing (test clusters only): `fault`, and `corrupt`
-/// (the paper's bit-inverted shares, which RSA's core makes itself and EC messages get here).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Misbehaviour {
-    pub fault: SigningFault,
-    pub corrupt: bool,
-}
-
 /// Starts the task with one core per zone, in zone index order; returns the `Signer` to hand
 /// to named-glue's `SigningService` and the task (it runs as long as the mesh and a signer
 /// are there: an earlier end is a failure).
@@ -150,11 +142,11 @@ pub fn spawn(
     mesh: MeshSender,
     incoming: mpsc::Receiver<(u16, Bytes)>,
     metrics: Arc<Metrics>,
-    misbehaviour: Misbehaviour,
+    fault: SigningFault,
 ) -> (Arc<ThresholdSigner>, JoinHandle<()>) {
     let (commands, rx) = mpsc::channel(1024);
     let (keys, cores): (Vec<_>, Vec<_>) = zones.into_iter().unzip();
-    let task = tokio::spawn(run(cores, mesh, incoming, rx, metrics, default_workers(), misbehaviour));
+    let task = tokio::spawn(run(cores, mesh, incoming, rx, metrics, default_workers(), fault));
     (Arc::new(ThresholdSigner { commands, keys }), task)
 }
 
@@ -178,10 +170,9 @@ async fn run(
     mut commands: mpsc::Receiver<Command>,
     metrics: Arc<Metrics>,
     workers: usize,
-    misbehaviour: Misbehaviour,
+    fault: SigningFault,
 ) {
-    let fault = misbehaviour.fault;
-    let mut garbage = Garbage { state: 0x2545_f491_4f6c_dd1d, corrupt: misbehaviour.corrupt };
+    let mut garbage = Garbage { state: 0x2545_f491_4f6c_dd1d };
     let mut waiters: HashMap<(u16, Digest), Vec<Waiter>> = HashMap::new();
     let permits = Arc::new(Semaphore::new(workers.max(1)));
     // Finished jobs with their zone index; a job's task waits for room here, the loop never does.
@@ -335,11 +326,10 @@ fn spawn_job(zone: u16, job: ZoneJob, permits: Arc<Semaphore>, done_tx: mpsc::Se
 }
 
 /// A misbehaving replica's rewrite of what it sends (test clusters only): garbage-shares puts
-/// random bytes of the same length in place of its shares and signatures (RSA's and EC's);
-/// `corrupt` inverts every bit of its EC messages' (RSA's core inverts its own shares).
+/// random bytes of the same length in place of its shares and signatures (RSA's and EC's).
+/// Corrupt shares (`--corrupt`) are not made here: each signing core corrupts its own.
 struct Garbage {
     state: u64,
-    corrupt: bool,
 }
 
 impl Garbage {
@@ -353,8 +343,6 @@ impl Garbage {
     fn apply(&mut self, fault: SigningFault, message: ZoneMessage) -> ZoneMessage {
         if fault == SigningFault::Garbage {
             zone_core::rewrite(message, &mut |b: &mut [u8]| b.iter_mut().for_each(|x| *x = self.next()))
-        } else if self.corrupt && matches!(message, ZoneMessage::Ec(_)) {
-            zone_core::rewrite(message, &mut |b: &mut [u8]| b.iter_mut().for_each(|x| *x = !*x))
         } else {
             message
         }

@@ -170,8 +170,8 @@ impl ZoneCore {
 
 /// A Byzantine replica's rewrite of what it sends (test clusters only): `bytes` replaces
 /// each byte field of a share, protocol round or signature (garbage-shares: random bytes of
-/// the same length; EC corrupt-shares: every bit inverted). The session digest stays, so that
-/// peers take the message for the session and blame its sender.
+/// the same length). The session digest stays, so that peers take the message for the
+/// session and blame its sender.
 pub fn rewrite(message: ZoneMessage, bytes: &mut dyn FnMut(&mut [u8])) -> ZoneMessage {
     match message {
         ZoneMessage::Rsa(SignMessage::Share { digest, mut share }) => {
@@ -209,20 +209,23 @@ mod tests {
     use crate::signing::wire::{SignEnvelope, WireFormat};
     use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-    fn ec_cores(alg: threshold_ec::Algorithm) -> Vec<ZoneCore> {
+    /// Four EC cores; replica `corrupt`'s core corrupts its own shares (`--corrupt`).
+    fn ec_cores(alg: threshold_ec::Algorithm, corrupt: u16) -> Vec<ZoneCore> {
         let (pk, shares) = threshold_ec::deal(alg, 4, 1, &mut TestRng(u64::from(alg.number()) + 100)).unwrap();
         let pk = Arc::new(pk);
-        shares.into_iter().enumerate().map(|(i, s)| ZoneCore::Ec(EcSignerCore::new(i as u16, pk.clone(), Arc::new(s), Default::default()).unwrap())).collect()
+        let core = |i: usize, s| EcSignerCore::new(i as u16, pk.clone(), Arc::new(s), Default::default()).unwrap().with_corrupt(i == usize::from(corrupt));
+        shares.into_iter().enumerate().map(|(i, s)| ZoneCore::Ec(core(i, s))).collect()
     }
 
     /// Each core's signatures, and (reporter, accused) pairs.
     type Outcome = (Vec<Vec<Vec<u8>>>, BTreeSet<(u16, u16)>);
 
     /// Four EC cores sign the same data, their messages carried as the mesh carries them (the
-    /// envelope's bytes); replica `bad`'s messages are rewritten by `fault`. Returns each
-    /// core's signatures and who was reported misbehaving by whom.
-    fn sign_with(alg: threshold_ec::Algorithm, bad: u16, fault: &mut dyn FnMut(&mut [u8])) -> Outcome {
-        let mut cores = ec_cores(alg);
+    /// envelope's bytes); replica `bad`'s messages are rewritten by `fault`, and replica
+    /// `corrupt`'s core corrupts its shares. Returns each core's signatures and who was
+    /// reported misbehaving by whom.
+    fn sign_with(alg: threshold_ec::Algorithm, bad: u16, corrupt: u16, fault: &mut dyn FnMut(&mut [u8])) -> Outcome {
+        let mut cores = ec_cores(alg, corrupt);
         let data = b"\x00\x01\x0d\x02 an RRset's to-be-signed bytes";
         for core in &mut cores {
             core.request(0, alg.number(), data, true).unwrap();
@@ -266,7 +269,7 @@ mod tests {
             }
             // Quiet: every honest core done, or time moves on to the next retry (a core still
             // waits for messages the garbage replica spoiled).
-            if (0..4).all(|i| i == bad || done.contains_key(&i)) {
+            if (0..4).all(|i| i == bad || i == corrupt || done.contains_key(&i)) {
                 break;
             }
             let Some(next) = cores.iter().filter_map(ZoneCore::poll_timeout).min() else { break };
@@ -279,12 +282,12 @@ mod tests {
     #[test]
     fn ec_cores_sign_through_the_envelope_and_name_a_replica_sending_garbage() {
         for alg in [threshold_ec::Algorithm::EcdsaP256Sha256, threshold_ec::Algorithm::Ed25519] {
-            let (honest, blamed) = sign_with(alg, 9, &mut |_| {});
+            let (honest, blamed) = sign_with(alg, 9, 9, &mut |_| {});
             assert!(blamed.is_empty(), "{alg:?}: {blamed:?}");
             assert!(honest.iter().all(|d| d.len() == 1 && d[0] == honest[0][0] && d[0].len() == 64), "{alg:?}: {honest:?}");
             // Replica 2 sends garbage (the garbage-shares mode's rewrite), then bit-inverted
-            // messages (corrupt-shares): the others still sign, the same bytes as without it,
-            // and name replica 2 and no one else.
+            // messages, then (its core's own `--corrupt`) corrupted shares: the others still
+            // sign, the same bytes as without it, and name replica 2 and no one else.
             let mut state = 0x2545_f491_4f6c_dd1du64;
             let mut garbage = |b: &mut [u8]| {
                 b.iter_mut().for_each(|x| {
@@ -295,8 +298,11 @@ mod tests {
                 })
             };
             let mut invert = |b: &mut [u8]| b.iter_mut().for_each(|x| *x = !*x);
-            for (what, fault) in [("garbage", &mut garbage as &mut dyn FnMut(&mut [u8])), ("inverted", &mut invert)] {
-                let (signed, blamed) = sign_with(alg, 2, fault);
+            let mut nothing = |_: &mut [u8]| {};
+            for (what, rewritten, corrupt, fault) in
+                [("garbage", 2, 9, &mut garbage as &mut dyn FnMut(&mut [u8])), ("inverted", 2, 9, &mut invert), ("corrupt core", 9, 2, &mut nothing)]
+            {
+                let (signed, blamed) = sign_with(alg, rewritten, corrupt, fault);
                 for i in [0usize, 1, 3] {
                     assert_eq!(signed[i], honest[0], "{alg:?} {what}: replica {i}");
                 }
@@ -307,7 +313,7 @@ mod tests {
 
     #[test]
     fn rewriting_keeps_the_digest_and_changes_every_byte_field() {
-        let mut cores = ec_cores(threshold_ec::Algorithm::Ed25519);
+        let mut cores = ec_cores(threshold_ec::Algorithm::Ed25519, 9);
         let digest = cores[0].request(0, 15, b"data", false).unwrap();
         let message = loop {
             match cores[0].poll_output().expect("the core sends its first message") {
