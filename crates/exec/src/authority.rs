@@ -24,6 +24,46 @@ use serde::{Deserialize, Serialize};
 const LABEL: &[u8] = b"sdns sign-zone request v1\0";
 const FINISH_LABEL: &[u8] = b"sdns sign-zone finish v1\0";
 const ROLLOVER_LABEL: &[u8] = b"sdns rollover parent-ds report v1\0";
+const ZONE_SET_LABEL: &[u8] = b"sdns zone-set change v1\0";
+
+/// What a zone-set change does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ZoneSetAction {
+    Add,
+    Remove,
+}
+
+/// A change of the cluster's zone set that replicas ask for (`crate::envelope::Op::ZoneSet`):
+/// requests count together only when all three fields are equal, so t+1 replicas must agree
+/// on the zone and on the key it is served with.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ZoneSetChange {
+    pub action: ZoneSetAction,
+    /// The zone, absolute and in lower case ([`ZoneSetChange::new`] makes it so).
+    pub name: String,
+    /// SHA-256 of the zone's dealt public key (the replica's `zone.pub.json`); zeros for a
+    /// removal, which names the zone only.
+    pub key_digest: [u8; 32],
+}
+
+impl ZoneSetChange {
+    pub fn new(action: ZoneSetAction, name: &str, key_digest: [u8; 32]) -> Self {
+        let key_digest = if action == ZoneSetAction::Remove { [0; 32] } else { key_digest };
+        ZoneSetChange { action, name: canonical_zone(name), key_digest }
+    }
+}
+
+/// What a zone-set request's signature covers: the action, the zone's name as given (the
+/// executing core compares it canonically), the key digest, the replica and its stamp.
+pub fn zone_set_signed_bytes(change: &ZoneSetChange, replica: u16, stamp_us: u64) -> Vec<u8> {
+    let mut m = claim_bytes(ZONE_SET_LABEL, &change.name, replica, stamp_us);
+    m.push(match change.action {
+        ZoneSetAction::Add => 1,
+        ZoneSetAction::Remove => 2,
+    });
+    m.extend_from_slice(&change.key_digest);
+    m
+}
 
 /// The authenticator of one replica's sign-zone request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,6 +136,27 @@ pub struct SignZoneVerifier {
 impl SignZoneVerifier {
     pub fn new(zone: &str, ca_der: Vec<u8>) -> Self {
         SignZoneVerifier { zone: canonical_zone(zone), ca_der }
+    }
+
+    /// The zone this verifier checks requests for (absolute, lower case).
+    pub fn zone(&self) -> &str {
+        &self.zone
+    }
+
+    /// A verifier for another zone of the same cluster (a zone added at run time).
+    pub fn for_zone(&self, zone: &str) -> Self {
+        SignZoneVerifier::new(zone, self.ca_der.clone())
+    }
+
+    /// The replica a zone-set request proves, judged at agreed time `time_s`. The cluster's
+    /// CA decides; the zone this verifier was made for plays no part.
+    pub fn verify_zone_set(&self, change: &ZoneSetChange, auth: &SignZoneAuth, time_s: u64) -> Result<u16, String> {
+        let msg = zone_set_signed_bytes(change, auth.replica, auth.stamp_us);
+        let signer = pki::verify_replica_signature(&self.ca_der, &auth.cert, time_s, &msg, &auth.signature).map_err(|e| e.to_string())?;
+        if signer != auth.replica {
+            return Err(format!("signed with replica {signer}'s certificate, claims replica {}", auth.replica));
+        }
+        Ok(signer)
     }
 
     /// The replica `auth` proves, judged at agreed time `time_s`.
@@ -190,6 +251,24 @@ impl SignZoneSigner {
         Ok(SignZoneAuth { replica: self.id, stamp_us, cert: self.cert.clone(), signature })
     }
 
+    /// This replica's request for a zone-set change, stamped like a sign-zone request
+    /// (strictly increasing with [`Self::sign`]'s stamps).
+    pub fn sign_zone_set(&self, change: &ZoneSetChange, now_us: u64) -> Result<SignZoneAuth, String> {
+        let stamp_us = {
+            let mut last = self.last_stamp.lock().unwrap_or_else(|p| p.into_inner());
+            *last = now_us.max(last.saturating_add(1));
+            *last
+        };
+        self.sign_zone_set_at(change, stamp_us)
+    }
+
+    /// A zone-set request with a given stamp (tests, and [`Self::sign_zone_set`]).
+    pub fn sign_zone_set_at(&self, change: &ZoneSetChange, stamp_us: u64) -> Result<SignZoneAuth, String> {
+        let msg = zone_set_signed_bytes(change, self.id, stamp_us);
+        let signature = pki::sign_as_replica(&self.key_pem, &msg).map_err(|e| e.to_string())?;
+        Ok(SignZoneAuth { replica: self.id, stamp_us, cert: self.cert.clone(), signature })
+    }
+
     /// This replica's claim that its part of the signing begun at `run_seq` is done.
     pub fn sign_finish(&self, run_seq: u64) -> Result<SignFinishAuth, String> {
         let msg = finish_signed_bytes(&self.zone, self.id, run_seq);
@@ -266,5 +345,32 @@ mod tests {
         assert!(SignZoneVerifier::new("other.test", ca_der).verify_rollover(&report, t).is_err());
         // Its stamps move forward with the sign-zone requests'.
         assert!(signer.sign(t * 1_000_000).unwrap().stamp_us > report.stamp_us);
+    }
+
+    #[test]
+    fn a_zone_set_request_binds_action_name_key_replica_and_stamp() {
+        let ca = pki::generate_ca("t").unwrap();
+        let ca_der = pki::cert_der_from_pem(&ca.cert_pem).unwrap();
+        let r1 = pki::issue_replica_cert(&ca, 1).unwrap();
+        let signer = SignZoneSigner::new(1, "example.test", &r1.cert_pem, r1.key_pem.clone()).unwrap();
+        // Any zone's verifier checks it: the CA decides.
+        let v = SignZoneVerifier::new("other.test.", ca_der);
+        let t = 1_800_000_000;
+        let add = ZoneSetChange::new(ZoneSetAction::Add, "New.Test", [7; 32]);
+        assert_eq!(add.name, "new.test.");
+        let a = signer.sign_zone_set(&add, t * 1_000_000).unwrap();
+        assert_eq!(v.verify_zone_set(&add, &a, t), Ok(1));
+        // Another action, name or key, stamp or replica: no longer valid.
+        let remove = ZoneSetChange::new(ZoneSetAction::Remove, "new.test", [7; 32]);
+        assert_eq!(remove.key_digest, [0; 32], "a removal names the zone only");
+        assert!(v.verify_zone_set(&remove, &a, t).is_err());
+        assert!(v.verify_zone_set(&ZoneSetChange::new(ZoneSetAction::Add, "new2.test", [7; 32]), &a, t).is_err());
+        assert!(v.verify_zone_set(&ZoneSetChange::new(ZoneSetAction::Add, "new.test", [8; 32]), &a, t).is_err());
+        assert!(v.verify_zone_set(&add, &SignZoneAuth { stamp_us: a.stamp_us + 1, ..a.clone() }, t).is_err());
+        assert!(v.verify_zone_set(&add, &SignZoneAuth { replica: 2, ..a.clone() }, t).is_err());
+        // Neither a sign-zone request nor a report for the same numbers.
+        assert!(v.for_zone("new.test").verify(&a, t).is_err());
+        assert!(v.for_zone("new.test").verify_rollover(&a, t).is_err());
+        assert_eq!(v.for_zone("New.Test").zone(), "new.test.");
     }
 }

@@ -49,11 +49,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use dnswire::dnssec::SignatureTimes;
 use hickory_proto::op::{Message, ResponseCode};
 
-use crate::authority::{SignFinishAuth, SignZoneAuth, SignZoneVerifier};
+use crate::authority::{SignFinishAuth, SignZoneAuth, SignZoneVerifier, ZoneSetAction, ZoneSetChange};
 use crate::classify::{classify, Kind, Verdict};
 use crate::envelope::Op;
 use crate::gate::{forwardable, replay_key, UpdateDecision, UpdateGate};
-use crate::state::{code, ExecState, RecentWrite, SigningRun};
+use crate::state::{code, ExecState, RecentWrite, SigningRun, ZoneEntry, MAX_ZONES};
 
 /// named's answers to recent writes kept for retransmissions (local, not replicated:
 /// only what to send, never whether to execute).
@@ -80,7 +80,9 @@ pub struct ExecConfig {
     pub sign_zone_window_s: u64,
     /// Checks which replica signed a sign-zone request: one per configured zone, in zone
     /// index order (each checks that the request names its zone). Its length is the number
-    /// of zones; a request for any other index is refused.
+    /// of configured zones, which seed the zone set (`ExecState::zone_set`); a zone added at
+    /// run time gets its verifier from the same CA. A request for an index not served is
+    /// refused.
     pub sign_zone_verifiers: Vec<SignZoneVerifier>,
     /// Reads executing at once at this gateway.
     pub max_reads_in_flight: usize,
@@ -136,6 +138,12 @@ pub enum Command<R> {
     /// batches run meanwhile, their reads included; nothing that changes a zone runs until
     /// it is in.
     DigestZone { seq: u64 },
+    /// The zone set changed at this point of the log (`change`: the zone added or removed,
+    /// with its index); `zones` is the zone set now, by index. Make the replica serve exactly
+    /// these zones (named, the signing cores, the catalog with serial `seq`), however long it
+    /// takes, then report [`Event::ZoneSetChanged`]. An added zone's first whole-zone signing
+    /// follows as a [`Command::BeginSigning`].
+    ChangeZoneSet { seq: u64, index: u16, change: ZoneSetChange, zones: BTreeMap<u16, ZoneEntry> },
     /// Report this checkpoint digest to the ordering; `state` is the execution state the
     /// checkpoint attests (batch `seq` executed), for its snapshot.
     Checkpoint { seq: u64, digest: [u8; 32], state: ExecState },
@@ -197,6 +205,10 @@ pub enum Event {
         seq: u64,
         digests: Option<Vec<[u8; 32]>>,
     },
+    /// The replica serves the zone set of [`Command::ChangeZoneSet`] at `seq`.
+    ZoneSetChanged {
+        seq: u64,
+    },
 }
 
 /// Why the core's current batch is not advancing.
@@ -234,6 +246,14 @@ enum Wait<R> {
         zone: u16,
         index: u32,
         reply: Option<R>,
+    },
+    /// The replica's named, signing and catalog following a zone-set change; `added`: the
+    /// index of a zone added, whose first signing begins next.
+    ZoneSet {
+        index: u32,
+        reply: Option<R>,
+        added: Option<u16>,
+        text: String,
     },
 }
 
@@ -287,6 +307,11 @@ pub struct Resume {
 /// The execution core of one replica.
 pub struct ExecCore<R, G> {
     config: ExecConfig,
+    /// The configured zones' names (absolute, lower case), index order: the zone set while
+    /// the state has none of its own.
+    configured: Vec<String>,
+    /// A verifier per zone served, by index (the configured ones, then the state's zone set).
+    verifiers: BTreeMap<u16, SignZoneVerifier>,
     gate: G,
     state: ExecState,
     /// The state as last handed out to be persisted (or as loaded).
@@ -342,8 +367,11 @@ impl RequestCounts {
 
 impl<R, G: UpdateGate> ExecCore<R, G> {
     pub fn new(config: ExecConfig, gate: G, state: ExecState) -> Self {
-        ExecCore {
+        let configured = config.sign_zone_verifiers.iter().map(|v| v.zone().to_string()).collect();
+        let mut core = ExecCore {
             config,
+            configured,
+            verifiers: BTreeMap::new(),
             gate,
             durable: state.clone(),
             state,
@@ -358,7 +386,31 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             stuck_claims: BTreeMap::new(),
             hostile: BTreeMap::new(),
             requests: RequestCounts::default(),
-        }
+        };
+        core.rebuild_verifiers();
+        core
+    }
+
+    /// One verifier per zone of the state's zone set (the configured ones keep theirs).
+    fn rebuild_verifiers(&mut self) {
+        let names = self.state.zone_names(&self.configured);
+        let Some(any) = self.config.sign_zone_verifiers.first() else {
+            self.verifiers.clear();
+            return;
+        };
+        self.verifiers = names
+            .into_iter()
+            .map(|(index, name)| {
+                let configured = self.config.sign_zone_verifiers.get(usize::from(index)).filter(|v| v.zone() == name);
+                (index, configured.cloned().unwrap_or_else(|| any.for_zone(&name)))
+            })
+            .collect();
+    }
+
+    /// The zones served, by index (absolute, lower-case names): the configuration's until the
+    /// zone set changed at run time, then the state's.
+    pub fn zone_set(&self) -> BTreeMap<u16, String> {
+        self.state.zone_names(&self.configured)
     }
 
     /// A batch the ordering committed, seen when it arrives, before it is executed (the
@@ -485,6 +537,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         self.state = state;
         self.answers.clear();
         self.answer_order.clear();
+        self.rebuild_verifiers();
     }
 
     /// The zone change (write, signing, re-signing slice) the core waits for, if any: its
@@ -497,6 +550,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         match &run.wait {
             Some(Wait::Write { index, .. }) => Some((run.seq, *index, None, before())),
             Some(Wait::Finish { zone, index, .. } | Wait::Slice { zone, index, .. }) => Some((run.seq, *index, Some(*zone), before())),
+            Some(Wait::ZoneSet { index, .. }) => Some((run.seq, *index, None, before())),
             _ => None,
         }
     }
@@ -518,13 +572,13 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         self.state.zones.iter().filter_map(|(zone, z)| z.signing.map(|run| (*zone, run, self.times(run.time_s.saturating_mul(1_000_000))))).collect()
     }
 
-    /// How many zones this replica serves (the zone indices are below it).
+    /// How many zones this replica serves.
     pub fn zone_count(&self) -> usize {
-        self.config.sign_zone_verifiers.len()
+        self.verifiers.len()
     }
 
     fn serves(&self, zone: u16) -> bool {
-        usize::from(zone) < self.zone_count()
+        self.verifiers.contains_key(&zone)
     }
 
     /// Reads issued and not yet reported done.
@@ -544,6 +598,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             Some(Wait::Begin { .. }) => "the zone content for a whole-zone signing",
             Some(Wait::Finish { .. }) => "the installation of a signed zone",
             Some(Wait::Slice { .. }) => "a re-signing slice",
+            Some(Wait::ZoneSet { .. }) => "the replica to serve a changed zone set",
             Some(Wait::Digest) => "the zone digest of the checkpoint before",
         };
         Some((run.seq, what))
@@ -565,6 +620,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         // Kept across the replayed read-only batches before it, used by its own batch.
         if let Some(resume) = self.resume.take_if(|r| r.seq == batch.seq) {
             self.state = resume.state;
+            self.rebuild_verifiers();
             from = resume.index;
             applied = resume.applied.then_some(resume.index);
         }
@@ -599,6 +655,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             Event::SigningRound { seq, changed } => self.signing_round(seq, changed, &mut out),
             Event::SliceDone { seq, result } => self.slice_done(seq, result, &mut out),
             Event::ZoneDigest { seq, digests } => self.zone_digest(seq, digests, &mut out),
+            Event::ZoneSetChanged { seq } => self.zone_set_changed(seq, &mut out),
         };
         if taken.is_some() {
             self.advance(&mut out);
@@ -755,7 +812,8 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// ordering, and zone changes waiting for it may go on.
     fn zone_digest(&mut self, seq: u64, digests: Option<Vec<[u8; 32]>>, out: &mut Vec<Command<R>>) -> Option<()> {
         let (_, state) = self.digesting.take_if(|(at, _)| *at == seq)?;
-        let zones = self.zone_count().max(1);
+        // The zone set cannot change while a digest is computed (a change waits for it).
+        let zones = state.zone_indices(self.configured.len()).len().max(1);
         let digest = match digests.filter(|d| d.len() == zones) {
             Some(digests) => state.checkpoint_digest(&digests),
             // A digest no other replica can produce: this checkpoint will not match.
@@ -831,7 +889,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         // ordered after it (the one running at the crash), which would change its digest.
         self.state.executed = self.durable.executed;
         self.stuck_claims.retain(|_, (at, _)| *at > seq);
-        if !named && !checkpoint && self.state.zones == self.durable.zones {
+        if !named && !checkpoint && self.state.same_schedules(&self.durable) {
             self.state.executed = seq;
             out.push(Command::Executed(seq));
         } else {
@@ -864,7 +922,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             Op::SignZoneIn { zone, .. } | Op::ResignZone(zone) | Op::SignZoneFinishIn { zone, .. } | Op::RolloverReport { zone, .. } => zone,
             _ => 0,
         };
-        if !matches!(op, Op::Dns { .. }) && !self.serves(zone) {
+        if !matches!(op, Op::Dns { .. } | Op::ZoneSet { .. } | Op::Stuck { .. }) && !self.serves(zone) {
             // An index from the log that names no configured zone: the same refusal on
             // every replica (they share the configuration's zone set).
             if let Some(reply) = item.reply {
@@ -902,6 +960,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             Op::SignZoneFinishIn { auth, .. } => self.execute_finish_claim(zone, at, item, &auth, out),
             Op::ResignZone(_) => self.execute_resign(zone, at, item, out),
             Op::RolloverReport { auth, .. } => self.execute_rollover_report(zone, at, item, &auth, out),
+            Op::ZoneSet { change, auth } => self.execute_zone_set(at, item, change, &auth, out),
         }
     }
 
@@ -940,7 +999,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// the agreed time, and not while a whole-zone signing runs (the finish begins one; the
     /// replica reports again at its next poll). Once finished, reports are refused.
     fn rollover_report(&mut self, zone: u16, origin: u16, auth: &SignZoneAuth, time_s: u64) -> Result<(), String> {
-        let verifier = self.config.sign_zone_verifiers.get(usize::from(zone)).ok_or_else(|| format!("refused: no zone has index {zone}"))?;
+        let verifier = self.verifiers.get(&zone).ok_or_else(|| format!("refused: no zone has index {zone}"))?;
         let z = self.state.zone(zone);
         if z.rollover_finished_s != 0 {
             return Err(format!("finished: the rollover ended at agreed time {}", z.rollover_finished_s));
@@ -968,6 +1027,156 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         s.rollover_reports.clear();
         s.rollover_finished_s = time_s.max(1);
         Ok(())
+    }
+
+    /// An ordered zone-set request: counted per (action, name, key digest); the
+    /// `faults + 1`-th for the same change adds or removes the zone at this point of the log,
+    /// after the reads before it (named's zones change), unless the zone set refuses it.
+    fn execute_zone_set(&mut self, at: At, item: Item<R>, change: ZoneSetChange, auth: &SignZoneAuth, out: &mut Vec<Command<R>>) -> Step {
+        // Before counting, so that an item held at the barrier is counted once.
+        if !self.zone_quiet() {
+            self.hold(at.index, item, Wait::Barrier);
+            return Step::Wait;
+        }
+        self.keep_before();
+        let change = match self.zone_set_request(item.origin, &change, auth, at.time_us / 1_000_000) {
+            Ok(change) => change,
+            Err(text) => {
+                if let Some(reply) = item.reply {
+                    out.push(Command::Answer { reply, bytes: text.into_bytes() });
+                }
+                return Step::Next;
+            }
+        };
+        self.state.seed_zone_set(&self.configured);
+        let (index, added, text) = match change.action {
+            ZoneSetAction::Add => {
+                let index = self.state.next_zone_index;
+                self.state.next_zone_index = index.saturating_add(1);
+                self.state.zone_set.insert(index, ZoneEntry { name: change.name.clone(), key_digest: change.key_digest, added_at: at.seq });
+                self.state.zones.remove(&index);
+                self.state.record(at.seq, at.index, code::ZONE_ADDED | u32::from(index));
+                (index, Some(index), format!("added {} as zone {index} at seq {}; its first signing begins there", change.name, at.seq))
+            }
+            ZoneSetAction::Remove => {
+                let index = self.state.zone_set.iter().find(|(_, e)| e.name == change.name).map_or(u16::MAX, |(i, _)| *i);
+                self.state.zone_set.remove(&index);
+                self.state.zones.remove(&index);
+                self.state.record(at.seq, at.index, code::ZONE_REMOVED | u32::from(index));
+                if let Some(reply) = self.sign_reply.remove(&index) {
+                    out.push(Command::Answer { reply, bytes: format!("error: zone {} was removed", change.name).into_bytes() });
+                }
+                (index, None, format!("removed {} (zone {index}) at seq {}", change.name, at.seq))
+            }
+        };
+        self.rebuild_verifiers();
+        out.push(Command::ChangeZoneSet { seq: at.seq, index, change, zones: self.state.zone_set.clone() });
+        if let Some(run) = self.running.as_mut() {
+            run.wait = Some(Wait::ZoneSet { index: at.index, reply: item.reply, added, text });
+            run.named = true;
+        }
+        Step::Wait
+    }
+
+    /// The replica serves the changed zone set: the admin is answered, and an added zone's
+    /// first whole-zone signing begins at the same point of the log.
+    fn zone_set_changed(&mut self, seq: u64, out: &mut Vec<Command<R>>) -> Option<()> {
+        let run = self.running.as_mut()?;
+        if run.seq != seq || !matches!(run.wait, Some(Wait::ZoneSet { .. })) {
+            return None;
+        }
+        let Some(Wait::ZoneSet { index, reply, added, text }) = run.wait.take() else { return None };
+        let time_us = run.time_us;
+        if let Some(reply) = reply {
+            out.push(Command::Answer { reply, bytes: text.into_bytes() });
+        }
+        if let Some(zone) = added {
+            self.start_signing(zone, index, None, seq, time_us, out);
+        }
+        Some(())
+    }
+
+    /// Counts a zone-set request; `Ok` with the change (canonical) when it completes the t+1
+    /// needed for it. It counts only for the replica whose key signed it (the ordering's
+    /// `origin` must agree), once (its stamp newer than that replica's last counted one),
+    /// only if signed within the sign-zone window of the agreed time, and only while the zone
+    /// set allows the change (checked again at the t+1-th: another change may have come first).
+    fn zone_set_request(&mut self, origin: u16, change: &ZoneSetChange, auth: &SignZoneAuth, time_s: u64) -> Result<ZoneSetChange, String> {
+        if auth.replica != origin {
+            return Err(format!("refused: a request signed for replica {} was ordered as replica {origin}'s", auth.replica));
+        }
+        if let Some(&last) = self.state.zone_set_stamps.get(&origin) {
+            if auth.stamp_us <= last {
+                return Err(format!("refused: replica {origin}'s request stamped {} is not newer than its last counted one", auth.stamp_us));
+            }
+        }
+        let window = self.config.sign_zone_window_s;
+        let stamp_s = auth.stamp_us / 1_000_000;
+        if stamp_s.abs_diff(time_s) > window {
+            return Err(format!("refused: replica {origin}'s request was signed at {stamp_s}, ordered at agreed time {time_s}: more than {window} s apart"));
+        }
+        let verifier = self.config.sign_zone_verifiers.first().ok_or("refused: no zone is configured")?;
+        if let Err(e) = verifier.verify_zone_set(change, auth, time_s) {
+            return Err(format!("refused: the request does not prove replica {origin}: {e}"));
+        }
+        // Used now, whatever follows: a replay of this request never counts.
+        self.state.zone_set_stamps.insert(origin, auth.stamp_us);
+        let change = ZoneSetChange::new(change.action, &change.name, change.key_digest);
+        if let Some(refusal) = self.zone_set_refusal(&change) {
+            self.state.zone_set_requests.remove(&change);
+            return Err(refusal);
+        }
+        let requests = &mut self.state.zone_set_requests;
+        for votes in requests.values_mut() {
+            votes.retain(|_, t| t.saturating_add(window) >= time_s);
+        }
+        requests.retain(|_, votes| !votes.is_empty());
+        let votes = requests.entry(change.clone()).or_default();
+        votes.insert(origin, time_s);
+        let (counted, needed) = (votes.len(), usize::from(self.config.faults) + 1);
+        if counted < needed {
+            let what = match change.action {
+                ZoneSetAction::Add => "add",
+                ZoneSetAction::Remove => "remove",
+            };
+            return Err(format!("counted: {counted} of the {needed} replicas needed asked to {what} {}", change.name));
+        }
+        requests.remove(&change);
+        Ok(change)
+    }
+
+    /// Why the zone set cannot take `change` now (the same answer on every replica: it
+    /// depends on the replicated zone set only), or `None`.
+    fn zone_set_refusal(&self, change: &ZoneSetChange) -> Option<String> {
+        let served = self.zone_set();
+        let name = &change.name;
+        match change.action {
+            ZoneSetAction::Add => {
+                if !valid_zone_name(name) {
+                    return Some(format!("refused: {name:?} is not a zone name this cluster serves (letters, digits, '-', '_', at most 253 characters)"));
+                }
+                if served.values().any(|z| z == name) {
+                    return Some(format!("refused: {name} is served already"));
+                }
+                if let Some(other) = served.values().find(|z| within(name, z) || within(z, name)) {
+                    return Some(format!("refused: {name} is inside or above the served zone {other}"));
+                }
+                let next = if self.state.zone_set.is_empty() { self.configured.len() } else { usize::from(self.state.next_zone_index) };
+                if served.len() >= MAX_ZONES || next >= usize::from(u16::MAX) {
+                    return Some(format!("refused: {} zones are served; at most {MAX_ZONES}", served.len()));
+                }
+                None
+            }
+            ZoneSetAction::Remove => {
+                if !served.values().any(|z| z == name) {
+                    return Some(format!("refused: {name} is not served"));
+                }
+                if served.len() == 1 {
+                    return Some(format!("refused: {name} is the last zone served"));
+                }
+                None
+            }
+        }
     }
 
     /// Whether zone `zone`'s rollover was finished by the replicas' reports (the executor
@@ -1234,7 +1443,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         if auth.run_seq != run_seq {
             return Err(format!("refused: replica {origin}'s finish claim is for the signing begun at seq {}, not {run_seq}", auth.run_seq));
         }
-        let verifier = self.config.sign_zone_verifiers.get(usize::from(zone)).ok_or_else(|| format!("refused: no zone has index {zone}"))?;
+        let verifier = self.verifiers.get(&zone).ok_or_else(|| format!("refused: no zone has index {zone}"))?;
         verifier.verify_finish(auth, time_s).map(|_| ()).map_err(|e| format!("refused: the finish claim does not prove replica {origin}: {e}"))
     }
 
@@ -1244,7 +1453,7 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// counted before from that replica), and only if signed within the window of the
     /// agreed time; the ordering's `origin` must agree with the signer.
     fn sign_zone_request(&mut self, zone: u16, origin: u16, auth: &SignZoneAuth, time_s: u64) -> Result<(), String> {
-        let verifier = self.config.sign_zone_verifiers.get(usize::from(zone)).ok_or_else(|| format!("refused: no zone has index {zone}"))?;
+        let verifier = self.verifiers.get(&zone).ok_or_else(|| format!("refused: no zone has index {zone}"))?;
         if let Some(run) = self.state.zone(zone).signing {
             return Err(format!("refused: a whole-zone signing is running since seq {}", run.seq));
         }
@@ -1284,6 +1493,20 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
             Err(format!("waiting: {} of the {needed} replicas needed asked for sign-zone", s.sign_zone_requests.len()))
         }
     }
+}
+
+/// `name` (absolute, lower case) is `zone` or below it.
+fn within(name: &str, zone: &str) -> bool {
+    zone == "." || name == zone || name.strip_suffix(zone).is_some_and(|head| head.ends_with('.'))
+}
+
+/// An absolute lower-case name of labels of letters, digits, `-` and `_` (what the zone
+/// directories and named.conf take), not the root.
+fn valid_zone_name(name: &str) -> bool {
+    let Some(body) = name.strip_suffix('.') else { return false };
+    !body.is_empty()
+        && name.len() <= 253
+        && body.split('.').all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'))
 }
 
 /// Whether committed claims from `faults + 1` distinct origins name write `index` of batch `seq`.

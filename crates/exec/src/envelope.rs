@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::authority::{SignFinishAuth, SignZoneAuth};
+use crate::authority::{SignFinishAuth, SignZoneAuth, ZoneSetChange};
 use crate::codec::{self, CodecError};
 
 // 2: sign-zone requests carry their replica's signature.
@@ -54,6 +54,11 @@ pub enum Op {
     /// replica (`crate::core`). Signed with the sender's identity key like a sign-zone
     /// request (`crate::authority::rollover_signed_bytes`): it counts only for that replica.
     RolloverReport { zone: u16, auth: SignZoneAuth },
+    /// The sender asks for a change of the zone set (`sdns zone add|remove`): once requests
+    /// for the same change from t+1 distinct replicas are ordered, the zone is added or
+    /// removed at that point of the log on every replica (`crate::core`). Signed with the
+    /// sender's identity key over the change (`crate::authority::zone_set_signed_bytes`).
+    ZoneSet { change: ZoneSetChange, auth: SignZoneAuth },
 }
 
 /// postcard's tag of [`Op::Stuck`] (its variant index), the byte after the version: lets the
@@ -129,6 +134,10 @@ mod tests {
             Op::sign_zone_finish(1, finish),
             Op::Stuck { seq: 300, index: 2 },
             Op::RolloverReport { zone: 1, auth: SignZoneAuth { replica: 3, stamp_us: 8, cert: vec![5; 9], signature: vec![6; 70] } },
+            Op::ZoneSet {
+                change: ZoneSetChange::new(crate::authority::ZoneSetAction::Add, "new.test", [1; 32]),
+                auth: SignZoneAuth { replica: 0, stamp_us: 9, cert: vec![7; 9], signature: vec![8; 70] },
+            },
         ] {
             assert_eq!(Op::decode(&op.encode()), Ok(op));
         }

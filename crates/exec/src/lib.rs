@@ -32,6 +32,6 @@ pub mod vouch_core;
 pub mod zone_plan;
 
 pub use self::core::{Command, Delivered, Event, ExecConfig, ExecCore, Item, RequestCounts, Resume, UNAUTHORIZED_WRITES, UNFORWARDABLE_WRITES};
-pub use authority::{SignFinishAuth, SignZoneAuth, SignZoneSigner, SignZoneVerifier};
+pub use authority::{SignFinishAuth, SignZoneAuth, SignZoneSigner, SignZoneVerifier, ZoneSetAction, ZoneSetChange};
 pub use gate::{Unchanged, UpdateDecision, UpdateGate};
-pub use state::{ExecState, SigningRun, WriteIntent};
+pub use state::{ExecState, SigningRun, WriteIntent, ZoneEntry, MAX_ZONES};

@@ -11,14 +11,20 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+use crate::authority::{ZoneSetAction, ZoneSetChange};
 use crate::codec::{self, CodecError};
 
 /// 2 added `next_slice_s` and the sign-zone stamps; 3 the background whole-zone signing
 /// (`signing`, `sign_finish_votes`); 4 moved everything whole-zone operations decide into
 /// one [`ZoneExec`] per zone; 5 added the rollover reports (`rollover_reports`,
-/// `rollover_finished_s`). Older states are read and converted (as zone 0's).
-const VERSION: u8 = 5;
-const MAX_STATE_BYTES: usize = 256 * 1024;
+/// `rollover_finished_s`); 6 the zone set changed at run time (`zone_set`, `next_zone_index`,
+/// `zone_set_requests`, `zone_set_stamps`). Older states are read and converted (as zone 0's;
+/// a state before 6 serves the configuration's zones).
+const VERSION: u8 = 6;
+/// Room for the largest zone set (`MAX_ZONES` names with their entries and schedules).
+const MAX_STATE_BYTES: usize = 1024 * 1024;
+/// The most zones one cluster serves (configured and added at run time together).
+pub const MAX_ZONES: usize = 1024;
 /// Recent signed writes (TSIG or SIG(0)) remembered for deduplication; beyond, the one whose
 /// window closes first is forgotten.
 pub const MAX_RECENT_WRITES: usize = 1024;
@@ -47,6 +53,10 @@ pub mod code {
     /// A write abandoned: claims that it was stuck from t+1 replicas were committed before
     /// named answered it here (or before it was sent); its client got SERVFAIL.
     pub const ABANDONED: u32 = 0x0040_0000;
+    /// A zone was added to the zone set; the low 16 bits hold its index.
+    pub const ZONE_ADDED: u32 = 0x0080_0000;
+    /// A zone was removed from the zone set; the low 16 bits hold its index.
+    pub const ZONE_REMOVED: u32 = 0x0100_0000;
 }
 
 /// A whole-zone signing running in the background: it signs the zone as it was at
@@ -132,8 +142,36 @@ pub struct StateV4 {
 impl From<StateV4> for ExecState {
     fn from(v4: StateV4) -> ExecState {
         let zones = v4.zones.into_iter().map(|(i, z)| (i, z.into())).collect();
-        ExecState { executed: v4.executed, outcomes: v4.outcomes, recent_writes: v4.recent_writes, zones }
+        ExecState { executed: v4.executed, outcomes: v4.outcomes, recent_writes: v4.recent_writes, zones, ..Default::default() }
     }
+}
+
+/// The state as version 5 stored it (the configuration's zone set). Also inside version 3
+/// write intents and version 4 snapshots (read only, through `From`).
+#[derive(Deserialize)]
+pub struct StateV5 {
+    executed: u64,
+    outcomes: [u8; 32],
+    recent_writes: BTreeMap<[u8; 32], RecentWrite>,
+    zones: BTreeMap<u16, ZoneExec>,
+}
+
+impl From<StateV5> for ExecState {
+    fn from(v5: StateV5) -> ExecState {
+        ExecState { executed: v5.executed, outcomes: v5.outcomes, recent_writes: v5.recent_writes, zones: v5.zones, ..Default::default() }
+    }
+}
+
+/// A zone of the zone set kept in the state once it changed at run time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneEntry {
+    /// Absolute, lower case.
+    pub name: String,
+    /// SHA-256 of the dealt public key the replicas agreed on when adding it; zeros for a
+    /// zone of the configuration (dealt with the cluster).
+    pub key_digest: [u8; 32],
+    /// The seq of the batch that added it (0: configured).
+    pub added_at: u64,
 }
 
 impl ZoneExec {
@@ -192,6 +230,18 @@ pub struct ExecState {
     /// replica walks it in the same order. A zone nothing happened to yet has no entry
     /// and reads as [`ZoneExec::default`].
     pub zones: BTreeMap<u16, ZoneExec>,
+    /// The zones served, by index, once the zone set changed at run time (`Op::ZoneSet`).
+    /// Empty: the configuration's zones, indices 0..n in canonical order, as every version
+    /// before 6 (whose states and checkpoint digests thus stay as they were). A removed
+    /// zone's index is never used again.
+    pub zone_set: BTreeMap<u16, ZoneEntry>,
+    /// The index the next added zone takes (meaningful once `zone_set` is not empty).
+    pub next_zone_index: u16,
+    /// Zone-set requests counted and not yet acted on: per change, the replicas that asked
+    /// with the agreed time of their request.
+    pub zone_set_requests: BTreeMap<ZoneSetChange, BTreeMap<u16, u64>>,
+    /// Per replica, the stamp of its last counted zone-set request: only a newer one counts.
+    pub zone_set_stamps: BTreeMap<u16, u64>,
 }
 
 /// The state as version 3 stored it (one zone). Also inside version 1 write intents and
@@ -276,7 +326,54 @@ impl ExecState {
         if zone != ZoneExec::default() {
             zones.insert(0, zone);
         }
-        ExecState { executed, outcomes, recent_writes, zones }
+        ExecState { executed, outcomes, recent_writes, zones, ..Default::default() }
+    }
+
+    /// The indices of the zones served, ascending: the state's zone set, or the
+    /// `configured` zones' indices while it never changed.
+    pub fn zone_indices(&self, configured: usize) -> Vec<u16> {
+        if self.zone_set.is_empty() {
+            (0..configured).map(|i| u16::try_from(i).unwrap_or(u16::MAX)).collect()
+        } else {
+            self.zone_set.keys().copied().collect()
+        }
+    }
+
+    /// The zones served by index: the state's zone set, or the configured names (absolute,
+    /// lower case) with indices 0..n while it never changed.
+    pub fn zone_names(&self, configured: &[String]) -> BTreeMap<u16, String> {
+        if self.zone_set.is_empty() {
+            configured.iter().enumerate().map(|(i, n)| (u16::try_from(i).unwrap_or(u16::MAX), crate::names::absolute_name(n))).collect()
+        } else {
+            self.zone_set.iter().map(|(i, e)| (*i, e.name.clone())).collect()
+        }
+    }
+
+    /// Copies the configured zones into `zone_set` (indices 0..n) before its first change.
+    pub fn seed_zone_set(&mut self, configured: &[String]) {
+        if !self.zone_set.is_empty() {
+            return;
+        }
+        for (index, name) in self.zone_names(configured) {
+            self.zone_set.insert(index, ZoneEntry { name, key_digest: [0; 32], added_at: 0 });
+        }
+        self.next_zone_index = u16::try_from(configured.len()).unwrap_or(u16::MAX);
+    }
+
+    /// Whether anything of the run-time zone set is in the state (then the checkpoint
+    /// digest takes its version 3 form, which covers it).
+    fn zone_set_touched(&self) -> bool {
+        !self.zone_set.is_empty() || !self.zone_set_requests.is_empty() || !self.zone_set_stamps.is_empty()
+    }
+
+    /// Whether what a batch may change durably (everything but the executed position, the
+    /// outcome chain and the recent writes, which executing it again recomputes) is equal.
+    pub fn same_schedules(&self, other: &ExecState) -> bool {
+        self.zones == other.zones
+            && self.zone_set == other.zone_set
+            && self.next_zone_index == other.next_zone_index
+            && self.zone_set_requests == other.zone_set_requests
+            && self.zone_set_stamps == other.zone_set_stamps
     }
 
     /// Zone `index`'s part (the default when nothing happened to it yet).
@@ -295,7 +392,15 @@ impl ExecState {
     /// used, so a single-zone cluster's digests, kept snapshots and certificates stay
     /// valid across the upgrade; with several, SHA-256 over (zone index, zone digest) in
     /// index order, then the shared state, then each zone's part in index order.
+    ///
+    /// Once the zone set was touched at run time (a zone-set request counted), version 3:
+    /// `zones` are the digests in the state's zone index order, each hashed with its index,
+    /// name, key digest and the batch that added it, then the next index, the shared state,
+    /// the counted zone-set requests and stamps, and each zone's part.
     pub fn checkpoint_digest(&self, zones: &[[u8; 32]]) -> [u8; 32] {
+        if self.zone_set_touched() {
+            return self.checkpoint_digest_v3(zones);
+        }
         let mut h = Sha256::new();
         if let [zone] = zones {
             let z = self.zone(0);
@@ -318,6 +423,56 @@ impl ExecState {
         for index in 0..zones.len() {
             let z = self.zone(u16::try_from(index).unwrap_or(u16::MAX));
             h.update((index as u64).to_be_bytes());
+            z.hash_into(&mut h);
+            z.hash_schedule_into(&mut h);
+        }
+        h.finalize().into()
+    }
+
+    fn checkpoint_digest_v3(&self, zones: &[[u8; 32]]) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(b"sdns checkpoint v3");
+        let indices = self.zone_indices(zones.len());
+        h.update((zones.len() as u64).to_be_bytes());
+        h.update((indices.len() as u64).to_be_bytes());
+        for (index, digest) in indices.iter().zip(zones) {
+            h.update(index.to_be_bytes());
+            match self.zone_set.get(index) {
+                Some(e) => {
+                    h.update([1u8]);
+                    hash_name(&mut h, &e.name);
+                    h.update(e.key_digest);
+                    h.update(e.added_at.to_be_bytes());
+                }
+                None => h.update([0u8]),
+            }
+            h.update(digest);
+        }
+        h.update(self.next_zone_index.to_be_bytes());
+        h.update(self.outcomes);
+        self.hash_recent_into(&mut h);
+        h.update((self.zone_set_requests.len() as u64).to_be_bytes());
+        for (change, votes) in &self.zone_set_requests {
+            h.update([match change.action {
+                ZoneSetAction::Add => 1u8,
+                ZoneSetAction::Remove => 2,
+            }]);
+            hash_name(&mut h, &change.name);
+            h.update(change.key_digest);
+            h.update((votes.len() as u64).to_be_bytes());
+            for (replica, t) in votes {
+                h.update(replica.to_be_bytes());
+                h.update(t.to_be_bytes());
+            }
+        }
+        h.update((self.zone_set_stamps.len() as u64).to_be_bytes());
+        for (replica, stamp) in &self.zone_set_stamps {
+            h.update(replica.to_be_bytes());
+            h.update(stamp.to_be_bytes());
+        }
+        for index in &indices {
+            let z = self.zone(*index);
+            h.update(index.to_be_bytes());
             z.hash_into(&mut h);
             z.hash_schedule_into(&mut h);
         }
@@ -364,6 +519,10 @@ impl ExecState {
                 let v4: StateV4 = codec::decode("execution state", 4, MAX_STATE_BYTES, bytes)?;
                 Ok(v4.into())
             }
+            Err(CodecError::Version { got: 5, .. }) => {
+                let v5: StateV5 = codec::decode("execution state", 5, MAX_STATE_BYTES, bytes)?;
+                Ok(v5.into())
+            }
             other => other,
         }
     }
@@ -384,6 +543,11 @@ impl ExecState {
     }
 }
 
+fn hash_name(h: &mut Sha256, name: &str) {
+    h.update((name.len() as u64).to_be_bytes());
+    h.update(name.as_bytes());
+}
+
 fn store_durably(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
     use std::io::Write as _;
     let tmp = path.with_extension("tmp");
@@ -399,9 +563,9 @@ fn store_durably(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
     write().map_err(|source| StateError::Io { path: path.to_owned(), source })
 }
 
-/// 2: with the zone whose serial was read (and the version 4 state); 3: the version 5 state.
-/// 1 is read as zone 0's.
-const INTENT_VERSION: u8 = 3;
+/// 2: with the zone whose serial was read (and the version 4 state); 3: the version 5 state;
+/// 4: the version 6 state. 1 is read as zone 0's.
+const INTENT_VERSION: u8 = 4;
 
 /// Recorded durably before a write goes to named: which write (batch and item), named's SOA
 /// serial just before it, and the execution state just before it (the outcomes of the
@@ -421,6 +585,16 @@ pub struct WriteIntent {
     pub zone: u16,
     pub serial: u32,
     pub state: ExecState,
+}
+
+/// A write intent as version 3 stored it (a version 5 state).
+#[derive(Deserialize)]
+struct IntentV3 {
+    seq: u64,
+    index: u32,
+    zone: u16,
+    serial: u32,
+    state: StateV5,
 }
 
 /// A write intent as version 2 stored it (a version 4 state).
@@ -456,6 +630,8 @@ impl WriteIntent {
                         .map(|v1| WriteIntent { seq: v1.seq, index: v1.index, zone: 0, serial: v1.serial, state: v1.state.into() }),
                     Err(CodecError::Version { got: 2, .. }) => codec::decode::<IntentV2>("write intent", 2, MAX_STATE_BYTES + 64, &bytes)
                         .map(|v2| WriteIntent { seq: v2.seq, index: v2.index, zone: v2.zone, serial: v2.serial, state: v2.state.into() }),
+                    Err(CodecError::Version { got: 3, .. }) => codec::decode::<IntentV3>("write intent", 3, MAX_STATE_BYTES + 64, &bytes)
+                        .map(|v3| WriteIntent { seq: v3.seq, index: v3.index, zone: v3.zone, serial: v3.serial, state: v3.state.into() }),
                     other => other,
                 };
                 decoded.map(Some).map_err(|source| StateError::Decode { path: path.to_owned(), source })

@@ -253,6 +253,25 @@ fn generate(rng: &mut ChaCha8Rng, batches: usize) -> Log {
                 }
                 let run_seq = sign_zone_seqs.last().copied().unwrap_or(0);
                 (finish(signer, run_seq), None)
+            } else if r < 97 {
+                // A zone added or removed at run time: t+1 distinct replicas asking for the
+                // same change execute it (a name served already, or not served, is refused).
+                let (name, key) = if rng.next_u64().is_multiple_of(2) { ("a.test", 1) } else { ("b.test", 2) };
+                let action = if rng.next_u64().is_multiple_of(3) { exec::ZoneSetAction::Remove } else { exec::ZoneSetAction::Add };
+                let change = exec::ZoneSetChange::new(action, name, [key; 32]);
+                if rng.next_u64().is_multiple_of(2) {
+                    // Another replica asks for the same change in the same batch: t+1 at once.
+                    let other = (origin + 1) % N;
+                    let auth = pki().signers[other as usize].sign_zone_set_at(&change, time_us + requests.len() as u64).unwrap();
+                    requests.push(Logged {
+                        origin: other,
+                        payload: Op::ZoneSet { change: change.clone(), auth }.encode(),
+                        client_waits,
+                        expected_applied: None,
+                    });
+                }
+                let auth = pki().signers[origin as usize].sign_zone_set_at(&change, time_us + requests.len() as u64).unwrap();
+                (Op::ZoneSet { change, auth }, None)
             } else if r < 98 {
                 // The parent's new DS seen: t+1 distinct reporters finish the rollover once,
                 // with a whole-zone signing at that point of the log (finish claims follow).
@@ -287,6 +306,16 @@ struct Node {
     digesting: bool,
     signings: u32,
     sign_seqs: Vec<u64>,
+    /// The zones named serves (named's configuration, which a crash of the wrapper keeps).
+    zone_set: Vec<u16>,
+}
+
+impl Node {
+    /// One digest per zone served, in index order: zone 0's content, and for a zone added
+    /// at run time its index (the fake named's added zones hold nothing else).
+    fn digests(&self) -> Vec<[u8; 32]> {
+        self.zone_set.iter().map(|&index| if index == 0 { self.zone.digest() } else { Sha256::digest(index.to_be_bytes()).into() }).collect()
+    }
 }
 
 enum Due {
@@ -332,6 +361,10 @@ enum Effect {
         seq: u64,
         due_before_s: u32,
         times: (u32, u32),
+    },
+    /// named serves these zones now.
+    ZoneSet {
+        zones: Vec<u16>,
     },
 }
 
@@ -393,6 +426,7 @@ impl Sim {
                 digesting: false,
                 signings: 0,
                 sign_seqs: Vec::new(),
+                zone_set: vec![0],
             })
             .collect();
         let mut sim = Sim {
@@ -519,7 +553,7 @@ impl Sim {
                     return;
                 }
                 let event = match (&effect, event) {
-                    (Effect::Digest, Event::ZoneDigest { seq, .. }) => Event::ZoneDigest { seq, digests: Some(vec![self.nodes[i].zone.digest()]) },
+                    (Effect::Digest, Event::ZoneDigest { seq, .. }) => Event::ZoneDigest { seq, digests: Some(self.nodes[i].digests()) },
                     (_, event) => event,
                 };
                 self.apply(id, effect, &event);
@@ -568,6 +602,10 @@ impl Sim {
             Effect::Slice { seq, due_before_s, times } => {
                 self.nodes[i].write_in_flight = false;
                 self.nodes[i].zone.slices.insert(seq, (due_before_s, times));
+            }
+            Effect::ZoneSet { zones } => {
+                self.nodes[i].write_in_flight = false;
+                self.nodes[i].zone_set = zones;
             }
         }
     }
@@ -662,6 +700,15 @@ impl Sim {
                     let effect = Effect::Slice { seq, due_before_s, times: (times.inception, times.expiration) };
                     self.schedule(delay, id, Due::Done { incarnation: inc, effect, event: Event::SliceDone { seq, result: Ok(resigned) } });
                 }
+                Command::ChangeZoneSet { seq, zones, .. } => {
+                    if !self.nodes[i].reads.is_empty() || self.nodes[i].write_in_flight || self.nodes[i].digesting {
+                        self.fail(format!("replica {id}: the zone set changed while reads, a write or a digest run"));
+                    }
+                    self.nodes[i].write_in_flight = true;
+                    let delay = 1 + self.rng.next_u64() % 200;
+                    let effect = Effect::ZoneSet { zones: zones.keys().copied().collect() };
+                    self.schedule(delay, id, Due::Done { incarnation: inc, effect, event: Event::ZoneSetChanged { seq } });
+                }
                 Command::DigestZone { seq } => {
                     if self.nodes[i].write_in_flight || self.nodes[i].digesting {
                         self.fail(format!("replica {id}: a zone digest was asked for while a zone change or another digest runs"));
@@ -723,8 +770,8 @@ fn check_honest_agree(sim: &Sim, honest: &[usize], batches: usize) -> Result<(),
         if n.core.state() != first.core.state() || unpositioned(&n.persisted) != unpositioned(&first.persisted) {
             return Err(format!("replica {h}'s state differs from replica {}'s", honest[0]));
         }
-        if n.zone != first.zone {
-            return Err(format!("replica {h}'s zone differs from replica {}'s", honest[0]));
+        if n.zone != first.zone || n.zone_set != first.zone_set {
+            return Err(format!("replica {h}'s zone or zone set differs from replica {}'s", honest[0]));
         }
         for (seq, d) in &first.checkpoints {
             if n.checkpoints.get(seq).is_some_and(|x| x != d) {
@@ -736,6 +783,11 @@ fn check_honest_agree(sim: &Sim, honest: &[usize], batches: usize) -> Result<(),
 }
 
 fn run_seed(seed: u64) -> Result<[u8; 32], String> {
+    run_sim(seed).map(|sim| sim.trace.clone().finalize().into())
+}
+
+/// One seed's run, checked: honest replicas agree (state, zone, zone set, checkpoints).
+fn run_sim(seed: u64) -> Result<Sim, String> {
     let batches = 120;
     let mut probe = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
     let slow = 1 + (probe.next_u64() % 3) as usize;
@@ -762,7 +814,7 @@ fn run_seed(seed: u64) -> Result<[u8; 32], String> {
     if sim.nodes[0].checkpoints.len() != batches / CHECKPOINT_EVERY as usize {
         return Err(format!("{} checkpoints, expected {}", sim.nodes[0].checkpoints.len(), batches / CHECKPOINT_EVERY as usize));
     }
-    Ok(sim.trace.clone().finalize().into())
+    Ok(sim)
 }
 
 /// The running test's campaign (the workspace's seed convention, crates/testkit): `SIM_SEEDS`
@@ -774,6 +826,23 @@ fn campaign(ci_count: u64) -> testkit::Campaign {
 #[test]
 fn honest_replicas_agree_with_slow_stalling_named_and_crashing_wrappers() {
     campaign(200).run(1, |seed| run_seed(seed).map(|_| ()));
+}
+
+/// Zones added and removed in the seeded log (with crashes, slow and stalling nameds):
+/// honest replicas end with the same zone set, state and checkpoints (`run_sim`'s checks), and
+/// the campaign does change the zone set.
+#[test]
+fn zones_added_and_removed_in_the_log_leave_honest_replicas_agreeing() {
+    let mut changed = 0;
+    for seed in 0..24 {
+        let sim = run_sim(seed).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let state = sim.nodes[0].core.state();
+        if state.zone_set.keys().any(|&i| i > 0) || state.next_zone_index > 1 {
+            changed += 1;
+            assert_eq!(sim.nodes[0].zone_set, state.zone_set.keys().copied().collect::<Vec<_>>(), "seed {seed}: named serves the state's zone set");
+        }
+    }
+    assert!(changed >= 6, "only {changed} of 24 seeds changed the zone set");
 }
 
 #[test]

@@ -678,8 +678,9 @@ impl Config {
 }
 
 /// Zones one cluster may serve (the zone index travels as a u16; named's start-up time and
-/// the checkpoint's work grow with every zone).
-pub const MAX_ZONES: usize = 1024;
+/// the checkpoint's work grow with every zone): the execution core's bound, which zones added
+/// at run time count against too.
+pub const MAX_ZONES: usize = exec::state::MAX_ZONES;
 
 #[cfg(test)]
 mod tests;

@@ -31,8 +31,9 @@ use tracing::{debug, info, warn};
 
 /// 2: with the ordering's delivery base; 3: every zone's records, with its name (version 2
 /// snapshots, one zone's, are read too: kept ones stay servable after an upgrade); 4: the
-/// execution state's version 5 (rollover reports); version 3 snapshots are read too.
-const SNAPSHOT_VERSION: u8 = 4;
+/// execution state's version 5 (rollover reports); 5: its version 6 (the zone set changed at
+/// run time); versions 3 and 4 are read too.
+const SNAPSHOT_VERSION: u8 = 5;
 const MESSAGE_VERSION: u8 = 1;
 /// Snapshots kept on disk: the stable checkpoint and the ones after it that may become stable
 /// while a peer fetches.
@@ -133,6 +134,16 @@ struct SnapshotV3 {
     base: Vec<u8>,
 }
 
+/// A snapshot as version 4 stored it (a version 5 execution state).
+#[derive(Deserialize)]
+struct SnapshotV4 {
+    seq: u64,
+    digest: [u8; 32],
+    state: exec::state::StateV5,
+    zones: Vec<SnapshotZone>,
+    base: Vec<u8>,
+}
+
 /// A zone name as snapshots and their checks compare it.
 pub fn canonical_zone_name(name: &str) -> String {
     let name = name.to_ascii_lowercase();
@@ -159,6 +170,10 @@ impl Snapshot {
                 let v3: SnapshotV3 = codec::decode("snapshot", 3, max, bytes)?;
                 Ok(Snapshot { seq: v3.seq, digest: v3.digest, state: v3.state.into(), zones: v3.zones, base: v3.base })
             }
+            Err(CodecError::Version { got: 4, .. }) => {
+                let v4: SnapshotV4 = codec::decode("snapshot", 4, max, bytes)?;
+                Ok(Snapshot { seq: v4.seq, digest: v4.digest, state: v4.state.into(), zones: v4.zones, base: v4.base })
+            }
             other => Ok(other?),
         }
     }
@@ -173,10 +188,15 @@ impl Snapshot {
     /// snapshot's one unnamed zone stands for the receiver's zone when it serves one.
     pub fn check_zones(&self, ours: &[String]) -> Result<(), SnapshotError> {
         let ours: Vec<String> = ours.iter().map(|n| canonical_zone_name(n)).collect();
-        let matches = match self.zones.as_slice() {
-            [only] if only.name.is_empty() => ours.len() == 1,
-            zones => zones.len() == ours.len() && zones.iter().zip(&ours).all(|(z, o)| z.name == *o),
-        };
+        // Once the zone set changed at run time, the snapshot's zones are its state's, by index.
+        let own = self.state.zone_set.values().map(|e| e.name.as_str());
+        let consistent =
+            self.state.zone_set.is_empty() || (self.zones.len() == self.state.zone_set.len() && self.zones.iter().map(|z| z.name.as_str()).eq(own));
+        let matches = consistent
+            && match self.zones.as_slice() {
+                [only] if only.name.is_empty() => ours.len() == 1,
+                zones => zones.len() == ours.len() && zones.iter().zip(&ours).all(|(z, o)| z.name == *o),
+            };
         if matches {
             return Ok(());
         }
@@ -979,6 +999,48 @@ mod tests {
         let read = Snapshot::decode(&codec::encode(3, &old), 1 << 20).unwrap();
         assert_eq!(read, good);
         read.verify(&claim).unwrap();
+    }
+
+    /// A snapshot of version 4 (a version 5 execution state, before the run-time zone set) is
+    /// read with the configured zone set and still verifies; one whose state holds a zone set
+    /// must list exactly those zones.
+    #[test]
+    fn a_version_4_snapshot_is_read_and_a_zone_set_must_match_its_zones() {
+        #[derive(Serialize)]
+        struct V5State {
+            executed: u64,
+            outcomes: [u8; 32],
+            recent_writes: BTreeMap<[u8; 32], exec::state::RecentWrite>,
+            zones: BTreeMap<u16, exec::state::ZoneExec>,
+        }
+        #[derive(Serialize)]
+        struct V4 {
+            seq: u64,
+            digest: [u8; 32],
+            state: V5State,
+            zones: Vec<SnapshotZone>,
+            base: Vec<u8>,
+        }
+        let (good, claim) = snapshot(64, 5);
+        let st = &good.state;
+        let old = V4 {
+            seq: good.seq,
+            digest: good.digest,
+            state: V5State { executed: st.executed, outcomes: st.outcomes, recent_writes: st.recent_writes.clone(), zones: st.zones.clone() },
+            zones: good.zones.clone(),
+            base: good.base.clone(),
+        };
+        let read = Snapshot::decode(&codec::encode(4, &old), 1 << 20).unwrap();
+        assert_eq!(read, good);
+        read.verify(&claim).unwrap();
+        assert_eq!(Snapshot::decode(&good.encode(), 1 << 20).unwrap(), good);
+        // The state's zone set names another zone than the snapshot's records: refused.
+        let mut other = good.clone();
+        other.state.seed_zone_set(&["other.test.".into()]);
+        assert!(other.check_zones(&["example.test.".into()]).is_err());
+        let mut same = good.clone();
+        same.state.seed_zone_set(&["example.test.".into()]);
+        same.check_zones(&["example.test.".into()]).unwrap();
     }
 
     #[test]

@@ -17,7 +17,7 @@ use bft::{Batch, Digest};
 use named_glue::forward::Forwarder;
 use named_glue::signer::SignatureTimes;
 use tokio::sync::{mpsc, watch};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::client::reply::{Delivery, ReplyTo};
 use crate::config::Settings;
@@ -682,6 +682,23 @@ impl<G: UpdateGate + 'static> Executor<G> {
             Command::FinishSigning { zone, seq, run, times } => self.finish_signing(zone, seq, run.seq, times, events),
             Command::ResignSlice { zone, seq, times, due_before_s, max_rrsets } => self.resign_slice(zone, seq, times, due_before_s, max_rrsets, events),
             Command::DigestZone { seq } => self.digest_zones(seq, events),
+            Command::ChangeZoneSet { seq, index, change, zones } => {
+                // This wrapper serves the configured zones only (its named, signing cores and
+                // maintenance are built at start, by position). A change it cannot make would
+                // leave it serving other zones than the replicas that made it: it stops
+                // executing here instead (fail-stop), and says so. Honest replicas of this
+                // version never ask for one (they have no route that signs the request), so
+                // only a cluster mixing in a newer version reaches this.
+                self.metrics.inc_execute_error();
+                error!(
+                    replica = self.id,
+                    seq,
+                    index,
+                    name = %change.name,
+                    zones = zones.len(),
+                    "the log changes the zone set, which this version cannot serve: execution stops here (upgrade this replica)"
+                );
+            }
             Command::Checkpoint { seq, digest, state } => self.checkpoint(seq, digest, state).await,
             Command::Persist(state) => self.persist(state).await,
             Command::Executed(seq) => {

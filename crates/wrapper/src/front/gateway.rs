@@ -88,6 +88,8 @@ impl Gateway {
             Op::Stuck { .. } => (None, Duration::from_secs(30)),
             // Answered at once when counted; the finishing one when its signing is installed.
             Op::RolloverReport { .. } => (None, Duration::from_secs(600)),
+            // Answered when counted, or once the replica serves the changed zone set.
+            Op::ZoneSet { .. } => (None, Duration::from_secs(600)),
         };
         let payload = op.encode();
         if !self.pending.insert(key, reply.clone(), ttl, payload_digest(&payload)) {
