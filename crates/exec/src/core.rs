@@ -1102,19 +1102,8 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
     /// only if signed within the sign-zone window of the agreed time, and only while the zone
     /// set allows the change (checked again at the t+1-th: another change may have come first).
     fn zone_set_request(&mut self, origin: u16, change: &ZoneSetChange, auth: &SignZoneAuth, time_s: u64) -> Result<ZoneSetChange, String> {
-        if auth.replica != origin {
-            return Err(format!("refused: a request signed for replica {} was ordered as replica {origin}'s", auth.replica));
-        }
-        if let Some(&last) = self.state.zone_set_stamps.get(&origin) {
-            if auth.stamp_us <= last {
-                return Err(format!("refused: replica {origin}'s request stamped {} is not newer than its last counted one", auth.stamp_us));
-            }
-        }
         let window = self.config.sign_zone_window_s;
-        let stamp_s = auth.stamp_us / 1_000_000;
-        if stamp_s.abs_diff(time_s) > window {
-            return Err(format!("refused: replica {origin}'s request was signed at {stamp_s}, ordered at agreed time {time_s}: more than {window} s apart"));
-        }
+        check_stamped(origin, auth, self.state.zone_set_stamps.get(&origin).copied(), time_s, window)?;
         let verifier = self.config.sign_zone_verifiers.first().ok_or("refused: no zone is configured")?;
         if let Err(e) = verifier.verify_zone_set(change, auth, time_s) {
             return Err(format!("refused: the request does not prove replica {origin}: {e}"));
@@ -1457,19 +1446,8 @@ impl<R, G: UpdateGate> ExecCore<R, G> {
         if let Some(run) = self.state.zone(zone).signing {
             return Err(format!("refused: a whole-zone signing is running since seq {}", run.seq));
         }
-        if auth.replica != origin {
-            return Err(format!("refused: a request signed for replica {} was ordered as replica {origin}'s", auth.replica));
-        }
-        if let Some(&last) = self.state.zone(zone).sign_zone_stamps.get(&origin) {
-            if auth.stamp_us <= last {
-                return Err(format!("refused: replica {origin}'s request stamped {} is not newer than its last counted one", auth.stamp_us));
-            }
-        }
         let window = self.config.sign_zone_window_s;
-        let stamp_s = auth.stamp_us / 1_000_000;
-        if stamp_s.abs_diff(time_s) > window {
-            return Err(format!("refused: replica {origin}'s request was signed at {stamp_s}, ordered at agreed time {time_s}: more than {window} s apart"));
-        }
+        check_stamped(origin, auth, self.state.zone(zone).sign_zone_stamps.get(&origin).copied(), time_s, window)?;
         if let Err(e) = verifier.verify(auth, time_s) {
             return Err(format!("refused: the request does not prove replica {origin}: {e}"));
         }
@@ -1518,4 +1496,23 @@ fn self_abandoned(claims: &BTreeMap<u16, (u64, u32)>, faults: u16, seq: u64, ind
 /// extended rcode needs an OPT the core does not build), SERVFAIL for the core's own codes.
 fn client_rcode(outcome: u32) -> u16 {
     u16::try_from(outcome).ok().filter(|c| *c < 16).unwrap_or(u16::from(ResponseCode::ServFail))
+}
+
+/// The checks an identity-signed admin request (sign-zone, zone-set change) passes before it
+/// counts: signed by the replica the ordering names, stamped after that replica's last counted
+/// request, and within `window_s` of the agreed time.
+fn check_stamped(origin: u16, auth: &SignZoneAuth, last_stamp_us: Option<u64>, time_s: u64, window_s: u64) -> Result<(), String> {
+    if auth.replica != origin {
+        return Err(format!("refused: a request signed for replica {} was ordered as replica {origin}'s", auth.replica));
+    }
+    if let Some(last) = last_stamp_us {
+        if auth.stamp_us <= last {
+            return Err(format!("refused: replica {origin}'s request stamped {} is not newer than its last counted one", auth.stamp_us));
+        }
+    }
+    let stamp_s = auth.stamp_us / 1_000_000;
+    if stamp_s.abs_diff(time_s) > window_s {
+        return Err(format!("refused: replica {origin}'s request was signed at {stamp_s}, ordered at agreed time {time_s}: more than {window_s} s apart"));
+    }
+    Ok(())
 }
