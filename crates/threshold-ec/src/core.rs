@@ -130,6 +130,8 @@ pub struct EcStats {
     pub excess_dropped: u64,
     pub misbehaved: u64,
     pub open_sessions: u64,
+    /// ECDSA sessions begun waiting for all first messages (the cheap path, no proof checks).
+    pub patient_sessions: u64,
 }
 
 #[derive(Debug)]
@@ -571,6 +573,9 @@ struct Session {
     last_ask_us: u64,
     /// ECDSA: when the session stops waiting for all first messages, until it has.
     patience_at: Option<u64>,
+    /// ECDSA: the session waited for all first messages and stopped waiting: only then does
+    /// a missing peer become a suspect (a session that never waited says nothing about it).
+    patience_ran_out: bool,
     /// When each peer's retry was last answered.
     answered: BTreeMap<u16, u64>,
 }
@@ -725,8 +730,10 @@ impl EcSignerCore {
             own: Vec::new(),
             last_ask_us: now_us,
             patience_at: patient.then(|| now_us.saturating_add(self.limits.patience_us)),
+            patience_ran_out: false,
             answered: BTreeMap::new(),
         };
+        self.stats.patient_sessions += u64::from(patient);
         self.next_id += 1;
         if let Some(early) = self.take_early(&digest) {
             for input in early.inputs {
@@ -861,8 +868,12 @@ impl EcSignerCore {
 
     fn finish(&mut self, digest: Digest, signature: [u8; 64], announce: bool) {
         let Some(session) = self.sessions.remove(&digest) else { return };
-        // A peer whose first message this session never got is not waited for a while.
-        if self.algorithm() == Algorithm::EcdsaP256Sha256 && session.patience_at.is_none() {
+        // A peer whose first message this session waited for in vain is not waited for a
+        // while. Sessions that did not wait renew nothing: renewing from them kept a peer that
+        // was only once slow suspected for good under load, and every session on the path
+        // that checks proofs (docs/BENCHMARKS.md, "Writes and whole-zone signing with
+        // algorithm 13").
+        if session.patience_ran_out {
             let until = self.now_us.saturating_add(self.limits.suspect_for_us);
             for peer in (0..self.n).filter(|p| *p != self.me && !session.taken.contains_key(&(*p, 1))) {
                 self.suspects.insert(peer, until);
@@ -908,6 +919,7 @@ impl EcSignerCore {
         for (digest, session) in self.sessions.iter_mut() {
             if session.patience_at.is_some_and(|at| at <= now_us) {
                 session.patience_at = None;
+                session.patience_ran_out = true;
                 session.inbox.push(Input::Impatient);
                 impatient.push(*digest);
             }

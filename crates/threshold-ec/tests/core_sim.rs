@@ -722,3 +722,32 @@ fn jobs_and_outputs_cross_threads() {
     send_static::<EcJobDone>();
     send_static::<EcSignerCore>();
 }
+
+/// ECDSA sessions wait briefly for every first message (no proof checks then) unless a peer is
+/// suspected. A silent peer becomes a suspect only when a waiting session gives up on it; the
+/// sessions that then do not wait must not renew the suspicion, or one slow moment would keep
+/// every later session on the expensive path for good.
+#[test]
+fn a_silent_peer_is_suspected_for_a_while_and_waited_for_again_after() {
+    let alg = Algorithm::EcdsaP256Sha256;
+    let suspect_for = sim_limits().suspect_for_us;
+    let mut behaviours = [Behaviour::Honest; 4];
+    behaviours[3] = Behaviour::Silent;
+    // One session at 0 (waits, gives up on 3), four while 3 is suspected, one after.
+    let times = [0, 1_000_000, 2_000_000, 3_000_000, 4_000_000, suspect_for + 2_000_000];
+    let mut sim = Sim::new(alg, 4, &behaviours, items(times.len(), 11), 11);
+    sim.queue.clear();
+    sim.partition = None;
+    for (item, when) in times.iter().enumerate() {
+        for at in 0..3 {
+            sim.schedule(*when, Event::Request { at, item });
+        }
+    }
+    sim.run().unwrap();
+    for at in 0..3u16 {
+        let stats = sim.replicas[usize::from(at)].core.stats();
+        assert_eq!(stats.signatures, times.len() as u64);
+        // The first and the last session waited; the four between did not.
+        assert_eq!(stats.patient_sessions, 2, "replica {at}: {stats:?}");
+    }
+}
