@@ -94,6 +94,9 @@ pub struct Supervisor {
     pid: Arc<AtomicU32>,
     starts: Arc<AtomicU64>,
     task: Option<JoinHandle<()>>,
+    /// The zone whose SOA tells that named is ready: `spec.zone` at start, then one that
+    /// stays served when the zones named serves change (see [`Supervisor::set_ready_zone`]).
+    ready_zone: std::sync::Mutex<Name>,
 }
 
 impl Supervisor {
@@ -107,16 +110,24 @@ impl Supervisor {
         pid.store(child.id().unwrap_or(0), Ordering::SeqCst);
         let (control, rx) = mpsc::channel(4);
         let task = tokio::spawn(run(spec.clone(), child, rx, pid.clone(), starts.clone()));
-        let supervisor = Supervisor { spec, control, pid, starts, task: Some(task) };
+        let ready_zone = std::sync::Mutex::new(spec.zone.clone());
+        let supervisor = Supervisor { spec, control, pid, starts, task: Some(task), ready_zone };
         supervisor.wait_ready().await?;
         Ok(supervisor)
+    }
+
+    /// named is ready from now on when it answers for `zone` (the zones it serves changed,
+    /// and the one it was asked for may be gone).
+    pub fn set_ready_zone(&self, zone: Name) {
+        *self.ready_zone.lock().unwrap_or_else(|e| e.into_inner()) = zone;
     }
 
     /// Waits until named answers for the zone, up to the ready timeout.
     pub async fn wait_ready(&self) -> Result<(), SuperviseError> {
         let deadline = tokio::time::Instant::now() + self.spec.ready_timeout;
+        let zone = self.ready_zone.lock().unwrap_or_else(|e| e.into_inner()).clone();
         while tokio::time::Instant::now() < deadline {
-            if let Ok(true) = zone_answers(self.spec.listen, &self.spec.zone, Duration::from_millis(300)).await {
+            if let Ok(true) = zone_answers(self.spec.listen, &zone, Duration::from_millis(300)).await {
                 return Ok(());
             }
             // Short pauses: installing a zone signed in the background holds reads until

@@ -12,9 +12,21 @@ use hickory_proto::rr::Name;
 use sha2::{Digest, Sha256};
 
 /// The catalog's SOA serial for the zone set the cluster was dealt. A zone set changed by
-/// an ordered operation would take the log position of that change (docs/MULTIZONE.md,
-/// "Zones added and removed at run time").
+/// an ordered operation takes the log position of that change ([`serial_at`];
+/// docs/MULTIZONE.md, "Zones added and removed at run time").
 pub const DEALT_SERIAL: u32 = 1;
+
+/// The catalog's serial after a change of the zone set at batch `seq`: the batch's number
+/// (agreed, and above every earlier change's since the log only grows), in serial-number
+/// arithmetic (RFC 1982: taken modulo 2^32), never the dealt set's.
+pub fn serial_at(seq: u64) -> u32 {
+    let serial = (seq & 0xffff_ffff) as u32;
+    if serial == DEALT_SERIAL {
+        DEALT_SERIAL + 1
+    } else {
+        serial
+    }
+}
 
 /// The member ID of `zone` (the unique label under `zones.`): the first 8 bytes of SHA-256
 /// over the name's lower-case wire form, in hex. The same zone keeps its ID in any zone
@@ -109,5 +121,25 @@ mod tests {
         // Another serial changes the SOA only.
         let c = zone_text(&catalog, &[name("example.test."), name("2.0.192.in-addr.arpa")], 8).unwrap();
         assert_eq!(a.replace(" 7 3600", " 8 3600"), c);
+    }
+
+    #[test]
+    fn a_changed_zone_set_takes_the_changes_batch_as_serial() {
+        let catalog = name("catalog.sdns.");
+        // A zone added at batch 120 after the dealt set: listed, serial 120.
+        let dealt = zone_text(&catalog, &[name("example.test.")], DEALT_SERIAL).unwrap();
+        let added = zone_text(&catalog, &[name("example.test."), name("added.test.")], serial_at(120)).unwrap();
+        assert!(added.contains("catalog.sdns. 0 IN SOA invalid. invalid. 120 3600"), "{added}");
+        assert!(added.contains(&format!("{}.zones.catalog.sdns. 0 IN PTR added.test.", member_id(&name("added.test.")))), "{added}");
+        // The member kept from the dealt set keeps its ID and line.
+        let kept = format!("{}.zones.catalog.sdns. 0 IN PTR example.test.", member_id(&name("example.test.")));
+        assert!(dealt.contains(&kept) && added.contains(&kept));
+        // Removed again at batch 300: its line goes, the serial moves on.
+        let removed = zone_text(&catalog, &[name("example.test.")], serial_at(300)).unwrap();
+        assert_eq!(removed, dealt.replace(" 1 3600", " 300 3600"));
+        // Serial arithmetic past 2^32, and never the dealt set's serial.
+        assert_eq!(serial_at((1 << 32) + 5), 5);
+        assert_eq!(serial_at(1), 2);
+        assert_eq!(serial_at((1 << 32) + 1), 2);
     }
 }

@@ -83,7 +83,7 @@ pub enum SnapshotError {
     BadBase(String),
     #[error("snapshot record {index} of zone {zone} is malformed")]
     BadRecord { zone: usize, index: usize },
-    #[error("the snapshot holds zones [{theirs}], this replica serves [{ours}]: the replicas were dealt different zone sets (an operator error); refused")]
+    #[error("the snapshot holds zones [{theirs}], its state or this replica's configuration names [{ours}]: refused (replicas dealt different zone sets, or a forged snapshot)")]
     ZoneSet { theirs: String, ours: String },
     #[error("io on {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
@@ -183,20 +183,24 @@ impl Snapshot {
         self.zones.iter().map(|z| z.records.len()).sum()
     }
 
-    /// Refuses a snapshot whose zones are not `ours` (this replica's configured zones, in
-    /// index order): replicas dealt different zone sets cannot share state. A version 2
-    /// snapshot's one unnamed zone stands for the receiver's zone when it serves one.
+    /// Refuses a snapshot whose zones are not those its state names. Once the zone set
+    /// changed at run time (the state holds it), the snapshot's zones are its state's, by
+    /// index, and the receiver follows them (it serves the snapshot's set once installed,
+    /// from the files dealt for each zone). Before, they must be `ours` (this replica's
+    /// configured zones, in index order): replicas dealt different zone sets cannot share
+    /// state. A version 2 snapshot's one unnamed zone stands for the receiver's zone when it
+    /// serves one.
     pub fn check_zones(&self, ours: &[String]) -> Result<(), SnapshotError> {
         let ours: Vec<String> = ours.iter().map(|n| canonical_zone_name(n)).collect();
-        // Once the zone set changed at run time, the snapshot's zones are its state's, by index.
-        let own = self.state.zone_set.values().map(|e| e.name.as_str());
-        let consistent =
-            self.state.zone_set.is_empty() || (self.zones.len() == self.state.zone_set.len() && self.zones.iter().map(|z| z.name.as_str()).eq(own));
-        let matches = consistent
-            && match self.zones.as_slice() {
+        let matches = if self.state.zone_set.is_empty() {
+            match self.zones.as_slice() {
                 [only] if only.name.is_empty() => ours.len() == 1,
                 zones => zones.len() == ours.len() && zones.iter().zip(&ours).all(|(z, o)| z.name == *o),
-            };
+            }
+        } else {
+            let own = self.state.zone_set.values().map(|e| e.name.as_str());
+            self.zones.len() == self.state.zone_set.len() && self.zones.iter().map(|z| z.name.as_str()).eq(own)
+        };
         if matches {
             return Ok(());
         }
@@ -891,6 +895,25 @@ mod tests {
         assert!(swapped.check_zones(&ours).is_err());
         assert!(one.check_zones(&ours).is_err());
         one.check_zones(&ours[..1]).unwrap();
+
+        // The zone set changed at run time (the state holds it): the snapshot's zones are its
+        // state's, whatever this replica's configuration says, and the receiver follows them.
+        let mut changed = two.clone();
+        changed.state.zone_set.insert(0, exec::ZoneEntry { name: "example.test.".into(), key_digest: [0; 32], added_at: 0 });
+        changed.state.zone_set.insert(5, exec::ZoneEntry { name: "added.test.".into(), key_digest: [7; 32], added_at: 40 });
+        changed.zones[1].name = "added.test.".into();
+        changed.check_zones(&ours).unwrap();
+        changed.check_zones(&ours[..1]).unwrap();
+        // Zones other than the state names, or in another order: refused.
+        let mut other = changed.clone();
+        other.zones[1].name = "other.test.".into();
+        assert!(matches!(other.check_zones(&ours), Err(SnapshotError::ZoneSet { .. })));
+        let mut reordered = changed.clone();
+        reordered.zones.swap(0, 1);
+        assert!(reordered.check_zones(&ours).is_err());
+        let mut short = changed.clone();
+        short.zones.pop();
+        assert!(short.check_zones(&ours).is_err());
     }
 
     /// A snapshot kept by the version before several zones (version 2: one zone's records,

@@ -704,6 +704,15 @@ pub struct SigningConfig {
     pub background_sockets: Vec<PathBuf>,
 }
 
+impl SigningConfig {
+    /// Zone `index`'s socket for background whole-zone signings (zone 0 keeps the socket
+    /// name of a single-zone replica), beside the signing socket.
+    pub fn background_socket(&self, index: u16) -> PathBuf {
+        let name = if index == 0 { "signzone.sock".to_string() } else { format!("signzone-{index}.sock") };
+        self.socket.with_file_name(name)
+    }
+}
+
 impl From<&Settings> for SigningConfig {
     fn from(s: &Settings) -> SigningConfig {
         let byzantine = s.test.byzantine;

@@ -22,6 +22,7 @@ use tracing::{error, info, warn};
 use crate::client::reply::{Delivery, ReplyTo};
 use crate::config::Settings;
 use crate::execution::pending::Pending;
+use crate::execution::zoneset::{zone_by_apex, ZoneHost, ZoneMap};
 use crate::ops::metrics::Metrics;
 use crate::reads::read::{Lookup, ReadCache};
 use crate::statexfer::{canonical_zone_name, write_zone_files, DigestedRecords, Install, Snapshot, SnapshotStore, SnapshotZone};
@@ -66,12 +67,14 @@ pub struct Executor<G: UpdateGate> {
     times: watch::Sender<Option<SignatureTimes>>,
     checkpoints: mpsc::Sender<(u64, Digest)>,
     metrics: Arc<Metrics>,
-    /// Every zone's whole-zone operations, in zone index order.
-    zones: Vec<Arc<ZoneMaintenance>>,
+    /// Every served zone's whole-zone operations, background signing and last signing time,
+    /// by the execution state's zone index; changed with the zone set.
+    zones: ZoneMap,
+    /// Makes the replica serve a changed zone set (`None`: a replica that cannot, which
+    /// stops executing at a change).
+    host: Option<Arc<dyn ZoneHost>>,
     /// Where the execution state is persisted after every batch that changed it.
     state_file: PathBuf,
-    /// Each zone's last signing time (zone index order), shared with the re-sign timers.
-    last_signed: Vec<Arc<AtomicU64>>,
     /// named's answers to reads, emptied around every write and signing (`crate::reads::read_cache`).
     cache: Arc<ReadCache>,
     /// The last zone digests (one per zone), the cache epoch they were computed at, and the
@@ -89,9 +92,6 @@ pub struct Executor<G: UpdateGate> {
     tasks: CommandTasks,
     /// Verified snapshots to install (from state transfer).
     installs: Option<mpsc::Receiver<Install>>,
-    /// Each zone's background signing (zone index order): its own socket and times, since
-    /// two zones' signings may run at once.
-    backgrounds: Vec<Arc<Background>>,
     /// This replica's own state digest at each recent checkpoint, to compare with the
     /// certified one (`crate::statexfer::watch_divergence`).
     own_digests: OwnDigests,
@@ -176,9 +176,11 @@ pub struct ExecutorLinks {
     pub times: watch::Sender<Option<SignatureTimes>>,
     pub signatures: Arc<AtomicU64>,
     pub checkpoints: mpsc::Sender<(u64, Digest)>,
-    /// Every zone's whole-zone operations and background signing, in zone index order.
-    pub zones: Vec<Arc<ZoneMaintenance>>,
-    pub backgrounds: Vec<Arc<Background>>,
+    /// Every served zone's parts, by zone index (each zone's background signing has its own
+    /// socket and times, since two zones' signings may run at once).
+    pub zones: ZoneMap,
+    /// See [`Executor::host`].
+    pub host: Option<Arc<dyn ZoneHost>>,
     /// State transfer; without it no snapshot is kept and none installed.
     pub transfer: Option<TransferLinks>,
 }
@@ -193,7 +195,7 @@ pub struct TransferLinks {
 impl<G: UpdateGate> Executor<G> {
     pub fn new(config: ExecutorConfig, core: ExecCore<ReplyTo, G>, links: ExecutorLinks) -> Executor<G> {
         let ExecutorConfig { id, state_file, claim_backlog, fail_writes_naming } = config;
-        let ExecutorLinks { named, writes, pending, cache, metrics, times, signatures, checkpoints, zones, backgrounds, transfer } = links;
+        let ExecutorLinks { named, writes, pending, cache, metrics, times, signatures, checkpoints, zones, host, transfer } = links;
         let (snapshots, installs, diverged_at) = match transfer {
             Some(t) => (Some(t.snapshots), Some(t.installs), Some(t.diverged_at)),
             None => (None, None, None),
@@ -207,8 +209,8 @@ impl<G: UpdateGate> Executor<G> {
             times,
             checkpoints,
             metrics,
-            last_signed: zones.iter().map(|_| Arc::new(AtomicU64::new(0))).collect(),
             zones,
+            host,
             state_file,
             cache,
             last_digest: Default::default(),
@@ -217,7 +219,6 @@ impl<G: UpdateGate> Executor<G> {
             bases: Default::default(),
             tasks: Default::default(),
             installs,
-            backgrounds,
             own_digests: Default::default(),
             diverged_at,
             executed: watch::channel(0).0,
@@ -237,11 +238,6 @@ impl<G: UpdateGate> Executor<G> {
     /// The write this replica claims stuck, if any (see [`Executor::stuck`]).
     pub fn stuck_rx(&self) -> watch::Receiver<Option<(u64, u32)>> {
         self.stuck.subscribe()
-    }
-
-    /// Each zone's last signing time, for its re-sign timer (zone index order).
-    pub fn last_signed(&self) -> Vec<Arc<AtomicU64>> {
-        self.last_signed.clone()
     }
 
     /// This replica's own checkpoint digests, for the divergence check.
@@ -503,25 +499,42 @@ impl<G: UpdateGate + 'static> Executor<G> {
         let records = snapshot.record_count();
         let Snapshot { seq, state, zones, .. } = snapshot;
         info!(replica = self.id, seq, records, zones = zones.len(), "installing the state transferred from peers");
-        // State transfer checked the zone set; this guards the pairing below all the same.
-        if zones.len() != self.zones.len() {
-            return Err(format!("the snapshot holds {} zones, this replica serves {}", zones.len(), self.zones.len()));
-        }
-        let Some(first) = self.zones.first() else { return Err("no zone configured".into()) };
-        let supervisor = first.supervisor.clone();
-        let files: Vec<_> = self
-            .zones
-            .iter()
-            .zip(zones)
-            .map(|(m, z)| (m.tools.clone(), m.zone.to_ascii(), m.files.zone_file.clone(), m.files.journal.clone(), z.records))
-            .collect();
         // The zones change under the read cache and the reused checkpoint digest: neither may
         // outlive the install (a stale digest made the next checkpoint differ).
         let change = self.cache.begin_change();
         *self.last_digest.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        // A snapshot with another zone set (changed at run time before its checkpoint): this
+        // replica serves the snapshot's set from now on (named.conf written for it here, named
+        // restarted below with the zone files).
+        let mut removed = Vec::new();
+        if !state.zone_set.is_empty() && !serves_exactly(&self.zones, &state.zone_set) {
+            removed = self.serve(&state.zone_set, crate::catalog::serial_at(seq)).await?;
+        }
+        // State transfer checked the snapshot's zones against its state; this guards the pairing.
+        let names: Vec<String> = self.zones.values().map(|p| canonical_zone_name(&p.maintenance.zone.to_ascii())).collect();
+        if zones.len() != names.len() || zones.iter().zip(&names).any(|(z, n)| canonical_zone_name(&z.name) != *n) {
+            return Err(format!(
+                "the snapshot holds zones {}, this replica serves {}",
+                zones.iter().map(|z| z.name.as_str()).collect::<Vec<_>>().join(", "),
+                names.join(", ")
+            ));
+        }
+        let Some(first) = self.zones.values().next() else { return Err("no zone served".into()) };
+        let supervisor = first.maintenance.supervisor.clone();
+        supervisor.set_ready_zone(first.maintenance.zone.clone());
+        let files: Vec<_> = self
+            .zones
+            .values()
+            .zip(zones)
+            .map(|(p, z)| {
+                let m = &p.maintenance;
+                (m.tools.clone(), m.zone.to_ascii(), m.files.zone_file.clone(), m.files.journal.clone(), z.records)
+            })
+            .collect();
         // Every zone while named is stopped once: it starts again on all of them.
         let written = supervisor
             .replace_files(move || {
+                remove_zone_files(&removed);
                 for (tools, zone, zone_file, journal, records) in &files {
                     write_zone_files(tools, zone, zone_file, journal, records)?;
                 }
@@ -550,6 +563,77 @@ impl<G: UpdateGate + 'static> Executor<G> {
         Ok(())
     }
 
+    /// Makes this replica's parts serve exactly `zones` (named.conf, catalog with `serial`,
+    /// signing cores, each zone's tasks, through the host); named is restarted by the
+    /// caller. Returns the files of the zones no longer served, to delete while named is
+    /// stopped (a zone added again later starts from its dealt file, not from these).
+    async fn serve(&mut self, zones: &std::collections::BTreeMap<u16, exec::ZoneEntry>, serial: u32) -> Result<Vec<(PathBuf, PathBuf)>, String> {
+        let host = self.host.clone().ok_or("this replica cannot change the zones it serves")?;
+        let parts = host.prepare(zones, serial, &self.zones).await?;
+        let removed = self
+            .zones
+            .iter()
+            .filter(|(i, _)| !parts.contains_key(i))
+            .map(|(_, p)| (p.maintenance.files.zone_file.clone(), p.maintenance.files.journal.clone()))
+            .collect();
+        self.zones = parts;
+        Ok(removed)
+    }
+
+    /// `Command::ChangeZoneSet`: the replica serves the zone set the log changed at `seq`
+    /// (named restarted on the new named.conf, as an installed signing restarts it), then
+    /// reports it. A change this replica cannot make (its host refuses, or named does not
+    /// come back) leaves it serving other zones than its peers: it stops executing here
+    /// (fail-stop) and says why; a restart after the operator's repair executes the batch
+    /// again.
+    async fn change_zone_set(
+        &mut self,
+        seq: u64,
+        index: u16,
+        change: &exec::ZoneSetChange,
+        zones: std::collections::BTreeMap<u16, exec::ZoneEntry>,
+        events: &mpsc::UnboundedSender<Event>,
+    ) {
+        let started = std::time::Instant::now();
+        let action = match change.action {
+            exec::ZoneSetAction::Add => "added",
+            exec::ZoneSetAction::Remove => "removed",
+        };
+        // The zone set changes under the read cache and the reused checkpoint digest.
+        let guard = self.cache.begin_change();
+        *self.last_digest.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let result = match self.serve(&zones, crate::catalog::serial_at(seq)).await {
+            Ok(removed) => match self.zones.values().next().map(|p| (p.maintenance.supervisor.clone(), p.maintenance.zone.clone())) {
+                Some((supervisor, first)) => {
+                    // A zone served before and after the change (the lowest index) tells
+                    // that named is back.
+                    supervisor.set_ready_zone(first);
+                    supervisor
+                        .replace_files(move || {
+                            remove_zone_files(&removed);
+                            Ok::<(), std::io::Error>(())
+                        })
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| format!("named did not come back on the changed zone set: {e}"))
+                }
+                None => Err("no zone left to serve".to_string()),
+            },
+            Err(e) => Err(e),
+        };
+        drop(guard);
+        match result {
+            Ok(()) => {
+                info!(replica = self.id, seq, index, zone = %change.name, zones = self.zones.len(), ms = started.elapsed().as_millis() as u64, "zone {action}: this replica serves the changed zone set");
+                let _ = events.send(Event::ZoneSetChanged { seq });
+            }
+            Err(e) => {
+                self.metrics.inc_execute_error();
+                error!(replica = self.id, seq, index, zone = %change.name, error = %e, "the zone set changed and this replica cannot serve it: execution stops here (repair and restart it)");
+            }
+        }
+    }
+
     /// After a crash: does named hold the write this replica was executing (see
     /// [`WriteIntent`])? The batch then resumes at that write, recorded as applied or sent
     /// again. A zone older than an intent already executed (named's journal lost writes,
@@ -571,7 +655,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
             warn!(replica = self.id, intent = intent.seq, executed, "write intent inconsistent with its own state (ignored)");
             return;
         }
-        let Some(zone) = self.zones.get(usize::from(intent.zone)).map(|m| m.zone.clone()) else {
+        let Some(zone) = self.zones.get(&intent.zone).map(|p| p.maintenance.zone.clone()) else {
             warn!(replica = self.id, zone = intent.zone, "write intent for a zone this replica does not serve (ignored)");
             return;
         };
@@ -609,7 +693,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
     /// A signing or re-signing slice interrupted by a crash runs again (the same signing,
     /// or the slice's own journal), so only for a write does "applied" decide anything.
     fn intent(&self, seq: u64, index: u32, zone: u16, state: exec::ExecState) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let apex = self.zones.get(usize::from(zone)).or(self.zones.first()).map(|m| m.zone.clone()).unwrap_or_else(hickory_proto::rr::Name::root);
+        let apex = self.zones.get(&zone).or(self.zones.values().next()).map(|p| p.maintenance.zone.clone()).unwrap_or_else(hickory_proto::rr::Name::root);
         let (named, path, id, metrics) = (self.named.clone(), WriteIntent::path_for(&self.state_file), self.id, self.metrics.clone());
         async move {
             let serial = soa_serial(&named, &apex, id, &metrics).await;
@@ -669,7 +753,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
         Delivered { seq: batch.seq, time_us: batch.time.0, checkpoint_due: batch.checkpoint_due, requests }
     }
 
-    async fn perform(&self, command: Command<ReplyTo>, events: &mpsc::UnboundedSender<Event>) {
+    async fn perform(&mut self, command: Command<ReplyTo>, events: &mpsc::UnboundedSender<Event>) {
         match command {
             Command::Answer { reply, bytes } => {
                 if let Delivery::Dropped(why) = reply.try_send(bytes) {
@@ -682,23 +766,7 @@ impl<G: UpdateGate + 'static> Executor<G> {
             Command::FinishSigning { zone, seq, run, times } => self.finish_signing(zone, seq, run.seq, times, events),
             Command::ResignSlice { zone, seq, times, due_before_s, max_rrsets } => self.resign_slice(zone, seq, times, due_before_s, max_rrsets, events),
             Command::DigestZone { seq } => self.digest_zones(seq, events),
-            Command::ChangeZoneSet { seq, index, change, zones } => {
-                // This wrapper serves the configured zones only (its named, signing cores and
-                // maintenance are built at start, by position). A change it cannot make would
-                // leave it serving other zones than the replicas that made it: it stops
-                // executing here instead (fail-stop), and says so. Honest replicas of this
-                // version never ask for one (they have no route that signs the request), so
-                // only a cluster mixing in a newer version reaches this.
-                self.metrics.inc_execute_error();
-                error!(
-                    replica = self.id,
-                    seq,
-                    index,
-                    name = %change.name,
-                    zones = zones.len(),
-                    "the log changes the zone set, which this version cannot serve: execution stops here (upgrade this replica)"
-                );
-            }
+            Command::ChangeZoneSet { seq, index, change, zones } => self.change_zone_set(seq, index, &change, zones, events).await,
             Command::Checkpoint { seq, digest, state } => self.checkpoint(seq, digest, state).await,
             Command::Persist(state) => self.persist(state).await,
             Command::Executed(seq) => {
@@ -894,17 +962,18 @@ impl<G: UpdateGate + 'static> Executor<G> {
                 return;
             }
         }
-        let (zones, events, cache, last_digest, digested, metrics) =
-            (self.zones.clone(), events.clone(), self.cache.clone(), self.last_digest.clone(), self.digested.clone(), self.metrics.clone());
+        let zones: Vec<(u16, Arc<ZoneMaintenance>)> = self.zones.iter().map(|(i, p)| (*i, p.maintenance.clone())).collect();
+        let (events, cache, last_digest, digested, metrics) =
+            (events.clone(), self.cache.clone(), self.last_digest.clone(), self.digested.clone(), self.metrics.clone());
         let id = self.id;
         self.tasks.spawn(async move {
             let started = std::time::Instant::now();
             let digests = zone_digests(&zones, id).await.map(|(digests, lists)| {
                 // What a checkpoint costs as the zone set grows (docs/BENCHMARKS.md, issue 28).
                 metrics.checkpoint_digested(started.elapsed(), lists.len());
-                for (index, records) in lists.iter().enumerate() {
+                for ((index, _), records) in zones.iter().zip(&lists) {
                     let serial = exec::zone_plan::soa_serial_of(records);
-                    metrics.update_zone(u16::try_from(index).unwrap_or(u16::MAX), |z| z.serial = serial);
+                    metrics.update_zone(*index, |z| z.serial = serial);
                 }
                 let records = Arc::new(lists);
                 if keep {
@@ -1049,16 +1118,15 @@ impl<G: UpdateGate + 'static> Executor<G> {
     /// Each zone's last signing time, for its re-sign timer.
     fn publish_last_signed(&self, state: &exec::ExecState) {
         self.metrics.set_zone_schedules(state);
-        for (index, last) in self.last_signed.iter().enumerate() {
-            let zone = u16::try_from(index).unwrap_or(u16::MAX);
-            last.store(state.zone(zone).last_signed_s, Ordering::Relaxed);
+        for (&zone, parts) in &self.zones {
+            parts.last_signed.store(state.zone(zone).last_signed_s, Ordering::Relaxed);
         }
     }
 
     /// Zone `zone`'s maintenance and background signing.
     fn zone_parts(&self, zone: u16) -> Option<(Arc<ZoneMaintenance>, Arc<Background>)> {
-        let i = usize::from(zone);
-        Some((self.zones.get(i)?.clone(), self.backgrounds.get(i)?.clone()))
+        let parts = self.zones.get(&zone)?;
+        Some((parts.maintenance.clone(), parts.background.clone()))
     }
 
     fn start_background(&self, zone: u16, seq: u64, times: SignatureTimes) {
@@ -1069,17 +1137,14 @@ impl<G: UpdateGate + 'static> Executor<G> {
     }
 
     /// The index of the zone an update names in its zone section (the core refuses one naming
-    /// no served zone before it reaches named); 0 when it names none.
+    /// no served zone before it reaches named); the first zone's when it names none.
     fn zone_of(&self, message: &[u8]) -> u16 {
+        let first = self.zones.keys().next().copied().unwrap_or(0);
         if self.zones.len() < 2 {
-            return 0;
+            return first;
         }
-        let Ok((apex, _)) = exec::auth::wire::read_name(message, exec::auth::wire::HEADER_LEN) else { return 0 };
-        self.zones
-            .iter()
-            .position(|m| exec::auth::wire::name_to_wire(&m.zone.to_ascii().to_ascii_lowercase()).as_deref() == Some(&apex[..]))
-            .and_then(|i| u16::try_from(i).ok())
-            .unwrap_or(0)
+        let Ok((apex, _)) = exec::auth::wire::read_name(message, exec::auth::wire::HEADER_LEN) else { return first };
+        zone_by_apex(&self.zones, &apex).unwrap_or(first)
     }
 
     /// Keeps the snapshot of checkpoint `seq` (its digested records, the execution state at
@@ -1089,7 +1154,8 @@ impl<G: UpdateGate + 'static> Executor<G> {
         let Some(store) = self.snapshots.clone() else { return };
         let records = self.digested.lock().ok().and_then(|mut map| map.remove(&seq));
         let Some(records) = records else { return };
-        let zones = self.zones.iter().zip(records).map(|(m, records)| SnapshotZone { name: canonical_zone_name(&m.zone.to_ascii()), records }).collect();
+        let zones =
+            self.zones.values().zip(records).map(|(p, records)| SnapshotZone { name: canonical_zone_name(&p.maintenance.zone.to_ascii()), records }).collect();
         let (id, metrics) = (self.id, self.metrics.clone());
         tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
@@ -1247,6 +1313,25 @@ async fn finish_signing(maintenance: &ZoneMaintenance, seq: u64, run: u64) -> Re
     }
 }
 
+/// Whether `zones` are exactly the zone set `set` (indices and names).
+fn serves_exactly(zones: &ZoneMap, set: &std::collections::BTreeMap<u16, exec::ZoneEntry>) -> bool {
+    zones.len() == set.len()
+        && zones.iter().zip(set).all(|((i, p), (j, e))| i == j && canonical_zone_name(&p.maintenance.zone.to_ascii()) == canonical_zone_name(&e.name))
+}
+
+/// Deletes the zone files and journals of zones no longer served (named stopped).
+fn remove_zone_files(files: &[(PathBuf, PathBuf)]) {
+    for (zone_file, journal) in files {
+        for file in [zone_file, journal] {
+            if let Err(e) = std::fs::remove_file(file) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    warn!(file = %file.display(), error = %e, "cannot delete a removed zone's file");
+                }
+            }
+        }
+    }
+}
+
 /// Keeps the records checkpoint `seq`'s digest was computed from, for its snapshot; only
 /// the checkpoint being executed is waited for.
 fn remember_digested(digested: &DigestedRecords, seq: u64, records: Vec<Vec<Vec<u8>>>) {
@@ -1305,9 +1390,9 @@ async fn zone_digest(maintenance: &ZoneMaintenance, id: u16) -> Option<([u8; 32]
 
 /// Every zone's digest and records, in zone index order; one that cannot be read spoils
 /// the checkpoint.
-async fn zone_digests(zones: &[Arc<ZoneMaintenance>], id: u16) -> Option<(Vec<[u8; 32]>, Vec<Vec<Vec<u8>>>)> {
+async fn zone_digests(zones: &[(u16, Arc<ZoneMaintenance>)], id: u16) -> Option<(Vec<[u8; 32]>, Vec<Vec<Vec<u8>>>)> {
     let (mut digests, mut lists) = (Vec::with_capacity(zones.len()), Vec::with_capacity(zones.len()));
-    for maintenance in zones {
+    for (_, maintenance) in zones {
         let (digest, records) = zone_digest(maintenance, id).await?;
         digests.push(digest);
         lists.push(records);

@@ -27,7 +27,7 @@ use crate::reads::vouched::{VouchTurn, VouchedReads};
 /// What a listener applies to client traffic: the pre-ordering check and UDP RRL.
 #[derive(Default)]
 pub struct ClientFilters {
-    pub auth: Option<std::sync::Arc<exec::auth::zones::ZoneAuth>>,
+    pub auth: Option<std::sync::Arc<crate::execution::zoneset::SharedAuth>>,
     pub rrl: Option<std::sync::Arc<crate::client::rrl::Limiter>>,
     /// `[order_limit]`: requests one client prefix may have ordered per second.
     pub order_limit: Option<std::sync::Arc<crate::client::rrl::OrderLimiter>>,
@@ -140,7 +140,9 @@ fn dispatch(
     metrics: &Arc<Metrics>,
     probes: &mut VouchTurn,
 ) {
-    match route(&bytes, tcp, peer.ip(), access, filters.auth.as_deref(), filters.read_setup(), named_glue::time::unix_now) {
+    // The zones served now (the set may change at run time).
+    let auth = filters.auth.as_ref().map(|a| a.current());
+    match route(&bytes, tcp, peer.ip(), access, auth.as_deref(), filters.read_setup(), named_glue::time::unix_now) {
         Route::Answer(answer) => {
             metrics.inc_refused();
             if let Some(answer) = answer {
@@ -412,7 +414,7 @@ mod tests {
         use exec::auth::{tsig, zones::ZoneAuth, Authenticator, Mode, TsigSecret};
         let secret = TsigSecret { name: "up.".into(), algorithm: tsig::Algorithm::HmacSha256, secret: vec![7; 32] };
         let auth = Authenticator::new(Mode::Tsig, std::slice::from_ref(&secret), &[], Vec::new(), named_glue::time::unix_now).unwrap();
-        let auth = Arc::new(ZoneAuth::new(vec![("example.test.".into(), auth)]).unwrap());
+        let auth = Arc::new(crate::execution::zoneset::SharedAuth::new(ZoneAuth::new(vec![("example.test.".into(), auth)]).unwrap()));
         let limit = crate::client::rrl::OrderLimitConfig { writes_per_second: 2, ..Default::default() };
         let filters = ClientFilters {
             auth: Some(auth),

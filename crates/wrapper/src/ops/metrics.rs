@@ -105,7 +105,12 @@ pub struct Status {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct ZoneStatus {
+    /// The zone index (the execution state's, stable while the zone is served).
+    pub index: u16,
     pub name: String,
+    /// "ok", or "missing" when this replica holds no share of the zone's key (a zone added
+    /// at run time without its `zones/<zone>/share.json`, or with one of another key).
+    pub share: String,
     /// The threshold key's tag (the one its DS names).
     pub key_tag: u16,
     /// The zone's SOA serial at the last checkpoint this replica digested.
@@ -120,6 +125,8 @@ pub struct ZoneStatus {
     pub rrsigs: u64,
     pub rrsigs_due: u64,
     pub resigned_rrsets: u64,
+    /// Signatures of the zone this replica could not take part in (no share of its key).
+    pub signing_failures: u64,
 }
 
 /// Progress of a background whole-zone signing at one replica.
@@ -314,7 +321,7 @@ impl Collector for StatusCollector {
 fn encode_zones(e: &mut DescriptorEncoder, zones: &[ZoneStatus]) -> std::fmt::Result {
     use prometheus_client::metrics::MetricType;
     type Value = fn(&ZoneStatus) -> Option<i64>;
-    let series: [(&str, &str, MetricType, Value); 7] = [
+    let series: [(&str, &str, MetricType, Value); 8] = [
         ("zone_soa_serial", "The zone's SOA serial at the last checkpoint digested.", MetricType::Gauge, |z| z.serial.map(i64::from)),
         ("zone_last_signed_time_seconds", "Agreed time of the zone's last whole-zone signing (0: never).", MetricType::Gauge, |z| {
             Some(i64::try_from(z.signed_at).unwrap_or(i64::MAX))
@@ -331,6 +338,9 @@ fn encode_zones(e: &mut DescriptorEncoder, zones: &[ZoneStatus]) -> std::fmt::Re
         }),
         ("zone_resigned_rrsets", "RRsets of the zone re-signed by incremental re-signing slices.", MetricType::Counter, |z| {
             Some(i64::try_from(z.resigned_rrsets).unwrap_or(i64::MAX))
+        }),
+        ("signing_failures", "Signatures of the zone this replica was asked for and could not take part in (no share of its key).", MetricType::Counter, |z| {
+            Some(i64::try_from(z.signing_failures).unwrap_or(i64::MAX))
         }),
     ];
     if zones.is_empty() {
@@ -553,26 +563,46 @@ impl Metrics {
         }
     }
 
-    /// Every zone served, in zone index order, with its key tag (at start).
-    pub fn set_zones(&self, zones: impl IntoIterator<Item = (String, u16)>) {
-        let zones = zones.into_iter().map(|(name, key_tag)| ZoneStatus { name, key_tag, ..Default::default() }).collect();
-        self.update_status(|s| s.zones = zones);
+    /// Every zone served: (index, name, key tag, whether this replica holds a share of its
+    /// key), at start and at every change of the zone set; a zone served before keeps its
+    /// figures.
+    pub fn set_zones(&self, zones: impl IntoIterator<Item = (u16, String, u16, bool)>) {
+        let zones: Vec<ZoneStatus> = zones
+            .into_iter()
+            .map(|(index, name, key_tag, share)| ZoneStatus { index, name, key_tag, share: if share { "ok" } else { "missing" }.into(), ..Default::default() })
+            .collect();
+        self.update_status(|s| {
+            let old = std::mem::take(&mut s.zones);
+            s.zones = zones
+                .into_iter()
+                .map(|new| match old.iter().find(|z| z.index == new.index && z.name == new.name) {
+                    Some(z) => ZoneStatus { key_tag: new.key_tag, share: new.share, ..z.clone() },
+                    None => new,
+                })
+                .collect();
+            s.zones.sort_by_key(|z| z.index);
+        });
     }
 
     /// Changes zone `zone`'s status, if it is one.
     pub fn update_zone(&self, zone: u16, f: impl FnOnce(&mut ZoneStatus)) {
         self.update_status(|s| {
-            if let Some(z) = s.zones.get_mut(usize::from(zone)) {
+            if let Some(z) = s.zones.iter_mut().find(|z| z.index == zone) {
                 f(z);
             }
         });
     }
 
+    /// A signature of zone `zone` asked of this replica, which holds no share of its key.
+    pub fn zone_signing_failed(&self, zone: u16) {
+        self.update_zone(zone, |z| z.signing_failures += 1);
+    }
+
     /// Each zone's schedule as the execution state holds it (agreed values).
     pub fn set_zone_schedules(&self, state: &exec::ExecState) {
         self.update_status(|s| {
-            for (index, z) in s.zones.iter_mut().enumerate() {
-                let e = state.zone(u16::try_from(index).unwrap_or(u16::MAX));
+            for z in s.zones.iter_mut() {
+                let e = state.zone(z.index);
                 z.signed_at = e.last_signed_s;
                 z.next_resign_due = e.next_slice_s;
                 z.signing_since = e.signing.map(|r| r.seq);
@@ -785,7 +815,7 @@ mod tests {
     #[test]
     fn each_zone_has_its_own_labelled_series_and_status() {
         let m = Metrics::new(0);
-        m.set_zones([("2.0.192.in-addr.arpa.".to_string(), 11), ("example.test.".to_string(), 22)]);
+        m.set_zones([(0, "2.0.192.in-addr.arpa.".to_string(), 11, true), (1, "example.test.".to_string(), 22, true)]);
         let mut state = exec::ExecState::default();
         state.zone_mut(1).last_signed_s = 1000;
         state.zone_mut(1).next_slice_s = 1020;
@@ -803,6 +833,20 @@ mod tests {
         assert_eq!(
             s.zones.iter().map(|z| (z.name.as_str(), z.key_tag, z.next_resign_due)).collect::<Vec<_>>(),
             vec![("2.0.192.in-addr.arpa.", 11, 0), ("example.test.", 22, 1020)]
+        );
+        // The zone set changes: zone 0 goes, zone 4 comes without a share of its key; zone 1
+        // keeps its figures, and zone 4's refused signatures are counted under its name.
+        m.set_zones([(1, "example.test.".to_string(), 22, true), (4, "added.test.".to_string(), 44, false)]);
+        m.zone_signing_failed(4);
+        m.zone_signing_failed(0);
+        let text = m.render();
+        assert!(text.contains("sdns_signing_failures_total{replica=\"0\",zone=\"added.test.\"} 1"), "{text}");
+        assert!(text.contains("sdns_zone_resigned_rrsets_total{replica=\"0\",zone=\"example.test.\"} 3"), "{text}");
+        assert!(!text.contains("2.0.192.in-addr.arpa."), "a removed zone is gone: {text}");
+        let s = m.status();
+        assert_eq!(
+            s.zones.iter().map(|z| (z.index, z.name.as_str(), z.share.as_str())).collect::<Vec<_>>(),
+            vec![(1, "example.test.", "ok"), (4, "added.test.", "missing")]
         );
         // A status from a replica of the version before zones reads with none.
         let old: Status = serde_json::from_str("{\"id\": 1}").unwrap();

@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, watch};
 use crate::client::rrl::{Limiter, OrderLimiter};
 use crate::config::{GatewayConfig, Settings};
 use crate::execution::pending::Pending;
+use crate::execution::zoneset::SharedAuth;
 use crate::faults::byzantine::Mode;
 use crate::front::endpoint;
 use crate::front::gateway::Gateway;
@@ -26,7 +27,6 @@ use crate::ops::tasks::Essential;
 use crate::reads::read::{LocalReads, ReadCache};
 use crate::reads::route::ClientRequest;
 use crate::reads::vouched::VouchedReads;
-use exec::auth::zones::ZoneAuth;
 use exec::SignZoneSigner;
 
 /// What the client side reads and answers with.
@@ -102,7 +102,7 @@ pub(super) fn start_gateway(
 }
 
 /// What the listeners check before a request reaches the gateway, and how they answer.
-pub(super) fn client_filters(s: &Settings, auth: &Arc<ZoneAuth>, reads: &Reads, vouched: Option<Arc<VouchedReads>>) -> ClientFilters {
+pub(super) fn client_filters(s: &Settings, auth: &Arc<SharedAuth>, reads: &Reads, vouched: Option<Arc<VouchedReads>>) -> ClientFilters {
     let early_read = crate::faults::seeded_bug::active(s.id) == Some(crate::faults::seeded_bug::Bug::EarlyRead);
     ClientFilters {
         // The fault-injection switch leaves this replica ordering whatever it gets.

@@ -54,20 +54,22 @@ pub async fn run(settings: Settings) -> Result<()> {
     // Every task the replica cannot run without is kept here: the first to end stops it.
     let mut tasks = Essential::new();
 
-    let zone_keys = keys::load_zone_keys(s)?;
-    // The status lists every zone, in zone index order, with its key tag.
-    metrics.set_zones(s.zones.iter().zip(&zone_keys).map(|(z, (_, key))| (z.name.clone(), key.key_tag())));
-    let named_setup = named::prepare(s, &zone_keys)?;
+    // The zones served are the execution state's zone set (the configuration's until it
+    // changed at run time): named.conf, the catalog and the signing cores are built from it.
+    let exec_state = ordering::load_exec_state(&s.state_dir)?;
+    let zone_set = keys::zone_set_at_start(s, &exec_state);
+    let served = keys::served_zones(s, &zone_set)?;
+    let catalog_serial = named::catalog_serial(s, &exec_state.zone_set, !exec_state.zone_set.is_empty());
+    let named_setup = named::prepare(s, &served, catalog_serial)?;
     let mesh::MeshParts { mesh, ordering: ordering_rx, signing: signing_rx, state: state_rx, sign_zone_verifiers, sign_zone_signers } =
         mesh::start_mesh(s).await?;
     let signing_cfg = SigningConfig::from(s);
-    let signing = signing::start_signing(&signing_cfg, &s.zones, &zone_keys, mesh.sender(), signing_rx, &metrics, &mut tasks)?;
-    let named = named::start_named(s, &named_setup, signing_cfg.socket.clone()).await?;
+    let signing = signing::start_signing(&signing_cfg, &served, mesh.sender(), signing_rx, &metrics, &mut tasks)?;
+    let named = named::start_named(&named_setup, s.named.port.get(), signing_cfg.socket.clone()).await?;
     metrics.update_status(|st| st.named_running = true);
     let supervisor = named.supervisor.clone();
     tasks.watch("named supervisor", signing::WATCH_EVERY, move || supervisor.has_stopped());
 
-    let exec_state = ordering::load_exec_state(&s.state_dir)?;
     let (mut handle, batches) = ordering::start_ordering(s, exec_state.executed, mesh.sender(), ordering_rx)?;
     let transfer_cfg = TransferConfig::from(s);
     let (transfer, repair_links) = repair::start_state_transfer(&transfer_cfg, &mesh, state_rx, &mut tasks)?;
@@ -76,6 +78,18 @@ pub async fn run(settings: Settings) -> Result<()> {
     let reads = front::Reads { named: named.reads.clone(), cache: Arc::new(ReadCache::default()), metrics: metrics.clone() };
     let pending = Arc::new(Pending::new(s.client.max_pending.get()));
     let core = ExecCore::new(exec_config(s, sign_zone_verifiers), named_setup.auth.clone() as Arc<dyn UpdateGate>, exec_state);
+    // Configured zones served, with their index, for the parent DS watches.
+    let watched: Vec<(u16, usize, named_glue::keys::ZoneKey)> =
+        served.iter().filter_map(|z| s.zones.iter().position(|c| c.apex == z.settings.apex).map(|i| (z.index, i, z.key.clone()))).collect();
+    let host_parts = zones::HostParts {
+        setup: named_setup.clone(),
+        named: named.clone(),
+        signing_cfg: signing_cfg.clone(),
+        signing: &signing,
+        metrics: metrics.clone(),
+        signers: &sign_zone_signers,
+    };
+    let (host, zone_parts) = zones::Host::start(s, host_parts, served)?;
     let links = ExecutorLinks {
         named: named.reads.clone(),
         writes: named.writes.clone(),
@@ -85,39 +99,33 @@ pub async fn run(settings: Settings) -> Result<()> {
         times: signing.times,
         signatures: signing.write_signatures,
         checkpoints: handle.checkpoint.clone(),
-        zones: zones::zones_maintenance(s, &named_setup, &zone_keys, &named, &signing_cfg)?,
-        backgrounds: signing.backgrounds.clone(),
+        zones: zone_parts,
+        host: Some(host.clone() as Arc<dyn crate::execution::zoneset::ZoneHost>),
         transfer: Some(transfer),
     };
     let executor = Executor::new(ExecutorConfig::from(s), core, links);
     let transfer_stats = repair_links.stats();
     repair::start_repair(id, repair_links, &handle, executor.own_digests(), metrics.clone(), &mut tasks);
-    let (executed, stuck, last_signed) = (executor.executed_rx(), executor.stuck_rx(), executor.last_signed());
-    let finished = requests::subscribe_finished(&signing.backgrounds);
+    let (executed, stuck) = (executor.executed_rx(), executor.stuck_rx());
     tasks.spawn("executor", executor.run(batches));
 
     let (vouched, fallback) = front::start_vouched(s, &reads, &mesh, handle.read_barrier.clone(), executed, &mut tasks)?;
     let gateway_cfg = GatewayConfig::from(s);
     let (gateway, to_gateway) = front::start_gateway(&gateway_cfg, &reads, pending, &mut handle, fallback, &mut tasks);
+    // Each zone's re-sign timer and finish voter order through it from now on.
+    host.set_gateway(gateway.clone());
     metrics.set_slice_pace(s.signing.resign_slice_rrsets.get(), s.signing.resign_slice_interval_s.get());
     let hostile = s.test.byzantine.filter(|m| matches!(m, Mode::OversizedWrites | Mode::UpdateFlooder)).map(|m| (m, keys::hostile_write_key(s)));
-    let own = requests::OwnRequests {
-        gateway: &gateway,
-        stuck,
-        last_signed,
-        signers: &sign_zone_signers,
-        finished,
-        slice_interval_s: s.signing.resign_slice_interval_s.get(),
-        hostile,
-    };
+    let own = requests::OwnRequests { gateway: &gateway, stuck, hostile };
     requests::start_own_requests(own, &mut tasks)?;
     if !s.rollover.parent_resolvers.is_empty() {
-        for (index, ((z, (_, key)), signer)) in s.zones.iter().zip(&zone_keys).zip(&sign_zone_signers).enumerate() {
-            let zone = u16::try_from(index).map_err(|_| anyhow::anyhow!("zone index {index} out of range"))?;
+        // Zones added at run time have no watch (docs/MULTIZONE.md, "Not built").
+        for (zone, position, key) in watched {
+            let (Some(z), Some(signer)) = (s.zones.get(position), sign_zone_signers.get(position)) else { continue };
             let watch = crate::rollover::ParentWatch {
                 zone,
                 apex: z.apex.clone(),
-                key: key.clone(),
+                key,
                 settings: s.rollover.clone(),
                 named: named.reads.clone(),
                 gateway: gateway.clone(),

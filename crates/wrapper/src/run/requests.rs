@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use tokio::sync::watch;
 
 use crate::execution::executor::Background;
@@ -20,20 +20,44 @@ pub(super) struct OwnRequests<'a> {
     pub gateway: &'a Arc<Gateway>,
     /// The executor's stuck claim (`Executor::stuck_rx`).
     pub stuck: watch::Receiver<Option<(u64, u32)>>,
-    /// Per zone, in zone index order: its last signing time, sign-zone identity and
-    /// background signing.
-    pub last_signed: Vec<Arc<AtomicU64>>,
-    pub signers: &'a [Arc<SignZoneSigner>],
-    /// Subscribed before the executor can resume a signing and finish its part.
-    pub finished: Vec<watch::Receiver<Option<(u64, Result<(), String>)>>>,
-    pub slice_interval_s: u64,
     /// A Byzantine mode that orders hostile writes, with the key they are signed with.
     pub hostile: Option<(Mode, Option<tsig::Key>)>,
 }
 
-/// Each zone's background signing's outcome, subscribed now.
-pub(super) fn subscribe_finished(backgrounds: &[Arc<Background>]) -> Vec<watch::Receiver<Option<(u64, Result<(), String>)>>> {
-    backgrounds.iter().map(|b| b.finished.subscribe()).collect()
+/// What one zone's own requests are made from.
+pub(super) struct ZoneRequests {
+    pub zone: u16,
+    /// Its last signing time (the executor publishes it).
+    pub last_signed: Arc<AtomicU64>,
+    /// This replica's sign-zone identity for the zone.
+    pub signer: Arc<SignZoneSigner>,
+    pub slice_interval_s: u64,
+}
+
+/// Spawns zone `r.zone`'s re-sign timer and sign-zone finish voter, which order through the
+/// gateway once it is there; `background`'s outcome is subscribed now, before the executor
+/// can resume a signing and finish its part. Aborted when the zone is removed.
+pub(super) fn spawn_zone_requests(r: ZoneRequests, background: &Background, gateway: watch::Receiver<Option<Arc<Gateway>>>) -> Vec<tokio::task::AbortHandle> {
+    let finished = background.finished.subscribe();
+    let ZoneRequests { zone, last_signed, signer, slice_interval_s } = r;
+    let mut waiting = gateway.clone();
+    let timer = tokio::spawn(async move {
+        if let Some(gateway) = gateway_when_up(&mut waiting).await {
+            resign_timer(gateway, zone, last_signed, slice_interval_s).await;
+        }
+    });
+    let mut waiting = gateway;
+    let voter = tokio::spawn(async move {
+        if let Some(gateway) = gateway_when_up(&mut waiting).await {
+            finish_voter(gateway, zone, signer, finished).await;
+        }
+    });
+    vec![timer.abort_handle(), voter.abort_handle()]
+}
+
+/// The gateway, once the replica has started it (`None`: the replica is stopping).
+async fn gateway_when_up(gateway: &mut watch::Receiver<Option<Arc<Gateway>>>) -> Option<Arc<Gateway>> {
+    gateway.wait_for(Option::is_some).await.ok().and_then(|g| g.clone())
 }
 
 /// Spawns the tasks that order this replica's own requests.
@@ -43,12 +67,6 @@ pub(super) fn start_own_requests(r: OwnRequests<'_>, tasks: &mut Essential) -> R
         tasks.spawn("Byzantine writes", order_hostile_writes(gateway.clone(), mode, key));
     }
     tasks.spawn("stuck-write claimer", stuck_claimer(gateway.clone(), r.stuck));
-    for (index, (last, (signer, finished))) in r.last_signed.into_iter().zip(r.signers.iter().zip(r.finished)).enumerate() {
-        // The settings bound the zone count far below u16::MAX.
-        let zone = u16::try_from(index).map_err(|_| anyhow!("zone index {index} out of range"))?;
-        tasks.spawn("re-sign timer", resign_timer(gateway.clone(), zone, last, r.slice_interval_s));
-        tasks.spawn("sign-zone finish voter", finish_voter(gateway.clone(), zone, signer.clone(), finished));
-    }
     Ok(())
 }
 

@@ -1,21 +1,23 @@
 //! Threshold signing: one signing core per zone driven over the mesh, and the sockets named
 //! asks it on (one for writes and re-signing, one per zone for background signings).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use mesh::MeshSender;
-use named_glue::keys::ZoneKey;
 use named_glue::signer::{watch_time_source, ServiceLimits, SignatureTimes, SigningService};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::{SigningConfig, ZoneSettings};
+use super::keys::ServedZone;
+use crate::config::SigningConfig;
 use crate::execution::executor::Background;
 use crate::ops::metrics::Metrics;
 use crate::ops::tasks::Essential;
+use crate::signing::service::ThresholdSigner;
 use crate::signing::{service, SignerCore, ZoneCore, ZoneKeys};
 
 /// How often the parts that own their tasks (mesh, named's supervisor, signing sockets, the
@@ -29,28 +31,56 @@ pub(super) struct SigningParts {
     /// Signatures made for writes: a write that still gets them is not stuck
     /// (`Executor::signatures`).
     pub write_signatures: Arc<AtomicU64>,
-    /// Each zone's background signing, in zone index order.
-    pub backgrounds: Vec<Arc<Background>>,
+    /// The threshold signer: zones are added to and removed from it with the zone set.
+    pub signer: Arc<ThresholdSigner>,
+    /// What background signings sign with (counting their progress).
+    pub counting: Arc<service::Counting>,
+    /// Each zone's background signing and its socket, by zone index.
+    pub backgrounds: Backgrounds,
+}
+
+/// Each served zone's background signing with the socket it signs through, by zone index.
+pub(super) type Backgrounds = Arc<Mutex<BTreeMap<u16, BackgroundSocket>>>;
+
+/// One zone's background signing and its socket (closed when dropped).
+pub(super) struct BackgroundSocket {
+    pub background: Arc<Background>,
+    service: SigningService,
+}
+
+/// Binds zone `index`'s background signing socket: its times are the running signing's
+/// while writes execute with theirs, and what it signs is counted for progress. One per
+/// zone, since two zones' signings may run at once with different times.
+pub(super) fn bind_background(cfg: &SigningConfig, counting: &Arc<service::Counting>, index: u16) -> Result<BackgroundSocket> {
+    let (background, times) = Background::new();
+    let socket = cfg.background_socket(index);
+    let service = SigningService::bind(&socket, counting.clone(), watch_time_source(times), ServiceLimits::default())
+        .with_context(|| format!("binding the background signing socket {}", socket.display()))?;
+    Ok(BackgroundSocket { background, service })
+}
+
+/// The signing-service key of a served zone: (apex, algorithm, key tag).
+pub(super) fn signing_key(zone: &ServedZone) -> service::ZoneSigningKey {
+    service::ZoneSigningKey { signer: zone.settings.apex.clone(), algorithm: zone.settings.algorithm, key_tag: zone.key.key_tag() }
 }
 
 /// Starts the signing service (its task and sockets are kept in `tasks`). No timeout
 /// anywhere on this path: a signature takes as long as the replicas take.
 pub(super) fn start_signing(
     cfg: &SigningConfig,
-    zones: &[ZoneSettings],
-    zone_keys: &[(ZoneKeys, ZoneKey)],
+    zones: &[ServedZone],
     mesh: MeshSender,
     incoming: mpsc::Receiver<(u16, Bytes)>,
     metrics: &Arc<Metrics>,
     tasks: &mut Essential,
 ) -> Result<SigningParts> {
-    // One core per zone (its own key and session limits), in zone index order.
+    // One core per zone (its own key and session limits), by zone index; none for a zone
+    // this replica holds no share of.
     let cores = zones
         .iter()
-        .zip(zone_keys)
-        .map(|(z, (keys, key))| {
-            let signing_key = service::ZoneSigningKey { signer: z.apex.clone(), algorithm: z.algorithm, key_tag: key.key_tag() };
-            Ok((signing_key, zone_core(cfg, keys).with_context(|| format!("signing core of zone {}", z.name))?))
+        .map(|z| {
+            let core = z.keys.as_ref().map(|keys| zone_core(cfg, keys).with_context(|| format!("signing core of zone {}", z.settings.name))).transpose()?;
+            Ok((z.index, signing_key(z), core))
         })
         .collect::<Result<Vec<_>>>()?;
     let (signer, signing_task) = service::spawn(cores, mesh, incoming, metrics.clone(), cfg.fault);
@@ -64,20 +94,19 @@ pub(super) fn start_signing(
     // Background whole-zone signings have a socket of their own: its times are the running
     // signing's while writes execute with theirs, and what it signs is counted for progress.
     // One per zone, since two zones' signings may run at once with different times.
-    let counting = Arc::new(service::Counting { inner: signer, metrics: metrics.clone() });
-    let mut backgrounds = Vec::new();
-    for socket in &cfg.background_sockets {
-        let (background, background_times) = Background::new();
-        let background_service = SigningService::bind(socket, counting.clone(), watch_time_source(background_times), ServiceLimits::default())
-            .context("binding the background signing socket")?;
-        tasks.watch("background signing socket", WATCH_EVERY, move || background_service.has_stopped());
-        backgrounds.push(background);
+    let counting = Arc::new(service::Counting { inner: signer.clone(), metrics: metrics.clone() });
+    let mut sockets = BTreeMap::new();
+    for z in zones {
+        sockets.insert(z.index, bind_background(cfg, &counting, z.index)?);
     }
-    Ok(SigningParts { times, write_signatures, backgrounds })
+    let backgrounds: Backgrounds = Arc::new(Mutex::new(sockets));
+    let watched = backgrounds.clone();
+    tasks.watch("background signing socket", WATCH_EVERY, move || watched.lock().unwrap_or_else(|e| e.into_inner()).values().any(|b| b.service.has_stopped()));
+    Ok(SigningParts { times, write_signatures, signer, counting, backgrounds })
 }
 
 /// The zone's signing core for its kind of key, with the configured session limits.
-fn zone_core(cfg: &SigningConfig, keys: &ZoneKeys) -> Result<ZoneCore> {
+pub(super) fn zone_core(cfg: &SigningConfig, keys: &ZoneKeys) -> Result<ZoneCore> {
     Ok(match keys {
         ZoneKeys::Rsa(keys) => ZoneCore::Rsa(SignerCore::new(cfg.id, cfg.replicas, cfg.protocol, cfg.corrupt_shares, keys.clone(), cfg.limits.clone())),
         ZoneKeys::Ec { public, share } => {

@@ -12,7 +12,7 @@
 //! made. A request from named names its key by signer, algorithm
 //! and key tag, and only a configured zone's own triple is signed, with that zone's key.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -35,6 +35,9 @@ enum Command {
     /// `shared`: a whole-zone signing's request, which every replica makes at about the same
     /// time (`SignerCore::request_shared`).
     Sign { zone: u16, algorithm: u8, data: Vec<u8>, shared: bool, reply: oneshot::Sender<Result<Vec<u8>, SignError>> },
+    /// The zone set changed (`ThresholdSigner::set_zone`): zone `zone` gets this core (`None`
+    /// when this replica holds no share of its key), or goes.
+    Zone { zone: u16, core: Option<Option<ZoneCore>> },
 }
 
 /// A zone's key as named's signing requests name it.
@@ -49,16 +52,30 @@ pub struct ZoneSigningKey {
 /// named-glue's `Signer`, backed by the task that runs the threshold protocol.
 pub struct ThresholdSigner {
     commands: mpsc::Sender<Command>,
-    /// By zone index.
-    keys: Vec<ZoneSigningKey>,
+    /// By zone index (the execution state's stable index); changed with the zone set.
+    keys: std::sync::RwLock<BTreeMap<u16, ZoneSigningKey>>,
 }
 
 impl ThresholdSigner {
     /// The zone whose key the request names: its signer name, algorithm and key tag must
     /// all be that zone's (a request naming zone A with B's key tag is no zone's).
     fn zone_of(&self, request: &SignRequest) -> Option<u16> {
-        let index = self.keys.iter().position(|k| k.key_tag == request.key_tag && k.algorithm == request.algorithm && k.signer == request.signer)?;
-        u16::try_from(index).ok()
+        let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        keys.iter().find(|(_, k)| k.key_tag == request.key_tag && k.algorithm == request.algorithm && k.signer == request.signer).map(|(i, _)| *i)
+    }
+
+    /// Zone `zone` is signed with `key` from now on, by `core` (`None`: this replica holds
+    /// no share of the key, so it answers the zone's requests with an error and takes no
+    /// part in its sessions); `None` for both: the zone was removed.
+    pub async fn set_zone(&self, zone: u16, key: Option<ZoneSigningKey>, core: Option<ZoneCore>) {
+        let present = key.is_some();
+        match key {
+            Some(key) => self.keys.write().unwrap_or_else(|e| e.into_inner()).insert(zone, key),
+            None => self.keys.write().unwrap_or_else(|e| e.into_inner()).remove(&zone),
+        };
+        let core = present.then_some(core);
+        // The loop ends only with the replica.
+        let _ = self.commands.send(Command::Zone { zone, core }).await;
     }
 }
 
@@ -134,20 +151,21 @@ pub fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Starts the task with one core per zone, in zone index order; returns the `Signer` to hand
-/// to named-glue's `SigningService` and the task (it runs as long as the mesh and a signer
-/// are there: an earlier end is a failure).
+/// Starts the task with one core per zone, by zone index (`None`: no share of that zone's
+/// key here); returns the `Signer` to hand to named-glue's `SigningService` and the task (it
+/// runs as long as the mesh and a signer are there: an earlier end is a failure).
 pub fn spawn(
-    zones: Vec<(ZoneSigningKey, ZoneCore)>,
+    zones: Vec<(u16, ZoneSigningKey, Option<ZoneCore>)>,
     mesh: MeshSender,
     incoming: mpsc::Receiver<(u16, Bytes)>,
     metrics: Arc<Metrics>,
     fault: SigningFault,
 ) -> (Arc<ThresholdSigner>, JoinHandle<()>) {
     let (commands, rx) = mpsc::channel(1024);
-    let (keys, cores): (Vec<_>, Vec<_>) = zones.into_iter().unzip();
+    let keys = zones.iter().map(|(i, key, _)| (*i, key.clone())).collect();
+    let cores = zones.into_iter().map(|(i, _, core)| (i, core)).collect();
     let task = tokio::spawn(run(cores, mesh, incoming, rx, metrics, default_workers(), fault));
-    (Arc::new(ThresholdSigner { commands, keys }), task)
+    (Arc::new(ThresholdSigner { commands, keys: std::sync::RwLock::new(keys) }), task)
 }
 
 /// When a job ran on its worker (the wait for a worker is not in it).
@@ -163,8 +181,11 @@ struct Waiter {
     since: Instant,
 }
 
+/// Each zone's core by index; `None`: the zone is served without a share of its key here.
+type Cores = BTreeMap<u16, Option<ZoneCore>>;
+
 async fn run(
-    mut cores: Vec<ZoneCore>,
+    mut cores: Cores,
     mesh: MeshSender,
     mut incoming: mpsc::Receiver<(u16, Bytes)>,
     mut commands: mpsc::Receiver<Command>,
@@ -182,14 +203,31 @@ async fn run(
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
     let mut shared_seen = (0u64, 0u64);
     loop {
-        let timer = cores.iter().filter_map(ZoneCore::poll_timeout).min().map(|t| Duration::from_micros(t.saturating_sub(now_us())));
+        let timer = cores.values().flatten().filter_map(ZoneCore::poll_timeout).min().map(|t| Duration::from_micros(t.saturating_sub(now_us())));
         tokio::select! {
             command = commands.recv() => {
-                let Some(Command::Sign { zone, algorithm, data, shared, reply }) = command else { return };
-                // `zone` comes from ThresholdSigner::zone_of, an index into the same zones.
-                let Some(core) = cores.get_mut(usize::from(zone)) else {
-                    let _ = reply.send(Err(SignError::Failed(format!("no signer for zone index {zone}"))));
-                    continue;
+                let (zone, algorithm, data, shared, reply) = match command {
+                    None => return,
+                    Some(Command::Sign { zone, algorithm, data, shared, reply }) => (zone, algorithm, data, shared, reply),
+                    Some(Command::Zone { zone, core }) => {
+                        set_core(&mut cores, &mut waiters, zone, core);
+                        continue;
+                    }
+                };
+                // `zone` comes from ThresholdSigner::zone_of, an index of the same zones.
+                let core = match cores.get_mut(&zone) {
+                    Some(Some(core)) => core,
+                    Some(None) => {
+                        // Served without a share of its key (docs/MULTIZONE.md): counted, so
+                        // that the operator sees which zone lacks its file.
+                        metrics.zone_signing_failed(zone);
+                        let _ = reply.send(Err(SignError::Failed(format!("no key share for zone index {zone} at this replica (zones/<zone>/share.json missing or not of the ordered key)"))));
+                        continue;
+                    }
+                    None => {
+                        let _ = reply.send(Err(SignError::Failed(format!("no signer for zone index {zone}"))));
+                        continue;
+                    }
                 };
                 match core.request(now_us(), algorithm, &data, shared) {
                     Ok(digest) => waiters.entry((zone, digest)).or_default().push(Waiter { reply, since: Instant::now() }),
@@ -199,8 +237,10 @@ async fn run(
             message = incoming.recv() => {
                 let Some((from, bytes)) = message else { return };
                 match SignEnvelope::decode(&bytes) {
-                    Ok(SignEnvelope { zone, message }) => match cores.get_mut(usize::from(zone)) {
-                        Some(core) => {
+                    Ok(SignEnvelope { zone, message }) => match cores.get_mut(&zone) {
+                        // A zone served without a share here: its peers' sessions go on without it.
+                        Some(None) => {}
+                        Some(Some(core)) => {
                             if core.handle_message(now_us(), from, message).is_err() {
                                 // An RSA message for an EC zone or the reverse: no honest replica sends one.
                                 debug!(peer = from, zone, "signing message of the other kind of key than the zone's");
@@ -224,14 +264,14 @@ async fn run(
                 if let Some((zone, done, ran)) = done {
                     let times = job_times.entry((zone, ran.digest)).or_default();
                     if ran.combination { times.combine_ran(ran.start, ran.end) } else { times.share_ran(ran.start, ran.end) }
-                    if let Some(core) = cores.get_mut(usize::from(zone)) {
+                    if let Some(Some(core)) = cores.get_mut(&zone) {
                         core.job_done(done);
                     }
                 }
             }
             _ = async { tokio::time::sleep(timer.unwrap_or(Duration::from_secs(3600))).await }, if timer.is_some() => {
                 let now = now_us();
-                for core in cores.iter_mut().filter(|c| c.poll_timeout().is_some_and(|t| t <= now)) {
+                for core in cores.values_mut().flatten().filter(|c| c.poll_timeout().is_some_and(|t| t <= now)) {
                     core.handle_timeout(now);
                 }
             }
@@ -241,7 +281,7 @@ async fn run(
                 waiters.retain(|(zone, digest), ws| {
                     ws.retain(|w| !w.reply.is_closed());
                     if ws.is_empty() {
-                        if let Some(core) = cores.get_mut(usize::from(*zone)) {
+                        if let Some(Some(core)) = cores.get_mut(zone) {
                             core.abandon(digest);
                         }
                         false
@@ -255,9 +295,8 @@ async fn run(
             }
         }
         // Zone index order: every zone's outputs, the same way on every pass.
-        for (index, core) in cores.iter_mut().enumerate() {
-            // There are at most MAX_ZONES cores (config), far below u16::MAX.
-            let Ok(zone) = u16::try_from(index) else { break };
+        for (&zone, core) in cores.iter_mut() {
+            let Some(core) = core else { continue };
             while let Some(out) = core.poll_output() {
                 match out {
                     ZoneOutput::Broadcast { .. } | ZoneOutput::Send { .. } if fault == SigningFault::Silent => {}
@@ -297,10 +336,33 @@ async fn run(
                 }
             }
         }
-        let now = cores.iter().map(ZoneCore::shared_counts).fold((0, 0), |(spared, fallbacks), s| (spared + s.0, fallbacks + s.1));
+        let now = cores.values().flatten().map(ZoneCore::shared_counts).fold((0, 0), |(spared, fallbacks), s| (spared + s.0, fallbacks + s.1));
         if now != shared_seen {
-            metrics.add_shared_signing(now.0 - shared_seen.0, now.1 - shared_seen.1);
+            // A removed zone's core takes its counts with it.
+            metrics.add_shared_signing(now.0.saturating_sub(shared_seen.0), now.1.saturating_sub(shared_seen.1));
             shared_seen = now;
+        }
+    }
+}
+
+/// Zone `zone`'s core changes with the zone set: a removed zone's waiters are told so (its
+/// sessions end with its core).
+fn set_core(cores: &mut Cores, waiters: &mut HashMap<(u16, Digest), Vec<Waiter>>, zone: u16, core: Option<Option<ZoneCore>>) {
+    match core {
+        Some(core) => {
+            cores.insert(zone, core);
+        }
+        None => {
+            cores.remove(&zone);
+            waiters.retain(|(z, _), ws| {
+                if *z != zone {
+                    return true;
+                }
+                for w in ws.drain(..) {
+                    let _ = w.reply.send(Err(SignError::Failed(format!("zone index {zone} was removed"))));
+                }
+                false
+            });
         }
     }
 }
@@ -371,7 +433,8 @@ mod tests {
     #[tokio::test]
     async fn each_request_goes_to_the_zone_whose_key_it_names() {
         let (commands, mut rx) = mpsc::channel(4);
-        let signer = ThresholdSigner { commands, keys: vec![key("2.0.192.in-addr.arpa.", 111), key("example.test.", 222)] };
+        let keys = BTreeMap::from([(0, key("2.0.192.in-addr.arpa.", 111)), (1, key("example.test.", 222))]);
+        let signer = ThresholdSigner { commands, keys: std::sync::RwLock::new(keys) };
         // Zone A's name with zone B's key tag, a wrong algorithm, an unknown zone: no zone's key.
         for (zone, algorithm, tag) in [("example.test.", 8, 111), ("2.0.192.in-addr.arpa.", 8, 222), ("example.test.", 10, 222), ("other.test.", 8, 222)] {
             match signer.sign(request(zone, algorithm, tag)).await {
@@ -388,5 +451,19 @@ mod tests {
             let _ = reply.send(Ok(vec![index as u8]));
             assert_eq!(pending.await.unwrap().unwrap(), vec![index as u8]);
         }
+        // The zone set changes: zone 1 removed, a zone added under index 5 (indices are never
+        // reused), the loop told of each.
+        signer.set_zone(1, None, None).await;
+        assert!(matches!(rx.recv().await, Some(Command::Zone { zone: 1, core: None })));
+        signer.set_zone(5, Some(key("added.test.", 333)), None).await;
+        assert!(matches!(rx.recv().await, Some(Command::Zone { zone: 5, core: Some(None) })));
+        match signer.sign(request("example.test.", 8, 222)).await {
+            Err(SignError::UnknownKey { key_tag: 222, .. }) => {}
+            other => panic!("a removed zone's key still signs: {other:?}"),
+        }
+        let pending = tokio::spawn(signer.sign(request("added.test.", 8, 333)));
+        let Some(Command::Sign { zone: 5, reply, .. }) = rx.recv().await else { panic!("the added zone's request went elsewhere") };
+        let _ = reply.send(Ok(vec![5]));
+        assert_eq!(pending.await.unwrap().unwrap(), vec![5]);
     }
 }
