@@ -120,15 +120,6 @@ pub(crate) fn added_zone(s: &Settings, index: u16, entry: &ZoneEntry) -> Result<
         transfer_keys: first.map(|z| z.transfer_keys.clone()).unwrap_or_default(),
         also_notify: s.named.also_notify.clone(),
     };
-    if !settings.zone_file.is_file() {
-        // Served empty (SOA and NS only) rather than not at all: its checkpoint digest then
-        // differs from its peers', and state transfer brings the zone's data.
-        tracing::error!(replica = s.id, zone = entry.name, file = %settings.zone_file.display(), "no dealt zone file for the added zone: serving it empty until state transfer");
-        let placeholder = s.state_dir.join(format!("added-{}.db", entry.name.trim_end_matches('.')));
-        std::fs::write(&placeholder, format!("{} 3600 IN SOA invalid. invalid. 0 3600 600 86400 0\n{} 3600 IN NS invalid.\n", entry.name, entry.name))
-            .with_context(|| format!("writing {}", placeholder.display()))?;
-        settings.zone_file = placeholder;
-    }
     // The replica does not know the added key's algorithm: the configured zones' first, then the others dealt.
     let mut algorithms: Vec<u8> = s.zones.iter().map(|z| z.algorithm).collect();
     algorithms.extend([13, 8, 15, 10, 7, 5]);
@@ -141,6 +132,15 @@ pub(crate) fn added_zone(s: &Settings, index: u16, entry: &ZoneEntry) -> Result<
         );
     };
     settings.algorithm = algorithm;
+    if !settings.zone_file.is_file() {
+        // Served empty (SOA and NS only) rather than not at all: its checkpoint digest then
+        // differs from its peers', and state transfer brings the zone's data.
+        tracing::error!(replica = s.id, zone = entry.name, file = %settings.zone_file.display(), "no dealt zone file for the added zone: serving it empty until state transfer");
+        let placeholder = s.state_dir.join(format!("added-{}.db", entry.name.trim_end_matches('.')));
+        std::fs::write(&placeholder, format!("{} 3600 IN SOA invalid. invalid. 0 3600 600 86400 0\n{} 3600 IN NS invalid.\n", entry.name, entry.name))
+            .with_context(|| format!("writing {}", placeholder.display()))?;
+        settings.zone_file = placeholder;
+    }
     let key = public.zone_key(&apex, algorithm)?;
     if entry.key_digest != [0; 32] && key.ds_digest() != entry.key_digest {
         tracing::error!(
