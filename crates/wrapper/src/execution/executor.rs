@@ -22,6 +22,7 @@ use tracing::{error, info, warn};
 use crate::client::reply::{Delivery, ReplyTo};
 use crate::config::Settings;
 use crate::execution::pending::Pending;
+pub use crate::execution::zoneset::Background;
 use crate::execution::zoneset::{zone_by_apex, ZoneHost, ZoneMap};
 use crate::ops::metrics::Metrics;
 use crate::reads::read::{Lookup, ReadCache};
@@ -38,23 +39,6 @@ use exec::{Command, Delivered, Event, ExecCore, Item, Resume, UpdateGate, WriteI
 const WRITE_RETRY_MAX: Duration = Duration::from_secs(2);
 /// Attempts at reading the zone for a checkpoint digest before reporting it unavailable.
 const DIGEST_ATTEMPTS: u32 = 10;
-
-/// The background part of whole-zone signings, shared with the signing socket it uses
-/// and with the task that orders `SignZoneFinish`.
-pub struct Background {
-    /// The times the background signing socket signs with (the running signing's).
-    pub times: watch::Sender<Option<SignatureTimes>>,
-    /// This replica's part of a signing is done: (the batch it began at, the outcome).
-    pub finished: watch::Sender<Option<(u64, Result<(), String>)>>,
-}
-
-impl Background {
-    pub fn new() -> (Arc<Background>, watch::Receiver<Option<SignatureTimes>>) {
-        let (times, times_rx) = watch::channel(None);
-        let (finished, _) = watch::channel(None);
-        (Arc::new(Background { times, finished }), times_rx)
-    }
-}
 
 pub struct Executor<G: UpdateGate> {
     id: u16,

@@ -10,9 +10,27 @@ use std::sync::{Arc, RwLock};
 
 use exec::auth::zones::ZoneAuth;
 use exec::{UpdateDecision, UpdateGate, ZoneEntry};
+use named_glue::signer::SignatureTimes;
+use tokio::sync::watch;
 
-use crate::execution::executor::Background;
 use crate::zone::ZoneMaintenance;
+
+/// The background part of whole-zone signings, shared with the signing socket it uses
+/// and with the task that orders `SignZoneFinish`.
+pub struct Background {
+    /// The times the background signing socket signs with (the running signing's).
+    pub times: watch::Sender<Option<SignatureTimes>>,
+    /// This replica's part of a signing is done: (the batch it began at, the outcome).
+    pub finished: watch::Sender<Option<(u64, Result<(), String>)>>,
+}
+
+impl Background {
+    pub fn new() -> (Arc<Background>, watch::Receiver<Option<SignatureTimes>>) {
+        let (times, times_rx) = watch::channel(None);
+        let (finished, _) = watch::channel(None);
+        (Arc::new(Background { times, finished }), times_rx)
+    }
+}
 
 /// One served zone's parts at this replica.
 #[derive(Clone)]

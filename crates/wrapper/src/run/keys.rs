@@ -46,6 +46,13 @@ pub(super) fn load_zone_keys(s: &Settings) -> Result<Vec<(ZoneKeys, ZoneKey)>> {
     Ok(zone_keys)
 }
 
+/// Whether zone `index` keeps the layout of a single-zone state directory (its files at the
+/// top of named's directory): the one zone of a single-zone configuration, never re-added.
+/// Stable across changes of the zone set, so a zone's files stay where they are.
+pub(crate) fn single_layout(s: &Settings, index: u16) -> bool {
+    s.zones.len() == 1 && index == 0
+}
+
 /// A zone this replica serves, by the execution state's zone index.
 #[derive(Clone)]
 pub(crate) struct ServedZone {
@@ -190,7 +197,7 @@ pub(super) fn authenticator(s: &Settings, index: u16, zone: &ZoneSettings) -> Re
         .collect::<Result<Vec<_>>>()?;
     // The one zone of a single-zone configuration keeps its local key names, zones added
     // beside it at run time get their own.
-    let auth = if super::named::single_layout(s, index) {
+    let auth = if single_layout(s, index) {
         Authenticator::new(s.auth.mode, &updates, &transfers, sig0, named_glue::time::unix_now)
     } else {
         Authenticator::for_zone(index, s.auth.mode, &updates, &transfers, sig0, named_glue::time::unix_now)

@@ -13,7 +13,7 @@ use named_glue::supervisor::{NamedSpec, Supervisor};
 use named_glue::tools::BindTools;
 use tracing::info;
 
-use super::keys::{authenticator, load_tsig, local_policy, ServedZone};
+use super::keys::{authenticator, load_tsig, local_policy, single_layout, ServedZone};
 use crate::config::{Settings, ZoneSettings};
 use crate::execution::zoneset::SharedAuth;
 use exec::auth::tsig;
@@ -89,13 +89,6 @@ pub(super) fn prepare(s: &Settings, zones: &[ServedZone], catalog_serial: u32) -
 pub(crate) struct LocalKeys {
     pub maintenance: TsigKey,
     pub catchup: TsigKey,
-}
-
-/// Whether zone `index` keeps the layout of a single-zone state directory (its files at the
-/// top of named's directory): the one zone of a single-zone configuration, never re-added.
-/// Stable across changes of the zone set, so a zone's files stay where they are.
-pub(crate) fn single_layout(s: &Settings, index: u16) -> bool {
-    s.zones.len() == 1 && index == 0
 }
 
 /// named's configuration for `zones` and their update authentication; writes each zone's

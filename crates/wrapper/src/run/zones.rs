@@ -11,8 +11,8 @@ use anyhow::{anyhow, Context, Result};
 use tokio::sync::watch;
 use tracing::info;
 
-use super::keys::{added_zone, ServedZone};
-use super::named::{configure, single_layout, NamedParts, NamedSetup};
+use super::keys::{added_zone, single_layout, ServedZone};
+use super::named::{configure, NamedParts, NamedSetup};
 use super::requests::{spawn_zone_requests, ZoneRequests};
 use super::signing::{bind_background, signing_key, zone_core, zone_signer_threads, Backgrounds, SigningParts};
 use crate::config::{MaintenanceConfig, Settings, SigningConfig};

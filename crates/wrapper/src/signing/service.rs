@@ -206,33 +206,8 @@ async fn run(
         let timer = cores.values().flatten().filter_map(ZoneCore::poll_timeout).min().map(|t| Duration::from_micros(t.saturating_sub(now_us())));
         tokio::select! {
             command = commands.recv() => {
-                let (zone, algorithm, data, shared, reply) = match command {
-                    None => return,
-                    Some(Command::Sign { zone, algorithm, data, shared, reply }) => (zone, algorithm, data, shared, reply),
-                    Some(Command::Zone { zone, core }) => {
-                        set_core(&mut cores, &mut waiters, zone, core);
-                        continue;
-                    }
-                };
-                // `zone` comes from ThresholdSigner::zone_of, an index of the same zones.
-                let core = match cores.get_mut(&zone) {
-                    Some(Some(core)) => core,
-                    Some(None) => {
-                        // Served without a share of its key (docs/MULTIZONE.md): counted, so
-                        // that the operator sees which zone lacks its file.
-                        metrics.zone_signing_failed(zone);
-                        let _ = reply.send(Err(SignError::Failed(format!("no key share for zone index {zone} at this replica (zones/<zone>/share.json missing or not of the ordered key)"))));
-                        continue;
-                    }
-                    None => {
-                        let _ = reply.send(Err(SignError::Failed(format!("no signer for zone index {zone}"))));
-                        continue;
-                    }
-                };
-                match core.request(now_us(), algorithm, &data, shared) {
-                    Ok(digest) => waiters.entry((zone, digest)).or_default().push(Waiter { reply, since: Instant::now() }),
-                    Err(e) => { let _ = reply.send(Err(SignError::Failed(e))); }
-                }
+                let Some(command) = command else { return };
+                take_command(command, &mut cores, &mut waiters, &metrics);
             }
             message = incoming.recv() => {
                 let Some((from, bytes)) = message else { return };
@@ -341,6 +316,41 @@ async fn run(
             // A removed zone's core takes its counts with it.
             metrics.add_shared_signing(now.0.saturating_sub(shared_seen.0), now.1.saturating_sub(shared_seen.1));
             shared_seen = now;
+        }
+    }
+}
+
+/// A command from the signer: a signing request goes to its zone's core (or is answered
+/// with why it cannot), a change of the zone set replaces a core.
+fn take_command(command: Command, cores: &mut Cores, waiters: &mut HashMap<(u16, Digest), Vec<Waiter>>, metrics: &Metrics) {
+    let (zone, algorithm, data, shared, reply) = match command {
+        Command::Sign { zone, algorithm, data, shared, reply } => (zone, algorithm, data, shared, reply),
+        Command::Zone { zone, core } => {
+            set_core(cores, waiters, zone, core);
+            return;
+        }
+    };
+    // `zone` comes from ThresholdSigner::zone_of, an index of the same zones.
+    let core = match cores.get_mut(&zone) {
+        Some(Some(core)) => core,
+        Some(None) => {
+            // Served without a share of its key (docs/MULTIZONE.md): counted, so that the
+            // operator sees which zone lacks its file.
+            metrics.zone_signing_failed(zone);
+            let _ = reply.send(Err(SignError::Failed(format!(
+                "no key share for zone index {zone} at this replica (zones/<zone>/share.json missing or not of the ordered key)"
+            ))));
+            return;
+        }
+        None => {
+            let _ = reply.send(Err(SignError::Failed(format!("no signer for zone index {zone}"))));
+            return;
+        }
+    };
+    match core.request(now_us(), algorithm, &data, shared) {
+        Ok(digest) => waiters.entry((zone, digest)).or_default().push(Waiter { reply, since: Instant::now() }),
+        Err(e) => {
+            let _ = reply.send(Err(SignError::Failed(e)));
         }
     }
 }
