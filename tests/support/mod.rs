@@ -2,6 +2,7 @@
 //! with the patched named, driven by BIND's own dig, nsupdate, delv, dnssec-verify.
 
 pub mod bind;
+pub mod consumer;
 pub mod probe;
 
 pub use bind::Nsupdate;

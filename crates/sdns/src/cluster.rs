@@ -514,7 +514,7 @@ pub fn admin_token_file(dir: &Path, i: u16) -> std::path::PathBuf {
 }
 
 /// Reads an admin token file; a replica writes it as it starts, so wait a little for it.
-fn read_token(path: &Path) -> Result<String> {
+pub(crate) fn read_token(path: &Path) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match std::fs::read_to_string(path) {

@@ -10,6 +10,7 @@ mod cluster;
 mod files;
 mod keygen;
 mod voting;
+mod zone;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -101,6 +102,15 @@ enum Cmd {
         #[arg(long)]
         zone: Option<String>,
     },
+    /// Add a zone to the running cluster, or remove one: an ordered change that runs at the
+    /// same point of the log on every replica once t+1 replicas asked for it (each signs its
+    /// request with its identity key). Each replica's answer is printed. Exit status: 0 the
+    /// change executed, 3 counted but fewer than t+1 replicas asked so far (ask others
+    /// within the cluster's sign_zone_window_s), 2 refused or an error.
+    Zone {
+        #[command(subcommand)]
+        action: ZoneCmd,
+    },
     /// Ask every replica and print the answer a quorum gave (the voting client). Exit status:
     /// 0 accepted, 2 bad arguments, 3 no quorum, 4 timeout.
     Query(crate::voting::QueryArgs),
@@ -113,6 +123,41 @@ enum Cmd {
     Cluster {
         #[command(subcommand)]
         action: ClusterCmd,
+    },
+}
+
+/// The replicas `sdns zone` asks, as `sdns sign-zone` takes them.
+#[derive(Args)]
+struct AdminArgs {
+    /// A replica's metrics/admin address (loopback on the replica's host).
+    #[arg(long, required = true)]
+    admin: Vec<SocketAddr>,
+    /// That replica's admin token file (`admin.token` in its state directory), in the same
+    /// order as --admin.
+    #[arg(long, required = true)]
+    token: Vec<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum ZoneCmd {
+    /// Serve ZONE, dealt beforehand with `sdns keygen --add-zone` (each replica holding its
+    /// zones/<zone>/ files). Every replica asked checks the key against the one it was dealt.
+    Add {
+        zone: String,
+        /// The zone's key: its SHA-256 DS digest (the last field of zones/<zone>/ds.txt).
+        #[arg(long, required_unless_present = "dir", conflicts_with = "dir")]
+        key_digest: Option<String>,
+        /// The dealer's directory (keygen's --out): the digest is read from its zones/<zone>/ds.txt.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        replicas: AdminArgs,
+    },
+    /// Stop serving ZONE (never the last one).
+    Remove {
+        zone: String,
+        #[command(flatten)]
+        replicas: AdminArgs,
     },
 }
 
@@ -386,6 +431,21 @@ fn main() -> ExitCode {
             Err(e) => Err(e.into()),
         },
         Cmd::SignZone { admin, token, zone } => crate::cluster::sign_zone(&admin, &token, zone.as_deref()).map(|outcome| println!("{outcome}")),
+        Cmd::Zone { action } => {
+            let asked = match action {
+                ZoneCmd::Add { zone, key_digest, dir, replicas } => crate::zone::key_digest(&zone, key_digest.as_deref(), dir.as_deref())
+                    .and_then(|digest| crate::zone::change(&replicas.admin, &replicas.token, &zone, Some(digest))),
+                ZoneCmd::Remove { zone, replicas } => crate::zone::change(&replicas.admin, &replicas.token, &zone, None),
+            };
+            match asked {
+                Ok(crate::zone::Outcome::Executed) => Ok(()),
+                Ok(crate::zone::Outcome::Counted) => {
+                    eprintln!("sdns: counted, not executed yet: fewer than t+1 replicas asked for it so far");
+                    return ExitCode::from(3);
+                }
+                Err(e) => Err(e),
+            }
+        }
         Cmd::Cluster { action } => match action {
             ClusterCmd::Up { cluster, dir } => crate::cluster::up(&cluster.params(), &dir),
             ClusterCmd::Down { cluster, dir } => crate::cluster::down(cluster.replicas, &dir),

@@ -1,10 +1,12 @@
 //! The replica's loopback HTTP endpoint: GET /metrics (OpenMetrics text) and GET /status
-//! (JSON) from [`Metrics`], and the admin route POST /admin/sign-zone, which orders through
-//! the gateway; and the small client `sdns cluster status` and `sdns sign-zone` use. Both are
-//! hyper's HTTP/1 (server and client connections, no framework: three routes).
+//! (JSON) from [`Metrics`], and the admin routes POST /admin/sign-zone and POST /admin/zone,
+//! which order through the gateway; and the small client `sdns cluster status`, `sdns
+//! sign-zone` and `sdns zone` use. Both are hyper's HTTP/1 (server and client connections, no
+//! framework: four routes).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,12 +22,17 @@ use tracing::debug;
 use crate::ops::metrics::Metrics;
 
 /// What the admin route needs: the gateway to order through, the bearer token every
-/// POST must carry, and this replica's key to sign its sign-zone requests with.
+/// POST must carry, and this replica's key to sign its sign-zone and zone-set requests with.
 pub struct Admin {
     pub gateway: Arc<crate::front::gateway::Gateway>,
     pub token: String,
-    /// Each zone's name and sign-zone signer, in zone index order.
+    /// Each zone's name and sign-zone signer, in zone index order. The first also signs
+    /// zone-set requests (any would: the signature is the replica's identity key's, and
+    /// one signer keeps their stamps strictly increasing).
     pub signers: Vec<(String, Arc<exec::SignZoneSigner>)>,
+    /// The replica's directory, holding the dealt `zones/<zone>/`: an added zone's key
+    /// digest is checked against the `zone.pub.json` there.
+    pub dealt_dir: PathBuf,
 }
 
 /// The admin token's file in a replica's state directory.
@@ -62,6 +69,9 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_REQUEST: usize = 8192;
 /// How long an authorised sign-zone request waits for its outcome.
 const SIGN_ZONE_WAIT: Duration = Duration::from_secs(3600);
+/// How long an authorised zone-set request waits for its outcome: counted at once, or the
+/// change executed (named restarted on the changed zone set); the ordering keeps it as long.
+const ZONE_SET_WAIT: Duration = Duration::from_secs(600);
 /// Every connection ends by then, whatever it does (a sign-zone request waits longest).
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(3600 + 60);
 
@@ -172,15 +182,18 @@ async fn respond(
         return Ok(reply(StatusCode::FORBIDDEN, TEXT, format!("the Host header must name this endpoint ({local}, or localhost on loopback)\n")));
     }
     let response = match (request.method(), request.uri().path()) {
-        (&Method::POST, "/admin/sign-zone") => match admin {
+        (&Method::POST, path @ ("/admin/sign-zone" | "/admin/zone")) => match admin {
             Some(admin) => {
                 let presented = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
-                if same_secret(presented.trim().as_bytes(), admin.token.as_bytes()) {
+                if !same_secret(presented.trim().as_bytes(), admin.token.as_bytes()) {
+                    reply(StatusCode::UNAUTHORIZED, TEXT, "the admin token (state directory, admin.token) is required\n")
+                } else if path == "/admin/zone" {
+                    let (code, outcome) = change_zone_set(&admin, request.uri().query()).await;
+                    reply(code, TEXT, outcome + "\n")
+                } else {
                     let outcome = sign_zones(&admin, request.uri().query()).await;
                     let code = if outcome.starts_with("error") { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::OK };
                     reply(code, TEXT, outcome + "\n")
-                } else {
-                    reply(StatusCode::UNAUTHORIZED, TEXT, "the admin token (state directory, admin.token) is required\n")
                 }
             }
             None => reply(StatusCode::NOT_FOUND, TEXT, "no admin here\n"),
@@ -246,6 +259,122 @@ async fn sign_zone(admin: &Admin, zone: u16, signer: &exec::SignZoneSigner) -> S
     }
 }
 
+/// The change a zone-set request asks for: `action=add|remove`, `zone=NAME` and, for an
+/// add, `key=HEX` (the zone's SHA-256 DS digest, 64 hex digits, as in its `ds.txt`). Names
+/// need no escapes (letters, digits, `-`, `_`, dots), so none are decoded: a `%` is refused.
+fn zone_change_asked(query: Option<&str>) -> Result<exec::ZoneSetChange, String> {
+    let (mut action, mut zone, mut key) = (None, None, None);
+    for kv in query.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
+        match kv.split_once('=') {
+            Some(("action", v)) => action = Some(v),
+            Some(("zone", v)) => zone = Some(v),
+            Some(("key", v)) => key = Some(v),
+            _ => return Err(format!("error: unknown parameter {kv:?} (action=add|remove, zone=NAME, key=DS-DIGEST)")),
+        }
+    }
+    let zone = zone.filter(|z| !z.is_empty()).ok_or("error: name the zone (zone=NAME)")?;
+    let labels_empty = zone.trim_end_matches('.').split('.').any(str::is_empty);
+    if labels_empty || !zone.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+        return Err(format!("error: {zone:?} is not a zone name (labels of letters, digits, '-' and '_', between dots)"));
+    }
+    match (action, key) {
+        (Some("add"), Some(key)) => {
+            let digest = parse_digest(key).ok_or_else(|| format!("error: key={key:?} is not a SHA-256 DS digest (64 hex digits)"))?;
+            Ok(exec::ZoneSetChange::new(exec::ZoneSetAction::Add, zone, digest))
+        }
+        (Some("add"), None) => Err("error: an add names the zone's key: key=<its SHA-256 DS digest, from zones/<zone>/ds.txt>".into()),
+        (Some("remove"), None) => Ok(exec::ZoneSetChange::new(exec::ZoneSetAction::Remove, zone, [0; 32])),
+        (Some("remove"), Some(_)) => Err("error: a removal names the zone only (no key=)".into()),
+        (other, _) => Err(format!("error: action={} is neither add nor remove", other.unwrap_or(""))),
+    }
+}
+
+/// 64 hex digits (either case) as 32 bytes.
+pub fn parse_digest(hex: &str) -> Option<[u8; 32]> {
+    let hex = hex.as_bytes();
+    if hex.len() != 64 || !hex.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (byte, pair) in out.iter_mut().zip(hex.chunks(2)) {
+        let pair = std::str::from_utf8(pair).ok()?;
+        *byte = u8::from_str_radix(pair, 16).ok()?;
+    }
+    Some(out)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02X}")).collect()
+}
+
+/// For an add: the digest must be the DS digest of the key this replica was dealt for the
+/// zone (`zones/<zone>/zone.pub.json`), so that a mistyped digest is the operator's error
+/// here rather than a request that can never make t+1. A replica without the file asks all
+/// the same: the zone set must not depend on local files (it serves the zone unsigned and
+/// counts as faulty for its signing, docs/MULTIZONE.md).
+fn check_dealt_key(dealt_dir: &std::path::Path, change: &exec::ZoneSetChange) -> Result<(), String> {
+    if change.action != exec::ZoneSetAction::Add {
+        return Ok(());
+    }
+    let path = dealt_dir.join(crate::config::zone_dir_name(&change.name)).join("zone.pub.json");
+    if !path.exists() {
+        return Ok(());
+    }
+    let apex = hickory_proto::rr::Name::from_ascii(&change.name).map_err(|e| format!("error: {:?} is not a zone name: {e}", change.name))?;
+    let digests = crate::files::ds_digests(&path, &apex).map_err(|e| format!("error: {e:#}"))?;
+    if digests.iter().any(|(_, d)| *d == change.key_digest) {
+        return Ok(());
+    }
+    let dealt: Vec<String> = digests.iter().map(|(alg, d)| format!("{} (algorithm {alg})", hex(d))).collect();
+    Err(format!(
+        "error: this replica was dealt another key for {}: {} gives the DS digest {}, the request names {}; nothing was asked",
+        change.name,
+        path.display(),
+        dealt.join(" or "),
+        hex(&change.key_digest)
+    ))
+}
+
+/// POST /admin/zone: this replica's request for a zone-set change, signed with its identity
+/// key and ordered; the execution core's answer with its status code: 200 the change
+/// executed here ("added ..."/"removed ..."), 202 counted but fewer than t+1 replicas asked
+/// so far, 409 refused by the zone set, 400 a request this replica does not make, 500 an
+/// error.
+async fn change_zone_set(admin: &Admin, query: Option<&str>) -> (StatusCode, String) {
+    let change = match zone_change_asked(query).and_then(|c| check_dealt_key(&admin.dealt_dir, &c).map(|()| c)) {
+        Ok(change) => change,
+        Err(text) => return (StatusCode::BAD_REQUEST, text),
+    };
+    let Some((_, signer)) = admin.signers.first() else { return (StatusCode::INTERNAL_SERVER_ERROR, "error: this replica has no signing identity".into()) };
+    let now_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
+    let auth = match signer.sign_zone_set(&change, now_us) {
+        Ok(auth) => auth,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("error: cannot sign the request: {e}")),
+    };
+    let (reply, mut rx) = crate::client::reply::ReplyTo::internal();
+    admin.gateway.order(exec::envelope::Op::ZoneSet { change, auth }, reply).await;
+    let text = match tokio::time::timeout(ZONE_SET_WAIT, rx.recv()).await {
+        Ok(Some(answer)) => String::from_utf8_lossy(&answer.bytes).into_owned(),
+        Ok(None) => "error: the request was dropped before it was ordered".into(),
+        Err(_) => format!("error: no outcome within {} s (see sdns cluster status)", ZONE_SET_WAIT.as_secs()),
+    };
+    (zone_set_code(&text), text)
+}
+
+/// The status code of the execution core's answer to a zone-set request (its wording:
+/// exec's `ExecCore::zone_set_request`).
+fn zone_set_code(text: &str) -> StatusCode {
+    if text.starts_with("added ") || text.starts_with("removed ") {
+        StatusCode::OK
+    } else if text.starts_with("counted: ") {
+        StatusCode::ACCEPTED
+    } else if text.starts_with("refused: ") {
+        StatusCode::CONFLICT
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    }
+}
+
 /// The most of an answer the client keeps (a /metrics text is a few KiB).
 const MAX_ANSWER: usize = 4 << 20;
 
@@ -280,6 +409,13 @@ fn block_on<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> anyho
 /// GET `path` (the body, whatever the status code).
 pub fn get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
     Ok(block_on(request(addr, Method::GET, path, &[], Duration::from_secs(3)))?.1)
+}
+
+/// POST to a replica's zone-set admin route with its bearer token: the status code and
+/// the answer, whatever the code (a count, a refusal and an execution are all answers).
+pub fn post_zone_set(addr: SocketAddr, path: &str, token: &str) -> anyhow::Result<(u16, String)> {
+    let auth = format!("Bearer {token}");
+    block_on(request(addr, Method::POST, path, &[("authorization", &auth)], ZONE_SET_WAIT + Duration::from_secs(30)))
 }
 
 /// POST to a replica's admin route with its bearer token; an error unless it answers 200.
@@ -336,8 +472,62 @@ mod tests {
         assert_eq!(status.id, 7);
         assert_eq!(request(addr, Method::GET, "/metrics", &[("origin", "https://evil.example")], within).await.unwrap().0, 403);
         assert_eq!(request(addr, Method::POST, "/admin/sign-zone", &[("authorization", "Bearer x")], within).await.unwrap().0, 404);
+        assert_eq!(request(addr, Method::POST, "/admin/zone?action=remove&zone=x", &[("authorization", "Bearer x")], within).await.unwrap().0, 404);
         assert_eq!(request(addr, Method::POST, "/status", &[], within).await.unwrap().0, 405);
         assert_eq!(request(addr, Method::GET, "/", &[], within).await.unwrap().0, 404);
+    }
+
+    #[test]
+    fn a_zone_set_request_is_read_from_the_query_or_refused() {
+        let digest = "ab".repeat(32);
+        let add = zone_change_asked(Some(&format!("action=add&zone=New.Test&key={digest}"))).unwrap();
+        assert_eq!(add, exec::ZoneSetChange::new(exec::ZoneSetAction::Add, "new.test.", [0xab; 32]));
+        assert_eq!(add.name, "new.test.");
+        let remove = zone_change_asked(Some("zone=old.test.&action=remove")).unwrap();
+        assert_eq!((remove.action, remove.name.as_str(), remove.key_digest), (exec::ZoneSetAction::Remove, "old.test.", [0; 32]));
+        for bad in [
+            None,
+            Some("action=add&zone=new.test".to_string()),
+            Some(format!("action=add&zone=new.test&key={}", &digest[..62])),
+            Some(format!("action=add&zone=new.test&key={}zz", &digest[..62])),
+            Some(format!("action=remove&zone=old.test&key={digest}")),
+            Some("action=rename&zone=old.test".to_string()),
+            Some("action=remove".to_string()),
+            Some("action=remove&zone=".to_string()),
+            Some("action=remove&zone=a..b".to_string()),
+            Some("action=remove&zone=..".to_string()),
+            Some("action=remove&zone=a%2eb".to_string()),
+            Some("action=remove&zone=a/b".to_string()),
+            Some("action=remove&zone=old.test&extra=1".to_string()),
+        ] {
+            let e = zone_change_asked(bad.as_deref()).unwrap_err();
+            assert!(e.starts_with("error: "), "{bad:?}: {e}");
+        }
+        assert_eq!(parse_digest(&"0F".repeat(32)), Some([0x0f; 32]));
+        assert_eq!(parse_digest("+f".repeat(32).as_str()), None, "from_str_radix takes a sign; a digest does not");
+    }
+
+    #[test]
+    fn an_added_zones_digest_must_be_the_dealt_keys() {
+        use crate::files::tests::TestRng;
+        let dir = tempfile::tempdir().unwrap();
+        let (pk, _) = threshold_ec::deal(threshold_ec::Algorithm::EcdsaP256Sha256, 4, 1, &mut TestRng(5)).unwrap();
+        std::fs::create_dir_all(dir.path().join("zones/new.test")).unwrap();
+        std::fs::write(dir.path().join("zones/new.test/zone.pub.json"), serde_json::to_string(&pk).unwrap()).unwrap();
+        let apex = hickory_proto::rr::Name::from_ascii("new.test.").unwrap();
+        let ds = crate::files::ThresholdPublic::load(&dir.path().join("zones/new.test/zone.pub.json"), 13).unwrap().zone_key(&apex, 13).unwrap().ds_digest();
+        let add = |digest| exec::ZoneSetChange::new(exec::ZoneSetAction::Add, "New.Test", digest);
+        assert_eq!(check_dealt_key(dir.path(), &add(ds)), Ok(()));
+        let e = check_dealt_key(dir.path(), &add([1; 32])).unwrap_err();
+        assert!(e.contains("dealt another key for new.test.") && e.contains(&hex(&ds)) && e.contains(&hex(&[1; 32])), "{e}");
+        // Without the dealt file the replica asks all the same; a removal names no key.
+        assert_eq!(check_dealt_key(dir.path(), &exec::ZoneSetChange::new(exec::ZoneSetAction::Add, "other.test", [1; 32])), Ok(()));
+        assert_eq!(check_dealt_key(dir.path(), &exec::ZoneSetChange::new(exec::ZoneSetAction::Remove, "new.test", [0; 32])), Ok(()));
+        assert_eq!(zone_set_code("added new.test. as zone 2 at seq 9; its first signing begins there"), StatusCode::OK);
+        assert_eq!(zone_set_code("removed new.test. (zone 2) at seq 9"), StatusCode::OK);
+        assert_eq!(zone_set_code("counted: 1 of the 2 replicas needed asked to add new.test."), StatusCode::ACCEPTED);
+        assert_eq!(zone_set_code("refused: new.test. is served already"), StatusCode::CONFLICT);
+        assert_eq!(zone_set_code("error: the request was dropped before it was ordered"), StatusCode::INTERNAL_SERVER_ERROR);
     }
 
     #[test]

@@ -124,6 +124,28 @@ impl ThresholdShare {
     }
 }
 
+/// The algorithms sdns deals threshold keys of (`sdns keygen --algorithm`).
+const DEALT_ALGORITHMS: [u8; 4] = [8, 10, 13, 15];
+
+/// The SHA-256 DS digests (RFC 4509) that the public key file at `path` gives `zone`, with
+/// the algorithm of each: what `sdns keygen` writes to the zone's `ds.txt`. One per
+/// algorithm the file reads as: an RSA key file does not say whether it was dealt for 8 or
+/// 10 (both are listed), an EC one names its own.
+pub fn ds_digests(path: &Path, zone: &Name) -> anyhow::Result<Vec<(u8, [u8; 32])>> {
+    let mut digests = Vec::new();
+    let mut last_error = None;
+    for algorithm in DEALT_ALGORITHMS {
+        match ThresholdPublic::load(path, algorithm).and_then(|public| public.zone_key(zone, algorithm)) {
+            Ok(key) => digests.push((algorithm, key.ds_digest())),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    match (digests.is_empty(), last_error) {
+        (true, Some(e)) => Err(e.context(format!("{}: not a threshold public key sdns deals", path.display()))),
+        _ => Ok(digests),
+    }
+}
+
 /// The zone's key as named must see it, from the threshold RSA public key.
 pub fn zone_key(zone: &Name, algorithm: u8, public: &shoup_rsa::PublicKey) -> anyhow::Result<ZoneKey> {
     let e = public.public_exponent().to_be_bytes();
@@ -216,6 +238,10 @@ pub(crate) mod tests {
             assert!(ThresholdShare::load(&share_path, other).is_err());
             assert!(ThresholdPublic::load(&pub_path, 8).is_err());
             assert!(public.zone_key(&zone, other).is_err());
+            // The DS digest an added zone's request names: the file's own algorithm only.
+            assert_eq!(ds_digests(&pub_path, &zone).unwrap(), vec![(n, key.ds_digest())]);
         }
+        fs::write(dir.path().join("junk.json"), "{}").unwrap();
+        assert!(ds_digests(&dir.path().join("junk.json"), &zone).is_err());
     }
 }

@@ -137,19 +137,22 @@ pub(super) async fn start_listeners(
 /// The metrics and admin endpoint's settings.
 pub(super) struct EndpointConfig {
     pub listen: SocketAddr,
-    /// Where the admin token is written for `sdns sign-zone`.
+    /// Where the admin token is written for `sdns sign-zone` and `sdns zone`.
     pub token_file: PathBuf,
+    /// The replica's directory (its file's), where the dealt `zones/<zone>/` are.
+    pub dealt_dir: PathBuf,
 }
 
 impl EndpointConfig {
     /// `None` when `metrics.listen` is not set.
     pub fn from_settings(s: &Settings) -> Option<EndpointConfig> {
         let listen = s.metrics.listen?;
-        Some(EndpointConfig { listen, token_file: s.state_dir.join(endpoint::ADMIN_TOKEN_FILE) })
+        let dealt_dir = std::path::absolute(&s.path).ok().and_then(|p| p.parent().map(PathBuf::from)).unwrap_or_default();
+        Some(EndpointConfig { listen, token_file: s.state_dir.join(endpoint::ADMIN_TOKEN_FILE), dealt_dir })
     }
 }
 
-/// Serves metrics, `/status` and the admin requests (`sdns sign-zone`) if configured.
+/// Serves metrics, `/status` and the admin requests (`sdns sign-zone`, `sdns zone`) if configured.
 pub(super) fn start_endpoint(
     cfg: Option<EndpointConfig>,
     zones: Vec<String>,
@@ -160,7 +163,7 @@ pub(super) fn start_endpoint(
 ) -> Result<()> {
     let Some(cfg) = cfg else { return Ok(()) };
     let token = endpoint::write_admin_token(&cfg.token_file).context("writing the admin token")?;
-    let admin = Arc::new(endpoint::Admin { gateway: gateway.clone(), token, signers: zones.into_iter().zip(signers).collect() });
+    let admin = Arc::new(endpoint::Admin { gateway: gateway.clone(), token, signers: zones.into_iter().zip(signers).collect(), dealt_dir: cfg.dealt_dir });
     tasks.spawn("metrics and admin endpoint", endpoint::serve(cfg.listen, metrics.clone(), Some(admin)));
     Ok(())
 }
