@@ -270,7 +270,7 @@ mod types;
 pub use codec::{new_view_digest, request_digest, view_change_digest, DecodeError, WIRE_VERSION};
 pub use message::{CheckpointClaim, Message, NewView, PrePreparedEntry, PreparedEntry, StatusReport, ViewChange};
 pub use persist::{checkpoint_state_digest, Persist, PersistedState, RestoreError, TransferMismatch, Transferred};
-pub use replica::{Action, Replica, Status};
+pub use replica::{Action, Replica, Status, Suspicion};
 pub use types::{
     Batch, CheckpointError, ClientEntry, Config, ConfigError, DeliveryBase, Digest, Limits, OriginBudgets, Proposal, ReplicaId, Request, RequestKey,
     StateTransferError, SubmitError, Time, DEDUP_WINDOW, REQUEST_OVERHEAD,

@@ -60,6 +60,28 @@ pub struct Status {
     /// Protocol violations per (peer, what it did), for attribution in logs and metrics.
     /// Bounded: the kinds are the core's fixed reasons.
     pub faults: BTreeMap<(ReplicaId, &'static str), u64>,
+    /// The last time this replica's own request timer made it suspect a primary (not a view
+    /// change it joined or one that failed): what it waited for and against what timeout.
+    pub last_suspicion: Option<Suspicion>,
+}
+
+/// What a replica's request timer saw when it suspected a primary: enough for a log line to
+/// tell a primary that did not order from a timeout that was too tight for the moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Suspicion {
+    /// The view whose primary was suspected.
+    pub view: u64,
+    pub at: Time,
+    /// Requests awaited then (own and other origins').
+    pub awaited: usize,
+    /// How long the oldest of them had been known here.
+    pub oldest_wait: std::time::Duration,
+    /// Whether the oldest was this replica's own request.
+    pub oldest_own: bool,
+    /// The request timeout in force (see [`Replica::current_request_timeout`]).
+    pub timeout: std::time::Duration,
+    /// The ordering latency estimate the timeout adapts to (a quarter of it, at most).
+    pub observed: std::time::Duration,
 }
 
 /// A gap between inputs of this many retransmit intervals is a pause (see `Replica::observe`):
@@ -408,6 +430,8 @@ pub struct Replica {
     /// Delivery bases captured at delivered checkpoints; the first is the durable one (the
     /// latest snapshot's), and committed batches after it stay in `retained`.
     bases: BTreeMap<u64, DeliveryBase>,
+    /// See [`Status::last_suspicion`] (diagnostics only: nothing decides on it).
+    last_suspicion: Option<Suspicion>,
 }
 
 impl Replica {
@@ -477,6 +501,7 @@ impl Replica {
             generation: 0,
             records_since_snapshot: 0,
             bases: BTreeMap::from([(0, DeliveryBase::genesis())]),
+            last_suspicion: None,
             config,
         };
         replica.arm_batch_timer();
@@ -752,6 +777,21 @@ impl Replica {
             misbehaviour: self.misbehaviour.clone(),
             last_misbehaviour: self.last_misbehaviour,
             faults: self.faults.clone(),
+            last_suspicion: self.last_suspicion,
+        }
+    }
+
+    /// What the request timer sees now, before it suspects `view`'s primary.
+    fn suspicion(&self, view: u64, now: Time) -> Suspicion {
+        let oldest = self.awaited.values().min_by_key(|a| a.since.0);
+        Suspicion {
+            view,
+            at: now,
+            awaited: self.awaited.len(),
+            oldest_wait: std::time::Duration::from_micros(oldest.map_or(0, |a| now.0.saturating_sub(a.since.0))),
+            oldest_own: oldest.is_some_and(|a| a.own),
+            timeout: self.request_timeout(),
+            observed: std::time::Duration::from_micros(self.order_latency_us),
         }
     }
 
@@ -937,6 +977,7 @@ impl Replica {
                     // are still coming). Suspecting itself would let one origin cost a view.
                     self.timers.arm(Timer::Request, now.plus(self.request_timeout()));
                 } else if let Some(view) = self.phase.ordering_view() {
+                    self.last_suspicion = Some(self.suspicion(view, now));
                     // Peers that have not seen these requests yet (they reach everyone only after a
                     // retransmit interval) start their own timers now, so f+1 suspicions, and with
                     // them the view change, follow one timeout later rather than two intervals.

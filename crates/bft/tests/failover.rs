@@ -180,6 +180,14 @@ fn a_crashed_primary_is_replaced_after_the_minimum_timeout() {
     }
     let done = net.delivered[1].iter().position(|b| b.requests.iter().any(|r| r.client == 71)).unwrap();
     assert!(net.delivered[1][done].view >= 1);
+    // Each backup's timer suspected view 0's primary, and its status says what it waited for:
+    // its own request (the oldest), the three requests, longer than the 250 ms it allowed.
+    for at in 1..4 {
+        let s = net.replicas[at].status().last_suspicion.unwrap_or_else(|| panic!("replica {at} records its suspicion"));
+        assert_eq!((s.view, s.timeout, s.awaited), (0, Duration::from_millis(250), 3), "replica {at}: {s:?}");
+        assert!(s.oldest_wait >= s.timeout && s.oldest_wait < Duration::from_millis(300), "replica {at}: {s:?}");
+        assert!(ms(s.at, crashed) >= 250, "replica {at}: {s:?}");
+    }
 }
 
 /// One backup's clients alone: the others learn its requests only from its retransmission,

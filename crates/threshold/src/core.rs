@@ -171,6 +171,8 @@ pub struct Stats {
     /// Retries asking this replica for its share in a shared session it was not designated
     /// for, ignored (see [`SignerCore::request_shared`]).
     pub retries_ignored: u64,
+    /// OPT-TE: k-subsets of shares combined and checked (the trials), found valid or not.
+    pub subsets_tried: u64,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -667,6 +669,7 @@ impl SignerCore {
     fn progress(&mut self, digest: Digest) {
         let k = usize::from(self.keys.threshold());
         let t = usize::from(self.keys.public().max_faults());
+        let (suspects, now_us) = (&self.suspects, self.now_us);
         let Some(s) = self.sessions.get_mut(&digest) else { return };
         if s.combining {
             s.dirty = true;
@@ -684,7 +687,13 @@ impl SignerCore {
         if self.protocol == Protocol::OptTe {
             // Any 2t+1 shares hold t+1 good ones; try subsets of at most that many (or k,
             // when the dealer chose a threshold above 2t+1), and only with more shares than
-            // the last failed attempt had.
+            // the last failed attempt had. Shares of peers shown bad in recent sessions go
+            // last (stably, by id otherwise): the subsets are tried in order, so with the
+            // corrupted signers known the first one tried combines, instead of the trials
+            // starting with the nearest signers' shares, bad or not, and a check of every
+            // other share after a success that was not the first.
+            let suspected = |share: &SignatureShare| share.index.checked_sub(1).is_some_and(|peer| suspects.get(&peer).is_some_and(|&until| until > now_us));
+            candidates.sort_by_key(suspected);
             candidates.truncate((2 * t + 1).max(k));
             if candidates.len() <= s.tried_with {
                 return;
@@ -711,6 +720,9 @@ impl SignerCore {
         };
         if self.protocol == Protocol::OptTe && result.is_err() {
             s.tried_with = tried;
+        }
+        if let (Protocol::OptTe, Ok(Combined { attempts, .. }) | Err(CombineError::NeedMoreShares { attempts, .. })) = (self.protocol, &result) {
+            self.stats.subsets_tried += attempts;
         }
         match result {
             Ok(Combined { signature, bad, .. }) => {

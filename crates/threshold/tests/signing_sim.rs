@@ -417,6 +417,40 @@ fn corrupted_replicas_are_blamed_by_opt_te() {
     assert_eq!(sim.blamed[0], BTreeSet::from([1]), "exactly the corrupted replica is blamed");
 }
 
+/// Once replica 0 has blamed the corrupted replica 1, OPT-TE tries the others' shares first:
+/// in the next session the first subset with the honest share combines (one trial), where
+/// trials in id order began with the corrupted share again (two, and a check of the rest).
+#[test]
+fn opt_te_tries_the_shares_of_blamed_replicas_last() {
+    let n = 4;
+    let faults = vec![Fault::Honest, Fault::CorruptShares, Fault::Honest, Fault::Honest];
+    let mut sim = Sim::new(7, n, Protocol::OptTe, faults, 0);
+    let mut trials = Vec::new();
+    for (now_us, data) in [(1, &b"first"[..]), (3, &b"second"[..])] {
+        let mut digest = None;
+        for i in 0..n {
+            let d = sim.cores[usize::from(i)].request(now_us, ALG, data).unwrap();
+            digest.get_or_insert(d);
+            sim.drain(i);
+        }
+        let share_from = |sim: &Sim, from: u16| {
+            sim.queue.iter().find(|q| q.1 == from && q.2 == 0 && matches!(&q.3, SignMessage::Share { digest: d, .. } if Some(*d) == digest)).unwrap().3.clone()
+        };
+        let (bad, good) = (share_from(&sim, 1), share_from(&sim, 2));
+        let before = sim.cores[0].stats().subsets_tried;
+        sim.cores[0].handle_message(now_us, 1, bad);
+        sim.drain(0);
+        sim.cores[0].handle_message(now_us, 2, good);
+        sim.drain(0);
+        assert!(sim.done[0].contains_key(&digest.unwrap()), "{data:?} signed");
+        trials.push(sim.cores[0].stats().subsets_tried - before);
+    }
+    // Each session: {0, 1} fails when the bad share comes first. Then the first session tries
+    // {0, 1} again and {0, 2}; the second, with 1 blamed, {0, 2} alone.
+    assert_eq!(trials, vec![3, 2]);
+    assert_eq!(sim.blamed[0], BTreeSet::from([1]), "exactly the corrupted replica is blamed");
+}
+
 #[test]
 fn no_share_for_data_not_asked_locally() {
     // Replica 1 asks for a signature nobody else's named asked for; it must not get

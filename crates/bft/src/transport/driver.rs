@@ -432,11 +432,27 @@ impl<O: Outbound> Driver<O> {
         let core = self.replica.status();
         let before = self.status_tx.borrow();
         let (view, changing) = (before.core.view, before.core.view_changing);
+        // A suspicion not published before is this view change's cause.
+        let suspicion = core.last_suspicion.filter(|s| Some(*s) != before.core.last_suspicion && s.view == view);
         drop(before);
         // View changes are rare and an operator wants to see each (and so does a failed test).
         if (core.view, core.view_changing) != (view, changing) {
             if core.view_changing {
-                tracing::info!(view = core.view, from = view, last_delivered = core.last_delivered, "changing views");
+                match suspicion {
+                    // Its own timer, not f+1 others: say what it waited for and how long.
+                    Some(s) => tracing::info!(
+                        view = core.view,
+                        from = view,
+                        last_delivered = core.last_delivered,
+                        awaited = s.awaited,
+                        oldest_wait_ms = s.oldest_wait.as_millis() as u64,
+                        oldest_own = s.oldest_own,
+                        timeout_ms = s.timeout.as_millis() as u64,
+                        observed_ms = s.observed.as_millis() as u64,
+                        "changing views: the request timer suspected the primary"
+                    ),
+                    None => tracing::info!(view = core.view, from = view, last_delivered = core.last_delivered, "changing views"),
+                }
             } else {
                 tracing::info!(view = core.view, primary = core.primary, last_delivered = core.last_delivered, "view installed");
             }
