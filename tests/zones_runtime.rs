@@ -161,9 +161,24 @@ fn a_zone_added_and_one_removed_at_run_time_reach_every_replica_and_the_catalog_
     for i in 1..cluster.n {
         assert_eq!(cluster.transfer_sorted(i, ADDED), reference, "replica {i}'s {ADDED} differs from replica 0's");
     }
+    // The consumer provisions the zone from the catalog alone. Its first transfer may come
+    // before the first signing is installed, and the installation keeps the zone's serial, so
+    // a consumer can hold the unsigned copy until the zone's next change (a known limit,
+    // docs/MULTIZONE.md). The next change, an update with the zone's dealt key, reaches it.
+    wait_for(Duration::from_secs(60), &format!("the consumer provisions {ADDED}"), logs, || consumer.serial(ADDED).is_some());
+    let (ok, said) =
+        bind::Nsupdate::to(cluster.client_port(1), ADDED).key(&zone_dir.join("tsig.key")).send(&format!("update add after-add.{ADDED} 300 IN A 192.0.2.77"));
+    assert!(ok, "an update of {ADDED}: {said}\n{}", logs());
+    let signed_update = |i: u16| cluster.dig(i, &[&format!("after-add.{ADDED}"), "A", "+short"]).contains("192.0.2.77");
+    wait_for(Duration::from_secs(30), &format!("every replica serves the update of {ADDED}"), logs, || (0..cluster.n).all(signed_update));
+    let reference = cluster.transfer_sorted(0, ADDED);
+    for i in 1..cluster.n {
+        assert_eq!(cluster.transfer_sorted(i, ADDED), reference, "replica {i}'s {ADDED} differs from replica 0's after the update");
+    }
     let serial = serial_of(&cluster.dig(0, &[ADDED, "SOA", "+short"])).expect("the added zone's serial");
-    wait_for(Duration::from_secs(60), &format!("the consumer provisions {ADDED} at serial {serial}"), logs, || consumer.serial(ADDED) == Some(serial));
+    wait_for(Duration::from_secs(60), &format!("the consumer has {ADDED} at serial {serial}"), logs, || consumer.serial(ADDED) == Some(serial));
     assert_eq!(consumer.zone_sorted(ADDED).as_ref(), Some(&reference), "the consumer's {ADDED} differs from the replicas'");
+    assert!(reference.iter().any(|l| l.contains("after-add.") && l.split_whitespace().nth(3) == Some("RRSIG")), "the update is not signed: {reference:#?}");
 
     // Removal, two replicas asked at once: one executes it, the other was counted before it.
     let (code, said) = zone_cmd(&cluster, &["remove", REMOVED], &[2, 3]);
